@@ -1,0 +1,174 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Errors that every backend returns, possibly wrapped. Callers test them with
+// [errors.Is].
+var (
+	// ErrSessionDone is returned by every Session method once the session is
+	// over: closed by Close, expired on the server, or declared lost by the
+	// backend. The session will never be usable again; the caller opens a new
+	// one.
+	ErrSessionDone = errors.New("simba/backend: session done")
+
+	// ErrClosed is returned by Backend.Open after Backend.Close.
+	ErrClosed = errors.New("simba/backend: backend closed")
+
+	// ErrNotHeld is returned by Lease.Release when the lease was already
+	// lost: its key was deleted, it belongs to another holder now, or its
+	// session is gone. Nothing was changed on the server.
+	ErrNotHeld = errors.New("simba/backend: lease not held")
+)
+
+// Backend opens sessions. One simba client opens one session at a time.
+//
+// A Backend is safe for concurrent use by multiple goroutines.
+type Backend interface {
+	// Open creates a new session with the requested options. The session is
+	// alive on the server from some instant after Open was called, for at
+	// least the TTL reported by Session.TTL, unless renewed.
+	//
+	// Open honours ctx: when ctx ends first, it returns an error wrapping
+	// ctx.Err() and leaves no session behind (or one that expires by itself
+	// within its TTL).
+	Open(ctx context.Context, o SessionOptions) (Session, error)
+
+	// Close releases what the backend owns (connections it created, not ones
+	// the user passed in). Sessions still open are abandoned, not closed: they
+	// expire by themselves on the server. Close is idempotent.
+	Close() error
+}
+
+// SessionOptions are the caller's wishes for a new session.
+type SessionOptions struct {
+	// TTL is the requested time-to-live. The backend may grant a different
+	// one (etcd raises small TTLs to its minimum, ZooKeeper negotiates the
+	// session timeout within the server's bounds); Session.TTL reports the
+	// granted value, which the caller must use.
+	TTL time.Duration
+}
+
+// Session is one backend session: an etcd lease, a ZooKeeper session, an
+// in-memory session. Every Lease and every group membership obtained through a
+// Session is bound to it and ends, on the server, when the session ends.
+//
+// A Session is safe for concurrent use by multiple goroutines. Every method
+// that may block takes a ctx and returns promptly, with an error wrapping
+// ctx.Err(), when ctx ends. After the session is over every method returns an
+// error wrapping ErrSessionDone (Close returns nil).
+//
+// Other errors are transient: the operation may or may not have taken effect
+// on the server, and the caller may retry.
+type Session interface {
+	// ID identifies the session uniquely within the backend, for as long as
+	// the backend keeps its data (it is never reused).
+	ID() string
+
+	// TTL is the granted time-to-live: the server does not expire the session
+	// earlier than TTL after the start of the last successful KeepAlive (or of
+	// Open).
+	TTL() time.Duration
+
+	// KeepAlive renews the session once and returns the granted TTL. The TTL
+	// is guaranteed from the instant KeepAlive was called, not from the
+	// instant it returned: the server will not expire the session before
+	// start+TTL. A backend whose renewal counts from an earlier instant (the
+	// server's clock for the session started before the call, e.g. at the
+	// last heartbeat it received) must return a correspondingly shorter TTL.
+	//
+	// KeepAlive returns an error wrapping ErrSessionDone when the server says
+	// the session no longer exists.
+	KeepAlive(ctx context.Context) (time.Duration, error)
+
+	// Done is closed when the backend knows the session is over (expired on
+	// the server, closed, or lost for good). It may be closed late or, while
+	// the server is unreachable, not at all: callers keep their own deadline
+	// from KeepAlive and do not wait for Done.
+	Done() <-chan struct{}
+
+	// Acquire blocks until this session holds the lease called name, or ctx
+	// ends. Every successful Acquire returns a token strictly greater than the
+	// token of every earlier holding of name, by any session. If this session
+	// already holds name (a Release that failed, a reply that was lost),
+	// Acquire frees that holding and takes a new one with a new token.
+	//
+	// When ctx ends first, Acquire returns an error wrapping ctx.Err() and
+	// leaves nothing behind: it holds nothing and waits for nothing.
+	//
+	// Names are 1–128 characters of A–Z a–z 0–9 . _ - starting with a letter
+	// or a digit; the caller checks them.
+	Acquire(ctx context.Context, name string) (Lease, error)
+
+	// Join makes this session a member of group with the given member
+	// (Member.Session is ignored and set by the backend). Joining again
+	// replaces this session's member record. The membership ends when the
+	// session ends or on Leave.
+	Join(ctx context.Context, group string, m Member) error
+
+	// Leave ends this session's membership of group. Leaving a group the
+	// session is not a member of is not an error.
+	Leave(ctx context.Context, group string) error
+
+	// Members lists the live members of group, ordered by Session. Several
+	// sessions may carry the same Member.ID; the caller decides what that
+	// means.
+	Members(ctx context.Context, group string) ([]Member, error)
+
+	// WatchMembers returns a channel that receives a value (coalesced: a
+	// buffer of one) after the members of group may have changed. It is a
+	// hint, not a record: the caller re-reads Members. The channel is closed
+	// when ctx ends or the session is over. Changes made before WatchMembers
+	// returns may or may not be signalled; callers read Members after
+	// WatchMembers returns.
+	WatchMembers(ctx context.Context, group string) (<-chan struct{}, error)
+
+	// Close ends the session on the server now: every lease and membership it
+	// holds is released. Close is idempotent. If the server cannot be reached
+	// before ctx ends, Close returns an error and the session expires by
+	// itself within its TTL; either way the Session is over for the caller.
+	Close(ctx context.Context) error
+}
+
+// Lease is one holding of a named lease by a session: a term, as far as the
+// backend is concerned.
+//
+// A Lease is safe for concurrent use by multiple goroutines.
+type Lease interface {
+	// Name is the lease name given to Acquire.
+	Name() string
+
+	// Token is the fencing token of this holding: strictly greater than the
+	// token of every earlier holding of the same name.
+	Token() uint64
+
+	// Lost is closed when the backend shows that this holding has ended
+	// without Release: the lease was deleted, changed owner, or its session is
+	// over. Like Session.Done it may be late; the caller's own deadline is
+	// what keeps it safe.
+	Lost() <-chan struct{}
+
+	// Release ends this holding if, and only if, it is still this holding
+	// (compared by token): it never frees a newer holder. It returns an error
+	// wrapping ErrNotHeld when the holding had already ended, and a transient
+	// error when the server could not be asked; the caller may retry.
+	Release(ctx context.Context) error
+}
+
+// Member is one session's record in a group.
+type Member struct {
+	// ID is the member's identity chosen by the caller (by default the
+	// session ID). Several sessions may use the same ID.
+	ID string
+	// Session is the ID of the session that holds the membership, set by the
+	// backend.
+	Session string
+	// Data is opaque to the backend, at most 1 KiB.
+	Data []byte
+}
+
+// MaxMemberData is the largest Member.Data a backend must accept.
+const MaxMemberData = 1024

@@ -1,0 +1,327 @@
+package backendtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/simba-go/simba/backend"
+)
+
+// Option configures [Run].
+type Option func(*config)
+
+type config struct {
+	ttl      time.Duration
+	synctest bool
+}
+
+// WithTTL sets the session TTL the cases request (default 1s). The cases
+// time everything from the TTL the backend grants, which may differ.
+func WithTTL(d time.Duration) Option {
+	return func(c *config) { c.ttl = d }
+}
+
+// WithSynctest runs the body of every case inside [synctest.Test], in a
+// bubble with virtual time: for backends, like the in-memory one, that use
+// only the time package and channels. Subtests are still started outside
+// the bubbles.
+func WithSynctest() Option {
+	return func(c *config) { c.synctest = true }
+}
+
+// Run runs the conformance suite against backends made by newBackend, one
+// subtest per case. Each case calls newBackend for a fresh, empty backend;
+// the factory registers the backend's clean-up with t.Cleanup. Under
+// [WithSynctest] the factory is called inside the case's bubble.
+func Run(t *testing.T, newBackend func(t *testing.T) backend.Backend, opts ...Option) {
+	t.Helper()
+	cfg := config{ttl: time.Second}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.ttl <= 0 {
+		t.Fatalf("backendtest: WithTTL(%v): the TTL must be positive", cfg.ttl)
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			body := func(t *testing.T) {
+				c.run(&harness{T: t, b: newBackend(t), ttl: cfg.ttl})
+			}
+			if cfg.synctest {
+				synctest.Test(t, body)
+			} else {
+				body(t)
+			}
+		})
+	}
+}
+
+// opTimeout bounds every call that is expected to succeed promptly.
+const opTimeout = 10 * time.Second
+
+// harness is the state of one case: its test, its backend and the requested
+// TTL, with helpers that report failures on the test.
+type harness struct {
+	*testing.T
+	b   backend.Backend
+	ttl time.Duration
+}
+
+// timeout returns a context that ends after d (or with the test).
+func (h *harness) timeout(d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(h.Context(), d)
+	h.Cleanup(cancel)
+	return ctx
+}
+
+// deadline returns a context that ends at t (or with the test).
+func (h *harness) deadline(t time.Time) context.Context {
+	ctx, cancel := context.WithDeadline(h.Context(), t)
+	h.Cleanup(cancel)
+	return ctx
+}
+
+// op returns a context for a call expected to return promptly.
+func (h *harness) op() context.Context { return h.timeout(opTimeout) }
+
+// open opens a session that a background goroutine renews every TTL/3
+// until the end of the test; it stops the test if Open fails.
+func (h *harness) open() backend.Session {
+	h.Helper()
+	s := h.openIdle()
+	h.renew(s)
+	return s
+}
+
+// openIdle opens a session that nothing renews; it stops the test if Open
+// fails. The session is closed at the end of the test.
+func (h *harness) openIdle() backend.Session {
+	h.Helper()
+	s, err := h.b.Open(h.op(), backend.SessionOptions{TTL: h.ttl})
+	if err != nil {
+		h.Fatalf("Open(TTL %v): %v", h.ttl, err)
+	}
+	if s == nil {
+		h.Fatalf("Open(TTL %v) returned a nil session and no error", h.ttl)
+	}
+	h.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		defer cancel()
+		if err := s.Close(ctx); err != nil {
+			h.Errorf("clean-up: Close of session %s: %v", s.ID(), err)
+		}
+	})
+	return s
+}
+
+// renew keeps s alive, renewing it every TTL/3 on a goroutine, until the
+// session is over or the test ends.
+func (h *harness) renew(s backend.Session) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ttl := s.TTL()
+		for {
+			t := time.NewTimer(ttl / 3)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			got, err := s.KeepAlive(ctx)
+			switch {
+			case err == nil:
+				ttl = got
+			case ctx.Err() != nil, errors.Is(err, backend.ErrSessionDone):
+				return
+			default:
+				h.Errorf("session %s: background KeepAlive: %v", s.ID(), err)
+			}
+		}
+	}()
+	h.Cleanup(func() {
+		cancel()
+		<-done
+	})
+}
+
+// acquire acquires name on s; it stops the test if Acquire fails.
+func (h *harness) acquire(s backend.Session, name string) backend.Lease {
+	h.Helper()
+	l, err := s.Acquire(h.op(), name)
+	if err != nil {
+		h.Fatalf("session %s: Acquire(%q): %v", s.ID(), name, err)
+	}
+	if l == nil {
+		h.Fatalf("session %s: Acquire(%q) returned a nil lease and no error", s.ID(), name)
+	}
+	if l.Name() != name {
+		h.Errorf("session %s: Acquire(%q): lease Name() = %q", s.ID(), name, l.Name())
+	}
+	return l
+}
+
+// maxTTL returns the largest granted TTL of the sessions.
+func maxTTL(ss ...backend.Session) time.Duration {
+	var d time.Duration
+	for _, s := range ss {
+		d = max(d, s.TTL())
+	}
+	return d
+}
+
+// wantErr reports unless err wraps target.
+func (h *harness) wantErr(what string, err, target error) {
+	h.Helper()
+	if !errors.Is(err, target) {
+		h.Errorf("%s: error %v, want one wrapping %v", what, err, target)
+	}
+}
+
+// wantNoErr reports a non-nil err.
+func (h *harness) wantNoErr(what string, err error) bool {
+	h.Helper()
+	if err != nil {
+		h.Errorf("%s: %v", what, err)
+		return false
+	}
+	return true
+}
+
+// waitClosed waits up to d for ch to be closed; it reports if it is not.
+// Values received on ch are skipped.
+func (h *harness) waitClosed(ch <-chan struct{}, d time.Duration, what string) bool {
+	h.Helper()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				return true
+			}
+		case <-t.C:
+			h.Errorf("%s: not closed within %v", what, d)
+			return false
+		}
+	}
+}
+
+// isClosed reports whether ch is closed now, skipping pending values.
+func isClosed(ch <-chan struct{}) bool {
+	for {
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				return true
+			}
+		default:
+			return false
+		}
+	}
+}
+
+// wantOpen reports if ch is closed.
+func (h *harness) wantOpen(ch <-chan struct{}, what string) {
+	h.Helper()
+	if isClosed(ch) {
+		h.Errorf("%s: closed, want open", what)
+	}
+}
+
+// wantBlocked checks that s cannot acquire name within d: Acquire must end
+// with an error wrapping context.DeadlineExceeded. A lease obtained anyway is
+// released.
+func (h *harness) wantBlocked(s backend.Session, name string, d time.Duration, why string) {
+	h.Helper()
+	l, err := s.Acquire(h.timeout(d), name)
+	if l != nil {
+		h.Errorf("session %s acquired %q (token %d) although %s", s.ID(), name, l.Token(), why)
+		_ = l.Release(h.op())
+		return
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		h.Errorf("session %s: Acquire(%q) with a %v timeout while %s: error %v, want one wrapping context.DeadlineExceeded", s.ID(), name, d, why, err)
+	}
+}
+
+// eventually calls check every poll until it returns nil or d has passed; it
+// reports the last error then.
+func (h *harness) eventually(d time.Duration, what string, check func() error) bool {
+	h.Helper()
+	poll := max(d/50, 5*time.Millisecond)
+	end := time.Now().Add(d)
+	for {
+		err := check()
+		if err == nil {
+			return true
+		}
+		if time.Now().After(end) {
+			h.Errorf("%s: still failing after %v: %v", what, d, err)
+			return false
+		}
+		time.Sleep(poll)
+	}
+}
+
+// catch runs f and turns a panic into an error.
+func catch(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	return f()
+}
+
+// acquireResult is the outcome of an Acquire run on another goroutine.
+type acquireResult struct {
+	l   backend.Lease
+	err error
+}
+
+// goAcquire runs s.Acquire(ctx, name) on a new goroutine and delivers its
+// outcome on the returned channel.
+func goAcquire(ctx context.Context, s backend.Session, name string) <-chan acquireResult {
+	ch := make(chan acquireResult, 1)
+	go func() {
+		l, err := s.Acquire(ctx, name)
+		ch <- acquireResult{l, err}
+	}()
+	return ch
+}
+
+// drain empties a member-watch channel of pending hints.
+func drain(ch <-chan struct{}) {
+	for {
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				return
+			}
+		default:
+			return
+		}
+	}
+}
+
+// wantHint waits up to d for a hint on ch.
+func (h *harness) wantHint(ch <-chan struct{}, d time.Duration, what string) {
+	h.Helper()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case _, ok := <-ch:
+		if !ok {
+			h.Errorf("member watch closed, want a hint after %s", what)
+		}
+	case <-t.C:
+		h.Errorf("no member-watch hint within %v after %s", d, what)
+	}
+}

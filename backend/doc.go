@@ -1,0 +1,30 @@
+// Package backend defines the storage interface that simba's core runs on:
+// sessions, named leases with fencing tokens, and group membership.
+//
+// The user-facing API lives in package simba; this package is for the
+// implementations (backend/memory, backend/etcd, backend/zookeeper) and for
+// anyone writing another one. Like database/sql/driver, it is small and
+// storage-only: it knows nothing of terms, schedules or deadlines. The core
+// keeps the safety rules (a term is valid only until the last confirmed
+// renewal's send time plus the granted TTL, minus a margin); a backend keeps
+// the storage rules written on each method:
+//
+//   - tokens of one lease name strictly increase, across sessions and restarts;
+//   - at most one session holds a lease name at a time;
+//   - Release is conditional on the token and never frees a newer holder;
+//   - when a session ends, on Close or by expiry, its leases and memberships
+//     end with it;
+//   - every call that may block honours its ctx and leaves nothing behind when
+//     the ctx ends first.
+//
+// # Errors
+//
+// [ErrSessionDone], [ErrClosed] and [ErrNotHeld] are returned, possibly
+// wrapped, where the methods say so; test them with [errors.Is]. Any other
+// error is transient.
+//
+// # Conformance
+//
+// Package backend/backendtest holds the conformance suite every backend runs
+// against itself: backendtest.Run(t, factory).
+package backend

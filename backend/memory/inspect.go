@@ -1,0 +1,118 @@
+package memory
+
+import (
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/simba-go/simba/backend"
+)
+
+// Grant is one holding of a lease, as the server recorded it.
+type Grant struct {
+	// Name is the lease name.
+	Name string
+	// Token is the fencing token of the holding.
+	Token uint64
+	// Session is the ID of the holding session.
+	Session string
+	// Node is the name of the node the session was opened through.
+	Node string
+	// Start is when the server granted the holding.
+	Start time.Time
+	// End is when the holding ended, if Ended.
+	End time.Time
+	// Ended reports whether the holding has ended.
+	Ended bool
+	// Reason says why the holding ended: "released" (Lease.Release),
+	// "expired" (its session's TTL ran out), "evicted" (its session was
+	// expired early by [Node.Expire] or [Backend.ExpireSession]), "closed"
+	// (its session was closed),
+	// "reacquired" (its session acquired the name again) or "cancelled"
+	// (Acquire's ctx ended before the reply reached the caller, so the grant
+	// was undone). It is empty while the holding lasts.
+	Reason string
+}
+
+// Stats counts the requests the server received, by kind. A request that
+// never reached the server (its ctx ended on the way, or its node was
+// partitioned or crashed) is not counted; Acquire counts every attempt: one
+// per call, plus one each time a waiting call retries after the lease was
+// freed.
+type Stats struct {
+	Open         uint64 // Backend.Open
+	KeepAlive    uint64 // Session.KeepAlive
+	Acquire      uint64 // Session.Acquire attempts
+	Release      uint64 // Lease.Release
+	Join         uint64 // Session.Join
+	Leave        uint64 // Session.Leave
+	Members      uint64 // Session.Members
+	WatchMembers uint64 // Session.WatchMembers
+	Close        uint64 // Session.Close
+}
+
+// count adds one request of kind k.
+func (st *Stats) count(k op) {
+	switch k {
+	case opOpen:
+		st.Open++
+	case opKeepAlive:
+		st.KeepAlive++
+	case opAcquire:
+		st.Acquire++
+	case opRelease:
+		st.Release++
+	case opJoin:
+		st.Join++
+	case opLeave:
+		st.Leave++
+	case opMembers:
+		st.Members++
+	case opWatchMembers:
+		st.WatchMembers++
+	case opClose:
+		st.Close++
+	}
+}
+
+// Holder reports the session currently holding the lease called name, and
+// the token of its holding; ok is false if the lease is free.
+func (b *Backend) Holder(name string) (session string, token uint64, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	l, ok := b.leases[name]
+	if !ok {
+		return "", 0, false
+	}
+	return l.s.id, l.token, true
+}
+
+// History returns every holding ever granted, of every lease name, in grant
+// order (and so in token order).
+func (b *Backend) History() []Grant {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.history)
+}
+
+// Sessions returns the IDs of the live sessions on the server, sorted.
+func (b *Backend) Sessions() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Sorted(maps.Keys(b.sessions))
+}
+
+// Members returns the members of group as the server sees them, ordered by
+// Session. The result is a copy.
+func (b *Backend) Members(group string) []backend.Member {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.members(group)
+}
+
+// Stats returns the number of requests the server has received, by kind.
+func (b *Backend) Stats() Stats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.stats
+}

@@ -1,0 +1,61 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/simba-go/simba/backend"
+)
+
+// lease is one holding of a lease name by a session. It implements
+// [backend.Lease].
+type lease struct {
+	s     *session
+	name  string
+	token uint64
+	grant int // index of its Grant in Backend.history
+
+	lost       chan struct{} // guarded by s.b.mu
+	lostClosed bool
+}
+
+// Name returns the lease name.
+func (l *lease) Name() string { return l.name }
+
+// Token returns the fencing token of this holding.
+func (l *lease) Token() uint64 { return l.token }
+
+// Lost is closed when the node learns that the holding ended other than by
+// its own Release: the session expired or was closed, or acquired the name
+// again. Like Done it is withheld while the node is partitioned and never
+// closed after a crash.
+func (l *lease) Lost() <-chan struct{} { return l.lost }
+
+// Release ends the holding if it is still the current one (same token) and
+// returns an error wrapping [backend.ErrNotHeld] otherwise.
+func (l *lease) Release(ctx context.Context) error {
+	s, b := l.s, l.s.b
+	return s.n.exchange(ctx, opRelease, s, func() (func(), error) {
+		if !s.live {
+			return nil, sessionDone(opRelease)
+		}
+		if b.leases[l.name] != l {
+			return nil, errNotHeld(l)
+		}
+		b.endHolding(l, reasonReleased, false)
+		return nil, nil
+	})
+}
+
+// closeLost closes Lost, once. b.mu is held.
+func (l *lease) closeLost() {
+	if !l.lostClosed {
+		l.lostClosed = true
+		close(l.lost)
+	}
+}
+
+// errNotHeld is the error of Release when l is no longer the current holding.
+func errNotHeld(l *lease) error {
+	return fmt.Errorf("simba/memory: release %q (token %d): %w", l.name, l.token, backend.ErrNotHeld)
+}

@@ -1,0 +1,200 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/simba-go/simba/backend"
+)
+
+// watcher is one WatchMembers channel.
+type watcher struct {
+	s          *session
+	group      string
+	ch         chan struct{} // buffer of one; guarded by b.mu
+	closed     bool
+	registered bool
+	stop       func() bool // deregisters the ctx callback; nil until set
+}
+
+// hint signals a possible change, without blocking. b.mu is held.
+func (w *watcher) hint() {
+	if w.closed {
+		return
+	}
+	select {
+	case w.ch <- struct{}{}:
+	default:
+	}
+}
+
+// close closes the channel, once. b.mu is held.
+func (w *watcher) close() {
+	if !w.closed {
+		w.closed = true
+		close(w.ch)
+	}
+}
+
+// Join makes the session a member of group. An empty m.ID is replaced by the
+// session's ID; m.Data is copied.
+func (s *session) Join(ctx context.Context, group string, m backend.Member) error {
+	if !validName(group) {
+		return nameError("group", group)
+	}
+	if len(m.Data) > backend.MaxMemberData {
+		return fmt.Errorf("simba/memory: join %q: member data of %d bytes exceeds %d", group, len(m.Data), backend.MaxMemberData)
+	}
+	rec := backend.Member{ID: m.ID, Session: s.id, Data: clone(m.Data)}
+	if rec.ID == "" {
+		rec.ID = s.id
+	}
+	b := s.b
+	return s.n.exchange(ctx, opJoin, s, func() (func(), error) {
+		if !s.live {
+			return nil, sessionDone(opJoin)
+		}
+		members, ok := b.groups[group]
+		if !ok {
+			members = make(map[string]backend.Member)
+			b.groups[group] = members
+		}
+		members[s.id] = rec
+		s.groups[group] = struct{}{}
+		b.hint(group)
+		return nil, nil
+	})
+}
+
+// Leave ends the session's membership of group, if any.
+func (s *session) Leave(ctx context.Context, group string) error {
+	if !validName(group) {
+		return nameError("group", group)
+	}
+	b := s.b
+	return s.n.exchange(ctx, opLeave, s, func() (func(), error) {
+		if !s.live {
+			return nil, sessionDone(opLeave)
+		}
+		if _, ok := s.groups[group]; ok {
+			b.removeMember(group, s)
+		}
+		return nil, nil
+	})
+}
+
+// Members lists the members of group, ordered by Session.
+func (s *session) Members(ctx context.Context, group string) ([]backend.Member, error) {
+	if !validName(group) {
+		return nil, nameError("group", group)
+	}
+	b := s.b
+	var out []backend.Member
+	err := s.n.exchange(ctx, opMembers, s, func() (func(), error) {
+		if !s.live {
+			return nil, sessionDone(opMembers)
+		}
+		out = b.members(group)
+		return nil, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// WatchMembers returns a channel that receives a hint after every change to
+// the members of group, delivered through the node's notifications. It is
+// closed when ctx ends or the session is over.
+func (s *session) WatchMembers(ctx context.Context, group string) (<-chan struct{}, error) {
+	if !validName(group) {
+		return nil, nameError("group", group)
+	}
+	b := s.b
+	w := &watcher{s: s, group: group, ch: make(chan struct{}, 1)}
+	err := s.n.exchange(ctx, opWatchMembers, s, func() (func(), error) {
+		if !s.live {
+			return nil, sessionDone(opWatchMembers)
+		}
+		w.registered = true
+		b.watchers[group] = append(b.watchers[group], w)
+		s.watchers = append(s.watchers, w)
+		return func() { b.unwatch(w) }, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.unwatch(w)
+		w.close()
+	})
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !w.registered { // ended already
+		stop()
+		return w.ch, nil
+	}
+	w.stop = stop
+	return w.ch, nil
+}
+
+// unwatch removes w from the server's watchers. b.mu is held.
+func (b *Backend) unwatch(w *watcher) {
+	if !w.registered {
+		return
+	}
+	w.registered = false
+	b.watchers[w.group] = slices.DeleteFunc(b.watchers[w.group], func(x *watcher) bool { return x == w })
+	if len(b.watchers[w.group]) == 0 {
+		delete(b.watchers, w.group)
+	}
+	w.s.watchers = slices.DeleteFunc(w.s.watchers, func(x *watcher) bool { return x == w })
+	if w.stop != nil {
+		w.stop()
+	}
+}
+
+// hint tells every watcher of group, through its node, that the members may
+// have changed. b.mu is held.
+func (b *Backend) hint(group string) {
+	for _, w := range b.watchers[group] {
+		w.s.n.notify(w.hint)
+	}
+}
+
+// removeMember removes the membership of s in group and hints the group's
+// watchers. b.mu is held.
+func (b *Backend) removeMember(group string, s *session) {
+	delete(s.groups, group)
+	members := b.groups[group]
+	delete(members, s.id)
+	if len(members) == 0 {
+		delete(b.groups, group)
+	}
+	b.hint(group)
+}
+
+// members returns copies of the members of group, ordered by Session. b.mu
+// is held.
+func (b *Backend) members(group string) []backend.Member {
+	members := b.groups[group]
+	out := make([]backend.Member, 0, len(members))
+	for _, id := range slices.Sorted(maps.Keys(members)) {
+		m := members[id]
+		m.Data = clone(m.Data)
+		out = append(out, m)
+	}
+	return out
+}
+
+// clone copies p; the copy of an empty slice is nil.
+func clone(p []byte) []byte {
+	if len(p) == 0 {
+		return nil
+	}
+	return slices.Clone(p)
+}

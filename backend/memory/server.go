@@ -1,0 +1,299 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/simba-go/simba/backend"
+)
+
+var (
+	_ backend.Backend = (*Backend)(nil)
+	_ backend.Backend = (*Node)(nil)
+	_ backend.Session = (*session)(nil)
+	_ backend.Lease   = (*lease)(nil)
+)
+
+// defaultNode is the name of the node behind [Backend.Open].
+const defaultNode = "default"
+
+// Reasons a holding ends, as recorded in [Grant.Reason].
+const (
+	reasonReleased   = "released"   // Lease.Release
+	reasonExpired    = "expired"    // the session's TTL ran out
+	reasonEvicted    = "evicted"    // Node.Expire or Backend.ExpireSession: the server ended it early
+	reasonClosed     = "closed"     // Session.Close
+	reasonReacquired = "reacquired" // the same session acquired the name again
+	reasonCancelled  = "cancelled"  // Acquire's ctx ended before its reply arrived
+)
+
+// Backend is the in-memory server: the shared state of every session, lease
+// and group. It implements [backend.Backend] for an implicit node named
+// "default"; use [Backend.Node] for more nodes.
+//
+// A Backend is safe for concurrent use by multiple goroutines.
+type Backend struct {
+	cfg config
+
+	mu       sync.Mutex
+	closed   bool
+	nodes    map[string]*Node
+	def      *Node
+	sessions map[string]*session                  // live sessions by ID
+	leases   map[string]*lease                    // current holding by lease name
+	freed    map[string]chan struct{}             // closed when the name is next freed
+	token    uint64                               // last token granted
+	history  []Grant                              // every holding, in grant order
+	groups   map[string]map[string]backend.Member // group -> session ID -> member
+	watchers map[string][]*watcher                // group -> watchers, in registration order
+	stats    Stats
+}
+
+// Option configures a [Backend] made by [New].
+type Option func(*config)
+
+type config struct {
+	minTTL, maxTTL time.Duration
+}
+
+// WithTTLBounds makes the server grant every session the requested TTL
+// clamped to [min, max]. Zero means no bound on that side; by default the
+// requested TTL is granted unchanged. It lets tests have a granted TTL that
+// differs from the requested one, as etcd (which raises small TTLs to its
+// minimum) and ZooKeeper (which negotiates the session timeout) do.
+//
+// New panics if a bound is negative or min > max.
+func WithTTLBounds(min, max time.Duration) Option {
+	return func(c *config) { c.minTTL, c.maxTTL = min, max }
+}
+
+// grant returns the TTL granted for the requested one.
+func (c config) grant(requested time.Duration) time.Duration {
+	if c.minTTL > 0 && requested < c.minTTL {
+		requested = c.minTTL
+	}
+	if c.maxTTL > 0 && requested > c.maxTTL {
+		requested = c.maxTTL
+	}
+	return requested
+}
+
+// New returns a new, empty server.
+func New(opts ...Option) *Backend {
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.minTTL < 0 || cfg.maxTTL < 0 || (cfg.minTTL > 0 && cfg.maxTTL > 0 && cfg.minTTL > cfg.maxTTL) {
+		panic(fmt.Sprintf("simba/memory: invalid TTL bounds [%v, %v]", cfg.minTTL, cfg.maxTTL))
+	}
+	b := &Backend{
+		cfg:      cfg,
+		nodes:    make(map[string]*Node),
+		sessions: make(map[string]*session),
+		leases:   make(map[string]*lease),
+		freed:    make(map[string]chan struct{}),
+		groups:   make(map[string]map[string]backend.Member),
+		watchers: make(map[string][]*watcher),
+	}
+	b.def = b.Node(defaultNode)
+	return b
+}
+
+// Node returns the node called name: one process's connection to this
+// server. The same name always returns the same *Node, faults included; a
+// crashed process that restarts is a Node with a new name. The empty name is
+// the default node, the one behind [Backend.Open].
+func (b *Backend) Node(name string) *Node {
+	if name == "" {
+		name = defaultNode
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n, ok := b.nodes[name]; ok {
+		return n
+	}
+	n := &Node{b: b, name: name, gone: make(chan struct{})}
+	if b.closed {
+		n.closed = true
+		close(n.gone)
+	}
+	b.nodes[name] = n
+	return n
+}
+
+// Open opens a session through the default node. See [Node.Open].
+func (b *Backend) Open(ctx context.Context, o backend.SessionOptions) (backend.Session, error) {
+	return b.def.Open(ctx, o)
+}
+
+// Close shuts the server down: timers stop, every waiting call returns, and
+// every later call through any node fails (Open with an error wrapping
+// [backend.ErrClosed], session calls with one wrapping
+// [backend.ErrSessionDone]). Done, Lost and member-watch channels of nodes
+// that have not crashed are closed. The inspection methods go on reporting
+// the state at Close. Close is idempotent and always returns nil.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	for _, s := range b.sessions {
+		s.timer.Stop()
+	}
+	for _, name := range slices.Sorted(maps.Keys(b.nodes)) {
+		b.nodes[name].shutLocked()
+	}
+	return nil
+}
+
+// ExpireSession makes the server expire the session with the given ID now,
+// as if its TTL had run out. It does nothing if there is no such live
+// session.
+func (b *Backend) ExpireSession(id string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if s, ok := b.sessions[id]; ok && !b.closed {
+		b.endSession(s, reasonEvicted)
+	}
+}
+
+// openSession creates a live session of node n on the server.
+func (b *Backend) openSession(n *Node, requested time.Duration) *session {
+	n.seq++
+	ttl := b.cfg.grant(requested)
+	s := &session{
+		b:         b,
+		n:         n,
+		id:        fmt.Sprintf("%s-%d", n.name, n.seq),
+		ttl:       ttl,
+		done:      make(chan struct{}),
+		live:      true,
+		expiresAt: time.Now().Add(ttl),
+		ended:     make(chan struct{}),
+		leases:    make(map[string]*lease),
+		groups:    make(map[string]struct{}),
+	}
+	s.timer = time.AfterFunc(ttl, func() { b.expireDue(s) })
+	b.sessions[s.id] = s
+	return s
+}
+
+// renew applies a KeepAlive of s at the server.
+func (b *Backend) renew(s *session) {
+	s.expiresAt = time.Now().Add(s.ttl)
+	s.timer.Reset(s.ttl)
+}
+
+// expireDue runs on the expiry timer of s.
+func (b *Backend) expireDue(s *session) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed || !s.live {
+		return
+	}
+	if d := time.Until(s.expiresAt); d > 0 { // renewed while the timer fired
+		s.timer.Reset(d)
+		return
+	}
+	b.endSession(s, reasonExpired)
+}
+
+// endSession ends s on the server, for the given reason: its leases and
+// memberships end, its waiters wake, and its node is told. b.mu is held.
+func (b *Backend) endSession(s *session, reason string) {
+	if !s.live {
+		return
+	}
+	s.live = false
+	s.timer.Stop()
+	delete(b.sessions, s.id)
+	close(s.ended)
+	s.n.notify(s.closeDone) // before the leases' Lost: a holder learns why
+	for _, name := range slices.Sorted(maps.Keys(s.leases)) {
+		b.endHolding(s.leases[name], reason, true)
+	}
+	for _, group := range slices.Sorted(maps.Keys(s.groups)) {
+		b.removeMember(group, s)
+	}
+	for _, w := range slices.Clone(s.watchers) {
+		b.unwatch(w)
+		s.n.notify(w.close)
+	}
+}
+
+// grantLease makes s the holder of name, with the next token. The name must
+// be free. b.mu is held.
+func (b *Backend) grantLease(s *session, name string) *lease {
+	b.token++
+	l := &lease{s: s, name: name, token: b.token, lost: make(chan struct{}), grant: len(b.history)}
+	b.leases[name] = l
+	s.leases[name] = l
+	b.history = append(b.history, Grant{
+		Name:    name,
+		Token:   l.token,
+		Session: s.id,
+		Node:    s.n.name,
+		Start:   time.Now(),
+	})
+	return l
+}
+
+// endHolding ends the current holding l for the given reason and wakes the
+// waiters of its name; lost says whether l's Lost channel is to be closed.
+// b.mu is held.
+func (b *Backend) endHolding(l *lease, reason string, lost bool) {
+	g := &b.history[l.grant]
+	g.End, g.Ended, g.Reason = time.Now(), true, reason
+	delete(b.leases, l.name)
+	delete(l.s.leases, l.name)
+	if ch, ok := b.freed[l.name]; ok {
+		close(ch)
+		delete(b.freed, l.name)
+	}
+	if lost {
+		l.s.n.notify(l.closeLost)
+	}
+}
+
+// freedChan returns a channel closed when the current holding of name ends.
+// b.mu is held.
+func (b *Backend) freedChan(name string) <-chan struct{} {
+	ch, ok := b.freed[name]
+	if !ok {
+		ch = make(chan struct{})
+		b.freed[name] = ch
+	}
+	return ch
+}
+
+// validName reports whether s is a valid lease or group name: 1–128
+// characters of A–Z a–z 0–9 . _ - starting with a letter or a digit.
+func validName(s string) bool {
+	if len(s) < 1 || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c == '.' || c == '_' || c == '-':
+			if i == 0 {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// nameError describes an invalid lease or group name.
+func nameError(what, name string) error {
+	return fmt.Errorf("simba/memory: invalid %s name %q: want 1-128 characters of A-Z a-z 0-9 . _ - starting with a letter or digit", what, name)
+}

@@ -1,0 +1,11 @@
+module github.com/simba-go/simba
+
+go 1.26
+
+require (
+	github.com/robfig/cron/v3 v3.0.1
+	github.com/stretchr/testify v1.12.1
+	go.uber.org/goleak v1.3.0
+)
+
+require go.yaml.in/yaml/v3 v3.0.5 // indirect
