@@ -1,0 +1,67 @@
+// Package simba runs term-fenced leader tasks: work that runs on exactly one
+// node at a time, per election or per partition, with a fencing token that
+// lets shared resources reject a deposed leader.
+//
+// A [Client] wraps a pluggable lease backend (etcd, ZooKeeper, or the
+// in-memory backend in package backend/memory). Elections yield [Term]s whose
+// tokens fence work; work runs on goroutines cancelled through context.
+//
+//	client, err := simba.New(memory.New())
+//	if err != nil { ... }
+//	defer client.Close()
+//
+//	task, err := client.Election("ingest").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
+//		for term.Valid() {
+//			batch, err := source.Poll(ctx)
+//			if err != nil {
+//				return err
+//			}
+//			if err := sink.Write(ctx, batch, term.Token()); err != nil {
+//				return err
+//			}
+//		}
+//		return nil
+//	})
+//
+// # Sessions, leases, terms
+//
+// A client holds one backend session; every election of the client hangs off
+// it, so renewal costs one keep-alive per client every third of the TTL, not
+// one per election. An election is won by holding the lease named after it; a
+// term is one continuous holding of that lease.
+//
+// A term is valid only while this process knows, from its own monotonic
+// clock, that no other session can hold the lease: its deadline is the send
+// time of the last renewal the backend confirmed, plus the granted TTL, minus
+// a drift margin ([WithDriftMargin]). When the deadline passes without a
+// confirmed renewal, every term of the client is revoked at once, with no
+// network answer needed, and the client opens a new session. So no two valid
+// terms of one lease exist at any instant, even under pauses, partitions and
+// backend restarts.
+//
+// [Term.Token] is strictly greater than the token of every earlier term of
+// the same lease. Pass it with every write to a shared resource: a paused
+// node may still write after its term ended, and only a resource that checks
+// the token can reject it.
+//
+// # Tasks
+//
+// [Election.RunWhileLeader] runs a function once per term; [Election.Schedule]
+// runs it on a [Schedule] within each term. When a term ends the function's
+// ctx is cancelled and [Term.Revoked] is closed. Stopping a task hands off in
+// order: first the task, then the lease, so the next leader starts only after
+// the previous run exited or its term's time ran out.
+//
+// # Events and logs
+//
+// Typed events ([Elected], [Revoked], [WorkCompleted], …) are delivered to
+// handlers registered with [WithEventHandler] or [Client.Subscribe], in
+// order and off the election path. Logs go to the [log/slog] logger given
+// with [WithLogger]; by default nothing is logged.
+//
+// # Errors
+//
+// Sentinel errors ([ErrTermExpired], [ErrAlreadyStarted], [ErrYield], …) are
+// prefixed "simba:" and may be wrapped: test them with [errors.Is]. Bad
+// input is refused with an error, never a panic.
+package simba

@@ -1,0 +1,342 @@
+package simba
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/simba-go/simba/backend"
+)
+
+// Election is a named election on a client. It is a lightweight value: start
+// it with [Election.RunWhileLeader] or [Election.Schedule].
+type Election struct {
+	c    *Client
+	name string
+}
+
+// Election returns the election called name. Names are 1–128 characters of
+// A–Z a–z 0–9 . _ -, starting with a letter or a digit; they live in one space
+// per backend (and key prefix) shared with partition groups, whose partition p
+// of group g uses the lease "g.p", so do not name an election like a group's
+// partition. A bad name is reported when the election is started.
+func (c *Client) Election(name string) *Election { return &Election{c: c, name: name} }
+
+// Name returns the election's name.
+func (e *Election) Name() string { return e.name }
+
+// RunWhileLeader starts the election at once and runs fn once per term won,
+// each time on a new goroutine (or through [WithExecutor]).
+//
+// When the term is revoked, fn's ctx is cancelled and term.Revoked() is
+// closed; fn should return when either happens. A fn that returns early keeps
+// the term until the term ends, and does not run again before the next term.
+// An error or a panic from fn is logged and published as [WorkCompleted]
+// with result [Failed] ([Cancelled] when the term had already ended); it
+// never affects the election. An error wrapping [ErrYield] gives the lease up
+// and sits out one lease term (published with result [Succeeded]).
+//
+// It returns [ErrAlreadyStarted] when the election is already started on this
+// client, [ErrClosed] when the client is closing, and errors matching
+// [ErrInvalidName] or [ErrInvalidArgument] for bad input.
+func (e *Election) RunWhileLeader(fn func(ctx context.Context, term *Term) error, opts ...TaskOption) (*LeaderTask, error) {
+	if fn == nil {
+		return nil, fmt.Errorf("%w: nil task function for election %q", ErrInvalidArgument, e.name)
+	}
+	ref := TermRef{Election: e.name, Partition: -1}
+	return e.c.start("election", ref, func(ctx context.Context, t *Term) error {
+		return e.c.invoke(ctx, t, fn)
+	}, opts)
+}
+
+// Schedule starts the election at once and, in every term won, runs fn on
+// schedule s: one loop per term on one goroutine, calling term.EnsureValid()
+// before every run (see [Schedule] for the timing rules). A failed run (error
+// or panic) is logged and published, and the loop goes on; a run returning an
+// error wrapping [ErrYield] ends the loop, gives the lease up and sits out one
+// lease term. The loop ends with its term.
+//
+// Errors are those of [Election.RunWhileLeader], and an error matching
+// [ErrInvalidSchedule] for a schedule that cannot run.
+func (e *Election) Schedule(s Schedule, fn func(ctx context.Context, term *Term) error, opts ...TaskOption) (*LeaderTask, error) {
+	if err := s.Err(); err != nil {
+		return nil, err
+	}
+	if fn == nil {
+		return nil, fmt.Errorf("%w: nil task function for election %q", ErrInvalidArgument, e.name)
+	}
+	ref := TermRef{Election: e.name, Partition: -1}
+	return e.c.start("election", ref, func(ctx context.Context, t *Term) error {
+		return s.run(ctx, t, e.c, fn)
+	}, opts)
+}
+
+// LeaderTask is a started election: it contends, runs its work in every term
+// won, and hands off when stopped.
+type LeaderTask struct {
+	c    *Client
+	ref  TermRef // Token unset
+	body func(context.Context, *Term) error
+	exec Executor
+
+	ctx    context.Context // cancelled by Stop or the client's Close
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+}
+
+// errClientClosing is the cancel cause of tasks stopped by Client.Close.
+var errClientClosing = errors.New("simba: client closing")
+
+func (c *Client) start(what string, ref TermRef, body func(context.Context, *Term) error, opts []TaskOption) (*LeaderTask, error) {
+	if err := checkName(what, ref.Election); err != nil {
+		return nil, err
+	}
+	o := taskOptions{executor: goExecutor}
+	for _, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: nil task option", ErrInvalidArgument)
+		}
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	t := &LeaderTask{c: c, ref: ref, body: body, exec: o.executor, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	if err := c.register(t); err != nil {
+		cancel(nil)
+		return nil, err
+	}
+	go t.loop()
+	return t, nil
+}
+
+// Name returns the task's lease name.
+func (t *LeaderTask) Name() string { return t.ref.Election }
+
+// Stop stops the election and returns at once. The returned channel (the same
+// as [LeaderTask.Done]) is closed once the current term has been handed off:
+// the run has exited (or the term's time ran out) and the lease is released.
+// During the hand-off the term is no longer extended, so a run that ignores
+// cancellation delays it by at most the term's remaining time. Stop is
+// idempotent.
+func (t *LeaderTask) Stop() <-chan struct{} {
+	t.stop(RevokeStopped)
+	return t.done
+}
+
+// Done is closed when the task has stopped and handed off. After that, the
+// same election may be started again on the client.
+func (t *LeaderTask) Done() <-chan struct{} { return t.done }
+
+// Close stops the task like [LeaderTask.Stop] and waits for the hand-off.
+func (t *LeaderTask) Close() error {
+	<-t.Stop()
+	return nil
+}
+
+func (t *LeaderTask) stop(reason RevokeReason) {
+	if reason == RevokeClosed {
+		t.cancel(errClientClosing)
+	} else {
+		t.cancel(nil)
+	}
+}
+
+func (t *LeaderTask) stopReason() RevokeReason {
+	if errors.Is(context.Cause(t.ctx), errClientClosing) {
+		return RevokeClosed
+	}
+	return RevokeStopped
+}
+
+// loop contends for the lease, runs each term, and hands off, until stopped.
+func (t *LeaderTask) loop() {
+	defer t.c.wg.Done()
+	defer close(t.done)
+	defer t.c.unregister(t)
+	var failures int
+	for {
+		g, err := t.c.awaitGeneration(t.ctx)
+		if err != nil {
+			return
+		}
+		lease, err := t.acquire(g)
+		if err != nil {
+			if t.ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, backend.ErrSessionDone) {
+				g.end(RevokeSessionLost, err) // the keeper opens the next one
+			}
+			if g.ctx.Err() != nil {
+				continue // the session ended; contend on the next one
+			}
+			failures++
+			t.c.log.Warn("acquiring a lease failed", "election", t.ref.Election, "err", err, "attempt", failures)
+			if !sleep(t.ctx, backoff(failures, g.ttl/3)) {
+				return
+			}
+			continue
+		}
+		failures = 0
+		yielded := t.runTerm(g, lease)
+		if t.ctx.Err() != nil {
+			return
+		}
+		if yielded && !sleep(t.ctx, g.ttl) {
+			return
+		}
+	}
+}
+
+// acquire waits for the lease on g's session until the task stops or g ends.
+func (t *LeaderTask) acquire(g *generation) (backend.Lease, error) {
+	ctx, cancel := context.WithCancel(t.ctx)
+	defer cancel()
+	defer context.AfterFunc(g.ctx, cancel)()
+	return g.sess.Acquire(ctx, t.ref.Election)
+}
+
+// runTerm runs one term: it starts the work, waits for the term to end, and
+// hands off (task first, then lease). It reports whether the work yielded.
+func (t *LeaderTask) runTerm(g *generation, lease backend.Lease) (yielded bool) {
+	c := t.c
+	ref := t.ref
+	ref.Token = lease.Token()
+	term := newTerm(ref, g)
+	if !term.Valid() {
+		// Won after the session's deadline: the term never began.
+		reason, cause := RevokeDeadline, error(nil)
+		if g.ended.Load() {
+			reason, cause = g.why()
+		}
+		term.revoke(reason, cause)
+		t.release(g, lease)
+		return false
+	}
+	c.log.Info("elected", "election", ref.Election, "token", ref.Token, "session", g.sess.ID())
+	c.events.publish(Elected{TermRef: ref, Session: g.sess.ID(), At: term.start})
+
+	runCtx, cancelRun := context.WithCancel(context.Background())
+	defer cancelRun()
+	runDone := make(chan error, 1)
+	c.wg.Add(1)
+	t.exec(func() {
+		defer c.wg.Done()
+		runDone <- t.body(runCtx, term)
+	})
+
+	var (
+		reason  RevokeReason
+		cause   error
+		running = runDone
+	)
+	for reason == 0 {
+		select {
+		case <-g.ctx.Done():
+			reason, cause = g.why()
+		case <-lease.Lost():
+			reason = RevokeLeaseLost
+			select {
+			case <-g.sess.Done(): // the lease went with the session
+				reason, cause = RevokeSessionLost, backend.ErrSessionDone
+			default:
+			}
+		case <-t.ctx.Done():
+			reason = t.stopReason()
+		case err := <-running:
+			running = nil
+			if errors.Is(err, ErrYield) {
+				reason = RevokeYielded
+			}
+		}
+	}
+	// The term is not extended past this point: the hand-off waits for the
+	// run at most until the deadline it had when it was revoked.
+	capLeft := term.leftNow()
+	revokedAt := time.Now()
+	c.log.Info("revoked", "election", ref.Election, "token", ref.Token, "reason", reason)
+	c.events.publish(Revoked{TermRef: ref, Reason: reason, Err: cause, At: revokedAt})
+	term.revoke(reason, cause)
+	cancelRun()
+
+	holding := reason == RevokeStopped || reason == RevokeClosed || reason == RevokeYielded
+	released := false
+	if holding {
+		if running != nil && !t.awaitRun(g, lease, running, capLeft) {
+			c.log.Warn("task ignored cancellation; handing off at the term's deadline", "election", ref.Election, "token", ref.Token)
+		}
+		released = t.release(g, lease)
+	}
+	c.events.publish(HandedOff{TermRef: ref, Duration: time.Since(revokedAt), Released: released, At: time.Now()})
+	return reason == RevokeYielded
+}
+
+// awaitRun waits for the revoked term's run to exit, for at most capLeft. It
+// reports false if the run was still going when the wait ended.
+func (t *LeaderTask) awaitRun(g *generation, lease backend.Lease, running <-chan error, capLeft time.Duration) bool {
+	if capLeft <= 0 {
+		return false
+	}
+	timer := time.NewTimer(capLeft)
+	defer timer.Stop()
+	select {
+	case <-running:
+		return true
+	case <-timer.C:
+	case <-g.ctx.Done():
+	case <-lease.Lost():
+	}
+	return false
+}
+
+// release gives the lease back, retrying transient failures while the
+// session lives (once it has ended the lease goes with it). It reports
+// whether this call released it.
+func (t *LeaderTask) release(g *generation, lease backend.Lease) bool {
+	for attempt := 1; ; attempt++ {
+		err := lease.Release(g.ctx)
+		if err == nil {
+			return true
+		}
+		if errors.Is(err, backend.ErrSessionDone) {
+			g.end(RevokeSessionLost, err)
+		}
+		if errors.Is(err, backend.ErrNotHeld) || g.ctx.Err() != nil {
+			return false
+		}
+		t.c.log.Warn("releasing a lease failed", "election", t.ref.Election, "token", lease.Token(), "err", err, "attempt", attempt)
+		if !sleep(g.ctx, backoff(attempt, g.ttl/3)) {
+			return false
+		}
+	}
+}
+
+// invoke runs fn once for term, turning a panic into a [*PanicError], and
+// logs and publishes the outcome.
+func (c *Client) invoke(ctx context.Context, term *Term, fn func(context.Context, *Term) error) (err error) {
+	start := time.Now()
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+		result := Succeeded
+		switch {
+		case err == nil, errors.Is(err, ErrYield):
+		case term.Valid():
+			result = Failed
+		default:
+			result = Cancelled
+		}
+		d := time.Since(start)
+		if result == Failed {
+			c.log.Error("run failed", "election", term.ref.Election, "token", term.ref.Token, "err", err, "duration", d)
+		} else {
+			c.log.Debug("run completed", "election", term.ref.Election, "token", term.ref.Token, "result", result, "err", err, "duration", d)
+		}
+		c.events.publish(WorkCompleted{TermRef: term.ref, Result: result, Err: err, Start: start, Duration: d})
+	}()
+	return fn(ctx, term)
+}

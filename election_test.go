@@ -1,0 +1,468 @@
+package simba_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/backend/memory"
+)
+
+func TestElectedRunsWithToken(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		c, _ := node(t, b, "a", h)
+		task, err := c.Election("ingest").RunWhileLeader(holdUntilRevoked("a", h))
+		require.NoError(t, err)
+		synctest.Wait()
+
+		require.Len(t, h.Terms(), 1)
+		term := h.Terms()[0]
+		assert.Equal(t, "ingest", term.Name())
+		assert.NotZero(t, term.Token())
+		assert.True(t, term.Valid())
+		assert.NoError(t, term.Err())
+		assert.Equal(t, term.Start().Add(testTTL-300*time.Millisecond), term.Deadline(), "deadline = open send time + TTL - 10% margin")
+
+		// Renewals move the deadline.
+		time.Sleep(time.Second + time.Millisecond)
+		synctest.Wait()
+		assert.Equal(t, term.Start().Add(time.Second+testTTL-300*time.Millisecond), term.Deadline())
+
+		<-task.Stop()
+		assert.False(t, term.Valid())
+		assert.ErrorIs(t, term.Err(), simba.ErrTermExpired)
+		var te *simba.TermError
+		require.ErrorAs(t, term.Err(), &te)
+		assert.Equal(t, simba.RevokeStopped, te.Reason)
+		closeAll(t, c)
+		h.checkTerms(t, b)
+	})
+}
+
+func TestRenewalThatNeverAnswersRevokesAtDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		c, n := node(t, b, "a", h)
+		_, err := c.Election("ingest").RunWhileLeader(holdUntilRevoked("a", h))
+		require.NoError(t, err)
+		time.Sleep(2500 * time.Millisecond) // renewals confirmed at 1s and 2s
+		require.Len(t, h.Terms(), 1)
+		term := h.Terms()[0]
+		want := term.Deadline()
+		assert.Equal(t, term.Start().Add(2*time.Second+testTTL-300*time.Millisecond), want)
+
+		n.Partition() // the renewal at 3s is never answered
+		<-term.Revoked()
+		assert.Equal(t, want, time.Now(), "revoked exactly at the deadline, without a network answer")
+		var te *simba.TermError
+		require.ErrorAs(t, term.Err(), &te)
+		assert.Equal(t, simba.RevokeDeadline, te.Reason)
+		holder, _, ok := b.Holder("ingest")
+		assert.True(t, ok, "the backend still holds the lease for the old session: local revocation came first")
+		assert.NotEmpty(t, holder)
+
+		n.Heal()
+		synctest.Wait()
+		require.Eventually(t, func() bool { return len(eventsOf[simba.Elected](h)) == 2 }, time.Minute, 100*time.Millisecond)
+		closeAll(t, c)
+		h.checkTerms(t, b)
+		lost := eventsOf[simba.SessionLost](h)
+		require.Len(t, lost, 1)
+		assert.Equal(t, simba.RevokeDeadline, lost[0].Reason)
+	})
+}
+
+func TestGrantedTTLIsUsed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New(memory.WithTTLBounds(5*time.Second, 0))
+		defer b.Close()
+		h := newHistory()
+		c, _ := node(t, b, "a", h) // requests 3s
+		_, err := c.Election("e").RunWhileLeader(holdUntilRevoked("a", h))
+		require.NoError(t, err)
+		synctest.Wait()
+		started := eventsOf[simba.SessionStarted](h)
+		require.Len(t, started, 1)
+		assert.Equal(t, 5*time.Second, started[0].TTL)
+		assert.Equal(t, h.Terms()[0].Start().Add(4500*time.Millisecond), h.Terms()[0].Deadline())
+		closeAll(t, c)
+	})
+}
+
+func TestSessionExpiryStartsNewSessionAndTerm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		c, n := node(t, b, "a", h)
+		_, err := c.Election("e").RunWhileLeader(holdUntilRevoked("a", h))
+		require.NoError(t, err)
+		synctest.Wait()
+		first := c.SessionID()
+		n.Expire()
+		synctest.Wait()
+		require.Len(t, h.Terms(), 2)
+		var te *simba.TermError
+		require.ErrorAs(t, h.Terms()[0].Err(), &te)
+		assert.Equal(t, simba.RevokeSessionLost, te.Reason)
+		assert.Greater(t, h.Terms()[1].Token(), h.Terms()[0].Token())
+		assert.NotEqual(t, first, c.SessionID())
+		closeAll(t, c)
+		h.checkTerms(t, b)
+	})
+}
+
+func TestPanicFailsTheRunNotTheElection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		c, _ := node(t, b, "a", h)
+		var runs atomic.Int32
+		_, err := c.Election("e").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
+			h.sawTerm("a", term)
+			runs.Add(1)
+			panic("boom")
+		})
+		require.NoError(t, err)
+		time.Sleep(10 * testTTL)
+		synctest.Wait()
+		assert.Equal(t, int32(1), runs.Load(), "a run that returned early is not run again in the same term")
+		require.Len(t, h.Terms(), 1)
+		assert.True(t, h.Terms()[0].Valid(), "the term outlives the panic")
+		done := eventsOf[simba.WorkCompleted](h)
+		require.Len(t, done, 1)
+		assert.Equal(t, simba.Failed, done[0].Result)
+		var pe *simba.PanicError
+		require.ErrorAs(t, done[0].Err, &pe)
+		assert.Equal(t, "boom", pe.Value)
+		assert.Empty(t, eventsOf[simba.Revoked](h))
+		closeAll(t, c)
+	})
+}
+
+func TestErrorAfterTheTermEndedIsCancelled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		c, _ := node(t, b, "a", h)
+		task, err := c.Election("e").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		require.NoError(t, err)
+		synctest.Wait()
+		<-task.Stop()
+		closeAll(t, c)
+		done := eventsOf[simba.WorkCompleted](h)
+		require.Len(t, done, 1)
+		assert.Equal(t, simba.Cancelled, done[0].Result)
+		assert.ErrorIs(t, done[0].Err, context.Canceled)
+	})
+}
+
+func TestEarlyReturnKeepsTheTerm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		a, _ := node(t, b, "a", h)
+		z, _ := node(t, b, "z", h)
+		var runs atomic.Int32
+		_, err := a.Election("e").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
+			h.sawTerm("a", term)
+			runs.Add(1)
+			return nil
+		})
+		require.NoError(t, err)
+		synctest.Wait()
+		_, err = z.Election("e").RunWhileLeader(holdUntilRevoked("z", h))
+		require.NoError(t, err)
+		time.Sleep(20 * testTTL)
+		synctest.Wait()
+		assert.Equal(t, int32(1), runs.Load())
+		require.Len(t, h.Terms(), 1, "the other client never got a term")
+		assert.True(t, h.Terms()[0].Valid())
+		closeAll(t, a, z)
+		h.checkTerms(t, b)
+	})
+}
+
+func TestStopHandsOffTaskThenLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		a, _ := node(t, b, "a", h)
+		z, _ := node(t, b, "z", h)
+		ta, err := a.Election("e").RunWhileLeader(holdUntilRevoked("a", h))
+		require.NoError(t, err)
+		synctest.Wait()
+		_, err = z.Election("e").RunWhileLeader(holdUntilRevoked("z", h))
+		require.NoError(t, err)
+		time.Sleep(5 * time.Second)
+		stopAt := time.Now()
+		done := ta.Stop()
+		<-done
+		assert.Equal(t, stopAt, time.Now(), "a task that obeys cancellation hands off at once")
+		synctest.Wait()
+		require.Len(t, h.Terms(), 2)
+		assert.Equal(t, "z", h.Owner(h.Terms()[1]))
+		assert.Equal(t, stopAt, h.Terms()[1].Start(), "the next leader starts at the hand-off")
+		require.Len(t, h.Runs(), 1)
+		assert.False(t, h.Runs()[0].end.After(h.Terms()[1].Start()), "the run exited before the next term began")
+		ho := eventsOf[simba.HandedOff](h)
+		require.Len(t, ho, 1)
+		assert.True(t, ho[0].Released)
+		closeAll(t, a, z)
+		h.checkTerms(t, b)
+	})
+}
+
+func TestTaskIgnoringCancellationDelaysHandOffOnlyUntilTheCap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		a, _ := node(t, b, "a", h)
+		z, _ := node(t, b, "z", h)
+		ta, err := a.Election("e").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
+			h.sawTerm("a", term)
+			time.Sleep(time.Minute) // ignores ctx
+			return nil
+		})
+		require.NoError(t, err)
+		synctest.Wait()
+		_, err = z.Election("e").RunWhileLeader(holdUntilRevoked("z", h))
+		require.NoError(t, err)
+		time.Sleep(2500 * time.Millisecond)
+		capAt := h.Terms()[0].Deadline() // 2s + 3s - 0.3s
+		<-ta.Stop()
+		assert.Equal(t, capAt, time.Now(), "hand-off waits for the run until the term's deadline at the stop, no longer")
+		synctest.Wait()
+		require.Len(t, h.Terms(), 2)
+		assert.Equal(t, capAt, h.Terms()[1].Start())
+		assert.False(t, h.Terms()[0].Deadline().After(h.Terms()[1].Start()))
+		closeAll(t, a, z) // waits for the minute-long run
+		h.checkTerms(t, b)
+	})
+}
+
+func TestAlreadyStartedAndRestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		c, _ := node(t, b, "a", h)
+		task, err := c.Election("e").RunWhileLeader(holdUntilRevoked("a", h))
+		require.NoError(t, err)
+		synctest.Wait()
+		_, err = c.Election("e").Schedule(simba.FixedDelay(time.Second), func(context.Context, *simba.Term) error { return nil })
+		assert.ErrorIs(t, err, simba.ErrAlreadyStarted)
+		_, err = c.Election("e").RunWhileLeader(holdUntilRevoked("a", h))
+		assert.ErrorIs(t, err, simba.ErrAlreadyStarted)
+		require.NoError(t, task.Close())
+		again, err := c.Election("e").RunWhileLeader(holdUntilRevoked("a", h))
+		require.NoError(t, err, "a completed task's election may start again")
+		synctest.Wait()
+		require.Len(t, h.Terms(), 2)
+		assert.Greater(t, h.Terms()[1].Token(), h.Terms()[0].Token())
+		require.NoError(t, again.Close())
+		closeAll(t, c)
+		_, err = c.Election("x").RunWhileLeader(holdUntilRevoked("a", h))
+		assert.ErrorIs(t, err, simba.ErrClosed)
+		h.checkTerms(t, b)
+	})
+}
+
+func TestYieldSitsOutOneLeaseTerm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		c, _ := node(t, b, "a", h)
+		var runs atomic.Int32
+		_, err := c.Election("e").Schedule(simba.FixedDelay(time.Second), func(ctx context.Context, term *simba.Term) error {
+			h.sawTerm("a", term)
+			if runs.Add(1) == 1 {
+				return errors.Join(errors.New("disk full"), simba.ErrYield)
+			}
+			return nil
+		})
+		require.NoError(t, err)
+		time.Sleep(10 * time.Second)
+		require.Len(t, h.Terms(), 2)
+		rev := eventsOf[simba.Revoked](h)
+		require.NotEmpty(t, rev)
+		assert.Equal(t, simba.RevokeYielded, rev[0].Reason)
+		assert.Equal(t, testTTL, h.Terms()[1].Start().Sub(rev[0].At), "sits out one granted TTL")
+		done := eventsOf[simba.WorkCompleted](h)
+		assert.Equal(t, simba.Succeeded, done[0].Result)
+		assert.ErrorIs(t, done[0].Err, simba.ErrYield)
+		closeAll(t, c)
+		h.checkTerms(t, b)
+	})
+}
+
+func TestYieldHandsOverToAnotherNode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		a, _ := node(t, b, "a", h)
+		z, _ := node(t, b, "z", h)
+		_, err := a.Election("e").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
+			h.sawTerm("a", term)
+			return simba.ErrYield
+		})
+		require.NoError(t, err)
+		synctest.Wait()
+		_, err = z.Election("e").RunWhileLeader(holdUntilRevoked("z", h))
+		require.NoError(t, err)
+		synctest.Wait()
+		require.Len(t, h.Terms(), 2)
+		assert.Equal(t, "z", h.Owner(h.Terms()[1]))
+		closeAll(t, a, z)
+		h.checkTerms(t, b)
+	})
+}
+
+func TestEnsureValid(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		c, _ := node(t, b, "a", h)
+		task, err := c.Election("e").RunWhileLeader(holdUntilRevoked("a", h))
+		require.NoError(t, err)
+		synctest.Wait()
+		term := h.Terms()[0]
+		assert.NoError(t, term.EnsureValid())
+		assert.NoError(t, term.EnsureValid(time.Second))
+		assert.NoError(t, term.EnsureValid(time.Second, time.Second))
+		err = term.EnsureValid(10 * time.Second)
+		assert.ErrorIs(t, err, simba.ErrTermExpired, "a step that would outlive the term is refused")
+		assert.ErrorIs(t, term.EnsureValid(-time.Second), simba.ErrInvalidArgument)
+		<-task.Stop()
+		assert.ErrorIs(t, term.EnsureValid(), simba.ErrTermExpired)
+		closeAll(t, c)
+	})
+}
+
+func TestExecutorRunsTheTerms(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		c, _ := node(t, b, "a", h)
+		var used atomic.Int32
+		exec := func(f func()) { used.Add(1); go f() }
+		_, err := c.Election("e").RunWhileLeader(holdUntilRevoked("a", h), simba.WithExecutor(exec))
+		require.NoError(t, err)
+		synctest.Wait()
+		assert.Equal(t, int32(1), used.Load())
+		closeAll(t, c)
+	})
+}
+
+func TestCloseLeavesNothingBehind(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		c, _ := node(t, b, "a", h)
+		for _, name := range []string{"a", "b", "c"} {
+			_, err := c.Election(name).RunWhileLeader(holdUntilRevoked("a", h))
+			require.NoError(t, err)
+		}
+		synctest.Wait()
+		require.Len(t, h.Terms(), 3)
+		closeAll(t, c)
+		assert.Empty(t, b.Sessions())
+		for _, name := range []string{"a", "b", "c"} {
+			_, _, held := b.Holder(name)
+			assert.False(t, held, name)
+		}
+		n := len(h.Events())
+		closeAll(t, c) // idempotent
+		time.Sleep(time.Minute)
+		assert.Len(t, h.Events(), n, "no callbacks after Close")
+		h.checkTerms(t, b)
+	})
+}
+
+func TestCloseWhilePartitionedReturnsWithinTheTTL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		c, n := node(t, b, "a", h)
+		_, err := c.Election("e").RunWhileLeader(holdUntilRevoked("a", h))
+		require.NoError(t, err)
+		synctest.Wait()
+		n.Partition()
+		start := time.Now()
+		closeAll(t, c)
+		assert.LessOrEqual(t, time.Since(start), testTTL)
+		n.Heal()
+	})
+}
+
+func TestEventsInOrderAndSlowHandlersDoNotDelayHandOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		slow := func(simba.Event) { time.Sleep(time.Hour) }
+		a, _ := node(t, b, "a", h, simba.WithEventHandler(slow))
+		z, _ := node(t, b, "z", h)
+		ta, err := a.Election("e").RunWhileLeader(holdUntilRevoked("a", h))
+		require.NoError(t, err)
+		synctest.Wait()
+		_, err = z.Election("e").RunWhileLeader(holdUntilRevoked("z", h))
+		require.NoError(t, err)
+		synctest.Wait()
+		stopAt := time.Now()
+		<-ta.Stop()
+		synctest.Wait()
+		require.Len(t, h.Terms(), 2)
+		assert.Equal(t, stopAt, h.Terms()[1].Start(), "a slow handler on a does not delay its hand-off")
+		closeAll(t, a, z) // a's close delivers its queued events to the slow handler first
+
+		var kinds []string
+		for _, e := range h.Events() {
+			switch x := e.(type) {
+			case simba.Elected:
+				if x.Token == h.Terms()[0].Token() {
+					kinds = append(kinds, "elected")
+				}
+			case simba.WorkCompleted:
+				if x.Token == h.Terms()[0].Token() {
+					kinds = append(kinds, "completed")
+				}
+			case simba.Revoked:
+				if x.Token == h.Terms()[0].Token() {
+					kinds = append(kinds, "revoked")
+				}
+			case simba.HandedOff:
+				if x.Token == h.Terms()[0].Token() {
+					kinds = append(kinds, "handed-off")
+				}
+			}
+		}
+		assert.Equal(t, []string{"elected", "revoked", "completed", "handed-off"}, kinds)
+	})
+}

@@ -1,0 +1,280 @@
+package simba
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Event is one of the typed events a client publishes: [SessionStarted],
+// [SessionLost], [Elected], [Revoked], [HandedOff], [WorkCompleted],
+// [Misfired], [ViewChanged], [GroupMismatch]. Switch on the concrete type.
+//
+// Events are delivered to handlers registered with [WithEventHandler] or
+// [Client.Subscribe], in the order they were published, on one goroutine of
+// the client's that never blocks the election machinery: a slow handler
+// delays later events, not hand-offs.
+type Event interface {
+	isEvent()
+}
+
+// Result is the outcome of one run of a task function.
+type Result int
+
+// Results of a run.
+const (
+	// Succeeded: the function returned nil.
+	Succeeded Result = iota + 1
+	// Failed: the function returned an error or panicked while its term was
+	// valid.
+	Failed
+	// Cancelled: the function returned an error or panicked after its term
+	// had ended.
+	Cancelled
+)
+
+func (r Result) String() string {
+	switch r {
+	case Succeeded:
+		return "succeeded"
+	case Failed:
+		return "failed"
+	case Cancelled:
+		return "cancelled"
+	}
+	return fmt.Sprintf("Result(%d)", int(r))
+}
+
+// TermRef names the term an event is about.
+type TermRef struct {
+	// Election is the lease name: the election's name, or "{group}.{p}"
+	// for a partition.
+	Election string
+	// Group is the partition group's name, or "" for a plain election.
+	Group string
+	// Partition is the partition number, or -1 for a plain election.
+	Partition int
+	// Token is the term's fencing token.
+	Token uint64
+}
+
+// SessionStarted is published when the client has opened a backend session.
+type SessionStarted struct {
+	Session string
+	// TTL is the TTL the backend granted.
+	TTL time.Duration
+	At  time.Time
+}
+
+// SessionLost is published when the client's session has ended (every term
+// on it was revoked at that moment). The client opens a new one unless it is
+// closing.
+type SessionLost struct {
+	Session string
+	Reason  RevokeReason
+	Err     error
+	At      time.Time
+}
+
+// Elected is published when this client starts a term.
+type Elected struct {
+	TermRef
+	Session string
+	At      time.Time
+}
+
+// Revoked is published when a term of this client ends.
+type Revoked struct {
+	TermRef
+	Reason RevokeReason
+	Err    error
+	At     time.Time
+}
+
+// HandedOff is published when a term's hand-off is complete: its run has
+// exited (or its time ran out) and its lease was released (or was already
+// gone).
+type HandedOff struct {
+	TermRef
+	// Duration is the time from the revocation to the end of the hand-off.
+	Duration time.Duration
+	// Released reports whether this client released the lease itself (false
+	// when the lease or the session had already ended).
+	Released bool
+	At       time.Time
+}
+
+// WorkCompleted is published after every run of a task function.
+type WorkCompleted struct {
+	TermRef
+	Result   Result
+	Err      error
+	Start    time.Time
+	Duration time.Duration
+}
+
+// Misfired is published when a schedule's planned starts passed while a run
+// was still going.
+type Misfired struct {
+	TermRef
+	// Missed is the number of planned starts that passed during the run.
+	Missed int
+	// CatchUp reports whether one catch-up run follows at once
+	// ([MisfireRunOnce]); otherwise they were skipped.
+	CatchUp bool
+	At      time.Time
+}
+
+// ViewChanged is published when a partition group's member view changes.
+type ViewChanged struct {
+	Group string
+	// Members are the member ids in the view, sorted.
+	Members []string
+	// Assigned are the partitions this client contends for in the view.
+	Assigned []int
+	At       time.Time
+}
+
+// GroupMismatch is published when a member of a group uses another partition
+// count or assignment variant than this client.
+type GroupMismatch struct {
+	Group  string
+	Member string
+	// Detail says what differs.
+	Detail string
+	At     time.Time
+}
+
+func (SessionStarted) isEvent() {}
+func (SessionLost) isEvent()    {}
+func (Elected) isEvent()        {}
+func (Revoked) isEvent()        {}
+func (HandedOff) isEvent()      {}
+func (WorkCompleted) isEvent()  {}
+func (Misfired) isEvent()       {}
+func (ViewChanged) isEvent()    {}
+func (GroupMismatch) isEvent()  {}
+
+// maxQueuedEvents bounds the memory held for slow handlers. Past it the oldest
+// undelivered events are dropped, counted and logged.
+const maxQueuedEvents = 1 << 14
+
+// eventBus queues events and delivers them, in order, on one goroutine.
+type eventBus struct {
+	log *slog.Logger
+
+	mu       sync.Mutex
+	queue    []Event
+	handlers map[int]func(Event)
+	order    []int // handler ids in registration order
+	nextID   int
+	dropped  int
+	closed   bool
+	wake     chan struct{} // buffer 1
+	finished chan struct{}
+}
+
+func newEventBus(log *slog.Logger, handlers []func(Event)) *eventBus {
+	b := &eventBus{
+		log:      log,
+		handlers: make(map[int]func(Event)),
+		wake:     make(chan struct{}, 1),
+		finished: make(chan struct{}),
+	}
+	for _, h := range handlers {
+		b.subscribe(h)
+	}
+	go b.run()
+	return b
+}
+
+func (b *eventBus) subscribe(h func(Event)) (cancel func()) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	id := b.nextID
+	b.nextID++
+	b.handlers[id] = h
+	b.order = append(b.order, id)
+	return func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		delete(b.handlers, id)
+	}
+}
+
+// publish queues e; it never blocks.
+func (b *eventBus) publish(e Event) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return
+	}
+	if len(b.queue) >= maxQueuedEvents {
+		b.queue = b.queue[1:]
+		b.dropped++
+	}
+	b.queue = append(b.queue, e)
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
+
+// close delivers what is queued, then stops the delivery goroutine; no
+// handler is called after close returns.
+func (b *eventBus) close() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+	<-b.finished
+}
+
+func (b *eventBus) run() {
+	defer close(b.finished)
+	for {
+		b.mu.Lock()
+		batch, closed, dropped := b.queue, b.closed, b.dropped
+		b.queue, b.dropped = nil, 0
+		hs := make([]func(Event), 0, len(b.order))
+		live := b.order[:0]
+		for _, id := range b.order {
+			if h, ok := b.handlers[id]; ok {
+				hs = append(hs, h)
+				live = append(live, id)
+			}
+		}
+		b.order = live
+		b.mu.Unlock()
+
+		if dropped > 0 {
+			b.log.Warn("event handlers too slow: events dropped", "dropped", dropped)
+		}
+		for _, e := range batch {
+			for _, h := range hs {
+				b.deliver(h, e)
+			}
+		}
+		if len(batch) > 0 {
+			continue
+		}
+		if closed {
+			return
+		}
+		<-b.wake
+	}
+}
+
+func (b *eventBus) deliver(h func(Event), e Event) {
+	defer func() {
+		if v := recover(); v != nil {
+			b.log.Error("event handler panicked", "event", fmt.Sprintf("%T", e), "panic", v)
+		}
+	}()
+	h(e)
+}

@@ -1,0 +1,107 @@
+package simba_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/backend/memory"
+)
+
+// A leader task: it runs on one node at a time and passes its term's token
+// with every write, so a deposed leader's writes can be rejected.
+func Example() {
+	b := memory.New()
+	defer b.Close()
+	client, err := simba.New(b)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer client.Close()
+
+	running := make(chan struct{})
+	task, err := client.Election("ingest").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
+		fmt.Printf("leading %s with token %d\n", term.Name(), term.Token())
+		close(running)
+		<-ctx.Done() // hold the term until it ends
+		return nil
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	<-running
+	<-task.Stop() // hand off: the task exits, then the lease is released
+	fmt.Println("handed off")
+	// Output:
+	// leading ingest with token 1
+	// handed off
+}
+
+// A schedule runs within each term: here every 10ms, three times.
+func ExampleElection_Schedule() {
+	b := memory.New()
+	defer b.Close()
+	client, _ := simba.New(b)
+	defer client.Close()
+
+	runs := make(chan uint64, 3)
+	task, err := client.Election("report").Schedule(simba.FixedRate(10*time.Millisecond),
+		func(ctx context.Context, term *simba.Term) error {
+			select {
+			case runs <- term.Token():
+			default:
+			}
+			return nil
+		})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for range 3 {
+		fmt.Println("report run with token", <-runs)
+	}
+	task.Close()
+	// Output:
+	// report run with token 1
+	// report run with token 1
+	// report run with token 1
+}
+
+// EnsureValid refuses to begin a step that would outlive the term.
+func ExampleTerm_EnsureValid() {
+	b := memory.New()
+	defer b.Close()
+	client, _ := simba.New(b, simba.WithTTL(time.Second))
+	defer client.Close()
+
+	done := make(chan struct{})
+	task, _ := client.Election("export").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
+		defer close(done)
+		if err := term.EnsureValid(time.Hour); errors.Is(err, simba.ErrTermExpired) {
+			fmt.Println("not starting an hour-long step on a one-second lease")
+		}
+		fmt.Println("a short step may start:", term.EnsureValid(time.Millisecond) == nil)
+		return nil
+	})
+	<-done
+	task.Close()
+	// Output:
+	// not starting an hour-long step on a one-second lease
+	// a short step may start: true
+}
+
+// Invalid input is an error, never a panic.
+func ExampleCron() {
+	b := memory.New()
+	defer b.Close()
+	client, _ := simba.New(b)
+	defer client.Close()
+
+	_, err := client.Election("nightly").Schedule(simba.Cron("0 3 * *"), func(context.Context, *simba.Term) error { return nil })
+	fmt.Println(errors.Is(err, simba.ErrInvalidSchedule))
+	// Output: true
+}

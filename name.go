@@ -1,0 +1,28 @@
+package simba
+
+import "fmt"
+
+// MaxNameLen is the longest lease name: an election name, or a group's
+// partition lease "{group}.{partition}".
+const MaxNameLen = 128
+
+// checkName reports whether s is a valid lease name: 1–128 characters of
+// A–Z a–z 0–9 . _ -, starting with a letter or a digit.
+func checkName(what, s string) error {
+	if s == "" {
+		return fmt.Errorf("%w: %s name is empty", ErrInvalidName, what)
+	}
+	if len(s) > MaxNameLen {
+		return fmt.Errorf("%w: %s name %.20q… is %d characters, at most %d allowed", ErrInvalidName, what, s, len(s), MaxNameLen)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case (c == '.' || c == '_' || c == '-') && i > 0:
+		default:
+			return fmt.Errorf("%w: %s name %q: character %q at %d (allowed: A-Z a-z 0-9 . _ -, first a letter or digit)", ErrInvalidName, what, s, c, i)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,125 @@
+package simba
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Option configures a [Client]. Options refuse bad values: [New] returns an
+// error matching [ErrInvalidArgument] instead of silently correcting them.
+type Option func(*options) error
+
+type options struct {
+	ttl      time.Duration
+	margin   time.Duration // < 0: default
+	logger   *slog.Logger
+	handlers []func(Event)
+}
+
+// Defaults, written once here and in each option's doc comment.
+const (
+	// DefaultTTL is the session TTL requested when [WithTTL] is not given.
+	DefaultTTL = 10 * time.Second
+	// minDefaultMargin is the smallest default drift margin.
+	minDefaultMargin = 100 * time.Millisecond
+)
+
+func defaultOptions() options {
+	return options{
+		ttl:    DefaultTTL,
+		margin: -1,
+		logger: slog.New(slog.DiscardHandler),
+	}
+}
+
+// WithTTL sets the session TTL requested from the backend (default 10s).
+// The backend may grant another (etcd raises small TTLs to its minimum,
+// ZooKeeper negotiates); the client always uses the granted one. Terms are
+// renewed every third of it, and a crashed node's leases are taken over
+// about one TTL after its last renewal.
+func WithTTL(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: TTL must be positive, got %v", ErrInvalidArgument, d)
+		}
+		o.ttl = d
+		return nil
+	}
+}
+
+// WithDriftMargin sets the margin subtracted from every session deadline to
+// cover clock-rate differences between this process and the backend (default:
+// 10% of the granted TTL, at least 100ms). The margin in use is never more than
+// half the granted TTL. A margin of zero trusts both clocks to run at the same
+// rate; do not use it in production.
+func WithDriftMargin(d time.Duration) Option {
+	return func(o *options) error {
+		if d < 0 {
+			return fmt.Errorf("%w: drift margin must not be negative, got %v", ErrInvalidArgument, d)
+		}
+		o.margin = d
+		return nil
+	}
+}
+
+// WithLogger sets the logger (default: discard everything).
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) error {
+		if l == nil {
+			return fmt.Errorf("%w: nil logger", ErrInvalidArgument)
+		}
+		o.logger = l
+		return nil
+	}
+}
+
+// WithEventHandler registers h for every event from the client's start, so
+// that none is missed (see [Event]). It may be given several times.
+func WithEventHandler(h func(Event)) Option {
+	return func(o *options) error {
+		if h == nil {
+			return fmt.Errorf("%w: nil event handler", ErrInvalidArgument)
+		}
+		o.handlers = append(o.handlers, h)
+		return nil
+	}
+}
+
+// margin returns the drift margin for a granted TTL.
+func (o *options) marginFor(granted time.Duration) time.Duration {
+	m := o.margin
+	if plantedBug == plantNoMargin {
+		return 0
+	}
+	if m < 0 {
+		m = max(granted/10, minDefaultMargin)
+	}
+	return min(m, granted/2)
+}
+
+// TaskOption configures one started election (RunWhileLeader or Schedule).
+type TaskOption func(*taskOptions) error
+
+type taskOptions struct {
+	executor Executor
+}
+
+// Executor runs a task function. It must run f exactly once, eventually,
+// on some goroutine; [Client.Close] waits until f has returned. The default
+// starts a new goroutine for each run.
+type Executor func(f func())
+
+func goExecutor(f func()) { go f() }
+
+// WithExecutor runs each term's function through e instead of on a new
+// goroutine (default: a new goroutine per term).
+func WithExecutor(e Executor) TaskOption {
+	return func(o *taskOptions) error {
+		if e == nil {
+			return fmt.Errorf("%w: nil executor", ErrInvalidArgument)
+		}
+		o.executor = e
+		return nil
+	}
+}

@@ -1,0 +1,300 @@
+package simba
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/simba-go/simba/backend"
+)
+
+// generation is one backend session as the client sees it: from Open until
+// it ends by deadline, by the backend's word, or by Close. Every term started
+// on it ends when it ends.
+//
+// Times are kept as offsets from the client's base time on the monotonic
+// clock, so that validity checks are a load and a compare.
+type generation struct {
+	sess   backend.Session
+	ttl    time.Duration // granted TTL
+	margin time.Duration
+	base   time.Time
+
+	// deadline is the offset from base until which the session is known to
+	// be alive on the server: send time of the last confirmed renewal plus
+	// its TTL, minus the margin. It only grows while the generation lives.
+	deadline atomic.Int64
+	ended    atomic.Bool
+
+	ctx    context.Context // cancelled when the generation ends
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	timer  *time.Timer // fires at the deadline
+	reason RevokeReason
+	cause  error
+}
+
+func newGeneration(sess backend.Session, base, sent time.Time, margin, ttl time.Duration) *generation {
+	ctx, cancel := context.WithCancel(context.Background())
+	g := &generation{
+		sess:   sess,
+		ttl:    ttl,
+		margin: margin,
+		base:   base,
+		ctx:    ctx,
+		cancel: cancel,
+	}
+	g.deadline.Store(int64(sent.Sub(base) + g.ttl - margin))
+	g.mu.Lock()
+	g.timer = time.AfterFunc(g.left(), g.checkDeadline)
+	g.mu.Unlock()
+	return g
+}
+
+// now is the current offset from base.
+func (g *generation) now() time.Duration { return time.Since(g.base) }
+
+// left is the time until the deadline (negative when passed).
+func (g *generation) left() time.Duration {
+	return time.Duration(g.deadline.Load()) - g.now()
+}
+
+// valid reports whether the session is known alive now.
+func (g *generation) valid() bool {
+	return !g.ended.Load() && g.left() > 0
+}
+
+// extend records a renewal confirmed for a request sent at sent. It reports
+// false when the generation has already ended: a late confirmation never
+// revives it.
+func (g *generation) extend(sent time.Time, ttl time.Duration) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ended.Load() {
+		return false
+	}
+	d := int64(sent.Sub(g.base) + ttl - g.margin)
+	if d > g.deadline.Load() {
+		g.deadline.Store(d)
+	}
+	return true
+}
+
+// checkDeadline runs when the deadline timer fires: it ends the generation if
+// the deadline has passed, and otherwise waits for the new one.
+func (g *generation) checkDeadline() {
+	g.mu.Lock()
+	if g.ended.Load() {
+		g.mu.Unlock()
+		return
+	}
+	if left := g.left(); left > 0 {
+		g.timer.Reset(left)
+		g.mu.Unlock()
+		return
+	}
+	g.mu.Unlock()
+	g.end(RevokeDeadline, nil)
+}
+
+// end ends the generation once; later calls do nothing. The deadline is
+// frozen at the moment of the end, so no term of it is valid afterwards.
+func (g *generation) end(reason RevokeReason, cause error) {
+	g.mu.Lock()
+	if g.ended.Load() {
+		g.mu.Unlock()
+		return
+	}
+	if now := int64(g.now()); now < g.deadline.Load() {
+		g.deadline.Store(now)
+	}
+	g.ended.Store(true)
+	g.reason, g.cause = reason, cause
+	g.timer.Stop()
+	g.mu.Unlock()
+	g.cancel()
+}
+
+// why returns the reason the generation ended.
+func (g *generation) why() (RevokeReason, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.reason, g.cause
+}
+
+// keep is the session keeper: it opens a session, renews it every third of
+// its TTL (retrying quickly on failure), ends it when the deadline passes or
+// the backend reports it gone, and opens the next one, until ctx ends.
+func (c *Client) keep(ctx context.Context) {
+	defer close(c.keeperDone)
+	var failures int
+	for ctx.Err() == nil {
+		sent := time.Now()
+		sess, err := c.backend.Open(ctx, backend.SessionOptions{TTL: c.opts.ttl})
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			c.log.Warn("opening a session failed", "err", err, "attempt", failures)
+			if !sleep(ctx, backoff(failures, c.opts.ttl/3)) {
+				return
+			}
+			continue
+		}
+		failures = 0
+		ttl := sess.TTL()
+		if plantedBug == plantRequestedTTL {
+			ttl = c.opts.ttl
+		}
+		g := newGeneration(sess, c.base, sent, c.opts.marginFor(ttl), ttl)
+		if !g.valid() {
+			// Open took longer than the granted TTL allows: nothing on this
+			// session could ever be valid.
+			g.end(RevokeDeadline, nil)
+			c.closeSession(g)
+			continue
+		}
+		c.setGeneration(g)
+		c.log.Info("session started", "session", sess.ID(), "ttl", g.ttl, "margin", g.margin)
+		c.events.publish(SessionStarted{Session: sess.ID(), TTL: g.ttl, At: time.Now()})
+
+		c.renew(ctx, g, sent)
+
+		reason, cause := g.why()
+		c.setGeneration(nil)
+		if reason != RevokeClosed {
+			c.log.Warn("session lost", "session", sess.ID(), "reason", reason, "err", cause)
+			c.events.publish(SessionLost{Session: sess.ID(), Reason: reason, Err: cause, At: time.Now()})
+		}
+		c.closeSession(g)
+	}
+}
+
+// renew keeps g alive until it ends; it returns with g ended.
+func (c *Client) renew(ctx context.Context, g *generation, lastSent time.Time) {
+	interval := g.ttl / 3
+	next := time.NewTimer(time.Until(lastSent.Add(interval)))
+	defer next.Stop()
+	var failures int
+	for {
+		select {
+		case <-ctx.Done():
+			g.end(RevokeClosed, nil)
+			return
+		case <-g.ctx.Done():
+			return
+		case <-g.sess.Done():
+			g.end(RevokeSessionLost, backend.ErrSessionDone)
+			return
+		case <-next.C:
+		}
+		sent := time.Now()
+		rctx, cancel := context.WithDeadline(g.ctx, g.base.Add(time.Duration(g.deadline.Load())))
+		ttl, err := c.keepAlive(rctx, g.sess)
+		cancel()
+		if plantedBug == plantDeadlineFromReply {
+			sent = time.Now()
+		}
+		if plantedBug == plantRequestedTTL {
+			ttl = c.opts.ttl
+		}
+		switch {
+		case err == nil:
+			if !g.extend(sent, ttl) {
+				return
+			}
+			failures = 0
+			interval = ttl / 3
+			next.Reset(time.Until(sent.Add(interval)))
+		case errors.Is(err, backend.ErrSessionDone):
+			g.end(RevokeSessionLost, err)
+			return
+		default:
+			failures++
+			c.log.Warn("session renewal failed", "session", g.sess.ID(), "err", err, "attempt", failures, "left", g.left())
+			next.Reset(backoff(failures, interval))
+		}
+	}
+}
+
+// keepAlive is the one place the renewal's TTL enters the deadline math;
+// tests may plant faults in it.
+func (c *Client) keepAlive(ctx context.Context, s backend.Session) (time.Duration, error) {
+	return s.KeepAlive(ctx)
+}
+
+// closeSession ends g's session on the backend in the background, bounded by
+// its deadline (past it the server expires it anyway).
+func (c *Client) closeSession(g *generation) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), max(g.left(), 0)+g.margin)
+		defer cancel()
+		if err := g.sess.Close(ctx); err != nil {
+			c.log.Warn("closing a session failed; it expires by itself", "session", g.sess.ID(), "err", err)
+		}
+	}()
+}
+
+func (c *Client) setGeneration(g *generation) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen = g
+	close(c.genChanged)
+	c.genChanged = make(chan struct{})
+}
+
+// awaitGeneration returns the live generation, waiting for one if needed.
+func (c *Client) awaitGeneration(ctx context.Context) (*generation, error) {
+	for {
+		c.mu.Lock()
+		g, changed := c.gen, c.genChanged
+		c.mu.Unlock()
+		if g != nil && g.valid() {
+			return g, nil
+		}
+		if g != nil {
+			select {
+			case <-g.ctx.Done():
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			continue
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// backoff returns the wait before retry number n (from 1): doubling from a
+// small step, up to limit.
+func backoff(n int, limit time.Duration) time.Duration {
+	d := 10 * time.Millisecond
+	for i := 1; i < n && d < limit; i++ {
+		d *= 2
+	}
+	return max(min(d, limit), time.Millisecond)
+}
+
+// sleep waits for d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

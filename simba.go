@@ -1,0 +1,148 @@
+package simba
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/simba-go/simba/backend"
+)
+
+// Client is one node's handle on a backend: it holds one session, renewed by
+// one keeper, on which every election of the client hangs. Create it with
+// [New], start work with [Client.Election], and end with [Client.Close].
+//
+// A Client is safe for concurrent use by multiple goroutines.
+type Client struct {
+	backend backend.Backend
+	opts    options
+	log     *slog.Logger
+	base    time.Time // origin of every monotonic offset
+	events  *eventBus
+
+	stopKeeper context.CancelFunc
+	keeperDone chan struct{}
+	wg         sync.WaitGroup // every goroutine but the keeper and the event bus
+
+	mu         sync.Mutex
+	gen        *generation   // the live session, or nil
+	genChanged chan struct{} // closed and replaced when gen changes
+	tasks      map[string]*LeaderTask
+	closing    bool
+	closed     chan struct{}
+}
+
+// New returns a client on b and starts its session keeper. It does not wait
+// for the first session: elections start contending as soon as one is open,
+// and a backend that cannot be reached is retried in the background (see
+// [SessionStarted] and [SessionLost] events).
+//
+// The client does not own b: closing the client leaves b open.
+func New(b backend.Backend, opts ...Option) (*Client, error) {
+	if b == nil {
+		return nil, fmt.Errorf("%w: nil backend", ErrInvalidArgument)
+	}
+	o := defaultOptions()
+	for _, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: nil option", ErrInvalidArgument)
+		}
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Client{
+		backend:    b,
+		opts:       o,
+		log:        o.logger,
+		base:       time.Now(),
+		stopKeeper: cancel,
+		keeperDone: make(chan struct{}),
+		genChanged: make(chan struct{}),
+		tasks:      make(map[string]*LeaderTask),
+		closed:     make(chan struct{}),
+	}
+	c.events = newEventBus(c.log, o.handlers)
+	go c.keep(ctx)
+	return c, nil
+}
+
+// Subscribe registers h for the events published from now on (see [Event])
+// and returns a function that unregisters it. Use [WithEventHandler] to see
+// the events of the client's start too.
+func (c *Client) Subscribe(h func(Event)) (unsubscribe func()) {
+	if h == nil {
+		return func() {}
+	}
+	return c.events.subscribe(h)
+}
+
+// SessionID returns the ID of the client's live session, or "" while it has
+// none.
+func (c *Client) SessionID() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen == nil {
+		return ""
+	}
+	return c.gen.sess.ID()
+}
+
+// Close stops every task of the client and hands each off (task first, then
+// lease), then ends the session on the backend, and waits for all of it:
+// when Close returns, no goroutine of the client runs and no event handler
+// will be called again. A task function that ignores the cancellation of its
+// ctx delays Close until it returns. Close is idempotent.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		<-c.closed
+		return nil
+	}
+	c.closing = true
+	tasks := make([]*LeaderTask, 0, len(c.tasks))
+	for _, t := range c.tasks {
+		tasks = append(tasks, t)
+	}
+	c.mu.Unlock()
+
+	for _, t := range tasks {
+		t.stop(RevokeClosed)
+	}
+	for _, t := range tasks {
+		<-t.done
+	}
+	c.stopKeeper()
+	<-c.keeperDone
+	c.wg.Wait()
+	c.events.close()
+	close(c.closed)
+	return nil
+}
+
+// register reserves a lease name for t on this client.
+func (c *Client) register(t *LeaderTask) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return ErrClosed
+	}
+	if _, ok := c.tasks[t.ref.Election]; ok {
+		return fmt.Errorf("%w: %q", ErrAlreadyStarted, t.ref.Election)
+	}
+	c.tasks[t.ref.Election] = t
+	c.wg.Add(1)
+	return nil
+}
+
+func (c *Client) unregister(t *LeaderTask) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.tasks[t.ref.Election] == t {
+		delete(c.tasks, t.ref.Election)
+	}
+}

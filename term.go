@@ -1,0 +1,142 @@
+package simba
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Term is one continuous holding of an election's lease by this client's
+// session. A task gets its Term and only that: it never reads "the current
+// leader", so a run started in one term can never see a later term's token.
+//
+// A Term is valid while this process knows, from its own monotonic clock,
+// that no other session can hold the lease: until the send time of the last
+// renewal the backend confirmed, plus the granted TTL, minus the drift margin.
+// When that deadline passes without a confirmed renewal, the term ends
+// without waiting for any network answer.
+//
+// All methods are safe for concurrent use.
+type Term struct {
+	ref   TermRef
+	gen   *generation
+	start time.Time
+
+	// end is the offset from gen.base at which the term stopped being valid;
+	// math.MaxInt64 while it is not revoked.
+	end     atomic.Int64
+	revoked chan struct{}
+
+	mu  sync.Mutex
+	err *TermError
+}
+
+func newTerm(ref TermRef, g *generation) *Term {
+	t := &Term{ref: ref, gen: g, start: time.Now(), revoked: make(chan struct{})}
+	t.end.Store(math.MaxInt64)
+	return t
+}
+
+// Token is the fencing token: strictly greater than the token of every
+// earlier term of the same lease name, on every backend and across client
+// restarts. Pass it with every write to a shared resource, and have the
+// resource reject tokens lower than the highest it has seen.
+func (t *Term) Token() uint64 { return t.ref.Token }
+
+// Name is the lease name: the election's name, or "{group}.{partition}".
+func (t *Term) Name() string { return t.ref.Election }
+
+// Start is when the term began on this client.
+func (t *Term) Start() time.Time { return t.start }
+
+// Valid reports whether the term is still valid now.
+func (t *Term) Valid() bool { return t.leftNow() > 0 }
+
+// leftNow is the time the term is guaranteed for from now (≤ 0 once over).
+func (t *Term) leftNow() time.Duration {
+	end := min(t.end.Load(), t.gen.deadline.Load())
+	return time.Duration(end) - t.gen.now()
+}
+
+// Deadline is the current guaranteed horizon: the term is valid until then
+// unless revoked earlier. It moves later with every confirmed renewal while
+// the term lasts. After the term has ended it is the instant it stopped
+// being valid.
+func (t *Term) Deadline() time.Time {
+	end := min(t.end.Load(), t.gen.deadline.Load())
+	return t.gen.base.Add(time.Duration(end))
+}
+
+// Revoked is closed when the term ends.
+func (t *Term) Revoked() <-chan struct{} { return t.revoked }
+
+// Err returns nil while the term is valid, and afterwards an error that
+// matches [ErrTermExpired] (a [*TermError] once the client has revoked it).
+func (t *Term) Err() error {
+	t.mu.Lock()
+	err := t.err
+	t.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if !t.Valid() {
+		reason, cause := RevokeDeadline, error(nil)
+		if t.gen.ended.Load() {
+			reason, cause = t.gen.why()
+		}
+		return &TermError{Name: t.ref.Election, Token: t.ref.Token, Reason: reason, Cause: cause}
+	}
+	return nil
+}
+
+// EnsureValid returns nil if the term is valid now and will stay valid for
+// the expected step duration (the sum of the steps given; none means zero),
+// and otherwise an error matching [ErrTermExpired]. Call it before a long
+// step so that the step is not begun when it would outlive the term:
+//
+//	if err := term.EnsureValid(30 * time.Second); err != nil {
+//		return err // not enough time left to export safely
+//	}
+//
+// A negative step is refused with an error matching [ErrInvalidArgument].
+func (t *Term) EnsureValid(step ...time.Duration) error {
+	var need time.Duration
+	for _, s := range step {
+		if s < 0 {
+			return fmt.Errorf("%w: negative step duration %v", ErrInvalidArgument, s)
+		}
+		need += s
+	}
+	if err := t.Err(); err != nil {
+		return err
+	}
+	if left := t.leftNow(); left <= need {
+		if left <= 0 {
+			return t.Err()
+		}
+		return errStepTooLong(t.ref.Election, t.ref.Token, left, need)
+	}
+	return nil
+}
+
+// String describes the term for logs.
+func (t *Term) String() string {
+	return fmt.Sprintf("term %d of %q", t.ref.Token, t.ref.Election)
+}
+
+// revoke ends the term: it is not valid from now on, Err reports why, and
+// Revoked is closed. Only the first call has an effect.
+func (t *Term) revoke(reason RevokeReason, cause error) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.err != nil {
+		return false
+	}
+	now := int64(t.gen.now())
+	t.end.Store(min(now, t.gen.deadline.Load()))
+	t.err = &TermError{Name: t.ref.Election, Token: t.ref.Token, Reason: reason, Cause: cause}
+	close(t.revoked)
+	return true
+}
