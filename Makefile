@@ -1,0 +1,15 @@
+# make test: everything CI runs, on a fresh machine. It starts the servers the
+# tests need (ZooKeeper, installed from Debian's package when missing; etcd is
+# embedded in the tests), then runs go vet and the race-enabled tests.
+GO ?= go
+
+.PHONY: test vet unit
+
+test:
+	./scripts/with-zookeeper.sh $(MAKE) --no-print-directory vet unit
+
+vet:
+	$(GO) vet ./...
+
+unit:
+	$(GO) test -race ./...
