@@ -89,6 +89,8 @@ func TestStartRefusesBadInput(t *testing.T) {
 			"unknown zone":           simba.Cron("CRON_TZ=Mars/Olympus 0 * * * *"),
 			"bad descriptor":         simba.Cron("@fortnightly"),
 			"bad every":              simba.Cron("@every -5m"),
+			"sub-second every":       simba.Cron("@every 1500ms"),
+			"never fires":            simba.Cron("0 0 31 2 *"),
 		}
 		for name, s := range bad {
 			_, err := c.Election("e").Schedule(s, ok)

@@ -54,6 +54,7 @@ type TermError struct {
 	Cause error
 }
 
+// Error describes the term and why it ended.
 func (e *TermError) Error() string {
 	msg := fmt.Sprintf("simba: term %d of %q ended: %s", e.Token, e.Name, e.Reason)
 	if e.Cause != nil {
@@ -79,6 +80,7 @@ type PanicError struct {
 	Stack []byte
 }
 
+// Error reports the panic value.
 func (e *PanicError) Error() string { return fmt.Sprintf("simba: task panicked: %v", e.Value) }
 
 // RevokeReason says why a term ended.
@@ -103,6 +105,7 @@ const (
 	RevokeLeaseLost
 )
 
+// String describes the reason in a few words.
 func (r RevokeReason) String() string {
 	switch r {
 	case RevokeStopped:

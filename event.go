@@ -34,6 +34,7 @@ const (
 	Cancelled
 )
 
+// String returns "succeeded", "failed" or "cancelled".
 func (r Result) String() string {
 	switch r {
 	case Succeeded:
@@ -61,35 +62,34 @@ type TermRef struct {
 
 // SessionStarted is published when the client has opened a backend session.
 type SessionStarted struct {
-	Session string
-	// TTL is the TTL the backend granted.
-	TTL time.Duration
-	At  time.Time
+	Session string        // the new session's ID
+	TTL     time.Duration // the TTL the backend granted
+	At      time.Time     // when the session started
 }
 
 // SessionLost is published when the client's session has ended (every term
 // on it was revoked at that moment). The client opens a new one unless it is
 // closing.
 type SessionLost struct {
-	Session string
-	Reason  RevokeReason
-	Err     error
-	At      time.Time
+	Session string       // the lost session's ID
+	Reason  RevokeReason // RevokeDeadline or RevokeSessionLost
+	Err     error        // the backend's error, if any
+	At      time.Time    // when the client ended the session
 }
 
 // Elected is published when this client starts a term.
 type Elected struct {
 	TermRef
-	Session string
-	At      time.Time
+	Session string    // the session holding the lease
+	At      time.Time // when the term began
 }
 
 // Revoked is published when a term of this client ends.
 type Revoked struct {
 	TermRef
-	Reason RevokeReason
-	Err    error
-	At     time.Time
+	Reason RevokeReason // why the term ended
+	Err    error        // the underlying error, if any
+	At     time.Time    // when the term ended
 }
 
 // HandedOff is published when a term's hand-off is complete: its run has
@@ -102,16 +102,16 @@ type HandedOff struct {
 	// Released reports whether this client released the lease itself (false
 	// when the lease or the session had already ended).
 	Released bool
-	At       time.Time
+	At       time.Time // when the hand-off ended
 }
 
 // WorkCompleted is published after every run of a task function.
 type WorkCompleted struct {
 	TermRef
-	Result   Result
-	Err      error
-	Start    time.Time
-	Duration time.Duration
+	Result   Result        // how the run ended
+	Err      error         // what the function returned, or a *PanicError
+	Start    time.Time     // when the run started
+	Duration time.Duration // how long it ran
 }
 
 // Misfired is published when a schedule's planned starts passed while a run
@@ -123,27 +123,26 @@ type Misfired struct {
 	// CatchUp reports whether one catch-up run follows at once
 	// ([MisfireRunOnce]); otherwise they were skipped.
 	CatchUp bool
-	At      time.Time
+	At      time.Time // when the overrunning run ended
 }
 
 // ViewChanged is published when a partition group's member view changes.
 type ViewChanged struct {
-	Group string
+	Group string // the group's name
 	// Members are the member ids in the view, sorted.
 	Members []string
 	// Assigned are the partitions this client contends for in the view.
 	Assigned []int
-	At       time.Time
+	At       time.Time // when the view changed
 }
 
 // GroupMismatch is published when a member of a group uses another partition
 // count or assignment variant than this client.
 type GroupMismatch struct {
-	Group  string
-	Member string
-	// Detail says what differs.
-	Detail string
-	At     time.Time
+	Group  string    // the group's name
+	Member string    // the member that differs
+	Detail string    // what differs
+	At     time.Time // when it was seen
 }
 
 func (SessionStarted) isEvent() {}

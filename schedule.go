@@ -57,6 +57,7 @@ const (
 	MisfireRunOnce
 )
 
+// String returns "skip" or "run-once".
 func (p MisfirePolicy) String() string {
 	switch p {
 	case MisfireSkip:
@@ -124,6 +125,9 @@ func parseCron(expr string) (sched cron.Schedule, err error) {
 	}
 	if err := checkEvery(expr); err != nil {
 		return nil, err
+	}
+	if sched.Next(time.Now()).IsZero() {
+		return nil, fmt.Errorf("%w: cron expression %q never fires", ErrInvalidSchedule, expr)
 	}
 	return sched, nil
 }
@@ -212,6 +216,10 @@ func (s Schedule) run(ctx context.Context, term *Term, c *Client, fn func(contex
 	}
 	catchUp := false
 	for {
+		if planned.IsZero() { // a cron expression with no further activation
+			<-ctx.Done()
+			return nil
+		}
 		if !catchUp && !sleep(ctx, time.Until(planned)) {
 			return nil
 		}

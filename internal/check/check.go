@@ -12,8 +12,8 @@ import (
 
 // Term is one term as a task saw it.
 type Term struct {
-	Name  string
-	Token uint64
+	Name  string // lease name
+	Token uint64 // fencing token
 	// Start is when the term began on the client; End is when it stopped
 	// being valid (Term.Deadline after revocation).
 	Start, End time.Time
@@ -21,12 +21,12 @@ type Term struct {
 
 // Grant is one holding of a lease as the backend saw it.
 type Grant struct {
-	Name  string
-	Token uint64
+	Name  string // lease name
+	Token uint64 // fencing token
 	// Start is when the backend granted it; End when it freed it (zero and
 	// Ended false while still held).
 	Start, End time.Time
-	Ended      bool
+	Ended      bool // the holding is over
 	// Expired reports that the backend ended the holding by itself (session
 	// expiry), rather than on the holder's request (release, close).
 	Expired bool
