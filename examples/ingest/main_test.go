@@ -1,0 +1,32 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestIngestRejectsThePausedLeader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for several seconds of real time")
+	}
+	var out strings.Builder
+	if err := run(&out); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + out.String())
+	for _, want := range []string{
+		"east leads ingest with token 1",
+		"froze",
+		"west leads ingest with token 2",
+		"the sink refused the write: stale fencing token",
+		"each once and in order",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+}

@@ -1,0 +1,30 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestReportHandsOverTheSchedule(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for several seconds of real time")
+	}
+	var out strings.Builder
+	if err := run(&out); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + out.String())
+	for _, want := range []string{
+		"first generated report #1 with token 1, 500ms into its term",
+		"second generated report #4 with token 2, 500ms into its term",
+		"done: 6 reports",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+}
