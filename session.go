@@ -258,13 +258,12 @@ func (c *Client) awaitGeneration(ctx context.Context) (*generation, error) {
 		if g != nil && g.valid() {
 			return g, nil
 		}
-		if g != nil {
+		if g != nil { // ending: wait for the end, then for the next one
 			select {
 			case <-g.ctx.Done():
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			}
-			continue
 		}
 		select {
 		case <-changed:
