@@ -16,3 +16,6 @@ func PlantBug(t interface{ Cleanup(func()) }, name string) {
 	}
 	t.Cleanup(func() { plantedBug = plantNone })
 }
+
+// RendezvousWeight exposes the weight of member m for partition p of group.
+func RendezvousWeight(group, m string, p int) uint64 { return weight(memberSeed(group, m), p) }
