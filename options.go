@@ -11,6 +11,7 @@ import (
 type Option func(*options) error
 
 type options struct {
+	memberID string
 	ttl      time.Duration
 	margin   time.Duration // < 0: default
 	logger   *slog.Logger
@@ -82,6 +83,22 @@ func WithEventHandler(h func(Event)) Option {
 			return fmt.Errorf("%w: nil event handler", ErrInvalidArgument)
 		}
 		o.handlers = append(o.handlers, h)
+		return nil
+	}
+}
+
+// WithMemberID sets the identity this client has in partition groups
+// (default: the ID of its current session). Partitions are assigned by member
+// id, so a node that restarts with the same id gets its partitions back, and
+// the others see no change in the view. Two live clients with the same id
+// contend for the same partitions (the lease keeps them apart) and each
+// reports a [GroupMismatch].
+func WithMemberID(id string) Option {
+	return func(o *options) error {
+		if id == "" || len(id) > MaxNameLen {
+			return fmt.Errorf("%w: member id must be 1 to %d bytes, got %d", ErrInvalidArgument, MaxNameLen, len(id))
+		}
+		o.memberID = id
 		return nil
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -30,6 +32,7 @@ type Client struct {
 	gen        *generation   // the live session, or nil
 	genChanged chan struct{} // closed and replaced when gen changes
 	tasks      map[string]*LeaderTask
+	groups     map[string]*GroupTask
 	closing    bool
 	closed     chan struct{}
 }
@@ -63,6 +66,7 @@ func New(b backend.Backend, opts ...Option) (*Client, error) {
 		keeperDone: make(chan struct{}),
 		genChanged: make(chan struct{}),
 		tasks:      make(map[string]*LeaderTask),
+		groups:     make(map[string]*GroupTask),
 		closed:     make(chan struct{}),
 	}
 	c.events = newEventBus(c.log, o.handlers)
@@ -104,14 +108,18 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closing = true
-	tasks := make([]*LeaderTask, 0, len(c.tasks))
-	for _, t := range c.tasks {
-		tasks = append(tasks, t)
-	}
+	groups := slices.Collect(maps.Values(c.groups))
+	tasks := slices.Collect(maps.Values(c.tasks))
 	c.mu.Unlock()
 
+	for _, g := range groups {
+		g.stop(RevokeClosed)
+	}
 	for _, t := range tasks {
 		t.stop(RevokeClosed)
+	}
+	for _, g := range groups {
+		<-g.done
 	}
 	for _, t := range tasks {
 		<-t.done
@@ -137,6 +145,55 @@ func (c *Client) register(t *LeaderTask) error {
 	c.tasks[t.ref.Election] = t
 	c.wg.Add(1)
 	return nil
+}
+
+// registerGroup reserves a group name for t on this client.
+func (c *Client) registerGroup(t *GroupTask) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return ErrClosed
+	}
+	if _, ok := c.groups[t.name]; ok {
+		return fmt.Errorf("%w: group %q", ErrAlreadyStarted, t.name)
+	}
+	c.groups[t.name] = t
+	c.wg.Add(1)
+	return nil
+}
+
+func (c *Client) unregisterGroup(t *GroupTask) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.groups[t.name] == t {
+		delete(c.groups, t.name)
+	}
+}
+
+// memberID is this client's identity in groups on session g.
+func (c *Client) memberID(g *generation) string {
+	if c.opts.memberID != "" {
+		return c.opts.memberID
+	}
+	return g.sess.ID()
+}
+
+// liveGeneration returns the current session if it is valid, or nil.
+func (c *Client) liveGeneration() *generation {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen != nil && c.gen.valid() {
+		return c.gen
+	}
+	return nil
+}
+
+// grantedTTL is the TTL of the current session, or the requested one.
+func (c *Client) grantedTTL() time.Duration {
+	if g := c.liveGeneration(); g != nil {
+		return g.ttl
+	}
+	return c.opts.ttl
 }
 
 func (c *Client) unregister(t *LeaderTask) {

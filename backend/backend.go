@@ -158,6 +158,16 @@ type Lease interface {
 	Release(ctx context.Context) error
 }
 
+// LeaseLister is an optional capability of a Session, found by type
+// assertion: it lists the leases held now. Partition groups use it to find
+// partitions that nobody holds (see simba's vacancy grace); without it that
+// safety net is off.
+type LeaseLister interface {
+	// HeldLeases returns the names, sorted, of the leases held now by any
+	// session whose names start with prefix.
+	HeldLeases(ctx context.Context, prefix string) ([]string, error)
+}
+
 // Member is one session's record in a group.
 type Member struct {
 	// ID is the member's identity chosen by the caller (by default the

@@ -29,6 +29,7 @@ var cases = []struct {
 	{"Membership", testMembership},
 	{"InvalidInputs", testInvalid},
 	{"LostOnExpiry", testLostOnExpiry},
+	{"HeldLeases", testHeldLeases},
 }
 
 // grace is the time allowed, beyond the TTL, for a backend to notice an
@@ -489,4 +490,31 @@ func testLostOnExpiry(h *harness) {
 			h.Errorf("token %d, want > %d", lb.Token(), lx.Token())
 		}
 	}
+}
+
+// testHeldLeases checks the optional backend.LeaseLister capability, when the
+// session has it: held leases under a prefix are listed, sorted, whoever holds
+// them; released ones are not.
+func testHeldLeases(h *harness) {
+	a, b := h.open(), h.open()
+	lister, ok := a.(backend.LeaseLister)
+	if !ok {
+		h.Skip("the session does not implement backend.LeaseLister")
+	}
+	la := h.acquire(a, "held.2")
+	lb := h.acquire(b, "held.10")
+	other := h.acquire(b, "heldx")
+	names, err := lister.HeldLeases(h.op(), "held.")
+	h.wantNoErr("HeldLeases", err)
+	if want := []string{"held.10", "held.2"}; !slices.Equal(names, want) {
+		h.Errorf("HeldLeases(%q) = %q, want %q", "held.", names, want)
+	}
+	h.wantNoErr("Release", lb.Release(h.op()))
+	names, err = lister.HeldLeases(h.op(), "held.")
+	h.wantNoErr("HeldLeases", err)
+	if want := []string{"held.2"}; !slices.Equal(names, want) {
+		h.Errorf("after a release, HeldLeases(%q) = %q, want %q", "held.", names, want)
+	}
+	h.wantNoErr("Release", la.Release(h.op()))
+	h.wantNoErr("Release", other.Release(h.op()))
 }

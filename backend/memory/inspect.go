@@ -49,6 +49,7 @@ type Stats struct {
 	Members      uint64 // Session.Members
 	WatchMembers uint64 // Session.WatchMembers
 	Close        uint64 // Session.Close
+	HeldLeases   uint64 // Session.HeldLeases
 }
 
 // count adds one request of kind k.
@@ -72,6 +73,8 @@ func (st *Stats) count(k op) {
 		st.WatchMembers++
 	case opClose:
 		st.Close++
+	case opHeldLeases:
+		st.HeldLeases++
 	}
 }
 

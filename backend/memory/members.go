@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/simba-go/simba/backend"
 )
@@ -97,6 +98,29 @@ func (s *session) Members(ctx context.Context, group string) ([]backend.Member, 
 			return nil, sessionDone(opMembers)
 		}
 		out = b.members(group)
+		return nil, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// HeldLeases lists the leases held now whose names start with prefix,
+// sorted: the optional [backend.LeaseLister] capability.
+func (s *session) HeldLeases(ctx context.Context, prefix string) ([]string, error) {
+	b := s.b
+	var out []string
+	err := s.n.exchange(ctx, opHeldLeases, s, func() (func(), error) {
+		if !s.live {
+			return nil, sessionDone(opHeldLeases)
+		}
+		for name := range b.leases {
+			if strings.HasPrefix(name, prefix) {
+				out = append(out, name)
+			}
+		}
+		slices.Sort(out)
 		return nil, nil
 	})
 	if err != nil {

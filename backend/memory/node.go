@@ -221,10 +221,11 @@ const (
 	opMembers
 	opWatchMembers
 	opClose
+	opHeldLeases
 )
 
 func (k op) String() string {
-	return [...]string{"open", "keep-alive", "acquire", "release", "join", "leave", "members", "watch members", "close"}[k]
+	return [...]string{"open", "keep-alive", "acquire", "release", "join", "leave", "members", "watch members", "close", "held leases"}[k]
 }
 
 // exchange carries one request of kind k, for session s (nil for Open),

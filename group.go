@@ -1,0 +1,521 @@
+package simba
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/simba-go/simba/backend"
+)
+
+// Group is a partition group on a client: partitions elections, named
+// "{group}.{p}" for p in [0, partitions), spread over the group's live
+// members. It is a lightweight value: start it with [Group.RunWhileLeader] or
+// [Group.Schedule].
+type Group struct {
+	c          *Client
+	name       string
+	partitions int
+	opts       []GroupOption
+}
+
+// GroupOption configures a partition group.
+type GroupOption func(*groupOptions) error
+
+type groupOptions struct {
+	variant AssignmentVariant
+	grace   time.Duration // 0: twice the granted TTL
+}
+
+// WithAssignment sets the assignment variant (default [Rendezvous]). Every
+// member of a group must use the same one; a member that sees another
+// reports a [GroupMismatch].
+func WithAssignment(v AssignmentVariant) GroupOption {
+	return func(o *groupOptions) error {
+		if v != Rendezvous && v != Balanced {
+			return fmt.Errorf("%w: unknown assignment variant %d", ErrInvalidArgument, int(v))
+		}
+		o.variant = v
+		return nil
+	}
+}
+
+// WithVacancyGrace sets how long a partition may stay unheld before members
+// that are not its owner contend for it (default: twice the granted TTL). The
+// next member in the partition's rendezvous order contends after one grace
+// period, the one after it after two, and so on, so that no partition stays
+// unowned while members disagree about the view (a different partition count,
+// say). A stand-in keeps such a partition until its view of the members
+// changes. The safety net needs a backend that can list held leases
+// ([backend.LeaseLister]); all of simba's do.
+func WithVacancyGrace(d time.Duration) GroupOption {
+	return func(o *groupOptions) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: vacancy grace must be positive, got %v", ErrInvalidArgument, d)
+		}
+		o.grace = d
+		return nil
+	}
+}
+
+// Group returns the partition group called name with the given number of
+// partitions. Every member must use the same count. Group names follow the
+// lease-name rules, and "{name}.{partitions-1}" must be at most 128
+// characters; bad names and counts are reported when the group is started.
+func (c *Client) Group(name string, partitions int, opts ...GroupOption) *Group {
+	return &Group{c: c, name: name, partitions: partitions, opts: opts}
+}
+
+// Name returns the group's name.
+func (g *Group) Name() string { return g.name }
+
+// RunWhileLeader joins the group and, for every partition assigned to this
+// client, runs fn once per term won, as [Election.RunWhileLeader] does for an
+// election. The partition's lease is "{group}.{p}".
+func (g *Group) RunWhileLeader(fn func(ctx context.Context, term *Term, partition int) error, opts ...TaskOption) (*GroupTask, error) {
+	if fn == nil {
+		return nil, fmt.Errorf("%w: nil task function for group %q", ErrInvalidArgument, g.name)
+	}
+	return g.start(func(p int) func(context.Context, *Term) error {
+		run := func(ctx context.Context, t *Term) error { return fn(ctx, t, p) }
+		return func(ctx context.Context, t *Term) error { return g.c.invoke(ctx, t, run) }
+	}, opts)
+}
+
+// Schedule joins the group and, for every partition assigned to this
+// client, runs fn on schedule s in every term won, as [Election.Schedule]
+// does for an election.
+func (g *Group) Schedule(s Schedule, fn func(ctx context.Context, term *Term, partition int) error, opts ...TaskOption) (*GroupTask, error) {
+	if err := s.Err(); err != nil {
+		return nil, err
+	}
+	if fn == nil {
+		return nil, fmt.Errorf("%w: nil task function for group %q", ErrInvalidArgument, g.name)
+	}
+	return g.start(func(p int) func(context.Context, *Term) error {
+		run := func(ctx context.Context, t *Term) error { return fn(ctx, t, p) }
+		return func(ctx context.Context, t *Term) error { return s.run(ctx, t, g.c, run) }
+	}, opts)
+}
+
+func (g *Group) start(body func(p int) func(context.Context, *Term) error, topts []TaskOption) (*GroupTask, error) {
+	if err := checkName("group", g.name); err != nil {
+		return nil, err
+	}
+	if g.partitions <= 0 {
+		return nil, fmt.Errorf("%w: group %q: partitions must be positive, got %d", ErrInvalidArgument, g.name, g.partitions)
+	}
+	if last := partitionName(g.name, g.partitions-1); len(last) > MaxNameLen {
+		return nil, fmt.Errorf("%w: group %q with %d partitions: lease name %q is longer than %d characters", ErrInvalidName, g.name, g.partitions, last, MaxNameLen)
+	}
+	var o groupOptions
+	for _, opt := range g.opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: nil group option", ErrInvalidArgument)
+		}
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	var probe taskOptions
+	for _, opt := range topts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: nil task option", ErrInvalidArgument)
+		}
+		if err := opt(&probe); err != nil {
+			return nil, err
+		}
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	t := &GroupTask{
+		c: g.c, name: g.name, partitions: g.partitions, opts: o,
+		body: body, topts: topts,
+		ctx: ctx, cancel: cancel, done: make(chan struct{}), kick: make(chan struct{}, 1),
+		active:   make(map[int]*LeaderTask),
+		handing:  make(map[*LeaderTask]int),
+		standIns: make(map[int]bool),
+		vacant:   make(map[int]time.Time),
+		reported: make(map[string]bool),
+	}
+	if err := g.c.registerGroup(t); err != nil {
+		cancel(nil)
+		return nil, err
+	}
+	go t.loop()
+	return t, nil
+}
+
+func partitionName(group string, p int) string { return group + "." + strconv.Itoa(p) }
+
+// GroupTask is a started partition group: it keeps this client a member of
+// the group, contends for the partitions assigned to it, and hands off those
+// it loses.
+type GroupTask struct {
+	c          *Client
+	name       string
+	partitions int
+	opts       groupOptions
+	body       func(p int) func(context.Context, *Term) error
+	topts      []TaskOption
+
+	ctx    context.Context // cancelled by Stop or the client's Close
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+	kick   chan struct{} // a hand-off ended: look at the view again
+
+	mu       sync.Mutex
+	view     []string // member ids of the latest view
+	assigned []int    // partitions contended for in the latest view
+	active   map[int]*LeaderTask
+	handing  map[*LeaderTask]int // stopped, hand-off not done
+	standIns map[int]bool        // partitions taken over from an absent owner
+	vacant   map[int]time.Time   // partitions seen unheld, since when
+	reported map[string]bool     // mismatches already reported
+}
+
+// Name returns the group's name.
+func (t *GroupTask) Name() string { return t.name }
+
+// Partitions returns the partitions this client contends for in its latest
+// view of the group, sorted.
+func (t *GroupTask) Partitions() []int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.assigned)
+}
+
+// Stop leaves the group and stops every partition, and returns at once. The
+// returned channel (the same as [GroupTask.Done]) is closed when every
+// partition has handed off, including partitions moved away by an earlier
+// view change and still handing off.
+func (t *GroupTask) Stop() <-chan struct{} {
+	t.cancel(nil)
+	return t.done
+}
+
+// Done is closed when the group task has stopped and every partition has
+// handed off. After that the group may be started again on the client.
+func (t *GroupTask) Done() <-chan struct{} { return t.done }
+
+// Close stops the group task like [GroupTask.Stop] and waits for it.
+func (t *GroupTask) Close() error {
+	<-t.Stop()
+	return nil
+}
+
+func (t *GroupTask) stop(reason RevokeReason) {
+	if reason == RevokeClosed {
+		t.cancel(errClientClosing)
+	} else {
+		t.cancel(nil)
+	}
+}
+
+// memberRecord is what a member publishes in the group: enough for the
+// others to see that it splits the work the same way.
+type memberRecord struct {
+	Partitions int    `json:"p"`
+	Assignment string `json:"a"`
+}
+
+// loop serves the group on each session until stopped, then leaves it and
+// hands every partition off.
+func (t *GroupTask) loop() {
+	defer t.c.wg.Done()
+	defer close(t.done)
+	defer t.c.unregisterGroup(t)
+	for {
+		g, err := t.c.awaitGeneration(t.ctx)
+		if err != nil {
+			break
+		}
+		t.serve(g)
+		if t.ctx.Err() != nil {
+			break
+		}
+	}
+	t.shutdown()
+}
+
+// serve keeps the membership and the view on session g until g ends or the
+// task stops.
+func (t *GroupTask) serve(g *generation) {
+	ctx, cancel := context.WithCancel(t.ctx)
+	defer cancel()
+	defer context.AfterFunc(g.ctx, cancel)()
+
+	self := t.c.memberID(g)
+	data, _ := json.Marshal(memberRecord{Partitions: t.partitions, Assignment: t.opts.variant.String()})
+	for attempt := 1; ; attempt++ {
+		err := g.sess.Join(ctx, t.name, backend.Member{ID: self, Data: data})
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		t.c.log.Warn("joining a group failed", "group", t.name, "err", err, "attempt", attempt)
+		if !sleep(ctx, backoff(attempt, g.ttl/3)) {
+			return
+		}
+	}
+	hints, err := g.sess.WatchMembers(ctx, t.name)
+	if err != nil && ctx.Err() == nil {
+		t.c.log.Warn("watching a group failed; refreshing every renewal period only", "group", t.name, "err", err)
+	}
+	refresh := time.NewTicker(g.ttl / 3)
+	defer refresh.Stop()
+	for {
+		members, err := g.sess.Members(ctx, t.name)
+		if err == nil {
+			t.apply(ctx, g, self, members)
+		} else if ctx.Err() == nil {
+			t.c.log.Warn("reading group members failed", "group", t.name, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-hints:
+			if !ok {
+				hints = nil // watch ended: the refresh ticker goes on
+			}
+			// Debounce: let a burst of changes settle into one view.
+			if !sleep(ctx, min(g.ttl/50, 20*time.Millisecond)) {
+				return
+			}
+		case <-refresh.C:
+		case <-t.kick:
+		}
+	}
+}
+
+// apply computes the view from members and starts and stops partitions to
+// match it.
+func (t *GroupTask) apply(ctx context.Context, g *generation, self string, members []backend.Member) {
+	ids := t.checkMembers(self, members)
+	owners := PartitionAssignment(t.name, ids, t.partitions, t.opts.variant)
+	held := t.heldPartitions(ctx, g)
+
+	t.mu.Lock()
+	viewChanged := !slices.Equal(ids, t.view)
+	if viewChanged {
+		clear(t.standIns) // stand-ins last until the view changes
+	}
+	t.view = ids
+	want := make(map[int]bool)
+	for p, o := range owners {
+		if o == self {
+			want[p] = true
+		}
+	}
+	t.takeVacant(self, ids, owners, held, want)
+	for p := range t.standIns {
+		want[p] = true
+	}
+	assigned := slices.Sorted(maps.Keys(want))
+	assignedChanged := !slices.Equal(assigned, t.assigned)
+	t.assigned = assigned
+	var stop []*LeaderTask
+	for p, lt := range t.active {
+		if !want[p] {
+			stop = append(stop, lt)
+			delete(t.active, p)
+			t.handing[lt] = p
+		}
+	}
+	var start []int
+	for _, p := range assigned {
+		if _, ok := t.active[p]; !ok && !t.handingOff(p) {
+			start = append(start, p)
+		}
+	}
+	t.mu.Unlock()
+
+	for _, lt := range stop {
+		lt.Stop()
+		t.c.wg.Add(1)
+		go func() {
+			defer t.c.wg.Done()
+			<-lt.Done()
+			t.mu.Lock()
+			delete(t.handing, lt)
+			t.mu.Unlock()
+			select {
+			case t.kick <- struct{}{}:
+			default:
+			}
+		}()
+	}
+	for _, p := range start {
+		lt, err := t.c.start("partition", TermRef{Election: partitionName(t.name, p), Group: t.name, Partition: p}, t.body(p), t.topts)
+		if err != nil {
+			if t.ctx.Err() == nil {
+				t.c.log.Error("starting a partition failed", "group", t.name, "partition", p, "err", err)
+			}
+			continue
+		}
+		t.mu.Lock()
+		t.active[p] = lt
+		t.mu.Unlock()
+	}
+	if viewChanged || assignedChanged {
+		t.c.log.Info("group view changed", "group", t.name, "members", len(ids), "partitions", assigned)
+		t.c.events.publish(ViewChanged{Group: t.name, Members: ids, Assigned: assigned, At: time.Now()})
+	}
+}
+
+// handingOff reports whether partition p is still being handed off. t.mu is
+// held.
+func (t *GroupTask) handingOff(p int) bool {
+	for _, q := range t.handing {
+		if q == p {
+			return true
+		}
+	}
+	return false
+}
+
+// checkMembers returns the sorted member ids of the view, and reports
+// members that split the work differently or share a member id.
+func (t *GroupTask) checkMembers(self string, members []backend.Member) []string {
+	sessions := map[string][]string{}
+	for _, m := range members {
+		sessions[m.ID] = append(sessions[m.ID], m.Session)
+		var rec memberRecord
+		detail := ""
+		if err := json.Unmarshal(m.Data, &rec); err != nil {
+			detail = "unreadable member record"
+		} else if rec.Partitions != t.partitions || rec.Assignment != t.opts.variant.String() {
+			detail = fmt.Sprintf("uses %d partitions with %s assignment, this member %d with %s",
+				rec.Partitions, rec.Assignment, t.partitions, t.opts.variant)
+		}
+		if detail != "" {
+			t.reportMismatch(m.ID, m.Session+": "+detail, detail)
+		}
+	}
+	if _, ok := sessions[self]; !ok {
+		sessions[self] = nil // our own join may not show yet
+	}
+	for id, ss := range sessions {
+		if len(ss) > 1 {
+			slices.Sort(ss)
+			t.reportMismatch(id, strings.Join(ss, ","), fmt.Sprintf("member id used by %d live sessions (%s)", len(ss), strings.Join(ss, ", ")))
+		}
+	}
+	return slices.Sorted(maps.Keys(sessions))
+}
+
+// reportMismatch logs and publishes a mismatch once per key.
+func (t *GroupTask) reportMismatch(member, key, detail string) {
+	t.mu.Lock()
+	seen := t.reported[key]
+	t.reported[key] = true
+	t.mu.Unlock()
+	if seen {
+		return
+	}
+	t.c.log.Error("group members disagree", "group", t.name, "member", member, "detail", detail)
+	t.c.events.publish(GroupMismatch{Group: t.name, Member: member, Detail: detail, At: time.Now()})
+}
+
+// heldPartitions returns the partitions whose leases are held now, or nil if
+// the backend cannot tell.
+func (t *GroupTask) heldPartitions(ctx context.Context, g *generation) map[int]bool {
+	lister, ok := g.sess.(backend.LeaseLister)
+	if !ok {
+		return nil
+	}
+	prefix := t.name + "."
+	names, err := lister.HeldLeases(ctx, prefix)
+	if err != nil {
+		if ctx.Err() == nil {
+			t.c.log.Warn("listing held leases failed", "group", t.name, "err", err)
+		}
+		return nil
+	}
+	held := make(map[int]bool, len(names))
+	for _, n := range names {
+		if p, err := strconv.Atoi(strings.TrimPrefix(n, prefix)); err == nil {
+			held[p] = true
+		}
+	}
+	return held
+}
+
+// takeVacant adds to standIns the partitions nobody has held for long
+// enough that this member's turn to stand in has come: the k-th member after
+// the owner in the partition's rendezvous order waits k grace periods. t.mu
+// is held.
+func (t *GroupTask) takeVacant(self string, ids, owners []string, held, want map[int]bool) {
+	if held == nil {
+		return
+	}
+	grace := t.opts.grace
+	if grace == 0 {
+		grace = 2 * t.c.grantedTTL()
+	}
+	now := time.Now()
+	for p := range t.partitions {
+		if held[p] || want[p] || t.active[p] != nil || t.handingOff(p) {
+			delete(t.vacant, p)
+			continue
+		}
+		since, ok := t.vacant[p]
+		if !ok {
+			t.vacant[p] = now
+			continue
+		}
+		rank := 0
+		for _, m := range rendezvousOrder(t.name, ids, p) {
+			if m == owners[p] {
+				continue
+			}
+			rank++
+			if m == self {
+				break
+			}
+		}
+		if now.Sub(since) >= time.Duration(rank)*grace {
+			t.c.log.Warn("standing in for a vacant partition", "group", t.name, "partition", p, "owner", owners[p], "vacant_for", now.Sub(since))
+			t.standIns[p] = true
+			delete(t.vacant, p)
+		}
+	}
+}
+
+// shutdown leaves the group and hands every partition off, and waits.
+func (t *GroupTask) shutdown() {
+	var wg sync.WaitGroup
+	if g := t.c.liveGeneration(); g != nil {
+		wg.Go(func() {
+			if err := g.sess.Leave(g.ctx, t.name); err != nil && g.ctx.Err() == nil {
+				t.c.log.Warn("leaving a group failed; the membership ends with the session", "group", t.name, "err", err)
+			}
+		})
+	}
+	reason := RevokeStopped
+	if context.Cause(t.ctx) == errClientClosing {
+		reason = RevokeClosed
+	}
+	t.mu.Lock()
+	for p, lt := range t.active {
+		t.handing[lt] = p
+	}
+	clear(t.active)
+	all := slices.Collect(maps.Keys(t.handing))
+	t.assigned = nil
+	t.mu.Unlock()
+	for _, lt := range all {
+		lt.stop(reason)
+	}
+	for _, lt := range all {
+		<-lt.Done()
+	}
+	wg.Wait()
+}

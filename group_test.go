@@ -1,0 +1,329 @@
+package simba_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/backend/memory"
+)
+
+const billing = "billing"
+
+// member is one client in a group test.
+type member struct {
+	name   string
+	client *simba.Client
+	node   *memory.Node
+	task   *simba.GroupTask
+}
+
+// joinGroup starts a client on node name that runs every partition it is
+// assigned of a group with the given count, recording terms in h.
+func joinGroup(t *testing.T, b *memory.Backend, name string, h *history, partitions int, gopts []simba.GroupOption, opts ...simba.Option) *member {
+	t.Helper()
+	c, n := node(t, b, name, h, append([]simba.Option{simba.WithMemberID(name)}, opts...)...)
+	task, err := c.Group(billing, partitions, gopts...).RunWhileLeader(func(ctx context.Context, term *simba.Term, p int) error {
+		require.Equal(t, fmt.Sprintf("%s.%d", billing, p), term.Name())
+		return holdUntilRevoked(name, h)(ctx, term)
+	})
+	require.NoError(t, err)
+	return &member{name: name, client: c, node: n, task: task}
+}
+
+// holders maps each partition to the node holding its lease ("" if none).
+func holders(b *memory.Backend, partitions int) []string {
+	out := make([]string, partitions)
+	for p := range out {
+		if s, _, ok := b.Holder(fmt.Sprintf("%s.%d", billing, p)); ok {
+			out[p] = s[:strings.LastIndex(s, "-")] // session ids are "<node>-<n>"
+		}
+	}
+	return out
+}
+
+func TestGroupSpreadsPartitionsAndMovesOnlyTheMinimalSet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		const P = 16
+		a := joinGroup(t, b, "a", h, P, nil)
+		c := joinGroup(t, b, "c", h, P, nil)
+		time.Sleep(time.Second)
+		want := simba.PartitionAssignment(billing, []string{"a", "c"}, P, simba.Rendezvous)
+		assert.Equal(t, want, holders(b, P))
+		assert.Equal(t, indexes(want, "a"), a.task.Partitions())
+
+		// A join moves exactly the partitions the new member gains.
+		before := holders(b, P)
+		grants := len(b.History())
+		d := joinGroup(t, b, "d", h, P, nil)
+		time.Sleep(time.Second)
+		after := holders(b, P)
+		assert.Equal(t, simba.PartitionAssignment(billing, []string{"a", "c", "d"}, P, simba.Rendezvous), after)
+		moved := 0
+		for p := range after {
+			if before[p] != after[p] {
+				moved++
+				assert.Equal(t, "d", after[p], "partition %d moved between old members", p)
+			}
+		}
+		assert.Equal(t, len(indexes(after, "d")), moved)
+		assert.Equal(t, moved, len(b.History())-grants, "one new term per moved partition, no churn")
+		assert.Equal(t, indexes(after, "d"), d.task.Partitions())
+
+		// A graceful leave moves exactly the partitions the member had.
+		before = after
+		<-c.task.Stop()
+		time.Sleep(time.Second)
+		after = holders(b, P)
+		assert.Equal(t, simba.PartitionAssignment(billing, []string{"a", "d"}, P, simba.Rendezvous), after)
+		for p := range after {
+			if before[p] != after[p] {
+				assert.Equal(t, "c", before[p], "partition %d moved away from a remaining member", p)
+			}
+		}
+		views := eventsOf[simba.ViewChanged](h)
+		require.NotEmpty(t, views)
+		closeAll(t, a.client, c.client, d.client)
+		h.checkTerms(t, b)
+	})
+}
+
+func indexes(owners []string, who string) []int {
+	var out []int
+	for p, o := range owners {
+		if o == who {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func TestGroupCrashedMemberLosesItsPartitionsAfterTheTTL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		const P = 12
+		ms := []*member{joinGroup(t, b, "a", h, P, nil), joinGroup(t, b, "b", h, P, nil), joinGroup(t, b, "c", h, P, nil)}
+		time.Sleep(time.Second)
+		ms[1].node.Crash()
+		crashed := time.Now()
+		go ms[1].client.Close()
+		for slices.Contains(holders(b, P), "b") || slices.Contains(holders(b, P), "") {
+			time.Sleep(10 * time.Millisecond)
+		}
+		assert.LessOrEqual(t, time.Since(crashed), testTTL+time.Second)
+		assert.Equal(t, simba.PartitionAssignment(billing, []string{"a", "c"}, P, simba.Rendezvous), holders(b, P))
+		closeAll(t, ms[0].client, ms[1].client, ms[2].client)
+		h.checkTerms(t, b)
+	})
+}
+
+func TestGroupBalancedVariantCapsLoad(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		const P = 16
+		var ms []*member
+		for _, n := range []string{"a", "b", "c"} {
+			ms = append(ms, joinGroup(t, b, n, h, P, []simba.GroupOption{simba.WithAssignment(simba.Balanced)}))
+		}
+		time.Sleep(time.Second)
+		owners := holders(b, P)
+		for _, m := range ms {
+			assert.LessOrEqual(t, len(indexes(owners, m.name)), 6)
+		}
+		assert.Empty(t, eventsOf[simba.GroupMismatch](h))
+		for _, m := range ms {
+			closeAll(t, m.client)
+		}
+		h.checkTerms(t, b)
+	})
+}
+
+func TestGroupDuplicateMemberIDIsReported(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		const P = 8
+		x := joinGroup(t, b, "x", h, P, nil)
+		c, _ := node(t, b, "x2", h, simba.WithMemberID("x")) // same id, another session
+		_, err := c.Group(billing, P).RunWhileLeader(func(ctx context.Context, term *simba.Term, p int) error {
+			return holdUntilRevoked("x2", h)(ctx, term)
+		})
+		require.NoError(t, err)
+		time.Sleep(time.Second)
+		mis := eventsOf[simba.GroupMismatch](h)
+		require.NotEmpty(t, mis)
+		assert.Contains(t, mis[0].Detail, "used by 2 live sessions")
+		assert.NotContains(t, holders(b, P), "", "every partition held by one of the two")
+		closeAll(t, x.client, c)
+		h.checkTerms(t, b)
+	})
+}
+
+func TestGroupMismatchedCountsAreReportedAndNoPartitionStaysVacant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		a := joinGroup(t, b, "a", h, 16, nil)
+		z := joinGroup(t, b, "z", h, 8, nil) // misconfigured
+		time.Sleep(time.Second)
+		mis := eventsOf[simba.GroupMismatch](h)
+		require.Len(t, mis, 2, "each side reports the other once")
+		assert.Contains(t, mis[0].Detail, "partitions")
+
+		// Partitions 8..15 that a's view gives to z are vacant: z never
+		// contends for them. After the grace (2×TTL), a stands in.
+		time.Sleep(2*testTTL + time.Second)
+		owners := holders(b, 16)
+		assert.NotContains(t, owners, "", "no partition stays vacant")
+		closeAll(t, a.client, z.client)
+		h.checkTerms(t, b)
+	})
+}
+
+func TestGroupDivergingVariantsNeverGiveTwoHolders(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		const P = 32
+		ms := []*member{
+			joinGroup(t, b, "a", h, P, nil),
+			joinGroup(t, b, "b", h, P, []simba.GroupOption{simba.WithAssignment(simba.Balanced)}),
+			joinGroup(t, b, "c", h, P, nil),
+		}
+		time.Sleep(3*2*testTTL + time.Second)
+		assert.NotContains(t, holders(b, P), "", "the vacancy net fills every gap")
+		for _, m := range ms {
+			closeAll(t, m.client)
+		}
+		h.checkTerms(t, b)
+	})
+}
+
+func TestGroupStopWaitsForEarlierHandOffs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		const P = 8
+		// a's partitions ignore cancellation for a while.
+		ca, _ := node(t, b, "a", h, simba.WithMemberID("a"))
+		ta, err := ca.Group(billing, P).RunWhileLeader(func(ctx context.Context, term *simba.Term, p int) error {
+			h.sawTerm("a", term)
+			<-ctx.Done()
+			time.Sleep(time.Minute)
+			return nil
+		})
+		require.NoError(t, err)
+		time.Sleep(time.Second)
+		require.Len(t, ta.Partitions(), P)
+
+		// b joins: a hands some partitions off, slowly (until the cap).
+		joined := time.Now()
+		bm := joinGroup(t, b, "b", h, P, nil)
+		time.Sleep(100 * time.Millisecond)
+		require.NotEqual(t, P, len(ta.Partitions()))
+		done := ta.Stop()
+		<-done
+		// Completion waited for the hand-offs still going at the Stop: up to
+		// the capped deadline (≤ TTL - margin after the join).
+		assert.GreaterOrEqual(t, time.Since(joined), time.Second)
+		assert.LessOrEqual(t, time.Since(joined), testTTL)
+		for _, term := range h.Terms() {
+			if h.Owner(term) == "a" {
+				assert.False(t, term.Valid())
+			}
+		}
+		time.Sleep(time.Second)
+		assert.NotContains(t, holders(b, P), "a")
+		closeAll(t, ca, bm.client)
+		h.checkTerms(t, b)
+	})
+}
+
+func TestGroupRefusesBadInput(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		c, err := simba.New(b)
+		require.NoError(t, err)
+		defer c.Close()
+		fn := func(context.Context, *simba.Term, int) error { return nil }
+		_, err = c.Group("g", 0).RunWhileLeader(fn)
+		assert.ErrorIs(t, err, simba.ErrInvalidArgument)
+		_, err = c.Group("g", -3).Schedule(simba.FixedDelay(time.Second), fn)
+		assert.ErrorIs(t, err, simba.ErrInvalidArgument)
+		_, err = c.Group(".g", 4).RunWhileLeader(fn)
+		assert.ErrorIs(t, err, simba.ErrInvalidName)
+		_, err = c.Group(strings.Repeat("g", 125), 100).RunWhileLeader(fn) // "ggg….99" is 128: fine
+		assert.NoError(t, err)
+		_, err = c.Group(strings.Repeat("h", 125), 1000).RunWhileLeader(fn) // "hhh….999" is 129
+		assert.ErrorIs(t, err, simba.ErrInvalidName)
+		_, err = c.Group("g", 4).RunWhileLeader(nil)
+		assert.ErrorIs(t, err, simba.ErrInvalidArgument)
+		_, err = c.Group("g", 4).Schedule(simba.FixedDelay(0), fn)
+		assert.ErrorIs(t, err, simba.ErrInvalidSchedule)
+		_, err = c.Group("g", 4, simba.WithAssignment(7)).RunWhileLeader(fn)
+		assert.ErrorIs(t, err, simba.ErrInvalidArgument)
+		_, err = c.Group("g", 4, simba.WithVacancyGrace(0)).RunWhileLeader(fn)
+		assert.ErrorIs(t, err, simba.ErrInvalidArgument)
+		_, err = c.Group("g", 4, nil).RunWhileLeader(fn)
+		assert.ErrorIs(t, err, simba.ErrInvalidArgument)
+		_, err = c.Group("g", 4).RunWhileLeader(fn, nil)
+		assert.ErrorIs(t, err, simba.ErrInvalidArgument)
+		task, err := c.Group("g", 4).RunWhileLeader(fn)
+		require.NoError(t, err)
+		_, err = c.Group("g", 4).RunWhileLeader(fn)
+		assert.ErrorIs(t, err, simba.ErrAlreadyStarted)
+		require.NoError(t, task.Close())
+		_, err = simba.New(b, simba.WithMemberID(""))
+		assert.ErrorIs(t, err, simba.ErrInvalidArgument)
+	})
+}
+
+func TestGroupSchedulePerPartition(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		c, _ := node(t, b, "a", h)
+		runs := make(chan int, 64)
+		task, err := c.Group(billing, 4).Schedule(simba.FixedRate(time.Second), func(ctx context.Context, term *simba.Term, p int) error {
+			runs <- p
+			return nil
+		})
+		require.NoError(t, err)
+		time.Sleep(2500 * time.Millisecond)
+		require.NoError(t, task.Close())
+		close(runs)
+		count := map[int]int{}
+		for p := range runs {
+			count[p]++
+		}
+		assert.Equal(t, map[int]int{0: 3, 1: 3, 2: 3, 3: 3}, count)
+		var parts []int
+		for _, w := range eventsOf[simba.WorkCompleted](h) {
+			assert.Equal(t, billing, w.Group)
+			parts = append(parts, w.Partition)
+		}
+		assert.Len(t, parts, 12)
+		closeAll(t, c)
+	})
+}
