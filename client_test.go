@@ -157,3 +157,23 @@ func TestStringers(t *testing.T) {
 	assert.Equal(t, "Result(0)", simba.Result(0).String())
 	assert.Equal(t, "skip", simba.MisfireSkip.String())
 }
+
+func TestReady(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		n := b.Node("a")
+		n.Partition() // the backend cannot be reached yet
+		c, err := simba.New(n)
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		assert.ErrorIs(t, c.Ready(ctx), context.DeadlineExceeded)
+		n.Heal()
+		require.NoError(t, c.Ready(t.Context()))
+		assert.NotEmpty(t, c.SessionID())
+		go c.Close()
+		synctest.Wait()
+		assert.ErrorIs(t, c.Ready(t.Context()), simba.ErrClosed)
+	})
+}

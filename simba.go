@@ -24,6 +24,8 @@ type Client struct {
 	base    time.Time // origin of every monotonic offset
 	events  *eventBus
 
+	ctx        context.Context // ends when Close begins
+	stopClient context.CancelFunc
 	stopKeeper context.CancelFunc
 	keeperDone chan struct{}
 	wg         sync.WaitGroup // every goroutine but the keeper and the event bus
@@ -57,7 +59,10 @@ func New(b backend.Backend, opts ...Option) (*Client, error) {
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	cctx, ccancel := context.WithCancel(context.Background())
 	c := &Client{
+		ctx:        cctx,
+		stopClient: ccancel,
 		backend:    b,
 		opts:       o,
 		log:        o.logger,
@@ -84,6 +89,24 @@ func (c *Client) Subscribe(h func(Event)) (unsubscribe func()) {
 	return c.events.subscribe(h)
 }
 
+// Ready waits until the client has a live session, and returns nil then,
+// or the ctx's error if it ends first, or [ErrClosed] once the client is
+// closing. Elections do not need it (they wait for a session by
+// themselves); it is for callers that want to start work, or report
+// readiness, only once the backend is reachable.
+func (c *Client) Ready(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(c.ctx, cancel)()
+	if _, err := c.awaitGeneration(ctx); err != nil {
+		if c.ctx.Err() != nil {
+			return ErrClosed
+		}
+		return err
+	}
+	return nil
+}
+
 // SessionID returns the ID of the client's live session, or "" while it has
 // none.
 func (c *Client) SessionID() string {
@@ -108,6 +131,7 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closing = true
+	c.stopClient()
 	groups := slices.Collect(maps.Values(c.groups))
 	tasks := slices.Collect(maps.Values(c.tasks))
 	c.mu.Unlock()
