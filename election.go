@@ -217,6 +217,7 @@ func (t *LeaderTask) runTerm(g *generation, lease backend.Lease) (yielded bool) 
 		return false
 	}
 	c.log.Info("elected", "election", ref.Election, "token", ref.Token, "session", g.sess.ID())
+	c.metrics.elected(ref)
 	c.events.publish(Elected{TermRef: ref, Session: g.sess.ID(), At: term.start})
 
 	runCtx, cancelRun := context.WithCancel(context.Background())
@@ -258,6 +259,7 @@ func (t *LeaderTask) runTerm(g *generation, lease backend.Lease) (yielded bool) 
 	capLeft := term.leftNow()
 	revokedAt := time.Now()
 	c.log.Info("revoked", "election", ref.Election, "token", ref.Token, "reason", reason)
+	c.metrics.revokedTerm(ref, reason)
 	c.events.publish(Revoked{TermRef: ref, Reason: reason, Err: cause, At: revokedAt})
 	term.revoke(reason, cause)
 	cancelRun()
@@ -270,7 +272,9 @@ func (t *LeaderTask) runTerm(g *generation, lease backend.Lease) (yielded bool) 
 		}
 		released = t.release(g, lease)
 	}
-	c.events.publish(HandedOff{TermRef: ref, Duration: time.Since(revokedAt), Released: released, At: time.Now()})
+	handOff := time.Since(revokedAt)
+	c.metrics.handedOff(ref, handOff)
+	c.events.publish(HandedOff{TermRef: ref, Duration: handOff, Released: released, At: time.Now()})
 	return reason == RevokeYielded
 }
 
@@ -336,6 +340,7 @@ func (c *Client) invoke(ctx context.Context, term *Term, fn func(context.Context
 		} else {
 			c.log.Debug("run completed", "election", term.ref.Election, "token", term.ref.Token, "result", result, "err", err, "duration", d)
 		}
+		c.metrics.ran(term.ref, result, d)
 		c.events.publish(WorkCompleted{TermRef: term.ref, Result: result, Err: err, Start: start, Duration: d})
 	}()
 	return fn(ctx, term)

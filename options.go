@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Option configures a [Client]. Options refuse bad values: [New] returns an
@@ -16,6 +18,8 @@ type options struct {
 	margin   time.Duration // < 0: default
 	logger   *slog.Logger
 	handlers []func(Event)
+
+	meterProvider metric.MeterProvider
 }
 
 // Defaults, written once here and in each option's doc comment.

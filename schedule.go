@@ -234,6 +234,7 @@ func (s Schedule) run(ctx context.Context, term *Term, c *Client, fn func(contex
 		catchUp = missed > 0 && s.misfire == MisfireRunOnce
 		if missed > 0 {
 			c.log.Info("schedule overran planned starts", "election", term.ref.Election, "missed", missed, "catch_up", catchUp)
+			c.metrics.misfired(term.ref, missed)
 			c.events.publish(Misfired{TermRef: term.ref, Missed: missed, CatchUp: catchUp, At: end})
 		}
 		if catchUp {

@@ -168,6 +168,7 @@ func (c *Client) keep(ctx context.Context) {
 		c.setGeneration(nil)
 		if reason != RevokeClosed {
 			c.log.Warn("session lost", "session", sess.ID(), "reason", reason, "err", cause)
+			c.metrics.sessionLost(reason)
 			c.events.publish(SessionLost{Session: sess.ID(), Reason: reason, Err: cause, At: time.Now()})
 		}
 		c.closeSession(g)
@@ -196,6 +197,7 @@ func (c *Client) renew(ctx context.Context, g *generation, lastSent time.Time) {
 		rctx, cancel := context.WithDeadline(g.ctx, g.base.Add(time.Duration(g.deadline.Load())))
 		ttl, err := c.keepAlive(rctx, g.sess)
 		cancel()
+		c.metrics.renewed(time.Since(sent), err)
 		if plantedBug == plantDeadlineFromReply {
 			sent = time.Now()
 		}

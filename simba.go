@@ -23,6 +23,7 @@ type Client struct {
 	log     *slog.Logger
 	base    time.Time // origin of every monotonic offset
 	events  *eventBus
+	metrics *metrics
 
 	ctx        context.Context // ends when Close begins
 	stopClient context.CancelFunc
@@ -74,6 +75,13 @@ func New(b backend.Backend, opts ...Option) (*Client, error) {
 		groups:     make(map[string]*GroupTask),
 		closed:     make(chan struct{}),
 	}
+	m, err := newMetrics(o.meterProvider, c.headroom)
+	if err != nil {
+		cancel()
+		ccancel()
+		return nil, err
+	}
+	c.metrics = m
 	c.events = newEventBus(c.log, o.handlers)
 	go c.keep(ctx)
 	return c, nil
@@ -152,6 +160,7 @@ func (c *Client) Close() error {
 	<-c.keeperDone
 	c.wg.Wait()
 	c.events.close()
+	c.metrics.close()
 	close(c.closed)
 	return nil
 }

@@ -1,0 +1,264 @@
+package simba
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Instrument names. Attributes are low-cardinality only: simba.election (a
+// plain election's name) or simba.group (a partition group's name), and
+// small enums (simba.reason, simba.result). Never member ids, session ids,
+// tokens or partition numbers.
+const (
+	// MetricLeader is 1 while this client holds a term of the election
+	// (simba.election), else 0. An up-down counter.
+	MetricLeader = "simba.election.leader"
+	// MetricPartitionsHeld is the number of partitions of the group
+	// (simba.group) this client holds terms of. An up-down counter.
+	MetricPartitionsHeld = "simba.group.partitions.held"
+	// MetricTermsStarted counts terms begun by this client.
+	MetricTermsStarted = "simba.term.started"
+	// MetricTermsRevoked counts terms ended, by simba.reason.
+	MetricTermsRevoked = "simba.term.revoked"
+	// MetricRuns counts runs of task functions, by simba.result.
+	MetricRuns = "simba.run.completed"
+	// MetricRunDuration is the duration of runs, in seconds, by simba.result.
+	MetricRunDuration = "simba.run.duration"
+	// MetricHandOffDuration is the time from a term's revocation to the end
+	// of its hand-off (run exited, lease released), in seconds.
+	MetricHandOffDuration = "simba.handoff.duration"
+	// MetricRenewalDuration is the round trip of session renewals, in
+	// seconds.
+	MetricRenewalDuration = "simba.session.renewal.duration"
+	// MetricRenewalFailures counts renewals that failed.
+	MetricRenewalFailures = "simba.session.renewal.failures"
+	// MetricSessionsLost counts sessions that ended, by simba.reason.
+	MetricSessionsLost = "simba.session.lost"
+	// MetricDeadlineHeadroom is the time left before the session deadline,
+	// in seconds, observed at collection; 0 without a live session.
+	MetricDeadlineHeadroom = "simba.session.deadline.headroom"
+	// MetricMissedStarts counts planned schedule starts that passed during
+	// an overrunning run.
+	MetricMissedStarts = "simba.schedule.missed"
+)
+
+// WithMeterProvider sets where the client's instruments come from (default:
+// the global provider from [otel.GetMeterProvider], which records nothing
+// until the application installs one). See the Metric… constants for the
+// instruments.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(o *options) error {
+		if mp == nil {
+			return fmt.Errorf("%w: nil meter provider", ErrInvalidArgument)
+		}
+		o.meterProvider = mp
+		return nil
+	}
+}
+
+// secondsBuckets spans a loopback round trip to a long run.
+var secondsBuckets = metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+// metrics holds a client's instruments.
+type metrics struct {
+	leader      metric.Int64UpDownCounter
+	held        metric.Int64UpDownCounter
+	started     metric.Int64Counter
+	revoked     metric.Int64Counter
+	runs        metric.Int64Counter
+	runDuration metric.Float64Histogram
+	handOff     metric.Float64Histogram
+	renewal     metric.Float64Histogram
+	renewFails  metric.Int64Counter
+	lost        metric.Int64Counter
+	missed      metric.Int64Counter
+	headroom    metric.Registration
+
+	mu    sync.Mutex
+	names map[metricsKey]*nameMetrics
+}
+
+// metricsKey names a plain election or a group.
+type metricsKey struct {
+	group bool
+	name  string
+}
+
+// nameMetrics holds the measurement options of one election or group, built
+// once so that recording allocates nothing.
+type nameMetrics struct {
+	base    []metric.AddOption
+	record  []metric.RecordOption
+	reason  map[RevokeReason][]metric.AddOption
+	result  map[Result][]metric.AddOption
+	resultR map[Result][]metric.RecordOption
+}
+
+func newMetrics(mp metric.MeterProvider, headroom func() float64) (*metrics, error) {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	meter := mp.Meter("github.com/simba-go/simba")
+	m := &metrics{names: map[metricsKey]*nameMetrics{}}
+	var errs []error
+	add := func(err error) { errs = append(errs, err) }
+	var err error
+	m.leader, err = meter.Int64UpDownCounter(MetricLeader, metric.WithDescription("1 while this client leads the election"))
+	add(err)
+	m.held, err = meter.Int64UpDownCounter(MetricPartitionsHeld, metric.WithDescription("partitions of the group this client holds"))
+	add(err)
+	m.started, err = meter.Int64Counter(MetricTermsStarted, metric.WithDescription("terms begun by this client"))
+	add(err)
+	m.revoked, err = meter.Int64Counter(MetricTermsRevoked, metric.WithDescription("terms of this client that ended, by reason"))
+	add(err)
+	m.runs, err = meter.Int64Counter(MetricRuns, metric.WithDescription("runs of task functions, by result"))
+	add(err)
+	m.runDuration, err = meter.Float64Histogram(MetricRunDuration, metric.WithUnit("s"), metric.WithDescription("duration of runs"), secondsBuckets)
+	add(err)
+	m.handOff, err = meter.Float64Histogram(MetricHandOffDuration, metric.WithUnit("s"), metric.WithDescription("time from a term's revocation to the end of its hand-off"), secondsBuckets)
+	add(err)
+	m.renewal, err = meter.Float64Histogram(MetricRenewalDuration, metric.WithUnit("s"), metric.WithDescription("round trip of session renewals"), secondsBuckets)
+	add(err)
+	m.renewFails, err = meter.Int64Counter(MetricRenewalFailures, metric.WithDescription("session renewals that failed"))
+	add(err)
+	m.lost, err = meter.Int64Counter(MetricSessionsLost, metric.WithDescription("sessions that ended, by reason"))
+	add(err)
+	m.missed, err = meter.Int64Counter(MetricMissedStarts, metric.WithDescription("planned schedule starts missed during overruns"))
+	add(err)
+	gauge, err := meter.Float64ObservableGauge(MetricDeadlineHeadroom, metric.WithUnit("s"), metric.WithDescription("time left before the session deadline"))
+	add(err)
+	if err == nil {
+		m.headroom, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+			o.ObserveFloat64(gauge, headroom())
+			return nil
+		}, gauge)
+		add(err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("simba: creating instruments: %w", err)
+	}
+	return m, nil
+}
+
+// close unregisters the observable instruments.
+func (m *metrics) close() {
+	if m.headroom != nil {
+		m.headroom.Unregister()
+	}
+}
+
+// of returns the measurement options of the election or group of ref.
+func (m *metrics) of(ref TermRef) *nameMetrics {
+	key := metricsKey{name: ref.Election}
+	if ref.Group != "" {
+		key = metricsKey{group: true, name: ref.Group}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n, ok := m.names[key]; ok {
+		return n
+	}
+	attr := attribute.String("simba.election", key.name)
+	if key.group {
+		attr = attribute.String("simba.group", key.name)
+	}
+	set := attribute.NewSet(attr)
+	n := &nameMetrics{
+		base:    []metric.AddOption{metric.WithAttributeSet(set)},
+		record:  []metric.RecordOption{metric.WithAttributeSet(set)},
+		reason:  map[RevokeReason][]metric.AddOption{},
+		result:  map[Result][]metric.AddOption{},
+		resultR: map[Result][]metric.RecordOption{},
+	}
+	for r := RevokeStopped; r <= RevokeLeaseLost; r++ {
+		n.reason[r] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attr, attribute.String("simba.reason", r.metricName())))}
+	}
+	for _, r := range []Result{Succeeded, Failed, Cancelled} {
+		s := attribute.NewSet(attr, attribute.String("simba.result", r.String()))
+		n.result[r] = []metric.AddOption{metric.WithAttributeSet(s)}
+		n.resultR[r] = []metric.RecordOption{metric.WithAttributeSet(s)}
+	}
+	m.names[key] = n
+	return n
+}
+
+var bg = context.Background()
+
+func (m *metrics) elected(ref TermRef) {
+	n := m.of(ref)
+	m.started.Add(bg, 1, n.base...)
+	if ref.Group != "" {
+		m.held.Add(bg, 1, n.base...)
+	} else {
+		m.leader.Add(bg, 1, n.base...)
+	}
+}
+
+func (m *metrics) revokedTerm(ref TermRef, reason RevokeReason) {
+	n := m.of(ref)
+	m.revoked.Add(bg, 1, n.reason[reason]...)
+	if ref.Group != "" {
+		m.held.Add(bg, -1, n.base...)
+	} else {
+		m.leader.Add(bg, -1, n.base...)
+	}
+}
+
+func (m *metrics) ran(ref TermRef, result Result, d time.Duration) {
+	n := m.of(ref)
+	m.runs.Add(bg, 1, n.result[result]...)
+	m.runDuration.Record(bg, d.Seconds(), n.resultR[result]...)
+}
+
+func (m *metrics) handedOff(ref TermRef, d time.Duration) {
+	m.handOff.Record(bg, d.Seconds(), m.of(ref).record...)
+}
+
+func (m *metrics) misfired(ref TermRef, missed int) {
+	m.missed.Add(bg, int64(missed), m.of(ref).base...)
+}
+
+func (m *metrics) renewed(d time.Duration, err error) {
+	m.renewal.Record(bg, d.Seconds())
+	if err != nil {
+		m.renewFails.Add(bg, 1)
+	}
+}
+
+var lostReasons = func() map[RevokeReason][]metric.AddOption {
+	out := map[RevokeReason][]metric.AddOption{}
+	for r := RevokeStopped; r <= RevokeLeaseLost; r++ {
+		out[r] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("simba.reason", r.metricName())))}
+	}
+	return out
+}()
+
+func (m *metrics) sessionLost(reason RevokeReason) {
+	m.lost.Add(bg, 1, lostReasons[reason]...)
+}
+
+// metricName is the reason as a metric attribute value.
+func (r RevokeReason) metricName() string {
+	switch r {
+	case RevokeStopped:
+		return "stopped"
+	case RevokeClosed:
+		return "closed"
+	case RevokeYielded:
+		return "yielded"
+	case RevokeDeadline:
+		return "deadline"
+	case RevokeSessionLost:
+		return "session_lost"
+	case RevokeLeaseLost:
+		return "lease_lost"
+	}
+	return "unknown"
+}
