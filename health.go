@@ -23,7 +23,7 @@ const (
 
 // Health is a snapshot of a client's session.
 type Health struct {
-	State SessionState `json:"state"`
+	State SessionState `json:"state"` // connecting, live or closed
 	// Session is the live session's ID ("" unless live).
 	Session string `json:"session,omitempty"`
 	// Deadline is the session deadline: terms are valid until then unless
