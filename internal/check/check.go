@@ -7,6 +7,7 @@ package check
 import (
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 )
 
@@ -123,4 +124,88 @@ func AgainstGrants(terms []Term, grants []Grant) (minGap time.Duration, errs []e
 		}
 	}
 	return minGap, errs
+}
+
+// Write is one write to a fenced register.
+type Write struct {
+	Lease    string
+	Token    uint64
+	Node     string
+	At       time.Time
+	Accepted bool
+}
+
+// Register is a shared resource written by leader tasks with their tokens.
+// Fenced, it accepts a write only if its token is at least the highest
+// accepted so far for the lease; unfenced (the negative control), it
+// accepts everything. It records every write. Safe for concurrent use.
+type Register struct {
+	fenced  bool
+	mu      sync.Mutex
+	highest map[string]uint64
+	writes  []Write
+}
+
+// NewRegister returns an empty register.
+func NewRegister(fenced bool) *Register {
+	return &Register{fenced: fenced, highest: map[string]uint64{}}
+}
+
+// Write records a write of lease with token by node, and reports whether the
+// register accepted it.
+func (r *Register) Write(lease string, token uint64, node string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ok := !r.fenced || token >= r.highest[lease]
+	if ok {
+		r.highest[lease] = max(r.highest[lease], token)
+	}
+	r.writes = append(r.writes, Write{Lease: lease, Token: token, Node: node, At: time.Now(), Accepted: ok})
+	return ok
+}
+
+// Writes returns every write so far, in order.
+func (r *Register) Writes() []Write {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Write(nil), r.writes...)
+}
+
+// StaleWrites checks (I3): no write was accepted with a token lower than
+// that of a write accepted before it for the same lease. It returns one
+// error per stale write accepted.
+func StaleWrites(writes []Write) []error {
+	var errs []error
+	highest := map[string]uint64{}
+	for _, w := range writes {
+		if !w.Accepted {
+			continue
+		}
+		if w.Token < highest[w.Lease] {
+			errs = append(errs, fmt.Errorf("I3: lease %q: write by %s with token %d accepted at %v after token %d",
+				w.Lease, w.Node, w.Token, w.At, highest[w.Lease]))
+		}
+		highest[w.Lease] = max(highest[w.Lease], w.Token)
+	}
+	return errs
+}
+
+// Covered checks (I5) that each of the named leases has a term valid at
+// the instant at: once faults have healed, every lease with a live
+// contender must have been taken again within the bound.
+func Covered(terms []Term, names []string, at time.Time) []error {
+	var errs []error
+	for _, n := range names {
+		ok := false
+		for _, t := range terms {
+			if t.Name == n && !t.Start.After(at) && t.End.After(at) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			errs = append(errs, fmt.Errorf("I5: lease %q has no valid term at %v", n, at))
+		}
+	}
+	return errs
 }

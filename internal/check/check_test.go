@@ -66,3 +66,29 @@ func TestAgainstGrants(t *testing.T) {
 		t.Fatalf("bad history: want 3 violations, got %v", errs)
 	}
 }
+
+func TestRegisterAndStaleWrites(t *testing.T) {
+	fenced := NewRegister(true)
+	if !fenced.Write("a", 2, "x") || fenced.Write("a", 1, "y") || !fenced.Write("a", 2, "x") || !fenced.Write("b", 1, "y") {
+		t.Fatal("the fenced register accepts exactly the tokens at least as high as the highest")
+	}
+	if errs := StaleWrites(fenced.Writes()); len(errs) != 0 {
+		t.Fatalf("fenced: %v", errs)
+	}
+	open := NewRegister(false)
+	open.Write("a", 2, "x")
+	open.Write("a", 1, "y") // accepted: the negative control
+	if errs := StaleWrites(open.Writes()); len(errs) != 1 {
+		t.Fatalf("unfenced: want one I3 violation, got %v", errs)
+	}
+}
+
+func TestCovered(t *testing.T) {
+	terms := []Term{{Name: "a", Token: 1, Start: at(0), End: at(5)}, {Name: "b", Token: 2, Start: at(6), End: at(9)}}
+	if errs := Covered(terms, []string{"a"}, at(4)); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	if errs := Covered(terms, []string{"a", "b"}, at(5)); len(errs) != 2 { // a ended at 5, b starts at 6
+		t.Fatalf("want two I5 violations, got %v", errs)
+	}
+}

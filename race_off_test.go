@@ -1,0 +1,5 @@
+//go:build !race
+
+package simba_test
+
+const raceEnabled = false
