@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/simba-go/simba/backend"
@@ -81,9 +82,10 @@ type LeaderTask struct {
 	body func(context.Context, *Term) error
 	exec Executor
 
-	ctx    context.Context // cancelled by Stop or the client's Close
-	cancel context.CancelCauseFunc
-	done   chan struct{}
+	ctx      context.Context // cancelled by Stop or the client's Close
+	cancel   context.CancelCauseFunc
+	done     chan struct{}
+	finished sync.Once
 }
 
 // errClientClosing is the cancel cause of tasks stopped by Client.Close.
@@ -93,7 +95,7 @@ func (c *Client) start(what string, ref TermRef, body func(context.Context, *Ter
 	if err := checkName(what, ref.Election); err != nil {
 		return nil, err
 	}
-	o := taskOptions{executor: goExecutor}
+	var o taskOptions
 	for _, opt := range opts {
 		if opt == nil {
 			return nil, fmt.Errorf("%w: nil task option", ErrInvalidArgument)
@@ -108,7 +110,10 @@ func (c *Client) start(what string, ref TermRef, body func(context.Context, *Ter
 		cancel(nil)
 		return nil, err
 	}
-	go t.loop()
+	go func() {
+		defer c.wg.Done() // taken by register
+		t.contend()
+	}()
 	return t, nil
 }
 
@@ -136,6 +141,14 @@ func (t *LeaderTask) Close() error {
 	return nil
 }
 
+// finish marks the task complete, once: the election may start again.
+func (t *LeaderTask) finish() {
+	t.finished.Do(func() {
+		t.c.unregister(t)
+		close(t.done)
+	})
+}
+
 func (t *LeaderTask) stop(reason RevokeReason) {
 	if reason == RevokeClosed {
 		t.cancel(errClientClosing)
@@ -151,20 +164,22 @@ func (t *LeaderTask) stopReason() RevokeReason {
 	return RevokeStopped
 }
 
-// loop contends for the lease, runs each term, and hands off, until stopped.
-func (t *LeaderTask) loop() {
-	defer t.c.wg.Done()
-	defer close(t.done)
-	defer t.c.unregister(t)
+// contend is the election's loop while it holds no lease: it waits for a
+// session, contends for the lease, and starts the term on a new goroutine,
+// which carries the loop on after the hand-off. Exactly one goroutine owns
+// the loop at any time; the one that sees the task stopped completes it.
+func (t *LeaderTask) contend() {
 	var failures int
 	for {
 		g, err := t.c.awaitGeneration(t.ctx)
 		if err != nil {
+			t.finish()
 			return
 		}
 		lease, err := t.acquire(g)
 		if err != nil {
 			if t.ctx.Err() != nil {
+				t.finish()
 				return
 			}
 			if errors.Is(err, backend.ErrSessionDone) {
@@ -176,19 +191,21 @@ func (t *LeaderTask) loop() {
 			failures++
 			t.c.log.Warn("acquiring a lease failed", "election", t.ref.Election, "err", err, "attempt", failures)
 			if !sleep(t.ctx, backoff(failures, g.ttl/3)) {
+				t.finish()
 				return
 			}
 			continue
 		}
 		failures = 0
-		yielded := t.runTerm(g, lease)
-		if t.ctx.Err() != nil {
-			return
-		}
-		if yielded && !sleep(t.ctx, g.ttl) {
-			return
+		if t.startTerm(g, lease) {
+			return // the term's goroutine owns the loop now
 		}
 	}
+}
+
+// goContend carries the loop on, on a new goroutine.
+func (t *LeaderTask) goContend() {
+	t.c.wg.Go(t.contend)
 }
 
 // acquire waits for the lease on g's session until the task stops or g ends.
@@ -197,103 +214,6 @@ func (t *LeaderTask) acquire(g *generation) (backend.Lease, error) {
 	defer cancel()
 	defer context.AfterFunc(g.ctx, cancel)()
 	return g.sess.Acquire(ctx, t.ref.Election)
-}
-
-// runTerm runs one term: it starts the work, waits for the term to end, and
-// hands off (task first, then lease). It reports whether the work yielded.
-func (t *LeaderTask) runTerm(g *generation, lease backend.Lease) (yielded bool) {
-	c := t.c
-	ref := t.ref
-	ref.Token = lease.Token()
-	term := newTerm(ref, g)
-	if !term.Valid() {
-		// Won after the session's deadline: the term never began.
-		reason, cause := RevokeDeadline, error(nil)
-		if g.ended.Load() {
-			reason, cause = g.why()
-		}
-		term.revoke(reason, cause)
-		t.release(g, lease)
-		return false
-	}
-	c.log.Info("elected", "election", ref.Election, "token", ref.Token, "session", g.sess.ID())
-	c.metrics.elected(ref)
-	c.events.publish(Elected{TermRef: ref, Session: g.sess.ID(), At: term.start})
-
-	runCtx, cancelRun := context.WithCancel(context.Background())
-	defer cancelRun()
-	runDone := make(chan error, 1)
-	c.wg.Add(1)
-	t.exec(func() {
-		defer c.wg.Done()
-		runDone <- t.body(runCtx, term)
-	})
-
-	var (
-		reason  RevokeReason
-		cause   error
-		running = runDone
-	)
-	for reason == 0 {
-		select {
-		case <-g.ctx.Done():
-			reason, cause = g.why()
-		case <-lease.Lost():
-			reason = RevokeLeaseLost
-			select {
-			case <-g.sess.Done(): // the lease went with the session
-				reason, cause = RevokeSessionLost, backend.ErrSessionDone
-			default:
-			}
-		case <-t.ctx.Done():
-			reason = t.stopReason()
-		case err := <-running:
-			running = nil
-			if errors.Is(err, ErrYield) {
-				reason = RevokeYielded
-			}
-		}
-	}
-	// The term is not extended past this point: the hand-off waits for the
-	// run at most until the deadline it had when it was revoked.
-	capLeft := term.leftNow()
-	revokedAt := time.Now()
-	c.log.Info("revoked", "election", ref.Election, "token", ref.Token, "reason", reason)
-	c.metrics.revokedTerm(ref, reason)
-	c.events.publish(Revoked{TermRef: ref, Reason: reason, Err: cause, At: revokedAt})
-	term.revoke(reason, cause)
-	cancelRun()
-
-	holding := reason == RevokeStopped || reason == RevokeClosed || reason == RevokeYielded
-	released := false
-	if holding {
-		if running != nil && !t.awaitRun(g, lease, running, capLeft) {
-			c.log.Warn("task ignored cancellation; handing off at the term's deadline", "election", ref.Election, "token", ref.Token)
-		}
-		released = t.release(g, lease)
-	}
-	handOff := time.Since(revokedAt)
-	c.metrics.handedOff(ref, handOff)
-	c.events.publish(HandedOff{TermRef: ref, Duration: handOff, Released: released, At: time.Now()})
-	return reason == RevokeYielded
-}
-
-// awaitRun waits for the revoked term's run to exit, for at most capLeft. It
-// reports false if the run was still going when the wait ended.
-func (t *LeaderTask) awaitRun(g *generation, lease backend.Lease, running <-chan error, capLeft time.Duration) bool {
-	if capLeft <= 0 {
-		return false
-	}
-	timer := time.NewTimer(capLeft)
-	defer timer.Stop()
-	select {
-	case <-running:
-		return true
-	case <-timer.C:
-	case <-g.ctx.Done():
-	case <-lease.Lost():
-	}
-	return false
 }
 
 // release gives the lease back, retrying transient failures while the

@@ -91,14 +91,16 @@ type metricsKey struct {
 	name  string
 }
 
-// nameMetrics holds the measurement options of one election or group, built
-// once so that recording allocates nothing.
+// nameMetrics holds the measurement options of one election or group, each
+// built the first time it is needed, so that recording allocates nothing
+// and an election that never sees a reason or result does not pay for it.
 type nameMetrics struct {
+	attr    attribute.KeyValue
 	base    []metric.AddOption
 	record  []metric.RecordOption
-	reason  map[RevokeReason][]metric.AddOption
-	result  map[Result][]metric.AddOption
-	resultR map[Result][]metric.RecordOption
+	reason  [RevokeLeaseLost + 1][]metric.AddOption // guarded by metrics.mu
+	result  [Cancelled + 1][]metric.AddOption       // guarded by metrics.mu
+	resultR [Cancelled + 1][]metric.RecordOption    // guarded by metrics.mu
 }
 
 func newMetrics(mp metric.MeterProvider, headroom func() float64) (*metrics, error) {
@@ -171,22 +173,40 @@ func (m *metrics) of(ref TermRef) *nameMetrics {
 	}
 	set := attribute.NewSet(attr)
 	n := &nameMetrics{
-		base:    []metric.AddOption{metric.WithAttributeSet(set)},
-		record:  []metric.RecordOption{metric.WithAttributeSet(set)},
-		reason:  map[RevokeReason][]metric.AddOption{},
-		result:  map[Result][]metric.AddOption{},
-		resultR: map[Result][]metric.RecordOption{},
-	}
-	for r := RevokeStopped; r <= RevokeLeaseLost; r++ {
-		n.reason[r] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attr, attribute.String("simba.reason", r.metricName())))}
-	}
-	for _, r := range []Result{Succeeded, Failed, Cancelled} {
-		s := attribute.NewSet(attr, attribute.String("simba.result", r.String()))
-		n.result[r] = []metric.AddOption{metric.WithAttributeSet(s)}
-		n.resultR[r] = []metric.RecordOption{metric.WithAttributeSet(s)}
+		attr:   attr,
+		base:   []metric.AddOption{metric.WithAttributeSet(set)},
+		record: []metric.RecordOption{metric.WithAttributeSet(set)},
 	}
 	m.names[key] = n
 	return n
+}
+
+// reasonOpts returns the options for a revocation of n for reason.
+func (m *metrics) reasonOpts(n *nameMetrics, reason RevokeReason) []metric.AddOption {
+	if reason < 0 || int(reason) >= len(n.reason) {
+		return n.base
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n.reason[reason] == nil {
+		n.reason[reason] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(n.attr, attribute.String("simba.reason", reason.metricName())))}
+	}
+	return n.reason[reason]
+}
+
+// resultOpts returns the options for a run of n with result.
+func (m *metrics) resultOpts(n *nameMetrics, result Result) ([]metric.AddOption, []metric.RecordOption) {
+	if result < 0 || int(result) >= len(n.result) {
+		return n.base, n.record
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n.result[result] == nil {
+		s := attribute.NewSet(n.attr, attribute.String("simba.result", result.String()))
+		n.result[result] = []metric.AddOption{metric.WithAttributeSet(s)}
+		n.resultR[result] = []metric.RecordOption{metric.WithAttributeSet(s)}
+	}
+	return n.result[result], n.resultR[result]
 }
 
 var bg = context.Background()
@@ -203,7 +223,7 @@ func (m *metrics) elected(ref TermRef) {
 
 func (m *metrics) revokedTerm(ref TermRef, reason RevokeReason) {
 	n := m.of(ref)
-	m.revoked.Add(bg, 1, n.reason[reason]...)
+	m.revoked.Add(bg, 1, m.reasonOpts(n, reason)...)
 	if ref.Group != "" {
 		m.held.Add(bg, -1, n.base...)
 	} else {
@@ -212,9 +232,9 @@ func (m *metrics) revokedTerm(ref TermRef, reason RevokeReason) {
 }
 
 func (m *metrics) ran(ref TermRef, result Result, d time.Duration) {
-	n := m.of(ref)
-	m.runs.Add(bg, 1, n.result[result]...)
-	m.runDuration.Record(bg, d.Seconds(), n.resultR[result]...)
+	add, rec := m.resultOpts(m.of(ref), result)
+	m.runs.Add(bg, 1, add...)
+	m.runDuration.Record(bg, d.Seconds(), rec...)
 }
 
 func (m *metrics) handedOff(ref TermRef, d time.Duration) {

@@ -127,14 +127,13 @@ type taskOptions struct {
 }
 
 // Executor runs a task function. It must run f exactly once, eventually,
-// on some goroutine; [Client.Close] waits until f has returned. The default
-// starts a new goroutine for each run.
+// on some goroutine; [Client.Close] waits until f has returned. By default
+// each term's function runs on a new goroutine, which is also the only
+// goroutine the held term costs.
 type Executor func(f func())
 
-func goExecutor(f func()) { go f() }
-
 // WithExecutor runs each term's function through e instead of on a new
-// goroutine (default: a new goroutine per term).
+// goroutine of the client's.
 func WithExecutor(e Executor) TaskOption {
 	return func(o *taskOptions) error {
 		if e == nil {

@@ -158,6 +158,17 @@ type Lease interface {
 	Release(ctx context.Context) error
 }
 
+// LostNotifier is an optional capability of a Lease, found by type
+// assertion: it calls a function when the lease is lost, so that a client
+// holding thousands of leases needs no goroutine per lease waiting on Lost.
+type LostNotifier interface {
+	// OnLost arranges for f to run once when Lost is closed: on a goroutine
+	// of the backend's, possibly with its locks held, or before OnLost
+	// returns if Lost is closed already. f must not block. The returned stop
+	// cancels the call, reporting whether it did so before f started.
+	OnLost(f func()) (stop func() bool)
+}
+
 // LeaseLister is an optional capability of a Session, found by type
 // assertion: it lists the leases held now. Partition groups use it to find
 // partitions that nobody holds (see simba's vacancy grace); without it that

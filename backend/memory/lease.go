@@ -3,6 +3,8 @@ package memory
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/simba-go/simba/backend"
 )
@@ -17,6 +19,8 @@ type lease struct {
 
 	lost       chan struct{} // guarded by s.b.mu
 	lostClosed bool
+	onLost     map[int]func() // guarded by s.b.mu
+	nextOnLost int
 }
 
 // Name returns the lease name.
@@ -47,11 +51,41 @@ func (l *lease) Release(ctx context.Context) error {
 	})
 }
 
-// closeLost closes Lost, once. b.mu is held.
+// OnLost calls f when Lost is closed (at once if it is): the optional
+// [backend.LostNotifier] capability. f runs with the server's lock held and
+// must not block.
+func (l *lease) OnLost(f func()) (stop func() bool) {
+	b := l.s.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if l.lostClosed {
+		f()
+		return func() bool { return false }
+	}
+	if l.onLost == nil {
+		l.onLost = map[int]func(){}
+	}
+	id := l.nextOnLost
+	l.nextOnLost++
+	l.onLost[id] = f
+	return func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		_, ok := l.onLost[id]
+		delete(l.onLost, id)
+		return ok
+	}
+}
+
+// closeLost closes Lost, once, and calls the OnLost functions. b.mu is held.
 func (l *lease) closeLost() {
 	if !l.lostClosed {
 		l.lostClosed = true
 		close(l.lost)
+		for _, id := range slices.Sorted(maps.Keys(l.onLost)) {
+			l.onLost[id]()
+		}
+		l.onLost = nil
 	}
 }
 

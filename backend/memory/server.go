@@ -12,11 +12,12 @@ import (
 )
 
 var (
-	_ backend.Backend     = (*Backend)(nil)
-	_ backend.Backend     = (*Node)(nil)
-	_ backend.Session     = (*session)(nil)
-	_ backend.LeaseLister = (*session)(nil)
-	_ backend.Lease       = (*lease)(nil)
+	_ backend.Backend      = (*Backend)(nil)
+	_ backend.Backend      = (*Node)(nil)
+	_ backend.Session      = (*session)(nil)
+	_ backend.LeaseLister  = (*session)(nil)
+	_ backend.Lease        = (*lease)(nil)
+	_ backend.LostNotifier = (*lease)(nil)
 )
 
 // defaultNode is the name of the node behind [Backend.Open].

@@ -1,0 +1,214 @@
+package simba
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/simba-go/simba/backend"
+)
+
+// holding is one term of a started election, from the win to the end of its
+// hand-off. The term's work runs on a goroutine of its own (or through the
+// executor); callbacks on the session, on the task's stop and on the lease
+// revoke the term while it runs, so a held lease needs no goroutine besides
+// the work's. After the hand-off, whoever completed it carries the
+// election's loop on.
+type holding struct {
+	t         *LeaderTask
+	g         *generation
+	lease     backend.Lease
+	term      *Term
+	runCtx    context.Context
+	cancelRun context.CancelFunc
+
+	mu        sync.Mutex
+	stops     []func() bool // undo the watch
+	reason    RevokeReason
+	cause     error
+	revokedAt time.Time
+	running   bool        // the work has not returned yet
+	capTimer  *time.Timer // hands off at the term's deadline if the work ignores cancellation
+	claimed   bool        // the hand-off is taken care of
+}
+
+// holds reports whether this client still holds the lease after a term
+// ended for reason: it does when the client ended the term itself.
+func holds(reason RevokeReason) bool {
+	return reason == RevokeStopped || reason == RevokeClosed || reason == RevokeYielded
+}
+
+// startTerm begins a term on lease and starts its work on a new goroutine,
+// which then owns the election's loop. It reports false, having released
+// the lease, if the term could not begin.
+func (t *LeaderTask) startTerm(g *generation, lease backend.Lease) bool {
+	c := t.c
+	ref := t.ref
+	ref.Token = lease.Token()
+	term := newTerm(ref, g)
+	if !term.Valid() {
+		// Won after the session's deadline: the term never began.
+		reason, cause := RevokeDeadline, error(nil)
+		if g.ended.Load() {
+			reason, cause = g.why()
+		}
+		term.revoke(reason, cause)
+		t.release(g, lease)
+		return false
+	}
+	c.log.Info("elected", "election", ref.Election, "token", ref.Token, "session", g.sess.ID())
+	c.metrics.elected(ref)
+	c.events.publish(Elected{TermRef: ref, Session: g.sess.ID(), At: term.start})
+
+	runCtx, cancelRun := context.WithCancel(context.Background())
+	h := &holding{t: t, g: g, lease: lease, term: term, runCtx: runCtx, cancelRun: cancelRun, running: true}
+	h.watch()
+	c.wg.Go(h.run)
+	return true
+}
+
+// run runs the term's work, waits for the term to end (an early return
+// keeps the term), and hands off; then it carries the election's loop on,
+// unless the hand-off was completed elsewhere.
+func (h *holding) run() {
+	err := h.t.work(h.runCtx, h.term)
+	h.mu.Lock()
+	h.running = false
+	h.mu.Unlock()
+	if errors.Is(err, ErrYield) {
+		h.revoke(RevokeYielded, nil)
+	}
+	<-h.term.Revoked()
+	if !h.handOff(false) {
+		return
+	}
+	if h.reason == RevokeYielded && !sleep(h.t.ctx, h.g.ttl) {
+		h.t.finish()
+		return
+	}
+	h.t.contend()
+}
+
+// work runs the task's function for term: on this goroutine, or through the
+// executor while this goroutine waits.
+func (t *LeaderTask) work(ctx context.Context, term *Term) error {
+	if t.exec == nil {
+		return t.body(ctx, term)
+	}
+	done := make(chan error, 1)
+	t.c.wg.Add(1)
+	t.exec(func() {
+		defer t.c.wg.Done()
+		done <- t.body(ctx, term)
+	})
+	return <-done
+}
+
+// watch arranges for the term to be revoked when the session ends, the task
+// stops or the lease is lost. The callbacks run on goroutines of their own
+// and wait for h.mu, so they see the watch complete.
+func (h *holding) watch() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stops = []func() bool{
+		context.AfterFunc(h.g.ctx, func() { h.revoke(h.g.why()) }),
+		context.AfterFunc(h.t.ctx, func() { h.revoke(h.t.stopReason(), nil) }),
+	}
+	lost := func() {
+		select {
+		case <-h.g.sess.Done(): // the lease went with the session
+			h.revoke(RevokeSessionLost, backend.ErrSessionDone)
+		default:
+			h.revoke(RevokeLeaseLost, nil)
+		}
+	}
+	if n, ok := h.lease.(backend.LostNotifier); ok {
+		h.stops = append(h.stops, n.OnLost(func() { h.t.c.wg.Go(lost) }))
+	} else {
+		done := make(chan struct{})
+		h.t.c.wg.Go(func() {
+			select {
+			case <-h.lease.Lost():
+				lost()
+			case <-done:
+			}
+		})
+		h.stops = append(h.stops, func() bool { close(done); return true })
+	}
+}
+
+// revoke ends the term, once: the work's ctx is cancelled and Revoked is
+// closed. The term is not extended past this point. If the client still
+// holds the lease and the work is still running, the hand-off waits for the
+// work at most until the deadline the term had when it was revoked; if the
+// lease is gone already, the hand-off is complete at once and the election
+// contends again without waiting for the work.
+func (h *holding) revoke(reason RevokeReason, cause error) {
+	c, ref := h.t.c, h.term.ref
+	h.mu.Lock()
+	if h.reason != 0 {
+		h.mu.Unlock()
+		return
+	}
+	h.reason, h.cause = reason, cause
+	h.revokedAt = time.Now()
+	running := h.running
+	if running && holds(reason) {
+		c.wg.Add(1) // for atCap; undone if the timer is stopped
+		h.capTimer = time.AfterFunc(max(h.term.leftNow(), 0), h.atCap)
+	}
+	h.mu.Unlock()
+
+	c.log.Info("revoked", "election", ref.Election, "token", ref.Token, "reason", reason)
+	c.metrics.revokedTerm(ref, reason)
+	c.events.publish(Revoked{TermRef: ref, Reason: reason, Err: cause, At: h.revokedAt})
+	h.term.revoke(reason, cause)
+	h.cancelRun()
+	if running && !holds(reason) && h.handOff(false) {
+		h.t.goContend()
+	}
+}
+
+// atCap runs at the capped deadline of a revoked term whose work ignored
+// the cancellation: the lease is handed off without waiting any longer. The
+// task is stopping (only a stop revokes a term with its work running and
+// the lease held), so this completes it.
+func (h *holding) atCap() {
+	defer h.t.c.wg.Done()
+	if !h.handOff(true) {
+		return
+	}
+	ref := h.term.ref
+	h.t.c.log.Warn("task ignored cancellation; handed off at the term's deadline", "election", ref.Election, "token", ref.Token)
+	h.t.finish()
+}
+
+// handOff releases the lease if the client still holds it and publishes the
+// end of the hand-off, unless it was done already. At the cap it does
+// nothing once the work has returned: the work's goroutine hands off then.
+// It reports whether this call did the hand-off.
+func (h *holding) handOff(atCap bool) bool {
+	h.mu.Lock()
+	if h.claimed || (atCap && !h.running) {
+		h.mu.Unlock()
+		return false
+	}
+	h.claimed = true
+	if !atCap && h.capTimer != nil && h.capTimer.Stop() {
+		h.t.c.wg.Done() // atCap will not run
+	}
+	reason, revokedAt, stops := h.reason, h.revokedAt, h.stops
+	h.stops = nil
+	h.mu.Unlock()
+
+	for _, stop := range stops {
+		stop()
+	}
+	h.cancelRun()
+	released := holds(reason) && h.t.release(h.g, h.lease)
+	d := time.Since(revokedAt)
+	h.t.c.metrics.handedOff(h.term.ref, d)
+	h.t.c.events.publish(HandedOff{TermRef: h.term.ref, Duration: d, Released: released, At: time.Now()})
+	return true
+}
