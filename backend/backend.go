@@ -18,6 +18,15 @@ var (
 	// ErrClosed is returned by Backend.Open after Backend.Close.
 	ErrClosed = errors.New("simba/backend: backend closed")
 
+	// ErrConflict is returned by Records.PutRecord and DeleteRecord when the
+	// write's Condition does not hold: the fence's lease is held by another
+	// holding, a higher token wrote the record, or its version differs.
+	// Nothing was changed.
+	ErrConflict = errors.New("simba/backend: write condition failed")
+
+	// ErrNoRecord is returned by Records.GetRecord for a key with no record.
+	ErrNoRecord = errors.New("simba/backend: no such record")
+
 	// ErrNotHeld is returned by Lease.Release when the lease was already
 	// lost: its key was deleted, it belongs to another holder now, or its
 	// session is gone. Nothing was changed on the server.
@@ -178,6 +187,71 @@ type LeaseLister interface {
 	// session whose names start with prefix.
 	HeldLeases(ctx context.Context, prefix string) ([]string, error)
 }
+
+// Records is an optional capability of a Session, found by type assertion:
+// a small store of records (status, operations, checkpoints) with
+// conditional writes and watches. Unlike leases and memberships, records
+// outlive the session that wrote them.
+//
+// Keys are 1–512 characters of A–Z a–z 0–9 . _ - and /, starting and ending
+// with a letter or digit, without "//". Values are at most MaxRecordValue
+// bytes. Errors follow the Session contract, plus ErrConflict and
+// ErrNoRecord.
+type Records interface {
+	// GetRecord returns the record at key, or an error wrapping ErrNoRecord.
+	GetRecord(ctx context.Context, key string) (Record, error)
+
+	// ListRecords returns the records whose keys start with prefix, sorted
+	// by key.
+	ListRecords(ctx context.Context, prefix string) ([]Record, error)
+
+	// PutRecord writes value at key if cond holds, atomically with the
+	// check where the backend can (see Condition), and returns the record
+	// as written. It returns an error wrapping ErrConflict, and changes
+	// nothing, when cond does not hold.
+	PutRecord(ctx context.Context, key string, value []byte, cond Condition) (Record, error)
+
+	// DeleteRecord removes the record at key if cond holds. Deleting a key
+	// with no record is not an error (unless cond requires a version).
+	DeleteRecord(ctx context.Context, key string, cond Condition) error
+
+	// WatchRecords returns a channel that receives a value (coalesced: a
+	// buffer of one) after records under prefix may have changed; like
+	// WatchMembers, a hint, closed when ctx ends or the session is over.
+	WatchRecords(ctx context.Context, prefix string) (<-chan struct{}, error)
+}
+
+// Record is one record of a Records store.
+type Record struct {
+	Key   string
+	Value []byte
+	// Version changes with every write of the key; 0 means no record. It
+	// is opaque: compare it for equality only.
+	Version uint64
+	// Token is the fencing token of the write that stored the record (0
+	// for an unfenced write).
+	Token uint64
+}
+
+// Condition guards a write to a record. The zero Condition always holds.
+type Condition struct {
+	// Lease and Token, when Token is not zero, fence the write: it holds
+	// only while this session holds Lease with that token, and never
+	// replaces a record written with a higher token, so a deposed holder
+	// can never overwrite what a newer one wrote. The memory and etcd
+	// backends check the lease atomically with the write; ZooKeeper checks
+	// it just before (its multi-operations cannot compare a znode's
+	// creation), and the token order atomically.
+	Lease string
+	Token uint64
+	// IfVersion requires the record's current Version to equal Version
+	// (0: no record may exist): a compare-and-set.
+	IfVersion bool
+	Version   uint64
+}
+
+// MaxRecordValue is the largest record value a backend must accept.
+const MaxRecordValue = 64 << 10
 
 // Member is one session's record in a group.
 type Member struct {

@@ -30,6 +30,10 @@ var cases = []struct {
 	{"InvalidInputs", testInvalid},
 	{"LostOnExpiry", testLostOnExpiry},
 	{"HeldLeases", testHeldLeases},
+	{"RecordsBasics", testRecordsBasics},
+	{"RecordsFenced", testRecordsFenced},
+	{"RecordsWatch", testRecordsWatch},
+	{"RecordsInvalid", testRecordsInvalid},
 }
 
 // grace is the time allowed, beyond the TTL, for a backend to notice an

@@ -50,6 +50,8 @@ type Stats struct {
 	WatchMembers uint64 // Session.WatchMembers
 	Close        uint64 // Session.Close
 	HeldLeases   uint64 // Session.HeldLeases
+	Records      uint64 // GetRecord, ListRecords, PutRecord, DeleteRecord
+	WatchRecords uint64 // Session.WatchRecords
 }
 
 // count adds one request of kind k.
@@ -75,6 +77,10 @@ func (st *Stats) count(k op) {
 		st.Close++
 	case opHeldLeases:
 		st.HeldLeases++
+	case opRecords:
+		st.Records++
+	case opWatchRecords:
+		st.WatchRecords++
 	}
 }
 

@@ -13,7 +13,8 @@ import (
 // watcher is one WatchMembers channel.
 type watcher struct {
 	s          *session
-	group      string
+	group      string        // or the key prefix, for a records watcher
+	records    bool          // a WatchRecords watcher
 	ch         chan struct{} // buffer of one; guarded by b.mu
 	closed     bool
 	registered bool
@@ -136,14 +137,22 @@ func (s *session) WatchMembers(ctx context.Context, group string) (<-chan struct
 	if !validName(group) {
 		return nil, nameError("group", group)
 	}
+	return s.watch(ctx, &watcher{s: s, group: group, ch: make(chan struct{}, 1)}, opWatchMembers)
+}
+
+// watch registers w on the server and arranges for it to end with ctx.
+func (s *session) watch(ctx context.Context, w *watcher, k op) (<-chan struct{}, error) {
 	b := s.b
-	w := &watcher{s: s, group: group, ch: make(chan struct{}, 1)}
-	err := s.n.exchange(ctx, opWatchMembers, s, func() (func(), error) {
+	err := s.n.exchange(ctx, k, s, func() (func(), error) {
 		if !s.live {
-			return nil, sessionDone(opWatchMembers)
+			return nil, sessionDone(k)
 		}
 		w.registered = true
-		b.watchers[group] = append(b.watchers[group], w)
+		if w.records {
+			b.recWatchers = append(b.recWatchers, w)
+		} else {
+			b.watchers[w.group] = append(b.watchers[w.group], w)
+		}
 		s.watchers = append(s.watchers, w)
 		return func() { b.unwatch(w) }, nil
 	})
@@ -172,9 +181,13 @@ func (b *Backend) unwatch(w *watcher) {
 		return
 	}
 	w.registered = false
-	b.watchers[w.group] = slices.DeleteFunc(b.watchers[w.group], func(x *watcher) bool { return x == w })
-	if len(b.watchers[w.group]) == 0 {
-		delete(b.watchers, w.group)
+	if w.records {
+		b.recWatchers = slices.DeleteFunc(b.recWatchers, func(x *watcher) bool { return x == w })
+	} else {
+		b.watchers[w.group] = slices.DeleteFunc(b.watchers[w.group], func(x *watcher) bool { return x == w })
+		if len(b.watchers[w.group]) == 0 {
+			delete(b.watchers, w.group)
+		}
 	}
 	w.s.watchers = slices.DeleteFunc(w.s.watchers, func(x *watcher) bool { return x == w })
 	if w.stop != nil {

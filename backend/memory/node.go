@@ -222,10 +222,12 @@ const (
 	opWatchMembers
 	opClose
 	opHeldLeases
+	opRecords
+	opWatchRecords
 )
 
 func (k op) String() string {
-	return [...]string{"open", "keep-alive", "acquire", "release", "join", "leave", "members", "watch members", "close", "held leases"}[k]
+	return [...]string{"open", "keep-alive", "acquire", "release", "join", "leave", "members", "watch members", "close", "held leases", "records", "watch records"}[k]
 }
 
 // exchange carries one request of kind k, for session s (nil for Open),

@@ -41,18 +41,21 @@ const (
 type Backend struct {
 	cfg config
 
-	mu       sync.Mutex
-	closed   bool
-	nodes    map[string]*Node
-	def      *Node
-	sessions map[string]*session                  // live sessions by ID
-	leases   map[string]*lease                    // current holding by lease name
-	freed    map[string]chan struct{}             // closed when the name is next freed
-	token    uint64                               // last token granted
-	history  []Grant                              // every holding, in grant order
-	groups   map[string]map[string]backend.Member // group -> session ID -> member
-	watchers map[string][]*watcher                // group -> watchers, in registration order
-	stats    Stats
+	mu          sync.Mutex
+	closed      bool
+	nodes       map[string]*Node
+	def         *Node
+	sessions    map[string]*session                  // live sessions by ID
+	leases      map[string]*lease                    // current holding by lease name
+	freed       map[string]chan struct{}             // closed when the name is next freed
+	token       uint64                               // last token granted
+	history     []Grant                              // every holding, in grant order
+	groups      map[string]map[string]backend.Member // group -> session ID -> member
+	watchers    map[string][]*watcher                // group -> watchers, in registration order
+	records     map[string]*record                   // key -> record
+	recVersion  uint64                               // the last record version given
+	recWatchers []*watcher                           // WatchRecords watchers, in registration order
+	stats       Stats
 }
 
 // Option configures a [Backend] made by [New].
@@ -101,6 +104,7 @@ func New(opts ...Option) *Backend {
 		freed:    make(map[string]chan struct{}),
 		groups:   make(map[string]map[string]backend.Member),
 		watchers: make(map[string][]*watcher),
+		records:  make(map[string]*record),
 	}
 	b.def = b.Node(defaultNode)
 	return b

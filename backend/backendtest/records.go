@@ -1,0 +1,137 @@
+package backendtest
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+
+	"github.com/simba-go/simba/backend"
+)
+
+// records returns s as a backend.Records, or skips the case.
+func (h *harness) records(s backend.Session) backend.Records {
+	r, ok := s.(backend.Records)
+	if !ok {
+		h.Skip("the session does not implement backend.Records")
+	}
+	return r
+}
+
+// testRecordsBasics: put, get, list, versions, compare-and-set, delete; a
+// failed condition changes nothing; records outlive their session.
+func testRecordsBasics(h *harness) {
+	a := h.open()
+	ra := h.records(a)
+	_, err := ra.GetRecord(h.op(), "st/x")
+	h.wantErr("GetRecord of a missing key", err, backend.ErrNoRecord)
+
+	r1, err := ra.PutRecord(h.op(), "st/x", []byte("one"), backend.Condition{})
+	h.wantNoErr("PutRecord", err)
+	if r1.Key != "st/x" || string(r1.Value) != "one" || r1.Version == 0 || r1.Token != 0 {
+		h.Errorf("PutRecord returned %+v", r1)
+	}
+	_, err = ra.PutRecord(h.op(), "st/x", []byte("lost"), backend.Condition{IfVersion: true, Version: 0})
+	h.wantErr("PutRecord requiring no record", err, backend.ErrConflict)
+	_, err = ra.PutRecord(h.op(), "st/x", []byte("lost"), backend.Condition{IfVersion: true, Version: r1.Version + 1000})
+	h.wantErr("PutRecord with a wrong version", err, backend.ErrConflict)
+	r2, err := ra.PutRecord(h.op(), "st/x", []byte("two"), backend.Condition{IfVersion: true, Version: r1.Version})
+	h.wantNoErr("PutRecord with the right version", err)
+	if r2.Version == r1.Version {
+		h.Errorf("version did not change on a write: %d", r2.Version)
+	}
+	got, err := ra.GetRecord(h.op(), "st/x")
+	h.wantNoErr("GetRecord", err)
+	if string(got.Value) != "two" || got.Version != r2.Version {
+		h.Errorf("GetRecord = %+v, want value two, version %d", got, r2.Version)
+	}
+	_, err = ra.PutRecord(h.op(), "st/y", []byte("y"), backend.Condition{IfVersion: true})
+	h.wantNoErr("PutRecord requiring no record, of a new key", err)
+	_, err = ra.PutRecord(h.op(), "other/z", []byte("z"), backend.Condition{})
+	h.wantNoErr("PutRecord", err)
+
+	// Records outlive the session that wrote them.
+	h.wantNoErr("Close", a.Close(h.op()))
+	rb := h.records(h.open())
+	list, err := rb.ListRecords(h.op(), "st/")
+	h.wantNoErr("ListRecords", err)
+	var keys []string
+	for _, r := range list {
+		keys = append(keys, r.Key)
+	}
+	if strings.Join(keys, ",") != "st/x,st/y" {
+		h.Errorf("ListRecords(st/) = %q, want st/x, st/y", keys)
+	}
+	if len(list) == 2 && !bytes.Equal(list[0].Value, []byte("two")) {
+		h.Errorf("ListRecords: st/x = %q", list[0].Value)
+	}
+	h.wantErr("DeleteRecord with a wrong version", rb.DeleteRecord(h.op(), "st/x", backend.Condition{IfVersion: true, Version: r1.Version}), backend.ErrConflict)
+	h.wantNoErr("DeleteRecord", rb.DeleteRecord(h.op(), "st/x", backend.Condition{IfVersion: true, Version: r2.Version}))
+	h.wantNoErr("DeleteRecord of a missing key", rb.DeleteRecord(h.op(), "st/x", backend.Condition{}))
+	_, err = rb.GetRecord(h.op(), "st/x")
+	h.wantErr("GetRecord after DeleteRecord", err, backend.ErrNoRecord)
+}
+
+// testRecordsFenced: a fenced write holds only for the lease's current
+// holding, so a deposed holder can never overwrite what a newer one wrote.
+func testRecordsFenced(h *harness) {
+	a, b := h.open(), h.open()
+	ra, rb := h.records(a), h.records(b)
+	la := h.acquire(a, "fenced")
+	fa := backend.Condition{Lease: "fenced", Token: la.Token()}
+	r, err := ra.PutRecord(h.op(), "status/fenced", []byte("a"), fa)
+	h.wantNoErr("fenced PutRecord by the holder", err)
+	if r.Token != la.Token() {
+		h.Errorf("record token %d, want %d", r.Token, la.Token())
+	}
+	_, err = rb.PutRecord(h.op(), "status/fenced", []byte("b"), fa)
+	h.wantErr("fenced PutRecord by another session with the holder's token", err, backend.ErrConflict)
+
+	h.wantNoErr("Release", la.Release(h.op()))
+	lb := h.acquire(b, "fenced")
+	fb := backend.Condition{Lease: "fenced", Token: lb.Token()}
+	_, err = rb.PutRecord(h.op(), "status/fenced", []byte("b"), fb)
+	h.wantNoErr("fenced PutRecord by the new holder", err)
+	_, err = ra.PutRecord(h.op(), "status/fenced", []byte("stale"), fa)
+	h.wantErr("fenced PutRecord by the deposed holder", err, backend.ErrConflict)
+	h.wantErr("fenced DeleteRecord by the deposed holder", ra.DeleteRecord(h.op(), "status/fenced", fa), backend.ErrConflict)
+	got, err := rb.GetRecord(h.op(), "status/fenced")
+	h.wantNoErr("GetRecord", err)
+	if string(got.Value) != "b" || got.Token != lb.Token() {
+		h.Errorf("after the deposed holder's writes: %+v, want b with token %d", got, lb.Token())
+	}
+	h.wantNoErr("Release", lb.Release(h.op()))
+}
+
+// testRecordsWatch: a watch hints writes and deletes under its prefix.
+func testRecordsWatch(h *harness) {
+	a, b := h.open(), h.open()
+	ra, rb := h.records(a), h.records(b)
+	hints, err := ra.WatchRecords(h.op(), "ops/")
+	h.wantNoErr("WatchRecords", err)
+	drain(hints)
+	_, err = rb.PutRecord(h.op(), "ops/disable/x", []byte("1"), backend.Condition{})
+	h.wantNoErr("PutRecord", err)
+	h.wantHint(hints, opTimeout, "after a put under the prefix")
+	h.wantNoErr("DeleteRecord", rb.DeleteRecord(h.op(), "ops/disable/x", backend.Condition{}))
+	h.wantHint(hints, opTimeout, "after a delete under the prefix")
+}
+
+// testRecordsInvalid: bad keys and values are refused, never a panic.
+func testRecordsInvalid(h *harness) {
+	r := h.records(h.open())
+	for _, key := range []string{"", "/a", "a/", "a//b", "a b", "ä", strings.Repeat("k", 513)} {
+		_, err := r.PutRecord(h.op(), key, nil, backend.Condition{})
+		if err == nil {
+			h.Errorf("PutRecord(%q): no error", key)
+		}
+		if _, err := r.GetRecord(h.op(), key); err == nil || errors.Is(err, backend.ErrNoRecord) {
+			h.Errorf("GetRecord(%q): error %v, want an invalid-key error", key, err)
+		}
+	}
+	_, err := r.PutRecord(h.op(), "big", make([]byte, backend.MaxRecordValue+1), backend.Condition{})
+	if err == nil {
+		h.Errorf("PutRecord of %d bytes: no error", backend.MaxRecordValue+1)
+	}
+	_, err = r.PutRecord(h.op(), "max", make([]byte, backend.MaxRecordValue), backend.Condition{})
+	h.wantNoErr("PutRecord of MaxRecordValue bytes", err)
+}

@@ -1,0 +1,169 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/simba-go/simba/backend"
+)
+
+// record is one stored record. Records belong to the server, not to a
+// session: they outlive the session that wrote them.
+type record struct {
+	value   []byte
+	version uint64
+	token   uint64
+}
+
+func (r *record) public(key string) backend.Record {
+	return backend.Record{Key: key, Value: clone(r.value), Version: r.version, Token: r.token}
+}
+
+// GetRecord returns the record at key: the optional [backend.Records]
+// capability, like the other record methods.
+func (s *session) GetRecord(ctx context.Context, key string) (backend.Record, error) {
+	if !validKey(key) {
+		return backend.Record{}, keyError(key)
+	}
+	var out backend.Record
+	err := s.records(ctx, func(b *Backend) error {
+		r, ok := b.records[key]
+		if !ok {
+			return fmt.Errorf("simba/memory: record %q: %w", key, backend.ErrNoRecord)
+		}
+		out = r.public(key)
+		return nil
+	})
+	return out, err
+}
+
+// ListRecords returns the records under prefix, sorted by key.
+func (s *session) ListRecords(ctx context.Context, prefix string) ([]backend.Record, error) {
+	var out []backend.Record
+	err := s.records(ctx, func(b *Backend) error {
+		for key, r := range b.records {
+			if strings.HasPrefix(key, prefix) {
+				out = append(out, r.public(key))
+			}
+		}
+		slices.SortFunc(out, func(x, y backend.Record) int { return strings.Compare(x.Key, y.Key) })
+		return nil
+	})
+	return out, err
+}
+
+// PutRecord writes value at key if cond holds; the lease check of a fenced
+// write is atomic with the write.
+func (s *session) PutRecord(ctx context.Context, key string, value []byte, cond backend.Condition) (backend.Record, error) {
+	if !validKey(key) {
+		return backend.Record{}, keyError(key)
+	}
+	if len(value) > backend.MaxRecordValue {
+		return backend.Record{}, fmt.Errorf("simba/memory: record %q: value of %d bytes exceeds %d", key, len(value), backend.MaxRecordValue)
+	}
+	var out backend.Record
+	err := s.records(ctx, func(b *Backend) error {
+		if err := b.check(s, key, cond); err != nil {
+			return err
+		}
+		b.recVersion++
+		r := &record{value: clone(value), version: b.recVersion, token: cond.Token}
+		b.records[key] = r
+		b.recordChanged(key)
+		out = r.public(key)
+		return nil
+	})
+	return out, err
+}
+
+// DeleteRecord removes the record at key if cond holds.
+func (s *session) DeleteRecord(ctx context.Context, key string, cond backend.Condition) error {
+	if !validKey(key) {
+		return keyError(key)
+	}
+	return s.records(ctx, func(b *Backend) error {
+		if err := b.check(s, key, cond); err != nil {
+			return err
+		}
+		if _, ok := b.records[key]; ok {
+			delete(b.records, key)
+			b.recordChanged(key)
+		}
+		return nil
+	})
+}
+
+// WatchRecords returns a channel that receives a hint after every change to
+// a record under prefix.
+func (s *session) WatchRecords(ctx context.Context, prefix string) (<-chan struct{}, error) {
+	return s.watch(ctx, &watcher{s: s, group: prefix, records: true, ch: make(chan struct{}, 1)}, opWatchRecords)
+}
+
+// records carries one record request to the server, where do runs with
+// b.mu held.
+func (s *session) records(ctx context.Context, do func(b *Backend) error) error {
+	return s.n.exchange(ctx, opRecords, s, func() (func(), error) {
+		if !s.live {
+			return nil, sessionDone(opRecords)
+		}
+		return nil, do(s.b)
+	})
+}
+
+// check reports whether cond holds for a write of key by s. b.mu is held.
+func (b *Backend) check(s *session, key string, cond backend.Condition) error {
+	cur, ok := b.records[key]
+	if cond.Token != 0 {
+		if l := b.leases[cond.Lease]; l == nil || l.s != s || l.token != cond.Token {
+			return fmt.Errorf("simba/memory: record %q: lease %q is not held with token %d: %w", key, cond.Lease, cond.Token, backend.ErrConflict)
+		}
+		if ok && cur.token > cond.Token {
+			return fmt.Errorf("simba/memory: record %q: written with token %d, newer than %d: %w", key, cur.token, cond.Token, backend.ErrConflict)
+		}
+	}
+	if cond.IfVersion {
+		var v uint64
+		if ok {
+			v = cur.version
+		}
+		if v != cond.Version {
+			return fmt.Errorf("simba/memory: record %q: version %d, not %d: %w", key, v, cond.Version, backend.ErrConflict)
+		}
+	}
+	return nil
+}
+
+// recordChanged hints the watchers of key. b.mu is held.
+func (b *Backend) recordChanged(key string) {
+	for _, w := range b.recWatchers {
+		if strings.HasPrefix(key, w.group) {
+			w.s.n.notify(w.hint)
+		}
+	}
+}
+
+// validKey reports whether key is a valid record key.
+func validKey(key string) bool {
+	if key == "" || len(key) > 512 || strings.Contains(key, "//") {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c == '.' || c == '_' || c == '-' || c == '/':
+			if i == 0 || i == len(key)-1 {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func keyError(key string) error {
+	return fmt.Errorf("simba/memory: invalid record key %q (1-512 of A-Z a-z 0-9 . _ - /, starting and ending with a letter or digit, no //)", key)
+}
