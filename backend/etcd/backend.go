@@ -1,0 +1,337 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/connectivity"
+
+	"github.com/simba-go/simba/backend"
+)
+
+var _ backend.Backend = (*Backend)(nil)
+
+// DefaultPrefix is the key prefix used when [WithPrefix] is not given.
+const DefaultPrefix = "/simba/"
+
+// Backend is an etcd cluster seen through one client: it implements
+// [backend.Backend], opening one etcd lease per session. Create it with
+// [New] or [NewFromClient].
+//
+// A Backend is safe for concurrent use by multiple goroutines.
+type Backend struct {
+	cli    *clientv3.Client
+	owned  bool // cli was created by New and is closed by Close
+	prefix string
+	log    *slog.Logger
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+
+	wg sync.WaitGroup // every goroutine of every session
+
+	mu       sync.Mutex
+	closed   bool
+	sessions map[*session]struct{} // live sessions
+}
+
+// Option configures a [Backend]. Options refuse bad values: [New] and
+// [NewFromClient] return an error instead of silently correcting them.
+type Option func(*config) error
+
+type config struct {
+	prefix string
+	logger *slog.Logger
+}
+
+func defaultConfig() config {
+	return config{prefix: DefaultPrefix, logger: slog.New(slog.DiscardHandler)}
+}
+
+// WithPrefix sets the prefix of every key the backend writes (default
+// [DefaultPrefix], "/simba/"). Backends with different prefixes on one etcd
+// cluster do not see each other's leases, sessions or groups. The prefix must
+// be valid UTF-8, at most 512 bytes, and end with "/".
+func WithPrefix(p string) Option {
+	return func(c *config) error {
+		switch {
+		case p == "":
+			return errors.New("simba/etcd: empty key prefix")
+		case !strings.HasSuffix(p, "/"):
+			return fmt.Errorf("simba/etcd: key prefix %q must end with \"/\"", p)
+		case len(p) > 512:
+			return fmt.Errorf("simba/etcd: key prefix of %d bytes is longer than 512", len(p))
+		case !utf8.ValidString(p):
+			return fmt.Errorf("simba/etcd: key prefix %q is not valid UTF-8", p)
+		}
+		c.prefix = p
+		return nil
+	}
+}
+
+// WithLogger sets the logger for what the backend cannot report through an
+// error, such as a clean-up that failed after a call gave up (default: discard
+// everything).
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return errors.New("simba/etcd: nil logger")
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// Reconnection settings of the client that [New] creates.
+const (
+	reconnectBaseDelay  = 100 * time.Millisecond
+	reconnectMaxDelay   = 2 * time.Second
+	keepAliveTime       = 10 * time.Second // gRPC's minimum
+	keepAliveTimeout    = 5 * time.Second
+	minConnectTimeout   = 5 * time.Second
+	reconnectMultiplier = 1.6
+	reconnectJitter     = 0.2
+)
+
+// New returns a backend on a client it creates for endpoints ("host:port"
+// or URLs), without TLS or authentication: for those, configure a client
+// yourself and use [NewFromClient]. The client connects in the background:
+// New does not wait for the cluster, and a request made while it cannot be
+// reached waits for it until its ctx ends; [Backend.Open] then says that the
+// client is not connected. (simba's client opens its session in the
+// background, so simba.New does not wait either.) [Backend.Close] closes the
+// client.
+//
+// The client discards its logs, reconnects with a back-off of 100ms growing
+// to at most 2s (gRPC's default grows to two minutes, longer than any lease),
+// and probes idle connections every 10s, so that a connection that went
+// silent is replaced within about 15s.
+func New(endpoints []string, opts ...Option) (*Backend, error) {
+	if len(endpoints) == 0 {
+		return nil, errors.New("simba/etcd: no endpoints")
+	}
+	for _, ep := range endpoints {
+		if strings.TrimSpace(ep) == "" {
+			return nil, fmt.Errorf("simba/etcd: empty endpoint in %q", endpoints)
+		}
+	}
+	cfg, err := configure(opts)
+	if err != nil {
+		return nil, err
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:            endpoints,
+		Logger:               zap.NewNop(),
+		DialKeepAliveTime:    keepAliveTime,
+		DialKeepAliveTimeout: keepAliveTimeout,
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff: grpcbackoff.Config{
+				BaseDelay:  reconnectBaseDelay,
+				Multiplier: reconnectMultiplier,
+				Jitter:     reconnectJitter,
+				MaxDelay:   reconnectMaxDelay,
+			},
+			MinConnectTimeout: minConnectTimeout,
+		})},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("simba/etcd: client for %q: %w", endpoints, err)
+	}
+	return newBackend(cli, true, cfg), nil
+}
+
+// NewFromClient returns a backend on cli, a client configured by the caller
+// (endpoints, TLS, authentication, interceptors). The backend does not own
+// cli: [Backend.Close] leaves it open, and the caller closes it after the
+// backend. Closing cli first ends every session of the backend.
+func NewFromClient(cli *clientv3.Client, opts ...Option) (*Backend, error) {
+	if cli == nil {
+		return nil, errors.New("simba/etcd: nil client")
+	}
+	cfg, err := configure(opts)
+	if err != nil {
+		return nil, err
+	}
+	return newBackend(cli, false, cfg), nil
+}
+
+func configure(opts []Option) (config, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o == nil {
+			return cfg, errors.New("simba/etcd: nil option")
+		}
+		if err := o(&cfg); err != nil {
+			return cfg, err
+		}
+	}
+	return cfg, nil
+}
+
+func newBackend(cli *clientv3.Client, owned bool, cfg config) *Backend {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Backend{
+		cli:      cli,
+		owned:    owned,
+		prefix:   cfg.prefix,
+		log:      cfg.logger,
+		ctx:      ctx,
+		cancel:   cancel,
+		sessions: make(map[*session]struct{}),
+	}
+}
+
+// Client returns the etcd client the backend uses.
+func (b *Backend) Client() *clientv3.Client { return b.cli }
+
+// Prefix returns the key prefix.
+func (b *Backend) Prefix() string { return b.prefix }
+
+// Open grants an etcd lease with the requested TTL rounded up to whole
+// seconds (etcd raises it to its minimum when it is smaller), writes the
+// session's key bound to it, and starts watching that key, so that the
+// session learns of its expiry without renewing. Session.TTL reports the TTL
+// etcd granted.
+//
+// Open honours ctx: when ctx ends first it returns an error wrapping
+// ctx.Err(), saying whether the client was connected, and leaves at most a
+// lease with no keys, which expires by itself within its TTL. After
+// [Backend.Close], or once the client is closed, it returns an error wrapping
+// [backend.ErrClosed].
+func (b *Backend) Open(ctx context.Context, o backend.SessionOptions) (backend.Session, error) {
+	if o.TTL <= 0 {
+		return nil, fmt.Errorf("simba/etcd: open: invalid TTL %v: must be positive", o.TTL)
+	}
+	if b.isClosed() {
+		return nil, fmt.Errorf("simba/etcd: open: %w", backend.ErrClosed)
+	}
+	if b.cli.Ctx().Err() != nil {
+		return nil, fmt.Errorf("simba/etcd: open: etcd client closed: %w", backend.ErrClosed)
+	}
+	seconds := int64((o.TTL + time.Second - 1) / time.Second) // never round down
+	cctx, cancel := context.WithCancel(ctx)
+	defer context.AfterFunc(b.ctx, cancel)()
+	defer cancel()
+
+	grant, err := b.cli.Grant(cctx, seconds)
+	if err == nil && grant.Error != "" {
+		err = errors.New(grant.Error)
+	}
+	if err != nil {
+		return nil, b.openError(ctx, "grant a lease", err)
+	}
+	if grant.TTL <= 0 {
+		return nil, fmt.Errorf("simba/etcd: open: etcd granted lease %x a TTL of %ds", grant.ID, grant.TTL)
+	}
+	s := newSession(b, grant.ID, time.Duration(grant.TTL)*time.Second)
+	put, err := b.cli.Put(cctx, s.key, "0", clientv3.WithLease(grant.ID)) // epoch 0
+	if err != nil {
+		s.end(errAbandoned)
+		return nil, b.openError(ctx, "write the session key", err)
+	}
+	if !b.register(s) {
+		s.end(errBackendClosed)
+		return nil, fmt.Errorf("simba/etcd: open: %w", backend.ErrClosed)
+	}
+	s.spawn(func() { s.watchSelf(put.Header.Revision + 1) })
+	return s, nil
+}
+
+// openError describes a failed step of Open.
+func (b *Backend) openError(ctx context.Context, step string, err error) error {
+	if b.isClosed() {
+		return fmt.Errorf("simba/etcd: open: %w", backend.ErrClosed)
+	}
+	if b.cli.Ctx().Err() != nil {
+		return fmt.Errorf("simba/etcd: open: etcd client closed: %w", backend.ErrClosed)
+	}
+	if ctx.Err() != nil {
+		err = ctx.Err()
+	}
+	if state := b.connState(); state != connectivity.Ready {
+		return fmt.Errorf("simba/etcd: open: %s: not connected to etcd at %s (connection %s): %w",
+			step, strings.Join(b.cli.Endpoints(), ","), state, err)
+	}
+	return fmt.Errorf("simba/etcd: open: %s: %w", step, err)
+}
+
+// connState returns the state of the client's connection.
+func (b *Backend) connState() connectivity.State {
+	if conn := b.cli.ActiveConnection(); conn != nil {
+		return conn.GetState()
+	}
+	return connectivity.Shutdown
+}
+
+// Close ends the backend: later calls to Open return an error wrapping
+// [backend.ErrClosed]; the sessions still open are abandoned, not revoked
+// (they expire on the server by their TTL), and are over for their callers:
+// their Done, Lost and member-watch channels are closed and their methods
+// return errors wrapping [backend.ErrSessionDone]. Close waits for every
+// goroutine of the backend, then closes the client if [New] created it.
+// Close is idempotent.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	sessions := make([]*session, 0, len(b.sessions))
+	for s := range b.sessions {
+		sessions = append(sessions, s)
+	}
+	b.mu.Unlock()
+
+	b.cancel()
+	for _, s := range sessions {
+		s.end(errBackendClosed)
+	}
+	b.wg.Wait()
+	if b.owned {
+		if err := b.cli.Close(); err != nil && !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("simba/etcd: close client: %w", err)
+		}
+	}
+	return nil
+}
+
+func (b *Backend) isClosed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closed
+}
+
+// register records a live session; it reports false once the backend is
+// closed.
+func (b *Backend) register(s *session) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	b.sessions[s] = struct{}{}
+	return true
+}
+
+func (b *Backend) unregister(s *session) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.sessions, s)
+}
+
+// Key layout, under the prefix.
+func (b *Backend) sessionKey(id string) string   { return b.prefix + "session/" + id }
+func (b *Backend) leaseKey(name string) string   { return b.prefix + "lease/" + name }
+func (b *Backend) groupPrefix(g string) string   { return b.prefix + "group/" + g + "/" }
+func (b *Backend) memberKey(g, id string) string { return b.groupPrefix(g) + id }

@@ -1,0 +1,137 @@
+// Package etcd implements [backend.Backend] on etcd v3, with
+// go.etcd.io/etcd/client/v3: simba's sessions, named leases with fencing
+// tokens, and group membership, stored under one key prefix.
+//
+//	b, err := etcd.New([]string{"etcd-1:2379", "etcd-2:2379"})
+//	...
+//	client, err := simba.New(b)
+//	...
+//	defer b.Close() // after client.Close
+//
+// [New] creates and owns a client for plain endpoints; [NewFromClient] uses a
+// client the caller configured (TLS, authentication, interceptors) and leaves
+// it open on [Backend.Close].
+//
+// # Key layout
+//
+// Under the prefix (default "/simba/", see [WithPrefix]):
+//
+//	key                                 value
+//	<prefix>session/<session ID>        the session's epoch: "0", then "1", …
+//	<prefix>lease/<name>                the holder's session ID
+//	<prefix>group/<group>/<session ID>  the member in JSON: {"id":"…","data":"<base64>"}
+//
+// Every key is bound to the etcd lease of the session that wrote it, so etcd
+// deletes it when the session ends, by revocation ([backend.Session] Close) or
+// expiry. The session ID is the etcd lease ID in 16 hexadecimal digits, so
+// member keys sort by session ID. Lease and group names cannot contain "/".
+//
+// # Sessions and deadlines
+//
+// A session is one etcd lease. Open grants it with the requested TTL rounded
+// up to whole seconds (never down); etcd raises TTLs below its minimum,
+// 1.5 election timeouts rounded up to a second, and Session.TTL reports the
+// TTL granted. KeepAlive renews it with one keep-alive request
+// (KeepAliveOnce), not with the client's background keep-alive stream, and
+// returns the TTL of etcd's answer. etcd counts that TTL from the instant the
+// leader receives the request, which is after the call began, so the TTL
+// holds from the call's start: simba's deadline, the send time of the last
+// confirmed renewal plus the TTL minus its drift margin, ends before etcd can
+// expire the lease. etcd's own client counts from the reply instead.
+//
+// etcd's leader checks for expired leases every 500ms, so a lease is revoked
+// up to half a second after its TTL ran out, and a crashed holder's leases
+// pass to another session within about TTL + 0.5s of its last renewal. When
+// a leader is elected or the server restarts, etcd extends every lease by an
+// election timeout: later expiry, never earlier.
+//
+// Open also writes the session key and watches it: Done is closed when etcd
+// deletes it, so a session learns of its expiry without renewing, and when a
+// keep-alive finds the lease gone, on Close, on [Backend.Close], or when the
+// client is closed.
+//
+// # Leases and tokens
+//
+// Acquire creates <prefix>lease/<name> by a transaction that succeeds only if
+// the key does not exist (its create revision is 0), bound to the session's
+// etcd lease. The token is the key's create revision, the transaction's
+// revision: etcd's revisions only grow, across leaders and restarts, so every
+// holding of a name has a larger token than the ones before. Release deletes
+// the key by a transaction conditional on that create revision, so it never
+// frees a newer holding, and returns [backend.ErrNotHeld] when the compare
+// fails. If the session holds the key already (a failed Release, a lost
+// reply), Acquire deletes that holding, conditionally on its create revision,
+// and creates a new one: etcd refuses a put and a delete of one key in one
+// transaction, so this takes two.
+//
+// A transaction whose caller gives up may still be applied by etcd: the
+// request may have been proposed already. Acquire transactions therefore
+// also compare the session key's value, the session's epoch; when a caller
+// gives up while one is on its way, a goroutine of the session bumps the
+// epoch and deletes the lease key if the session holds it, in one
+// transaction, so the interrupted transaction fails if etcd applies it later.
+// Acquire leaves nothing behind.
+//
+// # Waiting and losing
+//
+// While another session holds the key, Acquire watches it from the revision
+// after the one its transaction saw, and tries again when the key is deleted.
+// A watch that starts at or below etcd's current revision is "unsynced": the
+// server catches it up only every 100ms, and a deletion that comes soon after
+// waits for that (etcd's concurrency.Election, which watches from the
+// revision it read, pays up to 100ms per hand-off). A watch from the next
+// revision is in sync at once and gets the deletion as it is applied: a
+// graceful hand-off costs two writes and a watch event, a few milliseconds.
+//
+// Each holding watches its key from the revision after its creation: Lost is
+// closed when the key is deleted or recreated by another holding, or when the
+// session is over, unless the holding's own Release ended it first. Leases
+// also implement [backend.LostNotifier] (OnLost) and sessions
+// [backend.LeaseLister] (HeldLeases: one range read of the lease keys).
+//
+// # Groups
+//
+// Join writes the member key bound to the session's lease, Leave deletes it,
+// and Members reads the group in one range request sorted by key. WatchMembers
+// returns once etcd has confirmed a prefix watch of the group, so every
+// change after it returns is hinted; hints are coalesced on a channel with a
+// buffer of one.
+//
+// # Goroutines and requests
+//
+// A session runs one goroutine watching its key, one per held lease and one
+// per member watch, each ending with its session; Session.Close and
+// [Backend.Close] wait for them. Besides the client's own, that is all. In a
+// steady state a client's only requests are its keep-alives, one per renewal
+// whatever the number of leases held: the watches cost no requests.
+//
+// # Errors
+//
+// Errors are prefixed "simba/etcd: " and wrap the sentinel errors of package
+// backend where its contract says so: [backend.ErrSessionDone] once a session
+// is over (etcd's "lease not found" ends it), [backend.ErrNotHeld] from
+// Release, [backend.ErrClosed] from Open after [Backend.Close] or once the
+// client is closed. When Open's ctx ends while the client is not connected,
+// the error says so, with the endpoints and the connection's state. Any other
+// error is transient.
+//
+// # What etcd does that one might not expect
+//
+//   - Unsynced watches, above: a watch from a past or the current revision can
+//     deliver an event up to 100ms late.
+//   - Expiry granularity, above: leases are revoked up to 500ms late.
+//   - TTLs are whole seconds, with a minimum; Grant raises a small TTL
+//     without a word, so the granted TTL is the one to use.
+//   - KeepAliveOnce opens a gRPC stream per call and retries an "unavailable"
+//     answer at once, in a loop, until its ctx ends.
+//   - A write whose caller gave up can still be applied (the epoch, above).
+//   - One transaction cannot put and delete the same key.
+//   - The client's Watch blocks until the server has created the watch, and
+//     all watches of a client share one gRPC stream.
+//   - clientv3.New does not wait for a connection, and a request made while
+//     disconnected waits for one until its ctx ends (WaitForReady): an
+//     unreachable cluster shows only as a deadline. gRPC's reconnect back-off
+//     grows to two minutes by default; the client [New] creates caps it at 2s.
+//   - An embedded server's shutdown waits up to five seconds for open watch
+//     streams to end.
+package etcd

@@ -1,0 +1,410 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/simba-go/simba/backend"
+)
+
+// Acquire takes the lease called name: the key <prefix>lease/<name>,
+// created by a transaction that succeeds only if the key does not exist, and
+// bound to the session's etcd lease. The token is the key's create revision.
+//
+// While another session holds the key, Acquire watches it from the revision
+// after the one it saw (so the server sends the deletion as it happens, with
+// no catch-up delay) and tries again when it is deleted. If this session
+// holds the key already, Acquire deletes it, conditionally on its create
+// revision, and creates it again with a new token.
+//
+// When ctx ends while a transaction is on its way, Acquire cannot know
+// whether it took effect: it returns at once, and a goroutine of the session
+// undoes it. The transaction also compares the session key's value, the
+// session's epoch; the undo bumps the epoch and deletes the lease key if
+// this session holds it, in one transaction, so the interrupted transaction
+// fails if etcd applies it later. The next Acquire of the same name on this
+// session waits for the undo. Concurrent calls of Acquire for one name on
+// one session free each other's holdings.
+func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, error) {
+	if !validName(name) {
+		return nil, nameError("lease", name)
+	}
+	op := fmt.Sprintf("acquire %q", name)
+	if err := s.overErr(op); err != nil {
+		return nil, err
+	}
+	if err := s.awaitCleanup(ctx, name); err != nil {
+		return nil, s.failure(ctx, op, err)
+	}
+	cctx, release := s.bind(ctx)
+	defer release()
+	key := s.b.leaseKey(name)
+	free := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
+	take := clientv3.OpPut(key, s.id, clientv3.WithLease(s.lease))
+	for {
+		epoch := s.epoch.Load()
+		resp, err := s.b.cli.Txn(cctx).
+			If(free, s.epochIs(epoch)).
+			Then(take).
+			Else(clientv3.OpGet(key), clientv3.OpGet(s.key)).
+			Commit()
+		if err != nil {
+			if !isLeaseNotFound(err) {
+				s.cleanupLater(name, key) // the put may have been applied
+			}
+			return nil, s.failure(ctx, op, err)
+		}
+		if resp.Succeeded {
+			return s.newLease(name, key, resp.Header.Revision), nil
+		}
+		// Why the compare failed: the session's key, then the lease key.
+		if err := s.checkEpoch(resp.Responses[1].GetResponseRange().Kvs, epoch); err != nil {
+			if errors.Is(err, errEpochMoved) {
+				continue // an undo ran meanwhile
+			}
+			return nil, s.doneErr(op)
+		}
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 { // not reached: the compare saw the key in the same revision
+			if !s.pause(retryDelay) {
+				return nil, s.failure(ctx, op, context.Cause(s.ctx))
+			}
+			continue
+		}
+		if cur := kvs[0]; clientv3.LeaseID(cur.Lease) == s.lease {
+			// This session's own holding (a failed Release, a lost reply):
+			// free it, and only it, then take a new one.
+			mine := clientv3.Compare(clientv3.CreateRevision(key), "=", cur.CreateRevision)
+			if _, err := s.b.cli.Txn(cctx).If(mine).Then(clientv3.OpDelete(key)).Commit(); err != nil {
+				return nil, s.failure(ctx, op, err)
+			}
+			continue
+		}
+		gone, _, err := s.watchKey(cctx, key, resp.Header.Revision+1, func(ev *clientv3.Event) bool {
+			return ev.Type == mvccpb.DELETE
+		})
+		if !gone && cctx.Err() != nil {
+			return nil, s.failure(ctx, op, cctx.Err())
+		}
+		if err != nil && !s.pause(retryDelay) {
+			return nil, s.failure(ctx, op, err)
+		}
+	}
+}
+
+// epochIs compares the session key's value with epoch.
+func (s *session) epochIs(epoch int64) clientv3.Cmp {
+	return clientv3.Compare(clientv3.Value(s.key), "=", strconv.FormatInt(epoch, 10))
+}
+
+// errEpochMoved reports that the session's epoch is newer than the one a
+// transaction compared.
+var errEpochMoved = errors.New("epoch moved")
+
+// checkEpoch looks at the session key as read by a transaction that compared
+// epoch. It returns errEpochMoved, having recorded the newer epoch, if the
+// epoch has moved on; it ends the session and returns why if the key is gone
+// (the lease expired) or was overwritten by someone else; and otherwise nil.
+func (s *session) checkEpoch(kvs []*mvccpb.KeyValue, epoch int64) error {
+	if len(kvs) == 0 || clientv3.LeaseID(kvs[0].Lease) != s.lease {
+		s.end(errExpired)
+		return errExpired
+	}
+	e, err := strconv.ParseInt(string(kvs[0].Value), 10, 64)
+	switch {
+	case err != nil || e < epoch:
+		s.end(errOverwritten)
+		return errOverwritten
+	case e > epoch:
+		s.epoch.CompareAndSwap(epoch, e)
+		return errEpochMoved
+	}
+	return nil
+}
+
+// awaitCleanup waits until no undo of an interrupted Acquire of name is
+// pending.
+func (s *session) awaitCleanup(ctx context.Context, name string) error {
+	s.mu.Lock()
+	pending := s.unsure[name]
+	s.mu.Unlock()
+	if pending == nil {
+		return nil
+	}
+	select {
+	case <-pending:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.ctx.Done():
+		return context.Cause(s.ctx)
+	}
+}
+
+// cleanupLater undoes an Acquire of name whose transaction may or may not
+// have taken effect, on a goroutine of the session: one transaction bumps
+// the session's epoch (so the interrupted transaction can no longer succeed)
+// and deletes key if this session holds it. It retries until it succeeds or
+// the session is over (its keys go with it then).
+func (s *session) cleanupLater(name, key string) {
+	s.mu.Lock()
+	if s.ended || s.unsure[name] != nil {
+		s.mu.Unlock()
+		return
+	}
+	done := make(chan struct{})
+	s.unsure[name] = done
+	s.mu.Unlock()
+	finish := func() {
+		s.mu.Lock()
+		delete(s.unsure, name)
+		s.mu.Unlock()
+		close(done)
+	}
+	spawned := s.spawn(func() {
+		defer finish()
+		mine := clientv3.Compare(clientv3.LeaseValue(key), "=", s.lease)
+		undo := clientv3.OpTxn([]clientv3.Cmp{mine}, []clientv3.Op{clientv3.OpDelete(key)}, nil)
+		for attempt := 1; ; attempt++ {
+			epoch := s.epoch.Load()
+			bump := clientv3.OpPut(s.key, strconv.FormatInt(epoch+1, 10), clientv3.WithLease(s.lease))
+			resp, err := s.b.cli.Txn(s.ctx).If(s.epochIs(epoch)).Then(bump, undo).Else(clientv3.OpGet(s.key)).Commit()
+			switch {
+			case err == nil && resp.Succeeded:
+				s.epoch.CompareAndSwap(epoch, epoch+1)
+				return
+			case err == nil:
+				if err := s.checkEpoch(resp.Responses[0].GetResponseRange().Kvs, epoch); !errors.Is(err, errEpochMoved) {
+					return // the session is over (or, not reached, the epoch did not move)
+				}
+				continue
+			case s.ctx.Err() != nil || isLeaseNotFound(err):
+				return
+			}
+			s.b.log.Warn("simba/etcd: undoing an interrupted acquire failed; retrying",
+				"session", s.id, "key", key, "err", err, "attempt", attempt)
+			if !s.pause(retryDelay) {
+				return
+			}
+		}
+	})
+	if !spawned {
+		finish()
+	}
+}
+
+var (
+	_ backend.LeaseLister  = (*session)(nil)
+	_ backend.LostNotifier = (*lease)(nil)
+)
+
+// lease is one holding of a lease key. It implements [backend.Lease].
+type lease struct {
+	s     *session
+	name  string
+	key   string
+	token int64
+
+	lost chan struct{}
+	ctx  context.Context // ends the watch: on Release or with the session
+	stop context.CancelFunc
+
+	mu          sync.Mutex
+	lostClosed  bool
+	onLost      map[int]func() // OnLost functions not yet called
+	nextOnLost  int
+	releasing   int  // Release calls in flight
+	released    bool // a Release succeeded
+	pendingLost bool // the key went while a Release was in flight
+}
+
+// newLease returns the holding of key created at revision token and starts
+// watching it.
+func (s *session) newLease(name, key string, token int64) *lease {
+	ctx, stop := context.WithCancel(s.ctx)
+	l := &lease{s: s, name: name, key: key, token: token, lost: make(chan struct{}), ctx: ctx, stop: stop}
+	if !s.spawn(l.watch) {
+		stop()
+		l.markLost()
+	}
+	return l
+}
+
+// Name returns the lease name.
+func (l *lease) Name() string { return l.name }
+
+// Token returns the create revision of the lease key.
+func (l *lease) Token() uint64 { return uint64(l.token) }
+
+// Lost is closed when the key is deleted or recreated by another holding
+// (seen by a watch of the key from the revision after its creation), or when
+// the session is over, unless the holding ended by its own Release first.
+func (l *lease) Lost() <-chan struct{} { return l.lost }
+
+// Release deletes the key by a transaction conditional on its create
+// revision, so it never deletes a newer holding, and returns an error
+// wrapping [backend.ErrNotHeld] if the key is gone or belongs to another
+// holding.
+func (l *lease) Release(ctx context.Context) error {
+	s := l.s
+	op := fmt.Sprintf("release %q (token %d)", l.name, l.token)
+	if err := s.overErr(op); err != nil {
+		return fmt.Errorf("%w: %w", backend.ErrNotHeld, err)
+	}
+	l.mu.Lock()
+	if l.released {
+		l.mu.Unlock()
+		return l.notHeld(op)
+	}
+	l.releasing++
+	l.mu.Unlock()
+
+	cctx, unbind := s.bind(ctx)
+	defer unbind()
+	mine := clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.token)
+	resp, err := s.b.cli.Txn(cctx).If(mine).Then(clientv3.OpDelete(l.key)).Commit()
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.releasing--
+	switch {
+	case err == nil && resp.Succeeded:
+		l.released = true
+		l.stop()
+		return nil
+	case err == nil:
+		l.closeLostLocked()
+		return l.notHeld(op)
+	}
+	if l.pendingLost && l.releasing == 0 {
+		l.closeLostLocked()
+	}
+	err = s.failure(ctx, op, err)
+	if errors.Is(err, backend.ErrSessionDone) {
+		return fmt.Errorf("%w: %w", backend.ErrNotHeld, err)
+	}
+	return err
+}
+
+func (l *lease) notHeld(op string) error {
+	return fmt.Errorf("simba/etcd: %s: %w", op, backend.ErrNotHeld)
+}
+
+// watch closes Lost when the key stops being this holding's. It runs on a
+// goroutine of the session until then, the holding is released, or the
+// session is over.
+func (l *lease) watch() {
+	s := l.s
+	rev := l.token + 1
+	for {
+		gone, next, err := s.watchKey(l.ctx, l.key, rev, func(ev *clientv3.Event) bool {
+			return ev.Type == mvccpb.DELETE || ev.Kv.CreateRevision != l.token
+		})
+		if gone || l.ctx.Err() != nil {
+			l.markLost() // no effect after a successful Release
+			return
+		}
+		if err != nil && !s.pause(retryDelay) {
+			l.markLost()
+			return
+		}
+		// The watch broke (compaction, cancellation by the server): read
+		// the key again and watch from there.
+		resp, err := s.b.cli.Get(l.ctx, l.key)
+		if err != nil {
+			continue
+		}
+		if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != l.token {
+			l.markLost()
+			return
+		}
+		rev = max(next, resp.Header.Revision+1)
+	}
+}
+
+// markLost closes Lost, unless the holding was released; while a Release is
+// in flight it leaves the decision to Release.
+func (l *lease) markLost() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.released:
+	case l.releasing > 0:
+		l.pendingLost = true
+	default:
+		l.closeLostLocked()
+	}
+}
+
+// closeLostLocked closes Lost and calls the OnLost functions, once. l.mu
+// is held.
+func (l *lease) closeLostLocked() {
+	if l.lostClosed {
+		return
+	}
+	l.lostClosed = true
+	close(l.lost)
+	for _, id := range slices.Sorted(maps.Keys(l.onLost)) {
+		l.onLost[id]()
+	}
+	clear(l.onLost)
+}
+
+// OnLost calls f once when Lost is closed, at once if it is closed already:
+// the optional [backend.LostNotifier] capability, so that a caller holding
+// many leases needs no goroutine of its own per lease. f runs on the
+// lease's watch goroutine (or the caller's of Release or OnLost), with the
+// lease's lock held, and must not block.
+func (l *lease) OnLost(f func()) (stop func() bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lostClosed {
+		f()
+		return func() bool { return false }
+	}
+	if l.onLost == nil {
+		l.onLost = make(map[int]func())
+	}
+	id := l.nextOnLost
+	l.nextOnLost++
+	l.onLost[id] = f
+	return func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		_, pending := l.onLost[id]
+		delete(l.onLost, id)
+		return pending
+	}
+}
+
+// HeldLeases lists, sorted, the names starting with prefix of the lease keys
+// that exist now, whoever holds them: one range request over
+// <prefix>lease/<prefix>, keys only. It implements [backend.LeaseLister].
+func (s *session) HeldLeases(ctx context.Context, prefix string) ([]string, error) {
+	op := fmt.Sprintf("held leases %q", prefix)
+	if err := s.overErr(op); err != nil {
+		return nil, err
+	}
+	cctx, release := s.bind(ctx)
+	defer release()
+	base := s.b.leaseKey("")
+	resp, err := s.b.cli.Get(cctx, base+prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	if err != nil {
+		return nil, s.failure(ctx, op, err)
+	}
+	names := make([]string, len(resp.Kvs))
+	for i, kv := range resp.Kvs {
+		names[i] = strings.TrimPrefix(string(kv.Key), base)
+	}
+	return names, nil
+}

@@ -1,0 +1,180 @@
+package etcd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/simba-go/simba/backend"
+)
+
+// memberRecord is the value of a member key, in JSON: {"id":"…","data":"…"},
+// with the data in base64 and left out when empty.
+type memberRecord struct {
+	ID   string `json:"id"`
+	Data []byte `json:"data,omitempty"`
+}
+
+// Join writes the member key <prefix>group/<group>/<session ID>, bound to the
+// session's etcd lease, with m's ID (the session ID when empty) and Data.
+func (s *session) Join(ctx context.Context, group string, m backend.Member) error {
+	if !validName(group) {
+		return nameError("group", group)
+	}
+	if len(m.Data) > backend.MaxMemberData {
+		return fmt.Errorf("simba/etcd: join %q: member data of %d bytes exceeds %d", group, len(m.Data), backend.MaxMemberData)
+	}
+	op := fmt.Sprintf("join %q", group)
+	if err := s.overErr(op); err != nil {
+		return err
+	}
+	rec := memberRecord{ID: m.ID, Data: m.Data}
+	if rec.ID == "" {
+		rec.ID = s.id
+	}
+	val, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("simba/etcd: %s: %w", op, err)
+	}
+	cctx, release := s.bind(ctx)
+	defer release()
+	if _, err := s.b.cli.Put(cctx, s.b.memberKey(group, s.id), string(val), clientv3.WithLease(s.lease)); err != nil {
+		return s.failure(ctx, op, err)
+	}
+	return nil
+}
+
+// Leave deletes the session's member key of group, if any.
+func (s *session) Leave(ctx context.Context, group string) error {
+	if !validName(group) {
+		return nameError("group", group)
+	}
+	op := fmt.Sprintf("leave %q", group)
+	if err := s.overErr(op); err != nil {
+		return err
+	}
+	cctx, release := s.bind(ctx)
+	defer release()
+	if _, err := s.b.cli.Delete(cctx, s.b.memberKey(group, s.id)); err != nil {
+		return s.failure(ctx, op, err)
+	}
+	return nil
+}
+
+// Members reads the member keys of group in one range request, sorted by
+// key, and so by session ID.
+func (s *session) Members(ctx context.Context, group string) ([]backend.Member, error) {
+	if !validName(group) {
+		return nil, nameError("group", group)
+	}
+	op := fmt.Sprintf("members of %q", group)
+	if err := s.overErr(op); err != nil {
+		return nil, err
+	}
+	cctx, release := s.bind(ctx)
+	defer release()
+	prefix := s.b.groupPrefix(group)
+	resp, err := s.b.cli.Get(cctx, prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	if err != nil {
+		return nil, s.failure(ctx, op, err)
+	}
+	out := make([]backend.Member, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		session := strings.TrimPrefix(string(kv.Key), prefix)
+		var rec memberRecord
+		if err := json.Unmarshal(kv.Value, &rec); err != nil {
+			return nil, fmt.Errorf("simba/etcd: %s: member key %q: %w", op, kv.Key, err)
+		}
+		out = append(out, backend.Member{ID: rec.ID, Session: session, Data: rec.Data})
+	}
+	return out, nil
+}
+
+// WatchMembers watches the member keys of group (one prefix watch) and sends
+// a hint for every batch of changes. It returns once etcd has created the
+// watch, so every change after it returns is signalled. The channel is
+// closed when ctx ends or the session is over.
+func (s *session) WatchMembers(ctx context.Context, group string) (<-chan struct{}, error) {
+	if !validName(group) {
+		return nil, nameError("group", group)
+	}
+	op := fmt.Sprintf("watch members of %q", group)
+	if err := s.overErr(op); err != nil {
+		return nil, err
+	}
+	cctx, release := s.bind(ctx)
+	prefix := s.b.groupPrefix(group)
+	wch := s.b.cli.Watch(cctx, prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	var next int64
+	select {
+	case resp, ok := <-wch:
+		err := resp.Err()
+		if !ok && err == nil {
+			err = cctx.Err()
+		}
+		if !ok && err == nil {
+			err = errors.New("watch closed")
+		}
+		if err != nil {
+			release()
+			return nil, s.failure(ctx, op, err)
+		}
+		next = resp.Header.Revision + 1
+	case <-cctx.Done():
+		release()
+		return nil, s.failure(ctx, op, cctx.Err())
+	}
+	hints := make(chan struct{}, 1)
+	spawned := s.spawn(func() {
+		defer close(hints)
+		defer release()
+		s.hintMembers(cctx, prefix, wch, next, hints)
+	})
+	if !spawned {
+		release()
+		return nil, s.doneErr(op)
+	}
+	return hints, nil
+}
+
+// hintMembers sends a hint on hints for every batch of events on wch, the
+// watch of prefix, until ctx ends. A broken watch is set up again from the
+// revision it reached, with a hint in case something was missed.
+func (s *session) hintMembers(ctx context.Context, prefix string, wch clientv3.WatchChan, next int64, hints chan<- struct{}) {
+	hint := func() {
+		select {
+		case hints <- struct{}{}:
+		default:
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case resp, ok := <-wch:
+			if ok && resp.Err() == nil {
+				if len(resp.Events) > 0 {
+					next = resp.Header.Revision + 1
+					hint()
+				}
+				continue
+			}
+			if !ok && s.ctx.Err() == nil && s.b.cli.Ctx().Err() != nil {
+				s.end(errClientClosed)
+			}
+			if ctx.Err() != nil || !s.pause(retryDelay) {
+				return
+			}
+			opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithRev(next)}
+			if resp.CompactRevision != 0 {
+				opts = opts[:1] // history is gone: from now on
+			}
+			hint()
+			wch = s.b.cli.Watch(ctx, prefix, opts...)
+		}
+	}
+}

@@ -1,0 +1,59 @@
+package etcdtest_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+
+	"github.com/simba-go/simba/internal/etcdtest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestStartStopRestart(t *testing.T) {
+	t0 := time.Now()
+	srv := etcdtest.Start(t)
+	t.Logf("started in %v", time.Since(t0))
+	cli := srv.Client(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	put, err := cli.Put(ctx, "/k", "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 = time.Now()
+	for range 20 {
+		if _, err := cli.Put(ctx, "/k", "v"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("put: %v", time.Since(t0)/20)
+	g, err := cli.Grant(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("minimum TTL granted: %ds", g.TTL)
+	w := cli.Watch(ctx, "/k", clientv3.WithRev(put.Header.Revision))
+	_ = w
+
+	t0 = time.Now()
+	srv.Stop()
+	t.Logf("stopped in %v", time.Since(t0))
+	t0 = time.Now()
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("restarted in %v", time.Since(t0))
+	t0 = time.Now()
+	resp, err := cli.Get(ctx, "/k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("client back after %v", time.Since(t0))
+	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "v" || resp.Header.Revision < put.Header.Revision {
+		t.Fatalf("after restart: %v", resp)
+	}
+}
