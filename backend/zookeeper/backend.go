@@ -1,0 +1,193 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/simba-go/simba/backend"
+)
+
+var _ backend.Backend = (*Backend)(nil)
+
+// Backend is a [backend.Backend] on a ZooKeeper server or ensemble. Each
+// session it opens is one ZooKeeper session on a connection of its own.
+//
+// A Backend is safe for concurrent use by multiple goroutines.
+type Backend struct {
+	servers []string
+	cfg     config
+	paths   paths
+	zkLog   zk.Logger
+
+	mu       sync.Mutex
+	closed   bool
+	sessions map[*session]struct{} // from Open until their connection is shut down
+}
+
+// New returns a backend on the ZooKeeper servers at the given addresses,
+// each "host:port" or "host" (port 2181), one address per element; the
+// root is set with [WithRoot], not as a "/chroot" suffix. It connects to
+// nothing yet: each [Backend.Open] connects on its own.
+func New(servers []string, opts ...Option) (*Backend, error) {
+	if len(servers) == 0 {
+		return nil, errors.New("simba/zookeeper: no server address given")
+	}
+	addrs := make([]string, len(servers))
+	for i, s := range servers {
+		a, err := checkAddress(s)
+		if err != nil {
+			return nil, err
+		}
+		addrs[i] = a
+	}
+	cfg := defaults()
+	for _, o := range opts {
+		if o == nil {
+			return nil, errors.New("simba/zookeeper: nil option")
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	return &Backend{
+		servers:  addrs,
+		cfg:      cfg,
+		paths:    paths{cfg.root},
+		zkLog:    zkLogger{cfg.logger},
+		sessions: make(map[*session]struct{}),
+	}, nil
+}
+
+// checkAddress validates one server address and adds the default port.
+func checkAddress(s string) (string, error) {
+	bad := func(why string) (string, error) {
+		return "", fmt.Errorf("simba/zookeeper: invalid server address %q: %s", s, why)
+	}
+	switch {
+	case s == "":
+		return bad("empty")
+	case strings.ContainsAny(s, ", \t\n"):
+		return bad("give one address per element")
+	case strings.Contains(s, "/"):
+		return bad("a chroot suffix is not supported; use WithRoot")
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		if !strings.Contains(err.Error(), "missing port") {
+			return bad(err.Error())
+		}
+		host, port = strings.Trim(s, "[]"), strconv.Itoa(zk.DefaultPort)
+	}
+	if host == "" {
+		return bad("empty host")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return bad(fmt.Sprintf("port %q is not a number from 1 to 65535", port))
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+// Root returns the znode under which the backend keeps its data.
+func (b *Backend) Root() string { return b.cfg.root }
+
+// Open opens a new ZooKeeper session on a connection of its own, asking for
+// o.TTL as its session timeout; Session.TTL reports the timeout the server
+// granted (ZooKeeper clamps it between the server's minSessionTimeout and
+// maxSessionTimeout), less [WithLeaderLag].
+//
+// Open returns once the server has granted the session. It gives up with an
+// error when ctx ends, and also when a connection to each server has been
+// tried and failed, so that a bad address or a server that is down is
+// reported at once rather than retried: the caller retries. A session the
+// server granted too late is closed again. After [Backend.Close] it returns
+// an error wrapping [backend.ErrClosed].
+func (b *Backend) Open(ctx context.Context, o backend.SessionOptions) (backend.Session, error) {
+	if o.TTL <= 0 {
+		return nil, fmt.Errorf("simba/zookeeper: open: invalid TTL %v: must be positive", o.TTL)
+	}
+	ms := (o.TTL + time.Millisecond - 1) / time.Millisecond
+	if ms > math.MaxInt32 {
+		return nil, fmt.Errorf("simba/zookeeper: open: TTL %v is too long", o.TTL)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("simba/zookeeper: open: %w", err)
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, fmt.Errorf("simba/zookeeper: open: %w", backend.ErrClosed)
+	}
+	s := newSession(b, int32(ms))
+	b.sessions[s] = struct{}{}
+	b.mu.Unlock()
+
+	conn, events, err := zk.Connect(b.servers, time.Duration(ms)*time.Millisecond,
+		zk.WithHostProvider(s.link.hosts),
+		zk.WithDialer(s.link.dial),
+		zk.WithEventCallback(s.onEvent),
+		zk.WithLogger(b.zkLog),
+		zk.WithLogInfo(false),
+	)
+	s.setConn(conn, events)
+	if err != nil { // only for arguments New has checked
+		s.end(err, false)
+		return nil, fmt.Errorf("simba/zookeeper: open: %w", err)
+	}
+	if err := s.open(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// forget removes s from the open sessions.
+func (b *Backend) forget(s *session) {
+	b.mu.Lock()
+	delete(b.sessions, s)
+	b.mu.Unlock()
+}
+
+// Close abandons the sessions still open, as package backend asks: it drops
+// their connections without ending them on the server, where they expire
+// by themselves; their Done channels close and their calls return errors
+// wrapping [backend.ErrSessionDone]. Close waits until every connection the
+// backend made is shut down and every goroutine it started has exited
+// (about a second at most). Later calls to Open return an error wrapping
+// [backend.ErrClosed]. Close is idempotent and always returns nil.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	b.closed = true
+	open := make([]*session, 0, len(b.sessions))
+	for s := range b.sessions {
+		open = append(open, s)
+	}
+	b.mu.Unlock()
+	for _, s := range open {
+		s.end(errBackendClosed, false)
+	}
+	for _, s := range open {
+		<-s.shutdownDone
+	}
+	return nil
+}
+
+// errBackendClosed is the cause of sessions ended by Backend.Close.
+var errBackendClosed = fmt.Errorf("%w: %w", backend.ErrSessionDone, backend.ErrClosed)
+
+// zkLogger logs the go-zookeeper client's lines at debug level.
+type zkLogger struct{ l *slog.Logger }
+
+func (z zkLogger) Printf(format string, args ...any) {
+	if z.l.Enabled(context.Background(), slog.LevelDebug) {
+		z.l.Debug("go-zookeeper: " + fmt.Sprintf(format, args...))
+	}
+}

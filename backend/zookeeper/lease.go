@@ -1,0 +1,455 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/simba-go/simba/backend"
+)
+
+// leaseState is where a holding stands.
+type leaseState int
+
+const (
+	leasePending leaseState = iota // Acquire is creating it
+	leaseHeld
+	leaseEnded
+)
+
+// lease is one holding of a lease: the ephemeral znode <root>/lease/<name>
+// created by the session. It implements [backend.Lease].
+type lease struct {
+	s       *session
+	name    string
+	path    string
+	token   uint64 // the znode's czxid
+	version int32  // the znode's version when acquired
+	lost    chan struct{}
+
+	// Guarded by s.mu.
+	state     leaseState
+	releasing bool // Release or a re-Acquire is deleting the znode
+	deleted   bool // the znode was deleted while pending or releasing
+}
+
+// Name returns the lease name.
+func (l *lease) Name() string { return l.name }
+
+// Token returns the czxid of the lease's znode: the zxid of the
+// transaction that created it, which is larger than that of every earlier
+// transaction on the server, so larger than the token of every earlier
+// holding of the name.
+func (l *lease) Token() uint64 { return l.token }
+
+// Lost is closed when the znode is deleted by anything but Release, or the
+// session is over. It hears of a deletion from an exists watch on the
+// znode, so it closes late, or only once the session is declared over,
+// while the server cannot be reached.
+func (l *lease) Lost() <-chan struct{} { return l.lost }
+
+// endLocked ends the holding; lost closes the Lost channel. s.mu is held.
+func (l *lease) endLocked(lost bool) {
+	if l.state == leaseEnded {
+		return
+	}
+	l.state = leaseEnded
+	if lost {
+		close(l.lost)
+	}
+}
+
+// leaseEvent handles a watch event for the znode of lease name.
+func (s *session) leaseEvent(name string, typ zk.EventType) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.leases[name]
+	switch {
+	case l == nil:
+	case typ == zk.EventNodeDeleted && (l.state == leasePending || l.releasing):
+		l.deleted = true
+	case typ == zk.EventNodeDeleted:
+		l.endLocked(true)
+		delete(s.leases, name)
+	case l.state == leaseHeld && !s.over:
+		// The data changed (nothing of simba's changes it): the watch is
+		// used up; set another.
+		s.calls.Add(1)
+		go func() {
+			defer s.calls.Done()
+			s.rewatch(l)
+		}()
+	}
+}
+
+// rewatch sets a new exists watch on a held lease's znode.
+func (s *session) rewatch(l *lease) {
+	for attempt := 1; attempt <= 5; attempt++ {
+		ok, st, _, err := s.conn.ExistsW(l.path)
+		if err == nil {
+			s.mu.Lock()
+			switch {
+			case s.leases[l.name] != l || l.releasing:
+			case !ok || uint64(st.Czxid) != l.token:
+				l.endLocked(true)
+				delete(s.leases, l.name)
+			default:
+				l.version = st.Version
+			}
+			s.mu.Unlock()
+			return
+		}
+		if !s.sleep(s.ctx, time.Duration(attempt)*50*time.Millisecond) {
+			return
+		}
+	}
+}
+
+// errLeaseGone is how a release step reports that the znode is not (or no
+// longer) the holding's.
+var errLeaseGone = errors.New("znode gone or not ours")
+
+// Acquire blocks until the session holds the lease called name: it creates
+// the ephemeral znode <root>/lease/<name> and, while another session's
+// znode is there, waits for an exists watch to report its deletion.
+//
+// When it finds a znode of its own session that is not a current holding
+// (left by a create whose reply was lost, or by an Acquire that gave up),
+// it deletes it and creates a new one: such an orphan never blocks the
+// lease. A current holding of name by this session is first released (its
+// Lost channel closes), so that the new holding has a new token.
+//
+// When ctx ends first, Acquire returns an error wrapping ctx.Err(). If a
+// create request was on its way, the znode it may have made is deleted as
+// soon as its reply arrives (or goes with the session): until then another
+// session may find the name held.
+func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, error) {
+	if !validName(name) {
+		return nil, nameError("lease", name)
+	}
+	const op = "acquire"
+	if err := s.live(op); err != nil {
+		return nil, err
+	}
+	unlock, err := s.lockName(ctx, op, name)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	s.mu.Lock()
+	cur := s.leases[name]
+	if cur != nil && cur.state != leaseHeld {
+		cur = nil
+	}
+	s.mu.Unlock()
+	if cur != nil {
+		if err := s.release(ctx, op, cur, true); err != nil && !errors.Is(err, backend.ErrNotHeld) {
+			return nil, err
+		}
+	}
+
+	a := &acquisition{s: s, name: name, path: s.p.lease(name)}
+	l, err := a.run(ctx)
+	if err != nil && a.unsure {
+		a.sweepAfter(a.created)
+	}
+	return l, err
+}
+
+// acquisition is the state of one Acquire call.
+type acquisition struct {
+	s          *session
+	name, path string
+	created    <-chan struct{} // closed when the last create request has returned
+	unsure     bool            // a znode of this call may exist that is not a holding
+}
+
+// run tries until the lease is held or an error ends it.
+func (a *acquisition) run(ctx context.Context) (backend.Lease, error) {
+	s := a.s
+	failures := 0
+	for {
+		l, wait, err := a.attempt(ctx)
+		switch {
+		case l != nil:
+			return l, nil
+		case err != nil:
+			if ctx.Err() != nil || errors.Is(err, backend.ErrSessionDone) {
+				return nil, err
+			}
+			failures++
+			if !s.sleep(ctx, backoff(failures, s.link.granted()/10)) {
+				return nil, a.stopped(ctx)
+			}
+		case wait != nil:
+			failures = 0
+			select {
+			case <-wait:
+			case <-ctx.Done():
+				return nil, a.stopped(ctx)
+			case <-s.ctx.Done():
+				return nil, a.stopped(ctx)
+			}
+		}
+	}
+}
+
+// stopped returns the error of an Acquire that stops waiting.
+func (a *acquisition) stopped(ctx context.Context) error {
+	if err := a.s.live("acquire"); err != nil {
+		return err
+	}
+	return fmt.Errorf("simba/zookeeper: acquire %q: %w", a.name, ctx.Err())
+}
+
+// attempt tries once to create the znode. It returns the lease, or a watch
+// to wait on while another session holds the lease, or an error; or none of
+// these, to try again at once.
+func (a *acquisition) attempt(ctx context.Context) (*lease, <-chan zk.Event, error) {
+	s := a.s
+	l := &lease{s: s, name: a.name, path: a.path, lost: make(chan struct{})}
+	s.mu.Lock()
+	if s.over {
+		s.mu.Unlock()
+		return nil, nil, s.live("acquire")
+	}
+	s.leases[a.name] = l // pending: deletion events are recorded from now on
+	s.mu.Unlock()
+	held := false
+	defer func() {
+		if !held {
+			s.mu.Lock()
+			if s.leases[a.name] == l {
+				delete(s.leases, a.name)
+			}
+			s.mu.Unlock()
+		}
+	}()
+
+	done := make(chan struct{})
+	a.created, a.unsure = done, true
+	_, err := call(s, ctx, "acquire: create", func(c *zk.Conn) (string, error) {
+		defer close(done)
+		return c.Create(a.path, nil, zk.FlagEphemeral, s.b.cfg.acl)
+	})
+	exists := errors.Is(err, zk.ErrNodeExists)
+	switch {
+	case err == nil:
+	case exists:
+		a.unsure = false // answered: this request created nothing
+	case errors.Is(err, zk.ErrNoNode):
+		a.unsure = false
+		_, err := call(s, ctx, "acquire: create parents", func(c *zk.Conn) (struct{}, error) {
+			return struct{}{}, s.ensureDir(c, s.p.root+leaseDir)
+		})
+		return nil, nil, err
+	default:
+		return nil, nil, err // maybe applied: the next attempt finds out
+	}
+
+	type seen struct {
+		ok   bool
+		stat *zk.Stat
+		ev   <-chan zk.Event
+	}
+	r, err := call(s, ctx, "acquire: watch", func(c *zk.Conn) (seen, error) {
+		ok, st, ev, err := c.ExistsW(a.path)
+		return seen{ok, st, ev}, err
+	})
+	switch {
+	case err != nil:
+		return nil, nil, err
+	case !r.ok:
+		return nil, nil, nil // deleted meanwhile
+	case r.stat.EphemeralOwner != s.id:
+		return nil, r.ev, nil // another session holds the lease
+	case exists:
+		// An orphan of this session's own (see Acquire).
+		_, err := call(s, ctx, "acquire: delete orphan", func(c *zk.Conn) (struct{}, error) {
+			err := c.Delete(a.path, r.stat.Version)
+			if errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) {
+				err = nil
+			}
+			return struct{}{}, err
+		})
+		if err == nil {
+			a.unsure = false
+		}
+		return nil, nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.over:
+		return nil, nil, fmt.Errorf("simba/zookeeper: acquire: %w", s.cause)
+	case l.deleted:
+		return nil, nil, nil // deleted again since: try again
+	}
+	l.token, l.version = uint64(r.stat.Czxid), r.stat.Version
+	l.state = leaseHeld
+	held, a.unsure = true, false
+	return l, nil, nil
+}
+
+// sweepAfter deletes, once the create request behind done has returned,
+// any znode of name owned by this session that is not its current holding.
+func (a *acquisition) sweepAfter(done <-chan struct{}) {
+	s := a.s
+	s.goCall(func() {
+		select {
+		case <-done:
+		case <-s.ctx.Done():
+			return
+		}
+		unlock, err := s.lockName(s.ctx, "acquire: clean up", a.name)
+		if err != nil {
+			return
+		}
+		defer unlock()
+		for attempt := 1; attempt <= 5; attempt++ {
+			ok, st, err := s.conn.Exists(a.path)
+			if err == nil {
+				if !ok || st.EphemeralOwner != s.id || s.holds(a.name, uint64(st.Czxid)) {
+					return
+				}
+				err = s.conn.Delete(a.path, st.Version)
+				if err == nil || errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) {
+					return
+				}
+			}
+			if !s.sleep(s.ctx, time.Duration(attempt)*50*time.Millisecond) {
+				return
+			}
+		}
+	})
+}
+
+// holds reports whether token is the session's current holding of name.
+func (s *session) holds(name string, token uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.leases[name]
+	return l != nil && l.state == leaseHeld && l.token == token
+}
+
+// Release deletes the lease's znode with the version seen when it was
+// acquired, if it is still this holding: the czxid (the token) and the
+// owner were checked then, and the exists watch set then closes Lost, and
+// makes Release return an error wrapping [backend.ErrNotHeld] without
+// asking the server, once the znode is deleted by anything else. After the
+// session is over Release returns ErrNotHeld too.
+//
+// ZooKeeper cannot make a delete conditional on the czxid, and the version
+// of a new znode is 0 again. Only this session deletes its znode while the
+// session lives, so the znode can only have been replaced if something
+// outside simba deleted it and another session created it again within
+// the round trip before the delete, before the watch event reached this
+// session. Reading the znode first would not close that window, only move
+// it, and would cost a round trip.
+func (l *lease) Release(ctx context.Context) error {
+	s := l.s
+	const op = "release"
+	s.mu.Lock()
+	state := l.state
+	s.mu.Unlock()
+	if state != leaseHeld {
+		return l.notHeld(op, nil)
+	}
+	unlock, err := s.lockName(ctx, op, l.name)
+	if err != nil {
+		if errors.Is(err, backend.ErrSessionDone) {
+			return l.notHeld(op, err)
+		}
+		return err
+	}
+	defer unlock()
+	return s.release(ctx, op, l, false)
+}
+
+// notHeld returns an error wrapping ErrNotHeld (and cause, if not nil).
+func (l *lease) notHeld(op string, cause error) error {
+	if cause != nil {
+		return fmt.Errorf("simba/zookeeper: %s %q (token %d): %w: %w", op, l.name, l.token, backend.ErrNotHeld, cause)
+	}
+	return fmt.Errorf("simba/zookeeper: %s %q (token %d): %w", op, l.name, l.token, backend.ErrNotHeld)
+}
+
+// release deletes l's znode if it is still l's; the name lock is held.
+// lost says whether l's Lost channel closes when it succeeds (a holding
+// replaced by a new Acquire).
+func (s *session) release(ctx context.Context, op string, l *lease, lost bool) error {
+	s.mu.Lock()
+	if l.state != leaseHeld {
+		s.mu.Unlock()
+		return l.notHeld(op, nil)
+	}
+	l.releasing, l.deleted = true, false
+	s.mu.Unlock()
+	_, err := call(s, ctx, op, func(c *zk.Conn) (struct{}, error) {
+		err := c.Delete(l.path, l.version)
+		if errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) {
+			err = errLeaseGone
+		}
+		return struct{}{}, err
+	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l.releasing = false
+	forget := func(lost bool) {
+		l.endLocked(lost)
+		if s.leases[l.name] == l {
+			delete(s.leases, l.name)
+		}
+	}
+	switch {
+	case err == nil:
+		forget(lost)
+		return nil
+	case errors.Is(err, errLeaseGone):
+		forget(true)
+		return l.notHeld(op, nil)
+	case errors.Is(err, backend.ErrSessionDone):
+		return l.notHeld(op, err) // the session's end ended the holding
+	case l.deleted:
+		// The znode is gone, maybe by this very request whose reply was
+		// lost: the holding is over; a retry returns ErrNotHeld.
+		forget(lost)
+	}
+	return err
+}
+
+// ensureDir creates the missing znodes of dir, as containers.
+func (s *session) ensureDir(c *zk.Conn, dir string) error {
+	for i := 1; i <= len(dir); i++ {
+		if i < len(dir) && dir[i] != '/' {
+			continue
+		}
+		_, err := c.CreateContainer(dir[:i], nil, zk.FlagContainer, s.b.cfg.acl)
+		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return fmt.Errorf("create %s: %w", dir[:i], err)
+		}
+	}
+	return nil
+}
+
+// HeldLeases lists, sorted, the names starting with prefix of the lease
+// znodes that exist now, whoever holds them. It implements
+// [backend.LeaseLister].
+func (s *session) HeldLeases(ctx context.Context, prefix string) ([]string, error) {
+	return call(s, ctx, "held leases", func(c *zk.Conn) ([]string, error) {
+		names, _, err := c.Children(s.p.root + leaseDir)
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil, nil
+		}
+		names = slices.DeleteFunc(names, func(n string) bool { return !strings.HasPrefix(n, prefix) || !validName(n) })
+		slices.Sort(names)
+		return names, err
+	})
+}

@@ -1,0 +1,285 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/simba-go/simba/backend"
+)
+
+// errLinkStopped refuses connections once the session is over.
+var errLinkStopped = errors.New("simba/zookeeper: session over: no more connections")
+
+// link is a session's side of the connections go-zookeeper makes for it. It
+// dials them, wraps each in a [wire], and keeps what the wires learn from the
+// server's connect responses: the session ID and the timeout the server
+// granted. It also enforces that a session never acts on a ZooKeeper session
+// other than the one it was opened with: go-zookeeper, after an expiry, would
+// silently start a new session on the same connection object; the link
+// refuses that connection.
+type link struct {
+	dialer    DialFunc
+	requested int32 // requested session timeout, ms
+	nservers  int
+	hosts     *hosts
+	gone      func(error) // the server ended the session, or the client would start another
+
+	ctx     context.Context // ends with stop: dials in progress are abandoned
+	cancel  context.CancelFunc
+	stopped atomic.Bool
+
+	mu         sync.Mutex
+	id         int64         // 0 until the server grants the session
+	timeout    time.Duration // smallest timeout the server granted on any connection
+	lastZxid   int64         // largest zxid in a reply (see wire)
+	current    *wire
+	failures   int // failed connection attempts before the session was granted
+	lastErr    error
+	ready      chan struct{} // closed when the server grants the session
+	failed     chan struct{} // closed when every server failed before that
+	failedSet  bool
+	closeAcked chan struct{} // closed when the server answers the close request
+	ackedSet   bool
+}
+
+func newLink(dialer DialFunc, requested int32, nservers int, gone func(error)) *link {
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &link{
+		dialer:     dialer,
+		requested:  requested,
+		nservers:   nservers,
+		gone:       gone,
+		ctx:        ctx,
+		cancel:     cancel,
+		ready:      make(chan struct{}),
+		failed:     make(chan struct{}),
+		closeAcked: make(chan struct{}),
+	}
+	l.hosts = &hosts{stopped: &l.stopped}
+	return l
+}
+
+// dial is the go-zookeeper Dialer: it opens a connection with the
+// configured DialFunc and wraps it.
+func (l *link) dial(network, address string, timeout time.Duration) (net.Conn, error) {
+	if l.stopped.Load() {
+		return nil, errLinkStopped
+	}
+	ctx, cancel := context.WithTimeout(l.ctx, timeout)
+	c, err := l.dialer(ctx, network, address)
+	cancel()
+	if err != nil {
+		l.attemptFailed(err)
+		return nil, err
+	}
+	w := newWire(c, l, address)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopped.Load() {
+		c.Close()
+		return nil, errLinkStopped
+	}
+	l.current = w
+	return w, nil
+}
+
+// attemptFailed records a failed connection attempt (dial or handshake).
+// Before the session is granted, a failure on every server ends Open.
+func (l *link) attemptFailed(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lastErr = err
+	if l.id != 0 {
+		return
+	}
+	l.failures++
+	if l.failures >= l.nservers && !l.failedSet {
+		l.failedSet = true
+		close(l.failed)
+	}
+}
+
+// lastError returns the error of the last failed connection attempt.
+func (l *link) lastError() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastErr
+}
+
+// checkConnect vets the session ID of a connect request go-zookeeper is
+// about to send: 0 asks for a new session, which is allowed only for the
+// first one.
+func (l *link) checkConnect(id int64) error {
+	if l.stopped.Load() {
+		return errLinkStopped
+	}
+	l.mu.Lock()
+	own := l.id
+	l.mu.Unlock()
+	if own != 0 && id != own {
+		err := fmt.Errorf("%w: session 0x%x is over; the client tried to start session 0x%x in its place", backend.ErrSessionDone, own, id)
+		l.gone(err)
+		return err
+	}
+	return nil
+}
+
+// accept takes the server's connect response: the session ID (0 when the
+// server says the session has expired) and the timeout it granted, in ms.
+func (l *link) accept(id int64, timeoutMs int32) error {
+	if l.stopped.Load() {
+		return errLinkStopped
+	}
+	l.mu.Lock()
+	var gone error
+	switch {
+	case id == 0 && l.id != 0:
+		gone = fmt.Errorf("%w: the server expired session 0x%x", backend.ErrSessionDone, l.id)
+	case id == 0:
+		l.mu.Unlock()
+		return errors.New("simba/zookeeper: the server granted no session")
+	case timeoutMs <= 0:
+		l.mu.Unlock()
+		return fmt.Errorf("simba/zookeeper: the server granted session 0x%x a timeout of %dms", id, timeoutMs)
+	case l.id == 0:
+		l.id = id
+		l.timeout = time.Duration(timeoutMs) * time.Millisecond
+		close(l.ready)
+	case id != l.id:
+		gone = fmt.Errorf("%w: the server answered for session 0x%x instead of 0x%x", backend.ErrSessionDone, id, l.id)
+	default:
+		// A server may grant another timeout on reconnection, and the one
+		// in force for expiry is the latest. Keeping the smallest ever
+		// granted covers both.
+		l.timeout = min(l.timeout, time.Duration(timeoutMs)*time.Millisecond)
+	}
+	l.mu.Unlock()
+	if gone != nil {
+		l.gone(gone)
+		return gone
+	}
+	return nil
+}
+
+// sessionID returns the granted session ID (0 before).
+func (l *link) sessionID() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.id
+}
+
+// granted returns the smallest timeout the server granted the session.
+func (l *link) granted() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.timeout
+}
+
+// knownTimeout is the granted timeout, or the requested one before.
+func (l *link) knownTimeout() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.timeout > 0 {
+		return l.timeout
+	}
+	return time.Duration(l.requested) * time.Millisecond
+}
+
+// sawZxid records the zxid of a reply.
+func (l *link) sawZxid(z int64) {
+	l.mu.Lock()
+	l.lastZxid = max(l.lastZxid, z)
+	l.mu.Unlock()
+}
+
+// zxid returns the largest zxid seen in a reply.
+func (l *link) zxid() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastZxid
+}
+
+// acked records that the server answered the close request.
+func (l *link) acked() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.ackedSet {
+		l.ackedSet = true
+		close(l.closeAcked)
+	}
+}
+
+// stop refuses every later connection and abandons dials in progress.
+func (l *link) stop() {
+	l.stopped.Store(true)
+	l.cancel()
+}
+
+// closeCurrent closes the current connection, if any.
+func (l *link) closeCurrent() {
+	l.mu.Lock()
+	w := l.current
+	l.mu.Unlock()
+	if w != nil {
+		w.Close()
+	}
+}
+
+// hosts is the go-zookeeper HostProvider of one session: the servers in
+// turn, without DNS look-ups of its own (the dialer resolves, honouring its
+// context). It asks go-zookeeper to pause (about a second) only after a
+// whole round of failed attempts, so that a dropped connection is retried
+// at once, and always once the session is over.
+type hosts struct {
+	stopped *atomic.Bool
+
+	mu      sync.Mutex
+	servers []string
+	next    int
+	tries   int // attempts since the last successful connection
+}
+
+// Init takes the server list.
+func (h *hosts) Init(servers []string) error {
+	if len(servers) == 0 {
+		return errors.New("simba/zookeeper: no server address given")
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.servers = append([]string(nil), servers...)
+	return nil
+}
+
+// Len returns the number of servers.
+func (h *hosts) Len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.servers)
+}
+
+// Next returns the server to try next, and whether go-zookeeper should
+// pause before trying it.
+func (h *hosts) Next() (string, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.servers[h.next]
+	h.next = (h.next + 1) % len(h.servers)
+	pause := h.tries >= len(h.servers) || h.stopped.Load()
+	if pause {
+		h.tries = 0
+	}
+	h.tries++
+	return s, pause
+}
+
+// Connected records a successful connection.
+func (h *hosts) Connected() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.tries = 0
+}

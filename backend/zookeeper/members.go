@@ -1,0 +1,233 @@
+package zookeeper
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/simba-go/simba/backend"
+)
+
+// memberVersion is the first byte of an encoded member record.
+const memberVersion = 1
+
+// encodeMember encodes a member record: a version byte, the ID's length as
+// a uvarint, the ID, then the data.
+func encodeMember(id string, data []byte) []byte {
+	b := make([]byte, 0, 1+binary.MaxVarintLen64+len(id)+len(data))
+	b = append(b, memberVersion)
+	b = binary.AppendUvarint(b, uint64(len(id)))
+	b = append(b, id...)
+	return append(b, data...)
+}
+
+// decodeMember decodes a member record.
+func decodeMember(b []byte) (id string, data []byte, err error) {
+	if len(b) == 0 || b[0] != memberVersion {
+		return "", nil, errors.New("not a simba member record")
+	}
+	n, k := binary.Uvarint(b[1:])
+	if k <= 0 || n > uint64(len(b)-1-k) {
+		return "", nil, errors.New("corrupt member record")
+	}
+	rest := b[1+k:]
+	id = string(rest[:n])
+	if len(rest) > int(n) {
+		data = slices.Clone(rest[n:])
+	}
+	return id, data, nil
+}
+
+// isSessionID reports whether s is a session ID as ID returns it.
+func isSessionID(s string) bool {
+	if len(s) != 16 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// Join makes the session a member of group: the ephemeral znode
+// <root>/group/<group>/<session ID>, whose data holds m.ID (the session ID
+// when empty) and m.Data. Joining again replaces the znode in one atomic
+// multi-operation, so that member watches fire.
+func (s *session) Join(ctx context.Context, group string, m backend.Member) error {
+	if !validName(group) {
+		return nameError("group", group)
+	}
+	if len(m.Data) > backend.MaxMemberData {
+		return fmt.Errorf("simba/zookeeper: join %q: member data of %d bytes exceeds %d", group, len(m.Data), backend.MaxMemberData)
+	}
+	if err := s.live("join"); err != nil {
+		return err
+	}
+	id := m.ID
+	if id == "" {
+		id = s.sid
+	}
+	data := encodeMember(id, m.Data)
+	path := s.p.member(group, s.sid)
+	acl := s.b.cfg.acl
+	_, err := call(s, ctx, fmt.Sprintf("join %q", group), func(c *zk.Conn) (struct{}, error) {
+		for attempt := 0; ; attempt++ {
+			_, err := c.Create(path, data, zk.FlagEphemeral, acl)
+			if errors.Is(err, zk.ErrNodeExists) {
+				_, err = c.Multi(
+					&zk.DeleteRequest{Path: path, Version: -1},
+					&zk.CreateRequest{Path: path, Data: data, Acl: acl, Flags: zk.FlagEphemeral},
+				)
+			}
+			if !errors.Is(err, zk.ErrNoNode) || attempt == 3 {
+				return struct{}{}, err
+			}
+			if err := s.ensureDir(c, s.p.group(group)); err != nil {
+				return struct{}{}, err
+			}
+		}
+	})
+	return err
+}
+
+// Leave deletes the session's member znode of group, if any.
+func (s *session) Leave(ctx context.Context, group string) error {
+	if !validName(group) {
+		return nameError("group", group)
+	}
+	path := s.p.member(group, s.sid)
+	_, err := call(s, ctx, fmt.Sprintf("leave %q", group), func(c *zk.Conn) (struct{}, error) {
+		err := c.Delete(path, -1)
+		if errors.Is(err, zk.ErrNoNode) {
+			err = nil
+		}
+		return struct{}{}, err
+	})
+	return err
+}
+
+// Members lists the member znodes of group, ordered by session ID. Children
+// that are not simba member records are skipped (and logged).
+func (s *session) Members(ctx context.Context, group string) ([]backend.Member, error) {
+	if !validName(group) {
+		return nil, nameError("group", group)
+	}
+	dir := s.p.group(group)
+	return call(s, ctx, fmt.Sprintf("members %q", group), func(c *zk.Conn) ([]backend.Member, error) {
+		names, _, err := c.Children(dir)
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		names = slices.DeleteFunc(names, func(n string) bool { return !isSessionID(n) })
+		slices.Sort(names)
+		out := make([]backend.Member, len(names))
+		errs := make([]error, len(names))
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 32) // requests in flight
+		for i, n := range names {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				data, _, err := c.Get(dir + "/" + n)
+				switch {
+				case errors.Is(err, zk.ErrNoNode): // left meanwhile
+				case err != nil:
+					errs[i] = err
+				default:
+					id, d, err := decodeMember(data)
+					if err != nil {
+						s.b.cfg.logger.Warn("simba/zookeeper: skipping a member znode", "path", dir+"/"+n, "err", err)
+						return
+					}
+					out[i] = backend.Member{ID: id, Session: n, Data: d}
+				}
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return nil, err
+		}
+		return slices.DeleteFunc(out, func(m backend.Member) bool { return m.Session == "" }), nil
+	})
+}
+
+// WatchMembers sets a child watch on the group's znode (an exists watch
+// while it does not exist) before it returns, and sends a hint on the
+// channel each time one fires, setting the next. The channel is closed
+// when ctx ends or the session is over.
+func (s *session) WatchMembers(ctx context.Context, group string) (<-chan struct{}, error) {
+	if !validName(group) {
+		return nil, nameError("group", group)
+	}
+	op := fmt.Sprintf("watch members %q", group)
+	dir := s.p.group(group)
+	ev, err := call(s, ctx, op, func(c *zk.Conn) (<-chan zk.Event, error) { return watchChildren(c, dir) })
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan struct{}, 1)
+	if !s.goCall(func() { s.watchMembers(ctx, op, dir, ev, ch) }) {
+		return nil, s.live(op)
+	}
+	return ch, nil
+}
+
+// watchChildren sets a child watch on dir, or an exists watch while dir
+// does not exist.
+func watchChildren(c *zk.Conn, dir string) (<-chan zk.Event, error) {
+	for {
+		_, _, ev, err := c.ChildrenW(dir)
+		if !errors.Is(err, zk.ErrNoNode) {
+			return ev, err
+		}
+		ok, _, ev, err := c.ExistsW(dir)
+		if err != nil || !ok {
+			return ev, err
+		}
+	}
+}
+
+// watchMembers turns watch events into hints until ctx ends or the session
+// is over; it closes ch.
+func (s *session) watchMembers(ctx context.Context, op, dir string, ev <-chan zk.Event, ch chan struct{}) {
+	defer close(ch)
+	hint := func() {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+	for {
+		select {
+		case <-ev:
+		case <-ctx.Done():
+			return
+		case <-s.ctx.Done():
+			return
+		}
+		hint()
+		for failures := 1; ; failures++ {
+			next, err := call(s, ctx, op, func(c *zk.Conn) (<-chan zk.Event, error) { return watchChildren(c, dir) })
+			if err == nil {
+				ev = next
+				if failures > 1 {
+					hint() // a change may have gone unseen while no watch was set
+				}
+				break
+			}
+			if !s.sleep(ctx, backoff(failures, s.link.granted()/3)) {
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,148 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// DefaultRoot is the znode under which a [Backend] keeps its data when
+// [WithRoot] is not given.
+const DefaultRoot = "/simba"
+
+// Option configures a [Backend]. Options refuse bad values: [New] returns
+// their error instead of correcting them.
+type Option func(*config) error
+
+// DialFunc opens one TCP (or TLS) connection to a ZooKeeper server. It must
+// honour ctx.
+type DialFunc func(ctx context.Context, network, address string) (net.Conn, error)
+
+type credential struct {
+	scheme string
+	auth   []byte
+}
+
+type config struct {
+	root   string
+	acl    []zk.ACL
+	auth   []credential
+	dial   DialFunc
+	logger *slog.Logger
+	lag    time.Duration
+}
+
+// defaults returns the configuration used when no option is given.
+func defaults() config {
+	var d net.Dialer
+	return config{
+		root:   DefaultRoot,
+		acl:    zk.WorldACL(zk.PermAll),
+		dial:   d.DialContext,
+		logger: slog.New(slog.DiscardHandler),
+	}
+}
+
+// WithRoot sets the znode under which the backend keeps its leases and
+// groups (default [DefaultRoot], "/simba"). It must be an absolute path
+// other than "/", without a trailing slash. Missing znodes on the way are
+// created as container znodes, which the server deletes once they are
+// empty. Backends with different roots never see each other's leases.
+func WithRoot(path string) Option {
+	return func(c *config) error {
+		if err := checkRoot(path); err != nil {
+			return err
+		}
+		c.root = path
+		return nil
+	}
+}
+
+// WithACL sets the ACL of every znode the backend creates (default
+// zk.WorldACL(zk.PermAll)). Use it with [WithAuth] to keep other clients
+// from deleting the backend's znodes.
+func WithACL(acl ...zk.ACL) Option {
+	return func(c *config) error {
+		if len(acl) == 0 {
+			return errors.New("simba/zookeeper: WithACL: empty ACL")
+		}
+		for _, a := range acl {
+			if a.Perms == 0 || a.Perms&^zk.PermAll != 0 {
+				return fmt.Errorf("simba/zookeeper: WithACL: invalid permissions %#x for %s:%s", a.Perms, a.Scheme, a.ID)
+			}
+			if a.Scheme == "" {
+				return errors.New("simba/zookeeper: WithACL: empty scheme")
+			}
+		}
+		c.acl = append([]zk.ACL(nil), acl...)
+		return nil
+	}
+}
+
+// WithAuth adds credentials (for example scheme "digest", auth
+// []byte("user:password")) that every session presents to the server when
+// it opens, and again after each reconnection. It may be given several
+// times.
+func WithAuth(scheme string, auth []byte) Option {
+	return func(c *config) error {
+		if scheme == "" {
+			return errors.New("simba/zookeeper: WithAuth: empty scheme")
+		}
+		c.auth = append(c.auth, credential{scheme, append([]byte(nil), auth...)})
+		return nil
+	}
+}
+
+// WithDialer sets the function that opens connections to the servers
+// (default: a [net.Dialer]), for example a [crypto/tls.Dialer]'s
+// DialContext. The backend wraps the connections it returns to learn the
+// negotiated session timeout (see the package documentation).
+func WithDialer(dial DialFunc) Option {
+	return func(c *config) error {
+		if dial == nil {
+			return errors.New("simba/zookeeper: WithDialer: nil dialer")
+		}
+		c.dial = dial
+		return nil
+	}
+}
+
+// WithLogger sets the logger for the backend and for the go-zookeeper
+// client under it, whose lines are logged at debug level (default: discard
+// everything).
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return errors.New("simba/zookeeper: WithLogger: nil logger")
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// WithLeaderLag sets how much later than the server a client talks to the
+// ensemble's leader may learn that the session was renewed (default 0).
+// Every TTL the backend reports is shortened by it.
+//
+// A standalone server, or the leader itself, expires a session one session
+// timeout after the last packet it received from the client, so 0 is exact
+// there. A follower records renewals locally and reports them to the leader,
+// which is the server that expires sessions, with its next ping reply; a
+// follower cut off from the leader may go on answering for up to about
+// syncLimit × tickTime before it gives up. Against an ensemble, set the lag
+// to syncLimit × tickTime + tickTime of its configuration to stay safe in
+// that case. The granted session timeout must exceed the lag.
+func WithLeaderLag(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return fmt.Errorf("simba/zookeeper: WithLeaderLag: negative lag %v", d)
+		}
+		c.lag = d
+		return nil
+	}
+}

@@ -1,0 +1,389 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/simba-go/simba/backend"
+)
+
+// Causes of a session's end; each wraps backend.ErrSessionDone.
+var (
+	errClosedByCaller = fmt.Errorf("%w (closed)", backend.ErrSessionDone)
+	errExpired        = fmt.Errorf("%w: expired on the server", backend.ErrSessionDone)
+)
+
+// session is one ZooKeeper session on a go-zookeeper connection of its own.
+// It implements [backend.Session].
+type session struct {
+	b    *Backend
+	p    paths
+	link *link
+
+	connSet chan struct{} // closed once conn and events are set
+	conn    *zk.Conn
+	events  <-chan zk.Event // closed when go-zookeeper's goroutines have exited
+
+	id  int64  // set by open
+	sid string // id as 16 hex digits
+
+	ctx    context.Context // cancelled when the session is over
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	over   bool
+	cause  error                // why it is over; wraps backend.ErrSessionDone
+	leases map[string]*lease    // current and pending holdings by name
+	names  map[string]*nameLock // per-name locks of Acquire and Release
+
+	calls        sync.WaitGroup // goroutines running requests and watches
+	shutdownDone chan struct{}  // closed when the connection is shut down
+}
+
+func newSession(b *Backend, requestedMs int32) *session {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &session{
+		b:            b,
+		p:            b.paths,
+		connSet:      make(chan struct{}),
+		ctx:          ctx,
+		cancel:       cancel,
+		leases:       make(map[string]*lease),
+		names:        make(map[string]*nameLock),
+		shutdownDone: make(chan struct{}),
+	}
+	s.link = newLink(b.cfg.dial, requestedMs, len(b.servers), func(err error) { s.end(err, false) })
+	return s
+}
+
+func (s *session) setConn(conn *zk.Conn, events <-chan zk.Event) {
+	s.conn, s.events = conn, events
+	close(s.connSet)
+}
+
+// open waits for the server to grant the session, then presents the
+// credentials.
+func (s *session) open(ctx context.Context) error {
+	var err error
+	select {
+	case <-s.link.ready:
+	case <-s.link.failed:
+		err = fmt.Errorf("simba/zookeeper: open: no server of %v reachable: %w", s.b.servers, s.link.lastError())
+	case <-ctx.Done():
+		err = fmt.Errorf("simba/zookeeper: open: %w", ctx.Err())
+		if last := s.link.lastError(); last != nil {
+			err = fmt.Errorf("%w (last connection error: %v)", err, last)
+		}
+	case <-s.ctx.Done():
+		err = s.live("open")
+	}
+	if err == nil {
+		s.id = s.link.sessionID()
+		s.sid = fmt.Sprintf("%016x", uint64(s.id))
+		err = s.prepare(ctx)
+	}
+	if err != nil {
+		s.end(err, true) // a session granted meanwhile is closed, not left behind
+		return err
+	}
+	return nil
+}
+
+// prepare makes a granted session ready for use. Transient errors (a
+// connection lost meanwhile) are retried until ctx ends.
+func (s *session) prepare(ctx context.Context) error {
+	if ttl := s.TTL(); ttl <= 0 {
+		return fmt.Errorf("simba/zookeeper: open: granted session timeout %v does not exceed the leader lag %v", s.link.granted(), s.b.cfg.lag)
+	}
+	retry := func(op string, f func(*zk.Conn) error) error {
+		for failures := 1; ; failures++ {
+			_, err := call(s, ctx, op, func(c *zk.Conn) (struct{}, error) { return struct{}{}, f(c) })
+			if err == nil || ctx.Err() != nil || errors.Is(err, backend.ErrSessionDone) || errors.Is(err, zk.ErrAuthFailed) {
+				return err
+			}
+			if !s.sleep(ctx, backoff(failures, s.link.granted()/3)) {
+				return err
+			}
+		}
+	}
+	for _, c := range s.b.cfg.auth {
+		if err := retry("open: add credentials", func(conn *zk.Conn) error { return conn.AddAuth(c.scheme, c.auth) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ID returns the ZooKeeper session ID as 16 hexadecimal digits.
+func (s *session) ID() string { return s.sid }
+
+// TTL returns the smallest session timeout the server has granted this
+// session (on any of its connections), less the leader lag.
+func (s *session) TTL() time.Duration { return s.link.granted() - s.b.cfg.lag }
+
+// Done is closed when the session is over: closed, expired (as the client
+// learns on reconnecting), or abandoned by Backend.Close.
+func (s *session) Done() <-chan struct{} { return s.ctx.Done() }
+
+// KeepAlive renews the session with one round trip (an exists request on
+// the root), and returns the granted timeout.
+//
+// ZooKeeper expires a session when it has heard nothing from the client for
+// the session timeout, counted from the last packet the server received. The
+// request is received after KeepAlive was called, so a reply proves the
+// server will not expire the session before the call's start plus the
+// timeout (less the leader lag; see [WithLeaderLag]). The timeout is read
+// before and after the call and the smaller one is returned, in case a
+// reconnection meanwhile was granted a shorter one.
+func (s *session) KeepAlive(ctx context.Context) (time.Duration, error) {
+	ttl := s.TTL()
+	_, err := call(s, ctx, "keep-alive", func(c *zk.Conn) (bool, error) {
+		ok, _, err := c.Exists(s.p.root)
+		return ok, err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return min(ttl, s.TTL()), nil
+}
+
+// Close ends the session on the server: ZooKeeper deletes its ephemeral
+// znodes (leases and memberships) at once. It returns nil once the server
+// has confirmed, or when the session was already over; an error when the
+// server could not confirm before ctx ended or the connection failed, in
+// which case the session expires by itself within its timeout. Either way
+// the session is over for the caller. Within ctx, Close also waits for the
+// session's goroutines to exit.
+func (s *session) Close(ctx context.Context) error {
+	if !s.end(errClosedByCaller, true) {
+		return nil
+	}
+	select {
+	case <-s.link.closeAcked:
+		select {
+		case <-s.shutdownDone:
+		case <-ctx.Done():
+		}
+		return nil
+	case <-s.shutdownDone:
+		select {
+		case <-s.link.closeAcked:
+			return nil
+		default:
+		}
+		return fmt.Errorf("simba/zookeeper: close session %s: the server did not confirm (no connection); it expires by itself within %v", s.sid, s.link.granted())
+	case <-ctx.Done():
+		return fmt.Errorf("simba/zookeeper: close session %s: %w; it expires by itself within %v", s.sid, ctx.Err(), s.link.granted())
+	}
+}
+
+// end makes the session over, once: Done and the Lost channels of its
+// leases close, later calls fail with cause, and the connection is shut
+// down in the background, gracefully (the server is asked to end the
+// session) or not (the session is abandoned to expire). It reports whether
+// this call ended the session.
+func (s *session) end(cause error, graceful bool) bool {
+	if !errors.Is(cause, backend.ErrSessionDone) {
+		cause = fmt.Errorf("%w: %w", backend.ErrSessionDone, cause)
+	}
+	s.mu.Lock()
+	if s.over {
+		s.mu.Unlock()
+		return false
+	}
+	s.over, s.cause = true, cause
+	for _, l := range s.leases {
+		l.endLocked(true)
+	}
+	clear(s.leases)
+	s.mu.Unlock()
+	s.cancel()
+	s.link.stop()
+	go s.shutdown(graceful)
+	return true
+}
+
+// shutdown closes the go-zookeeper connection and waits for every goroutine
+// of the session, go-zookeeper's included, to exit.
+func (s *session) shutdown(graceful bool) {
+	defer close(s.shutdownDone)
+	defer s.b.forget(s)
+	<-s.connSet
+	if s.conn != nil {
+		if !graceful {
+			s.link.closeCurrent() // nothing more reaches the server
+		}
+		// Sends the close request if connected and waits for its answer,
+		// or for at most a second.
+		s.conn.Close()
+		s.link.closeCurrent()
+		for range s.events { // closed when go-zookeeper's loop has exited
+		}
+	}
+	s.calls.Wait()
+}
+
+// live returns an error wrapping ErrSessionDone once the session is over.
+func (s *session) live(op string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.over {
+		return fmt.Errorf("simba/zookeeper: %s: %w", op, s.cause)
+	}
+	return nil
+}
+
+// goCall starts f on a goroutine owned by the session; it reports false,
+// starting nothing, once the session is over.
+func (s *session) goCall(f func()) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.over {
+		return false
+	}
+	s.calls.Add(1)
+	go func() {
+		defer s.calls.Done()
+		f()
+	}()
+	return true
+}
+
+// call runs f, which sends requests on the connection, and returns its
+// result, or an error when ctx ends or the session is over first. A
+// go-zookeeper request cannot be withdrawn: f then runs on to completion on
+// its goroutine, which the session owns.
+func call[T any](s *session, ctx context.Context, op string, f func(*zk.Conn) (T, error)) (T, error) {
+	var zero T
+	if err := ctx.Err(); err != nil {
+		if err := s.live(op); err != nil {
+			return zero, err
+		}
+		return zero, fmt.Errorf("simba/zookeeper: %s: %w", op, err)
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	res := make(chan result, 1)
+	if !s.goCall(func() {
+		v, err := f(s.conn)
+		res <- result{v, err}
+	}) {
+		return zero, s.live(op)
+	}
+	select {
+	case r := <-res:
+		return r.v, s.zkErr(op, r.err)
+	case <-ctx.Done():
+	case <-s.ctx.Done():
+	}
+	if err := s.live(op); err != nil {
+		return zero, err
+	}
+	return zero, fmt.Errorf("simba/zookeeper: %s: %w", op, ctx.Err())
+}
+
+// zkErr wraps an error from go-zookeeper; errors that mean the session is
+// over become errors wrapping ErrSessionDone.
+func (s *session) zkErr(op string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, zk.ErrSessionExpired):
+		s.end(errExpired, false)
+		return s.live(op)
+	case errors.Is(err, zk.ErrClosing), errors.Is(err, zk.ErrConnectionClosed), errors.Is(err, zk.ErrNoServer):
+		if err := s.live(op); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("simba/zookeeper: %s: %w", op, err)
+}
+
+// onEvent is go-zookeeper's event callback: it must not block.
+func (s *session) onEvent(ev zk.Event) {
+	switch ev.Type {
+	case zk.EventNodeDeleted, zk.EventNodeDataChanged:
+		if name, ok := s.p.leaseName(ev.Path); ok {
+			s.leaseEvent(name, ev.Type)
+		}
+	case zk.EventSession:
+		if ev.State == zk.StateExpired {
+			s.end(errExpired, false)
+		}
+	}
+}
+
+// sleep waits for d, or until ctx ends or the session is over; it reports
+// whether d passed.
+func (s *session) sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+	case <-s.ctx.Done():
+	}
+	return false
+}
+
+// nameLock serialises Acquire and Release of one name on one session.
+type nameLock struct {
+	ch   chan struct{}
+	refs int
+}
+
+// lockName takes the lock of name, waiting until ctx ends or the session
+// is over.
+func (s *session) lockName(ctx context.Context, op, name string) (unlock func(), err error) {
+	s.mu.Lock()
+	nl := s.names[name]
+	if nl == nil {
+		nl = &nameLock{ch: make(chan struct{}, 1)}
+		s.names[name] = nl
+	}
+	nl.refs++
+	s.mu.Unlock()
+	drop := func() {
+		s.mu.Lock()
+		if nl.refs--; nl.refs == 0 {
+			delete(s.names, name)
+		}
+		s.mu.Unlock()
+	}
+	select {
+	case nl.ch <- struct{}{}:
+		return func() { <-nl.ch; drop() }, nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-s.ctx.Done():
+	}
+	drop()
+	if err := s.live(op); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("simba/zookeeper: %s: %w", op, err)
+}
+
+// backoff returns the wait before retry number n (from 1): doubling from a
+// small step, up to limit.
+func backoff(n int, limit time.Duration) time.Duration {
+	d := 10 * time.Millisecond
+	for i := 1; i < n && d < limit; i++ {
+		d *= 2
+	}
+	return max(min(d, limit), time.Millisecond)
+}
+
+var (
+	_ backend.Session     = (*session)(nil)
+	_ backend.Lease       = (*lease)(nil)
+	_ backend.LeaseLister = (*session)(nil)
+)

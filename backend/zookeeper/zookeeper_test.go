@@ -1,0 +1,350 @@
+package zookeeper_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/backend/zookeeper"
+	"github.com/simba-go/simba/internal/tcpfault"
+	"github.com/simba-go/simba/internal/zktest"
+)
+
+func TestNewRefusesBadInput(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		servers []string
+		opts    []zookeeper.Option
+		want    string
+	}{
+		{nil, nil, "no server address"},
+		{[]string{""}, nil, `invalid server address ""`},
+		{[]string{"a:2181,b:2181"}, nil, "one address per element"},
+		{[]string{"a:2181/chroot"}, nil, "use WithRoot"},
+		{[]string{"a:0"}, nil, `port "0"`},
+		{[]string{"a:99999"}, nil, `port "99999"`},
+		{[]string{"a:http"}, nil, `port "http"`},
+		{[]string{":2181"}, nil, "empty host"},
+		{[]string{"a"}, []zookeeper.Option{nil}, "nil option"},
+		{[]string{"a"}, []zookeeper.Option{zookeeper.WithRoot("")}, "invalid root"},
+		{[]string{"a"}, []zookeeper.Option{zookeeper.WithRoot("/")}, "invalid root"},
+		{[]string{"a"}, []zookeeper.Option{zookeeper.WithRoot("simba")}, "must start with"},
+		{[]string{"a"}, []zookeeper.Option{zookeeper.WithRoot("/simba/")}, "must not end"},
+		{[]string{"a"}, []zookeeper.Option{zookeeper.WithRoot("/a//b")}, "empty path segment"},
+		{[]string{"a"}, []zookeeper.Option{zookeeper.WithRoot("/a/../b")}, `".."`},
+		{[]string{"a"}, []zookeeper.Option{zookeeper.WithRoot("/zookeeper")}, "reserved"},
+		{[]string{"a"}, []zookeeper.Option{zookeeper.WithRoot("/a\x00")}, "not allowed"},
+		{[]string{"a"}, []zookeeper.Option{zookeeper.WithACL()}, "empty ACL"},
+		{[]string{"a"}, []zookeeper.Option{zookeeper.WithACL(zk.ACL{Perms: 0, Scheme: "world", ID: "anyone"})}, "invalid permissions"},
+		{[]string{"a"}, []zookeeper.Option{zookeeper.WithAuth("", nil)}, "empty scheme"},
+		{[]string{"a"}, []zookeeper.Option{zookeeper.WithDialer(nil)}, "nil dialer"},
+		{[]string{"a"}, []zookeeper.Option{zookeeper.WithLogger(nil)}, "nil logger"},
+		{[]string{"a"}, []zookeeper.Option{zookeeper.WithLeaderLag(-1)}, "negative lag"},
+	} {
+		b, err := zookeeper.New(tc.servers, tc.opts...)
+		assert.Nil(t, b)
+		if assert.Error(t, err, "New(%q)", tc.servers) {
+			assert.Contains(t, err.Error(), tc.want)
+			assert.True(t, strings.HasPrefix(err.Error(), "simba/zookeeper: "), err.Error())
+		}
+	}
+	b, err := zookeeper.New([]string{"zk1", "[::1]:2182", "zk3:2183"})
+	require.NoError(t, err)
+	assert.Equal(t, zookeeper.DefaultRoot, b.Root())
+	require.NoError(t, b.Close())
+	require.NoError(t, b.Close())
+	_, err = b.Open(t.Context(), backend.SessionOptions{TTL: time.Second})
+	assert.ErrorIs(t, err, backend.ErrClosed)
+}
+
+func TestOpenRefusesBadTTL(t *testing.T) {
+	t.Parallel()
+	b, err := zookeeper.New([]string{"127.0.0.1:1"})
+	require.NoError(t, err)
+	defer b.Close()
+	for _, ttl := range []time.Duration{0, -time.Second, 1 << 62} {
+		_, err := b.Open(t.Context(), backend.SessionOptions{TTL: ttl})
+		assert.ErrorContains(t, err, "TTL", "TTL %v", ttl)
+	}
+}
+
+// Nothing listens on the address: Open reports the dial error at once.
+func TestOpenUnreachable(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	l.Close()
+	b, err := zookeeper.New([]string{addr})
+	require.NoError(t, err)
+	defer b.Close()
+	start := time.Now()
+	_, err = b.Open(t.Context(), backend.SessionOptions{TTL: time.Second})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "no server of")
+	assert.Contains(t, err.Error(), "connection refused")
+	assert.Less(t, time.Since(start), 2*time.Second)
+}
+
+// A server that accepts connections and never answers: Open returns when
+// its ctx ends, and Close leaves no goroutine behind (TestMain checks).
+func TestOpenHonoursContext(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		defer close(accepted)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	defer func() {
+		l.Close()
+		for c := range accepted {
+			c.Close()
+		}
+	}()
+	b, err := zookeeper.New([]string{l.Addr().String()})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = b.Open(ctx, backend.SessionOptions{TTL: 10 * time.Second})
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, time.Since(start), time.Second)
+	require.NoError(t, b.Close())
+}
+
+// The server clamps the requested timeout to [minSessionTimeout,
+// maxSessionTimeout] = [400ms, 4s] on the test server; the session reports
+// what was granted, not what was asked.
+func TestNegotiatedTimeout(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	for requested, granted := range map[time.Duration]time.Duration{
+		100 * time.Millisecond:  400 * time.Millisecond,
+		1500 * time.Millisecond: 1500 * time.Millisecond,
+		time.Minute:             4 * time.Second,
+	} {
+		s, err := b.Open(t.Context(), backend.SessionOptions{TTL: requested})
+		require.NoError(t, err)
+		assert.Equal(t, granted, s.TTL(), "requested %v", requested)
+		ttl, err := s.KeepAlive(t.Context())
+		require.NoError(t, err)
+		assert.Equal(t, granted, ttl, "KeepAlive, requested %v", requested)
+		require.NoError(t, s.Close(t.Context()))
+	}
+
+	lagged, err := zookeeper.New([]string{zktest.Addr(t)}, zookeeper.WithRoot(b.Root()), zookeeper.WithLeaderLag(300*time.Millisecond))
+	require.NoError(t, err)
+	defer lagged.Close()
+	s, err := lagged.Open(t.Context(), backend.SessionOptions{TTL: time.Second})
+	require.NoError(t, err)
+	assert.Equal(t, 700*time.Millisecond, s.TTL())
+	require.NoError(t, s.Close(t.Context()))
+	_, err = lagged.Open(t.Context(), backend.SessionOptions{TTL: 100 * time.Millisecond}) // granted 400ms
+	assert.NoError(t, err)
+	tooLagged, err := zookeeper.New([]string{zktest.Addr(t)}, zookeeper.WithRoot(b.Root()), zookeeper.WithLeaderLag(time.Second))
+	require.NoError(t, err)
+	defer tooLagged.Close()
+	_, err = tooLagged.Open(t.Context(), backend.SessionOptions{TTL: time.Second})
+	assert.ErrorContains(t, err, "does not exceed the leader lag")
+}
+
+// open opens a session with a 1s timeout, closed when the test ends.
+func open(t *testing.T, b backend.Backend) backend.Session {
+	t.Helper()
+	s, err := b.Open(t.Context(), backend.SessionOptions{TTL: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close(context.Background()) })
+	return s
+}
+
+// keepAlive renews s every third of its TTL until the test ends.
+func keepAlive(t *testing.T, s backend.Session) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(s.TTL() / 3):
+			}
+			s.KeepAlive(ctx)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// The token is the czxid of the lease znode, which the session owns.
+func TestLeaseZnode(t *testing.T) {
+	t.Parallel()
+	addr := zktest.Addr(t)
+	root := zktest.Root(t, addr)
+	c := zktest.Connect(t, addr)
+	b := newBackendAt(t, addr, root)
+	s := open(t, b)
+	l, err := s.Acquire(t.Context(), "ingest")
+	require.NoError(t, err)
+	_, st, err := c.Get(root + "/lease/ingest")
+	require.NoError(t, err)
+	assert.Equal(t, uint64(st.Czxid), l.Token())
+	assert.Equal(t, s.ID(), fmt.Sprintf("%016x", uint64(st.EphemeralOwner)))
+	held, err := s.(backend.LeaseLister).HeldLeases(t.Context(), "")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"ingest"}, held)
+
+	require.NoError(t, l.Release(t.Context()))
+	ok, _, err := c.Exists(root + "/lease/ingest")
+	require.NoError(t, err)
+	assert.False(t, ok, "Release deletes the znode")
+}
+
+// A lease znode deleted behind the holder's back: Lost closes, and Release
+// deletes nothing.
+func TestLostOnExternalDelete(t *testing.T) {
+	t.Parallel()
+	addr := zktest.Addr(t)
+	root := zktest.Root(t, addr)
+	c := zktest.Connect(t, addr)
+	b := newBackendAt(t, addr, root)
+	s, other := open(t, b), open(t, b)
+	keepAlive(t, s)
+	keepAlive(t, other)
+	l, err := s.Acquire(t.Context(), "x")
+	require.NoError(t, err)
+	require.NoError(t, c.Delete(root+"/lease/x", -1))
+	select {
+	case <-l.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Lost not closed after the znode was deleted")
+	}
+	lo, err := other.Acquire(t.Context(), "x")
+	require.NoError(t, err)
+	assert.Greater(t, lo.Token(), l.Token())
+	assert.ErrorIs(t, l.Release(t.Context()), backend.ErrNotHeld)
+	ok, _, err := c.Exists(root + "/lease/x")
+	require.NoError(t, err)
+	assert.True(t, ok, "a stale Release must not delete the new holder's znode")
+	select {
+	case <-lo.Lost():
+		t.Fatal("the new holding was lost")
+	default:
+	}
+}
+
+// An Acquire that gives up while its create request is on its way leaves
+// nothing behind: the proxy holds the server's replies, so the znode is
+// created on the server after the caller has gone.
+func TestAcquireCancelledDuringCreate(t *testing.T) {
+	t.Parallel()
+	addr := zktest.Addr(t)
+	root := zktest.Root(t, addr)
+	c := zktest.Connect(t, addr)
+	p, err := tcpfault.Start(addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Close() })
+	slow := newBackendAt(t, p.Addr(), root)
+	direct := newBackendAt(t, addr, root)
+	s := open(t, slow)
+	other := open(t, direct)
+	keepAlive(t, other)
+	// Make the lease directory exist, so that the create is one request.
+	l, err := other.Acquire(t.Context(), "x")
+	require.NoError(t, err)
+	require.NoError(t, l.Release(t.Context()))
+
+	p.StallReplies()
+	ctx, cancel := context.WithTimeout(t.Context(), 150*time.Millisecond)
+	defer cancel()
+	_, err = s.Acquire(ctx, "x")
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	ok, st, err := c.Exists(root + "/lease/x")
+	require.NoError(t, err)
+	if assert.True(t, ok, "the create reached the server") {
+		assert.Equal(t, s.ID(), fmt.Sprintf("%016x", uint64(st.EphemeralOwner)))
+	}
+	p.Resume()
+
+	lo, err := other.Acquire(t.Context(), "x")
+	require.NoError(t, err, "the orphan was deleted")
+	require.NoError(t, lo.Release(t.Context()))
+	s.KeepAlive(t.Context())
+}
+
+// After Close, the session's znodes are gone at once and every call
+// returns ErrSessionDone.
+func TestCloseDeletesZnodes(t *testing.T) {
+	t.Parallel()
+	addr := zktest.Addr(t)
+	root := zktest.Root(t, addr)
+	c := zktest.Connect(t, addr)
+	b := newBackendAt(t, addr, root)
+	s := open(t, b)
+	_, err := s.Acquire(t.Context(), "a")
+	require.NoError(t, err)
+	_, err = s.Acquire(t.Context(), "b")
+	require.NoError(t, err)
+	require.NoError(t, s.Join(t.Context(), "g", backend.Member{ID: "n1", Data: []byte("x")}))
+	left, err := zktest.Leftovers(c, root)
+	require.NoError(t, err)
+	assert.Len(t, left, 3, "two leases and a membership")
+
+	require.NoError(t, s.Close(t.Context()))
+	left, err = zktest.Leftovers(c, root)
+	require.NoError(t, err)
+	assert.Empty(t, left, "znodes left right after Close")
+	_, err = s.KeepAlive(t.Context())
+	assert.ErrorIs(t, err, backend.ErrSessionDone)
+	require.NoError(t, s.Close(t.Context()))
+}
+
+// Backend.Close abandons open sessions: they end for the caller at once
+// and expire on the server within their timeout.
+func TestBackendCloseAbandons(t *testing.T) {
+	t.Parallel()
+	addr := zktest.Addr(t)
+	root := zktest.Root(t, addr)
+	c := zktest.Connect(t, addr)
+	b := newBackendAt(t, addr, root)
+	s, err := b.Open(t.Context(), backend.SessionOptions{TTL: 4 * time.Second}) // the server's maximum
+	require.NoError(t, err)
+	_, err = s.Acquire(t.Context(), "a")
+	require.NoError(t, err)
+	start := time.Now()
+	require.NoError(t, b.Close())
+	assert.Less(t, time.Since(start), 3*time.Second)
+	select {
+	case <-s.Done():
+	default:
+		t.Fatal("Done open after Backend.Close")
+	}
+	_, err = s.KeepAlive(t.Context())
+	assert.ErrorIs(t, err, backend.ErrSessionDone)
+	assert.ErrorIs(t, err, backend.ErrClosed)
+	ok, _, err := c.Exists(root + "/lease/a")
+	require.NoError(t, err)
+	assert.True(t, ok, "an abandoned session's znode stays until it expires")
+	deadline := time.Now().Add(6 * time.Second)
+	for ok && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		ok, _, err = c.Exists(root + "/lease/a")
+		require.NoError(t, err)
+	}
+	assert.False(t, ok, "the abandoned session did not expire")
+}

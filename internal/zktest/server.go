@@ -1,0 +1,189 @@
+package zktest
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Config is the server configuration shared with scripts/with-zookeeper.sh:
+// short ticks so that sessions of about a second are allowed (the granted
+// timeout is clamped to 2–20 ticks: 400ms to 4s) and expire promptly, and
+// no limit on connections from one address (the default, 60, is soon
+// reached when every test client connects from 127.0.0.1).
+const Config = `tickTime=200
+minSessionTimeout=400
+maxClientCnxns=0
+admin.enableServer=false
+4lw.commands.whitelist=srvr,ruok
+`
+
+// jvmFlags are the Java options the server runs with: a small heap, and
+// empty container znodes deleted every second instead of every minute.
+var jvmFlags = []string{
+	"-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+	"-Dzookeeper.admin.enableServer=false",
+	"-Dznode.container.checkIntervalMs=1000",
+}
+
+// Server is a standalone ZooKeeper server of one test's own, on 127.0.0.1.
+type Server struct {
+	// Addr is the server's address, host:port. It stays the same across
+	// Stop and Start.
+	Addr string
+
+	t       testing.TB
+	java    string
+	cp      string
+	dir     string
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	logFile string
+}
+
+// Installation returns the java command and the class path of an installed
+// ZooKeeper (Debian's zookeeper package, or $ZOOKEEPER_HOME), or an error
+// saying what is missing.
+func Installation() (java, classpath string, err error) {
+	java, err = exec.LookPath("java")
+	if err != nil {
+		return "", "", fmt.Errorf("no java command: %w", err)
+	}
+	if cp := os.Getenv("SIMBA_ZK_CLASSPATH"); cp != "" {
+		return java, cp, nil
+	}
+	if _, err := os.Stat("/usr/share/java/zookeeper.jar"); err == nil {
+		return java, "/usr/share/java/zookeeper.jar", nil // its manifest names its dependencies
+	}
+	if home := os.Getenv("ZOOKEEPER_HOME"); home != "" {
+		jars, _ := filepath.Glob(filepath.Join(home, "lib", "*.jar"))
+		main, _ := filepath.Glob(filepath.Join(home, "zookeeper-*.jar"))
+		if jars = append(jars, main...); len(jars) > 0 {
+			return java, strings.Join(jars, ":"), nil
+		}
+	}
+	return "", "", fmt.Errorf("ZooKeeper is not installed (no /usr/share/java/zookeeper.jar, no $ZOOKEEPER_HOME)")
+}
+
+// StartServer starts a standalone server with [Config], then the extra
+// configuration lines given (such as "forceSync=no"), and a data directory
+// of its own on a free port, and waits until it serves. It is stopped when
+// the test ends. Without an installed ZooKeeper it skips the test (fails it
+// under SIMBA_REQUIRE_SERVERS=1).
+func StartServer(t testing.TB, extra ...string) *Server {
+	t.Helper()
+	java, cp, err := Installation()
+	if err != nil {
+		Unavailable(t, "cannot start a ZooKeeper server of the test's own: %v", err)
+	}
+	dir := t.TempDir()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("zktest: finding a free port: %v", err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	cfg := Config + fmt.Sprintf("dataDir=%s\nclientPort=%d\nclientPortAddress=127.0.0.1\n", filepath.Join(dir, "data"), port)
+	for _, line := range extra {
+		cfg += line + "\n"
+	}
+	if err := os.WriteFile(filepath.Join(dir, "zoo.cfg"), []byte(cfg), 0o644); err != nil {
+		t.Fatalf("zktest: %v", err)
+	}
+	s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), t: t, java: java, cp: cp, dir: dir, logFile: filepath.Join(dir, "server.log")}
+	t.Cleanup(s.Stop)
+	s.Start()
+	return s
+}
+
+// Start starts the server again after Stop or Kill, on the same port and
+// data directory, and waits until it serves.
+func (s *Server) Start() {
+	s.t.Helper()
+	if s.cmd != nil {
+		s.t.Fatalf("zktest: server %s already running", s.Addr)
+	}
+	out, err := os.OpenFile(s.logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		s.t.Fatalf("zktest: %v", err)
+	}
+	defer out.Close()
+	args := append(append([]string{}, jvmFlags...), "-cp", s.cp, "org.apache.zookeeper.server.ZooKeeperServerMain", filepath.Join(s.dir, "zoo.cfg"))
+	cmd := exec.Command(s.java, args...)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		s.t.Fatalf("zktest: starting ZooKeeper: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(exited)
+	}()
+	s.cmd, s.exited = cmd, exited
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if reply, err := FourLetter(s.Addr, "srvr"); err == nil && strings.Contains(reply, "Mode:") {
+			return
+		}
+		select {
+		case <-exited:
+			log, _ := os.ReadFile(s.logFile)
+			s.cmd = nil
+			s.t.Fatalf("zktest: ZooKeeper on %s exited while starting:\n%s", s.Addr, log)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			s.Kill()
+			s.t.Fatalf("zktest: ZooKeeper on %s not serving after 30s", s.Addr)
+		}
+	}
+}
+
+// Stop stops the server (SIGTERM, then SIGKILL after 5s) and waits for it
+// to exit. Stopping a stopped server does nothing.
+func (s *Server) Stop() { s.stop(syscall.SIGTERM) }
+
+// Kill kills the server with SIGKILL and waits for it to exit.
+func (s *Server) Kill() { s.stop(syscall.SIGKILL) }
+
+func (s *Server) stop(sig syscall.Signal) {
+	if s.cmd == nil {
+		return
+	}
+	s.cmd.Process.Signal(sig)
+	select {
+	case <-s.exited:
+	case <-time.After(5 * time.Second):
+		s.cmd.Process.Kill()
+		<-s.exited
+	}
+	s.cmd = nil
+}
+
+// FourLetter sends a four-letter command ("srvr", "ruok") to the server at
+// addr and returns its answer.
+func FourLetter(addr, cmd string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte(cmd)); err != nil {
+		return "", err
+	}
+	var sb strings.Builder
+	sc := bufio.NewScanner(c)
+	for sc.Scan() {
+		sb.WriteString(sc.Text())
+		sb.WriteByte('\n')
+	}
+	return sb.String(), sc.Err()
+}
