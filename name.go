@@ -26,3 +26,8 @@ func checkName(what, s string) error {
 	}
 	return nil
 }
+
+// CheckName reports whether name may name an election, a group or a lease:
+// 1–128 characters of A–Z a–z 0–9 . _ -, starting with a letter or a digit.
+// The error matches [ErrInvalidName].
+func CheckName(name string) error { return checkName("lease", name) }

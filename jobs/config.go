@@ -1,0 +1,332 @@
+package jobs
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/simba-go/simba"
+)
+
+// Config declares the jobs of an application: when each runs and with which
+// handler. Build one in code, or read one from a file with [Load] or
+// [LoadFile]; check it against a [Registry] with [Validate], run it with
+// [Run]. The zero Config has no job and is enabled.
+type Config struct {
+	// Disabled turns every job off (scheduling.enabled: false in files).
+	// The environment variable SIMBA_SCHEDULING_ENABLED, when set, overrides
+	// it: see [EnabledEnv].
+	Disabled bool
+	// Scheduled are the scheduled jobs (scheduled in files).
+	Scheduled []ScheduledJob
+	// Partitioned are the partitioned jobs (partitioned in files).
+	Partitioned []PartitionedJob
+
+	// origin remembers where a loaded configuration's values were read.
+	origin *origin
+}
+
+// ScheduledJob is the Go form of the seed's @SimbaScheduled: a job run by the
+// leader of the election called Name, on a fixed delay or a fixed rate,
+// within each term (see [simba.Election.Schedule]).
+//
+// Exactly one of FixedDelay and FixedRate must be set (a zero value is
+// unset), and it must be positive.
+type ScheduledJob struct {
+	// Name is the election's (and the lease's) name, unique among the jobs
+	// of the application (key name).
+	Name string
+	// Handler is the name of the registered handler to run (key handler,
+	// default Name).
+	Handler string
+	// FixedDelay is the delay from the end of one run to the start of the
+	// next (key fixedDelay).
+	FixedDelay time.Duration
+	// FixedRate is the period between planned starts; an overrunning run
+	// skips the starts it missed (key fixedRate).
+	FixedRate time.Duration
+	// InitialDelay is the delay before the first run of every term (key
+	// initialDelay, default 0). It must not be negative.
+	InitialDelay time.Duration
+}
+
+// PartitionedJob is the Go form of the seed's @SimbaPartitioned: a partition
+// group called Group whose Partitions partitions are spread over the live
+// members, each run on its timing by the leader of the election
+// "{Group}.{p}" (see [simba.Group.Schedule]).
+//
+// Exactly one of FixedDelay and FixedRate must be set, as for
+// [ScheduledJob]; they apply per partition.
+type PartitionedJob struct {
+	// Group is the group's name, unique among the jobs of the application
+	// (key group).
+	Group string
+	// Handler is the name of the registered handler to run (key handler,
+	// default Group).
+	Handler string
+	// Partitions is the number of partitions, the same on every member (key
+	// partitions). It must be positive.
+	Partitions int
+	// FixedDelay, FixedRate and InitialDelay are as in [ScheduledJob], per
+	// partition (keys fixedDelay, fixedRate, initialDelay).
+	FixedDelay, FixedRate, InitialDelay time.Duration
+	// Params are the sharding-item parameters: a label per partition,
+	// handed to handlers registered with [Registry.PartitionedWithParam]
+	// (key shardingItemParameters). Partitions without one get "". Every key
+	// must be a partition number.
+	Params map[int]string
+}
+
+// Names of the kinds of job in errors.
+const (
+	kindScheduled   = "scheduled job"
+	kindPartitioned = "partitioned job"
+)
+
+// handlerName returns the handler a job runs and the key that named it.
+func handlerName(name, handler string) (string, string) {
+	if handler != "" {
+		return handler, "handler"
+	}
+	return name, ""
+}
+
+// origin records where the values of a loaded configuration were read, and
+// which of its keys the loader has already reported.
+type origin struct {
+	lines    map[fieldRef]position // position of a key ("" key: the job)
+	reported map[fieldRef]bool
+	names    map[fieldRef]string // the job's name at load time, key ""
+}
+
+type fieldRef struct {
+	kind string
+	i    int
+	key  string
+}
+
+// pos returns where the key of job i was read, if the job is still the one
+// loaded there.
+func (o *origin) pos(kind string, i int, name, key string) position {
+	if o == nil || o.names[fieldRef{kind, i, ""}] != name {
+		return position{}
+	}
+	if p, ok := o.lines[fieldRef{kind, i, key}]; ok {
+		return p
+	}
+	return o.lines[fieldRef{kind, i, ""}]
+}
+
+func (o *origin) wasReported(kind string, i int, key string) bool {
+	return o != nil && o.reported[fieldRef{kind, i, key}]
+}
+
+// jobChecker adds the problems of one job.
+type jobChecker struct {
+	p    *problems
+	o    *origin
+	kind string
+	i    int
+	name string // the job's name, or "" when it has none
+}
+
+func (c jobChecker) label() string {
+	if c.name == "" {
+		return "#" + strconv.Itoa(c.i+1)
+	}
+	return c.name
+}
+
+func (c jobChecker) add(key string, err error) {
+	if c.o.wasReported(c.kind, c.i, key) {
+		return
+	}
+	c.p.add(c.o.pos(c.kind, c.i, c.name, key), c.kind, c.label(), key, err)
+}
+
+// timingKey is the key named by problems with the choice of timing.
+const timingKey = "fixedDelay/fixedRate"
+
+func (c jobChecker) timing(delay, rate, initial time.Duration) {
+	switch {
+	case delay != 0 && rate != 0:
+		c.add(timingKey, fmt.Errorf("%w: both are set (fixedDelay %v, fixedRate %v)", ErrTiming, delay, rate))
+	case delay == 0 && rate == 0:
+		c.add(timingKey, fmt.Errorf("%w: neither is set", ErrTiming))
+	}
+	if delay < 0 {
+		c.add("fixedDelay", fmt.Errorf("%w: must be positive, got %v", ErrDuration, delay))
+	}
+	if rate < 0 {
+		c.add("fixedRate", fmt.Errorf("%w: must be positive, got %v", ErrDuration, rate))
+	}
+	if initial < 0 {
+		c.add("initialDelay", fmt.Errorf("%w: must not be negative, got %v", ErrDuration, initial))
+	}
+}
+
+// checkConfig adds the problems of cfg on its own, without handlers.
+func checkConfig(p *problems, cfg Config) {
+	ns := nameSpace{names: map[string]nameOwner{}, groups: map[string]int{}}
+	for _, j := range cfg.Partitioned {
+		if _, seen := ns.groups[j.Group]; !seen && j.Group != "" {
+			ns.groups[j.Group] = j.Partitions
+		}
+	}
+	for i, j := range cfg.Scheduled {
+		c := jobChecker{p: p, o: cfg.origin, kind: kindScheduled, i: i, name: j.Name}
+		if j.Name == "" {
+			c.add("name", fmt.Errorf("%w: missing", ErrInvalidValue))
+		} else if err := checkLeaseName(j.Name); err != nil {
+			c.add("name", err)
+		} else {
+			ns.claim(c, "name")
+			if g, part, ok := partitionLease(j.Name, ns.groups); ok {
+				c.add("name", fmt.Errorf("%w: %q is the lease of partition %d of partitioned job %q", ErrDuplicateName, j.Name, part, g))
+			}
+		}
+		c.timing(j.FixedDelay, j.FixedRate, j.InitialDelay)
+	}
+	for i, j := range cfg.Partitioned {
+		c := jobChecker{p: p, o: cfg.origin, kind: kindPartitioned, i: i, name: j.Group}
+		if j.Group == "" {
+			c.add("group", fmt.Errorf("%w: missing", ErrInvalidValue))
+		} else if err := checkLeaseName(j.Group); err != nil {
+			c.add("group", err)
+		} else if last := fmt.Sprintf("%s.%d", j.Group, j.Partitions-1); j.Partitions > 0 && len(last) > simba.MaxNameLen {
+			c.add("group", fmt.Errorf("%w: the lease of the last partition, %q, is longer than %d characters", ErrInvalidValue, clip(last), simba.MaxNameLen))
+		} else {
+			ns.claim(c, "group")
+		}
+		if j.Partitions <= 0 {
+			c.add("partitions", fmt.Errorf("%w: must be positive, got %d", ErrInvalidValue, j.Partitions))
+		}
+		c.timing(j.FixedDelay, j.FixedRate, j.InitialDelay)
+		for _, k := range sortedKeys(j.Params) {
+			if j.Partitions > 0 && (k < 0 || k >= j.Partitions) {
+				c.add("shardingItemParameters", fmt.Errorf("%w: partition %d out of range [0, %d)", ErrInvalidValue, k, j.Partitions))
+			}
+		}
+	}
+}
+
+// nameSpace is the one space of names of scheduled and partitioned jobs.
+type nameSpace struct {
+	names  map[string]nameOwner
+	groups map[string]int // group name → partitions, of the first job of each
+}
+
+type nameOwner struct {
+	kind string
+	i    int
+	pos  position
+}
+
+// claim takes the job's name, or reports it taken by an earlier job.
+func (ns nameSpace) claim(c jobChecker, key string) {
+	if prev, ok := ns.names[c.name]; ok {
+		where := ""
+		if prev.pos.text != "" {
+			where = ", " + prev.pos.text
+		}
+		c.add(key, fmt.Errorf("%w: %q is also the name of %s #%d%s", ErrDuplicateName, c.name, prev.kind, prev.i+1, where))
+		return
+	}
+	ns.names[c.name] = nameOwner{c.kind, c.i, c.o.pos(c.kind, c.i, c.name, key)}
+}
+
+// partitionLease reports whether name is the lease "{g}.{p}" of a partition p
+// of one of the groups.
+func partitionLease(name string, groups map[string]int) (group string, partition int, ok bool) {
+	dot := strings.LastIndexByte(name, '.')
+	if dot < 0 {
+		return "", 0, false
+	}
+	g, num := name[:dot], name[dot+1:]
+	n, err := strconv.Atoi(num)
+	if err != nil || strconv.Itoa(n) != num {
+		return "", 0, false
+	}
+	if parts, ok := groups[g]; ok && n < parts {
+		return g, n, true
+	}
+	return "", 0, false
+}
+
+// checkLeaseName checks a job or group name with simba's own rules.
+func checkLeaseName(s string) error {
+	if err := simba.CheckName(s); err != nil {
+		return fmt.Errorf("%w: %q: %v", ErrInvalidValue, clip(s), err)
+	}
+	return nil
+}
+
+func sortedKeys(m map[int]string) []int {
+	keys := make([]int, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Ints(keys)
+	return keys
+}
+
+// Validate checks cfg and reg together, and returns every problem found as
+// a [*ConfigError], or nil. It reports, naming the job and the key:
+// duplicate names; both or neither of FixedDelay and FixedRate; bad
+// durations and partition counts; names that break the lease-name rules;
+// sharding-item parameters of partitions that do not exist; a job whose
+// handler is not registered (or is registered for the other kind of job);
+// a registered handler no job uses; and the problems of registration (see
+// [Registry]). [Run] calls it before starting anything. A nil reg is an
+// empty Registry.
+func Validate(reg *Registry, cfg Config) error {
+	if reg == nil {
+		reg = new(Registry)
+	}
+	return validate(reg.snapshot(), cfg)
+}
+
+// validate is Validate on a snapshot of a registry.
+func validate(hs handlers, cfg Config) error {
+	var p problems
+	p.errs = append(p.errs, hs.errs...)
+	checkConfig(&p, cfg)
+
+	used := map[string]bool{}
+	match := func(c jobChecker, name, handler, wantKind string) {
+		h, key := handlerName(name, handler)
+		if h == "" {
+			return // the missing name is reported already
+		}
+		if key == "" {
+			key = "name"
+			if c.kind == kindPartitioned {
+				key = "group"
+			}
+		}
+		got, ok := hs.byName[h]
+		switch {
+		case !ok:
+			c.add(key, fmt.Errorf("%w: no handler registered as %q", ErrNoHandler, h))
+		case got.kind() != wantKind:
+			used[h] = true
+			c.add(key, fmt.Errorf("%w: handler %q is registered for %s jobs", ErrNoHandler, h, got.kind()))
+		default:
+			used[h] = true
+		}
+	}
+	for i, j := range cfg.Scheduled {
+		match(jobChecker{p: &p, o: cfg.origin, kind: kindScheduled, i: i, name: j.Name}, j.Name, j.Handler, "scheduled")
+	}
+	for i, j := range cfg.Partitioned {
+		match(jobChecker{p: &p, o: cfg.origin, kind: kindPartitioned, i: i, name: j.Group}, j.Group, j.Handler, "partitioned")
+	}
+	for _, name := range hs.order {
+		if !used[name] {
+			p.add(position{}, "handler", name, "", fmt.Errorf("%w: no %s job has the name %q or names it as its handler", ErrUnusedHandler, hs.byName[name].kind(), name))
+		}
+	}
+	return p.err()
+}

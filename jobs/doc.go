@@ -1,0 +1,141 @@
+// Package jobs declares an application's leader jobs by name and runs them
+// on a [simba.Client]: the Go rendering of the seed's @SimbaScheduled and
+// @SimbaPartitioned annotations. Handlers are registered in code, with their
+// shapes checked by the compiler; when and where they run is declared in code
+// ([Config]) or in a YAML or JSON file ([LoadFile]).
+//
+//	reg := jobs.NewRegistry()
+//	reg.ScheduledTerm("report", func(ctx context.Context, term *simba.Term) error {
+//		return reports.Generate(ctx, term.Token())
+//	})
+//	reg.PartitionedWithParam("billing", func(ctx context.Context, term *simba.Term, p jobs.Partition) error {
+//		return billing.Run(ctx, p.Index, p.Param, term.Token())
+//	})
+//
+//	cfg, err := jobs.LoadFile("jobs.yaml")
+//	if err != nil {
+//		return err // every problem of the file, with its line
+//	}
+//	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+//	defer stop()
+//	err = jobs.Run(ctx, client, reg, cfg) // until SIGINT or SIGTERM
+//	client.Close()                         // after the jobs handed off
+//
+// # Handlers
+//
+// A scheduled job runs a handler registered with [Registry.Scheduled]
+// (func(ctx), for work that needs no term) or [Registry.ScheduledTerm]
+// (func(ctx, *simba.Term) error). A partitioned job runs one registered with
+// [Registry.Partitioned] (func(ctx, *simba.Term, partition int) error) or,
+// to receive the partition's sharding-item parameter too,
+// [Registry.PartitionedWithParam] (func(ctx, *simba.Term, jobs.Partition)
+// error). A job runs the handler with its own name unless it names another
+// with the handler key, so one handler may serve several jobs.
+//
+// Handlers run as the functions of [simba.Election.Schedule] and
+// [simba.Group.Schedule] do: once per planned run, while this node holds the
+// term, with ctx cancelled when the term ends. Pass term.Token() with every
+// write to a shared resource.
+//
+// # Configuration files
+//
+// A file is one map with four keys, all optional:
+//
+//	scheduling:
+//	  enabled: true            # false: no job starts (default true)
+//	properties:                # values for ${...} placeholders
+//	  app:
+//	    region: eu
+//	    report-every: 1m
+//	scheduled:                 # @SimbaScheduled
+//	  - name: report           # election (lease) name, unique; also the handler's
+//	    fixedDelay: ${app.report-every}
+//	    initialDelay: 10s      # default 0s
+//	  - name: report-${app.region}-audit
+//	    handler: report        # another job with the same handler
+//	    fixedRate: PT30S
+//	partitioned:               # @SimbaPartitioned
+//	  - group: billing         # group name, unique; partition p is lease "billing.p"
+//	    partitions: ${BILLING_PARTITIONS:4}
+//	    fixedRate: 500ms
+//	    shardingItemParameters: 0=Beijing,1=Shanghai,2=Guangzhou,3=Shenzhen
+//	  - group: invoices
+//	    partitions: 2
+//	    fixedDelay: 5000       # milliseconds
+//	    shardingItemParameters: {0: north, 1: south}
+//
+// A scheduled job has name, an optional handler, exactly one of fixedDelay
+// and fixedRate (positive), and an optional initialDelay (default 0s, not
+// negative). A partitioned job has group, an optional handler, partitions
+// (positive), the same timing keys, applied per partition, and optional
+// shardingItemParameters: ElasticJob's "0=Beijing,1=Shanghai" string (see
+// [ParseShardingItemParameters]) or a map from partition numbers to labels.
+// The same file in JSON has the same keys. Keys are written exactly as shown;
+// an unknown key is an error.
+//
+// Scheduled jobs and partitioned jobs share one space of names, as their
+// leases do: no two jobs may have one name, and a scheduled job must not be
+// named like a partition "{group}.{p}" of a partitioned job. Names follow
+// the lease-name rules of package simba.
+//
+// # Placeholders
+//
+// Every value (not keys) may hold ${NAME} and ${NAME:default} placeholders,
+// expanded as [Expand] says: nested, with defaults, cycles reported. A NAME
+// is looked up in this order:
+//
+//  1. the environment variable NAME, as written;
+//  2. the environment variable of NAME's relaxed form, in upper case with
+//     "." and "-" as "_" (app.report-every: APP_REPORT_EVERY), as Spring
+//     Boot binds environment variables;
+//  3. the key NAME of the properties map, addressed with dots through nested
+//     maps (app.region above) and [i] for list items (hosts[0]).
+//
+// So the environment overrides the file. Values found are expanded in turn, so
+// properties may refer to each other and to the environment. A name found
+// nowhere, with no default, is an error that names it. Placeholders are
+// resolved once, by [Load] and [LoadFile]: a [Config] holds plain values.
+//
+// In YAML, quote a value that holds a placeholder inside a flow collection
+// ({...} or [...]), whose braces YAML would read as its own:
+// {name: report, fixedDelay: "${DELAY:1m}"}. Block style needs no quotes.
+//
+// # Durations
+//
+// fixedDelay, fixedRate and initialDelay take the syntaxes of
+// [ParseDuration]: Go's ("1m30s"), Spring Boot's ("10s", "500ms", "1d"),
+// a plain integer in milliseconds ("5000"), and ISO-8601 ("PT1M", "PT0.5S",
+// "P1DT2H").
+//
+// # Errors
+//
+// [Load], [LoadFile], [Validate] and [Run] report every problem of a
+// configuration at once, before anything starts, as a [*ConfigError]: one
+// [*FieldError] per problem, naming the position, the job, the key, and
+// wrapping a sentinel error ([ErrDuplicateName], [ErrTiming], [ErrDuration],
+// [ErrPlaceholder], [ErrNoHandler], [ErrUnusedHandler], …) for errors.Is:
+//
+//	simba/jobs: 2 problems in the job configuration:
+//		jobs.yaml:9: scheduled job "report": fixedDelay/fixedRate: exactly one of fixedDelay and fixedRate must be set: both are set (fixedDelay 1m0s, fixedRate 30s)
+//		handler "bill": handler not used by any job: no partitioned job has the name "bill" or names it as its handler
+//
+// A registered handler that no job uses is a problem too: it is usually a
+// job left out of the configuration, or a misspelt name.
+//
+// # Lifecycle
+//
+// [Run] starts the jobs once the client's session is ready and, when its
+// ctx ends, stops them and waits until every job has handed off, task first
+// and then lease, before it returns. Close the client after Run returns: that
+// is the seed's shutdown order, jobs first, then the session, so another node
+// takes every job over at once instead of after a TTL.
+//
+// # Turning jobs off
+//
+// One switch disables every job: scheduling.enabled: false in the file
+// (Config.Disabled in code), or the environment variable
+// SIMBA_SCHEDULING_ENABLED ([EnabledEnv]). The environment wins when it is
+// set, in either direction, so that one deployment can turn the jobs off (or
+// on) without editing the file. A disabled Run logs that it starts nothing and
+// returns when its ctx ends. The configuration is still checked.
+package jobs

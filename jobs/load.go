@@ -1,0 +1,447 @@
+package jobs
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// EnabledEnv is the environment variable that turns every job on or off,
+// whatever the configuration says: "false" (or 0, f, F, FALSE, False)
+// disables them, "true" (or 1, t, T, TRUE, True) enables them even when the
+// configuration has scheduling.enabled: false. Any other value is an error.
+// It is the relaxed environment name of the seed's simba.scheduling.enabled.
+const EnabledEnv = "SIMBA_SCHEDULING_ENABLED"
+
+// Load reads a configuration in the given format from r (see the package
+// documentation for the layout), resolves its placeholders and checks it on
+// its own, without handlers ([Validate] and [Run] check it against a
+// [Registry]). It reports every problem at once, as a [*ConfigError] of
+// [*FieldError] values that give the line, the job and the key.
+//
+// Placeholders are resolved from the environment (see [WithLookupEnv]) and
+// the file's properties; [WithLookupEnv] is the only option Load uses.
+// An empty input is an empty configuration.
+func Load(r io.Reader, format Format, opts ...Option) (Config, error) {
+	o, err := buildOptions(opts)
+	if err != nil {
+		return Config{}, err
+	}
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return Config{}, fmt.Errorf("%sread configuration: %w", prefix, err)
+	}
+	return load(data, format, "", o)
+}
+
+// LoadFile reads the configuration in the file at path, as [Load] does, in
+// the format its extension says: .yaml or .yml for YAML, .json for JSON.
+// Positions in errors are "path:line".
+func LoadFile(path string, opts ...Option) (Config, error) {
+	o, err := buildOptions(opts)
+	if err != nil {
+		return Config{}, err
+	}
+	var format Format
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".yaml", ".yml":
+		format = YAML
+	case ".json":
+		format = JSON
+	default:
+		return Config{}, fmt.Errorf("%w: %s: unknown format (want a .yaml, .yml or .json file)", ErrSyntax, path)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("%sread configuration: %w", prefix, err)
+	}
+	return load(data, format, path, o)
+}
+
+func load(data []byte, format Format, source string, o options) (Config, error) {
+	var (
+		t   *tree
+		err error
+	)
+	switch format {
+	case YAML:
+		t, err = parseYAML(data)
+	case JSON:
+		t, err = parseJSON(data)
+	default:
+		return Config{}, fmt.Errorf("%w: unknown format %v", ErrInvalidValue, format)
+	}
+	l := &loader{source: source, env: o.lookupEnv, props: map[string]string{}}
+	if err != nil {
+		l.p.add(position{text: source}, "", "", "", err)
+		return Config{}, l.p.err()
+	}
+	l.x = &expander{lookup: l.lookupName}
+	l.origin = &origin{lines: map[fieldRef]position{}, reported: map[fieldRef]bool{}, names: map[fieldRef]string{}}
+	cfg := l.config(t)
+	cfg.origin = l.origin
+	checkConfig(&l.p, cfg)
+	if err := l.p.err(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// Keys of the layout.
+var (
+	topKeys         = []string{"scheduling", "properties", "scheduled", "partitioned"}
+	schedulingKeys  = []string{"enabled"}
+	scheduledKeys   = []string{"name", "handler", "fixedDelay", "fixedRate", "initialDelay"}
+	partitionedKeys = []string{"group", "handler", "partitions", "fixedDelay", "fixedRate", "initialDelay", "shardingItemParameters"}
+)
+
+// loader turns a tree into a Config, collecting problems.
+type loader struct {
+	source string
+	env    func(string) (string, bool)
+	props  map[string]string
+	x      *expander
+	origin *origin
+	p      problems
+}
+
+func (l *loader) pos(line int) position {
+	if l.source != "" {
+		return position{fmt.Sprintf("%s:%d", l.source, line), line}
+	}
+	return position{fmt.Sprintf("line %d", line), line}
+}
+
+// lookupName resolves a placeholder's name: from the environment, first as
+// written and then in its relaxed form (upper case, "." and "-" as "_"),
+// then from the properties.
+func (l *loader) lookupName(name string) (string, bool) {
+	if v, ok := l.env(name); ok {
+		return v, true
+	}
+	if relaxed := envName(name); relaxed != name {
+		if v, ok := l.env(relaxed); ok {
+			return v, true
+		}
+	}
+	v, ok := l.props[name]
+	return v, ok
+}
+
+// envName is the relaxed environment name of a property: "app.region-name"
+// is APP_REGION_NAME.
+func envName(name string) string {
+	return strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(name))
+}
+
+func (l *loader) config(t *tree) Config {
+	var cfg Config
+	switch t.kind {
+	case nullNode:
+		return cfg
+	case mapNode:
+	default:
+		l.p.add(l.pos(t.line), "", "", "", fmt.Errorf("%w: the top level must be a map with the keys %s, not %v", ErrSyntax, strings.Join(topKeys, ", "), t.kind))
+		return cfg
+	}
+	l.checkKeys(t, topKeys, "", "", "")
+	if props := t.get("properties"); props != nil && props.kind != nullNode {
+		l.properties(props, "")
+	}
+	if s := t.get("scheduling"); s != nil && s.kind != nullNode {
+		if s.kind != mapNode {
+			l.p.add(l.pos(s.line), "", "", "scheduling", fmt.Errorf("%w: want a map with the key enabled, not %v", ErrSyntax, s.kind))
+		} else {
+			l.checkKeys(s, schedulingKeys, "", "", "scheduling.")
+			if e := s.get("enabled"); e != nil {
+				if v, ok := l.scalar(e, "", "", "scheduling.enabled"); ok {
+					b, err := strconv.ParseBool(v)
+					if err != nil {
+						l.p.add(l.pos(e.line), "", "", "scheduling.enabled", fmt.Errorf("%w: %q is not true or false", ErrInvalidValue, clip(v)))
+					}
+					cfg.Disabled = err == nil && !b
+				}
+			}
+		}
+	}
+	for i, item := range l.list(t.get("scheduled"), "scheduled") {
+		cfg.Scheduled = append(cfg.Scheduled, l.scheduled(i, item))
+	}
+	for i, item := range l.list(t.get("partitioned"), "partitioned") {
+		cfg.Partitioned = append(cfg.Partitioned, l.partitioned(i, item))
+	}
+	return cfg
+}
+
+// properties flattens the properties map into dotted names: {app: {region:
+// eu}} is app.region; list items are name[i].
+func (l *loader) properties(t *tree, name string) {
+	switch t.kind {
+	case mapNode:
+		for i, k := range t.keys {
+			sub := k.value
+			if name != "" {
+				sub = name + "." + sub
+			}
+			l.properties(t.vals[i], sub)
+		}
+		return
+	case listNode:
+		for i, item := range t.items {
+			l.properties(item, fmt.Sprintf("%s[%d]", name, i))
+		}
+		return
+	}
+	if name == "" {
+		l.p.add(l.pos(t.line), "", "", "properties", fmt.Errorf("%w: want a map, not %v", ErrSyntax, t.kind))
+		return
+	}
+	if _, dup := l.props[name]; dup {
+		l.p.add(l.pos(t.line), "", "", "properties", fmt.Errorf("%w: property %q given twice", ErrSyntax, clip(name)))
+		return
+	}
+	l.props[name] = t.value // "" for null
+}
+
+// list returns the items of a list of jobs under key.
+func (l *loader) list(t *tree, key string) []*tree {
+	if t == nil || t.kind == nullNode {
+		return nil
+	}
+	if t.kind != listNode {
+		l.p.add(l.pos(t.line), "", "", key, fmt.Errorf("%w: want a list of jobs, not %v", ErrSyntax, t.kind))
+		return nil
+	}
+	return t.items
+}
+
+// checkKeys reports the keys of map t not in known.
+func (l *loader) checkKeys(t *tree, known []string, kind, name, keyPrefix string) {
+	for _, k := range t.keys {
+		if slices.Contains(known, k.value) {
+			continue
+		}
+		hint := "known keys: " + strings.Join(known, ", ")
+		for _, want := range known {
+			if normalKey(want) == normalKey(k.value) {
+				hint = "did you mean " + keyPrefix + want + "?"
+			}
+		}
+		l.p.add(l.pos(k.line), kind, name, keyPrefix+clip(k.value), fmt.Errorf("%w: unknown key (%s)", ErrSyntax, hint))
+	}
+}
+
+// normalKey folds the spellings of a key Spring's relaxed binding accepts:
+// fixedDelay, fixed-delay, fixed_delay, FIXED_DELAY.
+func normalKey(s string) string {
+	return strings.ToLower(strings.NewReplacer("-", "", "_", "").Replace(s))
+}
+
+// scalar returns the expanded text of a single value; it reports other
+// shapes and placeholder problems.
+func (l *loader) scalar(t *tree, kind, name, key string) (string, bool) {
+	switch t.kind {
+	case nullNode:
+		return "", true
+	case scalarNode:
+	default:
+		l.p.add(l.pos(t.line), kind, name, key, fmt.Errorf("%w: want a single value, not %v", ErrSyntax, t.kind))
+		return "", false
+	}
+	v, err := l.x.expand(t.value)
+	if err != nil {
+		l.p.add(l.pos(t.line), kind, name, key, err)
+		return "", false
+	}
+	return v, true
+}
+
+// job reads the fields of one job's map.
+type job struct {
+	l    *loader
+	t    *tree
+	kind string
+	i    int
+	name string // label for errors
+}
+
+// begin checks the shape of job i and reads its name key.
+func (l *loader) begin(i int, t *tree, kind, nameKey string, known []string) (*job, string) {
+	j := &job{l: l, t: t, kind: kind, i: i, name: "#" + strconv.Itoa(i+1)}
+	if t.kind != mapNode {
+		l.p.add(l.pos(t.line), kind, j.name, "", fmt.Errorf("%w: want a map, not %v", ErrSyntax, t.kind))
+		j.t = &tree{kind: mapNode, line: t.line}
+		j.reported(nameKey)
+		return j, ""
+	}
+	l.origin.lines[fieldRef{kind, i, ""}] = l.pos(t.line)
+	name := ""
+	if n := t.get(nameKey); n != nil {
+		l.origin.lines[fieldRef{kind, i, nameKey}] = l.pos(n.line)
+		if v, ok := l.scalar(n, kind, j.name, nameKey); ok {
+			name = v
+		} else {
+			j.reported(nameKey)
+		}
+	}
+	if name != "" {
+		j.name = name
+	}
+	l.origin.names[fieldRef{kind, i, ""}] = name
+	l.checkKeys(t, known, kind, j.name, "")
+	return j, name
+}
+
+func (j *job) reported(key string) { j.l.origin.reported[fieldRef{j.kind, j.i, key}] = true }
+
+func (j *job) fail(t *tree, key string, err error) {
+	j.reported(key)
+	j.l.p.add(j.l.pos(t.line), j.kind, j.name, key, err)
+}
+
+// str returns the expanded value of key, "" when absent.
+func (j *job) str(key string) (string, *tree, bool) {
+	t := j.t.get(key)
+	if t == nil {
+		return "", nil, false
+	}
+	j.l.origin.lines[fieldRef{j.kind, j.i, key}] = j.l.pos(t.line)
+	v, ok := j.l.scalar(t, j.kind, j.name, key)
+	if !ok {
+		j.reported(key)
+	}
+	return v, t, ok
+}
+
+// duration returns the duration under key, 0 when absent or bad. An explicit
+// zero fixedDelay or fixedRate is reported here: in a Config, zero means
+// unset.
+func (j *job) duration(key string) time.Duration {
+	v, t, ok := j.str(key)
+	if t == nil {
+		return 0
+	}
+	if ok {
+		d, err := ParseDuration(v)
+		switch {
+		case err != nil:
+			j.fail(t, key, err)
+		case d == 0 && key != "initialDelay":
+			j.fail(t, key, fmt.Errorf("%w: must be positive, got %q", ErrDuration, v))
+		default:
+			return d
+		}
+	}
+	if key != "initialDelay" {
+		j.reported(timingKey) // whether the other one is set is moot now
+	}
+	return 0
+}
+
+func (l *loader) scheduled(i int, t *tree) ScheduledJob {
+	j, name := l.begin(i, t, kindScheduled, "name", scheduledKeys)
+	handler, _, _ := j.str("handler")
+	return ScheduledJob{
+		Name:         name,
+		Handler:      handler,
+		FixedDelay:   j.duration("fixedDelay"),
+		FixedRate:    j.duration("fixedRate"),
+		InitialDelay: j.duration("initialDelay"),
+	}
+}
+
+func (l *loader) partitioned(i int, t *tree) PartitionedJob {
+	j, group := l.begin(i, t, kindPartitioned, "group", partitionedKeys)
+	handler, _, _ := j.str("handler")
+	pj := PartitionedJob{
+		Group:        group,
+		Handler:      handler,
+		FixedDelay:   j.duration("fixedDelay"),
+		FixedRate:    j.duration("fixedRate"),
+		InitialDelay: j.duration("initialDelay"),
+	}
+	switch v, pt, ok := j.str("partitions"); {
+	case pt == nil:
+		j.fail(t, "partitions", fmt.Errorf("%w: missing", ErrInvalidValue))
+	case ok:
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil {
+			j.fail(pt, "partitions", fmt.Errorf("%w: %q is not a whole number", ErrInvalidValue, clip(v)))
+		}
+		pj.Partitions = n
+	}
+	pj.Params = j.params()
+	return pj
+}
+
+// params reads shardingItemParameters: a string "0=Beijing,1=Shanghai" or a
+// map {0: Beijing, 1: Shanghai}.
+func (j *job) params() map[int]string {
+	const key = "shardingItemParameters"
+	t := j.t.get(key)
+	if t == nil || t.kind == nullNode {
+		return nil
+	}
+	j.l.origin.lines[fieldRef{j.kind, j.i, key}] = j.l.pos(t.line)
+	if t.kind != mapNode {
+		v, ok := j.l.scalar(t, j.kind, j.name, key)
+		if !ok {
+			j.reported(key)
+			return nil
+		}
+		m, err := ParseShardingItemParameters(v)
+		if err != nil {
+			j.fail(t, key, err)
+		}
+		return m
+	}
+	m := map[int]string{}
+	for i, k := range t.keys {
+		n, err := strconv.Atoi(k.value)
+		if err != nil || n < 0 {
+			j.fail(k, key, fmt.Errorf("%w: %q is not a partition number", ErrInvalidValue, clip(k.value)))
+			continue
+		}
+		if v, ok := j.l.scalar(t.vals[i], j.kind, j.name, key); ok {
+			m[n] = v
+		} else {
+			j.reported(key)
+		}
+	}
+	return m
+}
+
+// ParseShardingItemParameters parses ElasticJob's sharding-item parameters:
+// comma-separated "partition=label" items, such as "0=Beijing,1=Shanghai".
+// White space around items, numbers and labels is ignored, and so are empty
+// items; a label may contain "=" but not ",". A partition given twice, an
+// item without "=" and a partition that is not a whole number ≥ 0 are
+// errors wrapping [ErrInvalidValue].
+func ParseShardingItemParameters(s string) (map[int]string, error) {
+	m := map[int]string{}
+	for item := range strings.SplitSeq(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		num, label, ok := strings.Cut(item, "=")
+		if !ok {
+			return nil, fmt.Errorf("%w: %q is not partition=label", ErrInvalidValue, clip(item))
+		}
+		num = strings.TrimSpace(num)
+		n, err := strconv.Atoi(num)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("%w: %q is not a partition number", ErrInvalidValue, clip(num))
+		}
+		if _, dup := m[n]; dup {
+			return nil, fmt.Errorf("%w: partition %d given twice", ErrInvalidValue, n)
+		}
+		m[n] = strings.TrimSpace(label)
+	}
+	return m, nil
+}

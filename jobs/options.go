@@ -1,0 +1,82 @@
+package jobs
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/simba-go/simba"
+)
+
+// Option configures [Load], [LoadFile] and [Run]; each option says which of
+// them it affects. Options refuse bad values: the function given one returns
+// an error wrapping [ErrInvalidValue].
+type Option func(*options) error
+
+type options struct {
+	logger    *slog.Logger
+	lookupEnv func(string) (string, bool)
+	taskOpts  []simba.TaskOption
+	groupOpts []simba.GroupOption
+}
+
+// buildOptions applies opts over the defaults.
+func buildOptions(opts []Option) (options, error) {
+	o := options{
+		logger:    slog.New(slog.DiscardHandler),
+		lookupEnv: os.LookupEnv,
+	}
+	for _, opt := range opts {
+		if opt == nil {
+			return o, fmt.Errorf("%w: nil Option", ErrInvalidValue)
+		}
+		if err := opt(&o); err != nil {
+			return o, err
+		}
+	}
+	return o, nil
+}
+
+// WithLogger sets the logger [Run] reports to: jobs started and stopped,
+// scheduling disabled (default: discard everything).
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) error {
+		if l == nil {
+			return fmt.Errorf("%w: nil logger", ErrInvalidValue)
+		}
+		o.logger = l
+		return nil
+	}
+}
+
+// WithLookupEnv sets how environment variables are read (default
+// os.LookupEnv): by [Load] and [LoadFile] for placeholders, by [Run] for
+// [EnabledEnv]. Tests use it to give an environment of their own.
+func WithLookupEnv(lookup func(name string) (value string, ok bool)) Option {
+	return func(o *options) error {
+		if lookup == nil {
+			return fmt.Errorf("%w: nil lookup function", ErrInvalidValue)
+		}
+		o.lookupEnv = lookup
+		return nil
+	}
+}
+
+// WithTaskOptions passes opts to every job [Run] starts (for example
+// [simba.WithExecutor]). By default none are passed.
+func WithTaskOptions(opts ...simba.TaskOption) Option {
+	return func(o *options) error {
+		o.taskOpts = append(o.taskOpts, opts...)
+		return nil
+	}
+}
+
+// WithGroupOptions passes opts to every partitioned job [Run] starts (for
+// example [simba.WithAssignment]; every member of a group must use the
+// same). By default none are passed.
+func WithGroupOptions(opts ...simba.GroupOption) Option {
+	return func(o *options) error {
+		o.groupOpts = append(o.groupOpts, opts...)
+		return nil
+	}
+}

@@ -1,0 +1,186 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/simba-go/simba"
+)
+
+// Run runs the jobs of cfg with the handlers of reg on client, for as long
+// as ctx lasts, in the seed's order:
+//
+//  1. It checks cfg and reg with [Validate] and returns every problem, before
+//     anything starts.
+//  2. If scheduling is disabled ([EnabledEnv] when set, else
+//     Config.Disabled), it logs so, starts nothing and returns nil when ctx
+//     ends.
+//  3. It waits until the client's session is ready ([simba.Client.Ready]).
+//     If ctx ends first, it returns nil, having started nothing.
+//  4. It starts every job: each scheduled job as an election on its
+//     schedule, each partitioned job as a partition group. If one fails to
+//     start (for example with [simba.ErrAlreadyStarted], because the
+//     election was started on the client by other code), it stops those
+//     already started, waits for their hand-offs and returns the error.
+//  5. When ctx ends it stops every job and waits until each has handed off
+//     (its runs exited, its leases released), then returns nil. The caller
+//     closes the client after Run returns: jobs first, then the session.
+//
+// If the client is closed while the jobs run, their tasks end with it; Run
+// then stops the others and returns an error wrapping [simba.ErrClosed].
+// A handler that ignores the cancellation of its ctx delays Run's return by at
+// most its term's remaining time. A nil reg is an empty [Registry].
+func Run(ctx context.Context, client *simba.Client, reg *Registry, cfg Config, opts ...Option) error {
+	o, err := buildOptions(opts)
+	if err != nil {
+		return err
+	}
+	if client == nil {
+		return fmt.Errorf("%w: nil client", ErrInvalidValue)
+	}
+	if reg == nil {
+		reg = new(Registry)
+	}
+	hs := reg.snapshot()
+	if err := validate(hs, cfg); err != nil {
+		return err
+	}
+	log := o.logger
+	enabled, by, err := schedulingEnabled(cfg, o.lookupEnv)
+	if err != nil {
+		return err
+	}
+	if !enabled {
+		log.Info("scheduling disabled; no job started", "by", by)
+		<-ctx.Done()
+		return nil
+	}
+	log.Debug("waiting for the client's session", "jobs", len(cfg.Scheduled)+len(cfg.Partitioned))
+	if err := client.Ready(ctx); err != nil {
+		if ctx.Err() != nil {
+			log.Info("stopped before the session was ready; no job started")
+			return nil
+		}
+		return fmt.Errorf("%swait for the client's session: %w", prefix, err)
+	}
+	started, err := start(client, hs, cfg, o)
+	if err != nil {
+		stopAll(started)
+		log.Error("a job failed to start; the others were stopped", "err", err)
+		return err
+	}
+	log.Info("jobs started", "scheduled", len(cfg.Scheduled), "partitioned", len(cfg.Partitioned))
+
+	err = waitEnd(ctx, started)
+	stopAll(started)
+	log.Info("jobs stopped; every hand-off complete")
+	return err
+}
+
+// schedulingEnabled applies the switch: the environment wins over cfg.
+func schedulingEnabled(cfg Config, lookup func(string) (string, bool)) (enabled bool, by string, err error) {
+	if v, ok := lookup(EnabledEnv); ok {
+		b, perr := strconv.ParseBool(v)
+		if perr != nil {
+			return false, "", &ConfigError{Errs: []error{&FieldError{Key: EnabledEnv, Err: fmt.Errorf("%w: environment value %q is not true or false", ErrInvalidValue, clip(v))}}}
+		}
+		return b, "environment " + EnabledEnv + "=" + v, nil
+	}
+	return !cfg.Disabled, "configuration scheduling.enabled=" + strconv.FormatBool(!cfg.Disabled), nil
+}
+
+// task is what LeaderTask and GroupTask have in common.
+type task interface {
+	Stop() <-chan struct{}
+	Done() <-chan struct{}
+}
+
+// started is one job started by Run.
+type started struct {
+	label string // "scheduled job \"report\""
+	task  task
+}
+
+// start starts every job of cfg, in order; on error it returns the jobs
+// started so far with it.
+func start(client *simba.Client, hs handlers, cfg Config, o options) ([]started, error) {
+	var out []started
+	for _, j := range cfg.Scheduled {
+		h, _ := handlerName(j.Name, j.Handler)
+		s := schedule(j.FixedDelay, j.FixedRate, j.InitialDelay)
+		label := fmt.Sprintf("%s %q", kindScheduled, j.Name)
+		t, err := client.Election(j.Name).Schedule(s, hs.byName[h].scheduled, o.taskOpts...)
+		if err != nil {
+			return out, fmt.Errorf("%sstart %s: %w", prefix, label, err)
+		}
+		o.logger.Info("job started", "job", j.Name, "handler", h, "schedule", s.String())
+		out = append(out, started{label, t})
+	}
+	for _, j := range cfg.Partitioned {
+		h, _ := handlerName(j.Group, j.Handler)
+		s := schedule(j.FixedDelay, j.FixedRate, j.InitialDelay)
+		label := fmt.Sprintf("%s %q", kindPartitioned, j.Group)
+		fn := hs.byName[h].partitioned
+		params := j.Params
+		t, err := client.Group(j.Group, j.Partitions, o.groupOpts...).Schedule(s,
+			func(ctx context.Context, term *simba.Term, p int) error {
+				return fn(ctx, term, Partition{Index: p, Param: params[p]})
+			}, o.taskOpts...)
+		if err != nil {
+			return out, fmt.Errorf("%sstart %s: %w", prefix, label, err)
+		}
+		o.logger.Info("job started", "group", j.Group, "partitions", j.Partitions, "handler", h, "schedule", s.String())
+		out = append(out, started{label, t})
+	}
+	return out, nil
+}
+
+func schedule(delay, rate, initial time.Duration) simba.Schedule {
+	s := simba.FixedRate(rate)
+	if delay != 0 {
+		s = simba.FixedDelay(delay)
+	}
+	return s.WithInitialDelay(initial)
+}
+
+// waitEnd waits until ctx ends, or until a job's task ends by itself, which
+// only the closing of the client does.
+func waitEnd(ctx context.Context, jobs []started) error {
+	if len(jobs) == 0 {
+		<-ctx.Done()
+		return nil
+	}
+	ended := make(chan string, len(jobs))
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		wg.Go(func() {
+			select {
+			case <-j.task.Done():
+				ended <- j.label
+			case <-quit:
+			}
+		})
+	}
+	defer wg.Wait()
+	defer close(quit)
+	select {
+	case <-ctx.Done():
+		return nil
+	case label := <-ended:
+		return fmt.Errorf("%s%s ended without being stopped: %w", prefix, label, simba.ErrClosed)
+	}
+}
+
+// stopAll stops every job at once and waits until each has handed off.
+func stopAll(jobs []started) {
+	for _, j := range jobs {
+		j.task.Stop()
+	}
+	for _, j := range jobs {
+		<-j.task.Done()
+	}
+}

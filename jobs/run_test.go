@@ -1,0 +1,347 @@
+package jobs_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/jobs"
+)
+
+// holderNode returns the node holding lease on the memory server, or "".
+func holderNode(b *memory.Backend, lease string) string {
+	s, _, ok := b.Holder(lease)
+	if !ok {
+		return ""
+	}
+	return s[:strings.LastIndex(s, "-")] // session ids are "<node>-<n>"
+}
+
+func TestRunStartsOnlyOnceTheSessionIsReady(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		n := b.Node("a")
+		n.Partition() // the backend cannot be reached at start
+		rec := newRecorder(10 * time.Millisecond)
+		var log logBuffer
+		r := startRunner(t, "a", n, rec, loadTestConfig(t), jobs.WithLogger(log.logger()))
+
+		time.Sleep(20 * time.Second)
+		if runs := rec.Runs(); len(runs) != 0 || len(b.History()) != 0 {
+			t.Fatalf("ran before the session was ready: %d runs, %d grants", len(runs), len(b.History()))
+		}
+		if strings.Contains(log.String(), "jobs started") || !strings.Contains(log.String(), "waiting for the client's session") {
+			t.Errorf("log before the session was ready:\n%s", log.String())
+		}
+
+		healed := time.Now()
+		n.Heal()
+		time.Sleep(2 * time.Second)
+		ran := rec.ranSince(healed)
+		for _, lease := range leases {
+			if len(ran[lease]) != 1 {
+				t.Errorf("%s ran on %v after the heal, want on a alone", lease, ran[lease])
+			}
+		}
+		if !strings.Contains(log.String(), "jobs started") {
+			t.Errorf("log lacks the start:\n%s", log.String())
+		}
+		// The sharding-item parameters reached the handler.
+		params := map[string]string{}
+		for _, run := range rec.Runs() {
+			params[run.lease] = run.param
+		}
+		want := map[string]string{"report": "", "billing.0": "Beijing", "billing.1": "Shanghai", "billing.2": "Guangzhou", "billing.3": "Shenzhen"}
+		for lease, p := range want {
+			if params[lease] != p {
+				t.Errorf("%s ran with parameter %q, want %q", lease, params[lease], p)
+			}
+		}
+		r.stop(t)
+		r.client.Close()
+		rec.checkOneAtATime(t)
+	})
+}
+
+func TestRunStoppedBeforeTheSessionStartsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		n := b.Node("a")
+		n.Partition()
+		rec := newRecorder(0)
+		r := startRunner(t, "a", n, rec, loadTestConfig(t))
+		time.Sleep(5 * time.Second)
+		r.stop(t)
+		n.Heal()
+		time.Sleep(5 * time.Second)
+		if len(rec.Runs()) != 0 || len(b.History()) != 0 {
+			t.Errorf("Run stopped before the session was ready started jobs: %d runs, %d grants", len(rec.Runs()), len(b.History()))
+		}
+		// Nothing of Run's is left on the client: the jobs may be started by hand.
+		task, err := r.client.Election("report").RunWhileLeader(noopTerm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		task.Close()
+		r.client.Close()
+	})
+}
+
+func TestRunHandsEveryJobOffBeforeReturning(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		// Runs last long enough that a stop finds them running.
+		rec := newRecorder(150 * time.Millisecond)
+		cfg := loadTestConfig(t)
+		a := startRunner(t, "a", b.Node("a"), rec, cfg)
+		time.Sleep(time.Second)
+		c := startRunner(t, "c", b.Node("c"), rec, cfg)
+		time.Sleep(3 * time.Second)
+
+		// a leads report (it started first) and some partitions.
+		if holderNode(b, "report") != "a" {
+			t.Fatalf("report held by %q, want a", holderNode(b, "report"))
+		}
+		a.cancel()
+		err := <-a.done
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		// At the instant Run returns, a holds nothing and runs nothing.
+		for _, lease := range leases {
+			if holderNode(b, lease) == "a" {
+				t.Errorf("%s still held by a when Run returned", lease)
+			}
+		}
+		if n := rec.Active("a"); n != 0 {
+			t.Errorf("%d handlers still running on a when Run returned", n)
+		}
+		for _, run := range rec.Runs() {
+			if run.node == "a" && run.end.After(a.ended) {
+				t.Errorf("run of %s on a ended after Run returned", run.lease)
+			}
+		}
+		// c takes every job over at once, not after a TTL: a released its
+		// leases.
+		time.Sleep(testTTL / 3)
+		for _, lease := range leases {
+			if holderNode(b, lease) != "c" {
+				t.Errorf("%s held by %q %v after a's Run returned, want c", lease, holderNode(b, lease), testTTL/3)
+			}
+		}
+		for _, g := range b.History() {
+			if g.Node == "a" && g.Reason != "released" {
+				t.Errorf("a's holding of %s ended %q, want released", g.Name, g.Reason)
+			}
+		}
+		// The client closes after Run: nothing of the jobs is left on it.
+		if err := a.client.Close(); err != nil {
+			t.Error(err)
+		}
+		c.stop(t)
+		c.client.Close()
+		rec.checkOneAtATime(t)
+	})
+}
+
+func TestRunDisableSwitch(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		disabled bool   // in the configuration
+		env      string // SIMBA_SCHEDULING_ENABLED, "-" for unset
+		runs     bool
+		by       string
+	}{
+		{"enabled by default", false, "-", true, "configuration scheduling.enabled=true"},
+		{"disabled in the configuration", true, "-", false, "configuration scheduling.enabled=false"},
+		{"disabled by the environment", false, "false", false, "environment SIMBA_SCHEDULING_ENABLED=false"},
+		{"the environment wins over the configuration", true, "true", true, "environment SIMBA_SCHEDULING_ENABLED=true"},
+		{"0 is false", false, "0", false, "environment SIMBA_SCHEDULING_ENABLED=0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := memory.New()
+				defer b.Close()
+				env := map[string]string{}
+				if tc.env != "-" {
+					env[jobs.EnabledEnv] = tc.env
+				}
+				cfg := loadTestConfig(t)
+				cfg.Disabled = tc.disabled
+				rec := newRecorder(0)
+				var log logBuffer
+				r := startRunner(t, "a", b, rec, cfg, jobs.WithLogger(log.logger()), jobs.WithLookupEnv(lookupIn(env)))
+				time.Sleep(5 * time.Second)
+				if got := len(rec.Runs()) > 0; got != tc.runs {
+					t.Errorf("jobs ran: %v, want %v", got, tc.runs)
+				}
+				if !tc.runs && (len(b.History()) != 0 || b.Stats().Join != 0) {
+					t.Errorf("disabled, yet %d leases were granted and %d groups joined", len(b.History()), b.Stats().Join)
+				}
+				if !tc.runs && !strings.Contains(log.String(), "scheduling disabled") || !tc.runs && !strings.Contains(log.String(), tc.by) {
+					t.Errorf("log does not say scheduling is disabled by %s:\n%s", tc.by, log.String())
+				}
+				select {
+				case err := <-r.done:
+					t.Fatalf("Run returned before its ctx ended: %v", err)
+				default:
+				}
+				r.stop(t)
+				r.client.Close()
+			})
+		})
+	}
+}
+
+func TestRunRefusesABadSwitch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		client, _ := simba.New(b)
+		defer client.Close()
+		reg := newRecorder(0).registry("a")
+		err := jobs.Run(context.Background(), client, reg, loadTestConfig(t),
+			jobs.WithLookupEnv(lookupIn(map[string]string{jobs.EnabledEnv: "no thanks"})))
+		checkProblems(t, err, problem{"", "", "", jobs.EnabledEnv, jobs.ErrInvalidValue, `"no thanks" is not true or false`})
+	})
+}
+
+func TestRunChecksEverythingBeforeStarting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		client, _ := simba.New(b)
+		defer client.Close()
+		reg := newRecorder(0).registry("a")
+		reg.Scheduled("spare", noop)
+		cfg := loadTestConfig(t)
+		cfg.Scheduled = append(cfg.Scheduled, jobs.ScheduledJob{Name: "audit", FixedDelay: time.Second})
+		// ctx never ends: Run must return by itself.
+		err := jobs.Run(context.Background(), client, reg, cfg)
+		checkProblems(t, err,
+			problem{"", sched, "audit", "name", jobs.ErrNoHandler, ""},
+			problem{"", "handler", "spare", "", jobs.ErrUnusedHandler, ""},
+		)
+		if s := b.Stats(); s.Acquire != 0 || s.Join != 0 {
+			t.Errorf("a refused configuration started jobs: %+v", s)
+		}
+	})
+}
+
+func TestRunStopsTheStartedJobsWhenOneFailsToStart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		client, err := simba.New(b, simba.WithTTL(testTTL))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer client.Close()
+		// Other code already runs the election "audit" on this client.
+		other, err := client.Election("audit").RunWhileLeader(func(ctx context.Context, _ *simba.Term) error {
+			<-ctx.Done()
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := newRecorder(0)
+		reg := rec.registry("a")
+		reg.Scheduled("audit", noop)
+		cfg := loadTestConfig(t)
+		cfg.Scheduled = append(cfg.Scheduled, jobs.ScheduledJob{Name: "audit", FixedDelay: time.Second})
+
+		err = jobs.Run(context.Background(), client, reg, cfg)
+		if !errors.Is(err, simba.ErrAlreadyStarted) || !strings.Contains(err.Error(), `start scheduled job "audit"`) {
+			t.Fatalf("Run: %v; want ErrAlreadyStarted naming the job", err)
+		}
+		// report was started first, and has handed off: it may be started
+		// again, and its lease is free. billing never started.
+		if s, _, ok := b.Holder("report"); ok {
+			t.Errorf("report still held by %s", s)
+		}
+		again, err := client.Election("report").RunWhileLeader(noopTerm)
+		if err != nil {
+			t.Errorf("report cannot be started again: %v", err)
+		} else {
+			again.Close()
+		}
+		if n := b.Stats().Join; n != 0 {
+			t.Errorf("billing joined its group %d times after the failure", n)
+		}
+		other.Close()
+	})
+}
+
+func TestRunEndsWhenTheClientCloses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		rec := newRecorder(10 * time.Millisecond)
+		r := startRunner(t, "a", b, rec, loadTestConfig(t))
+		time.Sleep(time.Second)
+		r.client.Close()
+		err := <-r.done
+		if !errors.Is(err, simba.ErrClosed) {
+			t.Errorf("Run after the client closed: %v, want ErrClosed", err)
+		}
+		r.cancel()
+	})
+}
+
+func TestRunRefusesBadArguments(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		client, _ := simba.New(b)
+		defer client.Close()
+		ctx := context.Background()
+		for name, err := range map[string]error{
+			"nil client":  jobs.Run(ctx, nil, jobs.NewRegistry(), jobs.Config{}),
+			"nil option":  jobs.Run(ctx, client, jobs.NewRegistry(), jobs.Config{}, nil),
+			"nil logger":  jobs.Run(ctx, client, jobs.NewRegistry(), jobs.Config{}, jobs.WithLogger(nil)),
+			"nil lookup":  jobs.Run(ctx, client, jobs.NewRegistry(), jobs.Config{}, jobs.WithLookupEnv(nil)),
+			"load option": func() error { _, err := jobs.Load(strings.NewReader(""), jobs.YAML, nil); return err }(),
+			"bad format":  func() error { _, err := jobs.Load(strings.NewReader(""), jobs.Format(9)); return err }(),
+		} {
+			if !errors.Is(err, jobs.ErrInvalidValue) {
+				t.Errorf("%s: %v, want ErrInvalidValue", name, err)
+			}
+		}
+	})
+}
+
+// Task and group options reach the jobs: here an executor that counts the
+// runs it starts, and the Balanced assignment.
+func TestRunPassesTaskAndGroupOptions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		var executed chan struct{} = make(chan struct{}, 100)
+		exec := func(f func()) {
+			select {
+			case executed <- struct{}{}:
+			default:
+			}
+			go f()
+		}
+		rec := newRecorder(0)
+		r := startRunner(t, "a", b, rec, loadTestConfig(t),
+			jobs.WithTaskOptions(simba.WithExecutor(exec)),
+			jobs.WithGroupOptions(simba.WithAssignment(simba.Balanced)))
+		time.Sleep(time.Second)
+		if len(executed) != len(leases) {
+			t.Errorf("executor ran %d terms, want %d (one per lease)", len(executed), len(leases))
+		}
+		r.stop(t)
+		r.client.Close()
+	})
+}
