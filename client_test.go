@@ -149,7 +149,7 @@ func TestEventHandlerPanicIsContained(t *testing.T) {
 }
 
 func TestStringers(t *testing.T) {
-	for r := simba.RevokeStopped; r <= simba.RevokeLeaseLost; r++ {
+	for r := simba.RevokeStopped; r <= simba.RevokeDrained; r++ {
 		assert.NotContains(t, r.String(), "RevokeReason(")
 	}
 	assert.Equal(t, "RevokeReason(99)", simba.RevokeReason(99).String())

@@ -47,8 +47,8 @@ func (e *Election) RunWhileLeader(fn func(ctx context.Context, term *Term) error
 		return nil, fmt.Errorf("%w: nil task function for election %q", ErrInvalidArgument, e.name)
 	}
 	ref := TermRef{Election: e.name, Partition: -1}
-	return e.c.start("election", ref, func(ctx context.Context, t *Term) error {
-		return e.c.invoke(ctx, t, fn)
+	return e.c.start("election", ref, "", func(ctx context.Context, t *Term) error {
+		return e.c.invoke(ctx, t, fn, t.status.firstSource())
 	}, opts)
 }
 
@@ -69,7 +69,7 @@ func (e *Election) Schedule(s Schedule, fn func(ctx context.Context, term *Term)
 		return nil, fmt.Errorf("%w: nil task function for election %q", ErrInvalidArgument, e.name)
 	}
 	ref := TermRef{Election: e.name, Partition: -1}
-	return e.c.start("election", ref, func(ctx context.Context, t *Term) error {
+	return e.c.start("election", ref, s.String(), func(ctx context.Context, t *Term) error {
 		return s.run(ctx, t, e.c, fn)
 	}, opts)
 }
@@ -77,10 +77,11 @@ func (e *Election) Schedule(s Schedule, fn func(ctx context.Context, term *Term)
 // LeaderTask is a started election: it contends, runs its work in every term
 // won, and hands off when stopped.
 type LeaderTask struct {
-	c    *Client
-	ref  TermRef // Token unset
-	body func(context.Context, *Term) error
-	exec Executor
+	c        *Client
+	ref      TermRef // Token unset
+	body     func(context.Context, *Term) error
+	exec     Executor
+	schedule string // the schedule's description, "" for RunWhileLeader
 
 	ctx      context.Context // cancelled by Stop or the client's Close
 	cancel   context.CancelCauseFunc
@@ -91,7 +92,7 @@ type LeaderTask struct {
 // errClientClosing is the cancel cause of tasks stopped by Client.Close.
 var errClientClosing = errors.New("simba: client closing")
 
-func (c *Client) start(what string, ref TermRef, body func(context.Context, *Term) error, opts []TaskOption) (*LeaderTask, error) {
+func (c *Client) start(what string, ref TermRef, schedule string, body func(context.Context, *Term) error, opts []TaskOption) (*LeaderTask, error) {
 	if err := checkName(what, ref.Election); err != nil {
 		return nil, err
 	}
@@ -105,7 +106,7 @@ func (c *Client) start(what string, ref TermRef, body func(context.Context, *Ter
 		}
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	t := &LeaderTask{c: c, ref: ref, body: body, exec: o.executor, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	t := &LeaderTask{c: c, ref: ref, schedule: schedule, body: body, exec: o.executor, ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	if err := c.register(t); err != nil {
 		cancel(nil)
 		return nil, err
@@ -171,6 +172,10 @@ func (t *LeaderTask) stopReason() RevokeReason {
 func (t *LeaderTask) contend() {
 	var failures int
 	for {
+		if err := t.c.ops.waitUnblocked(t.ctx, t.ref, t.c.currentMemberID); err != nil {
+			t.finish()
+			return
+		}
 		g, err := t.c.awaitGeneration(t.ctx)
 		if err != nil {
 			t.finish()
@@ -185,8 +190,8 @@ func (t *LeaderTask) contend() {
 			if errors.Is(err, backend.ErrSessionDone) {
 				g.end(RevokeSessionLost, err) // the keeper opens the next one
 			}
-			if g.ctx.Err() != nil {
-				continue // the session ended; contend on the next one
+			if g.ctx.Err() != nil || t.c.ops.blocked(t.ref, t.c.currentMemberID()) != 0 {
+				continue // the session ended, or an operator said stop
 			}
 			failures++
 			t.c.log.Warn("acquiring a lease failed", "election", t.ref.Election, "err", err, "attempt", failures)
@@ -203,16 +208,17 @@ func (t *LeaderTask) contend() {
 	}
 }
 
-// goContend carries the loop on, on a new goroutine.
-func (t *LeaderTask) goContend() {
-	t.c.wg.Go(t.contend)
-}
-
-// acquire waits for the lease on g's session until the task stops or g ends.
+// acquire waits for the lease on g's session until the task stops, g ends,
+// or an operator disables the election or drains this member.
 func (t *LeaderTask) acquire(g *generation) (backend.Lease, error) {
 	ctx, cancel := context.WithCancel(t.ctx)
 	defer cancel()
 	defer context.AfterFunc(g.ctx, cancel)()
+	defer t.c.ops.subscribe(func() {
+		if t.c.ops.blocked(t.ref, t.c.currentMemberID()) != 0 {
+			cancel()
+		}
+	})()
 	return g.sess.Acquire(ctx, t.ref.Election)
 }
 
@@ -240,8 +246,9 @@ func (t *LeaderTask) release(g *generation, lease backend.Lease) bool {
 
 // invoke runs fn once for term, turning a panic into a [*PanicError], and
 // logs and publishes the outcome.
-func (c *Client) invoke(ctx context.Context, term *Term, fn func(context.Context, *Term) error) (err error) {
+func (c *Client) invoke(ctx context.Context, term *Term, fn func(context.Context, *Term) error, source string) (err error) {
 	start := time.Now()
+	seq := term.status.started(start, source)
 	defer func() {
 		if v := recover(); v != nil {
 			err = &PanicError{Value: v, Stack: debug.Stack()}
@@ -261,6 +268,7 @@ func (c *Client) invoke(ctx context.Context, term *Term, fn func(context.Context
 			c.log.Debug("run completed", "election", term.ref.Election, "token", term.ref.Token, "result", result, "err", err, "duration", d)
 		}
 		c.metrics.ran(term.ref, result, d)
+		term.status.ended(seq, start.Add(d), result, err)
 		c.events.publish(WorkCompleted{TermRef: term.ref, Result: result, Err: err, Start: start, Duration: d})
 	}()
 	return fn(ctx, term)

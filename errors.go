@@ -103,6 +103,17 @@ const (
 	// RevokeLeaseLost: the backend reported the lease no longer held by this
 	// session (deleted or taken over).
 	RevokeLeaseLost
+	// RevokeDisabled: an operator disabled the election, job or group; it
+	// runs nothing anywhere until enabled.
+	RevokeDisabled
+	// RevokeResigned: an operator asked the holder to hand off; it sits
+	// out one lease term, so another member takes over.
+	RevokeResigned
+	// RevokeDrained: an operator drained this member; it contends for
+	// nothing until undrained.
+	RevokeDrained
+
+	lastRevokeReason = RevokeDrained
 )
 
 // String describes the reason in a few words.
@@ -120,6 +131,12 @@ func (r RevokeReason) String() string {
 		return "session lost"
 	case RevokeLeaseLost:
 		return "lease lost"
+	case RevokeDisabled:
+		return "disabled"
+	case RevokeResigned:
+		return "resigned"
+	case RevokeDrained:
+		return "member drained"
 	}
 	return fmt.Sprintf("RevokeReason(%d)", int(r))
 }

@@ -82,9 +82,9 @@ func (g *Group) RunWhileLeader(fn func(ctx context.Context, term *Term, partitio
 	if fn == nil {
 		return nil, fmt.Errorf("%w: nil task function for group %q", ErrInvalidArgument, g.name)
 	}
-	return g.start(func(p int) func(context.Context, *Term) error {
+	return g.start("", func(p int) func(context.Context, *Term) error {
 		run := func(ctx context.Context, t *Term) error { return fn(ctx, t, p) }
-		return func(ctx context.Context, t *Term) error { return g.c.invoke(ctx, t, run) }
+		return func(ctx context.Context, t *Term) error { return g.c.invoke(ctx, t, run, t.status.firstSource()) }
 	}, opts)
 }
 
@@ -98,13 +98,13 @@ func (g *Group) Schedule(s Schedule, fn func(ctx context.Context, term *Term, pa
 	if fn == nil {
 		return nil, fmt.Errorf("%w: nil task function for group %q", ErrInvalidArgument, g.name)
 	}
-	return g.start(func(p int) func(context.Context, *Term) error {
+	return g.start(s.String(), func(p int) func(context.Context, *Term) error {
 		run := func(ctx context.Context, t *Term) error { return fn(ctx, t, p) }
 		return func(ctx context.Context, t *Term) error { return s.run(ctx, t, g.c, run) }
 	}, opts)
 }
 
-func (g *Group) start(body func(p int) func(context.Context, *Term) error, topts []TaskOption) (*GroupTask, error) {
+func (g *Group) start(schedule string, body func(p int) func(context.Context, *Term) error, topts []TaskOption) (*GroupTask, error) {
 	if err := checkName("group", g.name); err != nil {
 		return nil, err
 	}
@@ -135,7 +135,7 @@ func (g *Group) start(body func(p int) func(context.Context, *Term) error, topts
 	ctx, cancel := context.WithCancelCause(context.Background())
 	t := &GroupTask{
 		c: g.c, name: g.name, partitions: g.partitions, opts: o,
-		body: body, topts: topts,
+		schedule: schedule, body: body, topts: topts,
 		ctx: ctx, cancel: cancel, done: make(chan struct{}), kick: make(chan struct{}, 1),
 		active:   make(map[int]*LeaderTask),
 		handing:  make(map[*LeaderTask]int),
@@ -161,6 +161,7 @@ type GroupTask struct {
 	name       string
 	partitions int
 	opts       groupOptions
+	schedule   string
 	body       func(p int) func(context.Context, *Term) error
 	topts      []TaskOption
 
@@ -251,30 +252,34 @@ func (t *GroupTask) serve(g *generation) {
 	defer context.AfterFunc(g.ctx, cancel)()
 
 	self := t.c.memberID(g)
-	data, _ := json.Marshal(memberRecord{Partitions: t.partitions, Assignment: t.opts.variant.String()})
-	for attempt := 1; ; attempt++ {
-		err := g.sess.Join(ctx, t.name, backend.Member{ID: self, Data: data})
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		t.c.log.Warn("joining a group failed", "group", t.name, "err", err, "attempt", attempt)
-		if !sleep(ctx, backoff(attempt, g.ttl/3)) {
-			return
-		}
-	}
 	hints, err := g.sess.WatchMembers(ctx, t.name)
 	if err != nil && ctx.Err() == nil {
 		t.c.log.Warn("watching a group failed; refreshing every renewal period only", "group", t.name, "err", err)
 	}
 	refresh := time.NewTicker(g.ttl / 3)
 	defer refresh.Stop()
+	joined := false
 	for {
-		members, err := g.sess.Members(ctx, t.name)
-		if err == nil {
-			t.apply(ctx, g, self, members)
+		ops := t.c.ops.changes()
+		drained := t.c.ops.isDrained(self)
+		switch {
+		case drained && joined:
+			// An operator drained this member: leave, so that the others
+			// take its partitions over, and contend for nothing.
+			if err := g.sess.Leave(ctx, t.name); err != nil && ctx.Err() == nil {
+				t.c.log.Warn("leaving a group failed", "group", t.name, "err", err)
+			}
+			joined = false
+		case !drained && !joined:
+			if !t.join(ctx, g, self) {
+				return
+			}
+			joined = true
+		}
+		if drained {
+			t.apply(ctx, g, self, nil, true)
+		} else if members, err := g.sess.Members(ctx, t.name); err == nil {
+			t.apply(ctx, g, self, members, false)
 		} else if ctx.Err() == nil {
 			t.c.log.Warn("reading group members failed", "group", t.name, "err", err)
 		}
@@ -291,16 +296,40 @@ func (t *GroupTask) serve(g *generation) {
 			}
 		case <-refresh.C:
 		case <-t.kick:
+		case <-ops:
+		}
+	}
+}
+
+// join makes this client a member of the group on session g, retrying
+// until it succeeds or ctx ends.
+func (t *GroupTask) join(ctx context.Context, g *generation, self string) bool {
+	data, _ := json.Marshal(memberRecord{Partitions: t.partitions, Assignment: t.opts.variant.String()})
+	for attempt := 1; ; attempt++ {
+		err := g.sess.Join(ctx, t.name, backend.Member{ID: self, Data: data})
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		t.c.log.Warn("joining a group failed", "group", t.name, "err", err, "attempt", attempt)
+		if !sleep(ctx, backoff(attempt, g.ttl/3)) {
+			return false
 		}
 	}
 }
 
 // apply computes the view from members and starts and stops partitions to
-// match it.
-func (t *GroupTask) apply(ctx context.Context, g *generation, self string, members []backend.Member) {
-	ids := t.checkMembers(self, members)
-	owners := PartitionAssignment(t.name, ids, t.partitions, t.opts.variant)
-	held := t.heldPartitions(ctx, g)
+// match it. A drained member contends for nothing.
+func (t *GroupTask) apply(ctx context.Context, g *generation, self string, members []backend.Member, drained bool) {
+	var ids, owners []string
+	var held map[int]bool
+	if !drained {
+		ids = t.checkMembers(self, members)
+		owners = PartitionAssignment(t.name, ids, t.partitions, t.opts.variant)
+		held = t.heldPartitions(ctx, g)
+	}
 
 	t.mu.Lock()
 	viewChanged := !slices.Equal(ids, t.view)
@@ -353,7 +382,7 @@ func (t *GroupTask) apply(ctx context.Context, g *generation, self string, membe
 		}()
 	}
 	for _, p := range start {
-		lt, err := t.c.start("partition", TermRef{Election: partitionName(t.name, p), Group: t.name, Partition: p}, t.body(p), t.topts)
+		lt, err := t.c.start("partition", TermRef{Election: partitionName(t.name, p), Group: t.name, Partition: p}, t.schedule, t.body(p), t.topts)
 		if err != nil {
 			if t.ctx.Err() == nil {
 				t.c.log.Error("starting a partition failed", "group", t.name, "partition", p, "err", err)

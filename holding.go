@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/internal/records"
 )
 
 // holding is one term of a started election, from the win to the end of its
@@ -31,12 +32,17 @@ type holding struct {
 	running   bool        // the work has not returned yet
 	capTimer  *time.Timer // hands off at the term's deadline if the work ignores cancellation
 	claimed   bool        // the hand-off is taken care of
+	resignV   uint64      // version of the resign request carried out
 }
 
 // holds reports whether this client still holds the lease after a term
 // ended for reason: it does when the client ended the term itself.
 func holds(reason RevokeReason) bool {
-	return reason == RevokeStopped || reason == RevokeClosed || reason == RevokeYielded
+	switch reason {
+	case RevokeStopped, RevokeClosed, RevokeYielded, RevokeDisabled, RevokeResigned, RevokeDrained:
+		return true
+	}
+	return false
 }
 
 // startTerm begins a term on lease and starts its work on a new goroutine,
@@ -60,10 +66,12 @@ func (t *LeaderTask) startTerm(g *generation, lease backend.Lease) bool {
 	c.log.Info("elected", "election", ref.Election, "token", ref.Token, "session", g.sess.ID())
 	c.metrics.elected(ref)
 	c.events.publish(Elected{TermRef: ref, Session: g.sess.ID(), At: term.start})
+	term.status = c.openStatus(g, term, t.schedule)
 
 	runCtx, cancelRun := context.WithCancel(context.Background())
 	h := &holding{t: t, g: g, lease: lease, term: term, runCtx: runCtx, cancelRun: cancelRun, running: true}
 	h.watch()
+	h.checkOps()
 	c.wg.Go(h.run)
 	return true
 }
@@ -80,10 +88,23 @@ func (h *holding) run() {
 		h.revoke(RevokeYielded, nil)
 	}
 	<-h.term.Revoked()
-	if !h.handOff(false) {
+	if h.handOff(false) {
+		h.next()
+	}
+}
+
+// next carries the election's loop on after the hand-off: it completes a
+// stopped task, sits out one lease term after a yield or a resignation, and
+// contends again.
+func (h *holding) next() {
+	h.mu.Lock()
+	reason := h.reason
+	h.mu.Unlock()
+	if h.t.ctx.Err() != nil {
+		h.t.finish()
 		return
 	}
-	if h.reason == RevokeYielded && !sleep(h.t.ctx, h.g.ttl) {
+	if (reason == RevokeYielded || reason == RevokeResigned) && !sleep(h.t.ctx, h.g.ttl) {
 		h.t.finish()
 		return
 	}
@@ -111,9 +132,11 @@ func (t *LeaderTask) work(ctx context.Context, term *Term) error {
 func (h *holding) watch() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	stopOps := h.t.c.ops.subscribe(h.checkOps)
 	h.stops = []func() bool{
 		context.AfterFunc(h.g.ctx, func() { h.revoke(h.g.why()) }),
 		context.AfterFunc(h.t.ctx, func() { h.revoke(h.t.stopReason(), nil) }),
+		func() bool { stopOps(); return true },
 	}
 	lost := func() {
 		select {
@@ -135,6 +158,22 @@ func (h *holding) watch() {
 			}
 		})
 		h.stops = append(h.stops, func() bool { close(done); return true })
+	}
+}
+
+// checkOps revokes the term if an operator disabled the election, drained
+// this member, or asked this term to resign.
+func (h *holding) checkOps() {
+	ops := h.t.c.ops
+	if r := ops.blocked(h.term.ref, h.t.c.memberID(h.g)); r != 0 {
+		h.revoke(r, nil)
+		return
+	}
+	if v, ok := ops.resigns(h.term.ref.Election, h.term.ref.Token); ok {
+		h.mu.Lock()
+		h.resignV = v
+		h.mu.Unlock()
+		h.revoke(RevokeResigned, nil)
 	}
 }
 
@@ -166,14 +205,13 @@ func (h *holding) revoke(reason RevokeReason, cause error) {
 	h.term.revoke(reason, cause)
 	h.cancelRun()
 	if running && !holds(reason) && h.handOff(false) {
-		h.t.goContend()
+		c.wg.Go(h.next)
 	}
 }
 
 // atCap runs at the capped deadline of a revoked term whose work ignored
-// the cancellation: the lease is handed off without waiting any longer. The
-// task is stopping (only a stop revokes a term with its work running and
-// the lease held), so this completes it.
+// the cancellation: the lease is handed off without waiting any longer, and
+// the election's loop goes on here while the work still runs.
 func (h *holding) atCap() {
 	defer h.t.c.wg.Done()
 	if !h.handOff(true) {
@@ -181,7 +219,7 @@ func (h *holding) atCap() {
 	}
 	ref := h.term.ref
 	h.t.c.log.Warn("task ignored cancellation; handed off at the term's deadline", "election", ref.Election, "token", ref.Token)
-	h.t.finish()
+	h.next()
 }
 
 // handOff releases the lease if the client still holds it and publishes the
@@ -198,7 +236,7 @@ func (h *holding) handOff(atCap bool) bool {
 	if !atCap && h.capTimer != nil && h.capTimer.Stop() {
 		h.t.c.wg.Done() // atCap will not run
 	}
-	reason, revokedAt, stops := h.reason, h.revokedAt, h.stops
+	reason, revokedAt, stops, resignV := h.reason, h.revokedAt, h.stops, h.resignV
 	h.stops = nil
 	h.mu.Unlock()
 
@@ -206,7 +244,13 @@ func (h *holding) handOff(atCap bool) bool {
 		stop()
 	}
 	h.cancelRun()
+	if holds(reason) {
+		h.term.status.handedOff(h.g)
+	}
 	released := holds(reason) && h.t.release(h.g, h.lease)
+	if reason == RevokeResigned {
+		h.t.c.ops.consume(h.g, records.ResignPrefix+h.term.ref.Election, resignV)
+	}
 	d := time.Since(revokedAt)
 	h.t.c.metrics.handedOff(h.term.ref, d)
 	h.t.c.events.publish(HandedOff{TermRef: h.term.ref, Duration: d, Released: released, At: time.Now()})

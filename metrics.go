@@ -98,9 +98,9 @@ type nameMetrics struct {
 	attr    attribute.KeyValue
 	base    []metric.AddOption
 	record  []metric.RecordOption
-	reason  [RevokeLeaseLost + 1][]metric.AddOption // guarded by metrics.mu
-	result  [Cancelled + 1][]metric.AddOption       // guarded by metrics.mu
-	resultR [Cancelled + 1][]metric.RecordOption    // guarded by metrics.mu
+	reason  [lastRevokeReason + 1][]metric.AddOption // guarded by metrics.mu
+	result  [Cancelled + 1][]metric.AddOption        // guarded by metrics.mu
+	resultR [Cancelled + 1][]metric.RecordOption     // guarded by metrics.mu
 }
 
 func newMetrics(mp metric.MeterProvider, headroom func() float64) (*metrics, error) {
@@ -254,7 +254,7 @@ func (m *metrics) renewed(d time.Duration, err error) {
 
 var lostReasons = func() map[RevokeReason][]metric.AddOption {
 	out := map[RevokeReason][]metric.AddOption{}
-	for r := RevokeStopped; r <= RevokeLeaseLost; r++ {
+	for r := RevokeStopped; r <= lastRevokeReason; r++ {
 		out[r] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("simba.reason", r.metricName())))}
 	}
 	return out
@@ -279,6 +279,12 @@ func (r RevokeReason) metricName() string {
 		return "session_lost"
 	case RevokeLeaseLost:
 		return "lease_lost"
+	case RevokeDisabled:
+		return "disabled"
+	case RevokeResigned:
+		return "resigned"
+	case RevokeDrained:
+		return "drained"
 	}
 	return "unknown"
 }

@@ -14,6 +14,7 @@ type Option func(*options) error
 
 type options struct {
 	memberID string
+	noStatus bool
 	ttl      time.Duration
 	margin   time.Duration // < 0: default
 	logger   *slog.Logger

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/robfig/cron/v3"
+
+	"github.com/simba-go/simba/internal/records"
 )
 
 // Schedule says when a scheduled election runs its function within a term.
@@ -205,8 +207,21 @@ const maxCountedMisses = 1 << 10
 
 // run is the loop of one term: it runs fn on schedule until the term ends,
 // the ctx is cancelled, or a run yields (then it returns that run's error).
+//
+// Besides the planned starts it runs once at once when the previous holder
+// missed a planned start while nobody held the lease and the policy is
+// MisfireRunOnce, and once as soon as it can when an operator triggers the
+// election.
 func (s Schedule) run(ctx context.Context, term *Term, c *Client, fn func(context.Context, *Term) error) error {
-	if !sleep(ctx, s.initial) {
+	source := term.status.firstSource()
+	if term.status.missedStart() && s.misfire == MisfireRunOnce {
+		c.log.Info("the previous holder missed a planned start; running once now", "election", term.ref.Election)
+		if stop, err := s.runOnce(ctx, term, c, fn, records.SourceMisfire); stop {
+			return err
+		}
+		source = records.SourceNormal
+	}
+	if !s.wait(ctx, term, c, time.Now().Add(s.initial), fn) {
 		return nil
 	}
 	anchor := time.Now()
@@ -216,19 +231,14 @@ func (s Schedule) run(ctx context.Context, term *Term, c *Client, fn func(contex
 	}
 	catchUp := false
 	for {
-		if planned.IsZero() { // a cron expression with no further activation
-			<-ctx.Done()
+		term.status.planned(planned)
+		if !catchUp && !s.wait(ctx, term, c, planned, fn) {
 			return nil
 		}
-		if !catchUp && !sleep(ctx, time.Until(planned)) {
-			return nil
-		}
-		if term.EnsureValid() != nil {
-			return nil
-		}
-		if err := c.invoke(ctx, term, fn); errors.Is(err, ErrYield) {
+		if stop, err := s.runOnce(ctx, term, c, fn, source); stop {
 			return err
 		}
+		source = records.SourceNormal
 		end := time.Now()
 		next, missed := s.next(anchor, planned, end)
 		catchUp = missed > 0 && s.misfire == MisfireRunOnce
@@ -240,8 +250,55 @@ func (s Schedule) run(ctx context.Context, term *Term, c *Client, fn func(contex
 		if catchUp {
 			// One run at once, standing for the latest missed start.
 			next = s.latestBefore(anchor, planned, end)
+			source = records.SourceMisfire
 		}
 		planned = next
+	}
+}
+
+// runOnce runs fn once if the term is still valid. It reports whether the
+// loop must stop: the term is over, or the run yielded (then err is the
+// run's error).
+func (s Schedule) runOnce(ctx context.Context, term *Term, c *Client, fn func(context.Context, *Term) error, source string) (stop bool, err error) {
+	if term.EnsureValid() != nil {
+		return true, nil
+	}
+	if err := c.invoke(ctx, term, fn, source); errors.Is(err, ErrYield) {
+		return true, err
+	}
+	return ctx.Err() != nil, nil
+}
+
+// wait sleeps until the instant until (a zero instant: for ever), running
+// fn at once, in between, each time an operator triggers the election. It
+// reports false when ctx ends first.
+func (s Schedule) wait(ctx context.Context, term *Term, c *Client, until time.Time, fn func(context.Context, *Term) error) bool {
+	var timeout <-chan time.Time
+	if !until.IsZero() {
+		t := time.NewTimer(time.Until(until))
+		defer t.Stop()
+		timeout = t.C
+	}
+	for {
+		changed := c.ops.changes()
+		if v, ok := c.ops.triggered(term.ref.Election); ok {
+			c.log.Info("triggered by an operator; running once now", "election", term.ref.Election)
+			c.ops.consume(term.gen, records.TriggerPrefix+term.ref.Election, v)
+			if stop, _ := s.runOnce(ctx, term, c, fn, records.SourceTrigger); stop {
+				return false
+			}
+			continue
+		}
+		if !until.IsZero() && !time.Now().Before(until) {
+			return ctx.Err() == nil
+		}
+		select {
+		case <-timeout:
+			return true
+		case <-ctx.Done():
+			return false
+		case <-changed:
+		}
 	}
 }
 

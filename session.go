@@ -254,6 +254,9 @@ func (c *Client) setGeneration(g *generation) {
 // awaitGeneration returns the live generation, waiting for one if needed.
 func (c *Client) awaitGeneration(ctx context.Context) (*generation, error) {
 	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		c.mu.Lock()
 		g, changed := c.gen, c.genChanged
 		c.mu.Unlock()

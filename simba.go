@@ -24,6 +24,7 @@ type Client struct {
 	base    time.Time // origin of every monotonic offset
 	events  *eventBus
 	metrics *metrics
+	ops     *opsView
 
 	ctx        context.Context // ends when Close begins
 	stopClient context.CancelFunc
@@ -82,8 +83,10 @@ func New(b backend.Backend, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	c.metrics = m
+	c.ops = newOpsView(c)
 	c.events = newEventBus(c.log, o.handlers)
 	go c.keep(ctx)
+	c.wg.Go(c.ops.watch)
 	return c, nil
 }
 
@@ -209,6 +212,15 @@ func (c *Client) memberID(g *generation) string {
 		return c.opts.memberID
 	}
 	return g.sess.ID()
+}
+
+// currentMemberID is this client's identity in groups now: the one given,
+// or the live session's ID ("" without one).
+func (c *Client) currentMemberID() string {
+	if c.opts.memberID != "" {
+		return c.opts.memberID
+	}
+	return c.SessionID()
 }
 
 // liveGeneration returns the current session if it is valid, or nil.

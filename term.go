@@ -31,6 +31,9 @@ type Term struct {
 
 	mu  sync.Mutex
 	err *TermError
+
+	// status keeps the term's status records; set before the work starts.
+	status *statusWriter
 }
 
 func newTerm(ref TermRef, g *generation) *Term {

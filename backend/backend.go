@@ -223,8 +223,8 @@ type Records interface {
 
 // Record is one record of a Records store.
 type Record struct {
-	Key   string
-	Value []byte
+	Key   string // the record's key
+	Value []byte // the record's value
 	// Version changes with every write of the key; 0 means no record. It
 	// is opaque: compare it for equality only.
 	Version uint64
@@ -243,11 +243,11 @@ type Condition struct {
 	// it just before (its multi-operations cannot compare a znode's
 	// creation), and the token order atomically.
 	Lease string
-	Token uint64
+	Token uint64 // the holding's token; 0: no fence
 	// IfVersion requires the record's current Version to equal Version
 	// (0: no record may exist): a compare-and-set.
 	IfVersion bool
-	Version   uint64
+	Version   uint64 // the version required, with IfVersion
 }
 
 // MaxRecordValue is the largest record value a backend must accept.

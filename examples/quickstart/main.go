@@ -50,6 +50,13 @@ func (s *sink) write(token uint64) bool {
 	return true
 }
 
+// count returns the writes accepted so far.
+func (s *sink) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.accepted
+}
+
 // node is one simulated process.
 type node struct {
 	name   string
@@ -114,7 +121,7 @@ func run(w io.Writer) error {
 		}
 	}
 	time.Sleep(time.Second)
-	say("the shared sink has accepted %d writes so far, all from one leader at a time", shared.accepted)
+	say("the shared sink has accepted %d writes so far, all from one leader at a time", shared.count())
 
 	// A graceful hand-off: the leader stops its task.
 	current := nodes["alpha"]

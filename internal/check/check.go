@@ -128,11 +128,11 @@ func AgainstGrants(terms []Term, grants []Grant) (minGap time.Duration, errs []e
 
 // Write is one write to a fenced register.
 type Write struct {
-	Lease    string
-	Token    uint64
-	Node     string
-	At       time.Time
-	Accepted bool
+	Lease    string    // the lease the writer held
+	Token    uint64    // its token
+	Node     string    // who wrote
+	At       time.Time // when
+	Accepted bool      // whether the register took it
 }
 
 // Register is a shared resource written by leader tasks with their tokens.

@@ -1,0 +1,510 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/internal/records"
+)
+
+// Record types, as the nodes write them.
+type (
+	// Status is the status of an election or partition, written by its
+	// holder.
+	Status = records.Status
+	// Holder is the holder of a term.
+	Holder = records.Holder
+	// Run is one entry of an election's execution history.
+	Run = records.Run
+	// Op is an operation request.
+	Op = records.Op
+)
+
+// Errors.
+var (
+	// ErrNoRecords is returned by Open for a backend that keeps no records
+	// (see backend.Records).
+	ErrNoRecords = errors.New("simba/admin: the backend keeps no records")
+	// ErrNotFound is returned for an election, job or group of which the
+	// backend knows nothing.
+	ErrNotFound = errors.New("simba/admin: not found")
+)
+
+// Admin reads the status simba's nodes keep in a backend and writes the
+// operations they obey. It holds a backend session of its own, renewed in
+// the background until Close. It is safe for concurrent use.
+type Admin struct {
+	sess   backend.Session
+	rec    backend.Records
+	lister backend.LeaseLister // nil if unsupported
+	by     string              // who asks, recorded with operations
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// Option configures Open.
+type Option func(*config)
+
+type config struct {
+	ttl time.Duration
+	by  string
+}
+
+// WithTTL sets the TTL of the admin's own session (default 10s).
+func WithTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
+
+// WithOperator names who performs operations, recorded with them (default
+// "simba admin").
+func WithOperator(name string) Option { return func(c *config) { c.by = name } }
+
+// Open opens a session on b for administration. It does not own b.
+func Open(ctx context.Context, b backend.Backend, opts ...Option) (*Admin, error) {
+	cfg := config{ttl: 10 * time.Second, by: "simba admin"}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.ttl <= 0 {
+		return nil, fmt.Errorf("simba/admin: TTL must be positive, got %v", cfg.ttl)
+	}
+	sess, err := b.Open(ctx, backend.SessionOptions{TTL: cfg.ttl})
+	if err != nil {
+		return nil, fmt.Errorf("simba/admin: opening a session: %w", err)
+	}
+	rec, ok := sess.(backend.Records)
+	if !ok {
+		sess.Close(ctx)
+		return nil, ErrNoRecords
+	}
+	lister, _ := sess.(backend.LeaseLister)
+	kctx, cancel := context.WithCancel(context.Background())
+	a := &Admin{sess: sess, rec: rec, lister: lister, by: cfg.by, cancel: cancel}
+	a.wg.Go(func() { a.keepAlive(kctx) })
+	return a, nil
+}
+
+// keepAlive renews the session every third of its TTL until ctx ends.
+func (a *Admin) keepAlive(ctx context.Context) {
+	ttl := a.sess.TTL()
+	for {
+		t := time.NewTimer(ttl / 3)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-a.sess.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if got, err := a.sess.KeepAlive(ctx); err == nil {
+			ttl = got
+		}
+	}
+}
+
+// Close ends the admin's session.
+func (a *Admin) Close() error {
+	a.cancel()
+	a.wg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), a.sess.TTL())
+	defer cancel()
+	return a.sess.Close(ctx)
+}
+
+// Election is what the backend shows of one election or partition.
+type Election struct {
+	Name string // the lease name: an election, or "{group}.{p}"
+	// Held reports whether the lease is held now (known only where the
+	// backend can list leases; otherwise from the status).
+	Held bool
+	// Status is the last status its holders wrote (zero if none).
+	Status Status
+	// Disabled reports an operator's disable of the election or its group.
+	Disabled bool
+}
+
+// Elections lists the elections and partitions the backend has status
+// for, or holds leases of, sorted by name. Partitions are included; see
+// Groups for them by group.
+func (a *Admin) Elections(ctx context.Context) ([]Election, error) {
+	statuses, err := a.statuses(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	held, err := a.held(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	ops, err := a.Ops(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byName := map[string]*Election{}
+	for _, st := range statuses {
+		byName[st.Lease] = &Election{Name: st.Lease, Status: st, Held: held == nil && st.Holder != nil}
+	}
+	for name := range held {
+		if _, ok := byName[name]; !ok {
+			byName[name] = &Election{Name: name}
+		}
+		byName[name].Held = true
+	}
+	out := make([]Election, 0, len(byName))
+	for _, e := range byName {
+		e.Disabled = ops.Disabled[e.Name] || (e.Status.Group != "" && ops.Disabled[e.Status.Group])
+		out = append(out, *e)
+	}
+	slices.SortFunc(out, func(x, y Election) int { return strings.Compare(x.Name, y.Name) })
+	return out, nil
+}
+
+// Status returns the status of one election or partition.
+func (a *Admin) Status(ctx context.Context, lease string) (Status, error) {
+	r, err := a.rec.GetRecord(ctx, records.StatusKey(lease))
+	if errors.Is(err, backend.ErrNoRecord) {
+		return Status{}, fmt.Errorf("%w: no status for %q", ErrNotFound, lease)
+	}
+	if err != nil {
+		return Status{}, err
+	}
+	var st Status
+	if err := records.Decode(r.Value, &st); err != nil {
+		return Status{}, fmt.Errorf("simba/admin: status of %q: %w", lease, err)
+	}
+	return st, nil
+}
+
+// History returns the execution history of one election or partition,
+// oldest first.
+func (a *Admin) History(ctx context.Context, lease string) ([]Run, error) {
+	list, err := a.rec.ListRecords(ctx, records.HistoryKeys(lease))
+	if err != nil {
+		return nil, err
+	}
+	if len(list) == 0 {
+		if _, err := a.Status(ctx, lease); err != nil {
+			return nil, err
+		}
+	}
+	runs := make([]Run, 0, len(list))
+	for _, r := range list {
+		var run Run
+		if err := records.Decode(r.Value, &run); err == nil {
+			runs = append(runs, run)
+		}
+	}
+	return runs, nil
+}
+
+// statuses reads the status records under prefix.
+func (a *Admin) statuses(ctx context.Context, prefix string) ([]Status, error) {
+	list, err := a.rec.ListRecords(ctx, records.StatusPrefix+prefix)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Status, 0, len(list))
+	for _, r := range list {
+		var st Status
+		if err := records.Decode(r.Value, &st); err == nil && st.Lease != "" {
+			out = append(out, st)
+		}
+	}
+	return out, nil
+}
+
+// held returns the leases held now under prefix, or nil when the backend
+// cannot list them.
+func (a *Admin) held(ctx context.Context, prefix string) (map[string]bool, error) {
+	if a.lister == nil {
+		return nil, nil
+	}
+	names, err := a.lister.HeldLeases(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(names))
+	for _, n := range names {
+		out[n] = true
+	}
+	return out, nil
+}
+
+// Member is one live member of a group.
+type Member struct {
+	ID      string // the member id
+	Session string // the session holding the membership
+	// Partitions and Assignment are what the member uses; members that
+	// disagree are reported as mismatches.
+	Partitions int
+	Assignment string // "rendezvous" or "balanced"
+	Drained    bool   // an operator drained it
+}
+
+// Partition is one partition of a group as the backend shows it.
+type Partition struct {
+	Index int // the partition number
+	// Owner is the member the group's assignment gives it to.
+	Owner string
+	// Holder is the member holding its lease now ("" when vacant or
+	// unknown).
+	Holder string
+	Token  uint64 // the holder's fencing token
+	// Held reports whether its lease is held; a held partition whose
+	// holder is not its owner is in hand-off.
+	Held bool
+}
+
+// Vacant reports a partition whose lease nobody holds.
+func (p Partition) Vacant() bool { return !p.Held }
+
+// InHandOff reports a partition held by a member other than its owner.
+func (p Partition) InHandOff() bool { return p.Held && p.Holder != "" && p.Holder != p.Owner }
+
+// Group is what the backend shows of one partition group.
+type Group struct {
+	Name       string      // the group's name
+	Members    []Member    // the live members
+	Partitions []Partition // every partition, in order
+	// Mismatches describes members that disagree on the partition count or
+	// assignment, or share a member id.
+	Mismatches []string
+	Disabled   bool // an operator disabled the group
+}
+
+// Groups lists the groups known from status records, sorted by name.
+func (a *Admin) Groups(ctx context.Context) ([]Group, error) {
+	statuses, err := a.statuses(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	names := map[string]bool{}
+	for _, st := range statuses {
+		if st.Group != "" {
+			names[st.Group] = true
+		}
+	}
+	out := make([]Group, 0, len(names))
+	for _, name := range slices.Sorted(mapsKeys(names)) {
+		g, err := a.Group(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, g)
+	}
+	return out, nil
+}
+
+// Group returns one group: its members, the assignment they compute, who
+// holds each partition, and mismatches.
+func (a *Admin) Group(ctx context.Context, name string) (Group, error) {
+	members, err := a.sess.Members(ctx, name)
+	if err != nil {
+		return Group{}, err
+	}
+	statuses, err := a.statuses(ctx, name+".")
+	if err != nil {
+		return Group{}, err
+	}
+	held, err := a.held(ctx, name+".")
+	if err != nil {
+		return Group{}, err
+	}
+	ops, err := a.Ops(ctx)
+	if err != nil {
+		return Group{}, err
+	}
+	g := Group{Name: name, Disabled: ops.Disabled[name]}
+	counts := map[string]bool{}
+	ids := map[string][]string{}
+	partitions, variant := 0, simba.Rendezvous
+	for _, m := range members {
+		var rec struct {
+			P int    `json:"p"`
+			A string `json:"a"`
+		}
+		json.Unmarshal(m.Data, &rec)
+		g.Members = append(g.Members, Member{ID: m.ID, Session: m.Session, Partitions: rec.P, Assignment: rec.A, Drained: ops.Drained[m.ID]})
+		counts[fmt.Sprintf("%d partitions, %s", rec.P, rec.A)] = true
+		ids[m.ID] = append(ids[m.ID], m.Session)
+		if rec.P > partitions {
+			partitions = rec.P
+			if rec.A == simba.Balanced.String() {
+				variant = simba.Balanced
+			}
+		}
+	}
+	if len(counts) > 1 {
+		g.Mismatches = append(g.Mismatches, "members disagree: "+strings.Join(slices.Sorted(mapsKeys(counts)), " / "))
+	}
+	var live []string
+	for id, ss := range ids {
+		if !ops.Drained[id] {
+			live = append(live, id)
+		}
+		if len(ss) > 1 {
+			g.Mismatches = append(g.Mismatches, fmt.Sprintf("member id %q used by %d sessions", id, len(ss)))
+		}
+	}
+	slices.Sort(g.Mismatches)
+	if len(members) == 0 && len(statuses) == 0 {
+		return Group{}, fmt.Errorf("%w: group %q", ErrNotFound, name)
+	}
+	for _, st := range statuses {
+		if st.Partition+1 > partitions {
+			partitions = st.Partition + 1
+		}
+	}
+	owners := simba.PartitionAssignment(name, live, partitions, variant)
+	byPartition := map[int]Status{}
+	for _, st := range statuses {
+		byPartition[st.Partition] = st
+	}
+	for p := range partitions {
+		part := Partition{Index: p}
+		if owners != nil {
+			part.Owner = owners[p]
+		}
+		st, ok := byPartition[p]
+		if ok && st.Holder != nil {
+			part.Holder, part.Token = st.Holder.Member, st.Holder.Token
+		}
+		if held != nil {
+			part.Held = held[name+"."+strconv.Itoa(p)]
+			if !part.Held {
+				part.Holder, part.Token = "", 0
+			}
+		} else {
+			part.Held = ok && st.Holder != nil
+		}
+		g.Partitions = append(g.Partitions, part)
+	}
+	return g, nil
+}
+
+func mapsKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
+	return func(yield func(K) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// Ops is the set of operations in force.
+type Ops struct {
+	Disabled map[string]bool // election, job or group names
+	Drained  map[string]bool // member ids
+	Triggers map[string]Op   // by lease, until carried out
+	Resigns  map[string]Op   // by lease, until carried out
+}
+
+// Ops reads the operations in force.
+func (a *Admin) Ops(ctx context.Context) (Ops, error) {
+	list, err := a.rec.ListRecords(ctx, records.OpsPrefix)
+	if err != nil {
+		return Ops{}, err
+	}
+	ops := Ops{Disabled: map[string]bool{}, Drained: map[string]bool{}, Triggers: map[string]Op{}, Resigns: map[string]Op{}}
+	for _, r := range list {
+		var op Op
+		records.Decode(r.Value, &op)
+		switch {
+		case strings.HasPrefix(r.Key, records.DisabledPrefix):
+			ops.Disabled[records.Name(r.Key, records.DisabledPrefix)] = true
+		case strings.HasPrefix(r.Key, records.DrainPrefix):
+			ops.Drained[records.Name(r.Key, records.DrainPrefix)] = true
+		case strings.HasPrefix(r.Key, records.TriggerPrefix):
+			ops.Triggers[records.Name(r.Key, records.TriggerPrefix)] = op
+		case strings.HasPrefix(r.Key, records.ResignPrefix):
+			ops.Resigns[records.Name(r.Key, records.ResignPrefix)] = op
+		}
+	}
+	return ops, nil
+}
+
+// put writes an operation record.
+func (a *Admin) put(ctx context.Context, key string, op Op) error {
+	op.By, op.At = a.by, time.Now()
+	if _, err := a.rec.PutRecord(ctx, key, records.Encode(op), backend.Condition{}); err != nil {
+		return fmt.Errorf("simba/admin: %w", err)
+	}
+	return nil
+}
+
+func (a *Admin) del(ctx context.Context, key string) error {
+	if err := a.rec.DeleteRecord(ctx, key, backend.Condition{}); err != nil {
+		return fmt.Errorf("simba/admin: %w", err)
+	}
+	return nil
+}
+
+// Disable stops an election, job or group everywhere: its holder hands off
+// and no node contends for it until Enable.
+func (a *Admin) Disable(ctx context.Context, name, reason string) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	return a.put(ctx, records.DisabledPrefix+name, Op{Reason: reason})
+}
+
+// Enable undoes Disable.
+func (a *Admin) Enable(ctx context.Context, name string) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	return a.del(ctx, records.DisabledPrefix+name)
+}
+
+// Trigger asks the holder of a scheduled election or partition to run it
+// once as soon as it can. The request stays until a holder carries it out.
+func (a *Admin) Trigger(ctx context.Context, lease string) error {
+	if err := checkName(lease); err != nil {
+		return err
+	}
+	return a.put(ctx, records.TriggerPrefix+lease, Op{})
+}
+
+// Resign asks the holder of lease to hand off gracefully and sit out one
+// lease term, so that another member takes over with a higher token. With
+// token 0 it applies to whichever term holds the lease when a node sees
+// it; otherwise only to the term with that token. The lease key is never
+// deleted: that would break the one-valid-term guarantee.
+func (a *Admin) Resign(ctx context.Context, lease string, token uint64) error {
+	if err := checkName(lease); err != nil {
+		return err
+	}
+	return a.put(ctx, records.ResignPrefix+lease, Op{Token: token})
+}
+
+// Drain makes a member hand off everything it holds and stop contending,
+// until Undrain.
+func (a *Admin) Drain(ctx context.Context, member, reason string) error {
+	if member == "" || len(member) > simba.MaxNameLen || strings.ContainsAny(member, "/ ") {
+		return fmt.Errorf("simba/admin: invalid member id %q", member)
+	}
+	return a.put(ctx, records.DrainPrefix+member, Op{Reason: reason})
+}
+
+// Undrain undoes Drain.
+func (a *Admin) Undrain(ctx context.Context, member string) error {
+	return a.del(ctx, records.DrainPrefix+member)
+}
+
+// checkName checks an election, job or group name.
+func checkName(name string) error {
+	if err := simba.CheckName(name); err != nil {
+		return fmt.Errorf("simba/admin: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,129 @@
+// Package records defines the records simba keeps in a backend's Records
+// store: the status of each election, the execution history of scheduled
+// elections, and the cluster-wide operations every node watches. The core
+// writes and obeys them; package admin (the simba command and the console)
+// reads and writes them. Values are JSON.
+//
+// Keys:
+//
+//	status/<lease>              Status, written by the holder, fenced by its token
+//	history/<lease>/<seq>       Run, written by the holder, fenced; the last HistoryLen kept
+//	ops/disabled/<name>         Op: the election, job or group runs nothing anywhere
+//	ops/trigger/<lease>         Op: the holder runs the schedule once as soon as it can
+//	ops/resign/<lease>          Op: the holder of the given token hands off
+//	ops/drain/<member>          Op: the member hands off everything and stops contending
+package records
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// HistoryLen is the number of runs kept per election.
+const HistoryLen = 50
+
+// Key prefixes.
+const (
+	StatusPrefix   = "status/"
+	HistoryPrefix  = "history/"
+	OpsPrefix      = "ops/"
+	DisabledPrefix = OpsPrefix + "disabled/"
+	TriggerPrefix  = OpsPrefix + "trigger/"
+	ResignPrefix   = OpsPrefix + "resign/"
+	DrainPrefix    = OpsPrefix + "drain/"
+)
+
+// StatusKey is the key of the status of lease.
+func StatusKey(lease string) string { return StatusPrefix + lease }
+
+// HistoryKey is the key of run seq of lease; keys sort by seq.
+func HistoryKey(lease string, seq uint64) string {
+	return fmt.Sprintf("%s%s/%020d", HistoryPrefix, lease, seq)
+}
+
+// HistoryKeys is the prefix of the history of lease.
+func HistoryKeys(lease string) string { return HistoryPrefix + lease + "/" }
+
+// Holder is the holder of a term.
+type Holder struct {
+	Member  string    `json:"member"`  // the holder's member id
+	Session string    `json:"session"` // its session
+	Token   uint64    `json:"token"`   // the term's fencing token
+	Since   time.Time `json:"since"`   // when the term began
+}
+
+// Status is the status of one election or partition lease.
+type Status struct {
+	Lease     string `json:"lease"`           // the election, or "{group}.{p}"
+	Group     string `json:"group,omitempty"` // the group, for a partition
+	Partition int    `json:"partition"`       // -1 for a plain election
+	// Holder is the current holder; nil once it handed off cleanly. A
+	// holder found here by its successor ended without a hand-off (a crash,
+	// a partition): a fail-over.
+	Holder *Holder `json:"holder,omitempty"`
+	// Schedule describes the schedule, "" for RunWhileLeader.
+	Schedule string `json:"schedule,omitempty"`
+	// NextPlanned is the next planned start of the schedule; a successor
+	// that finds it passed knows a start was missed while no one held the
+	// lease.
+	NextPlanned time.Time `json:"nextPlanned,omitzero"`
+	LastRun     *Run      `json:"lastRun,omitempty"` // the last run started
+	Succeeded   uint64    `json:"succeeded"`         // runs that did not fail
+	Failed      uint64    `json:"failed"`            // runs that failed
+	// HistorySeq is the sequence number of the last run in the history.
+	HistorySeq uint64    `json:"historySeq"`
+	Updated    time.Time `json:"updated"` // when it was written
+}
+
+// Run results in the history, besides the simba.Result names.
+const (
+	Running     = "running"     // in flight, or its holder is gone (see Interrupted)
+	Interrupted = "interrupted" // the holder's term ended while it ran, without a hand-off
+)
+
+// Sources of runs.
+const (
+	SourceNormal   = "normal"
+	SourceMisfire  = "misfire"
+	SourceTrigger  = "trigger"
+	SourceFailOver = "fail-over"
+)
+
+// Run is one entry of the execution history.
+type Run struct {
+	Seq    uint64    `json:"seq"`             // its place in the history
+	Token  uint64    `json:"token"`           // the term's token
+	Member string    `json:"member"`          // who ran it
+	Start  time.Time `json:"start"`           // when it started
+	End    time.Time `json:"end,omitzero"`    // when it ended (zero while running)
+	Result string    `json:"result"`          // succeeded, failed, cancelled, running or interrupted
+	Error  string    `json:"error,omitempty"` // the error, if any
+	Source string    `json:"source"`          // normal, misfire, trigger or fail-over
+}
+
+// Op is a cluster-wide operation request.
+type Op struct {
+	// Token, for a resign, is the token of the term to end (0: whichever
+	// holds the lease when the request is seen).
+	Token  uint64    `json:"token,omitempty"`
+	By     string    `json:"by,omitempty"`     // who asked
+	At     time.Time `json:"at"`               // when
+	Reason string    `json:"reason,omitempty"` // why, in the operator's words
+}
+
+// Encode marshals v.
+func Encode(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only the package's own types are encoded
+	}
+	return b
+}
+
+// Decode unmarshals data into v.
+func Decode(data []byte, v any) error { return json.Unmarshal(data, v) }
+
+// Name returns the name after prefix in key.
+func Name(key, prefix string) string { return strings.TrimPrefix(key, prefix) }

@@ -1,0 +1,249 @@
+package simba
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/internal/records"
+)
+
+// opsView is the client's view of the cluster-wide operations kept in the
+// backend's records (disable, trigger, resign, drain; see package admin),
+// kept current by one watch per client. Tasks ask it whether they may
+// contend and subscribe to its changes.
+type opsView struct {
+	c *Client
+
+	mu       sync.Mutex
+	disabled map[string]bool
+	drained  map[string]bool
+	trigger  map[string]uint64     // lease -> version of its trigger record
+	resign   map[string]records.Op // lease -> request
+	resignV  map[string]uint64     // lease -> version of its resign record
+	changed  chan struct{}         // closed and replaced on every change
+	subs     map[int]func()
+	nextSub  int
+}
+
+func newOpsView(c *Client) *opsView {
+	return &opsView{
+		c:        c,
+		disabled: map[string]bool{},
+		drained:  map[string]bool{},
+		trigger:  map[string]uint64{},
+		resign:   map[string]records.Op{},
+		resignV:  map[string]uint64{},
+		changed:  make(chan struct{}),
+		subs:     map[int]func(){},
+	}
+}
+
+// watch keeps the view current on every session until the client closes.
+// Backends without records have no operations: it returns at once.
+func (o *opsView) watch() {
+	c := o.c
+	for {
+		g, err := c.awaitGeneration(c.ctx)
+		if err != nil {
+			return
+		}
+		rec, ok := g.sess.(backend.Records)
+		if !ok {
+			return
+		}
+		o.follow(g, rec)
+	}
+}
+
+// follow reads the operations on session g until it ends.
+func (o *opsView) follow(g *generation, rec backend.Records) {
+	ctx, cancel := context.WithCancel(o.c.ctx)
+	defer cancel()
+	defer context.AfterFunc(g.ctx, cancel)()
+	hints, err := rec.WatchRecords(ctx, records.OpsPrefix)
+	if err != nil && ctx.Err() == nil {
+		o.c.log.Warn("watching operations failed; reading them every renewal period", "err", err)
+	}
+	tick := time.NewTicker(g.ttl / 3)
+	defer tick.Stop()
+	for {
+		list, err := rec.ListRecords(ctx, records.OpsPrefix)
+		if err == nil {
+			o.apply(list)
+		} else if ctx.Err() == nil {
+			o.c.log.Warn("reading operations failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-hints:
+			if !ok {
+				hints = nil
+			}
+		case <-tick.C:
+		}
+	}
+}
+
+// apply replaces the view with the records read, and tells the subscribers
+// if anything changed.
+func (o *opsView) apply(list []backend.Record) {
+	disabled, drained := map[string]bool{}, map[string]bool{}
+	trigger, resignV := map[string]uint64{}, map[string]uint64{}
+	resign := map[string]records.Op{}
+	for _, r := range list {
+		var op records.Op
+		if err := records.Decode(r.Value, &op); err != nil {
+			o.c.log.Warn("unreadable operation record", "key", r.Key, "err", err)
+			continue
+		}
+		switch k := r.Key; {
+		case hasPrefix(k, records.DisabledPrefix):
+			disabled[records.Name(k, records.DisabledPrefix)] = true
+		case hasPrefix(k, records.DrainPrefix):
+			drained[records.Name(k, records.DrainPrefix)] = true
+		case hasPrefix(k, records.TriggerPrefix):
+			trigger[records.Name(k, records.TriggerPrefix)] = r.Version
+		case hasPrefix(k, records.ResignPrefix):
+			name := records.Name(k, records.ResignPrefix)
+			resign[name], resignV[name] = op, r.Version
+		}
+	}
+	o.mu.Lock()
+	same := maps.Equal(disabled, o.disabled) && maps.Equal(drained, o.drained) &&
+		maps.Equal(trigger, o.trigger) && maps.Equal(resignV, o.resignV)
+	if same {
+		o.mu.Unlock()
+		return
+	}
+	o.disabled, o.drained, o.trigger, o.resign, o.resignV = disabled, drained, trigger, resign, resignV
+	close(o.changed)
+	o.changed = make(chan struct{})
+	subs := make([]func(), 0, len(o.subs))
+	for _, f := range o.subs {
+		subs = append(subs, f)
+	}
+	o.mu.Unlock()
+	for _, f := range subs {
+		f()
+	}
+}
+
+func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
+
+// subscribe calls f after every change of the view, until stop.
+func (o *opsView) subscribe(f func()) (stop func()) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	id := o.nextSub
+	o.nextSub++
+	o.subs[id] = f
+	return func() {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		delete(o.subs, id)
+	}
+}
+
+// changes returns a channel closed at the next change of the view.
+func (o *opsView) changes() <-chan struct{} {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.changed
+}
+
+// blocked returns why the client must not hold ref's lease now, or 0.
+func (o *opsView) blocked(ref TermRef, member string) RevokeReason {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch {
+	case o.disabled[ref.Election] || (ref.Group != "" && o.disabled[ref.Group]):
+		return RevokeDisabled
+	case member != "" && o.drained[member]:
+		return RevokeDrained
+	}
+	return 0
+}
+
+// isDrained reports whether member is drained.
+func (o *opsView) isDrained(member string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.drained[member]
+}
+
+// resigns reports whether an operator asked the holder of lease with token
+// to hand off, and the version of the request.
+func (o *opsView) resigns(lease string, token uint64) (uint64, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	op, ok := o.resign[lease]
+	if !ok || (op.Token != 0 && op.Token != token) {
+		return 0, false
+	}
+	return o.resignV[lease], true
+}
+
+// triggered returns the version of a trigger request for lease.
+func (o *opsView) triggered(lease string) (uint64, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	v, ok := o.trigger[lease]
+	return v, ok
+}
+
+// consume deletes an operation record the client has carried out, if it is
+// still the version it saw, on session g. The view forgets it at once, so
+// that it is not carried out twice before the watch reports the deletion.
+func (o *opsView) consume(g *generation, key string, version uint64) {
+	o.mu.Lock()
+	switch {
+	case hasPrefix(key, records.TriggerPrefix):
+		if name := records.Name(key, records.TriggerPrefix); o.trigger[name] == version {
+			delete(o.trigger, name)
+		}
+	case hasPrefix(key, records.ResignPrefix):
+		if name := records.Name(key, records.ResignPrefix); o.resignV[name] == version {
+			delete(o.resign, name)
+			delete(o.resignV, name)
+		}
+	}
+	o.mu.Unlock()
+	rec, ok := g.sess.(backend.Records)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(g.ctx, g.ttl)
+	defer cancel()
+	err := rec.DeleteRecord(ctx, key, backend.Condition{IfVersion: true, Version: version})
+	if err != nil && !errors.Is(err, backend.ErrConflict) {
+		o.c.log.Warn("clearing a carried-out operation failed", "key", key, "err", err)
+	}
+}
+
+// waitUnblocked waits until ref may be contended for, or ctx ends.
+func (o *opsView) waitUnblocked(ctx context.Context, ref TermRef, member func() string) error {
+	for {
+		ch := o.changes()
+		if o.blocked(ref, member()) == 0 {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// String describes the view, for logs.
+func (o *opsView) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return fmt.Sprintf("disabled %v, drained %v, triggers %d, resignations %d", o.disabled, o.drained, len(o.trigger), len(o.resign))
+}

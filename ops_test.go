@@ -1,0 +1,303 @@
+package simba_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/admin"
+	"github.com/simba-go/simba/backend/memory"
+)
+
+// runLog records scheduled runs: node, token, time.
+type runLog struct {
+	mu   sync.Mutex
+	runs []logged
+}
+
+type logged struct {
+	node  string
+	token uint64
+	at    time.Time
+}
+
+func (l *runLog) scheduled(node string, h *history) func(context.Context, *simba.Term) error {
+	return func(ctx context.Context, term *simba.Term) error {
+		h.sawTerm(node, term)
+		l.mu.Lock()
+		l.runs = append(l.runs, logged{node, term.Token(), time.Now()})
+		l.mu.Unlock()
+		return nil
+	}
+}
+
+func (l *runLog) since(t time.Time) []logged {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []logged
+	for _, r := range l.runs {
+		if !r.at.Before(t) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func openAdmin(t *testing.T, b *memory.Backend) *admin.Admin {
+	t.Helper()
+	a, err := admin.Open(t.Context(), b.Node("admin"))
+	require.NoError(t, err)
+	t.Cleanup(func() { a.Close() })
+	return a
+}
+
+func TestStatusAndHistory(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		log := &runLog{}
+		c, _ := node(t, b, "a", h, simba.WithMemberID("a"))
+		_, err := c.Election("report").Schedule(simba.FixedRate(time.Second), log.scheduled("a", h))
+		require.NoError(t, err)
+		time.Sleep(60*time.Second + 500*time.Millisecond)
+		a := openAdmin(t, b)
+		st, err := a.Status(t.Context(), "report")
+		require.NoError(t, err)
+		require.NotNil(t, st.Holder)
+		assert.Equal(t, "a", st.Holder.Member)
+		assert.Equal(t, h.Terms()[0].Token(), st.Holder.Token)
+		assert.Equal(t, uint64(61), st.Succeeded)
+		assert.Equal(t, "fixed rate 1s", st.Schedule)
+		assert.WithinDuration(t, h.Terms()[0].Start().Add(61*time.Second), st.NextPlanned, 0)
+		runs, err := a.History(t.Context(), "report")
+		require.NoError(t, err)
+		assert.Len(t, runs, 50, "bounded history")
+		assert.Equal(t, uint64(61), runs[len(runs)-1].Seq)
+		assert.Equal(t, "succeeded", runs[len(runs)-1].Result)
+		elections, err := a.Elections(t.Context())
+		require.NoError(t, err)
+		require.Len(t, elections, 1)
+		assert.True(t, elections[0].Held)
+
+		closeAll(t, c)
+		st, err = a.Status(t.Context(), "report")
+		require.NoError(t, err)
+		assert.Nil(t, st.Holder, "a clean hand-off clears the holder")
+	})
+}
+
+func TestFailOverIsRecordedAndInterruptedRunsReported(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		log := &runLog{}
+		ca, na := node(t, b, "a", h, simba.WithMemberID("a"))
+		slow := func(ctx context.Context, term *simba.Term) error {
+			h.sawTerm("a", term)
+			time.Sleep(time.Hour) // in flight when its node crashes
+			return nil
+		}
+		_, err := ca.Election("report").Schedule(simba.FixedDelay(time.Second), slow)
+		require.NoError(t, err)
+		synctest.Wait()
+		cz, _ := node(t, b, "z", h, simba.WithMemberID("z"))
+		_, err = cz.Election("report").Schedule(simba.FixedDelay(time.Second), log.scheduled("z", h))
+		require.NoError(t, err)
+		time.Sleep(time.Second)
+		na.Crash()
+		go ca.Close()
+		time.Sleep(2 * testTTL)
+		a := openAdmin(t, b)
+		runs, err := a.History(t.Context(), "report")
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, len(runs), 2)
+		assert.Equal(t, "interrupted", runs[0].Result, "the crashed holder's run")
+		assert.Equal(t, "a", runs[0].Member)
+		assert.Equal(t, "fail-over", runs[1].Source)
+		assert.Equal(t, "z", runs[1].Member)
+		assert.Equal(t, "normal", runs[2].Source)
+		closeAll(t, cz)
+		synctest.Wait()
+	})
+}
+
+func TestMisfireAcrossFailOver(t *testing.T) {
+	for _, policy := range []simba.MisfirePolicy{simba.MisfireSkip, simba.MisfireRunOnce} {
+		t.Run(policy.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := memory.New()
+				defer b.Close()
+				h := newHistory()
+				log := &runLog{}
+				s := simba.FixedRate(time.Minute).WithInitialDelay(30 * time.Second).WithMisfire(policy)
+				ca, na := node(t, b, "a", h, simba.WithMemberID("a"))
+				_, err := ca.Election("report").Schedule(s, log.scheduled("a", h))
+				require.NoError(t, err)
+				time.Sleep(40 * time.Second) // ran at 30s; next planned at 90s
+				na.Crash()
+				go ca.Close()
+				time.Sleep(55 * time.Second) // 95s: the start at 90s passed with no holder
+				cz, _ := node(t, b, "z", h, simba.WithMemberID("z"))
+				start := time.Now()
+				_, err = cz.Election("report").Schedule(s, log.scheduled("z", h))
+				require.NoError(t, err)
+				time.Sleep(40 * time.Second)
+				runs := log.since(start)
+				if policy == simba.MisfireRunOnce {
+					require.Len(t, runs, 2, "once at once, then after the initial delay")
+					assert.Equal(t, start, runs[0].at)
+					a := openAdmin(t, b)
+					hist, err := a.History(t.Context(), "report")
+					require.NoError(t, err)
+					assert.Equal(t, "misfire", hist[1].Source)
+				} else {
+					require.Len(t, runs, 1, "skipped: only the run after the initial delay")
+					assert.Equal(t, start.Add(30*time.Second), runs[0].at)
+				}
+				closeAll(t, cz)
+				synctest.Wait()
+			})
+		})
+	}
+}
+
+func TestDisableStopsRunsEverywhereUntilEnabled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		log := &runLog{}
+		var cs []*simba.Client
+		for _, n := range []string{"a", "b"} {
+			c, _ := node(t, b, n, h, simba.WithMemberID(n))
+			_, err := c.Election("report").Schedule(simba.FixedRate(time.Second), log.scheduled(n, h))
+			require.NoError(t, err)
+			cs = append(cs, c)
+		}
+		time.Sleep(3500 * time.Millisecond)
+		a := openAdmin(t, b)
+		require.NoError(t, a.Disable(t.Context(), "report", "maintenance"))
+		synctest.Wait()
+		disabledAt := time.Now()
+		time.Sleep(10 * time.Second)
+		assert.Empty(t, log.since(disabledAt), "nothing runs anywhere while disabled")
+		_, _, held := b.Holder("report")
+		assert.False(t, held, "the holder handed off")
+		rev := eventsOf[simba.Revoked](h)
+		assert.Equal(t, simba.RevokeDisabled, rev[len(rev)-1].Reason)
+
+		require.NoError(t, a.Enable(t.Context(), "report"))
+		synctest.Wait()
+		enabledAt := time.Now()
+		time.Sleep(3 * time.Second)
+		assert.NotEmpty(t, log.since(enabledAt))
+		closeAll(t, cs...)
+		h.checkTerms(t, b)
+	})
+}
+
+func TestTriggerRunsOnceAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		log := &runLog{}
+		c, _ := node(t, b, "a", h)
+		_, err := c.Election("report").Schedule(simba.FixedRate(time.Hour), log.scheduled("a", h))
+		require.NoError(t, err)
+		time.Sleep(time.Minute)
+		a := openAdmin(t, b)
+		at := time.Now()
+		require.NoError(t, a.Trigger(t.Context(), "report"))
+		time.Sleep(time.Minute)
+		runs := log.since(at)
+		require.Len(t, runs, 1)
+		assert.Equal(t, at, runs[0].at, "as soon as the holder sees it")
+		ops, err := a.Ops(t.Context())
+		require.NoError(t, err)
+		assert.Empty(t, ops.Triggers, "the request is consumed")
+		hist, err := a.History(t.Context(), "report")
+		require.NoError(t, err)
+		assert.Equal(t, "trigger", hist[len(hist)-1].Source)
+		closeAll(t, c)
+	})
+}
+
+func TestResignMovesTheTermToAnotherMember(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		ca, _ := node(t, b, "a", h, simba.WithMemberID("a"))
+		_, err := ca.Election("ingest").RunWhileLeader(holdUntilRevoked("a", h))
+		require.NoError(t, err)
+		synctest.Wait()
+		cz, _ := node(t, b, "z", h, simba.WithMemberID("z"))
+		_, err = cz.Election("ingest").RunWhileLeader(holdUntilRevoked("z", h))
+		require.NoError(t, err)
+		time.Sleep(time.Second)
+		a := openAdmin(t, b)
+		require.NoError(t, a.Resign(t.Context(), "ingest", h.Terms()[0].Token()))
+		synctest.Wait()
+		terms := h.Terms()
+		require.Len(t, terms, 2)
+		assert.Equal(t, "z", h.Owner(terms[1]))
+		assert.Greater(t, terms[1].Token(), terms[0].Token())
+		ops, err := a.Ops(t.Context())
+		require.NoError(t, err)
+		assert.Empty(t, ops.Resigns, "the request is consumed")
+		time.Sleep(time.Minute)
+		assert.Len(t, h.Terms(), 2, "the resigned member does not take it back")
+		closeAll(t, ca, cz)
+		h.checkTerms(t, b)
+	})
+}
+
+func TestDrainEmptiesAMemberUntilUndrained(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		const P = 8
+		x := joinGroup(t, b, "x", h, P, nil)
+		y := joinGroup(t, b, "y", h, P, nil)
+		_, err := x.client.Election("solo").RunWhileLeader(holdUntilRevoked("x", h))
+		require.NoError(t, err)
+		time.Sleep(time.Second)
+		require.NotEmpty(t, x.task.Partitions())
+		a := openAdmin(t, b)
+		require.NoError(t, a.Drain(t.Context(), "x", "kernel upgrade"))
+		time.Sleep(time.Second)
+		assert.Empty(t, x.task.Partitions())
+		assert.Equal(t, slices.Repeat([]string{"y"}, P), holders(b, P), "y holds every partition")
+		_, _, held := b.Holder("solo")
+		assert.False(t, held, "x's elections are handed off too")
+		g, err := a.Group(t.Context(), billing)
+		require.NoError(t, err)
+		assert.Len(t, g.Members, 1)
+
+		require.NoError(t, a.Undrain(t.Context(), "x"))
+		time.Sleep(time.Second)
+		assert.Equal(t, simba.PartitionAssignment(billing, []string{"x", "y"}, P, simba.Rendezvous), holders(b, P))
+		_, _, held = b.Holder("solo")
+		assert.True(t, held)
+		g, err = a.Group(t.Context(), billing)
+		require.NoError(t, err)
+		assert.Len(t, g.Members, 2)
+		for _, p := range g.Partitions {
+			assert.Equal(t, p.Owner, p.Holder, "partition %d", p.Index)
+			assert.False(t, p.InHandOff())
+		}
+		closeAll(t, x.client, y.client)
+		h.checkTerms(t, b)
+	})
+}
