@@ -1,0 +1,51 @@
+package simba_test
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/backend/memory"
+)
+
+func TestTermRecordsAreFenced(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		a, na := node(t, b, "a", h)
+		z, _ := node(t, b, "z", h)
+		_, err := a.Election("ingest").RunWhileLeader(holdUntilRevoked("a", h))
+		require.NoError(t, err)
+		synctest.Wait()
+		_, err = z.Election("ingest").RunWhileLeader(holdUntilRevoked("z", h))
+		require.NoError(t, err)
+		synctest.Wait()
+		old := h.Terms()[0]
+		ctx := t.Context()
+		_, err = old.GetRecord(ctx, "cursor")
+		assert.ErrorIs(t, err, backend.ErrNoRecord)
+		require.NoError(t, old.PutRecord(ctx, "cursor", []byte("10")))
+		v, err := old.GetRecord(ctx, "cursor")
+		require.NoError(t, err)
+		assert.Equal(t, "10", string(v))
+
+		// a is cut off; its term ends, z takes over and writes.
+		na.Partition()
+		time.Sleep(2 * testTTL)
+		require.Len(t, h.Terms(), 2)
+		cur := h.Terms()[1]
+		require.NoError(t, cur.PutRecord(ctx, "cursor", []byte("20")))
+		assert.ErrorIs(t, old.PutRecord(ctx, "cursor", []byte("11")), simba.ErrTermExpired)
+		v, err = cur.GetRecord(ctx, "cursor")
+		require.NoError(t, err)
+		assert.Equal(t, "20", string(v), "the deposed term never overwrote it")
+		na.Heal()
+		closeAll(t, a, z)
+	})
+}
