@@ -87,6 +87,7 @@ type LeaderTask struct {
 	cancel   context.CancelCauseFunc
 	done     chan struct{}
 	finished sync.Once
+	onDone   []func() // guarded by c.mu; run by finish
 }
 
 // errClientClosing is the cancel cause of tasks stopped by Client.Close.
@@ -147,7 +148,28 @@ func (t *LeaderTask) finish() {
 	t.finished.Do(func() {
 		t.c.unregister(t)
 		close(t.done)
+		t.c.mu.Lock()
+		fs := t.onDone
+		t.onDone = nil
+		t.c.mu.Unlock()
+		for _, f := range fs {
+			f()
+		}
 	})
+}
+
+// whenDone calls f once the task is complete (at once if it is).
+func (t *LeaderTask) whenDone(f func()) {
+	t.c.mu.Lock()
+	select {
+	case <-t.done:
+		t.c.mu.Unlock()
+		f()
+		return
+	default:
+	}
+	t.onDone = append(t.onDone, f)
+	t.c.mu.Unlock()
 }
 
 func (t *LeaderTask) stop(reason RevokeReason) {

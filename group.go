@@ -31,6 +31,23 @@ type GroupOption func(*groupOptions) error
 type groupOptions struct {
 	variant AssignmentVariant
 	grace   time.Duration // 0: twice the granted TTL
+	limit   *tokenBucket  // nil: no limit on hand-offs
+}
+
+// WithHandOffLimit limits how fast this member starts and stops contending
+// for partitions when its view changes: at most rate partition changes per
+// second, in bursts of up to burst (default: no limit). A rebalance of
+// thousands of partitions then spreads its backend traffic over time
+// instead of stampeding the backend; partitions not yet moved stay with
+// their current holders (or vacant) a little longer.
+func WithHandOffLimit(rate float64, burst int) GroupOption {
+	return func(o *groupOptions) error {
+		if rate <= 0 || burst <= 0 {
+			return fmt.Errorf("%w: hand-off limit needs a positive rate and burst, got %v and %d", ErrInvalidArgument, rate, burst)
+		}
+		o.limit = newTokenBucket(rate, burst)
+		return nil
+	}
 }
 
 // WithAssignment sets the assignment variant (default [Rendezvous]). Every
@@ -176,6 +193,7 @@ type GroupTask struct {
 	active   map[int]*LeaderTask
 	handing  map[*LeaderTask]int // stopped, hand-off not done
 	standIns map[int]bool        // partitions taken over from an absent owner
+	retry    *time.Timer         // pokes the group when the hand-off limit allows more
 	vacant   map[int]time.Time   // partitions seen unheld, since when
 	reported map[string]bool     // mismatches already reported
 }
@@ -350,36 +368,41 @@ func (t *GroupTask) apply(ctx context.Context, g *generation, self string, membe
 	assigned := slices.Sorted(maps.Keys(want))
 	assignedChanged := !slices.Equal(assigned, t.assigned)
 	t.assigned = assigned
-	var stop []*LeaderTask
-	for p, lt := range t.active {
+	var drop, start []int
+	for _, p := range slices.Sorted(maps.Keys(t.active)) {
 		if !want[p] {
-			stop = append(stop, lt)
-			delete(t.active, p)
-			t.handing[lt] = p
+			drop = append(drop, p)
 		}
 	}
-	var start []int
 	for _, p := range assigned {
 		if _, ok := t.active[p]; !ok && !t.handingOff(p) {
 			start = append(start, p)
 		}
 	}
+	// Hand-offs first (they free leases for others), within the limit; the
+	// rest waits for the next refresh.
+	if n := t.opts.limit.take(len(drop) + len(start)); n < len(drop)+len(start) {
+		drop = drop[:min(len(drop), n)]
+		start = start[:min(len(start), n-len(drop))]
+		t.retryAfter(t.opts.limit.wait())
+	}
+	var stop []*LeaderTask
+	for _, p := range drop {
+		lt := t.active[p]
+		stop = append(stop, lt)
+		delete(t.active, p)
+		t.handing[lt] = p
+	}
 	t.mu.Unlock()
 
 	for _, lt := range stop {
 		lt.Stop()
-		t.c.wg.Add(1)
-		go func() {
-			defer t.c.wg.Done()
-			<-lt.Done()
+		lt.whenDone(func() {
 			t.mu.Lock()
 			delete(t.handing, lt)
 			t.mu.Unlock()
-			select {
-			case t.kick <- struct{}{}:
-			default:
-			}
-		}()
+			t.poke()
+		})
 	}
 	for _, p := range start {
 		lt, err := t.c.start("partition", TermRef{Election: partitionName(t.name, p), Group: t.name, Partition: p}, t.schedule, t.body(p), t.topts)
@@ -396,6 +419,24 @@ func (t *GroupTask) apply(ctx context.Context, g *generation, self string, membe
 	if viewChanged || assignedChanged {
 		t.c.log.Info("group view changed", "group", t.name, "members", len(ids), "partitions", assigned)
 		t.c.events.publish(ViewChanged{Group: t.name, Members: ids, Assigned: assigned, At: time.Now()})
+	}
+}
+
+// poke makes the group look at its view again soon.
+func (t *GroupTask) poke() {
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+}
+
+// retryAfter pokes the group after d (the hand-off limit's next token).
+// t.mu is held.
+func (t *GroupTask) retryAfter(d time.Duration) {
+	if t.retry == nil {
+		t.retry = time.AfterFunc(d, t.poke)
+	} else {
+		t.retry.Reset(d)
 	}
 }
 
@@ -533,6 +574,9 @@ func (t *GroupTask) shutdown() {
 		reason = RevokeClosed
 	}
 	t.mu.Lock()
+	if t.retry != nil {
+		t.retry.Stop()
+	}
 	for p, lt := range t.active {
 		t.handing[lt] = p
 	}

@@ -327,3 +327,30 @@ func TestGroupSchedulePerPartition(t *testing.T) {
 		closeAll(t, c)
 	})
 }
+
+func TestGroupHandOffLimitSpreadsARebalance(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		const P = 64
+		limit := []simba.GroupOption{simba.WithHandOffLimit(10, 5)}
+		x := joinGroup(t, b, "x", h, P, limit)
+		time.Sleep(10 * time.Second) // x takes all 64, 10 a second after a burst of 5
+		require.Len(t, x.task.Partitions(), P)
+		require.NotContains(t, holders(b, P), "")
+		y := joinGroup(t, b, "y", h, P, limit)
+		want := simba.PartitionAssignment(billing, []string{"x", "y"}, P, simba.Rendezvous)
+		moving := len(indexes(want, "y"))
+		time.Sleep(time.Second)
+		moved := len(indexes(holders(b, P), "y"))
+		assert.Less(t, moved, moving, "a second after the join, the limit holds the rebalance back")
+		assert.LessOrEqual(t, moved, 5+10, "at most a burst and a second's worth")
+		time.Sleep(time.Duration(moving/10+2) * time.Second)
+		assert.Equal(t, want, holders(b, P), "the rebalance completes")
+		closeAll(t, x.client, y.client)
+		h.checkTerms(t, b)
+		_, err := (&simba.Client{}).Group("g", 1, simba.WithHandOffLimit(0, 1)).RunWhileLeader(func(context.Context, *simba.Term, int) error { return nil })
+		assert.ErrorIs(t, err, simba.ErrInvalidArgument)
+	})
+}
