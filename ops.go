@@ -65,11 +65,15 @@ func (o *opsView) follow(g *generation, rec backend.Records) {
 	ctx, cancel := context.WithCancel(o.c.ctx)
 	defer cancel()
 	defer context.AfterFunc(g.ctx, cancel)()
+	// The watch tells of changes; a re-read every few TTLs is the safety net
+	// (every renewal period when the watch could not be set).
+	every := 5 * g.ttl
 	hints, err := rec.WatchRecords(ctx, records.OpsPrefix)
 	if err != nil && ctx.Err() == nil {
 		o.c.log.Warn("watching operations failed; reading them every renewal period", "err", err)
+		every = g.ttl / 3
 	}
-	tick := time.NewTicker(g.ttl / 3)
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
 		list, err := rec.ListRecords(ctx, records.OpsPrefix)

@@ -1,0 +1,605 @@
+// Command scale measures what simba costs per held lease and how its backend
+// traffic grows: one client holding 1 to 10,000 elections or partitions on
+// the memory backend, etcd or ZooKeeper (requests per second at rest, heap
+// and goroutines per lease, CPU at rest per 1,000 leases); a group of many
+// partitions over several clients on etcd (time to converge from a cold
+// start, after a join and after a graceful leave, requests during the
+// rebalance); and, for comparison, the same number of etcd
+// concurrency.Elections with their own sessions.
+//
+//	go run ./bench/scale -backend memory
+//	go run ./bench/scale -backend etcd -peer               # starts its own etcd in a child process
+//	go run ./bench/scale -backend zk -zk 127.0.0.1:2181
+//	go run ./bench/scale -backend etcd -group -partitions 10000 -clients 10
+//
+// The etcd server runs in a child process so that its memory and CPU are not
+// counted as the client's.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/backend/etcd"
+	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/backend/zookeeper"
+	"github.com/simba-go/simba/internal/etcdtest"
+)
+
+const serveEnv = "SIMBA_SCALE_SERVE_ETCD"
+
+type config struct {
+	backend    string
+	leases     []int
+	kind       string
+	rest       time.Duration
+	ttl        time.Duration
+	etcdEPs    []string
+	zkServers  []string
+	peer       bool
+	group      bool
+	partitions int
+	clients    int
+	limit      float64
+}
+
+func main() {
+	if dir := os.Getenv(serveEnv); dir != "" {
+		serveEtcd(dir)
+		return
+	}
+	var cfg config
+	var leases, eps, zks string
+	flag.StringVar(&cfg.backend, "backend", "memory", "memory, etcd or zk")
+	flag.StringVar(&leases, "leases", "1,100,1000,10000", "numbers of held leases to measure")
+	flag.StringVar(&cfg.kind, "kind", "elections", "elections or partitions (one group with that many partitions)")
+	flag.DurationVar(&cfg.rest, "rest", 10*time.Second, "measurement window at rest")
+	flag.DurationVar(&cfg.ttl, "ttl", 3*time.Second, "session TTL")
+	flag.StringVar(&eps, "etcd", "", "etcd endpoints (default: start one in a child process)")
+	flag.StringVar(&zks, "zk", os.Getenv("SIMBA_ZK_ADDR"), "ZooKeeper servers")
+	flag.BoolVar(&cfg.peer, "peer", false, "with -backend etcd: also measure concurrency.Elections with their own sessions")
+	flag.BoolVar(&cfg.group, "group", false, "measure a group's convergence instead (etcd or memory)")
+	flag.IntVar(&cfg.partitions, "partitions", 10000, "with -group: partitions")
+	flag.IntVar(&cfg.clients, "clients", 10, "with -group: clients")
+	flag.Float64Var(&cfg.limit, "handoff-limit", 0, "with -group: hand-offs per second per member (0: no limit)")
+	flag.Parse()
+	for _, f := range strings.Split(leases, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			fail(fmt.Errorf("bad -leases entry %q", f))
+		}
+		cfg.leases = append(cfg.leases, n)
+	}
+	if eps != "" {
+		cfg.etcdEPs = strings.Split(eps, ",")
+	}
+	if zks != "" {
+		cfg.zkServers = strings.Split(zks, ",")
+	}
+	if cfg.backend == "etcd" && cfg.etcdEPs == nil {
+		ep, stop, err := startEtcd()
+		if err != nil {
+			fail(err)
+		}
+		defer stop()
+		cfg.etcdEPs = []string{ep}
+	}
+	var err error
+	if cfg.group {
+		err = measureGroup(cfg)
+	} else {
+		err = measureHeld(cfg)
+	}
+	if err != nil {
+		fail(err)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "scale:", err)
+	os.Exit(1)
+}
+
+// counter counts requests sent to the backend.
+type counter struct{ n atomic.Int64 }
+
+// newBackend returns a backend of cfg's kind whose requests are counted.
+func newBackend(cfg config, cnt *counter) (backend.Backend, func(), error) {
+	switch cfg.backend {
+	case "memory":
+		b := memory.New()
+		return &memCounted{Backend: b}, func() { b.Close() }, nil
+	case "etcd":
+		cli, err := clientv3.New(clientv3.Config{
+			Endpoints:   cfg.etcdEPs,
+			DialTimeout: 5 * time.Second,
+			Logger:      zap.NewNop(),
+			DialOptions: []grpc.DialOption{
+				grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+					cnt.n.Add(1)
+					return invoker(ctx, method, req, reply, cc, opts...)
+				}),
+				grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+					s, err := streamer(ctx, desc, cc, method, opts...)
+					if err != nil {
+						return nil, err
+					}
+					return &countedStream{ClientStream: s, cnt: cnt}, nil
+				}),
+			},
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		b, err := etcd.NewFromClient(cli, etcd.WithPrefix(fmt.Sprintf("/scale/%d/", time.Now().UnixNano())))
+		if err != nil {
+			cli.Close()
+			return nil, nil, err
+		}
+		return b, func() { b.Close(); cli.Close() }, nil
+	case "zk":
+		if len(cfg.zkServers) == 0 {
+			return nil, nil, errors.New("-backend zk needs -zk or SIMBA_ZK_ADDR")
+		}
+		b, err := zookeeper.New(cfg.zkServers,
+			zookeeper.WithRoot(fmt.Sprintf("/scale%d", time.Now().UnixNano())),
+			zookeeper.WithDialer(func(ctx context.Context, network, address string) (net.Conn, error) {
+				var d net.Dialer
+				c, err := d.DialContext(ctx, network, address)
+				if err != nil {
+					return nil, err
+				}
+				return &countedConn{Conn: c, cnt: cnt}, nil
+			}))
+		if err != nil {
+			return nil, nil, err
+		}
+		return b, func() { b.Close() }, nil
+	}
+	return nil, nil, fmt.Errorf("unknown backend %q", cfg.backend)
+}
+
+// memCounted reads the memory backend's own request counts.
+type memCounted struct{ *memory.Backend }
+
+func memRequests(b backend.Backend) (int64, bool) {
+	m, ok := b.(*memCounted)
+	if !ok {
+		return 0, false
+	}
+	s := m.Stats()
+	return int64(s.Open + s.KeepAlive + s.Acquire + s.Release + s.Join + s.Leave + s.Members + s.WatchMembers + s.Close + s.HeldLeases + s.Records + s.WatchRecords), true
+}
+
+func requests(b backend.Backend, cnt *counter) int64 {
+	if n, ok := memRequests(b); ok {
+		return n
+	}
+	return cnt.n.Load()
+}
+
+type countedStream struct {
+	grpc.ClientStream
+	cnt *counter
+}
+
+func (s *countedStream) SendMsg(m any) error {
+	s.cnt.n.Add(1)
+	return s.ClientStream.SendMsg(m)
+}
+
+type countedConn struct {
+	net.Conn
+	cnt *counter
+}
+
+// Write counts one request per write: go-zookeeper writes each request
+// packet in one call.
+func (c *countedConn) Write(p []byte) (int, error) {
+	c.cnt.n.Add(1)
+	return c.Conn.Write(p)
+}
+
+// footprint is the process's memory and goroutines after a collection.
+type footprint struct {
+	heap, stack uint64
+	goroutines  int
+}
+
+func measure() footprint {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return footprint{heap: m.HeapInuse, stack: m.StackInuse, goroutines: runtime.NumGoroutine()}
+}
+
+// cpu returns the process's user+system CPU time.
+func cpu() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// measureHeld measures one client holding each number of leases.
+func measureHeld(cfg config) error {
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "backend\tkind\tleases\trequests/s at rest\theap/lease\tstack/lease\tgoroutines/lease\tCPU at rest per 1,000 leases\ttime to hold all\t\n")
+	for _, n := range cfg.leases {
+		row, err := held(cfg, n)
+		if err != nil {
+			return fmt.Errorf("%d leases: %w", n, err)
+		}
+		fmt.Fprintln(os.Stderr, "scale:", strings.ReplaceAll(row, "\t", " "))
+		fmt.Fprintln(tw, row)
+	}
+	if cfg.peer && cfg.backend == "etcd" {
+		for _, n := range cfg.leases {
+			row, err := peerHeld(cfg, n)
+			if err != nil {
+				return fmt.Errorf("peer, %d elections: %w", n, err)
+			}
+			fmt.Fprintln(os.Stderr, "scale:", strings.ReplaceAll(row, "\t", " "))
+			fmt.Fprintln(tw, row)
+		}
+	}
+	return tw.Flush()
+}
+
+func held(cfg config, n int) (string, error) {
+	cnt := &counter{}
+	b, closeB, err := newBackend(cfg, cnt)
+	if err != nil {
+		return "", err
+	}
+	defer closeB()
+	before := measure()
+	var elected atomic.Int64
+	all := make(chan struct{})
+	c, err := simba.New(b, simba.WithTTL(cfg.ttl), simba.WithStatus(false), simba.WithEventHandler(func(e simba.Event) {
+		if _, ok := e.(simba.Elected); ok && elected.Add(1) == int64(n) {
+			close(all)
+		}
+	}))
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	start := time.Now()
+	// The task returns at once: the term is kept until it ends, with no
+	// work running.
+	idle := func(context.Context, *simba.Term) error { return nil }
+	if cfg.kind == "partitions" {
+		_, err = c.Group("scale", n).RunWhileLeader(func(ctx context.Context, t *simba.Term, _ int) error { return idle(ctx, t) })
+	} else {
+		for i := range n {
+			if _, err = c.Election(fmt.Sprintf("scale-%d", i)).RunWhileLeader(idle); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		return "", err
+	}
+	select {
+	case <-all:
+	case <-time.After(5 * time.Minute):
+		return "", fmt.Errorf("only %d of %d held after 5 minutes", elected.Load(), n)
+	}
+	took := time.Since(start)
+	time.Sleep(cfg.ttl) // settle
+	after := measure()
+	r0, cpu0, t0 := requests(b, cnt), cpu(), time.Now()
+	time.Sleep(cfg.rest)
+	r1, cpu1, t1 := requests(b, cnt), cpu(), time.Now()
+	secs := t1.Sub(t0).Seconds()
+	return fmt.Sprintf("%s\t%s\t%d\t%.2f\t%s\t%s\t%.2f\t%.1f ms/s\t%v\t",
+		cfg.backend, cfg.kind, n,
+		float64(r1-r0)/secs,
+		bytes(perLease(after.heap, before.heap, n)), bytes(perLease(after.stack, before.stack, n)),
+		float64(after.goroutines-before.goroutines)/float64(n),
+		float64(cpu1-cpu0)/float64(time.Millisecond)/secs/(float64(n)/1000),
+		took.Round(time.Millisecond)), nil
+}
+
+func perLease(after, before uint64, n int) float64 {
+	if after < before {
+		return 0
+	}
+	return float64(after-before) / float64(n)
+}
+
+func bytes(b float64) string {
+	if b >= 1024 {
+		return fmt.Sprintf("%.1f KiB", b/1024)
+	}
+	return fmt.Sprintf("%.0f B", b)
+}
+
+// peerHeld measures n concurrency.Elections, each with its own session, as
+// users of etcd's concurrency package commonly write them.
+func peerHeld(cfg config, n int) (string, error) {
+	cnt := &counter{}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: cfg.etcdEPs,
+		Logger:    zap.NewNop(),
+		DialOptions: []grpc.DialOption{
+			grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				cnt.n.Add(1)
+				return invoker(ctx, method, req, reply, cc, opts...)
+			}),
+			grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+				s, err := streamer(ctx, desc, cc, method, opts...)
+				if err != nil {
+					return nil, err
+				}
+				return &countedStream{ClientStream: s, cnt: cnt}, nil
+			}),
+		},
+	})
+	if err != nil {
+		return "", err
+	}
+	defer cli.Close()
+	before := measure()
+	start := time.Now()
+	prefix := fmt.Sprintf("/scale-peer/%d/", time.Now().UnixNano())
+	sessions := make([]*concurrency.Session, 0, n)
+	defer func() {
+		for _, s := range sessions {
+			s.Close()
+		}
+	}()
+	ttl := int(cfg.ttl / time.Second)
+	for i := range n {
+		s, err := concurrency.NewSession(cli, concurrency.WithTTL(max(ttl, 1)))
+		if err != nil {
+			return "", err
+		}
+		sessions = append(sessions, s)
+		e := concurrency.NewElection(s, fmt.Sprintf("%se%d", prefix, i))
+		if err := e.Campaign(context.Background(), "x"); err != nil {
+			return "", err
+		}
+	}
+	took := time.Since(start)
+	time.Sleep(cfg.ttl)
+	after := measure()
+	r0, cpu0, t0 := cnt.n.Load(), cpu(), time.Now()
+	time.Sleep(cfg.rest)
+	r1, cpu1, t1 := cnt.n.Load(), cpu(), time.Now()
+	secs := t1.Sub(t0).Seconds()
+	return fmt.Sprintf("%s\t%s\t%d\t%.2f\t%s\t%s\t%.2f\t%.1f ms/s\t%v\t",
+		"etcd concurrency", "sessions", n,
+		float64(r1-r0)/secs,
+		bytes(perLease(after.heap, before.heap, n)), bytes(perLease(after.stack, before.stack, n)),
+		float64(after.goroutines-before.goroutines)/float64(n),
+		float64(cpu1-cpu0)/float64(time.Millisecond)/secs/(float64(n)/1000),
+		took.Round(time.Millisecond)), nil
+}
+
+// startEtcd runs an etcd server in a child process and returns its
+// endpoint.
+func startEtcd() (string, func(), error) {
+	dir, err := os.MkdirTemp("", "simba-scale-etcd")
+	if err != nil {
+		return "", nil, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "", nil, err
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), serveEnv+"="+dir)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return "", nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		cmd.Process.Kill()
+		return "", nil, fmt.Errorf("the etcd child did not start: %w", err)
+	}
+	stop := func() {
+		in.Close()
+		cmd.Wait()
+		os.RemoveAll(dir)
+	}
+	return strings.TrimSpace(line), stop, nil
+}
+
+// serveEtcd is the child process: it serves etcd until its stdin closes.
+func serveEtcd(dir string) {
+	s, err := etcdtest.New(dir)
+	if err != nil {
+		fail(err)
+	}
+	fmt.Println(s.Endpoints()[0])
+	io.Copy(io.Discard, os.Stdin)
+	s.Stop()
+}
+
+// measureGroup measures a group of cfg.partitions over cfg.clients clients:
+// time to converge from a cold start, after a join and after a graceful
+// leave, and the backend requests each took.
+func measureGroup(cfg config) error {
+	cnt := &counter{}
+	var clients []*groupMember
+	defer func() {
+		for _, m := range clients {
+			m.close()
+		}
+	}()
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "backend\tpartitions\tstep\tmembers\ttime to converge\tpartitions moved\tbackend requests\t\n")
+	defer tw.Flush()
+	report := func(step string, took time.Duration, moved int, reqs int64) {
+		row := fmt.Sprintf("%s\t%d\t%s\t%d\t%v\t%d\t%d\t", cfg.backend, cfg.partitions, step, len(clients), took.Round(time.Millisecond), moved, reqs)
+		fmt.Fprintln(os.Stderr, "scale:", strings.ReplaceAll(row, "\t", " "))
+		fmt.Fprintln(tw, row)
+	}
+	b, closeB, err := newBackend(cfg, cnt)
+	if err != nil {
+		return err
+	}
+	defer closeB()
+	var opts []simba.GroupOption
+	if cfg.limit > 0 {
+		opts = append(opts, simba.WithHandOffLimit(cfg.limit, int(cfg.limit)))
+	}
+	add := func() error {
+		m, err := newGroupMember(b, fmt.Sprintf("m%02d", len(clients)), cfg, opts)
+		if err != nil {
+			return err
+		}
+		clients = append(clients, m)
+		return nil
+	}
+
+	r0, t0 := requests(b, cnt), time.Now()
+	for range cfg.clients {
+		if err := add(); err != nil {
+			return err
+		}
+	}
+	before, err := converge(clients, cfg)
+	if err != nil {
+		return err
+	}
+	report("cold start", time.Since(t0), cfg.partitions, requests(b, cnt)-r0)
+
+	r0, t0 = requests(b, cnt), time.Now()
+	if err := add(); err != nil {
+		return err
+	}
+	after, err := converge(clients, cfg)
+	if err != nil {
+		return err
+	}
+	report("join", time.Since(t0), moved(before, after), requests(b, cnt)-r0)
+
+	leaving := clients[0]
+	clients = clients[1:]
+	r0, t0 = requests(b, cnt), time.Now()
+	leaving.close()
+	final, err := converge(clients, cfg)
+	if err != nil {
+		return err
+	}
+	report("graceful leave", time.Since(t0), moved(after, final), requests(b, cnt)-r0)
+	return nil
+}
+
+func moved(a, b []string) int {
+	n := 0
+	for p := range a {
+		if a[p] != b[p] {
+			n++
+		}
+	}
+	return n
+}
+
+// groupMember is one client of the group, tracking the partitions it holds
+// from its events.
+type groupMember struct {
+	id     string
+	client *simba.Client
+	mu     sync.Mutex
+	holds  map[int]bool
+	closed bool
+}
+
+func newGroupMember(b backend.Backend, id string, cfg config, opts []simba.GroupOption) (*groupMember, error) {
+	m := &groupMember{id: id, holds: map[int]bool{}}
+	c, err := simba.New(b, simba.WithTTL(cfg.ttl), simba.WithMemberID(id), simba.WithStatus(false), simba.WithEventHandler(m.event))
+	if err != nil {
+		return nil, err
+	}
+	m.client = c
+	_, err = c.Group("scale", cfg.partitions, opts...).RunWhileLeader(func(context.Context, *simba.Term, int) error { return nil })
+	return m, err
+}
+
+func (m *groupMember) event(e simba.Event) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch e := e.(type) {
+	case simba.Elected:
+		m.holds[e.Partition] = true
+	case simba.Revoked:
+		delete(m.holds, e.Partition)
+	}
+}
+
+func (m *groupMember) close() {
+	m.mu.Lock()
+	closed := m.closed
+	m.closed = true
+	m.mu.Unlock()
+	if !closed {
+		m.client.Close()
+	}
+}
+
+// converge waits until every partition is held by its assigned owner among
+// the members, and returns the owners.
+func converge(ms []*groupMember, cfg config) ([]string, error) {
+	ids := make([]string, len(ms))
+	for i, m := range ms {
+		ids[i] = m.id
+	}
+	want := simba.PartitionAssignment("scale", ids, cfg.partitions, simba.Rendezvous)
+	deadline := time.Now().Add(5 * time.Minute)
+	for time.Now().Before(deadline) {
+		ok := true
+		for _, m := range ms {
+			m.mu.Lock()
+			for p, owner := range want {
+				if (owner == m.id) != m.holds[p] {
+					ok = false
+					break
+				}
+			}
+			m.mu.Unlock()
+			if !ok {
+				break
+			}
+		}
+		if ok {
+			return want, nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return nil, errors.New("the group did not converge in 5 minutes")
+}
