@@ -80,7 +80,12 @@ func (t *LeaderTask) startTerm(g *generation, lease backend.Lease) bool {
 // keeps the term), and hands off; then it carries the election's loop on,
 // unless the hand-off was completed elsewhere.
 func (h *holding) run() {
-	err := h.t.work(h.runCtx, h.term)
+	var err error
+	select {
+	case <-h.term.Revoked(): // revoked before it began (an operator's stop)
+	default:
+		err = h.t.work(h.runCtx, h.term)
+	}
 	h.mu.Lock()
 	h.running = false
 	h.mu.Unlock()
