@@ -1,0 +1,44 @@
+package fence
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrStale reports a token lower than the highest one recorded for the
+	// resource: the writer's term has ended and a later term has written.
+	// Every check that rejects a token returns a [*StaleError], which
+	// matches ErrStale; test with errors.Is.
+	ErrStale = errors.New("simba/fence: stale token")
+
+	// ErrInvalidArgument reports input a check cannot work with: an unknown
+	// SQL dialect, a malformed table name, a token the resource cannot
+	// store, a nil transaction or client.
+	ErrInvalidArgument = errors.New("simba/fence: invalid argument")
+)
+
+// StaleError is the error of a rejected token: a token higher than Token
+// was recorded for Resource. It matches [ErrStale].
+type StaleError struct {
+	// Resource is the name of the fenced resource.
+	Resource string
+	// Token is the token that was rejected.
+	Token uint64
+	// Highest is the highest token recorded for Resource when the check
+	// ran.
+	Highest uint64
+}
+
+// Error describes the rejection.
+func (e *StaleError) Error() string {
+	return fmt.Sprintf("simba/fence: stale token %d for resource %q: token %d was recorded", e.Token, e.Resource, e.Highest)
+}
+
+// Unwrap returns [ErrStale].
+func (e *StaleError) Unwrap() error { return ErrStale }
+
+// invalid returns an error matching ErrInvalidArgument with detail.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
+}
