@@ -1,25 +1,31 @@
 // Command ingest is the seed's leader task: one node at a time polls a source
 // from a cursor and writes batches to a sink, passing its term's fencing
-// token with every write. The sink checks the token. When the leader is
-// paused (a long GC pause, a frozen VM) its term ends on its own clock and
-// another node takes over; when the paused node wakes up and finishes the
-// write it had begun, the sink rejects it as stale, so no record is written
-// twice or out of order.
+// token with every write. The sink is a SQLite database (pure Go, nothing to
+// install) whose transactions are guarded by package fence: the records, the
+// cursor and the token check commit together. When the leader is paused (a
+// long GC pause, a frozen VM) its term ends on its own clock and another node
+// takes over; when the paused node wakes up and finishes the write it had
+// begun, the fence rejects it as stale, so no record is written twice or out
+// of order.
 //
 //	go run ./examples/ingest
 package main
 
 import (
 	"context"
-	"errors"
+	"database/sql"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
+	_ "modernc.org/sqlite"
+
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/fence"
 )
 
 const (
@@ -34,36 +40,55 @@ func main() {
 	}
 }
 
-// errStale is the sink's answer to a write with an old token.
-var errStale = errors.New("stale fencing token")
-
-// sink stores records and the cursor after them, and rejects writes whose
-// token is lower than the highest it has accepted.
+// sink is a SQLite database holding the records and the cursor after them,
+// with the fence table that guards every write.
 type sink struct {
-	mu      sync.Mutex
-	highest uint64
-	records []int
-	writers []string
+	db    *sql.DB
+	fence fence.SQL
 }
 
-// write appends batch if token is current, and returns the new cursor.
-func (s *sink) write(node string, batch []int, token uint64) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if token < s.highest {
-		return fmt.Errorf("%w: %d < %d", errStale, token, s.highest)
+func openSink(ctx context.Context, path string) (*sink, error) {
+	// BEGIN IMMEDIATE and a busy timeout, as fence.SQL.Check advises.
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(wal)&_txlock=immediate")
+	if err != nil {
+		return nil, err
 	}
-	s.highest = token
-	s.records = append(s.records, batch...)
-	s.writers = append(s.writers, node)
-	return nil
+	s := &sink{db: db, fence: fence.SQL{Dialect: fence.SQLite}}
+	if err := s.fence.CreateTable(ctx, db); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if _, err := db.ExecContext(ctx, "CREATE TABLE records (n INTEGER PRIMARY KEY, writer TEXT NOT NULL, token INTEGER NOT NULL)"); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// write appends batch in one transaction fenced with token: a stale token
+// rolls it back and returns an error matching fence.ErrStale.
+func (s *sink) write(ctx context.Context, node string, batch []int, token uint64) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() // a no-op after Commit
+	if err := s.fence.Check(ctx, tx, "ingest", token); err != nil {
+		return err
+	}
+	for _, n := range batch {
+		if _, err := tx.ExecContext(ctx, "INSERT INTO records (n, writer, token) VALUES (?, ?, ?)", n, node, int64(token)); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
 }
 
 // cursor is the position after the last record written.
-func (s *sink) cursor() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.records)
+func (s *sink) cursor(ctx context.Context) (int, error) {
+	var n sql.NullInt64
+	err := s.db.QueryRowContext(ctx, "SELECT MAX(n) FROM records").Scan(&n)
+	return int(n.Int64), err
 }
 
 // poll returns the next batch of the source after cursor: records are
@@ -82,7 +107,16 @@ func run(w io.Writer) error {
 	}
 	server := memory.New()
 	defer server.Close()
-	out := &sink{}
+	dir, err := os.MkdirTemp("", "simba-ingest")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	out, err := openSink(context.Background(), filepath.Join(dir, "sink.db"))
+	if err != nil {
+		return err
+	}
+	defer out.db.Close()
 	paused := make(chan chan struct{}, 1) // a node that reads one sends itself to sleep
 	terms := make(chan *simba.Term, 4)
 
@@ -91,7 +125,11 @@ func run(w io.Writer) error {
 			terms <- term
 			say("%s leads ingest with token %d", node, term.Token())
 			for term.Valid() {
-				batch := poll(out.cursor())
+				cursor, err := out.cursor(ctx)
+				if err != nil {
+					return err
+				}
+				batch := poll(cursor)
 				select {
 				case resume := <-paused:
 					say("%s read records %d-%d, then froze (a long GC pause)", node, batch[0], batch[len(batch)-1])
@@ -99,7 +137,7 @@ func run(w io.Writer) error {
 					say("%s woke up and writes records %d-%d with token %d", node, batch[0], batch[len(batch)-1], term.Token())
 				default:
 				}
-				if err := out.write(node, batch, term.Token()); err != nil {
+				if err := out.write(context.WithoutCancel(ctx), node, batch, term.Token()); err != nil {
 					say("%s: the sink refused the write: %v", node, err)
 					return err
 				}
@@ -151,13 +189,17 @@ func run(w io.Writer) error {
 	if err := westClient.Close(); err != nil {
 		return err
 	}
-	out.mu.Lock()
-	defer out.mu.Unlock()
-	for i, r := range out.records {
-		if r != i+1 {
-			return fmt.Errorf("record %d at position %d: the sink is corrupt", r, i+1)
-		}
+	var count, last, batches int
+	if err := out.db.QueryRow("SELECT COUNT(*), COALESCE(MAX(n), 0), COUNT(DISTINCT token || writer) FROM records").Scan(&count, &last, &batches); err != nil {
+		return err
 	}
-	say("the sink holds records 1-%d, each once and in order, written by %d batches", len(out.records), len(out.writers))
+	if count != last {
+		return fmt.Errorf("%d records but the last is %d: the sink is corrupt", count, last)
+	}
+	highest, _, err := out.fence.Highest(context.Background(), out.db, "ingest")
+	if err != nil {
+		return err
+	}
+	say("the sink holds records 1-%d, each once and in order; the fence's highest token is %d", count, highest)
 	return nil
 }

@@ -22,7 +22,7 @@ func TestIngestRejectsThePausedLeader(t *testing.T) {
 		"east leads ingest with token 1",
 		"froze",
 		"west leads ingest with token 2",
-		"the sink refused the write: stale fencing token",
+		"the sink refused the write: simba/fence: stale token 1",
 		"each once and in order",
 	} {
 		if !strings.Contains(out.String(), want) {
