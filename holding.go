@@ -198,6 +198,9 @@ func (h *holding) revoke(reason RevokeReason, cause error) {
 	h.reason, h.cause = reason, cause
 	h.revokedAt = time.Now()
 	running := h.running
+	if holds(reason) {
+		h.term.handOffUntil.Store(h.g.deadline.Load())
+	}
 	if running && holds(reason) {
 		c.wg.Add(1) // for atCap; undone if the timer is stopped
 		h.capTimer = time.AfterFunc(max(h.term.leftNow(), 0), h.atCap)
@@ -252,6 +255,7 @@ func (h *holding) handOff(atCap bool) bool {
 	if holds(reason) {
 		h.term.status.handedOff(h.g)
 	}
+	h.term.handOffUntil.Store(0) // the lease goes now
 	released := holds(reason) && h.t.release(h.g, h.lease)
 	if reason == RevokeResigned {
 		h.t.c.ops.consume(h.g, records.ResignPrefix+h.term.ref.Election, resignV)

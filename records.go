@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/simba-go/simba/backend"
 )
@@ -19,18 +20,21 @@ const DataPrefix = "data/"
 // PutRecord stores value under key in the backend's records, fenced by the
 // term: the write succeeds only while this term's holding of the lease is
 // current, so a deposed holder can never overwrite what a newer term wrote
-// (for checkpoints, cursors, progress). It returns an error matching
-// [ErrTermExpired] when the term is over, one matching
-// [backend.ErrConflict] when the backend refused the write because the
-// lease has moved on, and [ErrNoRecords] when the backend keeps none. Keys
-// follow [backend.Records]' rules and are stored under [DataPrefix].
+// (for checkpoints, cursors, progress). It may be called while the term is
+// valid and, after a stop, a yield or an operator's request ended it, during
+// its hand-off (the lease is still this client's until the work returns, at
+// most until the deadline the term had when it ended) — for a final
+// checkpoint. It returns an error matching [ErrTermExpired] otherwise, one
+// matching [backend.ErrConflict] when the backend refused the write because
+// the lease has moved on, and [ErrNoRecords] when the backend keeps none.
+// Keys follow [backend.Records]' rules and are stored under [DataPrefix].
 func (t *Term) PutRecord(ctx context.Context, key string, value []byte) error {
 	rec, ok := t.gen.sess.(backend.Records)
 	if !ok {
 		return ErrNoRecords
 	}
-	if err := t.EnsureValid(); err != nil {
-		return err
+	if !t.Valid() && (t.gen.ended.Load() || time.Duration(t.handOffUntil.Load()) <= t.gen.now()) {
+		return t.Err()
 	}
 	_, err := rec.PutRecord(ctx, DataPrefix+key, value, backend.Condition{Lease: t.ref.Election, Token: t.ref.Token})
 	if err != nil {

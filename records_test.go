@@ -1,6 +1,7 @@
 package simba_test
 
 import (
+	"context"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -47,5 +48,29 @@ func TestTermRecordsAreFenced(t *testing.T) {
 		assert.Equal(t, "20", string(v), "the deposed term never overwrote it")
 		na.Heal()
 		closeAll(t, a, z)
+	})
+}
+
+func TestTermRecordsDuringTheHandOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		c, _ := node(t, b, "a", h)
+		final := make(chan error, 1)
+		task, err := c.Election("stream").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
+			h.sawTerm("a", term)
+			<-ctx.Done()
+			// The final checkpoint, after the stop revoked the term.
+			final <- term.PutRecord(context.Background(), "checkpoint", []byte("42"))
+			return nil
+		})
+		require.NoError(t, err)
+		synctest.Wait()
+		<-task.Stop()
+		require.NoError(t, <-final, "a stopped term may still write until its lease is released")
+		term := h.Terms()[0]
+		assert.ErrorIs(t, term.PutRecord(t.Context(), "checkpoint", []byte("43")), simba.ErrTermExpired, "not after the release")
+		closeAll(t, c)
 	})
 }

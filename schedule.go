@@ -221,6 +221,11 @@ func (s Schedule) run(ctx context.Context, term *Term, c *Client, fn func(contex
 		}
 		source = records.SourceNormal
 	}
+	first := time.Now().Add(s.initial)
+	if s.kind == cronKind {
+		first = s.cron.Next(first.Add(-time.Nanosecond))
+	}
+	term.status.planned(first)
 	if !s.wait(ctx, term, c, time.Now().Add(s.initial), fn) {
 		return nil
 	}

@@ -34,6 +34,13 @@ type Term struct {
 
 	// status keeps the term's status records; set before the work starts.
 	status *statusWriter
+
+	// handOffUntil is the offset from gen.base until which a term this
+	// client revoked itself may still write its records (a final
+	// checkpoint): it still holds the lease until its hand-off releases it,
+	// and at most until the deadline the term had when it was revoked. 0
+	// when none.
+	handOffUntil atomic.Int64
 }
 
 func newTerm(ref TermRef, g *generation) *Term {
