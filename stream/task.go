@@ -1,0 +1,170 @@
+package stream
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/simba-go/simba"
+)
+
+// Task is a started stream: a partition group whose per-partition work is
+// the event loop. Create it with [Start]; end it with [Task.Stop] or
+// [Task.Close].
+//
+// A Task is safe for concurrent use by multiple goroutines.
+type Task struct {
+	group      *simba.GroupTask
+	src        Source
+	newHandler func(partition int) Handler
+	o          options
+
+	// wg owns every goroutine the loops start (pollers and the goroutines
+	// that run Process and Window), including calls abandoned at their
+	// timeout, which outlive their loop.
+	wg sync.WaitGroup
+
+	stopping context.Context // cancelled by Stop
+	stop     context.CancelFunc
+	done     chan struct{} // closed when everything has ended
+
+	mu      sync.Mutex
+	running int  // loops between their start and the end of their hand-off
+	closing bool // no new loop starts
+	idle    chan struct{}
+}
+
+// Start runs the stream on group g: for every partition of g this client
+// holds, it loads the partition's checkpoint, gets a [Handler] from
+// newHandler, and runs the event loop over src until the term ends. It
+// returns at once; the group's partitions are contended for in the
+// background, as with [simba.Group.RunWhileLeader].
+//
+// Every member of the group must run the same stream (the same source and
+// options). Start returns the errors of [simba.Group.RunWhileLeader], and one
+// matching [simba.ErrInvalidArgument] for a nil argument or a bad option.
+func Start(g *simba.Group, src Source, newHandler func(partition int) Handler, opts ...Option) (*Task, error) {
+	switch {
+	case g == nil:
+		return nil, invalid("nil group")
+	case src == nil:
+		return nil, invalid("nil source")
+	case newHandler == nil:
+		return nil, invalid("nil handler function")
+	}
+	o := defaults()
+	for _, opt := range opts {
+		if opt == nil {
+			return nil, invalid("nil option")
+		}
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	t := &Task{
+		src:        src,
+		newHandler: newHandler,
+		o:          o,
+		done:       make(chan struct{}),
+		idle:       make(chan struct{}),
+	}
+	t.stopping, t.stop = context.WithCancel(context.Background())
+	gt, err := g.RunWhileLeader(t.run)
+	if err != nil {
+		t.stop()
+		return nil, err
+	}
+	t.group = gt
+	go t.own()
+	return t, nil
+}
+
+// Name returns the group's name.
+func (t *Task) Name() string { return t.group.Name() }
+
+// Partitions returns the partitions this client contends for in its latest
+// view of the group, sorted.
+func (t *Task) Partitions() []int { return t.group.Partitions() }
+
+// Stop stops the stream and returns at once. Every partition's loop hands
+// off while its term is still valid: it stops taking messages, waits for
+// the calls in flight (at most until the term's deadline as it stood when
+// the hand-off began), writes a final checkpoint, and calls Close. Then the
+// group is stopped and the leases released. The returned channel (the same
+// as [Task.Done]) is closed when all of it is over, including calls
+// abandoned at a hand-off's bound. Stop is idempotent.
+func (t *Task) Stop() <-chan struct{} {
+	t.stop()
+	return t.done
+}
+
+// Close stops the stream like [Task.Stop] and waits for it. Close a Task
+// before its client: a client closed first revokes every term at once, and
+// the loops' final checkpoints may then be refused.
+func (t *Task) Close() error {
+	<-t.Stop()
+	return nil
+}
+
+// Done is closed when the stream has stopped: every partition handed off,
+// the group stopped, and every goroutine of the task ended. The group stops
+// by itself when its client closes.
+func (t *Task) Done() <-chan struct{} { return t.done }
+
+// own ends the task: when stopped (or when the group ended by itself), it
+// waits for every loop to hand off, stops the group, and waits for every
+// goroutine of the loops.
+func (t *Task) own() {
+	select {
+	case <-t.stopping.Done():
+	case <-t.group.Done():
+	}
+	t.stop()
+	t.mu.Lock()
+	t.closing = true
+	if t.running == 0 {
+		close(t.idle)
+	}
+	t.mu.Unlock()
+	<-t.idle
+	<-t.group.Stop()
+	t.wg.Wait()
+	close(t.done)
+}
+
+// enter registers a loop about to start, unless the task is stopping.
+func (t *Task) enter() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closing {
+		return false
+	}
+	t.running++
+	return true
+}
+
+// leave unregisters a loop that has handed off.
+func (t *Task) leave() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.running--
+	if t.closing && t.running == 0 {
+		close(t.idle)
+	}
+}
+
+// run is the group's function: one loop per term of a partition. Once the
+// task is stopping it returns at once, keeping the term until the group is
+// stopped.
+func (t *Task) run(ctx context.Context, term *simba.Term, partition int) error {
+	if !t.enter() {
+		return nil
+	}
+	defer t.leave()
+	l := &loop{t: t, o: &t.o, term: term, partition: partition, ctx: ctx,
+		log: t.o.logger.With("lease", term.Name(), "token", term.Token())}
+	return l.run()
+}
+
+// String describes the task for logs.
+func (t *Task) String() string { return fmt.Sprintf("stream %q", t.Name()) }
