@@ -1,0 +1,370 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/simba-go/simba/admin"
+	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/backend/etcd"
+	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/internal/etcdtest"
+)
+
+// The end-to-end tests drive the console in headless Chromium, while simba
+// nodes run in this process on a backend. They need a browser: run them
+// under scripts/with-chromium.sh, which installs Debian's chromium package
+// when missing and sets SIMBA_CHROMIUM. Without one they skip, unless
+// SIMBA_REQUIRE_SERVERS=1.
+//
+// They save screenshots of each page under build/console-screenshots/ at the
+// root of the repository. With SIMBA_CONSOLE_DOCS=1 they also write the one
+// the README shows, docs/console.png.
+
+// screenshots is where the screenshots go, relative to this package.
+const screenshots = "../build/console-screenshots"
+
+// e2eTTL is the session TTL of the nodes in the end-to-end tests.
+const e2eTTL = 3 * time.Second
+
+// chromium returns the path of the browser, or skips the test.
+func chromium(t *testing.T) string {
+	t.Helper()
+	path := os.Getenv("SIMBA_CHROMIUM")
+	if path == "" {
+		if os.Getenv("SIMBA_REQUIRE_SERVERS") == "1" {
+			t.Fatal("SIMBA_REQUIRE_SERVERS=1 but SIMBA_CHROMIUM is not set: run under scripts/with-chromium.sh")
+		}
+		t.Skip("no browser: set SIMBA_CHROMIUM, or run under scripts/with-chromium.sh, which installs Chromium and sets it")
+	}
+	return path
+}
+
+// newBrowser starts headless Chromium with a fresh profile and returns a
+// context of one of its tabs. The browser stops when the test ends.
+func newBrowser(t *testing.T, path string) context.Context {
+	t.Helper()
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(path),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("hide-scrollbars", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 900),
+	)
+	ctx, cancel := chromedp.NewContext(alloc)
+	t.Cleanup(func() {
+		cancel()
+		cancelAlloc()
+	})
+	require.NoError(t, chromedp.Do(ctx), "starting %s", path) // no timeout here: it would stop the browser
+	return ctx
+}
+
+// e2e is one end-to-end run: the nodes, the console and the browser.
+type e2e struct {
+	t       *testing.T
+	f       *fleet
+	url     string // the console
+	roURL   string // a read-only console on the same backend
+	ctx     context.Context
+	shotDir string
+}
+
+// do runs browser actions, within d.
+func (e *e2e) do(d time.Duration, steps ...chromedp.Action[chromedp.Void]) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(e.ctx, d)
+	defer cancel()
+	require.NoError(e.t, chromedp.Do(ctx, steps...))
+}
+
+// eval evaluates a script in the page, awaiting a promise it returns.
+func eval[T any](e *e2e, script string) T {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](script, chromedp.EvalAwaitPromise))
+	require.NoError(e.t, err, script)
+	return v
+}
+
+// eventually calls check until it returns nil, or fails the test after d.
+func (e *e2e) eventually(d time.Duration, what string, check func() error) {
+	e.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s: not within %v: %v", what, d, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// screenshot saves a screenshot of the whole page as name.png.
+func (e *e2e) screenshot(name string) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	require.NoError(e.t, err)
+	require.NoError(e.t, os.MkdirAll(e.shotDir, 0o755))
+	require.NoError(e.t, os.WriteFile(filepath.Join(e.shotDir, name+".png"), png, 0o644))
+}
+
+// viewport saves a screenshot of what the window shows as name.png: for
+// a dialog, whose backdrop covers the window only.
+func (e *e2e) viewport(name string) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	require.NoError(e.t, err)
+	require.NoError(e.t, os.MkdirAll(e.shotDir, 0o755))
+	require.NoError(e.t, os.WriteFile(filepath.Join(e.shotDir, name+".png"), png, 0o644))
+}
+
+// jsCell is a partition of the grid, read from the page.
+type jsCell struct {
+	P      int    `json:"p"`
+	Owner  string `json:"owner"`
+	Holder string `json:"holder"`
+	Token  uint64 `json:"token"`
+	State  string `json:"state"`
+}
+
+const readGrid = `[...document.querySelectorAll('section[data-group="billing"] li.cell')].map(c => ({
+	p: Number(c.dataset.partition), owner: c.dataset.owner, holder: c.dataset.holder,
+	token: Number(c.dataset.token || 0), state: c.dataset.state}))`
+
+// grid reads the billing grid shown in the page.
+func (e *e2e) grid() []gridCell {
+	var out []gridCell
+	for _, c := range eval[[]jsCell](e, readGrid) {
+		out = append(out, gridCell{partition: c.P, owner: c.Owner, holder: c.Holder, token: c.Token, state: c.State})
+	}
+	return out
+}
+
+// post sends an operation from the page's script, with the token given
+// ("" for none), and returns the status of the answer.
+func (e *e2e) post(token string) int {
+	e.t.Helper()
+	headers := `{'Content-Type': 'application/json'}`
+	if token != "" {
+		headers = fmt.Sprintf(`{'Content-Type': 'application/json', %q: %q}`, TokenHeader, token)
+	}
+	return eval[int](e, `fetch('/api/ops/trigger', {method: 'POST', headers: `+headers+`,
+		body: JSON.stringify({target: 'report'})}).then(r => r.status)`)
+}
+
+// scenario runs the end-to-end scenario with the nodes on node(id) and the
+// console's admin on adm. It returns false, having skipped the test, when
+// the backend keeps no records.
+func scenario(t *testing.T, browserPath string, node func(id string) backend.Backend, adm backend.Backend, shotDir string) bool {
+	f := newFleet(t)
+	for _, id := range []string{"a", "b", "c"} {
+		f.start(node(id), id, e2eTTL)
+	}
+	defer f.stopAll()
+	a, err := admin.Open(t.Context(), adm)
+	if errors.Is(err, admin.ErrNoRecords) {
+		t.Skip("this backend keeps no records (backend.Records) yet: admin.Open returns admin.ErrNoRecords; the scenario runs on the memory backend instead")
+		return false
+	}
+	require.NoError(t, err)
+	defer a.Close()
+	s, err := New(a, WithToken(testToken))
+	require.NoError(t, err)
+	ro, err := New(a, WithReadOnly(true))
+	require.NoError(t, err)
+	srv, roSrv := httptest.NewServer(s), httptest.NewServer(ro)
+	defer srv.Close()
+	defer roSrv.Close()
+	defer s.Close() // before srv.Close, which waits for the event streams
+	defer ro.Close()
+
+	e := &e2e{t: t, f: f, url: srv.URL, roURL: roSrv.URL, ctx: newBrowser(t, browserPath), shotDir: shotDir}
+
+	// The groups page shows every partition with its true owner.
+	e.do(10*time.Second, chromedp.Navigate(e.url+"/groups"), chromedp.WaitVisible(chromedp.CSS(`#live[data-state="live"]`)))
+	e.eventually(30*time.Second, "the grid shows every partition with its true owner", func() error {
+		return f.gridMatches(e.grid())
+	})
+	e.screenshot("groups")
+	if os.Getenv("SIMBA_CONSOLE_DOCS") == "1" {
+		e.do(5*time.Second, chromedp.EmulateViewport(1280, 760))
+		png, err := chromedp.Run(e.ctx, chromedp.CaptureScreenshot())
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile("../docs/console.png", png, 0o644))
+		e.do(5*time.Second, chromedp.EmulateViewport(1280, 900))
+	}
+	e.do(5*time.Second, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile))
+	e.screenshot("groups-phone")
+	e.do(5*time.Second, chromedp.EmulateViewport(1280, 900))
+
+	// After a node stops, the grid updates by itself.
+	eval[int](e, `window.simbaTestMark = 1`)
+	updates := eval[string](e, `document.body.dataset.updates || "0"`)
+	f.stop("c")
+	e.eventually(30*time.Second, "the grid updates by itself after node c stopped", func() error {
+		cells := e.grid()
+		for _, c := range cells {
+			if c.holder == "c" || c.owner == "c" {
+				return fmt.Errorf("partition %d still shows c", c.partition)
+			}
+		}
+		return f.gridMatches(cells)
+	})
+	assert.Equal(t, 1, eval[int](e, `window.simbaTestMark`), "the page was not reloaded")
+	assert.NotEqual(t, updates, eval[string](e, `document.body.dataset.updates || "0"`), "updates arrived by the event stream")
+	e.screenshot("groups-after-stop")
+
+	// Trigger from the page causes one run.
+	e.do(10*time.Second,
+		chromedp.Navigate(e.url+"/jobs"),
+		chromedp.WaitVisible(chromedp.CSS(`#live[data-state="live"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`section[data-job="report"] button[data-op="trigger"]`)),
+	)
+	require.Empty(t, f.runsOf("report"), "report's schedule is not due")
+	e.do(10*time.Second,
+		chromedp.Click(chromedp.CSS(`section[data-job="report"] button[data-op="trigger"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#confirm #token`)),
+		chromedp.SendKeys(chromedp.CSS(`#confirm #token`), testToken),
+	)
+	e.viewport("confirm")
+	e.do(10*time.Second,
+		chromedp.Click(chromedp.CSS(`#confirm-ok`)),
+		chromedp.WaitNotVisible(chromedp.CSS(`#confirm`)),
+		chromedp.WaitVisible(chromedp.CSS(`#notice`)),
+	)
+	assert.Contains(t, eval[string](e, `document.getElementById('notice').textContent`), "triggered report")
+	e.eventually(15*time.Second, "report runs", func() error {
+		if n := len(f.runsOf("report")); n != 1 {
+			return fmt.Errorf("%d runs", n)
+		}
+		return nil
+	})
+	e.eventually(15*time.Second, "the run shows in the page, with its source", func() error {
+		if !eval[bool](e, `!!document.querySelector('section[data-job="report"] tr[data-source="trigger"]')`) {
+			return errors.New("no run with source trigger")
+		}
+		return nil
+	})
+	time.Sleep(3 * time.Second)
+	assert.Len(t, f.runsOf("report"), 1, "one trigger, one run")
+	e.screenshot("jobs")
+
+	// A wrong token is refused, and the page asks for the token again.
+	eval[int](e, `sessionStorage.setItem('simba-console-token', 'wrong-token-0123456789'), 1`)
+	e.do(10*time.Second,
+		chromedp.Click(chromedp.CSS(`section[data-job="report"] button[data-op="trigger"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#confirm-ok`)),
+		chromedp.Click(chromedp.CSS(`#confirm-ok`)),
+		chromedp.WaitVisible(chromedp.CSS(`#confirm-error`)),
+		chromedp.WaitVisible(chromedp.CSS(`#confirm #token`)),
+	)
+	assert.Contains(t, eval[string](e, `document.getElementById('confirm-error').textContent`), "wrong operations token")
+	assert.Empty(t, eval[string](e, `sessionStorage.getItem('simba-console-token') || ''`), "the wrong token is forgotten")
+	e.do(5*time.Second, chromedp.Click(chromedp.CSS(`#confirm-cancel`)), chromedp.WaitNotVisible(chromedp.CSS(`#confirm`)))
+
+	// A request without the token is refused.
+	assert.Equal(t, http.StatusUnauthorized, e.post(""))
+	assert.Equal(t, http.StatusUnauthorized, e.post("wrong-token-0123456789"))
+
+	// The other pages, for the record.
+	for _, p := range []struct{ path, name string }{
+		{"/elections", "elections"}, {"/members", "members"}, {"/jobs/digest", "job-history"},
+	} {
+		e.do(10*time.Second, chromedp.Navigate(e.url+p.path), chromedp.WaitVisible(chromedp.CSS(`#live[data-state="live"]`)))
+		e.screenshot(p.name)
+	}
+
+	// A read-only console shows no operations and refuses them, token or not.
+	e.do(10*time.Second, chromedp.Navigate(e.roURL+"/jobs"), chromedp.WaitVisible(chromedp.CSS(`#live[data-state="live"]`)))
+	assert.Zero(t, eval[int](e, `document.querySelectorAll('button[data-op]').length`))
+	assert.Equal(t, "read-only", eval[string](e, `document.querySelector('.badge.readonly').textContent`))
+	assert.Equal(t, http.StatusForbidden, e.post(testToken))
+	e.screenshot("read-only")
+
+	// Another origin cannot operate, even knowing the token: the browser
+	// does not send the header without a preflight the console never
+	// approves, and a simple request is refused by the console.
+	e.do(10*time.Second, chromedp.Navigate(e.roURL+"/elections"))
+	got := eval[string](e, fmt.Sprintf(`(async () => {
+		let cors;
+		try {
+			const r = await fetch(%[1]q + '/api/ops/trigger', {method: 'POST',
+				headers: {'Content-Type': 'application/json', %[2]q: %[3]q}, body: '{"target":"report"}'});
+			cors = 'status ' + r.status;
+		} catch (e) { cors = 'blocked'; }
+		await fetch(%[1]q + '/api/ops/trigger', {method: 'POST', mode: 'no-cors',
+			headers: {'Content-Type': 'text/plain'}, body: '{"target":"report"}'}).catch(() => {});
+		return cors;
+	})()`, e.url, TokenHeader, testToken))
+	assert.Equal(t, "blocked", got)
+	time.Sleep(2 * time.Second)
+	assert.Len(t, f.runsOf("report"), 1, "no run from another origin")
+	ops, err := a.Ops(t.Context())
+	require.NoError(t, err)
+	assert.Empty(t, ops.Triggers)
+	return true
+}
+
+// TestBrowser runs the end-to-end scenario on etcd (embedded) with the
+// nodes on backend/etcd; on the memory backend as well with
+// SIMBA_CONSOLE_E2E_MEMORY=1, or instead when the etcd backend keeps no
+// records.
+func TestBrowser(t *testing.T) {
+	path := chromium(t)
+	etcdRan := false
+	t.Run("etcd", func(t *testing.T) {
+		srv := etcdtest.Start(t)
+		var backends []*etcd.Backend
+		open := func(id string) backend.Backend {
+			b, err := etcd.New(srv.Endpoints(), etcd.WithPrefix("/console-e2e/"))
+			require.NoError(t, err, id)
+			backends = append(backends, b)
+			return b
+		}
+		defer func() {
+			for _, b := range backends {
+				b.Close()
+			}
+		}()
+		etcdRan = scenario(t, path, open, open("console"), screenshots)
+	})
+	if etcdRan && os.Getenv("SIMBA_CONSOLE_E2E_MEMORY") != "1" {
+		return
+	}
+	t.Run("memory", func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		dir := screenshots
+		if etcdRan {
+			dir = filepath.Join(screenshots, "memory")
+		}
+		scenario(t, path, func(id string) backend.Backend { return b.Node(id) }, b.Node("console"), dir)
+	})
+}

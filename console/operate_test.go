@@ -1,0 +1,200 @@
+package console
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/simba-go/simba/backend/memory"
+)
+
+// body returns the JSON body of an operation on target.
+func body(target string, token uint64, reason string) string {
+	b, _ := json.Marshal(opRequest{Target: target, Token: token, Reason: reason})
+	return string(b)
+}
+
+func decode(t *testing.T, b *bytes.Buffer) opReply {
+	t.Helper()
+	var r opReply
+	require.NoError(t, json.Unmarshal(b.Bytes(), &r), b.String())
+	return r
+}
+
+func TestOperationsWithTheToken(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		f := startFleet(t, b)
+		defer f.stopAll()
+		var logs bytes.Buffer
+		s, a, done := openConsole(t, b, WithToken(testToken), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+		defer done()
+		// step runs one part of the test; t.Run is not allowed in a bubble.
+		step := func(name string, fn func()) {
+			t.Log("step:", name)
+			fn()
+		}
+		ok := func(op, target string, token uint64, reason string) opReply {
+			t.Helper()
+			w := call(s, opCall{op: op, body: body(target, token, reason)})
+			require.Equal(t, http.StatusOK, w.Code, "%s %s: %s", op, target, w.Body)
+			r := decode(t, w.Body)
+			require.True(t, r.OK)
+			return r
+		}
+
+		step("trigger runs once", func() {
+			require.Empty(t, f.runsOf("report"), "report's schedule is not due")
+			r := ok("trigger", "report", 0, "")
+			assert.Contains(t, r.Message, "triggered report")
+			time.Sleep(10 * time.Second)
+			runs := f.runsOf("report")
+			require.Len(t, runs, 1)
+			h, _ := f.holder("report")
+			assert.Equal(t, h.member, runs[0].member, "the holder runs it")
+			hist, err := a.History(t.Context(), "report")
+			require.NoError(t, err)
+			require.Len(t, hist, 1)
+			assert.Equal(t, "trigger", hist[0].Source)
+			ops, err := a.Ops(t.Context())
+			require.NoError(t, err)
+			assert.Empty(t, ops.Triggers, "carried out")
+			assert.Contains(t, get(s, "/jobs").Body.String(), `data-source="trigger"`)
+		})
+
+		step("disable and enable", func() {
+			ok("disable", "digest", 0, "maintenance")
+			time.Sleep(5 * time.Second)
+			n := len(f.runsOf("digest"))
+			time.Sleep(10 * time.Second)
+			assert.Len(t, f.runsOf("digest"), n, "a disabled job runs nowhere")
+			_, held := f.holder("digest")
+			assert.False(t, held, "nobody holds a disabled election")
+			page := get(s, "/jobs").Body.String()
+			assert.Contains(t, page, `data-op="enable" data-target="digest"`)
+			ok("enable", "digest", 0, "")
+			time.Sleep(10 * time.Second)
+			assert.Greater(t, len(f.runsOf("digest")), n, "enabled, it runs again")
+		})
+
+		step("resign", func() {
+			before, held := f.holder("ingest")
+			require.True(t, held)
+			ok("resign", "ingest", before.token, "")
+			time.Sleep(10 * time.Second)
+			after, held := f.holder("ingest")
+			require.True(t, held)
+			assert.Greater(t, after.token, before.token, "a new term with a higher token")
+			w := call(s, opCall{op: "resign", body: body("ingest", before.token, "")})
+			assert.Equal(t, http.StatusConflict, w.Code, "that term is over")
+			assert.Contains(t, decode(t, w.Body).Error, fmt.Sprintf("token %d holds it now", after.token))
+		})
+
+		step("drain and undrain", func() {
+			ok("drain", "c", 0, "")
+			time.Sleep(15 * time.Second)
+			for p, h := range f.partitionHolders() {
+				assert.NotEqual(t, "c", h.member, "partition %d", p)
+			}
+			assert.Contains(t, get(s, "/members").Body.String(), `<tr data-member="c" data-drained="true">`)
+			ok("undrain", "c", 0, "")
+			time.Sleep(15 * time.Second)
+			ops, err := a.Ops(t.Context())
+			require.NoError(t, err)
+			assert.Empty(t, ops.Drained)
+			assert.Contains(t, get(s, "/members").Body.String(), `<tr data-member="c" data-drained="false">`)
+		})
+
+		step("disable a group", func() {
+			ok("disable", "billing", 0, "")
+			ops, err := a.Ops(t.Context())
+			require.NoError(t, err)
+			assert.True(t, ops.Disabled["billing"])
+			ok("enable", "billing", 0, "")
+		})
+
+		assert.NotContains(t, logs.String(), testToken, "the token is never logged")
+		assert.Contains(t, logs.String(), "operation done")
+	})
+}
+
+func TestOperationsRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		f := startFleet(t, b)
+		defer f.stopAll()
+		var logs bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&logs, nil))
+		s, a, done := openConsole(t, b, WithToken(testToken), WithLogger(log))
+		defer done()
+		ro, err := New(a, WithReadOnly(true), WithToken(testToken))
+		require.NoError(t, err)
+		defer ro.Close()
+
+		trigger := body("report", 0, "")
+		ingest, held := f.holder("ingest")
+		require.True(t, held)
+		for _, tc := range []struct {
+			name   string
+			h      http.Handler
+			call   opCall
+			status int
+		}{
+			{"without the token", s, opCall{op: "trigger", body: trigger, headers: map[string]string{TokenHeader: ""}}, http.StatusUnauthorized},
+			{"with a wrong token", s, opCall{op: "trigger", body: trigger, headers: map[string]string{TokenHeader: "wrong-token-0123456789abcdef"}}, http.StatusUnauthorized},
+			{"with a prefix of the token", s, opCall{op: "trigger", body: trigger, headers: map[string]string{TokenHeader: testToken[:20]}}, http.StatusUnauthorized},
+			{"with the token and more", s, opCall{op: "trigger", body: trigger, headers: map[string]string{TokenHeader: testToken + "x"}}, http.StatusUnauthorized},
+			{"with GET", s, opCall{method: http.MethodGet, op: "trigger", body: trigger}, http.StatusMethodNotAllowed},
+			{"with PUT", s, opCall{method: http.MethodPut, op: "trigger", body: trigger}, http.StatusMethodNotAllowed},
+			{"read-only", ro, opCall{op: "trigger", body: trigger}, http.StatusForbidden},
+			{"cross-site", s, opCall{op: "trigger", body: trigger, headers: map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "http://attacker.example"}}, http.StatusForbidden},
+			{"same-site, other origin", s, opCall{op: "trigger", body: trigger, headers: map[string]string{"Sec-Fetch-Site": "same-site", "Origin": "http://127.0.0.1:9999"}}, http.StatusForbidden},
+			{"other origin, old browser", s, opCall{op: "trigger", body: trigger, headers: map[string]string{"Sec-Fetch-Site": "", "Origin": "http://attacker.example"}}, http.StatusForbidden},
+			{"a form", s, opCall{op: "trigger", body: "target=report", headers: map[string]string{"Content-Type": "application/x-www-form-urlencoded"}}, http.StatusUnsupportedMediaType},
+			{"plain text", s, opCall{op: "trigger", body: trigger, headers: map[string]string{"Content-Type": "text/plain"}}, http.StatusUnsupportedMediaType},
+			{"an unknown operation", s, opCall{op: "delete", body: trigger}, http.StatusNotFound},
+			{"an unknown job", s, opCall{op: "trigger", body: body("nothing", 0, "")}, http.StatusNotFound},
+			{"an unknown member", s, opCall{op: "drain", body: body("nobody", 0, "")}, http.StatusNotFound},
+			{"an unknown election", s, opCall{op: "disable", body: body("nothing", 0, "")}, http.StatusNotFound},
+			{"a trigger of an unscheduled election", s, opCall{op: "trigger", body: body("ingest", 0, "")}, http.StatusConflict},
+			{"a resignation of a term that is over", s, opCall{op: "resign", body: body("ingest", ingest.token+1000, "")}, http.StatusConflict},
+			{"no target", s, opCall{op: "trigger", body: `{}`}, http.StatusBadRequest},
+			{"an unknown field", s, opCall{op: "trigger", body: `{"target":"report","force":true}`}, http.StatusBadRequest},
+			{"a long reason", s, opCall{op: "disable", body: body("digest", 0, strings.Repeat("x", 201))}, http.StatusBadRequest},
+			{"a large body", s, opCall{op: "disable", body: `{"target":"digest","reason":"` + strings.Repeat("x", 5000) + `"}`}, http.StatusBadRequest},
+		} {
+			w := call(tc.h, tc.call) // no t.Run in a bubble
+			assert.Equal(t, tc.status, w.Code, "%s: %s", tc.name, w.Body)
+			if tc.status == http.StatusUnauthorized {
+				assert.NotEmpty(t, w.Header().Get("WWW-Authenticate"), tc.name)
+			}
+			if tc.status == http.StatusMethodNotAllowed {
+				assert.Equal(t, "POST", w.Header().Get("Allow"), tc.name)
+			} else {
+				assert.NotEmpty(t, decode(t, w.Body).Error, tc.name)
+			}
+		}
+		time.Sleep(5 * time.Second)
+		ops, err := a.Ops(t.Context())
+		require.NoError(t, err)
+		assert.Empty(t, ops.Disabled)
+		assert.Empty(t, ops.Drained)
+		assert.Empty(t, ops.Triggers)
+		assert.Empty(t, ops.Resigns)
+		assert.Empty(t, f.runsOf("report"), "nothing was triggered")
+		assert.NotContains(t, logs.String(), testToken[:20], "no token in the log")
+		assert.NotContains(t, logs.String(), "wrong-token", "no token in the log")
+		assert.Contains(t, logs.String(), "operation refused")
+	})
+}

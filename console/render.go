@@ -1,0 +1,112 @@
+package console
+
+import (
+	"bytes"
+	"embed"
+	"fmt"
+	"hash/fnv"
+	"html/template"
+	"time"
+
+	"github.com/simba-go/simba/admin"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+// opButton is a button that asks for an operation, after a confirmation.
+type opButton struct {
+	Op      string // disable, enable, trigger, resign, drain or undrain
+	Target  string // the election, job, group, lease or member
+	Token   uint64 // for resign: the term to end
+	What    string // the target in words: "job report"
+	Label   string // the button's text
+	Explain string // what the operation does, for the confirmation
+}
+
+// operations are the operations the console performs, with what each
+// does, as the confirmation dialog tells it.
+var operations = map[string]struct{ label, explain string }{
+	"disable": {"Disable", "It hands off and runs nothing, on any node, until enabled."},
+	"enable":  {"Enable", "Nodes contend for it again."},
+	"trigger": {"Trigger", "Its holder runs it once, as soon as it can."},
+	"resign":  {"Resign", "Its holder hands off gracefully and sits out one lease term; another member takes over with a higher token."},
+	"drain":   {"Drain", "The member hands off everything it holds and contends for nothing until undrained."},
+	"undrain": {"Undrain", "The member contends again."},
+}
+
+var funcs = template.FuncMap{
+	"when":  when,
+	"took":  took,
+	"color": color,
+	"nav":   func() []navItem { return nav },
+	"op": func(op, target string, token uint64, what string) opButton {
+		o := operations[op]
+		return opButton{Op: op, Target: target, Token: token, What: what, Label: o.label, Explain: o.explain}
+	},
+	"short": short,
+}
+
+// templates are the pages; "layout" is a whole page, "main" its part that
+// the event stream sends.
+var templates = template.Must(template.New("").Funcs(funcs).ParseFS(templateFS, "templates/*.html"))
+
+// when renders a time as a <time> element that the page's script shows
+// relative to now ("12s ago", "in 3s"); without the script it shows the
+// time of day in UTC.
+func when(t time.Time) template.HTML {
+	if t.IsZero() {
+		return "—"
+	}
+	t = t.UTC()
+	return template.HTML(fmt.Sprintf(`<time datetime="%s" data-rel title="%s">%s</time>`,
+		t.Format(time.RFC3339Nano), t.Format("2006-01-02 15:04:05.000 UTC"), t.Format("15:04:05")))
+}
+
+// took renders how long a run took, or that it runs.
+func took(r admin.Run) string {
+	if r.End.IsZero() {
+		return "…"
+	}
+	d := r.End.Sub(r.Start)
+	switch {
+	case d < time.Millisecond:
+		return "<1ms"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	default:
+		return d.Round(10 * time.Millisecond).String()
+	}
+}
+
+// short shortens a long session id in the middle, keeping both ends:
+// ids of one backend often share a prefix, or a suffix.
+func short(id string) string {
+	if len(id) <= 20 {
+		return id
+	}
+	return id[:8] + "…" + id[len(id)-8:]
+}
+
+// colors is the number of member colours of the style sheet.
+const colors = 10
+
+// color returns the class of a member's colour: the same member has the
+// same colour on every page and across updates.
+func color(member string) string {
+	if member == "" {
+		return ""
+	}
+	h := fnv.New32a()
+	h.Write([]byte(member))
+	return fmt.Sprintf("c%d", h.Sum32()%colors)
+}
+
+// render executes the template name with p.
+func render(name string, p *page) ([]byte, error) {
+	var buf bytes.Buffer
+	if err := templates.ExecuteTemplate(&buf, name, p); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}

@@ -1,0 +1,478 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/admin"
+)
+
+// view names what a page or an event stream shows: one of the pages, or
+// the history of one lease.
+type view struct {
+	Kind  string // "elections", "groups", "jobs", "members" or "job"
+	Lease string // for "job": the election or partition
+}
+
+// navItem is one entry of the navigation bar.
+type navItem struct{ Kind, Path, Label string }
+
+var nav = []navItem{
+	{"elections", "/elections", "Elections"},
+	{"groups", "/groups", "Groups"},
+	{"jobs", "/jobs", "Jobs"},
+	{"members", "/members", "Members"},
+}
+
+// Path is the page's path, which also names its event stream.
+func (v view) Path() string {
+	if v.Kind == "job" {
+		return "/jobs/" + v.Lease
+	}
+	return "/" + v.Kind
+}
+
+// parseView returns the view of a page path.
+func parseView(path string) (view, bool) {
+	if lease, ok := strings.CutPrefix(path, "/jobs/"); ok {
+		if simba.CheckName(lease) != nil {
+			return view{}, false
+		}
+		return view{Kind: "job", Lease: lease}, true
+	}
+	for _, n := range nav {
+		if path == n.Path {
+			return view{Kind: n.Kind}, true
+		}
+	}
+	return view{}, false
+}
+
+// loader reads the backend through admin for one rendering, reading each
+// thing at most once however many parts of the page need it.
+type loader struct {
+	ctx context.Context
+	a   *admin.Admin
+
+	elections    []admin.Election
+	electionsErr error
+	electionsOK  bool
+	groups       []admin.Group
+	groupsErr    error
+	groupsOK     bool
+	ops          admin.Ops
+	opsErr       error
+	opsOK        bool
+}
+
+func (l *loader) Elections() ([]admin.Election, error) {
+	if !l.electionsOK {
+		l.elections, l.electionsErr = l.a.Elections(l.ctx)
+		l.electionsOK = true
+	}
+	return l.elections, l.electionsErr
+}
+
+func (l *loader) Groups() ([]admin.Group, error) {
+	if !l.groupsOK {
+		l.groups, l.groupsErr = l.a.Groups(l.ctx)
+		l.groupsOK = true
+	}
+	return l.groups, l.groupsErr
+}
+
+func (l *loader) Ops() (admin.Ops, error) {
+	if !l.opsOK {
+		l.ops, l.opsErr = l.a.Ops(l.ctx)
+		l.opsOK = true
+	}
+	return l.ops, l.opsErr
+}
+
+// page is what a template renders: the whole page, or its main part for
+// the event stream.
+type page struct {
+	View     view
+	Title    string
+	Operate  bool   // operations are allowed: show their buttons
+	Err      string // the backend could not be read
+	NotFound bool
+
+	Elections []electionRow
+	Groups    []groupView
+	Jobs      []jobRow    // scheduled elections
+	GroupJobs []groupJobs // scheduled groups, by partition
+	Members   []memberRow
+	Job       *jobRow // for "job"
+}
+
+// electionRow is one plain election (not a partition).
+type electionRow struct {
+	Name      string
+	Held      bool
+	Disabled  bool
+	Status    admin.Status
+	Holder    *admin.Holder // nil when nobody holds it
+	Scheduled bool
+	Trigger   bool // a trigger is pending
+	Resign    bool // a resignation is pending
+}
+
+// groupView is one group with its grid.
+type groupView struct {
+	admin.Group
+	Members           []groupMember
+	Cells             []cell
+	Held, Vacant, Off int // partitions held by their owner, vacant, in hand-off
+	Scheduled         bool
+}
+
+// groupMember is one member of a group with what it owns and holds.
+type groupMember struct {
+	admin.Member
+	Owns, Holds int
+}
+
+// cell is one partition of the grid.
+type cell struct {
+	admin.Partition
+	Lease     string
+	State     string // "held", "handoff", "vacant" or "unknown" (held, holder not known)
+	Scheduled bool
+	Trigger   bool // a trigger is pending
+}
+
+// jobRow is one scheduled election or partition.
+type jobRow struct {
+	Name      string
+	Held      bool
+	Disabled  bool
+	Status    admin.Status
+	Holder    *admin.Holder
+	Trigger   bool
+	History   []admin.Run // the last runs, newest first
+	HistoryOf int         // how many runs the history keeps in all
+}
+
+// groupJobs is a scheduled group's partitions.
+type groupJobs struct {
+	Group    string
+	Schedule string
+	Disabled bool
+	Rows     []jobRow
+}
+
+// memberRow is one member: of a group, holder of an election, or drained.
+type memberRow struct {
+	ID        string
+	Sessions  []string
+	Groups    []memberGroup
+	Elections []string // plain elections it holds
+	Drained   bool
+	Live      bool // it has a live membership or holds a lease
+}
+
+// memberGroup is a member's share of one group.
+type memberGroup struct {
+	Name        string
+	Owns, Holds int
+}
+
+// historyInline is the number of runs the jobs page shows per job.
+const historyInline = 5
+
+// build fills p for its view from l. It returns the error of the first
+// read that failed.
+func (p *page) build(l *loader) error {
+	switch p.View.Kind {
+	case "elections":
+		return p.buildElections(l)
+	case "groups":
+		return p.buildGroups(l)
+	case "jobs":
+		return p.buildJobs(l)
+	case "members":
+		return p.buildMembers(l)
+	case "job":
+		return p.buildJob(l)
+	}
+	return fmt.Errorf("unknown view %q", p.View.Kind)
+}
+
+// partitionName matches "{group}.{partition}".
+var partitionName = regexp.MustCompile(`^(.+)\.([0-9]+)$`)
+
+// splitElections parses elections into plain ones and partitions: a lease
+// with no status yet is a partition when its name is "{group}.{n}" of a
+// group known from the others' statuses.
+func splitElections(es []admin.Election) (plain, partitions []admin.Election) {
+	groups := map[string]bool{}
+	for _, e := range es {
+		if e.Status.Group != "" {
+			groups[e.Status.Group] = true
+		}
+	}
+	for _, e := range es {
+		isPart := e.Status.Group != ""
+		if e.Status.Lease == "" {
+			if m := partitionName.FindStringSubmatch(e.Name); m != nil && groups[m[1]] {
+				isPart = true
+			}
+		}
+		if isPart {
+			partitions = append(partitions, e)
+		} else {
+			plain = append(plain, e)
+		}
+	}
+	return plain, partitions
+}
+
+// holder returns the holder of e now, or nil.
+func holder(e admin.Election) *admin.Holder {
+	if !e.Held {
+		return nil
+	}
+	return e.Status.Holder
+}
+
+func (p *page) buildElections(l *loader) error {
+	es, err := l.Elections()
+	if err != nil {
+		return err
+	}
+	ops, err := l.Ops()
+	if err != nil {
+		return err
+	}
+	plain, _ := splitElections(es)
+	for _, e := range plain {
+		_, trig := ops.Triggers[e.Name]
+		_, res := ops.Resigns[e.Name]
+		p.Elections = append(p.Elections, electionRow{
+			Name: e.Name, Held: e.Held, Disabled: e.Disabled, Status: e.Status, Holder: holder(e),
+			Scheduled: e.Status.Schedule != "", Trigger: trig, Resign: res,
+		})
+	}
+	return nil
+}
+
+func (p *page) buildGroups(l *loader) error {
+	gs, err := l.Groups()
+	if err != nil {
+		return err
+	}
+	es, err := l.Elections()
+	if err != nil {
+		return err
+	}
+	ops, err := l.Ops()
+	if err != nil {
+		return err
+	}
+	scheduled := map[string]bool{}
+	for _, e := range es {
+		if e.Status.Schedule != "" {
+			scheduled[e.Name] = true
+		}
+	}
+	for _, g := range gs {
+		gv := groupView{Group: g}
+		owns, holds := map[string]int{}, map[string]int{}
+		for _, part := range g.Partitions {
+			c := cell{Partition: part, Lease: g.Name + "." + strconv.Itoa(part.Index)}
+			switch {
+			case !part.Held:
+				c.State = "vacant"
+				gv.Vacant++
+			case part.Holder == "":
+				c.State = "unknown"
+			case part.InHandOff():
+				c.State = "handoff"
+				gv.Off++
+			default:
+				c.State = "held"
+				gv.Held++
+			}
+			c.Scheduled = scheduled[c.Lease]
+			_, c.Trigger = ops.Triggers[c.Lease]
+			gv.Scheduled = gv.Scheduled || c.Scheduled
+			owns[part.Owner]++
+			if part.Held && part.Holder != "" {
+				holds[part.Holder]++
+			}
+			gv.Cells = append(gv.Cells, c)
+		}
+		for _, m := range g.Members {
+			gv.Members = append(gv.Members, groupMember{Member: m, Owns: owns[m.ID], Holds: holds[m.ID]})
+		}
+		slices.SortStableFunc(gv.Members, func(a, b groupMember) int { return strings.Compare(a.ID, b.ID) })
+		p.Groups = append(p.Groups, gv)
+	}
+	return nil
+}
+
+// jobRowOf makes the row of a scheduled election or partition.
+func jobRowOf(e admin.Election, ops admin.Ops) jobRow {
+	_, trig := ops.Triggers[e.Name]
+	return jobRow{Name: e.Name, Held: e.Held, Disabled: e.Disabled, Status: e.Status, Holder: holder(e), Trigger: trig}
+}
+
+// newestFirst returns at most n runs of h, newest first.
+func newestFirst(h []admin.Run, n int) []admin.Run {
+	out := slices.Clone(h)
+	slices.Reverse(out)
+	if n > 0 && len(out) > n {
+		out = out[:n]
+	}
+	return out
+}
+
+func (p *page) buildJobs(l *loader) error {
+	es, err := l.Elections()
+	if err != nil {
+		return err
+	}
+	ops, err := l.Ops()
+	if err != nil {
+		return err
+	}
+	plain, parts := splitElections(es)
+	for _, e := range plain {
+		if e.Status.Schedule == "" {
+			continue
+		}
+		row := jobRowOf(e, ops)
+		h, err := l.a.History(l.ctx, e.Name)
+		if err != nil && !errors.Is(err, admin.ErrNotFound) {
+			return err
+		}
+		row.History, row.HistoryOf = newestFirst(h, historyInline), len(h)
+		p.Jobs = append(p.Jobs, row)
+	}
+	byGroup := map[string]*groupJobs{}
+	var order []string
+	for _, e := range parts {
+		if e.Status.Schedule == "" {
+			continue
+		}
+		g := byGroup[e.Status.Group]
+		if g == nil {
+			g = &groupJobs{Group: e.Status.Group, Schedule: e.Status.Schedule, Disabled: ops.Disabled[e.Status.Group]}
+			byGroup[e.Status.Group] = g
+			order = append(order, e.Status.Group)
+		}
+		g.Rows = append(g.Rows, jobRowOf(e, ops))
+	}
+	slices.Sort(order)
+	for _, name := range order {
+		g := byGroup[name]
+		slices.SortFunc(g.Rows, func(a, b jobRow) int { return a.Status.Partition - b.Status.Partition })
+		p.GroupJobs = append(p.GroupJobs, *g)
+	}
+	return nil
+}
+
+func (p *page) buildMembers(l *loader) error {
+	gs, err := l.Groups()
+	if err != nil {
+		return err
+	}
+	es, err := l.Elections()
+	if err != nil {
+		return err
+	}
+	ops, err := l.Ops()
+	if err != nil {
+		return err
+	}
+	rows := map[string]*memberRow{}
+	row := func(id string) *memberRow {
+		r := rows[id]
+		if r == nil {
+			r = &memberRow{ID: id, Drained: ops.Drained[id]}
+			rows[id] = r
+		}
+		return r
+	}
+	addSession := func(r *memberRow, s string) {
+		if s != "" && !slices.Contains(r.Sessions, s) {
+			r.Sessions = append(r.Sessions, s)
+		}
+	}
+	for _, g := range gs {
+		owns, holds := map[string]int{}, map[string]int{}
+		for _, part := range g.Partitions {
+			owns[part.Owner]++
+			if part.Held && part.Holder != "" {
+				holds[part.Holder]++
+			}
+		}
+		seen := map[string]bool{}
+		for _, m := range g.Members {
+			r := row(m.ID)
+			r.Live = true
+			addSession(r, m.Session)
+			if !seen[m.ID] {
+				seen[m.ID] = true
+				r.Groups = append(r.Groups, memberGroup{Name: g.Name, Owns: owns[m.ID], Holds: holds[m.ID]})
+			}
+		}
+	}
+	plain, _ := splitElections(es)
+	for _, e := range plain {
+		if h := holder(e); h != nil && h.Member != "" {
+			r := row(h.Member)
+			r.Live = true
+			addSession(r, h.Session)
+			r.Elections = append(r.Elections, e.Name)
+		}
+	}
+	for id := range ops.Drained {
+		row(id)
+	}
+	for _, id := range slices.Sorted(maps.Keys(rows)) {
+		r := rows[id]
+		slices.Sort(r.Sessions)
+		p.Members = append(p.Members, *r)
+	}
+	return nil
+}
+
+func (p *page) buildJob(l *loader) error {
+	st, err := l.a.Status(l.ctx, p.View.Lease)
+	if errors.Is(err, admin.ErrNotFound) {
+		p.NotFound = true
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	es, err := l.Elections()
+	if err != nil {
+		return err
+	}
+	ops, err := l.Ops()
+	if err != nil {
+		return err
+	}
+	e := admin.Election{Name: p.View.Lease, Status: st, Disabled: ops.Disabled[st.Lease] || (st.Group != "" && ops.Disabled[st.Group])}
+	if i := slices.IndexFunc(es, func(x admin.Election) bool { return x.Name == p.View.Lease }); i >= 0 {
+		e = es[i]
+	}
+	h, err := l.a.History(l.ctx, p.View.Lease)
+	if err != nil && !errors.Is(err, admin.ErrNotFound) {
+		return err
+	}
+	row := jobRowOf(e, ops)
+	row.History, row.HistoryOf = newestFirst(h, 0), len(h)
+	p.Job = &row
+	return nil
+}
