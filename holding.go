@@ -71,6 +71,7 @@ func (t *LeaderTask) startTerm(g *generation, lease backend.Lease) bool {
 	runCtx, cancelRun := context.WithCancel(context.Background())
 	h := &holding{t: t, g: g, lease: lease, term: term, runCtx: runCtx, cancelRun: cancelRun, running: true}
 	h.watch()
+	c.ops.refresh(g)
 	h.checkOps()
 	c.wg.Go(h.run)
 	return true

@@ -25,6 +25,7 @@ type opsView struct {
 	trigger  map[string]uint64     // lease -> version of its trigger record
 	resign   map[string]records.Op // lease -> request
 	resignV  map[string]uint64     // lease -> version of its resign record
+	consumed map[string]uint64     // key -> version carried out, until a listing no longer shows it
 	changed  chan struct{}         // closed and replaced on every change
 	subs     map[int]func()
 	nextSub  int
@@ -38,6 +39,7 @@ func newOpsView(c *Client) *opsView {
 		trigger:  map[string]uint64{},
 		resign:   map[string]records.Op{},
 		resignV:  map[string]uint64{},
+		consumed: map[string]uint64{},
 		changed:  make(chan struct{}),
 		subs:     map[int]func(){},
 	}
@@ -94,13 +96,70 @@ func (o *opsView) follow(g *generation, rec backend.Records) {
 	}
 }
 
+// refresh reads the operations now, on session g, into the view: a node that
+// just won a lease checks it has not been disabled or drained while its
+// watch was catching up, before the term's first run.
+func (o *opsView) refresh(g *generation) {
+	rec, ok := g.sess.(backend.Records)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(g.ctx, g.ttl/3)
+	defer cancel()
+	list, err := rec.ListRecords(ctx, records.DisabledPrefix)
+	if err == nil {
+		var drains []backend.Record
+		drains, err = rec.ListRecords(ctx, records.DrainPrefix)
+		list = append(list, drains...)
+	}
+	if err != nil {
+		o.c.log.Debug("reading operations at a term's start failed", "err", err)
+		return
+	}
+	// Only add: this read may be older than one the watch applied, and must
+	// not undo a disable or a drain that the watch already delivered.
+	o.mu.Lock()
+	changed := false
+	for _, r := range list {
+		switch {
+		case hasPrefix(r.Key, records.DisabledPrefix):
+			if name := records.Name(r.Key, records.DisabledPrefix); !o.disabled[name] {
+				o.disabled[name], changed = true, true
+			}
+		case hasPrefix(r.Key, records.DrainPrefix):
+			if name := records.Name(r.Key, records.DrainPrefix); !o.drained[name] {
+				o.drained[name], changed = true, true
+			}
+		}
+	}
+	o.mu.Unlock()
+	if changed {
+		o.notify()
+	}
+}
+
 // apply replaces the view with the records read, and tells the subscribers
 // if anything changed.
 func (o *opsView) apply(list []backend.Record) {
 	disabled, drained := map[string]bool{}, map[string]bool{}
 	trigger, resignV := map[string]uint64{}, map[string]uint64{}
 	resign := map[string]records.Op{}
+	o.mu.Lock()
+	listed := map[string]bool{}
 	for _, r := range list {
+		listed[r.Key] = true
+	}
+	for key := range o.consumed {
+		if !listed[key] {
+			delete(o.consumed, key) // its deletion is seen: forget it
+		}
+	}
+	consumed := maps.Clone(o.consumed)
+	o.mu.Unlock()
+	for _, r := range list {
+		if v, ok := consumed[r.Key]; ok && v == r.Version {
+			continue // carried out already; the listing predates its deletion
+		}
 		var op records.Op
 		if err := records.Decode(r.Value, &op); err != nil {
 			o.c.log.Warn("unreadable operation record", "key", r.Key, "err", err)
@@ -126,6 +185,13 @@ func (o *opsView) apply(list []backend.Record) {
 		return
 	}
 	o.disabled, o.drained, o.trigger, o.resign, o.resignV = disabled, drained, trigger, resign, resignV
+	o.mu.Unlock()
+	o.notify()
+}
+
+// notify wakes the waiters and calls the subscribers after a change.
+func (o *opsView) notify() {
+	o.mu.Lock()
 	close(o.changed)
 	o.changed = make(chan struct{})
 	subs := make([]func(), 0, len(o.subs))
@@ -206,6 +272,7 @@ func (o *opsView) triggered(lease string) (uint64, bool) {
 // that it is not carried out twice before the watch reports the deletion.
 func (o *opsView) consume(g *generation, key string, version uint64) {
 	o.mu.Lock()
+	o.consumed[key] = version
 	switch {
 	case hasPrefix(key, records.TriggerPrefix):
 		if name := records.Name(key, records.TriggerPrefix); o.trigger[name] == version {
