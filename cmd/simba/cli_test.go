@@ -1,0 +1,211 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/backend/memory"
+)
+
+// invocations numbers the nodes of the harnesses' invocations.
+var invocations atomic.Int64
+
+// harness runs the command in-process against a memory backend: every
+// invocation opens a node of its own, as a separate process would.
+type harness struct {
+	t   testing.TB
+	b   *memory.Backend
+	env map[string]string
+	// prepare, if set, is applied to each invocation's node before use
+	// (to partition it, say).
+	prepare func(*memory.Node)
+	// wrap, if set, wraps each invocation's backend.
+	wrap func(backend.Backend) backend.Backend
+	// opened records the targets opened.
+	opened []target
+}
+
+func newHarness(t testing.TB, b *memory.Backend) *harness {
+	return &harness{t: t, b: b, env: map[string]string{envEtcd: "memory:2379"}}
+}
+
+// result is what an invocation printed and returned.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+}
+
+// run runs simba with args.
+func (h *harness) run(args ...string) result {
+	h.t.Helper()
+	var out, errb bytes.Buffer
+	c := &cli{
+		stdout: &out, stderr: &errb,
+		getenv: func(k string) string { return h.env[k] },
+		open: func(t target) (backend.Backend, error) {
+			h.opened = append(h.opened, t)
+			node := h.b.Node(fmt.Sprintf("simba-%d", invocations.Add(1)))
+			if h.prepare != nil {
+				h.prepare(node)
+			}
+			if h.wrap != nil {
+				return h.wrap(node), nil
+			}
+			return node, nil
+		},
+	}
+	code := c.run(context.Background(), args)
+	return result{code: code, stdout: out.String(), stderr: errb.String()}
+}
+
+// ok runs simba with args and fails the test unless it exits 0.
+func (h *harness) ok(args ...string) string {
+	h.t.Helper()
+	r := h.run(args...)
+	if r.code != 0 {
+		h.t.Fatalf("simba %s: %v", strings.Join(args, " "), r)
+	}
+	return r.stdout
+}
+
+func TestUsageErrors(t *testing.T) {
+	b := memory.New()
+	defer b.Close()
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{"no command", nil, nil, "usage: simba"},
+		{"unknown command", nil, []string{"frobnicate"}, `unknown command "frobnicate"`},
+		{"unknown flag", nil, []string{"status", "--frob"}, "flag provided but not defined: -frob"},
+		{"unknown global flag", nil, []string{"--frob", "status"}, "flag provided but not defined: -frob"},
+		{"missing argument", nil, []string{"history"}, "history: missing JOB"},
+		{"too many arguments", nil, []string{"history", "a", "b"}, "too many arguments: a b"},
+		{"bad timeout", nil, []string{"status", "--timeout", "0s"}, "--timeout must be positive"},
+		{"bad token", nil, []string{"resign", "x", "--token", "-1"}, "invalid value"},
+		{"negative limit", nil, []string{"history", "x", "--limit", "-1"}, "--limit must not be negative"},
+		{"no backend", map[string]string{}, []string{"status"}, "no backend: pass --etcd ENDPOINTS or --zk SERVERS"},
+		{"two backends in the environment", map[string]string{envEtcd: "a:1", envZK: "b:2"}, []string{"status"}, "both $SIMBA_ETCD and $SIMBA_ZK are set"},
+		{"two backend flags", map[string]string{}, []string{"status", "--etcd", "a:1", "--zk", "b:2"}, "--etcd and --zk both given"},
+		{"bad name", nil, []string{"disable", "no/slash"}, "invalid"},
+		{"bad member", nil, []string{"drain", "a b"}, `invalid member id "a b"`},
+		{"bad port", nil, []string{"dev", "--port", "70000"}, "--port must be 0–65535"},
+		{"help of an unknown command", nil, []string{"help", "frobnicate"}, `unknown command "frobnicate"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, b)
+			if tc.env != nil {
+				h.env = tc.env
+			}
+			r := h.run(tc.args...)
+			if r.code != exitUsage {
+				t.Errorf("exit %d, want %d\n%v", r.code, exitUsage, r)
+			}
+			if !strings.Contains(r.stderr, tc.want) {
+				t.Errorf("stderr lacks %q\n%v", tc.want, r)
+			}
+			if r.stdout != "" {
+				t.Errorf("stdout not empty\n%v", r)
+			}
+		})
+	}
+}
+
+func TestHelp(t *testing.T) {
+	h := newHarness(t, nil)
+	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}} {
+		out := h.ok(args...)
+		for _, c := range commands {
+			if !strings.Contains(out, "\n  "+c.name+" ") {
+				t.Errorf("simba %s does not list %s:\n%s", args[0], c.name, out)
+			}
+		}
+		for _, want := range []string{"-etcd endpoints", "-zk servers", "-prefix", "-json", "-timeout", "exit status: 0 done"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("simba %s lacks %q", args[0], want)
+			}
+		}
+	}
+	for _, args := range [][]string{{"help", "resign"}, {"resign", "-h"}} {
+		out := h.ok(args...)
+		for _, want := range []string{"usage: simba resign [flags] NAME", "-token token", "-wait", "sits out"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("simba %s lacks %q:\n%s", strings.Join(args, " "), want, out)
+			}
+		}
+	}
+	if len(h.opened) > 0 {
+		t.Errorf("help opened a backend: %v", h.opened)
+	}
+}
+
+func TestTargetFromFlagsAndEnvironment(t *testing.T) {
+	b := memory.New()
+	defer b.Close()
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{"etcd from the environment", map[string]string{envEtcd: "h1:2379, h2:2379"}, nil, "etcd at h1:2379,h2:2379"},
+		{"zk from the environment", map[string]string{envZK: "z:2181", envPrefix: "/app"}, nil, "zookeeper at z:2181 (prefix /app)"},
+		{"a flag beats the environment", map[string]string{envEtcd: "e:2379"}, []string{"--zk", "z:2181"}, "zookeeper at z:2181"},
+		{"a flag chooses between both", map[string]string{envEtcd: "e:2379", envZK: "z:2181"}, []string{"--etcd", "x:1"}, "etcd at x:1"},
+		{"flags after the command", map[string]string{}, []string{"--prefix", "/p/", "--etcd", "x:1"}, "etcd at x:1 (prefix /p/)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, b)
+			h.env = tc.env
+			args := append([]string{"elections"}, tc.args...)
+			h.ok(args...)
+			if got := h.opened[0].String(); got != tc.want {
+				t.Errorf("opened %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseInterspersed(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		wantPos []string
+		json    bool
+	}{
+		{[]string{"report", "--json"}, []string{"report"}, true},
+		{[]string{"--json", "report"}, []string{"report"}, true},
+		{[]string{"report"}, []string{"report"}, false},
+		{[]string{"--", "--json"}, []string{"--json"}, false},
+		{[]string{"a", "--", "b", "--json"}, []string{"a", "b", "--json"}, false},
+	} {
+		var g globals
+		fs := newFlagSetForTest(&g)
+		pos, err := parseInterspersed(fs, tc.args)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.args, err)
+		}
+		if strings.Join(pos, " ") != strings.Join(tc.wantPos, " ") || g.json != tc.json {
+			t.Errorf("%q: positional %q json %v, want %q %v", tc.args, pos, g.json, tc.wantPos, tc.json)
+		}
+	}
+}
+
+func newFlagSetForTest(g *globals) *flag.FlagSet {
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	g.register(fs)
+	return fs
+}

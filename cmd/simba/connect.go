@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"strings"
+	"time"
+
+	"github.com/simba-go/simba/admin"
+	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/backend/etcd"
+	"github.com/simba-go/simba/backend/zookeeper"
+)
+
+// closeGrace is the least time given to closing the admin's session when
+// the command has used up its --timeout: past it the session is abandoned
+// and expires on the server by itself.
+const closeGrace = 300 * time.Millisecond
+
+// target is the backend the global flags name.
+type target struct {
+	kind   string // "etcd" or "zookeeper"
+	addrs  []string
+	prefix string // "" for the backend's default
+}
+
+func (t target) String() string {
+	s := t.kind + " at " + strings.Join(t.addrs, ",")
+	if t.prefix != "" {
+		s += " (prefix " + t.prefix + ")"
+	}
+	return s
+}
+
+// resolveTarget picks the backend from the flags, which the environment
+// defaults: a flag given on the command line wins over the environment.
+func (g globals) target(explicit map[string]bool) (target, error) {
+	etcdAddrs, zkAddrs := splitList(g.etcd), splitList(g.zk)
+	switch {
+	case explicit["etcd"] && explicit["zk"] && len(etcdAddrs) > 0 && len(zkAddrs) > 0:
+		return target{}, usagef(nil, "--etcd and --zk both given: name one backend")
+	case explicit["etcd"] && len(etcdAddrs) > 0:
+		zkAddrs = nil
+	case explicit["zk"] && len(zkAddrs) > 0:
+		etcdAddrs = nil
+	}
+	switch {
+	case len(etcdAddrs) > 0 && len(zkAddrs) > 0:
+		return target{}, usagef(nil, "both $%s and $%s are set: pass --etcd or --zk to choose", envEtcd, envZK)
+	case len(etcdAddrs) > 0:
+		return target{kind: "etcd", addrs: etcdAddrs, prefix: g.prefix}, nil
+	case len(zkAddrs) > 0:
+		return target{kind: "zookeeper", addrs: zkAddrs, prefix: g.prefix}, nil
+	}
+	return target{}, usagef(nil, "no backend: pass --etcd ENDPOINTS or --zk SERVERS, or set $%s or $%s ('simba dev' runs a local etcd)", envEtcd, envZK)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
+// openBackend opens the backend of t. Neither backend connects before a
+// session is opened.
+func openBackend(t target) (backend.Backend, error) {
+	switch t.kind {
+	case "etcd":
+		var opts []etcd.Option
+		if t.prefix != "" {
+			opts = append(opts, etcd.WithPrefix(t.prefix))
+		}
+		return etcd.New(t.addrs, opts...)
+	case "zookeeper":
+		var opts []zookeeper.Option
+		if t.prefix != "" {
+			opts = append(opts, zookeeper.WithRoot(t.prefix))
+		}
+		return zookeeper.New(t.addrs, opts...)
+	}
+	return nil, fmt.Errorf("unknown backend %q", t.kind)
+}
+
+// backendError is a backend that could not be reached, failed a request,
+// or did not answer within --timeout: exit status 3.
+type backendError struct {
+	t       target
+	doing   string
+	timeout time.Duration
+	err     error
+}
+
+func (e *backendError) Error() string {
+	if errors.Is(e.err, context.DeadlineExceeded) {
+		return fmt.Sprintf("%s: no answer within %v while %s (is it running, and are the address and prefix right? see --%s, $%s, --timeout): %v",
+			e.t, e.timeout, e.doing, flagOf(e.t), envOf(e.t), e.err)
+	}
+	return fmt.Sprintf("%s: failed while %s: %v", e.t, e.doing, e.err)
+}
+
+func (e *backendError) Unwrap() error { return e.err }
+
+func flagOf(t target) string {
+	if t.kind == "etcd" {
+		return "etcd"
+	}
+	return "zk"
+}
+
+func envOf(t target) string {
+	if t.kind == "etcd" {
+		return envEtcd
+	}
+	return envZK
+}
+
+// invocation is one run of a command: its flags, and the backend and admin
+// it opens on first use.
+type invocation struct {
+	*cli
+	g        globals
+	cmd      *command
+	explicit map[string]bool // global flags given on the command line
+
+	t   target
+	b   backend.Backend
+	adm *admin.Admin
+}
+
+// admin opens the backend and an admin session on it, once.
+func (inv *invocation) admin(ctx context.Context) (*admin.Admin, error) {
+	if inv.adm != nil {
+		return inv.adm, nil
+	}
+	t, err := inv.g.target(inv.explicit)
+	if err != nil {
+		return nil, err
+	}
+	inv.t = t
+	b, err := inv.open(t)
+	if err != nil {
+		return nil, usagef(nil, "%s: %v", t, err)
+	}
+	inv.b = b
+	a, err := admin.Open(ctx, b, admin.WithOperator(operator()))
+	switch {
+	case errors.Is(err, admin.ErrNoRecords):
+		return nil, failf("%s keeps no status or operation records: this build of its backend lacks backend.Records, so there is nothing to show or operate", t)
+	case err != nil:
+		return nil, inv.backendErr(ctx, "opening a session", err)
+	}
+	inv.adm = a
+	return a, nil
+}
+
+// backendErr classifies an error of a backend call: a timeout or an
+// unreachable backend, or any other failure.
+func (inv *invocation) backendErr(ctx context.Context, doing string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var ne *notFoundError
+	if errors.As(err, &ne) || errors.Is(err, context.Canceled) {
+		return err
+	}
+	return &backendError{t: inv.t, doing: doing, timeout: inv.g.timeout, err: err}
+}
+
+// close ends the admin's session and closes the backend, within what is
+// left of ctx's time (at least closeGrace); past it, the backend is closed
+// at once and the session left to expire. A failure is a warning: the
+// command's work is done.
+func (inv *invocation) close(ctx context.Context) {
+	if inv.adm != nil {
+		budget := closeGrace
+		if dl, ok := ctx.Deadline(); ok {
+			budget = max(time.Until(dl), closeGrace)
+		}
+		done := make(chan error, 1)
+		go func() { done <- inv.adm.Close() }()
+		t := time.NewTimer(budget)
+		select {
+		case err := <-done:
+			if err != nil {
+				fmt.Fprintf(inv.stderr, "simba: warning: closing the admin session: %v (it expires by itself)\n", err)
+			}
+		case <-t.C:
+			inv.b.Close() // makes the session's Close give up
+			<-done
+			inv.b = nil
+		}
+		t.Stop()
+	}
+	if inv.b != nil {
+		if err := inv.b.Close(); err != nil {
+			fmt.Fprintf(inv.stderr, "simba: warning: closing the backend: %v\n", err)
+		}
+	}
+}
+
+// operator names who performs operations, recorded with them.
+func operator() string {
+	name := "unknown"
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	}
+	if h, err := os.Hostname(); err == nil && h != "" {
+		name += "@" + h
+	}
+	return name + " (simba command)"
+}

@@ -1,0 +1,29 @@
+// Command simba shows what simba's nodes keep in etcd or ZooKeeper — the
+// elections and who holds them, the partition groups, the scheduled jobs and
+// their history — and performs the cluster-wide operations every node obeys:
+// disable, enable, trigger, resign, drain and undrain. simba dev runs a
+// single-node etcd on 127.0.0.1 for trying things out.
+//
+//	simba dev                                   # in one terminal
+//	export SIMBA_ETCD=127.0.0.1:2379            # in the others
+//	simba status
+//	simba groups billing
+//	simba disable report --reason "maintenance"
+//
+// Run simba help for the commands and flags, and see docs/OPERATING.md for
+// a walk-through.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/simba-go/simba/admin"
+)
+
+// snapshot is everything the backend shows, read once for a command.
+type snapshot struct {
+	now       time.Time
+	elections []admin.Election          // plain elections, sorted by name
+	leases    map[string]admin.Election // every election and partition, by lease name
+	groups    []admin.Group             // sorted by name
+	ops       admin.Ops
+}
+
+// readSnapshot reads the elections, groups and operations in force.
+func (inv *invocation) readSnapshot(ctx context.Context) (*snapshot, error) {
+	a, err := inv.admin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	all, err := a.Elections(ctx)
+	if err != nil {
+		return nil, inv.backendErr(ctx, "reading the elections", err)
+	}
+	groups, err := a.Groups(ctx)
+	if err != nil {
+		return nil, inv.backendErr(ctx, "reading the groups", err)
+	}
+	ops, err := a.Ops(ctx)
+	if err != nil {
+		return nil, inv.backendErr(ctx, "reading the operations", err)
+	}
+	s := &snapshot{now: time.Now(), leases: map[string]admin.Election{}, groups: groups, ops: ops}
+	for _, e := range all {
+		s.leases[e.Name] = e
+		if !s.isPartition(e) {
+			s.elections = append(s.elections, e)
+		}
+	}
+	return s, nil
+}
+
+// isPartition reports whether e is a partition of a group: its status says
+// so, or its name is "{group}.{p}" of a known group.
+func (s *snapshot) isPartition(e admin.Election) bool {
+	if e.Status.Group != "" {
+		return true
+	}
+	i := strings.LastIndexByte(e.Name, '.')
+	if i < 0 {
+		return false
+	}
+	if _, err := strconv.Atoi(e.Name[i+1:]); err != nil {
+		return false
+	}
+	return s.group(e.Name[:i]) != nil
+}
+
+func (s *snapshot) group(name string) *admin.Group {
+	for i := range s.groups {
+		if s.groups[i].Name == name {
+			return &s.groups[i]
+		}
+	}
+	return nil
+}
+
+// partitionLease is the lease name of partition p of group g.
+func partitionLease(g string, p int) string { return g + "." + strconv.Itoa(p) }
+
+// partitions returns the leases of g's partitions that the backend shows.
+func (s *snapshot) partitions(g *admin.Group) []admin.Election {
+	var out []admin.Election
+	for _, p := range g.Partitions {
+		if e, ok := s.leases[partitionLease(g.Name, p.Index)]; ok {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// Kinds of names.
+const (
+	kindElection  = "election"
+	kindPartition = "partition"
+	kindGroup     = "group"
+)
+
+// found is what a name resolves to.
+type found struct {
+	kind     string
+	election admin.Election // for an election or a partition
+	group    *admin.Group   // for a group, or a partition's group
+}
+
+// scheduled reports whether a found election or group runs on a schedule:
+// whether it is a job.
+func (s *snapshot) scheduled(f found) bool {
+	if f.kind != kindGroup {
+		return f.election.Status.Schedule != ""
+	}
+	for _, e := range s.partitions(f.group) {
+		if e.Status.Schedule != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// find resolves an election, partition or group name.
+func (s *snapshot) find(name string) (found, bool) {
+	if g := s.group(name); g != nil {
+		return found{kind: kindGroup, group: g}, true
+	}
+	e, ok := s.leases[name]
+	if !ok {
+		return found{}, false
+	}
+	if s.isPartition(e) {
+		g := e.Status.Group
+		if g == "" {
+			g = name[:strings.LastIndexByte(name, '.')]
+		}
+		return found{kind: kindPartition, election: e, group: s.group(g)}, true
+	}
+	return found{kind: kindElection, election: e}, true
+}
+
+// notFoundError is a name the backend knows nothing of: exit status 1.
+type notFoundError struct {
+	what  string // "job", "election, job or group", "member"
+	name  string
+	known []string
+}
+
+func (e *notFoundError) Error() string {
+	msg := fmt.Sprintf("no such %s %q", e.what, e.name)
+	if len(e.known) == 0 {
+		return msg + " (the backend shows none: are the nodes running against this backend and prefix?)"
+	}
+	const most = 12
+	known := e.known
+	if len(known) > most {
+		known = append(slices.Clip(known[:most]), "…")
+	}
+	return msg + " (known: " + strings.Join(known, ", ") + ")"
+}
+
+// names lists the elections and groups, for error messages.
+func (s *snapshot) names() []string {
+	var out []string
+	for _, e := range s.elections {
+		out = append(out, e.Name)
+	}
+	for _, g := range s.groups {
+		out = append(out, g.Name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// jobNames lists the scheduled elections and groups.
+func (s *snapshot) jobNames() []string {
+	var out []string
+	for _, j := range s.jobs() {
+		out = append(out, j.Name)
+	}
+	return out
+}
+
+// members lists the member ids the backend shows: group members and the
+// holders of elections.
+func (s *snapshot) members() []string {
+	set := map[string]bool{}
+	for _, g := range s.groups {
+		for _, m := range g.Members {
+			set[m.ID] = true
+		}
+	}
+	for _, e := range s.leases {
+		if e.Held && e.Status.Holder != nil {
+			set[e.Status.Holder.Member] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
+// sessions counts the distinct sessions seen holding a lease or a
+// membership.
+func (s *snapshot) sessions() int {
+	set := map[string]bool{}
+	for _, g := range s.groups {
+		for _, m := range g.Members {
+			set[m.Session] = true
+		}
+	}
+	for _, e := range s.leases {
+		if e.Held && e.Status.Holder != nil {
+			set[e.Status.Holder.Session] = true
+		}
+	}
+	return len(set)
+}
+
+// holder returns the holder of e as far as the backend shows it: nil when
+// the lease is not held, or held by a holder that has not written its
+// status yet.
+func holder(e admin.Election) *admin.Holder {
+	if !e.Held {
+		return nil
+	}
+	return e.Status.Holder
+}

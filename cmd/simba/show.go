@@ -1,0 +1,424 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/simba-go/simba/admin"
+)
+
+var statusCommand = &command{
+	name: "status", args: "[NAME]", maxArgs: 1,
+	summary: "overview, or one election, partition, group or job",
+	doc: `Without NAME: the backend, the sessions seen, counts of elections, groups
+and jobs, the operations in force, and what may need attention (elections
+without a holder, vacant partitions, hand-offs, mismatches, failed runs).
+With NAME: the status of that election, partition (group.p), group or job:
+its holder and token, schedule, next planned start, last run and counts.`,
+	setup: func(*flag.FlagSet) action { return runStatus },
+}
+
+func runStatus(ctx context.Context, inv *invocation, args []string) error {
+	s, err := inv.readSnapshot(ctx)
+	if err != nil {
+		return err
+	}
+	if len(args) == 0 {
+		o := s.overview(inv.t.String())
+		if inv.g.json {
+			return writeJSON(inv.stdout, o)
+		}
+		printOverview(inv.stdout, o)
+		return nil
+	}
+	f, ok := s.find(args[0])
+	if !ok {
+		return &notFoundError{what: "election, job or group", name: args[0], known: s.names()}
+	}
+	if f.kind == kindGroup {
+		return showGroups(inv, []admin.Group{*f.group}, true)
+	}
+	v := s.leaseView(f.election)
+	if inv.g.json {
+		return writeJSON(inv.stdout, v)
+	}
+	printLease(inv.stdout, f.kind, v, s)
+	return nil
+}
+
+func printOverview(w io.Writer, o overview) {
+	tw := newTable(w)
+	row(tw, "backend", o.Backend)
+	row(tw, "sessions", fmt.Sprintf("%d (seen holding leases or group memberships)", o.Sessions))
+	row(tw, "elections", fmt.Sprintf("%d: %d held, %d disabled", o.Elections.Total, o.Elections.Held, o.Elections.Disabled))
+	g := o.Groups
+	row(tw, "groups", fmt.Sprintf("%d: %d member%s, %d partitions (%d held, %d vacant, %d in hand-off), %d mismatch%s",
+		g.Total, g.Members, plural(g.Members), g.Partitions, g.Held, g.Vacant, g.InHandOff, g.Mismatches, pluralEs(g.Mismatches)))
+	row(tw, "jobs", fmt.Sprintf("%d: %d running, %d disabled, %d whose last run failed", o.Jobs.Total, o.Jobs.Running, o.Jobs.Disabled, o.Jobs.LastFailed))
+	row(tw, "disabled", listOr(o.Ops.Disabled, "none"))
+	row(tw, "drained", listOr(o.Ops.Drained, "none"))
+	row(tw, "triggers", pendingList(o.Ops.Triggers))
+	row(tw, "resigns", pendingList(o.Ops.Resigns))
+	tw.Flush()
+	if len(o.Attention) > 0 {
+		fmt.Fprintln(w, "attention:")
+		for _, a := range o.Attention {
+			fmt.Fprintln(w, "  "+a)
+		}
+	}
+}
+
+func pendingList(ops []pendingOp) string {
+	if len(ops) == 0 {
+		return "none pending"
+	}
+	var parts []string
+	for _, op := range ops {
+		s := op.Lease
+		if op.Token != 0 {
+			s += fmt.Sprintf(" (token %d)", op.Token)
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, ", ") + " pending"
+}
+
+// printLease prints the status of one election or partition.
+func printLease(w io.Writer, kind string, v leaseView, s *snapshot) {
+	now := s.now
+	tw := newTable(w)
+	row(tw, kind, v.Name)
+	row(tw, "state", v.State)
+	if h := v.Holder; h != nil {
+		row(tw, "holder", fmt.Sprintf("%s (token %d, session %s, since %s, %s)", h.Member, h.Token, h.Session, clock(h.Since), ago(h.Since, now)))
+	} else {
+		row(tw, "holder", "none")
+	}
+	row(tw, "schedule", dash(v.Schedule))
+	if v.Schedule != "" {
+		next := "-"
+		if v.Held && v.NextPlanned == nil && v.LastRun != nil && v.LastRun.Result == "running" {
+			next = "after the run in flight"
+		}
+		if v.NextPlanned != nil {
+			next = fmt.Sprintf("%s (%s)", until(*v.NextPlanned, now), clock(*v.NextPlanned))
+		}
+		row(tw, "next start", next)
+	}
+	if r := v.LastRun; r != nil {
+		took := "in flight"
+		if !r.End.IsZero() {
+			took = "took " + dur(r.End.Sub(r.Start))
+		}
+		row(tw, "last run", fmt.Sprintf("#%d %s, started %s by %s (token %d), %s, source %s", r.Seq, r.Result, ago(r.Start, now), r.Member, r.Token, took, r.Source))
+		if r.Error != "" {
+			row(tw, "error", oneLine(r.Error))
+		}
+	} else {
+		row(tw, "last run", "-")
+	}
+	row(tw, "runs", fmt.Sprintf("%d succeeded, %d failed", v.Succeeded, v.Failed))
+	if op := v.TriggerPending; op != nil {
+		row(tw, "pending", fmt.Sprintf("trigger, asked by %s %s", op.By, ago(op.At, now)))
+	}
+	if op := v.ResignPending; op != nil {
+		row(tw, "pending", fmt.Sprintf("resign of token %s, asked by %s %s", tokenString(op.Token), op.By, ago(op.At, now)))
+	}
+	if v.Updated != nil {
+		row(tw, "updated", ago(*v.Updated, now))
+	}
+	tw.Flush()
+}
+
+var electionsCommand = &command{
+	name: "elections", maxArgs: 0,
+	summary: "elections, their holders and tokens",
+	doc: `One line per election: state (held, vacant, disabled), holder, token,
+how long it has held it, schedule and last run.`,
+	setup: func(fs *flag.FlagSet) action {
+		all := fs.Bool("partitions", false, "list the partitions of groups too")
+		return func(ctx context.Context, inv *invocation, _ []string) error {
+			return runElections(ctx, inv, *all)
+		}
+	},
+}
+
+func runElections(ctx context.Context, inv *invocation, withPartitions bool) error {
+	s, err := inv.readSnapshot(ctx)
+	if err != nil {
+		return err
+	}
+	list := s.elections
+	if withPartitions {
+		list = nil
+		for _, name := range sortedKeys(s.leases) {
+			list = append(list, s.leases[name])
+		}
+	}
+	views := make([]leaseView, 0, len(list))
+	for _, e := range list {
+		views = append(views, s.leaseView(e))
+	}
+	if inv.g.json {
+		return writeJSON(inv.stdout, views)
+	}
+	tw := newTable(inv.stdout)
+	row(tw, "ELECTION", "STATE", "HOLDER", "TOKEN", "SINCE", "SCHEDULE", "LAST RUN")
+	for _, v := range views {
+		holder, token, since := "-", "-", "-"
+		if h := v.Holder; h != nil {
+			holder, token, since = h.Member, tokenString(h.Token), ago(h.Since, s.now)
+		}
+		row(tw, v.Name, v.State, holder, token, since, dash(v.Schedule), runSummary(v.LastRun, s.now))
+	}
+	tw.Flush()
+	if len(views) == 0 {
+		fmt.Fprintln(inv.stdout, "(no elections)")
+	}
+	return nil
+}
+
+var groupsCommand = &command{
+	name: "groups", args: "[GROUP]", maxArgs: 1,
+	summary: "members, assignment and holders of partition groups",
+	doc: `For each group (or GROUP): its live members with the partitions the
+assignment gives them and those they hold; every partition with its
+owner, holder and token, as held, vacant or in hand-off; and mismatches
+(members that disagree on the partition count or assignment, or share an
+id).`,
+	setup: func(*flag.FlagSet) action { return runGroups },
+}
+
+func runGroups(ctx context.Context, inv *invocation, args []string) error {
+	s, err := inv.readSnapshot(ctx)
+	if err != nil {
+		return err
+	}
+	groups, one := s.groups, len(args) == 1
+	if one {
+		g := s.group(args[0])
+		if g == nil {
+			var known []string
+			for _, g := range s.groups {
+				known = append(known, g.Name)
+			}
+			return &notFoundError{what: "group", name: args[0], known: known}
+		}
+		groups = []admin.Group{*g}
+	}
+	return showGroups(inv, groups, one)
+}
+
+// showGroups prints groups; one prints a single group as a JSON object
+// rather than a list.
+func showGroups(inv *invocation, groups []admin.Group, one bool) error {
+	views := make([]groupView, 0, len(groups))
+	for _, g := range groups {
+		views = append(views, groupViewOf(g))
+	}
+	if inv.g.json {
+		if one {
+			return writeJSON(inv.stdout, views[0])
+		}
+		return writeJSON(inv.stdout, views)
+	}
+	for i, v := range views {
+		if i > 0 {
+			fmt.Fprintln(inv.stdout)
+		}
+		printGroup(inv.stdout, v)
+	}
+	if len(views) == 0 {
+		fmt.Fprintln(inv.stdout, "(no groups)")
+	}
+	return nil
+}
+
+func printGroup(w io.Writer, v groupView) {
+	head := fmt.Sprintf("group %s: %d partitions, %s assignment, %d member%s", v.Name, v.PartitionCount, dash(v.Assignment), len(v.Members), plural(len(v.Members)))
+	if v.Disabled {
+		head += ", DISABLED"
+	}
+	fmt.Fprintln(w, head)
+	tw := newTable(w)
+	row(tw, "  MEMBER", "SESSION", "OWNS", "HOLDS", "STATE")
+	for _, m := range v.Members {
+		state := "live"
+		if m.Drained {
+			state = "drained"
+		}
+		row(tw, "  "+m.ID, m.Session, intList(m.Owns), intList(m.Holds), state)
+	}
+	tw.Flush()
+	tw = newTable(w)
+	row(tw, "  PARTITION", "OWNER", "HOLDER", "TOKEN", "STATE")
+	for _, p := range v.Partitions {
+		state := p.State
+		if p.State == "hand-off" {
+			state = fmt.Sprintf("hand-off to %s", dash(p.Owner))
+		}
+		row(tw, fmt.Sprintf("  %d", p.Index), dash(p.Owner), dash(p.Holder), tokenString(p.Token), state)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "  vacant: %s; in hand-off: %s\n", listOr(intsToStrings(v.Vacant), "none"), listOr(intsToStrings(v.InHandOff), "none"))
+	fmt.Fprintf(w, "  mismatches: %s\n", listOr(v.Mismatches, "none"))
+}
+
+func intsToStrings(xs []int) []string {
+	out := make([]string, len(xs))
+	for i, x := range xs {
+		out[i] = fmt.Sprint(x)
+	}
+	return out
+}
+
+var jobsCommand = &command{
+	name: "jobs", maxArgs: 0,
+	summary: "scheduled jobs: state, next start, last result, counts",
+	doc: `Scheduled elections, and groups run on a schedule (one line per group):
+state (scheduled, running, partly held, vacant, disabled), holders, next
+planned start, last run, and the counts of runs that succeeded and failed.`,
+	setup: func(*flag.FlagSet) action { return runJobs },
+}
+
+func runJobs(ctx context.Context, inv *invocation, _ []string) error {
+	s, err := inv.readSnapshot(ctx)
+	if err != nil {
+		return err
+	}
+	jobs := s.jobs()
+	if jobs == nil {
+		jobs = []jobView{}
+	}
+	if inv.g.json {
+		return writeJSON(inv.stdout, jobs)
+	}
+	tw := newTable(inv.stdout)
+	row(tw, "JOB", "KIND", "SCHEDULE", "STATE", "HOLDERS", "NEXT START", "LAST RUN", "OK", "FAILED")
+	for _, j := range jobs {
+		kind, holders := j.Kind, listOr(j.Holders, "-")
+		if j.Kind == kindGroup {
+			kind = fmt.Sprintf("group/%d", j.Partitions)
+			if j.State != "disabled" && j.State != "vacant" {
+				holders = fmt.Sprintf("%s (%d/%d held)", holders, j.Held, j.Partitions)
+			}
+		} else if j.Token != 0 {
+			holders = fmt.Sprintf("%s (token %d)", holders, j.Token)
+		}
+		next := "-"
+		switch {
+		case j.NextPlanned != nil:
+			next = until(*j.NextPlanned, s.now)
+		case j.State == "running":
+			next = "after the run"
+		}
+		row(tw, j.Name, kind, j.Schedule, j.State, holders, next, runSummary(j.LastRun, s.now), fmt.Sprint(j.Succeeded), fmt.Sprint(j.Failed))
+	}
+	tw.Flush()
+	if len(jobs) == 0 {
+		fmt.Fprintln(inv.stdout, "(no scheduled jobs)")
+	}
+	return nil
+}
+
+var historyCommand = &command{
+	name: "history", args: "JOB", minArgs: 1, maxArgs: 1,
+	summary: "the runs of a job, oldest first",
+	doc: `The execution history of an election, a partition (group.p), or every
+partition of a group: start, duration, result (succeeded, failed,
+cancelled, running, interrupted), source (normal, misfire, trigger,
+fail-over), member and token. The last 50 runs of each lease are kept.`,
+	setup: func(fs *flag.FlagSet) action {
+		limit := fs.Int("limit", 20, "show the last `n` runs (0: all that are kept)")
+		return func(ctx context.Context, inv *invocation, args []string) error {
+			if *limit < 0 {
+				return usagef(nil, "--limit must not be negative")
+			}
+			return runHistory(ctx, inv, args[0], *limit)
+		}
+	},
+}
+
+func runHistory(ctx context.Context, inv *invocation, name string, limit int) error {
+	s, err := inv.readSnapshot(ctx)
+	if err != nil {
+		return err
+	}
+	f, ok := s.find(name)
+	if !ok {
+		return &notFoundError{what: "job", name: name, known: s.names()}
+	}
+	runs, err := inv.history(ctx, f)
+	if err != nil {
+		return err
+	}
+	if limit > 0 && len(runs) > limit {
+		runs = runs[len(runs)-limit:]
+	}
+	if inv.g.json {
+		return writeJSON(inv.stdout, runs)
+	}
+	tw := newTable(inv.stdout)
+	head := []string{"SEQ", "START", "DURATION", "RESULT", "SOURCE", "MEMBER", "TOKEN", "ERROR"}
+	if f.kind == kindGroup {
+		head = append([]string{"PARTITION"}, head...)
+	}
+	row(tw, head...)
+	for _, r := range runs {
+		d := "-"
+		if !r.End.IsZero() {
+			d = dur(r.End.Sub(r.Start))
+		}
+		cells := []string{fmt.Sprint(r.Seq), stamp(r.Start), d, r.Result, r.Source, r.Member, tokenString(r.Token), dash(oneLine(r.Error))}
+		if f.kind == kindGroup {
+			cells = append([]string{r.Lease[len(name)+1:]}, cells...)
+		}
+		row(tw, cells...)
+	}
+	tw.Flush()
+	if len(runs) == 0 {
+		fmt.Fprintf(inv.stdout, "(no runs of %s recorded)\n", name)
+	}
+	return nil
+}
+
+// history reads the runs of an election or partition, or of every
+// partition of a group, oldest first.
+func (inv *invocation) history(ctx context.Context, f found) ([]runView, error) {
+	leases := []string{f.election.Name}
+	if f.kind == kindGroup {
+		leases = leases[:0]
+		for _, p := range f.group.Partitions {
+			leases = append(leases, partitionLease(f.group.Name, p.Index))
+		}
+	}
+	runs := []runView{}
+	for _, lease := range leases {
+		list, err := inv.adm.History(ctx, lease)
+		if errors.Is(err, admin.ErrNotFound) {
+			continue // a partition nobody has held yet
+		}
+		if err != nil {
+			return nil, inv.backendErr(ctx, "reading the history of "+lease, err)
+		}
+		for _, r := range list {
+			runs = append(runs, runView{Lease: lease, Run: r})
+		}
+	}
+	slices.SortStableFunc(runs, func(a, b runView) int { return a.Start.Compare(b.Start) })
+	return runs, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,206 @@
+// Command opsdemo is one node of a small cluster to operate with the simba
+// command, on etcd or ZooKeeper. Every node runs
+//
+//   - ingest: an election whose leader works while it leads (RunWhileLeader);
+//   - report: a scheduled job, run by one node at a time at a fixed rate;
+//   - billing: a group of 8 partitions spread over the nodes, each partition
+//     run at a fixed rate by the node it is assigned to.
+//
+// It prints what this node starts, runs and hands off. Start two or three of
+// them, with different -member names, against the same backend:
+//
+//	simba dev                                  # terminal 1: a local etcd
+//	export SIMBA_ETCD=127.0.0.1:2379           # terminals 2, 3, 4
+//	go run ./examples/opsdemo -member a        # terminal 2
+//	go run ./examples/opsdemo -member b        # terminal 3
+//	simba status                               # terminal 4
+//
+// SIGINT or SIGTERM stops the node gracefully: it hands everything off,
+// then closes its session. SIGKILL is a crash: its leases pass to the other
+// nodes when its session expires, one TTL later.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/backend/etcd"
+	"github.com/simba-go/simba/backend/zookeeper"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := runMain(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// config is a node's configuration, from its flags.
+type config struct {
+	etcd, zk, prefix string
+	member           string
+	ttl              time.Duration
+	report, billing  time.Duration // the fixed rates
+	partitions       int
+	work             time.Duration // how long each run works
+	verbose          bool          // print every billing run
+}
+
+// runMain parses args, runs the node until ctx ends, and returns the exit
+// status.
+func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	host, _ := os.Hostname()
+	cfg := config{}
+	fs := flag.NewFlagSet("opsdemo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.etcd, "etcd", os.Getenv("SIMBA_ETCD"), "etcd `endpoints`, comma-separated (default $SIMBA_ETCD)")
+	fs.StringVar(&cfg.zk, "zk", os.Getenv("SIMBA_ZK"), "ZooKeeper `servers`, comma-separated (default $SIMBA_ZK)")
+	fs.StringVar(&cfg.prefix, "prefix", os.Getenv("SIMBA_PREFIX"), "etcd key `prefix` or ZooKeeper root (default $SIMBA_PREFIX, else the backend's default)")
+	fs.StringVar(&cfg.member, "member", fmt.Sprintf("%s-%d", host, os.Getpid()), "this node's member `id`")
+	fs.DurationVar(&cfg.ttl, "ttl", 2*time.Second, "session TTL")
+	fs.DurationVar(&cfg.report, "report", 2*time.Second, "fixed rate of the report job")
+	fs.DurationVar(&cfg.billing, "billing", time.Second, "fixed rate of each billing partition")
+	fs.IntVar(&cfg.partitions, "partitions", 8, "billing partitions")
+	fs.DurationVar(&cfg.work, "work", 200*time.Millisecond, "how long each run works")
+	fs.BoolVar(&cfg.verbose, "v", false, "print every billing run, not only the partitions taken and handed off")
+	runFor := fs.Duration("for", 0, "stop after this long (default: until SIGINT or SIGTERM)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "opsdemo: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	if *runFor > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *runFor)
+		defer cancel()
+	}
+	if err := run(ctx, cfg, stdout); err != nil {
+		fmt.Fprintln(stderr, "opsdemo:", err)
+		return 1
+	}
+	return 0
+}
+
+// openBackend opens the backend the flags name.
+func openBackend(cfg config) (backend.Backend, string, error) {
+	switch {
+	case cfg.etcd != "" && cfg.zk != "":
+		return nil, "", errors.New("give -etcd or -zk, not both")
+	case cfg.etcd != "":
+		var opts []etcd.Option
+		if cfg.prefix != "" {
+			opts = append(opts, etcd.WithPrefix(cfg.prefix))
+		}
+		b, err := etcd.New(strings.Split(cfg.etcd, ","), opts...)
+		return b, "etcd at " + cfg.etcd, err
+	case cfg.zk != "":
+		var opts []zookeeper.Option
+		if cfg.prefix != "" {
+			opts = append(opts, zookeeper.WithRoot(cfg.prefix))
+		}
+		b, err := zookeeper.New(strings.Split(cfg.zk, ","), opts...)
+		return b, "ZooKeeper at " + cfg.zk, err
+	}
+	return nil, "", errors.New("no backend: give -etcd or -zk, or set SIMBA_ETCD (simba dev runs a local etcd)")
+}
+
+// printer prints timestamped lines, one at a time.
+type printer struct {
+	mu     sync.Mutex
+	w      io.Writer
+	member string
+}
+
+func (p *printer) say(format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintf(p.w, "%s %s: %s\n", time.Now().Format("15:04:05.000"), p.member, fmt.Sprintf(format, args...))
+}
+
+// event prints what happens to this node's terms and session.
+func (p *printer) event(e simba.Event) {
+	switch e := e.(type) {
+	case simba.Elected:
+		p.say("took %s with token %d", e.Election, e.Token)
+	case simba.Revoked:
+		p.say("handed off %s (token %d): %v", e.Election, e.Token, e.Reason)
+	case simba.SessionStarted:
+		p.say("session started")
+	case simba.SessionLost:
+		p.say("session lost: every term ended")
+	}
+}
+
+// work stands for the work of one run.
+func work(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// run runs the node until ctx ends, then hands everything off and closes.
+func run(ctx context.Context, cfg config, w io.Writer) error {
+	b, where, err := openBackend(cfg)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	p := &printer{w: w, member: cfg.member}
+	client, err := simba.New(b, simba.WithMemberID(cfg.member), simba.WithTTL(cfg.ttl), simba.WithEventHandler(p.event))
+	if err != nil {
+		return err
+	}
+	p.say("running ingest, report (every %v) and billing (%d partitions, every %v) on %s", cfg.report, cfg.partitions, cfg.billing, where)
+
+	ingest, err := client.Election("ingest").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
+		<-ctx.Done() // ingests while it leads
+		return nil
+	})
+	if err != nil {
+		return errors.Join(err, client.Close())
+	}
+	report, err := client.Election("report").Schedule(simba.FixedRate(cfg.report), func(ctx context.Context, term *simba.Term) error {
+		p.say("report runs with token %d", term.Token())
+		work(ctx, cfg.work)
+		return nil
+	})
+	if err != nil {
+		return errors.Join(err, client.Close())
+	}
+	billing, err := client.Group("billing", cfg.partitions).Schedule(simba.FixedRate(cfg.billing), func(ctx context.Context, term *simba.Term, partition int) error {
+		if cfg.verbose {
+			p.say("billing partition %d runs with token %d", partition, term.Token())
+		}
+		work(ctx, cfg.work)
+		return nil
+	})
+	if err != nil {
+		return errors.Join(err, client.Close())
+	}
+	<-ctx.Done()
+	p.say("stopping: handing everything off")
+	<-ingest.Stop()
+	<-report.Stop()
+	<-billing.Stop()
+	if err := client.Close(); err != nil {
+		return err
+	}
+	p.say("stopped")
+	return nil
+}
