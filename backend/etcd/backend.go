@@ -31,7 +31,8 @@ const DefaultPrefix = "/simba/"
 // A Backend is safe for concurrent use by multiple goroutines.
 type Backend struct {
 	cli    *clientv3.Client
-	owned  bool // cli was created by New and is closed by Close
+	kv     *limitedKV // cli's KV, with a bound on the requests in flight
+	owned  bool       // cli was created by New and is closed by Close
 	prefix string
 	log    *slog.Logger
 
@@ -50,12 +51,35 @@ type Backend struct {
 type Option func(*config) error
 
 type config struct {
-	prefix string
-	logger *slog.Logger
+	prefix      string
+	logger      *slog.Logger
+	maxRequests int
 }
 
+// DefaultMaxRequests is the bound on requests in flight when
+// [WithMaxRequests] is not given.
+const DefaultMaxRequests = 64
+
 func defaultConfig() config {
-	return config{prefix: DefaultPrefix, logger: slog.New(slog.DiscardHandler)}
+	return config{prefix: DefaultPrefix, logger: slog.New(slog.DiscardHandler), maxRequests: DefaultMaxRequests}
+}
+
+// WithMaxRequests bounds the key-value requests (reads, writes,
+// transactions) the backend's sessions have in flight at once, all
+// together (default [DefaultMaxRequests], 64); more wait their turn, each
+// within its caller's ctx. Keep-alives and watches are not counted. The
+// bound keeps a burst (thousands of elections starting at once) from
+// queueing in front of the sessions' keep-alives on the server: see
+// "Goroutines and requests" in the package documentation. n must be
+// positive.
+func WithMaxRequests(n int) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return fmt.Errorf("simba/etcd: max requests must be positive, got %d", n)
+		}
+		c.maxRequests = n
+		return nil
+	}
 }
 
 // WithPrefix sets the prefix of every key the backend writes (default
@@ -182,6 +206,7 @@ func newBackend(cli *clientv3.Client, owned bool, cfg config) *Backend {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Backend{
 		cli:      cli,
+		kv:       newLimitedKV(cli.KV, cfg.maxRequests),
 		owned:    owned,
 		prefix:   cfg.prefix,
 		log:      cfg.logger,
@@ -244,6 +269,9 @@ func (b *Backend) Open(ctx context.Context, o backend.SessionOptions) (backend.S
 		return nil, fmt.Errorf("simba/etcd: open: %w", backend.ErrClosed)
 	}
 	s.spawn(func() { s.watchSelf(put.Header.Revision + 1) })
+	if !s.spawn(func() { s.watchLeases(put.Header.Revision + 1) }) {
+		s.lw.end()
+	}
 	return s, nil
 }
 
@@ -335,3 +363,4 @@ func (b *Backend) sessionKey(id string) string   { return b.prefix + "session/" 
 func (b *Backend) leaseKey(name string) string   { return b.prefix + "lease/" + name }
 func (b *Backend) groupPrefix(g string) string   { return b.prefix + "group/" + g + "/" }
 func (b *Backend) memberKey(g, id string) string { return b.groupPrefix(g) + id }
+func (b *Backend) recordKey(key string) string   { return b.prefix + "rec/" + key }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +19,7 @@ import (
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/etcd"
+	simbarecords "github.com/simba-go/simba/internal/records"
 )
 
 func TestOptionsRefuseBadValues(t *testing.T) {
@@ -29,6 +29,7 @@ func TestOptionsRefuseBadValues(t *testing.T) {
 		"prefix too long":       {etcd.WithPrefix("/" + strings.Repeat("p", 512) + "/")},
 		"prefix not UTF-8":      {etcd.WithPrefix("/\xff/")},
 		"nil logger":            {etcd.WithLogger(nil)},
+		"no requests in flight": {etcd.WithMaxRequests(0)},
 		"nil option":            {nil},
 		"good then bad options": {etcd.WithPrefix("/ok/"), etcd.WithPrefix("bad")},
 	}
@@ -412,19 +413,11 @@ func TestOnLost(t *testing.T) {
 	}
 }
 
-// knownIssuesEnv turns on tests of problems found in the core, which fail
-// until the core is changed.
-const knownIssuesEnv = "SIMBA_ETCD_KNOWN_ISSUES"
 
-// TestUnreachableClusterIsReported shows a problem of the core, not of this
-// backend: the session keeper calls Open with its own, unbounded ctx, and
-// the etcd client waits for a connection until the ctx ends, so a client
-// whose cluster cannot be reached logs nothing and publishes no event, ever.
-// Bounding each Open attempt (by the TTL, say) would report it.
+// TestUnreachableClusterIsReported: the etcd client waits for a connection
+// until the ctx ends, so the core bounds each Open attempt and reports an
+// unreachable cluster (it once waited in silence).
 func TestUnreachableClusterIsReported(t *testing.T) {
-	if os.Getenv(knownIssuesEnv) == "" {
-		t.Skipf("a known problem of the core; set %s=1 to run", knownIssuesEnv)
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -457,4 +450,42 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.w.Write(p)
+}
+
+// TestLastRunIsRecordedAtHandOff: a run that ends because its term ended
+// (the usual way of a RunWhileLeader task, and of the run in flight at a
+// Stop) still reaches the history, while the lease is held (its write was
+// once bounded by the term's deadline, passed by then).
+func TestLastRunIsRecordedAtHandOff(t *testing.T) {
+	srv := startServer(t)
+	prefix := testPrefix(t)
+	n := newNode(t, "a", srv.Endpoints(), prefix, 2*time.Second)
+	running := make(chan struct{}, 1)
+	task, err := n.client.Election("report").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
+		running <- struct{}{}
+		<-ctx.Done()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-running
+	if err := task.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, n.backend, 2*time.Second)
+	runs, err := records(t, s).ListRecords(op(t), simbarecords.HistoryKeys("report"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 1 {
+		t.Fatalf("after a clean hand-off the history holds %d runs, want the one that ran", len(runs))
+	}
+	var run simbarecords.Run
+	if err := simbarecords.Decode(runs[0].Value, &run); err != nil {
+		t.Fatal(err)
+	}
+	if run.Result == simbarecords.Running || run.End.IsZero() {
+		t.Errorf("after a clean hand-off the last run is recorded as %q, ended %v", run.Result, run.End)
+	}
 }

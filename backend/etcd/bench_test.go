@@ -169,13 +169,13 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float
 
 // benchClient returns a quiet client of endpoints, closed when the test ends,
 // with interceptors counting requests into counter (if not nil).
-func benchClient(t *testing.T, endpoints []string, counter *requestCounter) *clientv3.Client {
-	cfg := clientv3.Config{Endpoints: endpoints, Logger: zap.NewNop()}
+func benchClient(t *testing.T, endpoints []string, counter *requestCounter, opts ...grpc.DialOption) *clientv3.Client {
+	cfg := clientv3.Config{Endpoints: endpoints, Logger: zap.NewNop(), DialOptions: opts}
 	if counter != nil {
-		cfg.DialOptions = []grpc.DialOption{
+		cfg.DialOptions = append(cfg.DialOptions,
 			grpc.WithChainUnaryInterceptor(counter.unary),
 			grpc.WithChainStreamInterceptor(counter.stream),
-		}
+		)
 	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {

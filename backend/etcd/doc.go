@@ -20,11 +20,13 @@
 //	<prefix>session/<session ID>        the session's epoch: "0", then "1", …
 //	<prefix>lease/<name>                the holder's session ID
 //	<prefix>group/<group>/<session ID>  the member in JSON: {"id":"…","data":"<base64>"}
+//	<prefix>rec/<key>                   a record: its token (8 bytes, big-endian), then its value
 //
-// Every key is bound to the etcd lease of the session that wrote it, so etcd
-// deletes it when the session ends, by revocation ([backend.Session] Close) or
-// expiry. The session ID is the etcd lease ID in 16 hexadecimal digits, so
-// member keys sort by session ID. Lease and group names cannot contain "/".
+// Every key but the records is bound to the etcd lease of the session that
+// wrote it, so etcd deletes it when the session ends, by revocation
+// ([backend.Session] Close) or expiry. Records outlive their sessions. The
+// session ID is the etcd lease ID in 16 hexadecimal digits, so member keys
+// sort by session ID. Lease and group names cannot contain "/".
 //
 // # Sessions and deadlines
 //
@@ -83,11 +85,32 @@
 // revision is in sync at once and gets the deletion as it is applied: a
 // graceful hand-off costs two writes and a watch event, a few milliseconds.
 //
-// Each holding watches its key from the revision after its creation: Lost is
-// closed when the key is deleted or recreated by another holding, or when the
-// session is over, unless the holding's own Release ended it first. Leases
-// also implement [backend.LostNotifier] (OnLost) and sessions
-// [backend.LeaseLister] (HeldLeases: one range read of the lease keys).
+// A session watches all the lease keys with one prefix watch, started in
+// Open, and hands each event to the holding of its key, if the session has
+// one: Lost is closed when the key is deleted, recreated by another
+// holding or bound to another etcd lease, or when the session is over,
+// unless the holding's own Release ended it first. A held lease therefore
+// costs no goroutine and no watch, on the client or on the server; the
+// price is that every session receives the events of every lease key under
+// the prefix, which, at rest, are none. Acquire registers its key before
+// its first transaction, so that an event that comes between the
+// transaction and the registration of the holding is not missed; the
+// comment of leaseWatch gives the whole argument. Leases also implement
+// [backend.LostNotifier] (OnLost) and sessions [backend.LeaseLister]
+// (HeldLeases: one range read of the lease keys).
+//
+// # Records
+//
+// Sessions implement [backend.Records]. A record's Version is its key's mod
+// revision. A write fenced by a lease is one transaction: it compares the
+// lease key (create revision equal to the token, bound to this session's
+// etcd lease) and, in a nested transaction, writes only if the record is
+// absent or was written with a token not above the fence's. etcd cannot
+// compare part of a value, but it compares values byte by byte, and a
+// stored value that begins with its token in big-endian order is less than
+// the 8 bytes of token+1 exactly when its token is at most token. A write
+// with IfVersion compares the mod revision (version 0: the create revision
+// is 0). Records are not bound to the session's etcd lease.
 //
 // # Groups
 //
@@ -99,11 +122,19 @@
 //
 // # Goroutines and requests
 //
-// A session runs one goroutine watching its key, one per held lease and one
-// per member watch, each ending with its session; Session.Close and
-// [Backend.Close] wait for them. Besides the client's own, that is all. In a
-// steady state a client's only requests are its keep-alives, one per renewal
-// whatever the number of leases held: the watches cost no requests.
+// A session runs one goroutine watching its key, one watching the lease
+// keys, and one per member or record watch, each ending with its session;
+// Session.Close and [Backend.Close] wait for them. Besides the client's own,
+// that is all: a held lease costs none. In a steady state a client's only
+// requests are its keep-alives, one per renewal whatever the number of
+// leases held: the watches cost no requests.
+//
+// Key-value requests in flight are bounded, per backend ([WithMaxRequests],
+// default 64). Ten thousand elections starting at once, unbounded, put ten
+// thousand transactions in front of the session's own keep-alive: measured
+// on the embedded server, renewals then took 1.4–2s, and etcd refused
+// writes with "too many requests" (more than 5,000 proposals waiting to be
+// applied); bounded, the same burst saw renewals of milliseconds.
 //
 // # Errors
 //

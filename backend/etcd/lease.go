@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -48,11 +47,12 @@ func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, erro
 	cctx, release := s.bind(ctx)
 	defer release()
 	key := s.b.leaseKey(name)
+	defer s.expect(key)() // before the first transaction: see leaseWatch
 	free := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
 	take := clientv3.OpPut(key, s.id, clientv3.WithLease(s.lease))
 	for {
 		epoch := s.epoch.Load()
-		resp, err := s.b.cli.Txn(cctx).
+		resp, err := s.b.kv.Txn(cctx).
 			If(free, s.epochIs(epoch)).
 			Then(take).
 			Else(clientv3.OpGet(key), clientv3.OpGet(s.key)).
@@ -84,7 +84,7 @@ func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, erro
 			// This session's own holding (a failed Release, a lost reply):
 			// free it, and only it, then take a new one.
 			mine := clientv3.Compare(clientv3.CreateRevision(key), "=", cur.CreateRevision)
-			if _, err := s.b.cli.Txn(cctx).If(mine).Then(clientv3.OpDelete(key)).Commit(); err != nil {
+			if _, err := s.b.kv.Txn(cctx).If(mine).Then(clientv3.OpDelete(key)).Commit(); err != nil {
 				return nil, s.failure(ctx, op, err)
 			}
 			continue
@@ -177,7 +177,7 @@ func (s *session) cleanupLater(name, key string) {
 		for attempt := 1; ; attempt++ {
 			epoch := s.epoch.Load()
 			bump := clientv3.OpPut(s.key, strconv.FormatInt(epoch+1, 10), clientv3.WithLease(s.lease))
-			resp, err := s.b.cli.Txn(s.ctx).If(s.epochIs(epoch)).Then(bump, undo).Else(clientv3.OpGet(s.key)).Commit()
+			resp, err := s.b.kv.Txn(s.ctx).If(s.epochIs(epoch)).Then(bump, undo).Else(clientv3.OpGet(s.key)).Commit()
 			switch {
 			case err == nil && resp.Succeeded:
 				s.epoch.CompareAndSwap(epoch, epoch+1)
@@ -207,35 +207,35 @@ var (
 	_ backend.LostNotifier = (*lease)(nil)
 )
 
-// lease is one holding of a lease key. It implements [backend.Lease].
+// lease is one holding of a lease key. It implements [backend.Lease]. The
+// session's shared watch of the lease keys closes Lost (see leaseWatch).
 type lease struct {
 	s     *session
-	name  string
 	key   string
+	name  string // the end of key
 	token int64
 
-	lost chan struct{}
-	ctx  context.Context // ends the watch: on Release or with the session
-	stop context.CancelFunc
-
 	mu          sync.Mutex
+	lost        chan struct{} // made by the first call of Lost
 	lostClosed  bool
-	onLost      map[int]func() // OnLost functions not yet called
+	onLost      []onLost // OnLost functions not yet called, in order
 	nextOnLost  int
 	releasing   int  // Release calls in flight
 	released    bool // a Release succeeded
 	pendingLost bool // the key went while a Release was in flight
 }
 
-// newLease returns the holding of key created at revision token and starts
-// watching it.
+// onLost is a function registered by OnLost.
+type onLost struct {
+	id int
+	f  func()
+}
+
+// newLease returns the holding of key created at revision token and
+// registers it with the session's watch of the lease keys.
 func (s *session) newLease(name, key string, token int64) *lease {
-	ctx, stop := context.WithCancel(s.ctx)
-	l := &lease{s: s, name: name, key: key, token: token, lost: make(chan struct{}), ctx: ctx, stop: stop}
-	if !s.spawn(l.watch) {
-		stop()
-		l.markLost()
-	}
+	l := &lease{s: s, key: key, name: key[len(key)-len(name):], token: token}
+	s.hold(l)
 	return l
 }
 
@@ -245,10 +245,21 @@ func (l *lease) Name() string { return l.name }
 // Token returns the create revision of the lease key.
 func (l *lease) Token() uint64 { return uint64(l.token) }
 
-// Lost is closed when the key is deleted or recreated by another holding
-// (seen by a watch of the key from the revision after its creation), or when
-// the session is over, unless the holding ended by its own Release first.
-func (l *lease) Lost() <-chan struct{} { return l.lost }
+// Lost is closed when the key is deleted, recreated by another holding or
+// bound to another etcd lease (seen by the session's watch of the lease
+// keys), or when the session is over, unless the holding ended by its own
+// Release first.
+func (l *lease) Lost() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lost == nil {
+		l.lost = make(chan struct{})
+		if l.lostClosed {
+			close(l.lost)
+		}
+	}
+	return l.lost
+}
 
 // Release deletes the key by a transaction conditional on its create
 // revision, so it never deletes a newer holding, and returns an error
@@ -271,7 +282,7 @@ func (l *lease) Release(ctx context.Context) error {
 	cctx, unbind := s.bind(ctx)
 	defer unbind()
 	mine := clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.token)
-	resp, err := s.b.cli.Txn(cctx).If(mine).Then(clientv3.OpDelete(l.key)).Commit()
+	resp, err := s.b.kv.Txn(cctx).If(mine).Then(clientv3.OpDelete(l.key)).Commit()
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -279,10 +290,11 @@ func (l *lease) Release(ctx context.Context) error {
 	switch {
 	case err == nil && resp.Succeeded:
 		l.released = true
-		l.stop()
+		s.unhold(l)
 		return nil
 	case err == nil:
 		l.closeLostLocked()
+		s.unhold(l)
 		return l.notHeld(op)
 	}
 	if l.pendingLost && l.releasing == 0 {
@@ -297,38 +309,6 @@ func (l *lease) Release(ctx context.Context) error {
 
 func (l *lease) notHeld(op string) error {
 	return fmt.Errorf("simba/etcd: %s: %w", op, backend.ErrNotHeld)
-}
-
-// watch closes Lost when the key stops being this holding's. It runs on a
-// goroutine of the session until then, the holding is released, or the
-// session is over.
-func (l *lease) watch() {
-	s := l.s
-	rev := l.token + 1
-	for {
-		gone, next, err := s.watchKey(l.ctx, l.key, rev, func(ev *clientv3.Event) bool {
-			return ev.Type == mvccpb.DELETE || ev.Kv.CreateRevision != l.token
-		})
-		if gone || l.ctx.Err() != nil {
-			l.markLost() // no effect after a successful Release
-			return
-		}
-		if err != nil && !s.pause(retryDelay) {
-			l.markLost()
-			return
-		}
-		// The watch broke (compaction, cancellation by the server): read
-		// the key again and watch from there.
-		resp, err := s.b.cli.Get(l.ctx, l.key)
-		if err != nil {
-			continue
-		}
-		if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != l.token {
-			l.markLost()
-			return
-		}
-		rev = max(next, resp.Header.Revision+1)
-	}
 }
 
 // markLost closes Lost, unless the holding was released; while a Release is
@@ -352,18 +332,21 @@ func (l *lease) closeLostLocked() {
 		return
 	}
 	l.lostClosed = true
-	close(l.lost)
-	for _, id := range slices.Sorted(maps.Keys(l.onLost)) {
-		l.onLost[id]()
+	if l.lost != nil {
+		close(l.lost)
 	}
-	clear(l.onLost)
+	calls := l.onLost
+	l.onLost = nil
+	for _, c := range calls {
+		c.f()
+	}
 }
 
 // OnLost calls f once when Lost is closed, at once if it is closed already:
 // the optional [backend.LostNotifier] capability, so that a caller holding
 // many leases needs no goroutine of its own per lease. f runs on the
-// lease's watch goroutine (or the caller's of Release or OnLost), with the
-// lease's lock held, and must not block.
+// session's goroutine watching the lease keys (or the caller's of Release,
+// Acquire or OnLost), with the lease's lock held, and must not block.
 func (l *lease) OnLost(f func()) (stop func() bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -371,18 +354,19 @@ func (l *lease) OnLost(f func()) (stop func() bool) {
 		f()
 		return func() bool { return false }
 	}
-	if l.onLost == nil {
-		l.onLost = make(map[int]func())
-	}
 	id := l.nextOnLost
 	l.nextOnLost++
-	l.onLost[id] = f
+	l.onLost = append(l.onLost, onLost{id: id, f: f})
 	return func() bool {
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		_, pending := l.onLost[id]
-		delete(l.onLost, id)
-		return pending
+		for i, c := range l.onLost {
+			if c.id == id {
+				l.onLost = slices.Delete(l.onLost, i, i+1)
+				return true
+			}
+		}
+		return false
 	}
 }
 
@@ -397,7 +381,7 @@ func (s *session) HeldLeases(ctx context.Context, prefix string) ([]string, erro
 	cctx, release := s.bind(ctx)
 	defer release()
 	base := s.b.leaseKey("")
-	resp, err := s.b.cli.Get(cctx, base+prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+	resp, err := s.b.kv.Get(cctx, base+prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 		clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 	if err != nil {
 		return nil, s.failure(ctx, op, err)

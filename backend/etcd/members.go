@@ -42,7 +42,7 @@ func (s *session) Join(ctx context.Context, group string, m backend.Member) erro
 	}
 	cctx, release := s.bind(ctx)
 	defer release()
-	if _, err := s.b.cli.Put(cctx, s.b.memberKey(group, s.id), string(val), clientv3.WithLease(s.lease)); err != nil {
+	if _, err := s.b.kv.Put(cctx, s.b.memberKey(group, s.id), string(val), clientv3.WithLease(s.lease)); err != nil {
 		return s.failure(ctx, op, err)
 	}
 	return nil
@@ -59,7 +59,7 @@ func (s *session) Leave(ctx context.Context, group string) error {
 	}
 	cctx, release := s.bind(ctx)
 	defer release()
-	if _, err := s.b.cli.Delete(cctx, s.b.memberKey(group, s.id)); err != nil {
+	if _, err := s.b.kv.Delete(cctx, s.b.memberKey(group, s.id)); err != nil {
 		return s.failure(ctx, op, err)
 	}
 	return nil
@@ -78,7 +78,7 @@ func (s *session) Members(ctx context.Context, group string) ([]backend.Member, 
 	cctx, release := s.bind(ctx)
 	defer release()
 	prefix := s.b.groupPrefix(group)
-	resp, err := s.b.cli.Get(cctx, prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	resp, err := s.b.kv.Get(cctx, prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 	if err != nil {
 		return nil, s.failure(ctx, op, err)
 	}
@@ -102,12 +102,18 @@ func (s *session) WatchMembers(ctx context.Context, group string) (<-chan struct
 	if !validName(group) {
 		return nil, nameError("group", group)
 	}
-	op := fmt.Sprintf("watch members of %q", group)
+	return s.watchHints(ctx, fmt.Sprintf("watch members of %q", group), s.b.groupPrefix(group))
+}
+
+// watchHints watches the keys under prefix and sends a hint, on the channel
+// it returns, for every batch of changes, from a goroutine of the session
+// until ctx ends or the session is over. It returns once etcd has created
+// the watch.
+func (s *session) watchHints(ctx context.Context, op, prefix string) (<-chan struct{}, error) {
 	if err := s.overErr(op); err != nil {
 		return nil, err
 	}
 	cctx, release := s.bind(ctx)
-	prefix := s.b.groupPrefix(group)
 	wch := s.b.cli.Watch(cctx, prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
 	var next int64
 	select {
@@ -132,7 +138,7 @@ func (s *session) WatchMembers(ctx context.Context, group string) (<-chan struct
 	spawned := s.spawn(func() {
 		defer close(hints)
 		defer release()
-		s.hintMembers(cctx, prefix, wch, next, hints)
+		s.hint(cctx, prefix, wch, next, hints)
 	})
 	if !spawned {
 		release()
@@ -141,10 +147,10 @@ func (s *session) WatchMembers(ctx context.Context, group string) (<-chan struct
 	return hints, nil
 }
 
-// hintMembers sends a hint on hints for every batch of events on wch, the
-// watch of prefix, until ctx ends. A broken watch is set up again from the
-// revision it reached, with a hint in case something was missed.
-func (s *session) hintMembers(ctx context.Context, prefix string, wch clientv3.WatchChan, next int64, hints chan<- struct{}) {
+// hint sends a hint on hints for every batch of events on wch, the watch of
+// prefix, until ctx ends. A broken watch is set up again from the revision
+// it reached, with a hint in case something was missed.
+func (s *session) hint(ctx context.Context, prefix string, wch clientv3.WatchChan, next int64, hints chan<- struct{}) {
 	hint := func() {
 		select {
 		case hints <- struct{}{}:

@@ -49,6 +49,8 @@ type session struct {
 	closed bool                     // Close was called
 	wg     sync.WaitGroup           // the session's goroutines
 	unsure map[string]chan struct{} // lease names being cleaned up after an uncertain Acquire
+
+	lw leaseWatch // the holdings, told of their loss by one watch
 }
 
 func newSession(b *Backend, id clientv3.LeaseID, ttl time.Duration) *session {
@@ -63,6 +65,7 @@ func newSession(b *Backend, id clientv3.LeaseID, ttl time.Duration) *session {
 		ctx:    ctx,
 		cancel: cancel,
 		unsure: make(map[string]chan struct{}),
+		lw:     leaseWatch{keys: make(map[string]*slot)},
 	}
 }
 
@@ -225,7 +228,7 @@ func (s *session) watchSelf(rev int64) {
 		}
 		// The watch broke (compaction, cancellation by the server): read the
 		// key again and watch from there.
-		resp, err := s.b.cli.Get(s.ctx, s.key)
+		resp, err := s.b.kv.Get(s.ctx, s.key)
 		if err != nil {
 			if s.ctx.Err() == nil && s.b.cli.Ctx().Err() != nil {
 				s.end(errClientClosed)

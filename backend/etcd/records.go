@@ -1,0 +1,313 @@
+package etcd
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strings"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/simba-go/simba/backend"
+)
+
+var _ backend.Records = (*session)(nil)
+
+// tokenLen is the length of the token stored in front of a record's value.
+const tokenLen = 8
+
+// A record's key is <prefix>rec/<key>; its value is the token of the write
+// that stored it, 8 bytes big-endian (0 for an unfenced write), followed by
+// the record's value. Big-endian makes the byte order of stored values
+// follow the order of their tokens, which is what lets a transaction
+// compare a record's token with a fence (see tokenAtMost). The key is not
+// bound to any etcd lease: records outlive the session that wrote them.
+
+// encodeRecord returns the stored value of a record written with token.
+func encodeRecord(token uint64, value []byte) string {
+	buf := make([]byte, tokenLen+len(value))
+	binary.BigEndian.PutUint64(buf, token)
+	copy(buf[tokenLen:], value)
+	return string(buf)
+}
+
+// decodeRecord returns the record stored as kv under base.
+func decodeRecord(base string, kv *mvccpb.KeyValue) (backend.Record, error) {
+	key := strings.TrimPrefix(string(kv.Key), base)
+	if len(kv.Value) < tokenLen {
+		return backend.Record{}, fmt.Errorf("simba/etcd: record %q: stored value of %d bytes has no token", key, len(kv.Value))
+	}
+	return backend.Record{
+		Key:     key,
+		Value:   append([]byte{}, kv.Value[tokenLen:]...),
+		Version: uint64(kv.ModRevision),
+		Token:   binary.BigEndian.Uint64(kv.Value),
+	}, nil
+}
+
+// tokenAtMost compares the token stored in front of the value of key with
+// token: it holds when the stored token is at most token. etcd compares
+// values byte by byte, shorter first on a common prefix: a stored value
+// (8 token bytes, then the record's value) is less than the 8 bytes of
+// token+1 exactly when its token bytes are less than them, that is when its
+// token is at most token; with equal token bytes the stored value is not
+// less. A value compare fails on a missing key, so the callers test
+// absence first. token is below math.MaxInt64: a fence with a larger token
+// never matches a lease (see fenceCmps).
+func tokenAtMost(key string, token uint64) clientv3.Cmp {
+	var bound [tokenLen]byte
+	binary.BigEndian.PutUint64(bound[:], token+1)
+	return clientv3.Compare(clientv3.Value(key), "<", string(bound[:]))
+}
+
+// GetRecord returns the record at key, or an error wrapping
+// [backend.ErrNoRecord]: one read. It implements [backend.Records], as the
+// other record methods do.
+func (s *session) GetRecord(ctx context.Context, key string) (backend.Record, error) {
+	if !validRecordKey(key) {
+		return backend.Record{}, recordKeyError(key)
+	}
+	op := fmt.Sprintf("get record %q", key)
+	if err := s.overErr(op); err != nil {
+		return backend.Record{}, err
+	}
+	cctx, release := s.bind(ctx)
+	defer release()
+	resp, err := s.b.kv.Get(cctx, s.b.recordKey(key))
+	if err != nil {
+		return backend.Record{}, s.failure(ctx, op, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return backend.Record{}, fmt.Errorf("simba/etcd: %s: %w", op, backend.ErrNoRecord)
+	}
+	return decodeRecord(s.b.recordKey(""), resp.Kvs[0])
+}
+
+// ListRecords returns the records whose keys start with prefix, sorted by
+// key: one range read, so a consistent snapshot.
+func (s *session) ListRecords(ctx context.Context, prefix string) ([]backend.Record, error) {
+	op := fmt.Sprintf("list records %q", prefix)
+	if err := s.overErr(op); err != nil {
+		return nil, err
+	}
+	cctx, release := s.bind(ctx)
+	defer release()
+	base := s.b.recordKey("")
+	resp, err := s.b.kv.Get(cctx, base+prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	if err != nil {
+		return nil, s.failure(ctx, op, err)
+	}
+	out := make([]backend.Record, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		r, err := decodeRecord(base, kv)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// PutRecord writes value at key if cond holds, in one transaction with the
+// check, and returns the record written, whose Version is the key's mod
+// revision.
+//
+// A fenced write (cond.Token not 0) compares the lease key
+// <prefix>lease/<cond.Lease>: its create revision must be the token and it
+// must be bound to this session's etcd lease, as only this session's
+// Acquire binds it. That proves the session holds the lease with that
+// token at the write's revision. Within that transaction, a nested one
+// writes the key if it has no record or if the record's token is at most
+// cond.Token (see tokenAtMost). The lease compare alone would imply the
+// order as long as a key is only ever fenced by one lease name (tokens,
+// create revisions, strictly increase across holdings, and only the
+// current holding passes the compare), but not when writes fenced by
+// different leases meet on one key; the nested compare makes the order
+// hold for every key.
+//
+// With cond.IfVersion, the key's mod revision must be cond.Version (0: the
+// key must not exist). When a condition fails nothing is written and the
+// error wraps [backend.ErrConflict].
+func (s *session) PutRecord(ctx context.Context, key string, value []byte, cond backend.Condition) (backend.Record, error) {
+	if !validRecordKey(key) {
+		return backend.Record{}, recordKeyError(key)
+	}
+	if len(value) > backend.MaxRecordValue {
+		return backend.Record{}, fmt.Errorf("simba/etcd: record %q: value of %d bytes exceeds %d", key, len(value), backend.MaxRecordValue)
+	}
+	op := fmt.Sprintf("put record %q", key)
+	rk := s.b.recordKey(key)
+	put := clientv3.OpPut(rk, encodeRecord(cond.Token, value))
+	var then clientv3.Op
+	if cond.Token != 0 {
+		// Written when the key is absent, or when its token is not newer.
+		ordered := clientv3.OpTxn([]clientv3.Cmp{tokenAtMost(rk, cond.Token)}, []clientv3.Op{put}, []clientv3.Op{clientv3.OpGet(rk)})
+		then = clientv3.OpTxn([]clientv3.Cmp{absent(rk)}, []clientv3.Op{put}, []clientv3.Op{ordered})
+	} else {
+		then = put
+	}
+	resp, err := s.writeRecord(ctx, op, key, cond, then)
+	if err != nil {
+		return backend.Record{}, err
+	}
+	if cond.Token != 0 {
+		inner := resp.Responses[0].GetResponseTxn()
+		if !inner.Succeeded && !inner.Responses[0].GetResponseTxn().Succeeded {
+			return backend.Record{}, s.newerToken(op, inner.Responses[0].GetResponseTxn().Responses[0].GetResponseRange().Kvs, cond)
+		}
+	}
+	return backend.Record{Key: key, Value: append([]byte{}, value...), Version: uint64(resp.Header.Revision), Token: cond.Token}, nil
+}
+
+// DeleteRecord removes the record at key if cond holds, in one transaction
+// with the check (see PutRecord). Deleting a key with no record is not an
+// error, unless cond requires a version other than 0.
+func (s *session) DeleteRecord(ctx context.Context, key string, cond backend.Condition) error {
+	if !validRecordKey(key) {
+		return recordKeyError(key)
+	}
+	op := fmt.Sprintf("delete record %q", key)
+	rk := s.b.recordKey(key)
+	del := clientv3.OpDelete(rk)
+	var then clientv3.Op
+	if cond.Token != 0 {
+		// Deleted when its token is not newer; a missing key fails the
+		// value compare, and the read tells.
+		then = clientv3.OpTxn([]clientv3.Cmp{tokenAtMost(rk, cond.Token)}, []clientv3.Op{del}, []clientv3.Op{clientv3.OpGet(rk)})
+	} else {
+		then = del
+	}
+	resp, err := s.writeRecord(ctx, op, key, cond, then)
+	if err != nil {
+		return err
+	}
+	if cond.Token != 0 {
+		if inner := resp.Responses[0].GetResponseTxn(); !inner.Succeeded {
+			if kvs := inner.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+				return s.newerToken(op, kvs, cond)
+			}
+		}
+	}
+	return nil
+}
+
+// writeRecord runs one transaction: if the lease and version parts of cond
+// hold, then; else a read of the record and of the fence's lease key, to
+// say why not.
+func (s *session) writeRecord(ctx context.Context, op, key string, cond backend.Condition, then clientv3.Op) (*clientv3.TxnResponse, error) {
+	if err := s.overErr(op); err != nil {
+		return nil, err
+	}
+	rk := s.b.recordKey(key)
+	cmps, err := s.fenceCmps(op, cond)
+	if err != nil {
+		return nil, err
+	}
+	if cond.IfVersion {
+		if cond.Version == 0 {
+			cmps = append(cmps, absent(rk))
+		} else if cond.Version > math.MaxInt64 {
+			return nil, fmt.Errorf("simba/etcd: %s: version %d: %w", op, cond.Version, backend.ErrConflict)
+		} else {
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(rk), "=", int64(cond.Version)))
+		}
+	}
+	cctx, release := s.bind(ctx)
+	defer release()
+	els := []clientv3.Op{clientv3.OpGet(rk)}
+	if cond.Token != 0 {
+		els = append(els, clientv3.OpGet(s.b.leaseKey(cond.Lease)))
+	}
+	resp, err := s.b.kv.Txn(cctx).If(cmps...).Then(then).Else(els...).Commit()
+	if err != nil {
+		return nil, s.failure(ctx, op, err)
+	}
+	if !resp.Succeeded {
+		return nil, s.conflict(op, cond, resp)
+	}
+	return resp, nil
+}
+
+// fenceCmps returns the compares that prove this session holds cond.Lease
+// with cond.Token, none for an unfenced write.
+func (s *session) fenceCmps(op string, cond backend.Condition) ([]clientv3.Cmp, error) {
+	if cond.Token == 0 {
+		return nil, nil
+	}
+	if !validName(cond.Lease) || cond.Token > math.MaxInt64 {
+		// No such holding can exist: etcd's revisions are int64.
+		return nil, fmt.Errorf("simba/etcd: %s: lease %q is not held with token %d: %w", op, cond.Lease, cond.Token, backend.ErrConflict)
+	}
+	lk := s.b.leaseKey(cond.Lease)
+	return []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(lk), "=", int64(cond.Token)),
+		clientv3.Compare(clientv3.LeaseValue(lk), "=", s.lease),
+	}, nil
+}
+
+// conflict is the error of a record write whose outer compares failed;
+// resp holds the reads of the record and of the fence's lease key.
+func (s *session) conflict(op string, cond backend.Condition, resp *clientv3.TxnResponse) error {
+	if cond.Token != 0 {
+		kvs := resp.Responses[1].GetResponseRange().Kvs
+		if len(kvs) == 0 || kvs[0].CreateRevision != int64(cond.Token) || clientv3.LeaseID(kvs[0].Lease) != s.lease {
+			return fmt.Errorf("simba/etcd: %s: lease %q is not held with token %d by session %s: %w", op, cond.Lease, cond.Token, s.id, backend.ErrConflict)
+		}
+	}
+	var v int64
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		v = kvs[0].ModRevision
+	}
+	return fmt.Errorf("simba/etcd: %s: version %d, not %d: %w", op, v, cond.Version, backend.ErrConflict)
+}
+
+// newerToken is the error of a fenced write refused because the record was
+// written with a newer token; kvs holds the record as read.
+func (s *session) newerToken(op string, kvs []*mvccpb.KeyValue, cond backend.Condition) error {
+	var token uint64
+	if len(kvs) > 0 && len(kvs[0].Value) >= tokenLen {
+		token = binary.BigEndian.Uint64(kvs[0].Value)
+	}
+	return fmt.Errorf("simba/etcd: %s: written with token %d, newer than %d: %w", op, token, cond.Token, backend.ErrConflict)
+}
+
+// absent compares key's create revision with 0: the key does not exist.
+func absent(key string) clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
+}
+
+// WatchRecords watches the records under prefix (one prefix watch) and
+// sends a hint for every batch of changes, like WatchMembers: it returns
+// once etcd has created the watch, and the channel is closed when ctx ends
+// or the session is over.
+func (s *session) WatchRecords(ctx context.Context, prefix string) (<-chan struct{}, error) {
+	return s.watchHints(ctx, fmt.Sprintf("watch records %q", prefix), s.b.recordKey(prefix))
+}
+
+// validRecordKey reports whether key is a valid record key: 1–512
+// characters of A–Z a–z 0–9 . _ - /, starting and ending with a letter or
+// digit, without "//".
+func validRecordKey(key string) bool {
+	if key == "" || len(key) > 512 || strings.Contains(key, "//") {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		switch c := key[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c == '.' || c == '_' || c == '-' || c == '/':
+			if i == 0 || i == len(key)-1 {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// recordKeyError is the error for an invalid record key.
+func recordKeyError(key string) error {
+	return fmt.Errorf("simba/etcd: invalid record key %q: want 1-512 characters of A-Z a-z 0-9 . _ - /, starting and ending with a letter or digit, without //", key)
+}
