@@ -194,6 +194,7 @@ type GroupTask struct {
 	handing  map[*LeaderTask]int // stopped, hand-off not done
 	standIns map[int]bool        // partitions taken over from an absent owner
 	retry    *time.Timer         // pokes the group when the hand-off limit allows more
+	lastHeld time.Time           // when held leases were last listed
 	vacant   map[int]time.Time   // partitions seen unheld, since when
 	reported map[string]bool     // mismatches already reported
 }
@@ -349,6 +350,7 @@ func (t *GroupTask) apply(ctx context.Context, g *generation, self string, membe
 		held = t.heldPartitions(ctx, g)
 	}
 
+
 	t.mu.Lock()
 	viewChanged := !slices.Equal(ids, t.view)
 	if viewChanged {
@@ -501,6 +503,17 @@ func (t *GroupTask) heldPartitions(ctx context.Context, g *generation) map[int]b
 	if !ok {
 		return nil
 	}
+	// The list grows with the group: read it every half grace period, not
+	// on every refresh.
+	t.mu.Lock()
+	due := time.Since(t.lastHeld) >= t.grace()/2
+	if due {
+		t.lastHeld = time.Now()
+	}
+	t.mu.Unlock()
+	if !due {
+		return nil
+	}
 	prefix := t.name + "."
 	names, err := lister.HeldLeases(ctx, prefix)
 	if err != nil {
@@ -526,10 +539,7 @@ func (t *GroupTask) takeVacant(self string, ids, owners []string, held, want map
 	if held == nil {
 		return
 	}
-	grace := t.opts.grace
-	if grace == 0 {
-		grace = 2 * t.c.grantedTTL()
-	}
+	grace := t.grace()
 	now := time.Now()
 	for p := range t.partitions {
 		if held[p] || want[p] || t.active[p] != nil || t.handingOff(p) {
@@ -557,6 +567,14 @@ func (t *GroupTask) takeVacant(self string, ids, owners []string, held, want map
 			delete(t.vacant, p)
 		}
 	}
+}
+
+// grace is the vacancy grace period.
+func (t *GroupTask) grace() time.Duration {
+	if t.opts.grace > 0 {
+		return t.opts.grace
+	}
+	return 2 * t.c.grantedTTL()
 }
 
 // shutdown leaves the group and hands every partition off, and waits.

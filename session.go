@@ -133,7 +133,11 @@ func (c *Client) keep(ctx context.Context) {
 	var failures int
 	for ctx.Err() == nil {
 		sent := time.Now()
-		sess, err := c.backend.Open(ctx, backend.SessionOptions{TTL: c.opts.ttl})
+		// Each attempt is bounded, so that an unreachable backend is
+		// reported rather than waited for in silence.
+		octx, cancel := context.WithTimeout(ctx, max(c.opts.ttl, time.Second))
+		sess, err := c.backend.Open(octx, backend.SessionOptions{TTL: c.opts.ttl})
+		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return

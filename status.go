@@ -87,9 +87,11 @@ func (c *Client) openStatus(g *generation, term *Term, schedule string) *statusW
 	return w
 }
 
-// ctx bounds a write by the term's validity: past it the fence fails anyway.
+// ctx bounds a write by the session: the backend's fence decides whether
+// the term may still write (the last run of a term ends after the term, and
+// must still reach the history while the lease is held).
 func (w *statusWriter) ctx() (context.Context, context.CancelFunc) {
-	return context.WithDeadline(context.Background(), w.term.Deadline())
+	return context.WithTimeout(w.term.gen.ctx, w.term.gen.ttl)
 }
 
 // put writes a record fenced by the term; a failure is logged, never
