@@ -345,9 +345,10 @@ func (t *GroupTask) apply(ctx context.Context, g *generation, self string, membe
 	var ids, owners []string
 	var held map[int]bool
 	if !drained {
-		ids = t.checkMembers(self, members)
+		var disagree bool
+		ids, disagree = t.checkMembers(self, members)
 		owners = PartitionAssignment(t.name, ids, t.partitions, t.opts.variant)
-		held = t.heldPartitions(ctx, g)
+		held = t.heldPartitions(ctx, g, disagree)
 	}
 
 
@@ -454,8 +455,8 @@ func (t *GroupTask) handingOff(p int) bool {
 }
 
 // checkMembers returns the sorted member ids of the view, and reports
-// members that split the work differently or share a member id.
-func (t *GroupTask) checkMembers(self string, members []backend.Member) []string {
+// members that split the work differently (disagree is then true).
+func (t *GroupTask) checkMembers(self string, members []backend.Member) (ids []string, disagree bool) {
 	sessions := map[string][]string{}
 	for _, m := range members {
 		sessions[m.ID] = append(sessions[m.ID], m.Session)
@@ -468,6 +469,7 @@ func (t *GroupTask) checkMembers(self string, members []backend.Member) []string
 				rec.Partitions, rec.Assignment, t.partitions, t.opts.variant)
 		}
 		if detail != "" {
+			disagree = true
 			t.reportMismatch(m.ID, m.Session+": "+detail, detail)
 		}
 	}
@@ -480,7 +482,7 @@ func (t *GroupTask) checkMembers(self string, members []backend.Member) []string
 			t.reportMismatch(id, strings.Join(ss, ","), fmt.Sprintf("member id used by %d live sessions (%s)", len(ss), strings.Join(ss, ", ")))
 		}
 	}
-	return slices.Sorted(maps.Keys(sessions))
+	return slices.Sorted(maps.Keys(sessions)), disagree
 }
 
 // reportMismatch logs and publishes a mismatch once per key.
@@ -498,15 +500,16 @@ func (t *GroupTask) reportMismatch(member, key, detail string) {
 
 // heldPartitions returns the partitions whose leases are held now, or nil if
 // the backend cannot tell.
-func (t *GroupTask) heldPartitions(ctx context.Context, g *generation) map[int]bool {
+func (t *GroupTask) heldPartitions(ctx context.Context, g *generation, disagree bool) map[int]bool {
 	lister, ok := g.sess.(backend.LeaseLister)
 	if !ok {
 		return nil
 	}
-	// The list grows with the group: read it every half grace period, not
-	// on every refresh.
+	// The list grows with the group: while the members agree, vacancies
+	// are brief, and it is read every half grace period only; while they
+	// disagree, on every refresh.
 	t.mu.Lock()
-	due := time.Since(t.lastHeld) >= t.grace()/2
+	due := disagree || time.Since(t.lastHeld) >= t.grace()/2
 	if due {
 		t.lastHeld = time.Now()
 	}
