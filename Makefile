@@ -4,7 +4,7 @@
 # are embedded in the tests), then runs go vet and the race-enabled tests.
 GO ?= go
 
-.PHONY: test vet unit
+.PHONY: test vet unit chaos
 
 test:
 	./scripts/with-zookeeper.sh ./scripts/with-postgres-redis.sh ./scripts/with-chromium.sh $(MAKE) --no-print-directory vet unit
@@ -15,3 +15,8 @@ vet:
 unit:
 	$(GO) test -race ./...
 
+# The long real-server fault run (docs/RELIABILITY.md): a 5-minute fault
+# schedule on a 3-member etcd cluster and on ZooKeeper, then the controls.
+# SIMBA_CHAOS_DURATION and SIMBA_CHAOS_SEED change the length and the seed.
+chaos:
+	./scripts/with-zookeeper.sh $(GO) test -race -count=1 -timeout=60m -v -run '^(TestEtcd|TestZooKeeper)$$' ./internal/chaos/ -chaos.duration=$${SIMBA_CHAOS_DURATION:-5m}

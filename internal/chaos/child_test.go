@@ -1,0 +1,273 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/backend/etcd"
+	"github.com/simba-go/simba/backend/zookeeper"
+)
+
+// The environment of a client process: the harness re-executes the test
+// binary with these set, and TestMain runs childMain instead of the tests.
+const (
+	envRole      = "SIMBA_CHAOS_ROLE"      // roleChild
+	envRun       = "SIMBA_CHAOS_RUN"       // the run's ID, to find leftover processes
+	envBackend   = "SIMBA_CHAOS_BACKEND"   // backendEtcd or backendZooKeeper
+	envEndpoints = "SIMBA_CHAOS_ENDPOINTS" // comma-separated: the child's own proxies
+	envSpace     = "SIMBA_CHAOS_SPACE"     // etcd key prefix or ZooKeeper root
+	envRegister  = "SIMBA_CHAOS_REGISTER"  // URL of the fenced register
+	envNode      = "SIMBA_CHAOS_NODE"      // the child's name and member ID
+	envTTL       = "SIMBA_CHAOS_TTL"       // the TTL the client requests
+	envChildSeed = "SIMBA_CHAOS_CHILD_SEED"
+	envPlant     = "SIMBA_CHAOS_PLANT" // plantOverstatedTTL, or empty
+
+	roleChild        = "child"
+	backendEtcd      = "etcd"
+	backendZooKeeper = "zookeeper"
+
+	// plantOverstatedTTL plants a safety bug in the client: its backend
+	// reports every granted TTL one TTL longer than granted, so that its
+	// terms outlive its leases on the server.
+	plantOverstatedTTL = "overstated-ttl"
+)
+
+// The workload of every client process: one election and one partition
+// group, each term writing its token to the register.
+const (
+	election   = "e0"
+	group      = "g"
+	partitions = 3
+	// Each write reports on 20–50ms of work that does not watch the term,
+	// so a write may be sent after its term ended: the write already on its
+	// way that a fenced resource exists to refuse.
+	minWork, maxWork = 20 * time.Millisecond, 50 * time.Millisecond
+)
+
+// leases returns the lease names of the workload.
+func leases() []string {
+	out := []string{election}
+	for p := range partitions {
+		out = append(out, fmt.Sprintf("%s.%d", group, p))
+	}
+	return out
+}
+
+// report is one line a client process prints on stdout, as JSON. Times
+// are wall-clock times: processes share no monotonic clock, but on one
+// machine they share the wall clock.
+type report struct {
+	// Ev is what happened: "session" (a session started: Session, TTL),
+	// "lost" (it ended: Session, Msg), "start" (a term began: Lease,
+	// Token, Start), "end" (it ended: also End, its Deadline after
+	// revocation, and Msg, why), "closed" (Client.Close returned),
+	// "late-event" (an event delivered after Close), "leak" (goroutines
+	// left after Close), "error".
+	Ev      string        `json:"ev"`
+	Lease   string        `json:"lease,omitempty"`
+	Token   uint64        `json:"token,omitempty"`
+	Start   time.Time     `json:"start,omitzero"`
+	End     time.Time     `json:"end,omitzero"`
+	Session string        `json:"session,omitempty"`
+	TTL     time.Duration `json:"ttl,omitempty"`
+	Msg     string        `json:"msg,omitempty"`
+}
+
+// reporter prints reports, one line each, whole.
+type reporter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (r *reporter) say(rep report) {
+	b, err := json.Marshal(rep)
+	if err != nil {
+		b, _ = json.Marshal(report{Ev: "error", Msg: err.Error()})
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.w.Write(append(b, '\n'))
+}
+
+// childMain is a client process: a simba client on the backend named by
+// the environment, through the endpoints given (the harness's proxies),
+// running the workload until its stdin closes; then it closes the client
+// and checks that nothing of it is left running.
+func childMain() int {
+	baseline := goleak.IgnoreCurrent()
+	out := &reporter{w: os.Stdout}
+	fail := func(err error) int {
+		out.say(report{Ev: "error", Msg: err.Error()})
+		return 2
+	}
+	node := os.Getenv(envNode)
+	ttl, err := time.ParseDuration(os.Getenv(envTTL))
+	if err != nil {
+		return fail(fmt.Errorf("%s: %w", envTTL, err))
+	}
+	seed, err := strconv.ParseUint(os.Getenv(envChildSeed), 10, 64)
+	if err != nil {
+		return fail(fmt.Errorf("%s: %w", envChildSeed, err))
+	}
+	b, err := openBackend()
+	if err != nil {
+		return fail(err)
+	}
+	var cb backend.Backend = b
+	switch plant := os.Getenv(envPlant); plant {
+	case "":
+	case plantOverstatedTTL:
+		cb = overstated{b, ttl}
+	default:
+		return fail(fmt.Errorf("%s=%q: unknown planted bug", envPlant, plant))
+	}
+	var closed atomic.Bool
+	c, err := simba.New(cb, simba.WithTTL(ttl), simba.WithMemberID(node), simba.WithEventHandler(func(e simba.Event) {
+		if closed.Load() {
+			out.say(report{Ev: "late-event", Msg: fmt.Sprintf("%T %+v", e, e)})
+			return
+		}
+		switch e := e.(type) {
+		case simba.SessionStarted:
+			out.say(report{Ev: "session", Session: e.Session, TTL: e.TTL, Start: e.At})
+		case simba.SessionLost:
+			out.say(report{Ev: "lost", Session: e.Session, Msg: fmt.Sprintf("%v: %v", e.Reason, e.Err), End: e.At})
+		}
+	}))
+	if err != nil {
+		return fail(err)
+	}
+	w := newWriter(os.Getenv(envRegister), node, seed, out)
+	if _, err := c.Election(election).RunWhileLeader(w.run); err != nil {
+		return fail(err)
+	}
+	if _, err := c.Group(group, partitions).RunWhileLeader(func(ctx context.Context, term *simba.Term, _ int) error {
+		return w.run(ctx, term)
+	}); err != nil {
+		return fail(err)
+	}
+	io.Copy(io.Discard, os.Stdin) // until the harness closes it (or dies)
+	if err := c.Close(); err != nil {
+		out.say(report{Ev: "error", Msg: "close: " + err.Error()})
+	}
+	closed.Store(true)
+	if err := b.Close(); err != nil {
+		out.say(report{Ev: "error", Msg: "backend close: " + err.Error()})
+	}
+	w.close()
+	out.say(report{Ev: "closed"})
+	if err := goleak.Find(baseline); err != nil {
+		out.say(report{Ev: "leak", Msg: err.Error()})
+	}
+	return 0
+}
+
+// openBackend returns the backend the environment names.
+func openBackend() (backend.Backend, error) {
+	endpoints := strings.Split(os.Getenv(envEndpoints), ",")
+	space := os.Getenv(envSpace)
+	switch kind := os.Getenv(envBackend); kind {
+	case backendEtcd:
+		return etcd.New(endpoints, etcd.WithPrefix(space))
+	case backendZooKeeper:
+		return zookeeper.New(endpoints, zookeeper.WithRoot(space))
+	default:
+		return nil, fmt.Errorf("%s=%q: unknown backend", envBackend, kind)
+	}
+}
+
+// writer is the task of every term: it writes the term's token to the
+// register while the term is valid, then reports how the term ended.
+type writer struct {
+	url  string
+	node string
+	seed uint64
+	out  *reporter
+	http *http.Client
+}
+
+func newWriter(register, node string, seed uint64, out *reporter) *writer {
+	return &writer{url: register, node: node, seed: seed, out: out,
+		http: &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 8}}}
+}
+
+func (w *writer) run(ctx context.Context, term *simba.Term) error {
+	w.out.say(report{Ev: "start", Lease: term.Name(), Token: term.Token(), Start: term.Start()})
+	h := fnv.New64a()
+	h.Write([]byte(w.node + "/" + term.Name()))
+	r := rand.New(rand.NewPCG(w.seed^h.Sum64(), term.Token()))
+	for term.Valid() {
+		time.Sleep(minWork + time.Duration(r.Int64N(int64(maxWork-minWork+1))))
+		w.write(term.Name(), term.Token())
+	}
+	<-term.Revoked()
+	why := "?"
+	if err := term.Err(); err != nil {
+		var te *simba.TermError
+		if errors.As(err, &te) {
+			why = te.Reason.String()
+		} else {
+			why = err.Error()
+		}
+	}
+	w.out.say(report{Ev: "end", Lease: term.Name(), Token: term.Token(), Start: term.Start(), End: term.Deadline(), Msg: why})
+	return nil
+}
+
+// write sends one write to the register; whether it was accepted is the
+// register's record, not the writer's concern.
+func (w *writer) write(lease string, token uint64) {
+	q := url.Values{"lease": {lease}, "token": {strconv.FormatUint(token, 10)}, "node": {w.node}}
+	resp, err := w.http.Post(w.url+"?"+q.Encode(), "text/plain", nil)
+	if err != nil {
+		return // the register is gone (the run ends) or slow: the next write tries again
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+}
+
+func (w *writer) close() { w.http.CloseIdleConnections() }
+
+// overstated is a backend whose sessions claim a TTL longer than the one
+// granted by extra: a planted bug.
+type overstated struct {
+	backend.Backend
+	extra time.Duration
+}
+
+func (o overstated) Open(ctx context.Context, opts backend.SessionOptions) (backend.Session, error) {
+	s, err := o.Backend.Open(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return overstatedSession{s, o.extra}, nil
+}
+
+type overstatedSession struct {
+	backend.Session
+	extra time.Duration
+}
+
+func (s overstatedSession) TTL() time.Duration { return s.Session.TTL() + s.extra }
+
+func (s overstatedSession) KeepAlive(ctx context.Context) (time.Duration, error) {
+	ttl, err := s.Session.KeepAlive(ctx)
+	return ttl + s.extra, err
+}

@@ -1,0 +1,70 @@
+package chaos
+
+import (
+	"flag"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+var (
+	flagDuration = flag.Duration("chaos.duration", 0,
+		"length of each fault schedule (default 20s, or $"+envDuration+"); make chaos runs 5m")
+	flagSeed = flag.Uint64("chaos.seed", 0,
+		"seed of the fault schedules (default: random, printed; or $"+envSeed+"); replays a run's schedule")
+	flagTimeline = flag.Bool("chaos.timeline", false,
+		"log the timeline of every run (faults, sessions, terms), not only of failed ones")
+)
+
+// Environment variables that stand in for the flags.
+const (
+	envDuration = "SIMBA_CHAOS_DURATION"
+	envSeed     = "SIMBA_CHAOS_SEED"
+)
+
+// defaultDuration is the schedule length of the short run that go test ./...
+// plays for each backend.
+const defaultDuration = 20 * time.Second
+
+// TestMain runs the test binary as a client process when the harness
+// started it as one (see child_test.go), and as the tests otherwise.
+func TestMain(m *testing.M) {
+	if os.Getenv(envRole) == roleChild {
+		os.Exit(childMain())
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// scheduleDuration returns the length of the fault schedules of this run.
+func scheduleDuration(t *testing.T) time.Duration {
+	if *flagDuration > 0 {
+		return *flagDuration
+	}
+	if s := os.Getenv(envDuration); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			t.Fatalf("%s=%q: want a positive duration such as 5m", envDuration, s)
+		}
+		return d
+	}
+	return defaultDuration
+}
+
+// scheduleSeed returns the seed given by flag or environment, or a random
+// one.
+func scheduleSeed(t *testing.T) uint64 {
+	if *flagSeed != 0 {
+		return *flagSeed
+	}
+	if s := os.Getenv(envSeed); s != "" {
+		seed, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("%s=%q: want an unsigned integer", envSeed, s)
+		}
+		return seed
+	}
+	return uint64(time.Now().UnixNano())%1_000_000_000 + 1
+}
