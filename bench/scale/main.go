@@ -125,6 +125,24 @@ func fail(err error) {
 // counter counts requests sent to the backend.
 type counter struct{ n atomic.Int64 }
 
+// dialOptions make an etcd client count its unary calls and the messages
+// it sends on streams (a keep-alive is one).
+func (cnt *counter) dialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			cnt.n.Add(1)
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}),
+		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			s, err := streamer(ctx, desc, cc, method, opts...)
+			if err != nil {
+				return nil, err
+			}
+			return &countedStream{ClientStream: s, cnt: cnt}, nil
+		}),
+	}
+}
+
 // newBackend returns a backend of cfg's kind whose requests are counted.
 func newBackend(cfg config, cnt *counter) (backend.Backend, func(), error) {
 	switch cfg.backend {
@@ -136,19 +154,7 @@ func newBackend(cfg config, cnt *counter) (backend.Backend, func(), error) {
 			Endpoints:   cfg.etcdEPs,
 			DialTimeout: 5 * time.Second,
 			Logger:      zap.NewNop(),
-			DialOptions: []grpc.DialOption{
-				grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-					cnt.n.Add(1)
-					return invoker(ctx, method, req, reply, cc, opts...)
-				}),
-				grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-					s, err := streamer(ctx, desc, cc, method, opts...)
-					if err != nil {
-						return nil, err
-					}
-					return &countedStream{ClientStream: s, cnt: cnt}, nil
-				}),
-			},
+			DialOptions: cnt.dialOptions(),
 		})
 		if err != nil {
 			return nil, nil, err
@@ -345,19 +351,7 @@ func peerHeld(cfg config, n int) (string, error) {
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints: cfg.etcdEPs,
 		Logger:    zap.NewNop(),
-		DialOptions: []grpc.DialOption{
-			grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-				cnt.n.Add(1)
-				return invoker(ctx, method, req, reply, cc, opts...)
-			}),
-			grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-				s, err := streamer(ctx, desc, cc, method, opts...)
-				if err != nil {
-					return nil, err
-				}
-				return &countedStream{ClientStream: s, cnt: cnt}, nil
-			}),
-		},
+		DialOptions: cnt.dialOptions(),
 	})
 	if err != nil {
 		return "", err
