@@ -349,8 +349,8 @@ func bytes(b float64) string {
 func peerHeld(cfg config, n int) (string, error) {
 	cnt := &counter{}
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints: cfg.etcdEPs,
-		Logger:    zap.NewNop(),
+		Endpoints:   cfg.etcdEPs,
+		Logger:      zap.NewNop(),
 		DialOptions: cnt.dialOptions(),
 	})
 	if err != nil {
