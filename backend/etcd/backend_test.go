@@ -413,7 +413,6 @@ func TestOnLost(t *testing.T) {
 	}
 }
 
-
 // TestUnreachableClusterIsReported: the etcd client waits for a connection
 // until the ctx ends, so the core bounds each Open attempt and reports an
 // unreachable cluster (it once waited in silence).

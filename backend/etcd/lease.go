@@ -34,7 +34,7 @@ import (
 // session waits for the undo. Concurrent calls of Acquire for one name on
 // one session free each other's holdings.
 func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, error) {
-	if !validName(name) {
+	if !backend.ValidName(name) {
 		return nil, nameError("lease", name)
 	}
 	op := fmt.Sprintf("acquire %q", name)

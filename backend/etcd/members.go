@@ -22,7 +22,7 @@ type memberRecord struct {
 // Join writes the member key <prefix>group/<group>/<session ID>, bound to the
 // session's etcd lease, with m's ID (the session ID when empty) and Data.
 func (s *session) Join(ctx context.Context, group string, m backend.Member) error {
-	if !validName(group) {
+	if !backend.ValidName(group) {
 		return nameError("group", group)
 	}
 	if len(m.Data) > backend.MaxMemberData {
@@ -50,7 +50,7 @@ func (s *session) Join(ctx context.Context, group string, m backend.Member) erro
 
 // Leave deletes the session's member key of group, if any.
 func (s *session) Leave(ctx context.Context, group string) error {
-	if !validName(group) {
+	if !backend.ValidName(group) {
 		return nameError("group", group)
 	}
 	op := fmt.Sprintf("leave %q", group)
@@ -68,7 +68,7 @@ func (s *session) Leave(ctx context.Context, group string) error {
 // Members reads the member keys of group in one range request, sorted by
 // key, and so by session ID.
 func (s *session) Members(ctx context.Context, group string) ([]backend.Member, error) {
-	if !validName(group) {
+	if !backend.ValidName(group) {
 		return nil, nameError("group", group)
 	}
 	op := fmt.Sprintf("members of %q", group)
@@ -99,7 +99,7 @@ func (s *session) Members(ctx context.Context, group string) ([]backend.Member, 
 // watch, so every change after it returns is signalled. The channel is
 // closed when ctx ends or the session is over.
 func (s *session) WatchMembers(ctx context.Context, group string) (<-chan struct{}, error) {
-	if !validName(group) {
+	if !backend.ValidName(group) {
 		return nil, nameError("group", group)
 	}
 	return s.watchHints(ctx, fmt.Sprintf("watch members of %q", group), s.b.groupPrefix(group))

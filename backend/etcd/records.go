@@ -66,7 +66,7 @@ func tokenAtMost(key string, token uint64) clientv3.Cmp {
 // [backend.ErrNoRecord]: one read. It implements [backend.Records], as the
 // other record methods do.
 func (s *session) GetRecord(ctx context.Context, key string) (backend.Record, error) {
-	if !validRecordKey(key) {
+	if !backend.ValidKey(key) {
 		return backend.Record{}, recordKeyError(key)
 	}
 	op := fmt.Sprintf("get record %q", key)
@@ -131,7 +131,7 @@ func (s *session) ListRecords(ctx context.Context, prefix string) ([]backend.Rec
 // key must not exist). When a condition fails nothing is written and the
 // error wraps [backend.ErrConflict].
 func (s *session) PutRecord(ctx context.Context, key string, value []byte, cond backend.Condition) (backend.Record, error) {
-	if !validRecordKey(key) {
+	if !backend.ValidKey(key) {
 		return backend.Record{}, recordKeyError(key)
 	}
 	if len(value) > backend.MaxRecordValue {
@@ -165,7 +165,7 @@ func (s *session) PutRecord(ctx context.Context, key string, value []byte, cond 
 // with the check (see PutRecord). Deleting a key with no record is not an
 // error, unless cond requires a version other than 0.
 func (s *session) DeleteRecord(ctx context.Context, key string, cond backend.Condition) error {
-	if !validRecordKey(key) {
+	if !backend.ValidKey(key) {
 		return recordKeyError(key)
 	}
 	op := fmt.Sprintf("delete record %q", key)
@@ -236,7 +236,7 @@ func (s *session) fenceCmps(op string, cond backend.Condition) ([]clientv3.Cmp, 
 	if cond.Token == 0 {
 		return nil, nil
 	}
-	if !validName(cond.Lease) || cond.Token > math.MaxInt64 {
+	if !backend.ValidName(cond.Lease) || cond.Token > math.MaxInt64 {
 		// No such holding can exist: etcd's revisions are int64.
 		return nil, fmt.Errorf("simba/etcd: %s: lease %q is not held with token %d: %w", op, cond.Lease, cond.Token, backend.ErrConflict)
 	}
@@ -284,27 +284,6 @@ func absent(key string) clientv3.Cmp {
 // or the session is over.
 func (s *session) WatchRecords(ctx context.Context, prefix string) (<-chan struct{}, error) {
 	return s.watchHints(ctx, fmt.Sprintf("watch records %q", prefix), s.b.recordKey(prefix))
-}
-
-// validRecordKey reports whether key is a valid record key: 1–512
-// characters of A–Z a–z 0–9 . _ - /, starting and ending with a letter or
-// digit, without "//".
-func validRecordKey(key string) bool {
-	if key == "" || len(key) > 512 || strings.Contains(key, "//") {
-		return false
-	}
-	for i := 0; i < len(key); i++ {
-		switch c := key[i]; {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case c == '.' || c == '_' || c == '-' || c == '/':
-			if i == 0 || i == len(key)-1 {
-				return false
-			}
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 // recordKeyError is the error for an invalid record key.

@@ -43,7 +43,7 @@ func (w *watcher) close() {
 // Join makes the session a member of group. An empty m.ID is replaced by the
 // session's ID; m.Data is copied.
 func (s *session) Join(ctx context.Context, group string, m backend.Member) error {
-	if !validName(group) {
+	if !backend.ValidName(group) {
 		return nameError("group", group)
 	}
 	if len(m.Data) > backend.MaxMemberData {
@@ -72,7 +72,7 @@ func (s *session) Join(ctx context.Context, group string, m backend.Member) erro
 
 // Leave ends the session's membership of group, if any.
 func (s *session) Leave(ctx context.Context, group string) error {
-	if !validName(group) {
+	if !backend.ValidName(group) {
 		return nameError("group", group)
 	}
 	b := s.b
@@ -89,7 +89,7 @@ func (s *session) Leave(ctx context.Context, group string) error {
 
 // Members lists the members of group, ordered by Session.
 func (s *session) Members(ctx context.Context, group string) ([]backend.Member, error) {
-	if !validName(group) {
+	if !backend.ValidName(group) {
 		return nil, nameError("group", group)
 	}
 	b := s.b
@@ -134,7 +134,7 @@ func (s *session) HeldLeases(ctx context.Context, prefix string) ([]string, erro
 // the members of group, delivered through the node's notifications. It is
 // closed when ctx ends or the session is over.
 func (s *session) WatchMembers(ctx context.Context, group string) (<-chan struct{}, error) {
-	if !validName(group) {
+	if !backend.ValidName(group) {
 		return nil, nameError("group", group)
 	}
 	return s.watch(ctx, &watcher{s: s, group: group, ch: make(chan struct{}, 1)}, opWatchMembers)

@@ -24,7 +24,7 @@ func (r *record) public(key string) backend.Record {
 // GetRecord returns the record at key: the optional [backend.Records]
 // capability, like the other record methods.
 func (s *session) GetRecord(ctx context.Context, key string) (backend.Record, error) {
-	if !validKey(key) {
+	if !backend.ValidKey(key) {
 		return backend.Record{}, keyError(key)
 	}
 	var out backend.Record
@@ -57,7 +57,7 @@ func (s *session) ListRecords(ctx context.Context, prefix string) ([]backend.Rec
 // PutRecord writes value at key if cond holds; the lease check of a fenced
 // write is atomic with the write.
 func (s *session) PutRecord(ctx context.Context, key string, value []byte, cond backend.Condition) (backend.Record, error) {
-	if !validKey(key) {
+	if !backend.ValidKey(key) {
 		return backend.Record{}, keyError(key)
 	}
 	if len(value) > backend.MaxRecordValue {
@@ -80,7 +80,7 @@ func (s *session) PutRecord(ctx context.Context, key string, value []byte, cond 
 
 // DeleteRecord removes the record at key if cond holds.
 func (s *session) DeleteRecord(ctx context.Context, key string, cond backend.Condition) error {
-	if !validKey(key) {
+	if !backend.ValidKey(key) {
 		return keyError(key)
 	}
 	return s.records(ctx, func(b *Backend) error {
@@ -142,26 +142,6 @@ func (b *Backend) recordChanged(key string) {
 			w.s.n.notify(w.hint)
 		}
 	}
-}
-
-// validKey reports whether key is a valid record key.
-func validKey(key string) bool {
-	if key == "" || len(key) > 512 || strings.Contains(key, "//") {
-		return false
-	}
-	for i := 0; i < len(key); i++ {
-		c := key[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case c == '.' || c == '_' || c == '-' || c == '/':
-			if i == 0 || i == len(key)-1 {
-				return false
-			}
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 func keyError(key string) error {

@@ -62,7 +62,7 @@ func (s *session) KeepAlive(ctx context.Context) (time.Duration, error) {
 // another session holds it, Acquire waits for the holding to end and asks
 // again.
 func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, error) {
-	if !validName(name) {
+	if !backend.ValidName(name) {
 		return nil, nameError("lease", name)
 	}
 	b := s.b
