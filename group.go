@@ -1,6 +1,7 @@
 package simba
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -153,6 +154,7 @@ func (g *Group) start(schedule string, body func(p int) func(context.Context, *T
 	t := &GroupTask{
 		c: g.c, name: g.name, partitions: g.partitions, opts: o,
 		schedule: schedule, body: body, topts: topts,
+		own: encodeRecord(memberRecord{Partitions: g.partitions, Assignment: o.variant.String()}),
 		ctx: ctx, cancel: cancel, done: make(chan struct{}), kick: make(chan struct{}, 1),
 		active:   make(map[int]*LeaderTask),
 		handing:  make(map[*LeaderTask]int),
@@ -179,6 +181,7 @@ type GroupTask struct {
 	partitions int
 	opts       groupOptions
 	schedule   string
+	own        []byte // this member's record in the group
 	body       func(p int) func(context.Context, *Term) error
 	topts      []TaskOption
 
@@ -242,6 +245,11 @@ func (t *GroupTask) stop(reason RevokeReason) {
 type memberRecord struct {
 	Partitions int    `json:"p"`
 	Assignment string `json:"a"`
+}
+
+func encodeRecord(r memberRecord) []byte {
+	data, _ := json.Marshal(r)
+	return data
 }
 
 // loop serves the group on each session until stopped, then leaves it and
@@ -323,7 +331,7 @@ func (t *GroupTask) serve(g *generation) {
 // join makes this client a member of the group on session g, retrying
 // until it succeeds or ctx ends.
 func (t *GroupTask) join(ctx context.Context, g *generation, self string) bool {
-	data, _ := json.Marshal(memberRecord{Partitions: t.partitions, Assignment: t.opts.variant.String()})
+	data := t.own
 	for attempt := 1; ; attempt++ {
 		err := g.sess.Join(ctx, t.name, backend.Member{ID: self, Data: data})
 		if err == nil {
@@ -350,7 +358,6 @@ func (t *GroupTask) apply(ctx context.Context, g *generation, self string, membe
 		owners = PartitionAssignment(t.name, ids, t.partitions, t.opts.variant)
 		held = t.heldPartitions(ctx, g, disagree)
 	}
-
 
 	t.mu.Lock()
 	viewChanged := !slices.Equal(ids, t.view)
@@ -458,8 +465,12 @@ func (t *GroupTask) handingOff(p int) bool {
 // members that split the work differently (disagree is then true).
 func (t *GroupTask) checkMembers(self string, members []backend.Member) (ids []string, disagree bool) {
 	sessions := map[string][]string{}
+	own := t.own
 	for _, m := range members {
 		sessions[m.ID] = append(sessions[m.ID], m.Session)
+		if bytes.Equal(m.Data, own) {
+			continue // the common case: a member that agrees
+		}
 		var rec memberRecord
 		detail := ""
 		if err := json.Unmarshal(m.Data, &rec); err != nil {
