@@ -45,13 +45,17 @@
 //
 // Under the root (default [DefaultRoot], "/simba"):
 //
-//	<root>/lease/<name>                  ephemeral: the holding of lease <name>
+//	<root>/lease/<name>                  ephemeral: the holding of lease <name>;
+//	                                     data: a nonce of the Acquire attempt
 //	<root>/group/<group>/<session ID>    ephemeral: a member of <group>;
 //	                                     data: the member ID and data
+//	<root>/rec/<key>/=                   persistent: the record at <key>
+//	                                     (see Records)
 //
 // The directories are container znodes, which the server deletes once they
 // are empty (every minute by default, see znode.container.checkIntervalMs),
-// so a closed client leaves nothing under the root for long.
+// so a closed client leaves nothing under the root for long but its
+// records, which outlive sessions by design.
 //
 // # Leases and tokens
 //
@@ -59,21 +63,81 @@
 // znode's czxid, the zxid of the transaction that created it, which is
 // larger than every earlier zxid on the server, so than the token of every
 // earlier holding (the sequence suffix of a sequential znode is an int32
-// per parent that overflows; it is never used). While another session's
-// znode is there, Acquire waits on an exists watch and tries again when it
-// fires. A znode of its own session that is not a current holding, left by
-// a create whose reply was lost (a reconnection) or by an Acquire that gave
-// up, is recognised by its owner (the znode's ephemeralOwner is the session
-// ID) and deleted: it never blocks the lease. The exists watch set on the
-// znode once created closes Lost when the znode is deleted. Release deletes
-// it with the version seen then. Sessions implement [backend.LeaseLister]:
-// the lease znodes are the leases held.
+// per parent that overflows; it is never used). The create and a read of
+// the znode (getData with a watch) go out back to back, in one round trip:
+// the server answers a session's requests in order, so the read sees what
+// the create did; its reply gives the czxid and sets the watch that closes
+// Lost, before Acquire returns. The create carries a nonce of the attempt
+// as the znode's data, which tells the read that the znode is this
+// attempt's. While another session's znode is there, Acquire waits on that
+// watch and tries again when it fires. A znode of its own session that is
+// not a current holding, left by a create whose reply was lost (a
+// reconnection) or by an Acquire that gave up, is recognised by its owner
+// (the znode's ephemeralOwner is the session ID) and deleted: it never
+// blocks the lease. Release deletes the znode with the version seen. Leases
+// implement [backend.LostNotifier] (no goroutine per held lease: the watch
+// event runs the functions) and sessions [backend.LeaseLister]: the lease
+// znodes are the leases held.
+//
+// # Records
+//
+// Sessions implement [backend.Records]. The record at key is the
+// persistent znode <root>/rec/<key>/= under container directories, one per
+// key segment, so that "a" and "a/b" can both be records (a segment "." or
+// ".." is stored as "%2E" or "%2E%2E"). Its data is the token of the write
+// that stored it, 8 bytes big-endian, then the value. Its Version is its
+// mzxid, the zxid of the transaction that wrote it last: never the same for
+// two writes, even of a record deleted and created again (the znode's own
+// data version would start again at 0).
+//
+// A write reads, then writes. The reads go out together, in one round
+// trip: the record, its directory, and for a fenced write the lease znode
+// <root>/lease/<Lease>. The condition is checked on what was read, and the
+// write is one multi-operation that applies only if, atomically:
+//
+//   - the record is the one read: its data version and its directory's
+//     data version are unchanged (every delete of the record increases its
+//     directory's, so a record deleted and created again since the read,
+//     whose own data version is back to 0, is caught), or it is still
+//     absent for a create. IfVersion, and a fence's token order (never
+//     replacing a record written with a higher token), are therefore
+//     atomic with the write. The one gap: the server's container reaper
+//     deleting the record's directory between the read and the write,
+//     after the record was deleted, and the record created again in the
+//     same interval;
+//   - for a fenced write, the lease znode still exists with the data
+//     version read.
+//
+// What is checked just before the write, in the reads, not atomically
+// with it: that the lease znode's czxid is the fence's token and its
+// ephemeralOwner this session. ZooKeeper's multi-operations compare data
+// versions only, and every lease znode starts at data version 0, so the
+// atomic check catches a lease deleted after the read (released, expired,
+// deleted by hand) but not one deleted and created again by another
+// session within that round trip: such a write lands with the old token.
+// It cannot undo what the new holder wrote before it (the token order is
+// atomic, above), and every later fenced write of the new holder replaces
+// it. A session that knows its holding is over refuses the write without
+// asking the server.
+//
+// A write that finds, on writing, that something it read has changed reads
+// and checks again; it fails with [backend.ErrConflict] only when the
+// condition does not hold.
+//
+// Every write also increases the data version of the directory of its
+// key's first segment (for "ops/disabled/x", <root>/rec/ops), in the same
+// transaction: WatchRecords for a prefix with a "/" is one exists watch on
+// that directory, not a watch per znode. (A prefix without "/" watches the
+// children of <root>/rec and each first-segment directory that matches.)
+// ListRecords walks the directories under the deepest one that the prefix
+// names in full, a level per round trip.
 //
 // # Membership
 //
 // Join creates the member's ephemeral znode (joining again replaces it in
 // one multi-operation, so that watches fire); Members reads the children;
-// WatchMembers turns child watches into hints.
+// WatchMembers turns child watches into hints, each sent once the next
+// watch is set, so that a read after a hint misses nothing.
 //
 // # Deadlines
 //
@@ -96,7 +160,9 @@
 // # Goroutines
 //
 // Each open session runs go-zookeeper's connection goroutines (three while
-// connected) and one per member watch. Session.Close (within its ctx) and
+// connected) and one per member or record watch; a request runs on a
+// goroutine of its own, so that its caller can give up (go-zookeeper's
+// calls take no context). Session.Close (within its ctx) and
 // [Backend.Close] wait until all of them have exited; Backend.Close
 // abandons the sessions still open, which then expire on the server.
 package zookeeper

@@ -457,8 +457,9 @@ func TestCrashedClientFailover(t *testing.T) {
 
 // TestClientCloseLeavesNothing runs elections and a partition group, closes
 // the clients and the backend, and checks that no znode of theirs is left
-// and no goroutine runs (the server then deletes the empty container
-// znodes too).
+// but their status records, which outlive sessions by design, and no
+// goroutine runs (the server then deletes the empty container znodes too,
+// and those of the records once they are deleted).
 func TestClientCloseLeavesNothing(t *testing.T) {
 	addr := zktest.Addr(t)
 	root := zktest.Root(t, addr)
@@ -507,17 +508,39 @@ func TestClientCloseLeavesNothing(t *testing.T) {
 	goleak.VerifyNone(t, before)
 	nodes, err = zktest.Snapshot(addr, root)
 	require.NoError(t, err)
-	assert.Empty(t, slices.DeleteFunc(nodes, zktest.Node.Directory), "znodes left after Close")
+	isRecord := func(n zktest.Node) bool { return n.Record(root) }
+	assert.Empty(t, slices.DeleteFunc(slices.Clone(nodes), func(n zktest.Node) bool { return n.Directory() || isRecord(n) }), "znodes left after Close")
+	assert.NotEmpty(t, slices.DeleteFunc(slices.Clone(nodes), func(n zktest.Node) bool { return !isRecord(n) }), "status records")
 
-	if d := zktest.ContainerCheckInterval(); d > 0 {
-		deadline := time.Now().Add(2*d + 2*time.Second)
-		for len(nodes) > 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("the server did not delete the empty containers within %v: %v", 2*d+2*time.Second, nodes)
-			}
-			time.Sleep(100 * time.Millisecond)
-			nodes, err = zktest.Snapshot(addr, root)
-			require.NoError(t, err)
+	d := zktest.ContainerCheckInterval()
+	if d == 0 {
+		return
+	}
+	// Delete the records, as an operator would.
+	del := newBackendAt(t, addr, root)
+	s, err := del.Open(t.Context(), backend.SessionOptions{TTL: time.Second})
+	require.NoError(t, err)
+	recs, err := s.(backend.Records).ListRecords(t.Context(), "")
+	require.NoError(t, err)
+	statuses := 0
+	for _, r := range recs {
+		if strings.HasPrefix(r.Key, "status/") {
+			statuses++
 		}
+	}
+	assert.Equal(t, 6, statuses, "a status record per lease")
+	for _, r := range recs {
+		require.NoError(t, s.(backend.Records).DeleteRecord(t.Context(), r.Key, backend.Condition{}))
+	}
+	require.NoError(t, s.Close(t.Context()))
+	wait := 3*d + 2*time.Second // a container is deleted on the check after it empties: one level per check
+	deadline2 := time.Now().Add(wait)
+	for len(nodes) > 0 {
+		if time.Now().After(deadline2) {
+			t.Fatalf("the server did not delete the empty containers within %v: %v", wait, nodes)
+		}
+		time.Sleep(100 * time.Millisecond)
+		nodes, err = zktest.Snapshot(addr, root)
+		require.NoError(t, err)
 	}
 }

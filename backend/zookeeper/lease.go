@@ -1,12 +1,13 @@
 package zookeeper
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
-
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -34,9 +35,11 @@ type lease struct {
 	lost    chan struct{}
 
 	// Guarded by s.mu.
-	state     leaseState
-	releasing bool // Release or a re-Acquire is deleting the znode
-	deleted   bool // the znode was deleted while pending or releasing
+	state      leaseState
+	releasing  bool           // Release or a re-Acquire is deleting the znode
+	deleted    bool           // the znode was deleted while pending or releasing
+	onLost     map[int]func() // OnLost functions not yet called
+	nextOnLost int
 }
 
 // Name returns the lease name.
@@ -49,12 +52,45 @@ func (l *lease) Name() string { return l.name }
 func (l *lease) Token() uint64 { return l.token }
 
 // Lost is closed when the znode is deleted by anything but Release, or the
-// session is over. It hears of a deletion from an exists watch on the
+// session is over. It hears of a deletion from a watch on the
 // znode, so it closes late, or only once the session is declared over,
 // while the server cannot be reached.
 func (l *lease) Lost() <-chan struct{} { return l.lost }
 
-// endLocked ends the holding; lost closes the Lost channel. s.mu is held.
+// OnLost arranges for f to run once when Lost is closed: it implements
+// [backend.LostNotifier]. f runs on go-zookeeper's receiving goroutine or
+// on the goroutine that ends the session, with the session's lock held, or
+// before OnLost returns when Lost is closed already; it must not block nor
+// call the session. stop cancels the call and reports whether it did so
+// before f started.
+func (l *lease) OnLost(f func()) (stop func() bool) {
+	s := l.s
+	s.mu.Lock()
+	select {
+	case <-l.lost:
+		s.mu.Unlock()
+		f()
+		return func() bool { return false }
+	default:
+	}
+	if l.onLost == nil {
+		l.onLost = make(map[int]func())
+	}
+	id := l.nextOnLost
+	l.nextOnLost++
+	l.onLost[id] = f
+	s.mu.Unlock()
+	return func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		_, ok := l.onLost[id]
+		delete(l.onLost, id)
+		return ok
+	}
+}
+
+// endLocked ends the holding; lost closes the Lost channel and runs the
+// OnLost functions. s.mu is held.
 func (l *lease) endLocked(lost bool) {
 	if l.state == leaseEnded {
 		return
@@ -62,6 +98,11 @@ func (l *lease) endLocked(lost bool) {
 	l.state = leaseEnded
 	if lost {
 		close(l.lost)
+		fs := l.onLost
+		l.onLost = nil
+		for _, f := range fs {
+			f()
+		}
 	}
 }
 
@@ -117,7 +158,7 @@ var errLeaseGone = errors.New("znode gone or not ours")
 
 // Acquire blocks until the session holds the lease called name: it creates
 // the ephemeral znode <root>/lease/<name> and, while another session's
-// znode is there, waits for an exists watch to report its deletion.
+// znode is there, waits for a watch to report its deletion.
 //
 // When it finds a znode of its own session that is not a current holding
 // (left by a create whose reply was lost, or by an Acquire that gave up),
@@ -212,6 +253,17 @@ func (a *acquisition) stopped(ctx context.Context) error {
 // attempt tries once to create the znode. It returns the lease, or a watch
 // to wait on while another session holds the lease, or an error; or none of
 // these, to try again at once.
+//
+// One round trip: the create request carries a nonce of this attempt as
+// the znode's data, and a read of the znode (getData with a watch) is sent
+// right behind it, as soon as the create is on the wire; the server
+// answers a session's requests in order, so the read sees what the create
+// did. Its reply gives the token (the czxid) and sets the watch behind
+// Lost, both before Acquire returns, exactly as a read sent after the
+// create's reply would; the nonce proves that the znode read is this
+// attempt's. Should the read have gone out ahead of the create (a create
+// of an earlier attempt, still queued, announced itself first) or failed,
+// it is sent again once the create has returned.
 func (a *acquisition) attempt(ctx context.Context) (*lease, <-chan zk.Event, error) {
 	s := a.s
 	l := &lease{s: s, name: a.name, path: a.path, lost: make(chan struct{})}
@@ -221,6 +273,8 @@ func (a *acquisition) attempt(ctx context.Context) (*lease, <-chan zk.Event, err
 		return nil, nil, s.live("acquire")
 	}
 	s.leases[a.name] = l // pending: deletion events are recorded from now on
+	s.nonce++
+	nonce := binary.BigEndian.AppendUint64(nil, s.nonce)
 	s.mu.Unlock()
 	held := false
 	defer func() {
@@ -233,12 +287,35 @@ func (a *acquisition) attempt(ctx context.Context) (*lease, <-chan zk.Event, err
 		}
 	}()
 
+	read := func(c *zk.Conn) (seen, error) {
+		data, st, ev, err := c.GetW(a.path)
+		if errors.Is(err, zk.ErrNoNode) {
+			return seen{}, nil // no watch is set
+		}
+		return seen{true, data, st, ev}, err
+	}
+	sent, forget := s.link.awaitCreateSent(a.path)
+	defer forget()
 	done := make(chan struct{})
 	a.created, a.unsure = done, true
-	_, err := call(s, ctx, "acquire: create", func(c *zk.Conn) (string, error) {
+	create := start(s, func(c *zk.Conn) (string, error) {
 		defer close(done)
-		return c.Create(a.path, nil, zk.FlagEphemeral, s.b.cfg.acl)
+		return c.Create(a.path, nonce, zk.FlagEphemeral, s.b.cfg.acl)
 	})
+	if create == nil {
+		close(done)
+		a.unsure = false
+		return nil, nil, s.live("acquire")
+	}
+	var behind *request[seen]
+	select {
+	case <-sent:
+		behind = start(s, read)
+	case <-create.done:
+	case <-ctx.Done():
+	case <-s.ctx.Done():
+	}
+	_, err := create.wait(ctx, "acquire: create")
 	exists := errors.Is(err, zk.ErrNodeExists)
 	switch {
 	case err == nil:
@@ -254,23 +331,25 @@ func (a *acquisition) attempt(ctx context.Context) (*lease, <-chan zk.Event, err
 		return nil, nil, err // maybe applied: the next attempt finds out
 	}
 
-	type seen struct {
-		ok   bool
-		stat *zk.Stat
-		ev   <-chan zk.Event
+	var r seen
+	rerr := errors.New("not read")
+	if behind != nil {
+		r, rerr = behind.wait(ctx, "acquire: read")
 	}
-	r, err := call(s, ctx, "acquire: watch", func(c *zk.Conn) (seen, error) {
-		ok, st, ev, err := c.ExistsW(a.path)
-		return seen{ok, st, ev}, err
-	})
+	if rerr != nil || (!exists && !r.mine(s.id, nonce)) {
+		if ctx.Err() != nil {
+			return nil, nil, rerr
+		}
+		r, rerr = call(s, ctx, "acquire: read", read)
+	}
 	switch {
-	case err != nil:
-		return nil, nil, err
+	case rerr != nil:
+		return nil, nil, rerr
 	case !r.ok:
 		return nil, nil, nil // deleted meanwhile
 	case r.stat.EphemeralOwner != s.id:
 		return nil, r.ev, nil // another session holds the lease
-	case exists:
+	case exists || !r.mine(s.id, nonce):
 		// An orphan of this session's own (see Acquire).
 		_, err := call(s, ctx, "acquire: delete orphan", func(c *zk.Conn) (struct{}, error) {
 			err := c.Delete(a.path, r.stat.Version)
@@ -296,6 +375,22 @@ func (a *acquisition) attempt(ctx context.Context) (*lease, <-chan zk.Event, err
 	l.state = leaseHeld
 	held, a.unsure = true, false
 	return l, nil, nil
+}
+
+// seen is a read of a lease znode: whether it exists, its data and stat,
+// and the watch set on it (a data watch: it fires when the znode is
+// deleted or its data changes).
+type seen struct {
+	ok   bool
+	data []byte
+	stat *zk.Stat
+	ev   <-chan zk.Event
+}
+
+// mine reports whether the znode read is the one created by the attempt
+// with nonce of session id.
+func (r seen) mine(id int64, nonce []byte) bool {
+	return r.ok && r.stat.EphemeralOwner == id && bytes.Equal(r.data, nonce)
 }
 
 // sweepAfter deletes, once the create request behind done has returned,
@@ -341,7 +436,7 @@ func (s *session) holds(name string, token uint64) bool {
 
 // Release deletes the lease's znode with the version seen when it was
 // acquired, if it is still this holding: the czxid (the token) and the
-// owner were checked then, and the exists watch set then closes Lost, and
+// owner were checked then, and the watch set then closes Lost, and
 // makes Release return an error wrapping [backend.ErrNotHeld] without
 // asking the server, once the znode is deleted by anything else. After the
 // session is over Release returns ErrNotHeld too.
@@ -425,18 +520,26 @@ func (s *session) release(ctx context.Context, op string, l *lease, lost bool) e
 	return err
 }
 
-// ensureDir creates the missing znodes of dir, as containers.
+// ensureDir creates the missing znodes of dir, as containers: dir first,
+// and its parents only when it has none (one request when the parent is
+// there).
 func (s *session) ensureDir(c *zk.Conn, dir string) error {
-	for i := 1; i <= len(dir); i++ {
-		if i < len(dir) && dir[i] != '/' {
-			continue
+	for attempt := 0; ; attempt++ {
+		_, err := c.CreateContainer(dir, nil, zk.FlagContainer, s.b.cfg.acl)
+		switch {
+		case err == nil, errors.Is(err, zk.ErrNodeExists):
+			return nil
+		case !errors.Is(err, zk.ErrNoNode) || attempt == 3:
+			return fmt.Errorf("create %s: %w", dir, err)
 		}
-		_, err := c.CreateContainer(dir[:i], nil, zk.FlagContainer, s.b.cfg.acl)
-		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
-			return fmt.Errorf("create %s: %w", dir[:i], err)
+		parent := dir[:strings.LastIndexByte(dir, '/')]
+		if parent == "" {
+			return fmt.Errorf("create %s: %w", dir, err)
+		}
+		if err := s.ensureDir(c, parent); err != nil {
+			return err
 		}
 	}
-	return nil
 }
 
 // HeldLeases lists, sorted, the names starting with prefix of the lease

@@ -45,6 +45,9 @@ type link struct {
 	failedSet  bool
 	closeAcked chan struct{} // closed when the server answers the close request
 	ackedSet   bool
+
+	sentMu sync.Mutex
+	sent   map[string][]chan struct{} // see awaitCreateSent
 }
 
 func newLink(dialer DialFunc, requested int32, nservers int, gone func(error)) *link {
@@ -212,6 +215,55 @@ func (l *link) acked() {
 		l.ackedSet = true
 		close(l.closeAcked)
 	}
+}
+
+// awaitCreateSent returns a channel that is closed once a create request
+// for path has been written to a connection, for a caller that is about to
+// send one and wants to send another request right behind it: go-zookeeper
+// sends requests in the order they were queued, and the server answers a
+// session's requests in the order they were sent. cancel forgets the
+// channel.
+func (l *link) awaitCreateSent(path string) (sent <-chan struct{}, cancel func()) {
+	ch := make(chan struct{})
+	l.sentMu.Lock()
+	if l.sent == nil {
+		l.sent = make(map[string][]chan struct{})
+	}
+	l.sent[path] = append(l.sent[path], ch)
+	l.sentMu.Unlock()
+	return ch, func() {
+		l.sentMu.Lock()
+		defer l.sentMu.Unlock()
+		chs := l.sent[path]
+		for i, c := range chs {
+			if c == ch {
+				chs = append(chs[:i], chs[i+1:]...)
+				break
+			}
+		}
+		if len(chs) == 0 {
+			delete(l.sent, path)
+		} else {
+			l.sent[path] = chs
+		}
+	}
+}
+
+// createSent closes the channels waiting for a create request for path.
+func (l *link) createSent(path []byte) {
+	l.sentMu.Lock()
+	defer l.sentMu.Unlock()
+	if len(l.sent) == 0 {
+		return
+	}
+	chs, ok := l.sent[string(path)]
+	if !ok {
+		return
+	}
+	for _, c := range chs {
+		close(c)
+	}
+	delete(l.sent, string(path))
 }
 
 // stop refuses every later connection and abandons dials in progress.

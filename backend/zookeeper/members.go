@@ -162,8 +162,8 @@ func (s *session) Members(ctx context.Context, group string) ([]backend.Member, 
 }
 
 // WatchMembers sets a child watch on the group's znode (an exists watch
-// while it does not exist) before it returns, and sends a hint on the
-// channel each time one fires, setting the next. The channel is closed
+// while it does not exist) before it returns and, each time one fires,
+// sets the next, then sends a hint on the channel. The channel is closed
 // when ctx ends or the session is over.
 func (s *session) WatchMembers(ctx context.Context, group string) (<-chan struct{}, error) {
 	if !validName(group) {
@@ -215,19 +215,19 @@ func (s *session) watchMembers(ctx context.Context, op, dir string, ev <-chan zk
 		case <-s.ctx.Done():
 			return
 		}
-		hint()
+		// The next watch is set before the hint: a caller that reads the
+		// members after the hint cannot miss a change made before the
+		// watch was set.
 		for failures := 1; ; failures++ {
 			next, err := call(s, ctx, op, func(c *zk.Conn) (<-chan zk.Event, error) { return watchChildren(c, dir) })
 			if err == nil {
 				ev = next
-				if failures > 1 {
-					hint() // a change may have gone unseen while no watch was set
-				}
 				break
 			}
 			if !s.sleep(ctx, backoff(failures, s.link.granted()/3)) {
 				return
 			}
 		}
+		hint()
 	}
 }

@@ -3,35 +3,24 @@ package zookeeper
 import (
 	"fmt"
 	"strings"
+
+	"github.com/simba-go/simba/backend"
 )
 
 // Znode layout under the root (see the package documentation).
 const (
-	leaseDir = "/lease"
-	groupDir = "/group"
+	leaseDir  = "/lease"
+	groupDir  = "/group"
+	recordDir = "/rec"
+	// recordLeaf is the name of the znode that holds a record, under the
+	// directory of its key. No key segment is encoded to it.
+	recordLeaf = "="
 )
 
-// validName reports whether s is a valid lease or group name: 1–128
-// characters of A–Z a–z 0–9 . _ - starting with a letter or a digit. Such a
-// name is always a valid znode name: it contains no "/" and is never "." or
-// "..".
-func validName(s string) bool {
-	if len(s) < 1 || len(s) > 128 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case c == '.' || c == '_' || c == '-':
-			if i == 0 {
-				return false
-			}
-		default:
-			return false
-		}
-	}
-	return true
-}
+// validName reports whether s is a valid lease or group name (see
+// [backend.ValidName]). Such a name is always a valid znode name: it
+// contains no "/" and is never "." or "..".
+func validName(s string) bool { return backend.ValidName(s) }
 
 // nameError describes an invalid lease or group name.
 func nameError(what, name string) error {
@@ -90,3 +79,71 @@ func (p paths) group(group string) string { return p.root + groupDir + "/" + gro
 
 // member is the ephemeral znode of one session in group.
 func (p paths) member(group, session string) string { return p.group(group) + "/" + session }
+
+// validRecordKey reports whether key is a valid record key (see
+// [backend.ValidKey]).
+func validRecordKey(key string) bool { return backend.ValidKey(key) }
+
+// recordKeyError describes an invalid record key.
+func recordKeyError(key string) error {
+	return fmt.Errorf("simba/zookeeper: invalid record key %q: want 1-512 characters of A-Z a-z 0-9 . _ - /, starting and ending with a letter or digit, without //", key)
+}
+
+// validSegment reports whether seg can be a segment of a record key.
+func validSegment(seg string) bool {
+	if seg == "" {
+		return false
+	}
+	for i := 0; i < len(seg); i++ {
+		switch c := seg[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '.', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// encodeSegment returns the znode name of a key segment: the segment
+// itself, but for "." and "..", which ZooKeeper refuses as names and which
+// become "%2E" and "%2E%2E" ('%' is not a key character).
+func encodeSegment(seg string) string {
+	if seg == "." || seg == ".." {
+		return strings.ReplaceAll(seg, ".", "%2E")
+	}
+	return seg
+}
+
+// decodeSegment returns the key segment of a znode name, and false for a
+// name that no key segment is encoded to.
+func decodeSegment(name string) (string, bool) {
+	switch name {
+	case "%2E":
+		return ".", true
+	case "%2E%2E":
+		return "..", true
+	}
+	return name, validSegment(name)
+}
+
+// recordDir is the directory znode of the record key (or of the complete
+// key segments prefix): <root>/rec/<segment>/.../<segment>.
+func (p paths) recordDir(key string) string {
+	var b strings.Builder
+	b.WriteString(p.root + recordDir)
+	for seg := range strings.SplitSeq(key, "/") {
+		b.WriteByte('/')
+		b.WriteString(encodeSegment(seg))
+	}
+	return b.String()
+}
+
+// record is the znode that holds the record at key.
+func (p paths) record(key string) string { return p.recordDir(key) + "/" + recordLeaf }
+
+// recordTop is the directory of key's first segment, whose data version
+// every write under it increases (see WatchRecords).
+func (p paths) recordTop(key string) string {
+	first, _, _ := strings.Cut(key, "/")
+	return p.root + recordDir + "/" + encodeSegment(first)
+}

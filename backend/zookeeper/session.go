@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,11 +36,13 @@ type session struct {
 	ctx    context.Context // cancelled when the session is over
 	cancel context.CancelFunc
 
-	mu     sync.Mutex
-	over   bool
-	cause  error                // why it is over; wraps backend.ErrSessionDone
-	leases map[string]*lease    // current and pending holdings by name
-	names  map[string]*nameLock // per-name locks of Acquire and Release
+	mu         sync.Mutex
+	over       bool
+	cause      error                     // why it is over; wraps backend.ErrSessionDone
+	leases     map[string]*lease         // current and pending holdings by name
+	names      map[string]*nameLock      // per-name locks of Acquire and Release
+	nonce      uint64                    // of the last Acquire attempt (see acquisition.attempt)
+	recWatches map[*recordWatch]struct{} // WatchRecords calls running
 
 	calls        sync.WaitGroup // goroutines running requests and watches
 	shutdownDone chan struct{}  // closed when the connection is shut down
@@ -266,19 +269,42 @@ func call[T any](s *session, ctx context.Context, op string, f func(*zk.Conn) (T
 		}
 		return zero, fmt.Errorf("simba/zookeeper: %s: %w", op, err)
 	}
-	type result struct {
-		v   T
-		err error
-	}
-	res := make(chan result, 1)
-	if !s.goCall(func() {
-		v, err := f(s.conn)
-		res <- result{v, err}
-	}) {
+	r := start(s, f)
+	if r == nil {
 		return zero, s.live(op)
 	}
+	return r.wait(ctx, op)
+}
+
+// request is f running on a goroutine of the session (see start).
+type request[T any] struct {
+	s    *session
+	done chan struct{} // closed when f has returned
+	v    T
+	err  error
+}
+
+// start runs f, which sends requests on the connection, on a goroutine
+// owned by the session, so that the caller may send other requests
+// meanwhile; it returns nil, starting nothing, once the session is over.
+func start[T any](s *session, f func(*zk.Conn) (T, error)) *request[T] {
+	r := &request[T]{s: s, done: make(chan struct{})}
+	if !s.goCall(func() {
+		defer close(r.done)
+		r.v, r.err = f(s.conn)
+	}) {
+		return nil
+	}
+	return r
+}
+
+// wait returns the result of r, or an error when ctx ends or the session
+// is over first (r then runs on to completion).
+func (r *request[T]) wait(ctx context.Context, op string) (T, error) {
+	var zero T
+	s := r.s
 	select {
-	case r := <-res:
+	case <-r.done:
 		return r.v, s.zkErr(op, r.err)
 	case <-ctx.Done():
 	case <-s.ctx.Done():
@@ -309,9 +335,15 @@ func (s *session) zkErr(op string, err error) error {
 // onEvent is go-zookeeper's event callback: it must not block.
 func (s *session) onEvent(ev zk.Event) {
 	switch ev.Type {
-	case zk.EventNodeDeleted, zk.EventNodeDataChanged:
+	case zk.EventNodeCreated, zk.EventNodeDeleted, zk.EventNodeDataChanged, zk.EventNodeChildrenChanged:
 		if name, ok := s.p.leaseName(ev.Path); ok {
-			s.leaseEvent(name, ev.Type)
+			if ev.Type == zk.EventNodeDeleted || ev.Type == zk.EventNodeDataChanged {
+				s.leaseEvent(name, ev.Type)
+			}
+		} else if recs := s.p.root + recordDir; ev.Path == recs || strings.HasPrefix(ev.Path, recs+"/") {
+			s.mu.Lock()
+			s.recordEventLocked(ev.Path)
+			s.mu.Unlock()
 		}
 	case zk.EventSession:
 		if ev.State == zk.StateExpired {
@@ -383,7 +415,9 @@ func backoff(n int, limit time.Duration) time.Duration {
 }
 
 var (
-	_ backend.Session     = (*session)(nil)
-	_ backend.Lease       = (*lease)(nil)
-	_ backend.LeaseLister = (*session)(nil)
+	_ backend.Session      = (*session)(nil)
+	_ backend.Lease        = (*lease)(nil)
+	_ backend.LostNotifier = (*lease)(nil)
+	_ backend.LeaseLister  = (*session)(nil)
+	_ backend.Records      = (*session)(nil)
 )

@@ -14,6 +14,7 @@ import (
 // ZooKeeper wire protocol values the wire looks at.
 const (
 	xidPing       = -2
+	opCreate      = 1
 	opPing        = 11
 	opClose       = -11
 	opSetWatches  = 101
@@ -41,6 +42,9 @@ const (
 //     cost of needless reconnections to a slow one.)
 //   - The reply to the close request tells Session.Close that the server
 //     has ended the session.
+//   - Each create request is reported to the link once written (see
+//     link.awaitCreateSent), so that Acquire can send its read of the lease
+//     znode right behind the create, in the same round trip.
 //   - The zxid in each reply header is kept by the link and set to 0 on its
 //     way to go-zookeeper, which puts the link's back into the requests
 //     that carry it (the connect request's last zxid seen, the setWatches
@@ -114,6 +118,9 @@ func (w *wire) Write(p []byte) (int, error) {
 			w.closeXid, w.closeSent = xid, true
 		}
 		w.mu.Unlock()
+		if op == opCreate {
+			defer w.sentCreate(p)
+		}
 		if op == opSetWatches && len(p) >= 20 {
 			q := append([]byte(nil), p...)
 			binary.BigEndian.PutUint64(q[12:20], uint64(w.l.zxid()))
@@ -124,6 +131,19 @@ func (w *wire) Write(p []byte) (int, error) {
 		}
 	}
 	return w.Conn.Write(p)
+}
+
+// sentCreate tells the link that the create request p was written (or
+// failed to be: the caller then learns of it from go-zookeeper).
+func (w *wire) sentCreate(p []byte) {
+	if len(p) < 16 {
+		return
+	}
+	n := int(int32(binary.BigEndian.Uint32(p[12:16])))
+	if n < 0 || n > len(p)-16 {
+		return
+	}
+	w.l.createSent(p[16 : 16+n])
 }
 
 // armLocked (re)starts the watchdog: a reply, or any byte, must arrive

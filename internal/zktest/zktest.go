@@ -7,6 +7,9 @@
 // of its own and checks, when the test ends, that nothing but empty
 // container znodes is left under it. [StartServer] starts a server of the
 // test's own, for tests that stop or restart it.
+//
+// Records (backend.Records) outlive sessions by design: [Leftovers] and
+// the check of [Root] let them be, and Root deletes them with the rest.
 package zktest
 
 import (
@@ -110,10 +113,10 @@ var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
 
 // Root returns a znode path for the test alone, under /simba-test, and
 // registers a clean-up that fails the test if anything but empty directory
-// znodes (see [Leftovers]) is left under it once the test's own clean-ups
-// have run (it waits
-// up to 6s, longer than the largest session timeout the test server
-// grants, for sessions that were abandoned to expire), then deletes it.
+// znodes and records (see [Leftovers]) is left under it once the test's
+// own clean-ups have run (it waits up to 6s, longer than the largest
+// session timeout the test server grants, for sessions that were abandoned
+// to expire), then deletes it.
 // Call it before the clean-ups that close the test's backends are
 // registered, so that it runs after them.
 func Root(t testing.TB, addr string) string {
@@ -217,11 +220,24 @@ func Tree(c *zk.Conn, root string) ([]Node, error) {
 	return out, walk(root)
 }
 
+// RecordsDir is the znode, under a backend's root, below which the
+// ZooKeeper backend keeps its records (backend.Records): persistent
+// znodes that outlive the sessions that wrote them, by design.
+const RecordsDir = "/rec"
+
+// Record reports whether the znode is one of the records kept under root
+// (see [RecordsDir]): persistent, below root+RecordsDir.
+func (n Node) Record(root string) bool {
+	_, eph := n.Ephemeral()
+	return !eph && strings.HasPrefix(n.Path, root+RecordsDir+"/")
+}
+
 // Leftovers returns the znodes under root that a closed client must not
-// leave: every znode but empty-handed directories (see [Node.Directory]).
+// leave: every znode but empty-handed directories (see [Node.Directory])
+// and records (see [Node.Record]).
 func Leftovers(c *zk.Conn, root string) ([]Node, error) {
 	nodes, err := Tree(c, root)
-	return slices.DeleteFunc(nodes, Node.Directory), err
+	return slices.DeleteFunc(nodes, func(n Node) bool { return n.Directory() || n.Record(root) }), err
 }
 
 // DeleteTree deletes root and everything under it.

@@ -1,0 +1,610 @@
+package zookeeper
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/simba-go/simba/backend"
+)
+
+// Records (see the package documentation, # Records).
+//
+// The record at key is the persistent znode <root>/rec/<key>/= : its
+// directory <root>/rec/<key> and the directories above it are container
+// znodes, which the server deletes once empty, and "=" holds the record.
+// Keeping the record in a leaf of its own lets "a" and "a/b" both be
+// records: a znode that is a record cannot be a container (the server
+// would delete it, record and all, once its last child is gone), and a
+// directory that is not a container would stay forever. A key segment
+// "." or ".." (which ZooKeeper refuses as a znode name) is stored as
+// "%2E" or "%2E%2E".
+//
+// The leaf's data is the token of the write that stored it, 8 bytes
+// big-endian (0 for an unfenced write), followed by the value. A record's
+// Version is the leaf's mzxid, the zxid of the transaction that last wrote
+// it: it changes with every write and is never reused, even by a record
+// deleted and created again, unlike the znode's data version, which starts
+// again at 0.
+//
+// Two directory versions serve the writes:
+//   - The data version of the key's directory goes up with every delete of
+//     the record, and every update or delete checks it: with the leaf's own
+//     data version, which a delete and a create set back to 0, it proves
+//     that the record was neither changed nor deleted and created again
+//     since it was read.
+//   - The data version of the directory of the key's first segment (for
+//     "ops/disable/x", <root>/rec/ops) goes up with every write: a watch on
+//     that one znode sees every change under it (see WatchRecords).
+//
+// The directories keep no data: only their versions change.
+
+// tokenLen is the length of the token stored in front of a record's value.
+const tokenLen = 8
+
+// encodeRecord returns the data of a record's leaf written with token.
+func encodeRecord(token uint64, value []byte) []byte {
+	return append(binary.BigEndian.AppendUint64(make([]byte, 0, tokenLen+len(value)), token), value...)
+}
+
+// decodeRecord returns the record at key from its leaf's data and stat.
+func decodeRecord(key string, data []byte, st *zk.Stat) (backend.Record, error) {
+	if len(data) < tokenLen {
+		return backend.Record{}, fmt.Errorf("record %q: %d bytes of data, not a simba record", key, len(data))
+	}
+	return backend.Record{
+		Key:     key,
+		Value:   slices.Clone(data[tokenLen:]),
+		Version: uint64(st.Mzxid),
+		Token:   binary.BigEndian.Uint64(data),
+	}, nil
+}
+
+// GetRecord returns the record at key, or an error wrapping
+// [backend.ErrNoRecord]: one read. It implements [backend.Records], as the
+// other record methods do.
+func (s *session) GetRecord(ctx context.Context, key string) (backend.Record, error) {
+	if !validRecordKey(key) {
+		return backend.Record{}, recordKeyError(key)
+	}
+	return call(s, ctx, fmt.Sprintf("get record %q", key), func(c *zk.Conn) (backend.Record, error) {
+		data, st, err := c.Get(s.p.record(key))
+		if errors.Is(err, zk.ErrNoNode) {
+			return backend.Record{}, backend.ErrNoRecord
+		}
+		if err != nil {
+			return backend.Record{}, err
+		}
+		return decodeRecord(key, data, st)
+	})
+}
+
+// ListRecords returns the records whose keys start with prefix, sorted by
+// key. It walks the directories under the deepest one that prefix names
+// in full, one level per round trip (the requests of a level go out
+// together), then reads the records together. It is not a snapshot: each
+// record is read as it is at some instant during the call.
+func (s *session) ListRecords(ctx context.Context, prefix string) ([]backend.Record, error) {
+	return call(s, ctx, fmt.Sprintf("list records %q", prefix), func(c *zk.Conn) ([]backend.Record, error) {
+		return s.listRecords(c, prefix)
+	})
+}
+
+// recordNode is a directory or leaf znode of the records, with its key.
+type recordNode struct{ path, key string }
+
+func (s *session) listRecords(c *zk.Conn, prefix string) ([]backend.Record, error) {
+	start := recordNode{s.p.root + recordDir, ""}
+	if i := strings.LastIndexByte(prefix, '/'); i >= 0 {
+		base := prefix[:i]
+		for seg := range strings.SplitSeq(base, "/") {
+			if !validSegment(seg) {
+				return nil, nil // no key starts with prefix
+			}
+		}
+		start = recordNode{s.p.recordDir(base), base}
+	}
+	var leaves []recordNode
+	for level := []recordNode{start}; len(level) > 0; {
+		children := make([][]string, len(level))
+		if err := together(len(level), func(i int) error {
+			names, _, err := c.Children(level[i].path)
+			if errors.Is(err, zk.ErrNoNode) {
+				return nil
+			}
+			children[i] = names
+			return err
+		}); err != nil {
+			return nil, err
+		}
+		var next []recordNode
+		for i, dir := range level {
+			for _, name := range children[i] {
+				if name == recordLeaf {
+					if dir.key != "" && strings.HasPrefix(dir.key, prefix) {
+						leaves = append(leaves, recordNode{dir.path + "/" + name, dir.key})
+					}
+					continue
+				}
+				seg, ok := decodeSegment(name)
+				if !ok {
+					continue
+				}
+				key := seg
+				if dir.key != "" {
+					key = dir.key + "/" + seg
+				}
+				if strings.HasPrefix(key, prefix) || strings.HasPrefix(prefix, key+"/") {
+					next = append(next, recordNode{dir.path + "/" + name, key})
+				}
+			}
+		}
+		level = next
+	}
+	out := make([]backend.Record, len(leaves))
+	if err := together(len(leaves), func(i int) error {
+		data, st, err := c.Get(leaves[i].path)
+		switch {
+		case errors.Is(err, zk.ErrNoNode): // deleted meanwhile
+		case err != nil:
+			return err
+		default:
+			r, err := decodeRecord(leaves[i].key, data, st)
+			if err != nil {
+				s.b.cfg.logger.Warn("simba/zookeeper: skipping a record znode", "path", leaves[i].path, "err", err)
+				return nil
+			}
+			out[i] = r
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	out = slices.DeleteFunc(out, func(r backend.Record) bool { return r.Key == "" })
+	slices.SortFunc(out, func(x, y backend.Record) int { return strings.Compare(x.Key, y.Key) })
+	return out, nil
+}
+
+// together runs f(0), …, f(n-1) on goroutines, at most 32 at a time, so
+// that their requests go out together, and returns their errors joined.
+func together(n int, f func(i int) error) error {
+	if n == 1 {
+		return f(0)
+	}
+	errs := make([]error, n)
+	sem := make(chan struct{}, 32)
+	var wg sync.WaitGroup
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs[i] = f(i)
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// PutRecord writes value at key if cond holds, and returns the record as
+// written (see the package documentation, # Records, for what is checked
+// atomically with the write and what just before it).
+func (s *session) PutRecord(ctx context.Context, key string, value []byte, cond backend.Condition) (backend.Record, error) {
+	if !validRecordKey(key) {
+		return backend.Record{}, recordKeyError(key)
+	}
+	if len(value) > backend.MaxRecordValue {
+		return backend.Record{}, fmt.Errorf("simba/zookeeper: put record %q: value of %d bytes exceeds %d", key, len(value), backend.MaxRecordValue)
+	}
+	w := &recordWrite{s: s, op: fmt.Sprintf("put record %q", key), key: key, put: true, value: value, cond: cond}
+	return w.run(ctx)
+}
+
+// DeleteRecord removes the record at key if cond holds. Deleting a key
+// with no record is not an error, unless cond requires a version other
+// than 0 (or a lease not held).
+func (s *session) DeleteRecord(ctx context.Context, key string, cond backend.Condition) error {
+	if !validRecordKey(key) {
+		return recordKeyError(key)
+	}
+	w := &recordWrite{s: s, op: fmt.Sprintf("delete record %q", key), key: key, cond: cond}
+	_, err := w.run(ctx)
+	return err
+}
+
+// recordWrite is one PutRecord or DeleteRecord call.
+type recordWrite struct {
+	s     *session
+	op    string
+	key   string
+	put   bool // put value; else delete
+	value []byte
+	cond  backend.Condition
+}
+
+// writeResult is the outcome of one try of a record write: the record
+// written, or again when the record or its directory changed between the
+// read and the write, and the write is to be tried anew.
+type writeResult struct {
+	rec   backend.Record
+	again bool
+}
+
+// run tries the write until it is done, refused, or ctx ends. A try is
+// repeated only when something changed between its read and its write;
+// the condition is then evaluated again on what changed.
+func (w *recordWrite) run(ctx context.Context) (backend.Record, error) {
+	s := w.s
+	if err := s.live(w.op); err != nil {
+		return backend.Record{}, err
+	}
+	if w.cond.Token != 0 && !s.holds(w.cond.Lease, w.cond.Token) {
+		// The holding is not (or no longer) this session's: its znode,
+		// whose czxid is the token, is gone or was never ours.
+		return backend.Record{}, fmt.Errorf("simba/zookeeper: %s: %w", w.op, w.leaseConflict())
+	}
+	for attempt := 1; ; attempt++ {
+		res, err := call(s, ctx, w.op, func(c *zk.Conn) (writeResult, error) { return w.try(ctx, c) })
+		if err != nil || !res.again {
+			return res.rec, err
+		}
+		if attempt > 2 && !s.sleep(ctx, backoff(attempt-2, s.link.granted()/10)) {
+			if err := s.live(w.op); err != nil {
+				return backend.Record{}, err
+			}
+			return backend.Record{}, fmt.Errorf("simba/zookeeper: %s: %w", w.op, ctx.Err())
+		}
+	}
+}
+
+func (w *recordWrite) leaseConflict() error {
+	return fmt.Errorf("lease %q is not held with token %d by session %s: %w", w.cond.Lease, w.cond.Token, w.s.sid, backend.ErrConflict)
+}
+
+// try reads, checks and writes once: the record, its directory and the
+// fence's lease znode are read together, the condition is checked on what
+// was read, and one multi-operation writes if nothing read has changed.
+func (w *recordWrite) try(ctx context.Context, c *zk.Conn) (writeResult, error) {
+	r, err := w.read(c)
+	if err != nil {
+		return writeResult{}, err
+	}
+	if done, err := w.check(r); done || err != nil {
+		return writeResult{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return writeResult{}, err // the caller has gone: write nothing
+	}
+	return w.write(c, r)
+}
+
+// recordRead is what a record write read before writing.
+type recordRead struct {
+	data           []byte
+	st, dir, lease *zk.Stat
+	present, dirOK bool // the record, and its directory, exist
+	leaseOK        bool // the fence's lease znode exists
+}
+
+// read reads the record, its directory and, for a fenced write, the lease
+// znode, together: one round trip.
+func (w *recordWrite) read(c *zk.Conn) (recordRead, error) {
+	s := w.s
+	var r recordRead
+	n := 2
+	if w.cond.Token != 0 {
+		n = 3
+	}
+	err := together(n, func(i int) error {
+		var err error
+		switch i {
+		case 0:
+			r.data, r.st, err = c.Get(s.p.record(w.key))
+			r.present = err == nil
+			if errors.Is(err, zk.ErrNoNode) {
+				err = nil
+			}
+		case 1:
+			r.dirOK, r.dir, err = c.Exists(s.p.recordDir(w.key))
+		case 2:
+			r.leaseOK, r.lease, err = c.Exists(s.p.lease(w.cond.Lease))
+		}
+		return err
+	})
+	return r, err
+}
+
+// check evaluates the condition on what was read. It reports done for a
+// delete with nothing to delete, and an error wrapping ErrConflict when
+// the condition does not hold.
+func (w *recordWrite) check(r recordRead) (done bool, err error) {
+	cond := w.cond
+	if cond.Token != 0 && (!r.leaseOK || uint64(r.lease.Czxid) != cond.Token || r.lease.EphemeralOwner != w.s.id) {
+		return false, w.leaseConflict()
+	}
+	var cur backend.Record
+	if r.present {
+		cur, _ = decodeRecord(w.key, r.data, r.st) // unreadable data: token 0
+		cur.Version = uint64(r.st.Mzxid)
+	}
+	if cond.Token != 0 && cur.Token > cond.Token {
+		return false, fmt.Errorf("written with token %d, newer than %d: %w", cur.Token, cond.Token, backend.ErrConflict)
+	}
+	if cond.IfVersion && cur.Version != cond.Version {
+		return false, fmt.Errorf("version %d, not %d: %w", cur.Version, cond.Version, backend.ErrConflict)
+	}
+	return !w.put && !r.present, nil
+}
+
+// write writes in one multi-operation, provided that what r read has not
+// changed since: the lease znode's version (a fenced write), the record's
+// and its directory's versions (a record that was read), or the record's
+// absence (a create). It returns again when any of these changed.
+func (w *recordWrite) write(c *zk.Conn, r recordRead) (writeResult, error) {
+	s, cond := w.s, w.cond
+	fenced := cond.Token != 0
+	leaf, dir, top := s.p.record(w.key), s.p.recordDir(w.key), s.p.recordTop(w.key)
+	switch {
+	case r.present && !r.dirOK:
+		return writeResult{again: true}, nil // deleted, and its directory reaped, meanwhile
+	case w.put && !r.dirOK:
+		if err := s.ensureDir(c, dir); err != nil { // a new key
+			return writeResult{}, err
+		}
+	}
+	var ops []any
+	if fenced {
+		ops = append(ops, &zk.CheckVersionRequest{Path: s.p.lease(cond.Lease), Version: r.lease.Version})
+	}
+	stored := encodeRecord(cond.Token, w.value)
+	switch {
+	case w.put && r.present:
+		ops = append(ops,
+			&zk.CheckVersionRequest{Path: dir, Version: r.dir.Version},
+			&zk.SetDataRequest{Path: leaf, Data: stored, Version: r.st.Version})
+	case w.put:
+		ops = append(ops, &zk.CreateRequest{Path: leaf, Data: stored, Acl: s.b.cfg.acl})
+	default:
+		ops = append(ops,
+			&zk.CheckVersionRequest{Path: dir, Version: r.dir.Version},
+			&zk.DeleteRequest{Path: leaf, Version: r.st.Version},
+			&zk.SetDataRequest{Path: dir, Version: -1})
+	}
+	if w.put || top != dir {
+		ops = append(ops, &zk.SetDataRequest{Path: top, Version: -1})
+	}
+	res, err := c.Multi(ops...)
+	if err == nil {
+		// Every znode a multi-operation writes gets its zxid as mzxid:
+		// the last operation's stat carries the leaf's new version.
+		written := backend.Record{Key: w.key, Value: slices.Clone(w.value), Version: uint64(res[len(res)-1].Stat.Mzxid), Token: cond.Token}
+		return writeResult{rec: written}, nil
+	}
+	failed := -1
+	if len(res) == len(ops) {
+		failed = slices.IndexFunc(res, func(r zk.MultiResponse) bool { return r.Error != nil })
+	}
+	switch {
+	case failed < 0:
+		return writeResult{}, err // no answer: maybe applied
+	case fenced && failed == 0:
+		// The lease znode was deleted (or changed) since it was read.
+		return writeResult{}, w.leaseConflict()
+	case errors.Is(err, zk.ErrNoNode) && w.put && !r.present:
+		if err := s.ensureDir(c, dir); err != nil {
+			return writeResult{}, err
+		}
+		return writeResult{again: true}, nil
+	case errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrBadVersion), errors.Is(err, zk.ErrNodeExists):
+		return writeResult{again: true}, nil // changed since read
+	}
+	return writeResult{}, err
+}
+
+// WatchRecords returns a channel that receives a hint after records under
+// prefix may have changed. Every record write increases the data version
+// of the directory of its key's first segment, in the same transaction;
+// the watch is one exists watch on that directory when prefix contains a
+// "/" (for "ops/", <root>/rec/ops), and otherwise a child watch on
+// <root>/rec and an exists watch on each directory whose name starts with
+// prefix. The watches are set before WatchRecords returns; after one
+// fires, it is set again before the hint is sent, so a caller that reads
+// after the hint misses nothing. A write under the same first segment but
+// outside prefix also gives a hint. The channel is closed when ctx ends or
+// the session is over.
+func (s *session) WatchRecords(ctx context.Context, prefix string) (<-chan struct{}, error) {
+	op := fmt.Sprintf("watch records %q", prefix)
+	w := &recordWatch{
+		s:        s,
+		prefix:   prefix,
+		ch:       make(chan struct{}, 1),
+		wake:     make(chan struct{}, 1),
+		watching: make(map[string]bool),
+		fired:    make(map[string]bool),
+	}
+	if first, _, ok := strings.Cut(prefix, "/"); !ok {
+		w.fired[s.p.root+recordDir] = true // the first segments are not all known
+	} else if validSegment(first) {
+		w.single = true
+		w.fired[s.p.recordTop(first)] = true
+	} // else no key starts with prefix: nothing to watch
+	s.mu.Lock()
+	if s.over {
+		s.mu.Unlock()
+		return nil, s.live(op)
+	}
+	if s.recWatches == nil {
+		s.recWatches = make(map[*recordWatch]struct{})
+	}
+	s.recWatches[w] = struct{}{}
+	s.mu.Unlock()
+	if _, err := call(s, ctx, op, func(c *zk.Conn) (struct{}, error) { return struct{}{}, w.arm(c) }); err != nil {
+		w.forget()
+		return nil, err
+	}
+	if !s.goCall(func() { w.run(ctx, op) }) {
+		w.forget()
+		return nil, s.live(op)
+	}
+	return w.ch, nil
+}
+
+// recordWatch is one WatchRecords call. Its watch events come through the
+// session's event callback (see recordEvent), by path.
+type recordWatch struct {
+	s      *session
+	prefix string
+	single bool          // prefix names one first segment
+	ch     chan struct{} // hints to the caller
+	wake   chan struct{} // a watch fired (buffer of one)
+
+	// Guarded by s.mu.
+	watching map[string]bool // paths with a watch set that has not fired
+	fired    map[string]bool // paths whose watch is to be set (again)
+}
+
+// recordEventLocked passes a watch event on a record directory to the watches
+// waiting for it. s.mu is held.
+func (s *session) recordEventLocked(path string) {
+	for w := range s.recWatches {
+		if w.watching[path] {
+			delete(w.watching, path)
+			w.fired[path] = true
+			select {
+			case w.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// forget unregisters w from the session.
+func (w *recordWatch) forget() {
+	w.s.mu.Lock()
+	delete(w.s.recWatches, w)
+	w.s.mu.Unlock()
+}
+
+// run sets the watches again each time one fires, then sends a hint,
+// until ctx ends or the session is over; it closes the channel.
+func (w *recordWatch) run(ctx context.Context, op string) {
+	s := w.s
+	defer close(w.ch)
+	defer w.forget()
+	for {
+		select {
+		case <-w.wake:
+		case <-ctx.Done():
+			return
+		case <-s.ctx.Done():
+			return
+		}
+		for failures := 1; ; failures++ {
+			_, err := call(s, ctx, op, func(c *zk.Conn) (struct{}, error) { return struct{}{}, w.arm(c) })
+			if err == nil {
+				break
+			}
+			if !s.sleep(ctx, backoff(failures, s.link.granted()/3)) {
+				return
+			}
+		}
+		select {
+		case w.ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// arm sets the watches of the paths that fired (or were never set). A path
+// whose watch could not be set stays to be set.
+func (w *recordWatch) arm(c *zk.Conn) error {
+	s := w.s
+	s.mu.Lock()
+	todo := make([]string, 0, len(w.fired))
+	for p := range w.fired {
+		todo = append(todo, p)
+	}
+	clear(w.fired)
+	s.mu.Unlock()
+	for i, p := range todo {
+		s.mu.Lock()
+		done := w.watching[p] // set meanwhile, with the directory listing
+		s.mu.Unlock()
+		if done {
+			continue
+		}
+		if err := w.set(c, p); err != nil {
+			s.mu.Lock()
+			for _, q := range todo[i:] {
+				if !w.watching[q] {
+					w.fired[q] = true
+				}
+			}
+			s.mu.Unlock()
+			return err
+		}
+	}
+	return nil
+}
+
+// set sets the watch of one path: an exists watch on a first-segment
+// directory, or a child watch on <root>/rec (an exists watch while it does
+// not exist) and exists watches on the directories found there.
+func (w *recordWatch) set(c *zk.Conn, path string) error {
+	s := w.s
+	s.mu.Lock()
+	w.watching[path] = true // before the request: its event may come at once
+	s.mu.Unlock()
+	unset := func(err error) error {
+		s.mu.Lock()
+		delete(w.watching, path)
+		s.mu.Unlock()
+		return err
+	}
+	if w.single || path != s.p.root+recordDir {
+		_, _, _, err := c.ExistsW(path)
+		if err != nil {
+			return unset(err)
+		}
+		return nil
+	}
+	var names []string
+	for {
+		var err error
+		names, _, _, err = c.ChildrenW(path)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, zk.ErrNoNode) {
+			return unset(err)
+		}
+		ok, _, _, err := c.ExistsW(path)
+		if err != nil {
+			return unset(err)
+		}
+		if !ok {
+			return nil // the exists watch fires when it is created
+		}
+	}
+	for _, name := range names {
+		seg, ok := decodeSegment(name)
+		if !ok || !strings.HasPrefix(seg, w.prefix) {
+			continue
+		}
+		top := path + "/" + name
+		s.mu.Lock()
+		watching := w.watching[top]
+		s.mu.Unlock()
+		if !watching {
+			if err := w.set(c, top); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

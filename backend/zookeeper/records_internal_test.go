@@ -1,0 +1,132 @@
+package zookeeper
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/internal/zktest"
+)
+
+// openInternal opens a session on the shared server under root, closed
+// when the test ends; a goroutine renews it.
+func openInternal(t *testing.T, addr, root string) *session {
+	t.Helper()
+	b, err := New([]string{addr}, WithRoot(root))
+	require.NoError(t, err)
+	t.Cleanup(func() { b.Close() })
+	bs, err := b.Open(t.Context(), backend.SessionOptions{TTL: time.Second})
+	require.NoError(t, err)
+	s := bs.(*session)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(s.TTL() / 3):
+			}
+			s.KeepAlive(ctx)
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		s.Close(context.Background())
+	})
+	return s
+}
+
+// A write compares what it read with what is there when it writes, in one
+// multi-operation: a record deleted and created again in between (its
+// data version is back to what was read) is caught by its directory's
+// version; a lease znode deleted in between is caught by the lease's
+// check. Each step is run by hand, with the changes made between the read
+// and the write.
+func TestRecordWriteSeesChangesSinceItsRead(t *testing.T) {
+	addr := zktest.Addr(t)
+	root := zktest.Root(t, addr)
+	s := openInternal(t, addr, root)
+	other := openInternal(t, addr, root)
+	ctx := t.Context()
+
+	for _, key := range []string{"st/x", "solo"} {
+		for _, put := range []bool{true, false} {
+			_, err := s.PutRecord(ctx, key, []byte("one"), backend.Condition{})
+			require.NoError(t, err)
+			w := &recordWrite{s: s, op: "test", key: key, put: put, value: []byte("stale")}
+			r, err := w.read(s.conn)
+			require.NoError(t, err)
+			require.True(t, r.present)
+			require.NoError(t, other.DeleteRecord(ctx, key, backend.Condition{}))
+			two, err := other.PutRecord(ctx, key, []byte("two"), backend.Condition{})
+			require.NoError(t, err)
+			_, st, err := s.conn.Get(s.p.record(key))
+			require.NoError(t, err)
+			require.Equal(t, r.st.Version, st.Version, "the record's data version is back to the one read")
+
+			res, err := w.write(s.conn, r)
+			require.NoError(t, err)
+			assert.True(t, res.again, "%s (put %v): a write over a record deleted and created again since the read", key, put)
+			got, err := s.GetRecord(ctx, key)
+			require.NoError(t, err)
+			assert.Equal(t, two, got, "%s (put %v)", key, put)
+			require.NoError(t, s.DeleteRecord(ctx, key, backend.Condition{}))
+		}
+	}
+
+	// The lease znode is deleted between the read and the write.
+	for _, put := range []bool{true, false} {
+		l, err := s.Acquire(ctx, "fenced")
+		require.NoError(t, err)
+		fence := backend.Condition{Lease: "fenced", Token: l.Token()}
+		_, err = s.PutRecord(ctx, "st/fenced", []byte("one"), fence)
+		require.NoError(t, err)
+		w := &recordWrite{s: s, op: "test", key: "st/fenced", put: put, value: []byte("two"), cond: fence}
+		r, err := w.read(s.conn)
+		require.NoError(t, err)
+		done, err := w.check(r)
+		require.NoError(t, err)
+		require.False(t, done)
+		require.NoError(t, s.conn.Delete(s.p.lease("fenced"), -1))
+		_, err = w.write(s.conn, r)
+		assert.ErrorIs(t, err, backend.ErrConflict, "put %v", put)
+		got, err := s.GetRecord(ctx, "st/fenced")
+		require.NoError(t, err)
+		assert.Equal(t, "one", string(got.Value), "put %v", put)
+		<-l.Lost()
+	}
+	require.NoError(t, s.DeleteRecord(ctx, "st/fenced", backend.Condition{}))
+}
+
+// The read that Acquire sends right behind its create sees the create: the
+// token is the czxid of the znode created, and the watch behind Lost is
+// set before Acquire returns.
+func TestAcquireReadsBehindItsCreate(t *testing.T) {
+	addr := zktest.Addr(t)
+	root := zktest.Root(t, addr)
+	s := openInternal(t, addr, root)
+	c := zktest.Connect(t, addr)
+	for range 20 {
+		bl, err := s.Acquire(t.Context(), "x")
+		require.NoError(t, err)
+		l := bl.(*lease)
+		data, st, err := c.Get(root + "/lease/x")
+		require.NoError(t, err)
+		assert.Equal(t, uint64(st.Czxid), l.Token())
+		assert.Equal(t, s.id, st.EphemeralOwner)
+		assert.Len(t, data, 8, "the attempt's nonce")
+		require.NoError(t, c.Delete(root+"/lease/x", -1)) // no read after Acquire: the watch was set by then
+		select {
+		case <-l.Lost():
+		case <-time.After(10 * time.Second):
+			t.Fatal("Lost not closed: no watch was set")
+		}
+	}
+}
