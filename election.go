@@ -48,7 +48,7 @@ func (e *Election) RunWhileLeader(fn func(ctx context.Context, term *Term) error
 	}
 	ref := TermRef{Election: e.name, Partition: -1}
 	return e.c.start("election", ref, "", func(ctx context.Context, t *Term) error {
-		return e.c.invoke(ctx, t, fn, t.status.firstSource())
+		return e.c.invoke(ctx, t, fn, sourceFirst)
 	}, opts)
 }
 
@@ -270,7 +270,7 @@ func (t *LeaderTask) release(g *generation, lease backend.Lease) bool {
 // logs and publishes the outcome.
 func (c *Client) invoke(ctx context.Context, term *Term, fn func(context.Context, *Term) error, source string) (err error) {
 	start := time.Now()
-	seq := term.status.started(start, source)
+	run := term.status.started(start, source)
 	defer func() {
 		if v := recover(); v != nil {
 			err = &PanicError{Value: v, Stack: debug.Stack()}
@@ -290,7 +290,7 @@ func (c *Client) invoke(ctx context.Context, term *Term, fn func(context.Context
 			c.log.Debug("run completed", "election", term.ref.Election, "token", term.ref.Token, "result", result, "err", err, "duration", d)
 		}
 		c.metrics.ran(term.ref, result, d)
-		term.status.ended(seq, start.Add(d), result, err)
+		term.status.ended(run, start.Add(d), result, err)
 		c.events.publish(WorkCompleted{TermRef: term.ref, Result: result, Err: err, Start: start, Duration: d})
 	}()
 	return fn(ctx, term)

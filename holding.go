@@ -71,8 +71,13 @@ func (t *LeaderTask) startTerm(g *generation, lease backend.Lease) bool {
 	runCtx, cancelRun := context.WithCancel(context.Background())
 	h := &holding{t: t, g: g, lease: lease, term: term, runCtx: runCtx, cancelRun: cancelRun, running: true}
 	h.watch()
-	c.ops.refresh(g)
 	h.checkOps()
+	c.wg.Go(func() {
+		// Off the task's path: a disable found here revokes the term
+		// through the view's subscribers, before a schedule's first run.
+		defer close(term.ready)
+		c.ops.refresh(g)
+	})
 	c.wg.Go(h.run)
 	return true
 }

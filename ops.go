@@ -106,12 +106,7 @@ func (o *opsView) refresh(g *generation) {
 	}
 	ctx, cancel := context.WithTimeout(g.ctx, g.ttl/3)
 	defer cancel()
-	list, err := rec.ListRecords(ctx, records.DisabledPrefix)
-	if err == nil {
-		var drains []backend.Record
-		drains, err = rec.ListRecords(ctx, records.DrainPrefix)
-		list = append(list, drains...)
-	}
+	list, err := rec.ListRecords(ctx, records.OpsPrefix)
 	if err != nil {
 		o.c.log.Debug("reading operations at a term's start failed", "err", err)
 		return

@@ -213,6 +213,14 @@ const maxCountedMisses = 1 << 10
 // MisfireRunOnce, and once as soon as it can when an operator triggers the
 // election.
 func (s Schedule) run(ctx context.Context, term *Term, c *Client, fn func(context.Context, *Term) error) error {
+	select {
+	case <-term.ready:
+	case <-ctx.Done():
+		return nil
+	}
+	if !term.status.awaitOpened(ctx) {
+		return nil
+	}
 	source := term.status.firstSource()
 	if term.status.missedStart() && s.misfire == MisfireRunOnce {
 		c.log.Info("the previous holder missed a planned start; running once now", "election", term.ref.Election)

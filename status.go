@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/simba-go/simba/backend"
@@ -15,8 +16,9 @@ import (
 // election writes its status (holder, last run, next planned start,
 // counts) and a bounded history of runs, fenced by its token, for the
 // simba command and the console, and so that a successor learns of a
-// fail-over, an interrupted run or a missed planned start. It costs about
-// four small writes per run; turn it off for very frequent runs.
+// fail-over, an interrupted run or a missed planned start. The writes are
+// made off the task's path, in order, status writes coalesced: about two
+// small writes per run, and two at a hand-off, which waits for them.
 func WithStatus(on bool) Option {
 	return func(o *options) error {
 		o.noStatus = !on
@@ -24,31 +26,45 @@ func WithStatus(on bool) Option {
 	}
 }
 
-// statusWriter keeps the status and history records of one term. A nil
-// *statusWriter does nothing.
+// sourceFirst stands for the source of a term's first run: "fail-over" if
+// the previous holder ended without a hand-off, "normal" otherwise, known
+// once the previous status is read.
+const sourceFirst = ""
+
+// statusWriter keeps the status and history records of one term. Its
+// methods only queue the changes: a worker goroutine, started when there is
+// work and gone when there is none, applies them in order, writing each
+// run's history entry and the status once per batch. A nil *statusWriter
+// does nothing.
 type statusWriter struct {
 	c      *Client
 	rec    backend.Records
 	term   *Term
 	cond   backend.Condition
 	member string
+	opened chan struct{} // closed when the previous status has been read
 
-	// turn serializes the writes and guards st and closed. It is a channel
-	// rather than a mutex: a writer waits for its turn across a network
-	// call, and waiting on a channel lets virtual time run in tests.
-	turn     chan struct{}
+	mu      sync.Mutex
+	queue   []func(ctx context.Context) // changes not yet applied
+	working bool                        // a worker is draining the queue
+	drained chan struct{}               // closed when the queue empties; nil when idle
+	closed  bool                        // handed off: nothing more is queued
+
+	// The worker's own state: only the worker touches it.
 	st       records.Status
-	closed   bool // handed off: no more writes
+	dirty    bool // st changed since it was last written
 	failOver bool // the previous holder ended without a hand-off
 	missed   bool // a planned start passed while no one held the lease
 }
 
-func (w *statusWriter) lock()   { w.turn <- struct{}{} }
-func (w *statusWriter) unlock() { <-w.turn }
+// runHandle ties a run's end to its start; the worker fills in its
+// sequence number.
+type runHandle struct{ seq uint64 }
 
-// openStatus reads the status the previous holder left, marks its
-// in-flight run interrupted, and records this term as the holder. It
-// returns nil when status records are off or unsupported.
+// openStatus starts the status records of term: the worker reads the
+// status the previous holder left, marks its in-flight run interrupted,
+// and records this term as the holder. It returns nil when status records
+// are off or unsupported.
 func (c *Client) openStatus(g *generation, term *Term, schedule string) *statusWriter {
 	rec, ok := g.sess.(backend.Records)
 	if !ok || c.opts.noStatus {
@@ -57,41 +73,83 @@ func (c *Client) openStatus(g *generation, term *Term, schedule string) *statusW
 	ref := term.ref
 	w := &statusWriter{
 		c: c, rec: rec, term: term, member: c.memberID(g),
-		cond: backend.Condition{Lease: ref.Election, Token: ref.Token},
-		turn: make(chan struct{}, 1),
+		cond:   backend.Condition{Lease: ref.Election, Token: ref.Token},
+		opened: make(chan struct{}),
 	}
-	ctx, cancel := w.ctx()
-	defer cancel()
-	now := time.Now()
-	prev, err := rec.GetRecord(ctx, records.StatusKey(ref.Election))
-	switch {
-	case err == nil:
-		if err := records.Decode(prev.Value, &w.st); err != nil {
-			c.log.Warn("unreadable status record; starting afresh", "election", ref.Election, "err", err)
-			w.st = records.Status{}
+	w.enqueue(func(ctx context.Context) {
+		defer close(w.opened)
+		now := time.Now()
+		prev, err := rec.GetRecord(ctx, records.StatusKey(ref.Election))
+		switch {
+		case err == nil:
+			if err := records.Decode(prev.Value, &w.st); err != nil {
+				c.log.Warn("unreadable status record; starting afresh", "election", ref.Election, "err", err)
+				w.st = records.Status{}
+			}
+		case !errors.Is(err, backend.ErrNoRecord):
+			c.log.Warn("reading the status record failed", "election", ref.Election, "err", err)
 		}
-	case !errors.Is(err, backend.ErrNoRecord):
-		c.log.Warn("reading the status record failed", "election", ref.Election, "err", err)
-	}
-	w.failOver = w.st.Holder != nil && w.st.Holder.Token != ref.Token
-	w.missed = !w.st.NextPlanned.IsZero() && w.st.NextPlanned.Before(now)
-	if w.failOver && w.st.LastRun != nil && w.st.LastRun.Result == records.Running {
-		run := *w.st.LastRun
-		run.Result, run.Error = records.Interrupted, fmt.Sprintf("holder %s (token %d) ended without a hand-off while it ran", run.Member, run.Token)
-		w.put(ctx, records.HistoryKey(ref.Election, run.Seq), records.Encode(run))
-		w.st.LastRun = &run
-	}
-	w.st.Lease, w.st.Group, w.st.Partition, w.st.Schedule = ref.Election, ref.Group, ref.Partition, schedule
-	w.st.Holder = &records.Holder{Member: w.member, Session: g.sess.ID(), Token: ref.Token, Since: term.start}
-	w.writeStatus(ctx)
+		w.failOver = w.st.Holder != nil && w.st.Holder.Token != ref.Token
+		w.missed = !w.st.NextPlanned.IsZero() && w.st.NextPlanned.Before(now)
+		if w.failOver && w.st.LastRun != nil && w.st.LastRun.Result == records.Running {
+			run := *w.st.LastRun
+			run.Result, run.Error = records.Interrupted, fmt.Sprintf("holder %s (token %d) ended without a hand-off while it ran", run.Member, run.Token)
+			w.put(ctx, records.HistoryKey(ref.Election, run.Seq), records.Encode(run))
+			w.st.LastRun = &run
+		}
+		w.st.Lease, w.st.Group, w.st.Partition, w.st.Schedule = ref.Election, ref.Group, ref.Partition, schedule
+		w.st.Holder = &records.Holder{Member: w.member, Session: g.sess.ID(), Token: ref.Token, Since: term.start}
+		w.dirty = true
+	})
 	return w
 }
 
-// ctx bounds a write by the session: the backend's fence decides whether
-// the term may still write (the last run of a term ends after the term, and
-// must still reach the history while the lease is held).
-func (w *statusWriter) ctx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(w.term.gen.ctx, w.term.gen.ttl)
+// enqueue adds a change, and starts a worker if none is running. It
+// reports false once the writer is closed.
+func (w *statusWriter) enqueue(f func(ctx context.Context)) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return false
+	}
+	w.queue = append(w.queue, f)
+	if !w.working {
+		w.working = true
+		w.drained = make(chan struct{})
+		w.c.wg.Go(w.work)
+	}
+	return true
+}
+
+// work applies the queued changes in order, then writes the status once,
+// until the queue is empty.
+func (w *statusWriter) work() {
+	// Writes are bounded by the session: the backend's fence decides
+	// whether the term may still write (the last run of a term ends after
+	// the term, and must still reach the history while the lease is held).
+	ctx, cancel := context.WithTimeout(w.term.gen.ctx, w.term.gen.ttl)
+	defer cancel()
+	for {
+		w.mu.Lock()
+		batch := w.queue
+		w.queue = nil
+		if len(batch) == 0 {
+			w.working = false
+			close(w.drained)
+			w.drained = nil
+			w.mu.Unlock()
+			return
+		}
+		w.mu.Unlock()
+		for _, f := range batch {
+			f(ctx)
+		}
+		if w.dirty {
+			w.dirty = false
+			w.st.Updated = time.Now()
+			w.put(ctx, records.StatusKey(w.term.ref.Election), records.Encode(w.st))
+		}
+	}
 }
 
 // put writes a record fenced by the term; a failure is logged, never
@@ -106,65 +164,55 @@ func (w *statusWriter) put(ctx context.Context, key string, value []byte) {
 	}
 }
 
-// writeStatus writes the status. w holds the turn, or is not shared yet.
-func (w *statusWriter) writeStatus(ctx context.Context) {
-	w.st.Updated = time.Now()
-	w.put(ctx, records.StatusKey(w.term.ref.Election), records.Encode(w.st))
-}
-
-// started records the start of a run and returns its sequence number.
-func (w *statusWriter) started(start time.Time, source string) uint64 {
+// started records the start of a run; source is sourceFirst for the
+// term's first run.
+func (w *statusWriter) started(start time.Time, source string) *runHandle {
 	if w == nil {
-		return 0
+		return nil
 	}
-	w.lock()
-	defer w.unlock()
-	if w.closed {
-		return 0
-	}
-	w.st.HistorySeq++
-	w.st.LastRun = &records.Run{Seq: w.st.HistorySeq, Token: w.term.ref.Token, Member: w.member, Start: start, Result: records.Running, Source: source}
-	ctx, cancel := w.ctx()
-	defer cancel()
-	w.writeStatus(ctx)
-	return w.st.HistorySeq
-}
-
-// ended records the end of run seq in the history and the status, with the
-// schedule's next planned start (zero for none), and drops the oldest run.
-func (w *statusWriter) ended(seq uint64, end time.Time, result Result, err error) {
-	if w == nil {
-		return
-	}
-	w.lock()
-	defer w.unlock()
-	if w.closed {
-		return
-	}
-	if w.st.LastRun == nil || w.st.LastRun.Seq != seq {
-		return
-	}
-	run := *w.st.LastRun
-	run.End, run.Result = end, result.String()
-	if err != nil {
-		run.Error = err.Error()
-	}
-	w.st.LastRun = &run
-	if result == Failed {
-		w.st.Failed++
-	} else {
-		w.st.Succeeded++
-	}
-	ctx, cancel := w.ctx()
-	defer cancel()
-	ref := w.term.ref
-	w.put(ctx, records.HistoryKey(ref.Election, seq), records.Encode(run))
-	w.writeStatus(ctx)
-	if seq > records.HistoryLen {
-		if err := w.rec.DeleteRecord(ctx, records.HistoryKey(ref.Election, seq-records.HistoryLen), w.cond); err != nil {
-			w.c.log.Debug("trimming the history failed", "election", ref.Election, "err", err)
+	h := &runHandle{}
+	w.enqueue(func(context.Context) {
+		if source == sourceFirst {
+			source = w.firstSource()
 		}
+		w.st.HistorySeq++
+		h.seq = w.st.HistorySeq
+		w.st.LastRun = &records.Run{Seq: h.seq, Token: w.term.ref.Token, Member: w.member, Start: start, Result: records.Running, Source: source}
+		w.dirty = true
+	})
+	return h
+}
+
+// ended records the end of a run in the history and the status, and drops
+// the oldest run.
+func (w *statusWriter) ended(h *runHandle, end time.Time, result Result, err error) {
+	if w == nil || h == nil {
+		return
 	}
+	w.enqueue(func(ctx context.Context) {
+		if h.seq == 0 || w.st.LastRun == nil || w.st.LastRun.Seq != h.seq {
+			return
+		}
+		run := *w.st.LastRun
+		run.End, run.Result = end, result.String()
+		if err != nil {
+			run.Error = err.Error()
+		}
+		w.st.LastRun = &run
+		if result == Failed {
+			w.st.Failed++
+		} else {
+			w.st.Succeeded++
+		}
+		w.dirty = true
+		ref := w.term.ref
+		w.put(ctx, records.HistoryKey(ref.Election, h.seq), records.Encode(run))
+		if h.seq > records.HistoryLen {
+			if err := w.rec.DeleteRecord(ctx, records.HistoryKey(ref.Election, h.seq-records.HistoryLen), w.cond); err != nil {
+				w.c.log.Debug("trimming the history failed", "election", ref.Election, "err", err)
+			}
+		}
+	})
 }
 
 // planned records the schedule's next planned start.
@@ -172,41 +220,54 @@ func (w *statusWriter) planned(next time.Time) {
 	if w == nil {
 		return
 	}
-	w.lock()
-	defer w.unlock()
-	if w.closed {
-		return
-	}
-	if w.st.NextPlanned.Equal(next) {
-		return
-	}
-	w.st.NextPlanned = next
-	ctx, cancel := w.ctx()
-	defer cancel()
-	w.writeStatus(ctx)
+	w.enqueue(func(context.Context) {
+		if !w.st.NextPlanned.Equal(next) {
+			w.st.NextPlanned = next
+			w.dirty = true
+		}
+	})
 }
 
-// handedOff records that the term ended cleanly, before its lease is
-// released: a successor that finds no holder knows there was no fail-over.
-// The write is bounded by the session, not by the term, which has ended.
+// handedOff records that the term ended cleanly and waits until every
+// change is written, before its lease is released: a successor that finds
+// no holder knows there was no fail-over. The wait is bounded by the
+// session.
 func (w *statusWriter) handedOff(g *generation) {
 	if w == nil {
 		return
 	}
-	w.lock()
-	defer w.unlock()
-	if w.closed {
-		return
-	}
+	w.enqueue(func(context.Context) {
+		w.st.Holder = nil
+		w.dirty = true
+	})
+	w.mu.Lock()
 	w.closed = true
-	w.st.Holder = nil
-	w.st.Updated = time.Now()
-	ctx, cancel := context.WithTimeout(g.ctx, g.ttl)
-	defer cancel()
-	w.put(ctx, records.StatusKey(w.term.ref.Election), records.Encode(w.st))
+	drained := w.drained
+	w.mu.Unlock()
+	if drained != nil {
+		select {
+		case <-drained:
+		case <-g.ctx.Done():
+		}
+	}
 }
 
-// firstSource is the source of the first run of the term.
+// awaitOpened waits until the previous status has been read, so that
+// firstSource and missedStart are known; false if ctx ends first.
+func (w *statusWriter) awaitOpened(ctx context.Context) bool {
+	if w == nil {
+		return true
+	}
+	select {
+	case <-w.opened:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// firstSource is the source of the first run of the term; call it after
+// awaitOpened, or from the worker.
 func (w *statusWriter) firstSource() string {
 	if w != nil && w.failOver {
 		return records.SourceFailOver
@@ -215,5 +276,5 @@ func (w *statusWriter) firstSource() string {
 }
 
 // missedStart reports whether a planned start passed while no one held the
-// lease.
+// lease; call it after awaitOpened.
 func (w *statusWriter) missedStart() bool { return w != nil && w.missed }

@@ -34,6 +34,10 @@ type Term struct {
 
 	// status keeps the term's status records; set before the work starts.
 	status *statusWriter
+	// ready is closed once the term's start is checked against the
+	// operations in the backend (a disable its watch has not delivered
+	// yet); a schedule waits for it before its first run.
+	ready chan struct{}
 
 	// handOffUntil is the offset from gen.base until which a term this
 	// client revoked itself may still write its records (a final
@@ -44,7 +48,7 @@ type Term struct {
 }
 
 func newTerm(ref TermRef, g *generation) *Term {
-	t := &Term{ref: ref, gen: g, start: time.Now(), revoked: make(chan struct{})}
+	t := &Term{ref: ref, gen: g, start: time.Now(), revoked: make(chan struct{}), ready: make(chan struct{})}
 	t.end.Store(math.MaxInt64)
 	return t
 }
