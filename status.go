@@ -52,9 +52,10 @@ type statusWriter struct {
 
 	// The worker's own state: only the worker touches it.
 	st       records.Status
-	dirty    bool // st changed since it was last written
-	failOver bool // the previous holder ended without a hand-off
-	missed   bool // a planned start passed while no one held the lease
+	dirty    bool              // st changed since it was last written
+	history  map[string][]byte // history records to write with the status
+	failOver bool              // the previous holder ended without a hand-off
+	missed   bool              // a planned start passed while no one held the lease
 }
 
 // runHandle ties a run's end to its start; the worker fills in its
@@ -94,7 +95,7 @@ func (c *Client) openStatus(g *generation, term *Term, schedule string) *statusW
 		if w.failOver && w.st.LastRun != nil && w.st.LastRun.Result == records.Running {
 			run := *w.st.LastRun
 			run.Result, run.Error = records.Interrupted, fmt.Sprintf("holder %s (token %d) ended without a hand-off while it ran", run.Member, run.Token)
-			w.put(ctx, records.HistoryKey(ref.Election, run.Seq), records.Encode(run))
+			w.addHistory(run)
 			w.st.LastRun = &run
 		}
 		w.st.Lease, w.st.Group, w.st.Partition, w.st.Schedule = ref.Election, ref.Group, ref.Partition, schedule
@@ -121,8 +122,10 @@ func (w *statusWriter) enqueue(f func(ctx context.Context)) bool {
 	return true
 }
 
-// work applies the queued changes in order, then writes the status once,
-// until the queue is empty.
+// work applies the queued changes in order and writes what they changed,
+// until the queue is empty. Changes queued while it writes are applied
+// together before the next writes, so that a run's end and the hand-off
+// after it come to one status write.
 func (w *statusWriter) work() {
 	// Writes are bounded by the session: the backend's fence decides
 	// whether the term may still write (the last run of a term ends after
@@ -133,7 +136,7 @@ func (w *statusWriter) work() {
 		w.mu.Lock()
 		batch := w.queue
 		w.queue = nil
-		if len(batch) == 0 {
+		if len(batch) == 0 && !w.dirty && len(w.history) == 0 {
 			w.working = false
 			close(w.drained)
 			w.drained = nil
@@ -141,15 +144,39 @@ func (w *statusWriter) work() {
 			return
 		}
 		w.mu.Unlock()
+		if len(batch) == 0 {
+			w.flush(ctx)
+			continue
+		}
 		for _, f := range batch {
 			f(ctx)
 		}
-		if w.dirty {
-			w.dirty = false
-			w.st.Updated = time.Now()
-			w.put(ctx, records.StatusKey(w.term.ref.Election), records.Encode(w.st))
-		}
 	}
+}
+
+// addHistory queues run's history record for the next flush; a later run
+// in the same slot replaces it.
+func (w *statusWriter) addHistory(run records.Run) {
+	if w.history == nil {
+		w.history = make(map[string][]byte)
+	}
+	w.history[records.HistoryKey(w.term.ref.Election, run.Seq)] = records.Encode(run)
+}
+
+// flush writes the history records and the status concurrently: each is a
+// record of its own, and the writes are fenced alike.
+func (w *statusWriter) flush(ctx context.Context) {
+	var wg sync.WaitGroup
+	for key, value := range w.history {
+		wg.Go(func() { w.put(ctx, key, value) })
+	}
+	clear(w.history)
+	if w.dirty {
+		w.dirty = false
+		w.st.Updated = time.Now()
+		w.put(ctx, records.StatusKey(w.term.ref.Election), records.Encode(w.st))
+	}
+	wg.Wait()
 }
 
 // put writes a record fenced by the term; a failure is logged, never
@@ -183,13 +210,13 @@ func (w *statusWriter) started(start time.Time, source string) *runHandle {
 	return h
 }
 
-// ended records the end of a run in the history and the status, and drops
-// the oldest run.
+// ended records the end of a run in the history (in place of the run
+// HistoryLen before it) and the status.
 func (w *statusWriter) ended(h *runHandle, end time.Time, result Result, err error) {
 	if w == nil || h == nil {
 		return
 	}
-	w.enqueue(func(ctx context.Context) {
+	w.enqueue(func(context.Context) {
 		if h.seq == 0 || w.st.LastRun == nil || w.st.LastRun.Seq != h.seq {
 			return
 		}
@@ -205,13 +232,7 @@ func (w *statusWriter) ended(h *runHandle, end time.Time, result Result, err err
 			w.st.Succeeded++
 		}
 		w.dirty = true
-		ref := w.term.ref
-		w.put(ctx, records.HistoryKey(ref.Election, h.seq), records.Encode(run))
-		if h.seq > records.HistoryLen {
-			if err := w.rec.DeleteRecord(ctx, records.HistoryKey(ref.Election, h.seq-records.HistoryLen), w.cond); err != nil {
-				w.c.log.Debug("trimming the history failed", "election", ref.Election, "err", err)
-			}
-		}
+		w.addHistory(run)
 	})
 }
 

@@ -1,10 +1,12 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -191,18 +193,23 @@ func (a *Admin) History(ctx context.Context, lease string) ([]Run, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(list) == 0 {
-		if _, err := a.Status(ctx, lease); err != nil {
-			return nil, err
-		}
+	st, err := a.Status(ctx, lease)
+	switch {
+	case err != nil && (len(list) == 0 || !errors.Is(err, ErrNotFound)):
+		return nil, err
+	case err != nil:
+		st.HistorySeq = math.MaxUint64 // history without status: keep it all
 	}
 	runs := make([]Run, 0, len(list))
 	for _, r := range list {
 		var run Run
-		if err := records.Decode(r.Value, &run); err == nil {
+		// A slot holding a run newer than the status knows of is left from
+		// before the status was lost: the run is not of this history.
+		if err := records.Decode(r.Value, &run); err == nil && run.Seq <= st.HistorySeq {
 			runs = append(runs, run)
 		}
 	}
+	slices.SortFunc(runs, func(x, y Run) int { return cmp.Compare(x.Seq, y.Seq) })
 	return runs, nil
 }
 

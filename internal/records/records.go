@@ -7,7 +7,7 @@
 // Keys:
 //
 //	status/<lease>              Status, written by the holder, fenced by its token
-//	history/<lease>/<seq>       Run, written by the holder, fenced; the last HistoryLen kept
+//	history/<lease>/<slot>      Run, written by the holder, fenced: run seq in slot seq%HistoryLen
 //	ops/disabled/<name>         Op: the election, job or group runs nothing anywhere
 //	ops/trigger/<lease>         Op: the holder runs the schedule once as soon as it can
 //	ops/resign/<lease>          Op: the holder of the given token hands off
@@ -38,9 +38,12 @@ const (
 // StatusKey is the key of the status of lease.
 func StatusKey(lease string) string { return StatusPrefix + lease }
 
-// HistoryKey is the key of run seq of lease; keys sort by seq.
+// HistoryKey is the key of run seq of lease: the runs take HistoryLen
+// slots in turn, so that a run's record replaces that of the run HistoryLen
+// before it, and the history needs neither trimming nor new keys once
+// full. Order runs by their Seq, not by key.
 func HistoryKey(lease string, seq uint64) string {
-	return fmt.Sprintf("%s%s/%020d", HistoryPrefix, lease, seq)
+	return fmt.Sprintf("%s%s/%02d", HistoryPrefix, lease, seq%HistoryLen)
 }
 
 // HistoryKeys is the prefix of the history of lease.
