@@ -105,9 +105,11 @@ func benchHandOff(t *testing.T, srv *etcdtest.Server, report *strings.Builder) {
 	}
 	for _, sv := range servers {
 		for _, settle := range []time.Duration{20 * time.Millisecond, 150 * time.Millisecond} {
-			s := simbaHandOff(t, sv.srv, settle)
+			s := simbaHandOff(t, sv.srv, settle, true)
+			off := simbaHandOff(t, sv.srv, settle, false)
 			p := peerHandOff(t, sv.srv, settle)
 			fmt.Fprintf(report, "| %s | simba | %v | %s |\n", sv.name, settle, quantiles(s))
+			fmt.Fprintf(report, "| %s | simba, status records off | %v | %s |\n", sv.name, settle, quantiles(off))
 			fmt.Fprintf(report, "| %s | concurrency.Election | %v | %s |\n", sv.name, settle, quantiles(p))
 		}
 	}
@@ -185,9 +187,10 @@ func benchClient(t *testing.T, endpoints []string, counter *requestCounter, opts
 	return cli
 }
 
-// simbaHandOff measures graceful hand-offs between two simba clients.
-func simbaHandOff(t *testing.T, srv *etcdtest.Server, settle time.Duration) []time.Duration {
-	prefix := fmt.Sprintf("/bench-handoff-%v/", settle)
+// simbaHandOff measures graceful hand-offs between two simba clients, with
+// status records on (the default) or off.
+func simbaHandOff(t *testing.T, srv *etcdtest.Server, settle time.Duration, status bool) []time.Duration {
+	prefix := fmt.Sprintf("/bench-handoff-%v-%v/", settle, status)
 	running := make(chan time.Time, 1)
 	task := func(ctx context.Context, term *simba.Term) error {
 		running <- time.Now()
@@ -200,7 +203,7 @@ func simbaHandOff(t *testing.T, srv *etcdtest.Server, settle time.Duration) []ti
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := simba.New(b, simba.WithTTL(handOffSessTTL))
+		c, err := simba.New(b, simba.WithTTL(handOffSessTTL), simba.WithStatus(status))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -76,14 +76,17 @@
 //
 // # Waiting and losing
 //
-// While another session holds the key, Acquire watches it from the revision
-// after the one its transaction saw, and tries again when the key is deleted.
-// A watch that starts at or below etcd's current revision is "unsynced": the
-// server catches it up only every 100ms, and a deletion that comes soon after
-// waits for that (etcd's concurrency.Election, which watches from the
-// revision it read, pays up to 100ms per hand-off). A watch from the next
-// revision is in sync at once and gets the deletion as it is applied: a
-// graceful hand-off costs two writes and a watch event, a few milliseconds.
+// While another session holds the key, Acquire waits for the session's
+// watch of the lease keys (below) to deliver an event on the key after the
+// revision its transaction saw, and tries again. It opens no watch of its
+// own: a watch that starts at or below etcd's current revision is
+// "unsynced", and the server catches it up only every 100ms, so a deletion
+// that comes soon after waits for that (etcd's concurrency.Election, which
+// watches from the revision it read, pays up to 100ms per hand-off; a watch
+// from the revision after the one a transaction saw is unsynced too as soon
+// as any other write came in between). The session's watch has been
+// running since Open and is in sync: a graceful hand-off costs two writes
+// and a watch event, a few milliseconds.
 //
 // A session watches all the lease keys with one prefix watch, started in
 // Open, and hands each event to the holding of its key, if the session has

@@ -19,11 +19,13 @@ import (
 // created by a transaction that succeeds only if the key does not exist, and
 // bound to the session's etcd lease. The token is the key's create revision.
 //
-// While another session holds the key, Acquire watches it from the revision
-// after the one it saw (so the server sends the deletion as it happens, with
-// no catch-up delay) and tries again when it is deleted. If this session
-// holds the key already, Acquire deletes it, conditionally on its create
-// revision, and creates it again with a new token.
+// While another session holds the key, Acquire waits for the session's
+// shared watch of the lease keys (see leaseWatch) to see an event on the
+// key after the revision its transaction saw, and tries again: the shared
+// watch is synced, so the server sends the deletion as it happens, with no
+// catch-up delay. If this session holds the key already, Acquire deletes
+// it, conditionally on its create revision, and creates it again with a new
+// token.
 //
 // When ctx ends while a transaction is on its way, Acquire cannot know
 // whether it took effect: it returns at once, and a goroutine of the session
@@ -89,13 +91,11 @@ func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, erro
 			}
 			continue
 		}
-		gone, _, err := s.watchKey(cctx, key, resp.Header.Revision+1, func(ev *clientv3.Event) bool {
-			return ev.Type == mvccpb.DELETE
-		})
-		if !gone && cctx.Err() != nil {
-			return nil, s.failure(ctx, op, cctx.Err())
-		}
-		if err != nil && !s.pause(retryDelay) {
+		if !s.awaitEvent(cctx, key, resp.Header.Revision) {
+			err := cctx.Err()
+			if err == nil {
+				err = errors.New("the session's watch of the lease keys ended")
+			}
 			return nil, s.failure(ctx, op, err)
 		}
 	}

@@ -45,9 +45,10 @@ type leaseWatch struct {
 
 // slot is what the session has at one lease key.
 type slot struct {
-	held      *lease   // the holding of the key, if any
-	acquiring int      // Acquire calls of the key in flight
-	last      keyState // the latest event seen while acquiring > 0
+	held      *lease        // the holding of the key, if any
+	acquiring int           // Acquire calls of the key in flight
+	last      keyState      // the latest event seen while acquiring > 0
+	wake      chan struct{} // closed at the next event; nil when no one waits
 }
 
 // keyState is one event on a lease key, or its state read at a revision.
@@ -119,6 +120,41 @@ func (s *session) hold(l *lease) {
 	}
 }
 
+// awaitEvent waits until the shared watch has seen an event on key after
+// revision rev, between expect and its done. It reports false when ctx
+// ends or the session is over first.
+//
+// Acquire waits for the holder's key to go this way rather than with a
+// watch of its own from rev+1: the shared watch is synced, and delivers
+// the deletion as it happens, where a new watch from a revision below the
+// store's (any write anywhere since rev) starts unsynced, and etcd catches
+// unsynced watches up only every 100ms.
+func (s *session) awaitEvent(ctx context.Context, key string, rev int64) bool {
+	w := &s.lw
+	for {
+		w.mu.Lock()
+		sl := w.keys[key]
+		if w.over || sl == nil {
+			w.mu.Unlock()
+			return false
+		}
+		if sl.last.rev > rev {
+			w.mu.Unlock()
+			return true
+		}
+		if sl.wake == nil {
+			sl.wake = make(chan struct{})
+		}
+		wake := sl.wake
+		w.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
 // unhold unregisters l, ended by its own Release.
 func (s *session) unhold(l *lease) {
 	w := &s.lw
@@ -141,6 +177,10 @@ func (w *leaseWatch) apply(s *session, key string, st keyState) *lease {
 	}
 	if sl.acquiring > 0 && st.rev > sl.last.rev {
 		sl.last = st
+		if sl.wake != nil {
+			close(sl.wake)
+			sl.wake = nil
+		}
 	}
 	l := sl.held
 	if l == nil || !st.ends(s, l) {
@@ -162,6 +202,10 @@ func (w *leaseWatch) end() {
 		if sl.held != nil {
 			lost = append(lost, sl.held)
 			sl.held = nil
+		}
+		if sl.wake != nil {
+			close(sl.wake)
+			sl.wake = nil
 		}
 		if sl.acquiring == 0 {
 			delete(w.keys, key)

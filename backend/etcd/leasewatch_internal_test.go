@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"runtime"
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -129,6 +130,90 @@ func TestLeaseWatchRegistration(t *testing.T) {
 		event(s, "k", del(11))
 		if isLost(l) || len(s.lw.keys) != 0 {
 			t.Errorf("lost %v, %d keys registered; want false, 0", isLost(l), len(s.lw.keys))
+		}
+	})
+}
+
+// TestAwaitEvent checks the wait of an Acquire on the shared watch: events
+// at or below the revision its transaction saw do not wake it, a later one
+// does, and the end of the session or of ctx ends the wait.
+func TestAwaitEvent(t *testing.T) {
+	newSession := func() *session {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		t.Cleanup(func() { cancel(nil) })
+		return &session{ctx: ctx, cancel: cancel, lease: 7, lw: leaseWatch{keys: map[string]*slot{}}}
+	}
+	event := func(s *session, st keyState) {
+		s.lw.mu.Lock()
+		s.lw.apply(s, "k", st)
+		s.lw.mu.Unlock()
+	}
+	wait := func(s *session, ctx context.Context, rev int64) <-chan bool {
+		res := make(chan bool, 1)
+		go func() { res <- s.awaitEvent(ctx, "k", rev) }()
+		return res
+	}
+	waiting := func(s *session) bool {
+		s.lw.mu.Lock()
+		defer s.lw.mu.Unlock()
+		return s.lw.keys["k"].wake != nil
+	}
+	// settle waits until the waiter has parked on the slot.
+	settle := func(s *session) {
+		for !waiting(s) {
+			runtime.Gosched()
+		}
+	}
+
+	t.Run("woken by a later event only", func(t *testing.T) {
+		s := newSession()
+		done := s.expect("k")
+		defer done()
+		res := wait(s, context.Background(), 20)
+		settle(s)
+		event(s, keyState{rev: 19, deleted: true}) // older than the transaction
+		event(s, keyState{rev: 20, create: 20, lease: 8})
+		select {
+		case <-res:
+			t.Fatal("woken by an event the transaction had seen")
+		default:
+		}
+		settle(s)
+		event(s, keyState{rev: 21, deleted: true})
+		if !<-res {
+			t.Error("awaitEvent = false after a later event; want true")
+		}
+	})
+	t.Run("an event seen before the wait counts", func(t *testing.T) {
+		s := newSession()
+		done := s.expect("k")
+		defer done()
+		event(s, keyState{rev: 21, deleted: true})
+		if !<-wait(s, context.Background(), 20) {
+			t.Error("awaitEvent = false; want true")
+		}
+	})
+	t.Run("session over", func(t *testing.T) {
+		s := newSession()
+		done := s.expect("k")
+		defer done()
+		res := wait(s, context.Background(), 20)
+		settle(s)
+		s.lw.end()
+		if <-res {
+			t.Error("awaitEvent = true after the session ended; want false")
+		}
+	})
+	t.Run("ctx ends", func(t *testing.T) {
+		s := newSession()
+		done := s.expect("k")
+		defer done()
+		ctx, cancel := context.WithCancel(context.Background())
+		res := wait(s, ctx, 20)
+		settle(s)
+		cancel()
+		if <-res {
+			t.Error("awaitEvent = true after ctx ended; want false")
 		}
 	})
 }
