@@ -170,7 +170,7 @@ func (w *statusWriter) flush(ctx context.Context) {
 	for key, value := range w.history {
 		wg.Go(func() { w.put(ctx, key, value) })
 	}
-	clear(w.history)
+	w.history = nil // not cleared: a term keeps its writer, and a map its buckets
 	if w.dirty {
 		w.dirty = false
 		w.st.Updated = time.Now()

@@ -27,6 +27,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,6 +64,8 @@ type config struct {
 	partitions int
 	clients    int
 	limit      float64
+	status     bool
+	memprofile string
 }
 
 func main() {
@@ -83,6 +86,8 @@ func main() {
 	flag.BoolVar(&cfg.group, "group", false, "measure a group's convergence instead (etcd or memory)")
 	flag.IntVar(&cfg.partitions, "partitions", 10000, "with -group: partitions")
 	flag.IntVar(&cfg.clients, "clients", 10, "with -group: clients")
+	flag.StringVar(&cfg.memprofile, "memprofile", "", "write a heap profile of the client holding n leases to `file`.<backend>.<n>")
+	flag.BoolVar(&cfg.status, "status", true, "status records on (the default of simba.WithStatus)")
 	flag.Float64Var(&cfg.limit, "handoff-limit", 0, "with -group: hand-offs per second per member (0: no limit)")
 	flag.Parse()
 	for _, f := range strings.Split(leases, ",") {
@@ -230,8 +235,8 @@ func (c *countedConn) Write(p []byte) (int, error) {
 
 // footprint is the process's memory and goroutines after a collection.
 type footprint struct {
-	heap, stack uint64
-	goroutines  int
+	heap, inuse, stack uint64 // live heap, heap spans in use, stacks
+	goroutines         int
 }
 
 func measure() footprint {
@@ -239,7 +244,20 @@ func measure() footprint {
 	runtime.GC()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	return footprint{heap: m.HeapInuse, stack: m.StackInuse, goroutines: runtime.NumGoroutine()}
+	return footprint{heap: m.HeapAlloc, inuse: m.HeapInuse, stack: m.StackInuse, goroutines: runtime.NumGoroutine()}
+}
+
+// writeHeapProfile writes a heap profile to file.
+func writeHeapProfile(file string) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // cpu returns the process's user+system CPU time.
@@ -252,7 +270,7 @@ func cpu() time.Duration {
 // measureHeld measures one client holding each number of leases.
 func measureHeld(cfg config) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "backend\tkind\tleases\trequests/s at rest\theap/lease\tstack/lease\tgoroutines/lease\tCPU at rest per 1,000 leases\ttime to hold all\t\n")
+	fmt.Fprintf(tw, "backend\tkind\tleases\trequests/s at rest\tlive heap/lease\theap in use/lease\tstack/lease\tgoroutines/lease\tCPU at rest per 1,000 leases\ttime to hold all\t\n")
 	for _, n := range cfg.leases {
 		row, err := held(cfg, n)
 		if err != nil {
@@ -284,7 +302,7 @@ func held(cfg config, n int) (string, error) {
 	before := measure()
 	var elected atomic.Int64
 	all := make(chan struct{})
-	c, err := simba.New(b, simba.WithTTL(cfg.ttl), simba.WithStatus(false), simba.WithEventHandler(func(e simba.Event) {
+	c, err := simba.New(b, simba.WithTTL(cfg.ttl), simba.WithStatus(cfg.status), simba.WithEventHandler(func(e simba.Event) {
 		if _, ok := e.(simba.Elected); ok && elected.Add(1) == int64(n) {
 			close(all)
 		}
@@ -317,14 +335,19 @@ func held(cfg config, n int) (string, error) {
 	took := time.Since(start)
 	time.Sleep(cfg.ttl) // settle
 	after := measure()
+	if cfg.memprofile != "" {
+		if err := writeHeapProfile(fmt.Sprintf("%s.%s.%d", cfg.memprofile, cfg.backend, n)); err != nil {
+			return "", err
+		}
+	}
 	r0, cpu0, t0 := requests(b, cnt), cpu(), time.Now()
 	time.Sleep(cfg.rest)
 	r1, cpu1, t1 := requests(b, cnt), cpu(), time.Now()
 	secs := t1.Sub(t0).Seconds()
-	return fmt.Sprintf("%s\t%s\t%d\t%.2f\t%s\t%s\t%.2f\t%.1f ms/s\t%v\t",
+	return fmt.Sprintf("%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t%.2f\t%.1f ms/s\t%v\t",
 		cfg.backend, cfg.kind, n,
 		float64(r1-r0)/secs,
-		bytes(perLease(after.heap, before.heap, n)), bytes(perLease(after.stack, before.stack, n)),
+		bytes(perLease(after.heap, before.heap, n)), bytes(perLease(after.inuse, before.inuse, n)), bytes(perLease(after.stack, before.stack, n)),
 		float64(after.goroutines-before.goroutines)/float64(n),
 		float64(cpu1-cpu0)/float64(time.Millisecond)/secs/(float64(n)/1000),
 		took.Round(time.Millisecond)), nil
@@ -385,10 +408,10 @@ func peerHeld(cfg config, n int) (string, error) {
 	time.Sleep(cfg.rest)
 	r1, cpu1, t1 := cnt.n.Load(), cpu(), time.Now()
 	secs := t1.Sub(t0).Seconds()
-	return fmt.Sprintf("%s\t%s\t%d\t%.2f\t%s\t%s\t%.2f\t%.1f ms/s\t%v\t",
+	return fmt.Sprintf("%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t%.2f\t%.1f ms/s\t%v\t",
 		"etcd concurrency", "sessions", n,
 		float64(r1-r0)/secs,
-		bytes(perLease(after.heap, before.heap, n)), bytes(perLease(after.stack, before.stack, n)),
+		bytes(perLease(after.heap, before.heap, n)), bytes(perLease(after.inuse, before.inuse, n)), bytes(perLease(after.stack, before.stack, n)),
 		float64(after.goroutines-before.goroutines)/float64(n),
 		float64(cpu1-cpu0)/float64(time.Millisecond)/secs/(float64(n)/1000),
 		took.Round(time.Millisecond)), nil
@@ -536,7 +559,7 @@ type groupMember struct {
 
 func newGroupMember(b backend.Backend, id string, cfg config, opts []simba.GroupOption) (*groupMember, error) {
 	m := &groupMember{id: id, holds: map[int]bool{}}
-	c, err := simba.New(b, simba.WithTTL(cfg.ttl), simba.WithMemberID(id), simba.WithStatus(false), simba.WithEventHandler(m.event))
+	c, err := simba.New(b, simba.WithTTL(cfg.ttl), simba.WithMemberID(id), simba.WithStatus(cfg.status), simba.WithEventHandler(m.event))
 	if err != nil {
 		return nil, err
 	}
