@@ -296,21 +296,19 @@ func (a *acquisition) attempt(ctx context.Context) (*lease, <-chan zk.Event, err
 	}
 	sent, forget := s.link.awaitCreateSent(a.path)
 	defer forget()
-	done := make(chan struct{})
-	a.created, a.unsure = done, true
-	create := start(s, func(c *zk.Conn) (string, error) {
-		defer close(done)
+	create := start(s, ctx, func(c *zk.Conn) (string, error) {
 		return c.Create(a.path, nonce, zk.FlagEphemeral, s.b.cfg.acl)
 	})
 	if create == nil {
-		close(done)
 		a.unsure = false
 		return nil, nil, s.live("acquire")
 	}
+	// Closed when the create has returned, or will not be sent.
+	a.created, a.unsure = create.done, true
 	var behind *request[seen]
 	select {
 	case <-sent:
-		behind = start(s, read)
+		behind = start(s, ctx, read)
 	case <-create.done:
 	case <-ctx.Done():
 	case <-s.ctx.Done():

@@ -35,6 +35,7 @@ type config struct {
 	dial   DialFunc
 	logger *slog.Logger
 	lag    time.Duration
+	max    int // requests in flight per session
 }
 
 // defaults returns the configuration used when no option is given.
@@ -45,6 +46,30 @@ func defaults() config {
 		acl:    zk.WorldACL(zk.PermAll),
 		dial:   d.DialContext,
 		logger: slog.New(slog.DiscardHandler),
+		max:    DefaultMaxRequests,
+	}
+}
+
+// DefaultMaxRequests is the bound on requests in flight per session when
+// [WithMaxRequests] is not given.
+const DefaultMaxRequests = 64
+
+// WithMaxRequests bounds the calls each session has in flight at once
+// (default [DefaultMaxRequests], 64): reads, writes, creates and the
+// reads that go with them; more wait their turn, each within its caller's
+// ctx. Keep-alives are not counted. ZooKeeper answers a session's requests
+// in order, so a keep-alive sent behind thousands of requests (thousands of
+// elections starting at once, each reading and writing its records) is
+// answered only after all of them, which can take longer than the session's
+// deadline; the bound keeps the queue in front of it short. n must be
+// positive.
+func WithMaxRequests(n int) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return fmt.Errorf("simba/zookeeper: max requests must be positive, got %d", n)
+		}
+		c.max = n
+		return nil
 	}
 }
 

@@ -45,6 +45,7 @@ type session struct {
 	recWatches map[*recordWatch]struct{} // WatchRecords calls running
 
 	calls        sync.WaitGroup // goroutines running requests and watches
+	slots        chan struct{}  // one per call in flight (see WithMaxRequests)
 	shutdownDone chan struct{}  // closed when the connection is shut down
 }
 
@@ -58,6 +59,7 @@ func newSession(b *Backend, requestedMs int32) *session {
 		cancel:       cancel,
 		leases:       make(map[string]*lease),
 		names:        make(map[string]*nameLock),
+		slots:        make(chan struct{}, b.cfg.max),
 		shutdownDone: make(chan struct{}),
 	}
 	s.link = newLink(b.cfg.dial, requestedMs, len(b.servers), func(err error) { s.end(err, false) })
@@ -145,7 +147,7 @@ func (s *session) Done() <-chan struct{} { return s.ctx.Done() }
 // reconnection meanwhile was granted a shorter one.
 func (s *session) KeepAlive(ctx context.Context) (time.Duration, error) {
 	ttl := s.TTL()
-	_, err := call(s, ctx, "keep-alive", func(c *zk.Conn) (bool, error) {
+	_, err := callWith(s, ctx, "keep-alive", false, func(c *zk.Conn) (bool, error) {
 		ok, _, err := c.Exists(s.p.root)
 		return ok, err
 	})
@@ -260,8 +262,14 @@ func (s *session) goCall(f func()) bool {
 // call runs f, which sends requests on the connection, and returns its
 // result, or an error when ctx ends or the session is over first. A
 // go-zookeeper request cannot be withdrawn: f then runs on to completion on
-// its goroutine, which the session owns.
+// its goroutine, which the session owns. f waits for one of the session's
+// slots (see WithMaxRequests) first.
 func call[T any](s *session, ctx context.Context, op string, f func(*zk.Conn) (T, error)) (T, error) {
+	return callWith(s, ctx, op, true, f)
+}
+
+// callWith is call, with f waiting for a slot only if bounded.
+func callWith[T any](s *session, ctx context.Context, op string, bounded bool, f func(*zk.Conn) (T, error)) (T, error) {
 	var zero T
 	if err := ctx.Err(); err != nil {
 		if err := s.live(op); err != nil {
@@ -269,7 +277,7 @@ func call[T any](s *session, ctx context.Context, op string, f func(*zk.Conn) (T
 		}
 		return zero, fmt.Errorf("simba/zookeeper: %s: %w", op, err)
 	}
-	r := start(s, f)
+	r := startWith(s, ctx, bounded, f)
 	if r == nil {
 		return zero, s.live(op)
 	}
@@ -279,7 +287,7 @@ func call[T any](s *session, ctx context.Context, op string, f func(*zk.Conn) (T
 // request is f running on a goroutine of the session (see start).
 type request[T any] struct {
 	s    *session
-	done chan struct{} // closed when f has returned
+	done chan struct{} // closed when f has returned, or will not run
 	v    T
 	err  error
 }
@@ -287,10 +295,33 @@ type request[T any] struct {
 // start runs f, which sends requests on the connection, on a goroutine
 // owned by the session, so that the caller may send other requests
 // meanwhile; it returns nil, starting nothing, once the session is over.
-func start[T any](s *session, f func(*zk.Conn) (T, error)) *request[T] {
+// f runs once one of the session's slots is free, and not at all if ctx
+// ends or the session is over first (r's error is then ctx's).
+func start[T any](s *session, ctx context.Context, f func(*zk.Conn) (T, error)) *request[T] {
+	return startWith(s, ctx, true, f)
+}
+
+// startWith is start, with f waiting for a slot only if bounded.
+func startWith[T any](s *session, ctx context.Context, bounded bool, f func(*zk.Conn) (T, error)) *request[T] {
 	r := &request[T]{s: s, done: make(chan struct{})}
 	if !s.goCall(func() {
 		defer close(r.done)
+		if bounded {
+			select {
+			case s.slots <- struct{}{}:
+				defer func() { <-s.slots }()
+			case <-ctx.Done():
+				r.err = ctx.Err()
+				return
+			case <-s.ctx.Done():
+				r.err = zk.ErrClosing
+				return
+			}
+			if err := ctx.Err(); err != nil {
+				r.err = err // gone while waiting: send nothing
+				return
+			}
+		}
 		r.v, r.err = f(s.conn)
 	}) {
 		return nil

@@ -2,6 +2,7 @@ package zookeeper_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -48,6 +49,7 @@ func TestNewRefusesBadInput(t *testing.T) {
 		{[]string{"a"}, []zookeeper.Option{zookeeper.WithDialer(nil)}, "nil dialer"},
 		{[]string{"a"}, []zookeeper.Option{zookeeper.WithLogger(nil)}, "nil logger"},
 		{[]string{"a"}, []zookeeper.Option{zookeeper.WithLeaderLag(-1)}, "negative lag"},
+		{[]string{"a"}, []zookeeper.Option{zookeeper.WithMaxRequests(0)}, "max requests must be positive"},
 	} {
 		b, err := zookeeper.New(tc.servers, tc.opts...)
 		assert.Nil(t, b)
@@ -347,4 +349,50 @@ func TestBackendCloseAbandons(t *testing.T) {
 		require.NoError(t, err)
 	}
 	assert.False(t, ok, "the abandoned session did not expire")
+}
+
+// TestMaxRequestsOfOne runs many Acquire, PutRecord and GetRecord calls at
+// once on a session allowed one call in flight: they wait their turn (an
+// Acquire's create and the read behind it take one slot each) and all
+// complete, while keep-alives, which take none, go on; a call whose ctx
+// ends while it waits sends nothing and returns ctx's error.
+func TestMaxRequestsOfOne(t *testing.T) {
+	b := newBackend(t, zookeeper.WithMaxRequests(1))
+	s := open(t, b)
+	keepAlive(t, s)
+	rec := s.(backend.Records)
+	const n = 40
+	errs := make(chan error, 3*n)
+	for i := range n {
+		go func() {
+			l, err := s.Acquire(t.Context(), fmt.Sprintf("l%d", i))
+			if err == nil {
+				_, err = rec.PutRecord(t.Context(), fmt.Sprintf("k%d", i), []byte("v"), backend.Condition{Lease: fmt.Sprintf("l%d", i), Token: l.Token()})
+			}
+			errs <- err
+		}()
+		go func() {
+			_, err := rec.GetRecord(t.Context(), fmt.Sprintf("k%d", i))
+			if errors.Is(err, backend.ErrNoRecord) {
+				err = nil
+			}
+			errs <- err
+		}()
+		go func() {
+			_, err := s.KeepAlive(t.Context())
+			errs <- err
+		}()
+	}
+	for range 3 * n {
+		require.NoError(t, <-errs)
+	}
+	for i := range n {
+		r, err := rec.GetRecord(t.Context(), fmt.Sprintf("k%d", i))
+		require.NoError(t, err)
+		assert.Equal(t, "v", string(r.Value))
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err := s.Acquire(ctx, "late")
+	assert.ErrorIs(t, err, context.Canceled)
 }

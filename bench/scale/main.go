@@ -86,7 +86,7 @@ func main() {
 	flag.BoolVar(&cfg.group, "group", false, "measure a group's convergence instead (etcd or memory)")
 	flag.IntVar(&cfg.partitions, "partitions", 10000, "with -group: partitions")
 	flag.IntVar(&cfg.clients, "clients", 10, "with -group: clients")
-	flag.StringVar(&cfg.memprofile, "memprofile", "", "write a heap profile of the client holding n leases to `file`.<backend>.<n>")
+	flag.StringVar(&cfg.memprofile, "memprofile", "", "write a heap profile of the client holding n leases to `file`.<backend>.<n>, and its goroutines to that name + .goroutines")
 	flag.BoolVar(&cfg.status, "status", true, "status records on (the default of simba.WithStatus)")
 	flag.Float64Var(&cfg.limit, "handoff-limit", 0, "with -group: hand-offs per second per member (0: no limit)")
 	flag.Parse()
@@ -257,7 +257,18 @@ func writeHeapProfile(file string) error {
 		f.Close()
 		return err
 	}
-	return f.Close()
+	if err := f.Close(); err != nil {
+		return err
+	}
+	g, err := os.Create(file + ".goroutines")
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("goroutine").WriteTo(g, 1); err != nil {
+		g.Close()
+		return err
+	}
+	return g.Close()
 }
 
 // cpu returns the process's user+system CPU time.
