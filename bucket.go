@@ -42,18 +42,21 @@ func (b *tokenBucket) take(n int) int {
 	return got
 }
 
-// wait returns the time until the next token.
-func (b *tokenBucket) wait() time.Duration {
+// wait returns the time until n tokens are there, or burst tokens when n
+// is larger: a caller that waits for a batch rather than for the next token
+// pays its own fixed cost once per batch, not once per token.
+func (b *tokenBucket) wait(n int) time.Duration {
 	if b == nil {
 		return 0
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.refill()
-	if b.tokens >= 1 {
+	want := max(1, min(float64(n), b.burst))
+	if b.tokens >= want {
 		return 0
 	}
 	// At least a millisecond: a wait rounded down to nothing would retry
 	// before any token is earned.
-	return max(time.Millisecond, time.Duration((1-b.tokens)/b.rate*float64(time.Second)))
+	return max(time.Millisecond, time.Duration((want-b.tokens)/b.rate*float64(time.Second)))
 }

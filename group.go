@@ -32,12 +32,13 @@ type GroupOption func(*groupOptions) error
 type groupOptions struct {
 	variant AssignmentVariant
 	grace   time.Duration // 0: twice the granted TTL
-	limit   *tokenBucket  // nil: no limit on hand-offs
+	limit   *tokenBucket  // nil: no limit on hand-offs; made anew for each GroupTask
 }
 
 // WithHandOffLimit limits how fast this member starts and stops contending
 // for partitions when its view changes: at most rate partition changes per
-// second, in bursts of up to burst (default: no limit). A rebalance of
+// second, in bursts of up to burst (default: no limit). Each GroupTask
+// started with the option has a limit of its own. A rebalance of
 // thousands of partitions then spreads its backend traffic over time
 // instead of stampeding the backend; partitions not yet moved stay with
 // their current holders (or vacant) a little longer.
@@ -390,11 +391,12 @@ func (t *GroupTask) apply(ctx context.Context, g *generation, self string, membe
 		}
 	}
 	// Hand-offs first (they free leases for others), within the limit; the
-	// rest waits for the next refresh.
-	if n := t.opts.limit.take(len(drop) + len(start)); n < len(drop)+len(start) {
+	// rest waits for the tokens of its next batch (each look at the view
+	// reads the group's held leases: once per batch, not once per token).
+	if n, all := t.opts.limit.take(len(drop)+len(start)), len(drop)+len(start); n < all {
 		drop = drop[:min(len(drop), n)]
 		start = start[:min(len(start), n-len(drop))]
-		t.retryAfter(t.opts.limit.wait())
+		t.retryAfter(t.opts.limit.wait(all - n))
 	}
 	var stop []*LeaderTask
 	for _, p := range drop {
@@ -547,13 +549,23 @@ func (t *GroupTask) heldPartitions(ctx context.Context, g *generation, disagree 
 
 // takeVacant adds to standIns the partitions nobody has held for long
 // enough that this member's turn to stand in has come: the k-th member after
-// the owner in the partition's rendezvous order waits k grace periods. t.mu
-// is held.
+// the owner in the partition's rendezvous order waits k grace periods. With
+// a hand-off limit, it waits longer by the time the owner's limit takes to
+// start all of the owner's partitions (assuming the owner has the same
+// limit): a partition is not vacant while its owner works through its
+// backlog, and a stand-in keeps it until the view changes. t.mu is held.
 func (t *GroupTask) takeVacant(self string, ids, owners []string, held, want map[int]bool) {
 	if held == nil {
 		return
 	}
 	grace := t.grace()
+	var backlog map[string]time.Duration
+	if l := t.opts.limit; l != nil {
+		backlog = make(map[string]time.Duration, len(ids))
+		for _, o := range owners {
+			backlog[o] += time.Duration(float64(time.Second) / l.rate)
+		}
+	}
 	now := time.Now()
 	for p := range t.partitions {
 		if held[p] || want[p] || t.active[p] != nil || t.handingOff(p) {
@@ -575,7 +587,7 @@ func (t *GroupTask) takeVacant(self string, ids, owners []string, held, want map
 				break
 			}
 		}
-		if now.Sub(since) >= time.Duration(rank)*grace {
+		if now.Sub(since) >= time.Duration(rank)*grace+backlog[owners[p]] {
 			t.c.log.Warn("standing in for a vacant partition", "group", t.name, "partition", p, "owner", owners[p], "vacant_for", now.Sub(since))
 			t.standIns[p] = true
 			delete(t.vacant, p)

@@ -338,6 +338,11 @@ func TestGroupHandOffLimitSpreadsARebalance(t *testing.T) {
 		x := joinGroup(t, b, "x", h, P, limit)
 		time.Sleep(10 * time.Second) // x takes all 64, 10 a second after a burst of 5
 		require.Len(t, x.task.Partitions(), P)
+		starts := map[time.Time]bool{}
+		for _, term := range h.Terms() {
+			starts[term.Start()] = true
+		}
+		assert.LessOrEqual(t, len(starts), P/5+2, "the limited partitions start in batches of the burst, not one per token")
 		require.NotContains(t, holders(b, P), "")
 		y := joinGroup(t, b, "y", h, P, limit)
 		want := simba.PartitionAssignment(billing, []string{"x", "y"}, P, simba.Rendezvous)
@@ -352,5 +357,38 @@ func TestGroupHandOffLimitSpreadsARebalance(t *testing.T) {
 		h.checkTerms(t, b)
 		_, err := (&simba.Client{}).Group("g", 1, simba.WithHandOffLimit(0, 1)).RunWhileLeader(func(context.Context, *simba.Term, int) error { return nil })
 		assert.ErrorIs(t, err, simba.ErrInvalidArgument)
+	})
+}
+
+// TestGroupHandOffLimitIsPerGroupTask starts two groups with one shared
+// option value: each has its own limit, so that together they start twice
+// what one does.
+func TestGroupHandOffLimitIsPerGroupTask(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		c, _ := node(t, b, "x", h, simba.WithMemberID("x"))
+		limit := simba.WithHandOffLimit(10, 5)
+		groups := []string{"a", "b"}
+		for _, name := range groups {
+			_, err := c.Group(name, 64, limit).RunWhileLeader(func(ctx context.Context, term *simba.Term, _ int) error {
+				<-ctx.Done()
+				return nil
+			})
+			require.NoError(t, err)
+		}
+		time.Sleep(time.Second + 100*time.Millisecond)
+		for _, name := range groups {
+			n := 0
+			for p := range 64 {
+				if _, _, ok := b.Holder(fmt.Sprintf("%s.%d", name, p)); ok {
+					n++
+				}
+			}
+			assert.GreaterOrEqual(t, n, 5+10-1, "group %s: a burst and a second's worth of its own", name)
+			assert.LessOrEqual(t, n, 5+11)
+		}
+		closeAll(t, c)
 	})
 }
