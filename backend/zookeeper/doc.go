@@ -165,4 +165,17 @@
 // calls take no context). Session.Close (within its ctx) and
 // [Backend.Close] wait until all of them have exited; Backend.Close
 // abandons the sessions still open, which then expire on the server.
+//
+// # Requests in flight
+//
+// ZooKeeper answers a session's requests in order, so a keep-alive sent
+// behind a queue of requests is answered only after all of them. A session
+// therefore sends at most [WithMaxRequests] calls at once (default 64; an
+// Acquire's create and the read right behind it count as one each); the
+// others wait their turn within their caller's ctx and send nothing if it
+// ends meanwhile. Keep-alives take no turn. Without the bound, one client
+// starting 10,000 elections with status records queued some 50,000
+// requests, its keep-alives missed the session's deadline, every term was
+// dropped and contended again, and the loop went on (docs/BENCHMARKS.md,
+// Scale).
 package zookeeper
