@@ -244,12 +244,19 @@ func (t *LeaderTask) acquire(g *generation) (backend.Lease, error) {
 	return g.sess.Acquire(ctx, t.ref.Election)
 }
 
-// release gives the lease back, retrying transient failures while the
-// session lives (once it has ended the lease goes with it). It reports
+// release gives the lease back, with the records final written in the
+// same step (see backend.RecordReleaser), retrying transient failures while
+// the session lives (once it has ended the lease goes with it). It reports
 // whether this call released it.
-func (t *LeaderTask) release(g *generation, lease backend.Lease) bool {
+func (t *LeaderTask) release(g *generation, lease backend.Lease, final []backend.Record) bool {
+	rr, together := lease.(backend.RecordReleaser)
 	for attempt := 1; ; attempt++ {
-		err := lease.Release(g.ctx)
+		var err error
+		if together && len(final) > 0 {
+			err = rr.ReleaseWithRecords(g.ctx, final)
+		} else {
+			err = lease.Release(g.ctx)
+		}
 		if err == nil {
 			return true
 		}

@@ -60,7 +60,7 @@ func (t *LeaderTask) startTerm(g *generation, lease backend.Lease) bool {
 			reason, cause = g.why()
 		}
 		term.revoke(reason, cause)
-		t.release(g, lease)
+		t.release(g, lease, nil)
 		return false
 	}
 	c.log.Info("elected", "election", ref.Election, "token", ref.Token, "session", g.sess.ID())
@@ -258,11 +258,13 @@ func (h *holding) handOff(atCap bool) bool {
 		stop()
 	}
 	h.cancelRun()
+	var final []backend.Record
 	if holds(reason) {
-		h.term.status.handedOff(h.g)
+		_, together := h.lease.(backend.RecordReleaser)
+		final = h.term.status.handedOff(h.g, together)
 	}
 	h.term.handOffUntil.Store(0) // the lease goes now
-	released := holds(reason) && h.t.release(h.g, h.lease)
+	released := holds(reason) && h.t.release(h.g, h.lease, final)
 	if reason == RevokeResigned {
 		h.t.c.ops.consume(h.g, records.ResignPrefix+h.term.ref.Election, resignV)
 	}

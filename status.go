@@ -18,7 +18,9 @@ import (
 // simba command and the console, and so that a successor learns of a
 // fail-over, an interrupted run or a missed planned start. The writes are
 // made off the task's path, in order, status writes coalesced: about two
-// small writes per run, and two at a hand-off, which waits for them.
+// small writes per run. A hand-off waits for the last status: where the
+// backend can (backend.RecordReleaser), it is written in the same step
+// that releases the lease, and costs the hand-off nothing more.
 func WithStatus(on bool) Option {
 	return func(o *options) error {
 		o.noStatus = !on
@@ -49,6 +51,11 @@ type statusWriter struct {
 	working bool                        // a worker is draining the queue
 	drained chan struct{}               // closed when the queue empties; nil when idle
 	closed  bool                        // handed off: nothing more is queued
+	// finalize: the hand-off releases the lease with the last records
+	// (backend.RecordReleaser), so the worker leaves them in final
+	// instead of writing them.
+	finalize bool
+	final    []backend.Record
 
 	// The worker's own state: only the worker touches it.
 	st       records.Status
@@ -110,6 +117,11 @@ func (c *Client) openStatus(g *generation, term *Term, schedule string) *statusW
 func (w *statusWriter) enqueue(f func(ctx context.Context)) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.enqueueLocked(f)
+}
+
+// enqueueLocked is enqueue with w.mu held.
+func (w *statusWriter) enqueueLocked(f func(ctx context.Context)) bool {
 	if w.closed {
 		return false
 	}
@@ -136,6 +148,9 @@ func (w *statusWriter) work() {
 		w.mu.Lock()
 		batch := w.queue
 		w.queue = nil
+		if len(batch) == 0 && w.closed && w.finalize {
+			w.final = w.take()
+		}
 		if len(batch) == 0 && !w.dirty && len(w.history) == 0 {
 			w.working = false
 			close(w.drained)
@@ -161,6 +176,21 @@ func (w *statusWriter) addHistory(run records.Run) {
 		w.history = make(map[string][]byte)
 	}
 	w.history[records.HistoryKey(w.term.ref.Election, run.Seq)] = records.Encode(run)
+}
+
+// take returns the records flush would write, and forgets them.
+func (w *statusWriter) take() []backend.Record {
+	var out []backend.Record
+	for key, value := range w.history {
+		out = append(out, backend.Record{Key: key, Value: value})
+	}
+	w.history = nil
+	if w.dirty {
+		w.dirty = false
+		w.st.Updated = time.Now()
+		out = append(out, backend.Record{Key: records.StatusKey(w.term.ref.Election), Value: records.Encode(w.st)})
+	}
+	return out
 }
 
 // flush writes the history records and the status concurrently: each is a
@@ -252,24 +282,29 @@ func (w *statusWriter) planned(next time.Time) {
 // handedOff records that the term ended cleanly and waits until every
 // change is written, before its lease is released: a successor that finds
 // no holder knows there was no fail-over. The wait is bounded by the
-// session.
-func (w *statusWriter) handedOff(g *generation) {
+// session. With finalize (the lease is a backend.RecordReleaser), the last
+// records are not written but returned, for the release to write them in
+// the same step; nil when there are none, or when the wait was cut short.
+func (w *statusWriter) handedOff(g *generation, finalize bool) []backend.Record {
 	if w == nil {
-		return
+		return nil
 	}
-	w.enqueue(func(context.Context) {
+	w.mu.Lock()
+	ok := w.enqueueLocked(func(context.Context) {
 		w.st.Holder = nil
 		w.dirty = true
 	})
-	w.mu.Lock()
-	w.closed = true
+	w.closed, w.finalize = true, finalize
 	drained := w.drained
 	w.mu.Unlock()
-	if drained != nil {
-		select {
-		case <-drained:
-		case <-g.ctx.Done():
-		}
+	if !ok || drained == nil {
+		return nil
+	}
+	select {
+	case <-drained:
+		return w.final // written by the worker before it closed drained
+	case <-g.ctx.Done():
+		return nil
 	}
 }
 

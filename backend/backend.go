@@ -178,6 +178,21 @@ type LostNotifier interface {
 	OnLost(f func()) (stop func() bool)
 }
 
+// RecordReleaser is an optional capability of a Lease whose session
+// implements Records, found by type assertion: it writes records and
+// releases the lease in one atomic step, so that a holder's last status
+// costs its hand-off no write of its own.
+type RecordReleaser interface {
+	// ReleaseWithRecords writes each record's Value at its Key, fenced by
+	// this holding (as PutRecord with Condition{Lease: Name(), Token:
+	// Token()}), and ends the holding, all at once. A record already
+	// written with a higher token is left as it is; the rest still
+	// happens. When the holding had already ended, nothing is written and
+	// the error wraps ErrNotHeld; on a transient error the caller may
+	// retry, as with Release. Only Key and Value of the records are used.
+	ReleaseWithRecords(ctx context.Context, records []Record) error
+}
+
 // LeaseLister is an optional capability of a Session, found by type
 // assertion: it lists the leases held now. Partition groups use it to find
 // partitions that nobody holds (see simba's vacancy grace); without it that

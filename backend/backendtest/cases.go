@@ -32,6 +32,7 @@ var cases = []struct {
 	{"HeldLeases", testHeldLeases},
 	{"RecordsBasics", testRecordsBasics},
 	{"RecordsFenced", testRecordsFenced},
+	{"ReleaseWithRecords", testReleaseWithRecords},
 	{"RecordsWatch", testRecordsWatch},
 	{"RecordsInvalid", testRecordsInvalid},
 }

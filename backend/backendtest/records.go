@@ -102,6 +102,74 @@ func testRecordsFenced(h *harness) {
 	h.wantNoErr("Release", lb.Release(h.op()))
 }
 
+// testReleaseWithRecords (when leases implement backend.RecordReleaser):
+// the records are written with the holding's token and the lease is free
+// at once; a holding that has ended writes nothing and reports ErrNotHeld;
+// a record written with a newer token is left as it is.
+func testReleaseWithRecords(h *harness) {
+	a, b := h.open(), h.open()
+	ra, rb := h.records(a), h.records(b)
+	la := h.acquire(a, "rwr")
+	rel, ok := la.(backend.RecordReleaser)
+	if !ok {
+		h.Skip("the lease does not implement backend.RecordReleaser")
+	}
+	_, err := ra.PutRecord(h.op(), "status/rwr", []byte("running"), backend.Condition{Lease: "rwr", Token: la.Token()})
+	h.wantNoErr("fenced PutRecord", err)
+	h.wantNoErr("ReleaseWithRecords", rel.ReleaseWithRecords(h.op(), []backend.Record{
+		{Key: "status/rwr", Value: []byte("handed off")},
+		{Key: "history/rwr/01", Value: []byte("run 1")},
+	}))
+	for key, want := range map[string]string{"status/rwr": "handed off", "history/rwr/01": "run 1"} {
+		got, err := rb.GetRecord(h.op(), key)
+		h.wantNoErr("GetRecord "+key, err)
+		if string(got.Value) != want || got.Token != la.Token() {
+			h.Errorf("%s = %q with token %d, want %q with token %d", key, got.Value, got.Token, want, la.Token())
+		}
+	}
+	select {
+	case <-la.Lost():
+		h.Errorf("Lost closed by the holding's own ReleaseWithRecords")
+	default:
+	}
+	lb := h.acquire(b, "rwr") // free at once: no wait for a TTL
+
+	// The ended holding writes nothing.
+	err = rel.ReleaseWithRecords(h.op(), []backend.Record{{Key: "status/rwr", Value: []byte("stale")}})
+	h.wantErr("ReleaseWithRecords of an ended holding", err, backend.ErrNotHeld)
+	_, err = rb.PutRecord(h.op(), "status/rwr", []byte("b"), backend.Condition{Lease: "rwr", Token: lb.Token()})
+	h.wantNoErr("fenced PutRecord by the new holder", err)
+	if got, err := rb.GetRecord(h.op(), "status/rwr"); err != nil || string(got.Value) != "b" {
+		h.Errorf("status/rwr = %q, %v after a stale ReleaseWithRecords; want b", got.Value, err)
+	}
+
+	h.wantNoErr("Release", lb.Release(h.op()))
+
+	// A record written with a newer token (fenced by another lease, where
+	// tokens are comparable across names) is kept; the rest is written and
+	// the lease released.
+	lx := h.acquire(a, "rwr")
+	ly := h.acquire(b, "rwr-other")
+	if ly.Token() > lx.Token() {
+		_, err = rb.PutRecord(h.op(), "shared/rwr", []byte("newer"), backend.Condition{Lease: "rwr-other", Token: ly.Token()})
+		h.wantNoErr("fenced PutRecord", err)
+		h.wantNoErr("ReleaseWithRecords", lx.(backend.RecordReleaser).ReleaseWithRecords(h.op(), []backend.Record{
+			{Key: "shared/rwr", Value: []byte("older")},
+			{Key: "status/rwr", Value: []byte("x")},
+		}))
+		if got, err := ra.GetRecord(h.op(), "shared/rwr"); err != nil || string(got.Value) != "newer" {
+			h.Errorf("shared/rwr = %q, %v; want the newer write kept", got.Value, err)
+		}
+		if got, err := ra.GetRecord(h.op(), "status/rwr"); err != nil || string(got.Value) != "x" {
+			h.Errorf("status/rwr = %q, %v; want x", got.Value, err)
+		}
+		h.acquire(b, "rwr") // released
+	} else {
+		h.wantNoErr("Release", lx.Release(h.op()))
+	}
+	h.wantNoErr("Release", ly.Release(h.op()))
+}
+
 // testRecordsWatch: a watch hints writes and deletes under its prefix.
 func testRecordsWatch(h *harness) {
 	a, b := h.open(), h.open()

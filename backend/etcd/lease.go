@@ -266,8 +266,31 @@ func (l *lease) Lost() <-chan struct{} {
 // wrapping [backend.ErrNotHeld] if the key is gone or belongs to another
 // holding.
 func (l *lease) Release(ctx context.Context) error {
+	return l.release(ctx, fmt.Sprintf("release %q (token %d)", l.name, l.token), nil)
+}
+
+// ReleaseWithRecords writes records fenced by the holding and deletes its
+// key in one transaction: the optional [backend.RecordReleaser]
+// capability. Each record is written as PutRecord writes it (unless its
+// stored token is newer), inside the transaction that compares the key's
+// create revision.
+func (l *lease) ReleaseWithRecords(ctx context.Context, records []backend.Record) error {
+	ops := make([]clientv3.Op, 0, len(records))
+	for _, r := range records {
+		if !backend.ValidKey(r.Key) {
+			return recordKeyError(r.Key)
+		}
+		if len(r.Value) > backend.MaxRecordValue {
+			return fmt.Errorf("simba/etcd: record %q: value of %d bytes exceeds %d", r.Key, len(r.Value), backend.MaxRecordValue)
+		}
+		ops = append(ops, l.s.fencedPut(l.s.b.recordKey(r.Key), r.Value, uint64(l.token)))
+	}
+	return l.release(ctx, fmt.Sprintf("release %q (token %d) with %d records", l.name, l.token, len(records)), ops)
+}
+
+// release deletes the holding's key, with ops in the same transaction.
+func (l *lease) release(ctx context.Context, op string, ops []clientv3.Op) error {
 	s := l.s
-	op := fmt.Sprintf("release %q (token %d)", l.name, l.token)
 	if err := s.overErr(op); err != nil {
 		return fmt.Errorf("%w: %w", backend.ErrNotHeld, err)
 	}
@@ -282,7 +305,7 @@ func (l *lease) Release(ctx context.Context) error {
 	cctx, unbind := s.bind(ctx)
 	defer unbind()
 	mine := clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.token)
-	resp, err := s.b.kv.Txn(cctx).If(mine).Then(clientv3.OpDelete(l.key)).Commit()
+	resp, err := s.b.kv.Txn(cctx).If(mine).Then(append(ops, clientv3.OpDelete(l.key))...).Commit()
 
 	l.mu.Lock()
 	defer l.mu.Unlock()

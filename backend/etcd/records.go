@@ -139,14 +139,11 @@ func (s *session) PutRecord(ctx context.Context, key string, value []byte, cond 
 	}
 	op := fmt.Sprintf("put record %q", key)
 	rk := s.b.recordKey(key)
-	put := clientv3.OpPut(rk, encodeRecord(cond.Token, value))
 	var then clientv3.Op
 	if cond.Token != 0 {
-		// Written when the key is absent, or when its token is not newer.
-		ordered := clientv3.OpTxn([]clientv3.Cmp{tokenAtMost(rk, cond.Token)}, []clientv3.Op{put}, []clientv3.Op{clientv3.OpGet(rk)})
-		then = clientv3.OpTxn([]clientv3.Cmp{absent(rk)}, []clientv3.Op{put}, []clientv3.Op{ordered})
+		then = s.fencedPut(rk, value, cond.Token)
 	} else {
-		then = put
+		then = clientv3.OpPut(rk, encodeRecord(0, value))
 	}
 	resp, err := s.writeRecord(ctx, op, key, cond, then)
 	if err != nil {
@@ -159,6 +156,16 @@ func (s *session) PutRecord(ctx context.Context, key string, value []byte, cond 
 		}
 	}
 	return backend.Record{Key: key, Value: append([]byte{}, value...), Version: uint64(resp.Header.Revision), Token: cond.Token}, nil
+}
+
+// fencedPut is the write of value at the record key rk with token: a
+// nested transaction that puts when the key is absent, or when its stored
+// token is not newer, and otherwise reads the key (its responses are those
+// PutRecord reads).
+func (s *session) fencedPut(rk string, value []byte, token uint64) clientv3.Op {
+	put := clientv3.OpPut(rk, encodeRecord(token, value))
+	ordered := clientv3.OpTxn([]clientv3.Cmp{tokenAtMost(rk, token)}, []clientv3.Op{put}, []clientv3.Op{clientv3.OpGet(rk)})
+	return clientv3.OpTxn([]clientv3.Cmp{absent(rk)}, []clientv3.Op{put}, []clientv3.Op{ordered})
 }
 
 // DeleteRecord removes the record at key if cond holds, in one transaction

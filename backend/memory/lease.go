@@ -51,6 +51,38 @@ func (l *lease) Release(ctx context.Context) error {
 	})
 }
 
+// ReleaseWithRecords writes records fenced by the holding and ends it,
+// atomically: the optional [backend.RecordReleaser] capability.
+func (l *lease) ReleaseWithRecords(ctx context.Context, records []backend.Record) error {
+	for _, r := range records {
+		if !backend.ValidKey(r.Key) {
+			return keyError(r.Key)
+		}
+		if len(r.Value) > backend.MaxRecordValue {
+			return fmt.Errorf("simba/memory: record %q: value of %d bytes exceeds %d", r.Key, len(r.Value), backend.MaxRecordValue)
+		}
+	}
+	s, b := l.s, l.s.b
+	return s.n.exchange(ctx, opRelease, s, func() (func(), error) {
+		if !s.live {
+			return nil, sessionDone(opRelease)
+		}
+		if b.leases[l.name] != l {
+			return nil, errNotHeld(l)
+		}
+		for _, r := range records {
+			if cur, ok := b.records[r.Key]; ok && cur.token > l.token {
+				continue // written by a newer holder
+			}
+			b.recVersion++
+			b.records[r.Key] = &record{value: clone(r.Value), version: b.recVersion, token: l.token}
+			b.recordChanged(r.Key)
+		}
+		b.endHolding(l, reasonReleased, false)
+		return nil, nil
+	})
+}
+
 // OnLost calls f when Lost is closed (at once if it is): the optional
 // [backend.LostNotifier] capability. f runs with the server's lock held and
 // must not block.
