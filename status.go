@@ -56,6 +56,7 @@ type statusWriter struct {
 	// instead of writing them.
 	finalize bool
 	final    []backend.Record
+	closing  chan struct{} // closed with closed
 
 	// The worker's own state: only the worker touches it.
 	st       records.Status
@@ -81,8 +82,9 @@ func (c *Client) openStatus(g *generation, term *Term, schedule string) *statusW
 	ref := term.ref
 	w := &statusWriter{
 		c: c, rec: rec, term: term, member: c.memberID(g),
-		cond:   backend.Condition{Lease: ref.Election, Token: ref.Token},
-		opened: make(chan struct{}),
+		cond:    backend.Condition{Lease: ref.Election, Token: ref.Token},
+		opened:  make(chan struct{}),
+		closing: make(chan struct{}),
 	}
 	w.enqueue(func(ctx context.Context) {
 		defer close(w.opened)
@@ -144,6 +146,7 @@ func (w *statusWriter) work() {
 	// the term, and must still reach the history while the lease is held).
 	ctx, cancel := context.WithTimeout(w.term.gen.ctx, w.term.gen.ttl)
 	defer cancel()
+	waited := false
 	for {
 		w.mu.Lock()
 		batch := w.queue
@@ -158,14 +161,37 @@ func (w *statusWriter) work() {
 			w.mu.Unlock()
 			return
 		}
+		closed := w.closed
 		w.mu.Unlock()
 		if len(batch) == 0 {
+			if !closed && !waited && w.revoked() {
+				// The term is over: its hand-off is coming, and its last
+				// status goes with it (a run's end and "no holder" in one
+				// write, or with the release). Not for longer than the
+				// writes could take.
+				waited = true
+				select {
+				case <-w.closing:
+				case <-ctx.Done():
+				}
+				continue
+			}
 			w.flush(ctx)
 			continue
 		}
 		for _, f := range batch {
 			f(ctx)
 		}
+	}
+}
+
+// revoked reports whether the term has been revoked.
+func (w *statusWriter) revoked() bool {
+	select {
+	case <-w.term.revoked:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -294,6 +320,9 @@ func (w *statusWriter) handedOff(g *generation, finalize bool) []backend.Record 
 		w.st.Holder = nil
 		w.dirty = true
 	})
+	if !w.closed {
+		close(w.closing)
+	}
 	w.closed, w.finalize = true, finalize
 	drained := w.drained
 	w.mu.Unlock()

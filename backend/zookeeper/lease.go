@@ -466,6 +466,68 @@ func (l *lease) Release(ctx context.Context) error {
 	return s.release(ctx, op, l, false)
 }
 
+// ReleaseWithRecords writes records fenced by the holding and deletes its
+// znode in one multi-operation: the optional [backend.RecordReleaser]
+// capability. The records, their directories and the lease znode are read
+// first (one round trip; a new key's directory is created then), and the
+// multi-operation checks that none of them changed, as PutRecord does; it
+// is tried again when one did. A record whose stored token is newer than
+// the holding's is left out.
+func (l *lease) ReleaseWithRecords(ctx context.Context, records []backend.Record) error {
+	s := l.s
+	const op = "release with records"
+	for _, r := range records {
+		if !validRecordKey(r.Key) {
+			return recordKeyError(r.Key)
+		}
+		if len(r.Value) > backend.MaxRecordValue {
+			return fmt.Errorf("simba/zookeeper: record %q: value of %d bytes exceeds %d", r.Key, len(r.Value), backend.MaxRecordValue)
+		}
+	}
+	s.mu.Lock()
+	state := l.state
+	s.mu.Unlock()
+	if state != leaseHeld {
+		return l.notHeld(op, nil)
+	}
+	unlock, err := s.lockName(ctx, op, l.name)
+	if err != nil {
+		if errors.Is(err, backend.ErrSessionDone) {
+			return l.notHeld(op, err)
+		}
+		return err
+	}
+	defer unlock()
+	cond := backend.Condition{Lease: l.name, Token: l.token}
+	writes := make([]*recordWrite, len(records))
+	for i, r := range records {
+		writes[i] = &recordWrite{s: s, op: op, key: r.Key, put: true, value: r.Value, cond: cond}
+	}
+	return s.releaseWith(ctx, op, l, func(c *zk.Conn) (ops []any, again bool, err error) {
+		reads := make([]recordRead, len(writes))
+		if err := together(len(writes), func(i int) (err error) {
+			reads[i], err = writes[i].read(c)
+			return err
+		}); err != nil {
+			return nil, false, err
+		}
+		for i, w := range writes {
+			if _, err := w.check(reads[i]); err != nil {
+				if errors.Is(err, backend.ErrConflict) && reads[i].leaseOK && uint64(reads[i].lease.Czxid) == l.token {
+					continue // written with a newer token: left as it is
+				}
+				return nil, false, errLeaseGone
+			}
+			wops, again, err := w.ops(c, reads[i])
+			if again || err != nil {
+				return nil, again, err
+			}
+			ops = append(ops, wops...)
+		}
+		return ops, false, nil
+	})
+}
+
 // notHeld returns an error wrapping ErrNotHeld (and cause, if not nil).
 func (l *lease) notHeld(op string, cause error) error {
 	if cause != nil {
@@ -492,6 +554,57 @@ func (s *session) release(ctx context.Context, op string, l *lease, lost bool) e
 		}
 		return struct{}{}, err
 	})
+	return s.released(op, l, lost, err)
+}
+
+// releaseWith is release with the operations of before sent in the same
+// multi-operation as the delete, retried while before reports again. The
+// name lock is held.
+func (s *session) releaseWith(ctx context.Context, op string, l *lease, before func(*zk.Conn) (ops []any, again bool, err error)) error {
+	s.mu.Lock()
+	if l.state != leaseHeld {
+		s.mu.Unlock()
+		return l.notHeld(op, nil)
+	}
+	l.releasing, l.deleted = true, false
+	s.mu.Unlock()
+	var err error
+	again := true
+	for attempt := 1; again && err == nil; attempt++ {
+		if attempt > 5 {
+			// The records keep changing under us: a transient error; the
+			// holding is kept, and the caller may try again.
+			err = fmt.Errorf("simba/zookeeper: %s %q: records changed in each of 5 attempts", op, l.name)
+			break
+		}
+		again, err = call(s, ctx, op, func(c *zk.Conn) (bool, error) {
+			ops, again, err := before(c)
+			if again || err != nil {
+				return again, err
+			}
+			ops = append(ops, &zk.DeleteRequest{Path: l.path, Version: l.version})
+			res, err := c.Multi(ops...)
+			if err == nil {
+				return false, nil
+			}
+			if len(res) != len(ops) {
+				return false, err // no answer: maybe applied
+			}
+			failed := slices.IndexFunc(res, func(r zk.MultiResponse) bool { return r.Error != nil })
+			if failed == len(ops)-1 {
+				return false, errLeaseGone
+			}
+			if errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNodeExists) {
+				return true, nil // a record or the lease changed since read: read again
+			}
+			return false, err
+		})
+	}
+	return s.released(op, l, false, err)
+}
+
+// released ends the bookkeeping of a release whose request returned err.
+func (s *session) released(op string, l *lease, lost bool, err error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l.releasing = false

@@ -348,35 +348,10 @@ func (w *recordWrite) check(r recordRead) (done bool, err error) {
 func (w *recordWrite) write(c *zk.Conn, r recordRead) (writeResult, error) {
 	s, cond := w.s, w.cond
 	fenced := cond.Token != 0
-	leaf, dir, top := s.p.record(w.key), s.p.recordDir(w.key), s.p.recordTop(w.key)
-	switch {
-	case r.present && !r.dirOK:
-		return writeResult{again: true}, nil // deleted, and its directory reaped, meanwhile
-	case w.put && !r.dirOK:
-		if err := s.ensureDir(c, dir); err != nil { // a new key
-			return writeResult{}, err
-		}
-	}
-	var ops []any
-	if fenced {
-		ops = append(ops, &zk.CheckVersionRequest{Path: s.p.lease(cond.Lease), Version: r.lease.Version})
-	}
-	stored := encodeRecord(cond.Token, w.value)
-	switch {
-	case w.put && r.present:
-		ops = append(ops,
-			&zk.CheckVersionRequest{Path: dir, Version: r.dir.Version},
-			&zk.SetDataRequest{Path: leaf, Data: stored, Version: r.st.Version})
-	case w.put:
-		ops = append(ops, &zk.CreateRequest{Path: leaf, Data: stored, Acl: s.b.cfg.acl})
-	default:
-		ops = append(ops,
-			&zk.CheckVersionRequest{Path: dir, Version: r.dir.Version},
-			&zk.DeleteRequest{Path: leaf, Version: r.st.Version},
-			&zk.SetDataRequest{Path: dir, Version: -1})
-	}
-	if w.put || top != dir {
-		ops = append(ops, &zk.SetDataRequest{Path: top, Version: -1})
+	dir := s.p.recordDir(w.key)
+	ops, again, err := w.ops(c, r)
+	if again || err != nil {
+		return writeResult{again: again}, err
 	}
 	res, err := c.Multi(ops...)
 	if err == nil {
@@ -404,6 +379,45 @@ func (w *recordWrite) write(c *zk.Conn, r recordRead) (writeResult, error) {
 		return writeResult{again: true}, nil // changed since read
 	}
 	return writeResult{}, err
+}
+
+// ops returns the operations of the write, to be sent in one
+// multi-operation, provided that what r read has not changed since (see
+// write); again when the record has gone with its directory meanwhile. It
+// creates a new key's directory first.
+func (w *recordWrite) ops(c *zk.Conn, r recordRead) (ops []any, again bool, err error) {
+	s, cond := w.s, w.cond
+	fenced := cond.Token != 0
+	leaf, dir, top := s.p.record(w.key), s.p.recordDir(w.key), s.p.recordTop(w.key)
+	switch {
+	case r.present && !r.dirOK:
+		return nil, true, nil // deleted, and its directory reaped, meanwhile
+	case w.put && !r.dirOK:
+		if err := s.ensureDir(c, dir); err != nil { // a new key
+			return nil, false, err
+		}
+	}
+	if fenced {
+		ops = append(ops, &zk.CheckVersionRequest{Path: s.p.lease(cond.Lease), Version: r.lease.Version})
+	}
+	stored := encodeRecord(cond.Token, w.value)
+	switch {
+	case w.put && r.present:
+		ops = append(ops,
+			&zk.CheckVersionRequest{Path: dir, Version: r.dir.Version},
+			&zk.SetDataRequest{Path: leaf, Data: stored, Version: r.st.Version})
+	case w.put:
+		ops = append(ops, &zk.CreateRequest{Path: leaf, Data: stored, Acl: s.b.cfg.acl})
+	default:
+		ops = append(ops,
+			&zk.CheckVersionRequest{Path: dir, Version: r.dir.Version},
+			&zk.DeleteRequest{Path: leaf, Version: r.st.Version},
+			&zk.SetDataRequest{Path: dir, Version: -1})
+	}
+	if w.put || top != dir {
+		ops = append(ops, &zk.SetDataRequest{Path: top, Version: -1})
+	}
+	return ops, false, nil
 }
 
 // WatchRecords returns a channel that receives a hint after records under
