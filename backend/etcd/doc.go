@@ -104,7 +104,9 @@
 //
 // # Records
 //
-// Sessions implement [backend.Records]. A record's Version is its key's mod
+// Sessions implement [backend.Records], and leases [backend.RecordReleaser]
+// (the fenced puts and the delete of the lease key in one transaction). A
+// record's Version is its key's mod
 // revision. A write fenced by a lease is one transaction: it compares the
 // lease key (create revision equal to the token, bound to this session's
 // etcd lease) and, in a nested transaction, writes only if the record is

@@ -81,7 +81,9 @@
 //
 // # Records
 //
-// Sessions implement [backend.Records]. The record at key is the
+// Sessions implement [backend.Records], and leases [backend.RecordReleaser]
+// (the records and the delete of the lease znode in one multi-operation).
+// The record at key is the
 // persistent znode <root>/rec/<key>/= under container directories, one per
 // key segment, so that "a" and "a/b" can both be records (a segment "." or
 // ".." is stored as "%2E" or "%2E%2E"). Its data is the token of the write
