@@ -114,7 +114,7 @@ func (e *FieldError) Unwrap() error { return e.Err }
 // problems without a line (of a Config built in code, of a Registry) follow,
 // in the order they were found.
 type ConfigError struct {
-	Errs []error
+	Errs []error // every problem found, in the order above
 }
 
 // Error lists the problems, one per line.

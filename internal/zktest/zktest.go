@@ -159,9 +159,9 @@ func Root(t testing.TB, addr string) string {
 
 // Node is one znode.
 type Node struct {
-	Path string
-	Stat zk.Stat
-	Data []byte
+	Path string  // the znode's full path
+	Stat zk.Stat // its stat, as read
+	Data []byte  // its data
 }
 
 // Ephemeral reports whether the znode is ephemeral, and its owner session.
