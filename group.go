@@ -364,6 +364,9 @@ func (t *GroupTask) apply(ctx context.Context, g *generation, self string, membe
 	viewChanged := !slices.Equal(ids, t.view)
 	if viewChanged {
 		clear(t.standIns) // stand-ins last until the view changes
+		// and vacancies are timed from it: a partition's owner in the new
+		// view has its whole grace period to take it.
+		clear(t.vacant)
 	}
 	t.view = ids
 	want := make(map[int]bool)

@@ -23,6 +23,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -570,7 +571,11 @@ type groupMember struct {
 
 func newGroupMember(b backend.Backend, id string, cfg config, opts []simba.GroupOption) (*groupMember, error) {
 	m := &groupMember{id: id, holds: map[int]bool{}}
-	c, err := simba.New(b, simba.WithTTL(cfg.ttl), simba.WithMemberID(id), simba.WithStatus(cfg.status), simba.WithEventHandler(m.event))
+	opt := []simba.Option{simba.WithTTL(cfg.ttl), simba.WithMemberID(id), simba.WithStatus(cfg.status), simba.WithEventHandler(m.event)}
+	if os.Getenv("SIMBA_SCALE_LOG") != "" {
+		opt = append(opt, simba.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("member", id)))
+	}
+	c, err := simba.New(b, opt...)
 	if err != nil {
 		return nil, err
 	}
