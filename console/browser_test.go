@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,6 +95,22 @@ func (e *e2e) do(d time.Duration, steps ...chromedp.Action[chromedp.Void]) {
 	ctx, cancel := context.WithTimeout(e.ctx, d)
 	defer cancel()
 	require.NoError(e.t, chromedp.Do(ctx, steps...))
+}
+
+// click clicks the node sel selects, again when a live update replaced the
+// node between the query and the click (the browser then answers "Could
+// not find node with given id").
+func click(sel string) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		var err error
+		for range 5 {
+			_, err = chromedp.Click(chromedp.CSS(sel))(ctx, t)
+			if err == nil || !strings.Contains(err.Error(), "Could not find node") {
+				return chromedp.Void{}, err
+			}
+		}
+		return chromedp.Void{}, err
+	}
 }
 
 // eval evaluates a script in the page, awaiting a promise it returns.
@@ -249,13 +266,13 @@ func scenario(t *testing.T, browserPath string, node func(id string) backend.Bac
 	)
 	require.Empty(t, f.runsOf("report"), "report's schedule is not due")
 	e.do(10*time.Second,
-		chromedp.Click(chromedp.CSS(`section[data-job="report"] button[data-op="trigger"]`)),
+		click(`section[data-job="report"] button[data-op="trigger"]`),
 		chromedp.WaitVisible(chromedp.CSS(`#confirm #token`)),
 		chromedp.SendKeys(chromedp.CSS(`#confirm #token`), testToken),
 	)
 	e.viewport("confirm")
 	e.do(10*time.Second,
-		chromedp.Click(chromedp.CSS(`#confirm-ok`)),
+		click(`#confirm-ok`),
 		chromedp.WaitNotVisible(chromedp.CSS(`#confirm`)),
 		chromedp.WaitVisible(chromedp.CSS(`#notice`)),
 	)
@@ -279,15 +296,15 @@ func scenario(t *testing.T, browserPath string, node func(id string) backend.Bac
 	// A wrong token is refused, and the page asks for the token again.
 	eval[int](e, `sessionStorage.setItem('simba-console-token', 'wrong-token-0123456789'), 1`)
 	e.do(10*time.Second,
-		chromedp.Click(chromedp.CSS(`section[data-job="report"] button[data-op="trigger"]`)),
+		click(`section[data-job="report"] button[data-op="trigger"]`),
 		chromedp.WaitVisible(chromedp.CSS(`#confirm-ok`)),
-		chromedp.Click(chromedp.CSS(`#confirm-ok`)),
+		click(`#confirm-ok`),
 		chromedp.WaitVisible(chromedp.CSS(`#confirm-error`)),
 		chromedp.WaitVisible(chromedp.CSS(`#confirm #token`)),
 	)
 	assert.Contains(t, eval[string](e, `document.getElementById('confirm-error').textContent`), "wrong operations token")
 	assert.Empty(t, eval[string](e, `sessionStorage.getItem('simba-console-token') || ''`), "the wrong token is forgotten")
-	e.do(5*time.Second, chromedp.Click(chromedp.CSS(`#confirm-cancel`)), chromedp.WaitNotVisible(chromedp.CSS(`#confirm`)))
+	e.do(5*time.Second, click(`#confirm-cancel`), chromedp.WaitNotVisible(chromedp.CSS(`#confirm`)))
 
 	// A request without the token is refused.
 	assert.Equal(t, http.StatusUnauthorized, e.post(""))
