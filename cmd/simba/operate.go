@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/admin"
 )
 
 // pollInterval is how often --wait reads the backend again.
@@ -145,24 +146,12 @@ var enableCommand = &command{
 			if err := simba.CheckName(name); err != nil {
 				return usagef(nil, "%v", err)
 			}
-			a, err := inv.admin(ctx)
-			if err != nil {
-				return err
-			}
-			ops, err := a.Ops(ctx)
-			if err != nil {
-				return inv.backendErr(ctx, "reading the operations", err)
-			}
-			r := opResult{Op: "enable", Name: name}
-			if !ops.Disabled[name] {
-				r.Message = fmt.Sprintf("%s is not disabled", name)
-				return inv.report(r)
-			}
-			if err := a.Enable(ctx, name); err != nil {
-				return inv.backendErr(ctx, "enabling "+name, err)
-			}
-			r.Changed, r.Message = true, fmt.Sprintf("enabled %s: nodes contend for it again", name)
-			return inv.report(r)
+			return runUndo(ctx, inv, undo{
+				op: "enable", name: name, notSet: "is not disabled", doing: "enabling",
+				done:  "enabled %s: nodes contend for it again",
+				isSet: func(ops admin.Ops) bool { return ops.Disabled[name] },
+				clear: (*admin.Admin).Enable,
+			})
 		}
 	},
 }
@@ -372,24 +361,45 @@ var undrainCommand = &command{
 	setup: func(fs *flag.FlagSet) action {
 		return func(ctx context.Context, inv *invocation, args []string) error {
 			member := args[0]
-			a, err := inv.admin(ctx)
-			if err != nil {
-				return err
-			}
-			ops, err := a.Ops(ctx)
-			if err != nil {
-				return inv.backendErr(ctx, "reading the operations", err)
-			}
-			r := opResult{Op: "undrain", Name: member}
-			if !ops.Drained[member] {
-				r.Message = fmt.Sprintf("%s is not drained", member)
-				return inv.report(r)
-			}
-			if err := a.Undrain(ctx, member); err != nil {
-				return inv.backendErr(ctx, "undraining "+member, err)
-			}
-			r.Changed, r.Message = true, fmt.Sprintf("undrained %s: it contends again", member)
-			return inv.report(r)
+			return runUndo(ctx, inv, undo{
+				op: "undrain", name: member, notSet: "is not drained", doing: "undraining",
+				done:  "undrained %s: it contends again",
+				isSet: func(ops admin.Ops) bool { return ops.Drained[member] },
+				clear: (*admin.Admin).Undrain,
+			})
 		}
 	},
+}
+
+// undo is an operation that clears another (enable, undrain).
+type undo struct {
+	op, name string
+	notSet   string // the message when there is nothing to clear, after the name
+	doing    string // the step, for errors: "enabling"
+	done     string // the message once cleared, a format of the name
+	isSet    func(admin.Ops) bool
+	clear    func(*admin.Admin, context.Context, string) error
+}
+
+// runUndo clears u's operation, reporting that nothing changed when it was
+// not set.
+func runUndo(ctx context.Context, inv *invocation, u undo) error {
+	a, err := inv.admin(ctx)
+	if err != nil {
+		return err
+	}
+	ops, err := a.Ops(ctx)
+	if err != nil {
+		return inv.backendErr(ctx, "reading the operations", err)
+	}
+	r := opResult{Op: u.op, Name: u.name}
+	if !u.isSet(ops) {
+		r.Message = u.name + " " + u.notSet
+		return inv.report(r)
+	}
+	if err := u.clear(a, ctx, u.name); err != nil {
+		return inv.backendErr(ctx, u.doing+" "+u.name, err)
+	}
+	r.Changed, r.Message = true, fmt.Sprintf(u.done, u.name)
+	return inv.report(r)
 }
