@@ -447,8 +447,14 @@ func (s *session) holds(name string, token uint64) bool {
 // session. Reading the znode first would not close that window, only move
 // it, and would cost a round trip.
 func (l *lease) Release(ctx context.Context) error {
-	s := l.s
 	const op = "release"
+	return l.withName(ctx, op, func() error { return l.s.release(ctx, op, l, false) })
+}
+
+// withName runs release, a release of l, under the lock of l's name,
+// unless l is no longer held.
+func (l *lease) withName(ctx context.Context, op string, release func() error) error {
+	s := l.s
 	s.mu.Lock()
 	state := l.state
 	s.mu.Unlock()
@@ -463,7 +469,7 @@ func (l *lease) Release(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
-	return s.release(ctx, op, l, false)
+	return release()
 }
 
 // ReleaseWithRecords writes records fenced by the holding and deletes its
@@ -484,26 +490,18 @@ func (l *lease) ReleaseWithRecords(ctx context.Context, records []backend.Record
 			return fmt.Errorf("simba/zookeeper: record %q: value of %d bytes exceeds %d", r.Key, len(r.Value), backend.MaxRecordValue)
 		}
 	}
-	s.mu.Lock()
-	state := l.state
-	s.mu.Unlock()
-	if state != leaseHeld {
-		return l.notHeld(op, nil)
-	}
-	unlock, err := s.lockName(ctx, op, l.name)
-	if err != nil {
-		if errors.Is(err, backend.ErrSessionDone) {
-			return l.notHeld(op, err)
-		}
-		return err
-	}
-	defer unlock()
 	cond := backend.Condition{Lease: l.name, Token: l.token}
 	writes := make([]*recordWrite, len(records))
 	for i, r := range records {
 		writes[i] = &recordWrite{s: s, op: op, key: r.Key, put: true, value: r.Value, cond: cond}
 	}
-	return s.releaseWith(ctx, op, l, func(c *zk.Conn) (ops []any, again bool, err error) {
+	return l.withName(ctx, op, func() error { return s.releaseWith(ctx, op, l, l.recordOps(writes)) })
+}
+
+// recordOps returns, for releaseWith, the operations that write writes
+// (read first on c), leaving out those a newer token has written.
+func (l *lease) recordOps(writes []*recordWrite) func(c *zk.Conn) (ops []any, again bool, err error) {
+	return func(c *zk.Conn) (ops []any, again bool, err error) {
 		reads := make([]recordRead, len(writes))
 		if err := together(len(writes), func(i int) (err error) {
 			reads[i], err = writes[i].read(c)
@@ -525,7 +523,7 @@ func (l *lease) ReleaseWithRecords(ctx context.Context, records []backend.Record
 			ops = append(ops, wops...)
 		}
 		return ops, false, nil
-	})
+	}
 }
 
 // notHeld returns an error wrapping ErrNotHeld (and cause, if not nil).
