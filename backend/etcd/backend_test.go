@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -248,6 +250,69 @@ func TestInterruptedAcquireLeavesNothing(t *testing.T) {
 	}
 	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "1" {
 		t.Errorf("session key after the undo: %v, want epoch 1", resp.Kvs)
+	}
+}
+
+// TestInterruptedAcquiresShareOneUndo: many Acquires cut off at once are
+// undone by a few transactions (one epoch bump per batch, not per name:
+// every bump makes the session's Acquires in flight retry), and an Acquire
+// that ended while it waited for a request slot was never sent and is not
+// undone at all.
+func TestInterruptedAcquiresShareOneUndo(t *testing.T) {
+	srv := startServer(t)
+	cli := srv.Client(t)
+	prefix := testPrefix(t)
+	px := newProxy(t, srv.Endpoints()[0])
+	const inFlight, names = 40, 60
+	b := newBackend(t, []string{px.Addr()}, etcd.WithPrefix(prefix), etcd.WithMaxRequests(inFlight))
+	s := open(t, b, 5*time.Second)
+	other := open(t, newBackend(t, srv.Endpoints(), etcd.WithPrefix(prefix)), 5*time.Second)
+
+	px.Blackhole()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range names {
+		wg.Go(func() {
+			if l, err := s.Acquire(ctx, fmt.Sprintf("n%d", i)); !errors.Is(err, context.DeadlineExceeded) || l != nil {
+				t.Errorf("Acquire over a cut link: %v, %v", l, err)
+			}
+		})
+	}
+	wg.Wait()
+	px.Heal()
+
+	// Every name is free for the other session once the undos are through.
+	for i := range names {
+		l, err := other.Acquire(op(t), fmt.Sprintf("n%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(op(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The session's epoch counts the undo transactions: the first undo
+	// starts at once (its transaction waits for the link), the others
+	// queue behind it and go together. Before batching it was one per
+	// interrupted Acquire; the 20 that never got a slot need none.
+	resp, err := cli.Get(op(t), prefix+"session/"+s.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 1 {
+		t.Fatalf("session key: %v", resp.Kvs)
+	}
+	if epoch, _ := strconv.Atoi(string(resp.Kvs[0].Value)); epoch < 1 || epoch > 2 {
+		t.Errorf("epoch %d after undoing %d interrupted Acquires, want 1 or 2 transactions", epoch, inFlight)
+	}
+	// The session works on.
+	l, err := s.Acquire(op(t), "n0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(op(t)); err != nil {
+		t.Fatal(err)
 	}
 }
 

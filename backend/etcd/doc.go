@@ -72,7 +72,12 @@
 // gives up while one is on its way, a goroutine of the session bumps the
 // epoch and deletes the lease key if the session holds it, in one
 // transaction, so the interrupted transaction fails if etcd applies it later.
-// Acquire leaves nothing behind.
+// Acquire leaves nothing behind. The undos queued together go in one
+// transaction (up to 100 keys, one bump): every bump makes the session's
+// Acquires in flight retry, and a client that stops thousands of pending
+// Acquires at once (a group whose view changed) would otherwise bump the
+// epoch thousands of times. An Acquire that gave up while it waited for a
+// request slot (see WithMaxRequests) was never sent and needs no undo.
 //
 // # Waiting and losing
 //

@@ -2,6 +2,8 @@ package etcd
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -26,14 +28,22 @@ func newLimitedKV(kv clientv3.KV, n int) *limitedKV {
 	return &limitedKV{KV: kv, slots: make(chan struct{}, n)}
 }
 
-// take waits for a slot; it returns ctx's error if ctx ends first.
+// errNotSent marks the error of a request that ended while it waited for
+// a slot: it was never sent, so it cannot have taken effect.
+var errNotSent = errors.New("not sent")
+
+// take waits for a slot; if ctx ends first, it returns ctx's error, also
+// marked errNotSent.
 func (k *limitedKV) take(ctx context.Context) error {
 	select {
 	case k.slots <- struct{}{}:
-		return nil
+		if ctx.Err() == nil {
+			return nil
+		}
+		k.free() // ended as the slot came: send nothing
 	case <-ctx.Done():
-		return ctx.Err()
 	}
+	return fmt.Errorf("%w (%w)", ctx.Err(), errNotSent)
 }
 
 func (k *limitedKV) free() { <-k.slots }

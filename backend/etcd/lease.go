@@ -60,7 +60,7 @@ func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, erro
 			Else(clientv3.OpGet(key), clientv3.OpGet(s.key)).
 			Commit()
 		if err != nil {
-			if !isLeaseNotFound(err) {
+			if !isLeaseNotFound(err) && !errors.Is(err, errNotSent) {
 				s.cleanupLater(name, key) // the put may have been applied
 			}
 			return nil, s.failure(ctx, op, err)
@@ -141,7 +141,7 @@ func (s *session) awaitCleanup(ctx context.Context, name string) error {
 		return nil
 	}
 	select {
-	case <-pending:
+	case <-pending.done:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -150,55 +150,106 @@ func (s *session) awaitCleanup(ctx context.Context, name string) error {
 	}
 }
 
+// undo is a pending undo of an interrupted Acquire.
+type undo struct {
+	key  string
+	done chan struct{} // closed when the undo is done or the session over
+}
+
+// maxUndoBatch bounds the undos of one transaction: with the epoch's bump,
+// well under etcd's default limit of 128 operations per transaction.
+const maxUndoBatch = 100
+
 // cleanupLater undoes an Acquire of name whose transaction may or may not
 // have taken effect, on a goroutine of the session: one transaction bumps
 // the session's epoch (so the interrupted transaction can no longer succeed)
-// and deletes key if this session holds it. It retries until it succeeds or
-// the session is over (its keys go with it then).
+// and deletes key if this session holds it. Undos queued together share a
+// transaction (every bump makes the session's Acquires in flight retry, so
+// one bump per batch, not per name). It retries until it succeeds or the
+// session is over (its keys go with it then).
 func (s *session) cleanupLater(name, key string) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.ended || s.unsure[name] != nil {
-		s.mu.Unlock()
 		return
 	}
-	done := make(chan struct{})
-	s.unsure[name] = done
-	s.mu.Unlock()
-	finish := func() {
-		s.mu.Lock()
-		delete(s.unsure, name)
-		s.mu.Unlock()
-		close(done)
+	s.unsure[name] = &undo{key: key, done: make(chan struct{})}
+	s.undos = append(s.undos, name)
+	if s.undoer {
+		return
 	}
-	spawned := s.spawn(func() {
-		defer finish()
-		mine := clientv3.Compare(clientv3.LeaseValue(key), "=", s.lease)
-		undo := clientv3.OpTxn([]clientv3.Cmp{mine}, []clientv3.Op{clientv3.OpDelete(key)}, nil)
-		for attempt := 1; ; attempt++ {
-			epoch := s.epoch.Load()
-			bump := clientv3.OpPut(s.key, strconv.FormatInt(epoch+1, 10), clientv3.WithLease(s.lease))
-			resp, err := s.b.kv.Txn(s.ctx).If(s.epochIs(epoch)).Then(bump, undo).Else(clientv3.OpGet(s.key)).Commit()
-			switch {
-			case err == nil && resp.Succeeded:
-				s.epoch.CompareAndSwap(epoch, epoch+1)
-				return
-			case err == nil:
-				if err := s.checkEpoch(resp.Responses[0].GetResponseRange().Kvs, epoch); !errors.Is(err, errEpochMoved) {
-					return // the session is over (or, not reached, the epoch did not move)
-				}
-				continue
-			case s.ctx.Err() != nil || isLeaseNotFound(err):
-				return
+	s.undoer = true
+	s.wg.Add(1)
+	s.b.wg.Add(1)
+	go func() {
+		defer s.b.wg.Done()
+		defer s.wg.Done()
+		s.runUndos()
+	}()
+}
+
+// runUndos undoes the queued Acquires in batches until none is left or the
+// session is over.
+func (s *session) runUndos() {
+	for {
+		s.mu.Lock()
+		n := min(len(s.undos), maxUndoBatch)
+		batch := slices.Clone(s.undos[:n])
+		s.undos = s.undos[n:]
+		if n == 0 || s.ctx.Err() != nil {
+			// Done, or the session is over: its keys go with it.
+			for _, u := range s.unsure {
+				close(u.done)
 			}
-			s.b.log.Warn("simba/etcd: undoing an interrupted acquire failed; retrying",
-				"session", s.id, "key", key, "err", err, "attempt", attempt)
-			if !s.pause(retryDelay) {
-				return
+			clear(s.unsure)
+			s.undos, s.undoer = nil, false
+			s.mu.Unlock()
+			return
+		}
+		ops := make([]clientv3.Op, 0, n+1)
+		ops = append(ops, clientv3.Op{}) // the bump, made per attempt
+		for _, name := range batch {
+			key := s.unsure[name].key
+			mine := clientv3.Compare(clientv3.LeaseValue(key), "=", s.lease)
+			ops = append(ops, clientv3.OpTxn([]clientv3.Cmp{mine}, []clientv3.Op{clientv3.OpDelete(key)}, nil))
+		}
+		s.mu.Unlock()
+		s.undo(ops)
+		s.mu.Lock()
+		for _, name := range batch {
+			if u := s.unsure[name]; u != nil {
+				close(u.done)
+				delete(s.unsure, name)
 			}
 		}
-	})
-	if !spawned {
-		finish()
+		s.mu.Unlock()
+	}
+}
+
+// undo runs ops (ops[0] is replaced by the epoch's bump) in one transaction
+// that compares the epoch, until it succeeds or the session is over.
+func (s *session) undo(ops []clientv3.Op) {
+	for attempt := 1; ; attempt++ {
+		epoch := s.epoch.Load()
+		ops[0] = clientv3.OpPut(s.key, strconv.FormatInt(epoch+1, 10), clientv3.WithLease(s.lease))
+		resp, err := s.b.kv.Txn(s.ctx).If(s.epochIs(epoch)).Then(ops...).Else(clientv3.OpGet(s.key)).Commit()
+		switch {
+		case err == nil && resp.Succeeded:
+			s.epoch.CompareAndSwap(epoch, epoch+1)
+			return
+		case err == nil:
+			if err := s.checkEpoch(resp.Responses[0].GetResponseRange().Kvs, epoch); !errors.Is(err, errEpochMoved) {
+				return // the session is over (or, not reached, the epoch did not move)
+			}
+			continue
+		case s.ctx.Err() != nil || isLeaseNotFound(err):
+			return
+		}
+		s.b.log.Warn("simba/etcd: undoing interrupted acquires failed; retrying",
+			"session", s.id, "acquires", len(ops)-1, "err", err, "attempt", attempt)
+		if !s.pause(retryDelay) {
+			return
+		}
 	}
 }
 

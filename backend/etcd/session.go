@@ -46,9 +46,11 @@ type session struct {
 
 	mu     sync.Mutex
 	ended  bool
-	closed bool                     // Close was called
-	wg     sync.WaitGroup           // the session's goroutines
-	unsure map[string]chan struct{} // lease names being cleaned up after an uncertain Acquire
+	closed bool             // Close was called
+	wg     sync.WaitGroup   // the session's goroutines
+	unsure map[string]*undo // lease names being cleaned up after an uncertain Acquire
+	undos  []string         // names in unsure not yet taken by the undo worker, in order
+	undoer bool             // the undo worker is running
 
 	lw leaseWatch // the holdings, told of their loss by one watch
 }
@@ -64,7 +66,7 @@ func newSession(b *Backend, id clientv3.LeaseID, ttl time.Duration) *session {
 		key:    b.sessionKey(hex),
 		ctx:    ctx,
 		cancel: cancel,
-		unsure: make(map[string]chan struct{}),
+		unsure: make(map[string]*undo),
 		lw:     leaseWatch{keys: make(map[string]*slot)},
 	}
 }

@@ -199,7 +199,7 @@ func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, erro
 	a := &acquisition{s: s, name: name, path: s.p.lease(name)}
 	l, err := a.run(ctx)
 	if err != nil && a.unsure {
-		a.sweepAfter(a.created)
+		a.sweepAfter(a.create)
 	}
 	return l, err
 }
@@ -208,8 +208,9 @@ func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, erro
 type acquisition struct {
 	s          *session
 	name, path string
-	created    <-chan struct{} // closed when the last create request has returned
-	unsure     bool            // a znode of this call may exist that is not a holding
+	create     *request[string] // the last create request
+	unsure     bool             // a znode of this call may exist that is not a holding
+	earlier    bool             // an earlier create of this call was sent, its outcome unknown
 }
 
 // run tries until the lease is held or an error ends it.
@@ -303,8 +304,16 @@ func (a *acquisition) attempt(ctx context.Context) (*lease, <-chan zk.Event, err
 		a.unsure = false
 		return nil, nil, s.live("acquire")
 	}
-	// Closed when the create has returned, or will not be sent.
-	a.created, a.unsure = create.done, true
+	// create.done is closed when the create has returned, or will not be sent.
+	if a.unsure && a.create != nil {
+		select {
+		case <-a.create.done:
+			a.earlier = a.earlier || a.create.sent
+		default:
+			a.earlier = true
+		}
+	}
+	a.create, a.unsure = create, true
 	var behind *request[seen]
 	select {
 	case <-sent:
@@ -391,15 +400,18 @@ func (r seen) mine(id int64, nonce []byte) bool {
 	return r.ok && r.stat.EphemeralOwner == id && bytes.Equal(r.data, nonce)
 }
 
-// sweepAfter deletes, once the create request behind done has returned,
+// sweepAfter deletes, once create has returned (if it was sent at all),
 // any znode of name owned by this session that is not its current holding.
-func (a *acquisition) sweepAfter(done <-chan struct{}) {
+func (a *acquisition) sweepAfter(create *request[string]) {
 	s := a.s
 	s.goCall(func() {
 		select {
-		case <-done:
+		case <-create.done:
 		case <-s.ctx.Done():
 			return
+		}
+		if !create.sent && !a.earlier {
+			return // it ended while it waited for a slot: nothing to sweep
 		}
 		unlock, err := s.lockName(s.ctx, "acquire: clean up", a.name)
 		if err != nil {

@@ -288,6 +288,7 @@ func callWith[T any](s *session, ctx context.Context, op string, bounded bool, f
 type request[T any] struct {
 	s    *session
 	done chan struct{} // closed when f has returned, or will not run
+	sent bool          // f ran (set before done is closed)
 	v    T
 	err  error
 }
@@ -322,6 +323,7 @@ func startWith[T any](s *session, ctx context.Context, bounded bool, f func(*zk.
 				return
 			}
 		}
+		r.sent = true
 		r.v, r.err = f(s.conn)
 	}) {
 		return nil
