@@ -59,7 +59,11 @@ func isSessionID(s string) bool {
 // Join makes the session a member of group: the ephemeral znode
 // <root>/group/<group>/<session ID>, whose data holds m.ID (the session ID
 // when empty) and m.Data. Joining again replaces the znode in one atomic
-// multi-operation, so that member watches fire.
+// multi-operation, so that member watches fire. A request cannot be
+// withdrawn: a Join whose caller gave up goes on, but if Leave is called
+// for the group meanwhile, it writes nothing once the Leave's request has
+// run (the requests of Join and Leave take one lock of the session), so a
+// Join given up never makes the session a member again after a Leave.
 func (s *session) Join(ctx context.Context, group string, m backend.Member) error {
 	if !validName(group) {
 		return nameError("group", group)
@@ -77,7 +81,21 @@ func (s *session) Join(ctx context.Context, group string, m backend.Member) erro
 	data := encodeMember(id, m.Data)
 	path := s.p.member(group, s.sid)
 	acl := s.b.cfg.acl
+	s.mu.Lock()
+	leaves := s.leaves[group]
+	s.mu.Unlock()
 	_, err := call(s, ctx, fmt.Sprintf("join %q", group), func(c *zk.Conn) (struct{}, error) {
+		// A request goes on after its caller gave up: if a Leave was
+		// called since, this Join is superseded and must not make the
+		// session a member again after the Leave's delete.
+		s.memberMu.Lock()
+		defer s.memberMu.Unlock()
+		s.mu.Lock()
+		superseded := s.leaves[group] != leaves
+		s.mu.Unlock()
+		if superseded {
+			return struct{}{}, nil
+		}
 		for attempt := 0; ; attempt++ {
 			_, err := c.Create(path, data, zk.FlagEphemeral, acl)
 			if errors.Is(err, zk.ErrNodeExists) {
@@ -103,7 +121,12 @@ func (s *session) Leave(ctx context.Context, group string) error {
 		return nameError("group", group)
 	}
 	path := s.p.member(group, s.sid)
+	s.mu.Lock()
+	s.leaves[group]++
+	s.mu.Unlock()
 	_, err := call(s, ctx, fmt.Sprintf("leave %q", group), func(c *zk.Conn) (struct{}, error) {
+		s.memberMu.Lock()
+		defer s.memberMu.Unlock()
 		err := c.Delete(path, -1)
 		if errors.Is(err, zk.ErrNoNode) {
 			err = nil

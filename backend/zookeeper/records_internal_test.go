@@ -130,3 +130,47 @@ func TestAcquireReadsBehindItsCreate(t *testing.T) {
 		}
 	}
 }
+
+// A Join whose caller gave up while its request was on its way is
+// superseded by a Leave called after it: when the Leave's request reaches
+// the member lock first, the Join's request, run after it, writes nothing.
+// (Without the check it would make the session a member again until the
+// session ends.) The Leave's request is played by hand, so that it runs
+// first.
+func TestJoinGivenUpDoesNotOutliveLeave(t *testing.T) {
+	addr := zktest.Addr(t)
+	root := zktest.Root(t, addr)
+	s := openInternal(t, addr, root)
+	require.NoError(t, s.Join(t.Context(), "g", backend.Member{ID: "m"}))
+
+	s.memberMu.Lock() // holds the Join's request on its way
+	ctx, cancel := context.WithCancel(t.Context())
+	joined := make(chan error, 1)
+	go func() { joined <- s.Join(ctx, "g", backend.Member{ID: "m", Data: []byte("again")}) }()
+	time.Sleep(50 * time.Millisecond) // the Join's request is running
+	cancel()
+	require.ErrorIs(t, <-joined, context.Canceled)
+	// Leave, its request first: what Leave counts, then what its request
+	// does under the lock.
+	s.mu.Lock()
+	s.leaves["g"]++
+	s.mu.Unlock()
+	require.NoError(t, s.conn.Delete(s.p.member("g", s.sid), -1))
+	s.memberMu.Unlock()
+
+	require.Eventually(t, func() bool { // the Join's request has run
+		s.memberMu.Lock()
+		defer s.memberMu.Unlock()
+		return true
+	}, time.Second, time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
+	members, err := s.Members(t.Context(), "g")
+	require.NoError(t, err)
+	assert.Empty(t, members, "a member after Leave")
+
+	// A Join after the Leave joins.
+	require.NoError(t, s.Join(t.Context(), "g", backend.Member{ID: "m"}))
+	members, err = s.Members(t.Context(), "g")
+	require.NoError(t, err)
+	assert.Len(t, members, 1)
+}

@@ -43,6 +43,11 @@ type session struct {
 	names      map[string]*nameLock      // per-name locks of Acquire and Release
 	nonce      uint64                    // of the last Acquire attempt (see acquisition.attempt)
 	recWatches map[*recordWatch]struct{} // WatchRecords calls running
+	leaves     map[string]uint64         // Leave calls per group (see Join)
+
+	// memberMu orders the member writes of Join and Leave on the server
+	// (held by their requests, not by the callers).
+	memberMu sync.Mutex
 
 	calls        sync.WaitGroup // goroutines running requests and watches
 	slots        chan struct{}  // one per call in flight (see WithMaxRequests)
@@ -59,6 +64,7 @@ func newSession(b *Backend, requestedMs int32) *session {
 		cancel:       cancel,
 		leases:       make(map[string]*lease),
 		names:        make(map[string]*nameLock),
+		leaves:       make(map[string]uint64),
 		slots:        make(chan struct{}, b.cfg.max),
 		shutdownDone: make(chan struct{}),
 	}
