@@ -1,10 +1,10 @@
 package simba
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"slices"
 	"strconv"
@@ -70,7 +70,11 @@ func WithAssignment(v AssignmentVariant) GroupOption {
 // next member in the partition's rendezvous order contends after one grace
 // period, the one after it after two, and so on, so that no partition stays
 // unowned while members disagree about the view (a different partition count,
-// say). A stand-in keeps such a partition until its view of the members
+// say). Each member publishes, in its member record, the view it acts on: a
+// partition whose owner publishes the same view (and the same count and
+// assignment) is never stood in for, however long the owner takes to start
+// it, and a stand-in hands a partition back as soon as its owner publishes
+// the same view; otherwise it keeps it until its view of the members
 // changes. The safety net needs a backend that can list held leases
 // ([backend.LeaseLister]); all of simba's do.
 func WithVacancyGrace(d time.Duration) GroupOption {
@@ -155,7 +159,7 @@ func (g *Group) start(schedule string, body func(p int) func(context.Context, *T
 	t := &GroupTask{
 		c: g.c, name: g.name, partitions: g.partitions, opts: o,
 		schedule: schedule, body: body, topts: topts,
-		own: encodeRecord(memberRecord{Partitions: g.partitions, Assignment: o.variant.String()}),
+		own: memberRecord{Partitions: g.partitions, Assignment: o.variant.String()},
 		ctx: ctx, cancel: cancel, done: make(chan struct{}), kick: make(chan struct{}, 1),
 		active:   make(map[int]*LeaderTask),
 		handing:  make(map[*LeaderTask]int),
@@ -182,7 +186,7 @@ type GroupTask struct {
 	partitions int
 	opts       groupOptions
 	schedule   string
-	own        []byte // this member's record in the group
+	own        memberRecord // this member's record in the group, View aside
 	body       func(p int) func(context.Context, *Term) error
 	topts      []TaskOption
 
@@ -200,6 +204,7 @@ type GroupTask struct {
 	retry    *time.Timer         // pokes the group when the hand-off limit allows more
 	lastHeld time.Time           // when held leases were last listed
 	vacant   map[int]time.Time   // partitions seen unheld, since when
+	peers    map[string][]string // views published by the members that split the work as this one does
 	reported map[string]bool     // mismatches already reported
 }
 
@@ -242,15 +247,22 @@ func (t *GroupTask) stop(reason RevokeReason) {
 }
 
 // memberRecord is what a member publishes in the group: enough for the
-// others to see that it splits the work the same way.
+// others to see that it splits the work the same way, and which view of the
+// members it last acted on.
 type memberRecord struct {
 	Partitions int    `json:"p"`
 	Assignment string `json:"a"`
+	View       string `json:"v,omitempty"` // viewHash of the member ids; empty before the first view
 }
 
-func encodeRecord(r memberRecord) []byte {
-	data, _ := json.Marshal(r)
-	return data
+// viewHash names a view (sorted member ids) in a member record.
+func viewHash(ids []string) string {
+	h := fnv.New64a()
+	for _, id := range ids {
+		h.Write([]byte(id))
+		h.Write([]byte{0})
+	}
+	return strconv.FormatUint(h.Sum64(), 36)
 }
 
 // loop serves the group on each session until stopped, then leaves it and
@@ -287,6 +299,7 @@ func (t *GroupTask) serve(g *generation) {
 	refresh := time.NewTicker(g.ttl / 3)
 	defer refresh.Stop()
 	joined := false
+	published := "" // the view in this member's record
 	for {
 		ops := t.c.ops.changes()
 		drained := t.c.ops.isDrained(self)
@@ -299,6 +312,7 @@ func (t *GroupTask) serve(g *generation) {
 			}
 			joined = false
 		case !drained && !joined:
+			published = "" // a new record: the view comes with the next look
 			if !t.join(ctx, g, self) {
 				return
 			}
@@ -307,7 +321,17 @@ func (t *GroupTask) serve(g *generation) {
 		if drained {
 			t.apply(ctx, g, self, nil, true)
 		} else if members, err := g.sess.Members(ctx, t.name); err == nil {
-			t.apply(ctx, g, self, members, false)
+			// Publish the view acted on, so that the others know this
+			// member contends for the partitions that view gives it (see
+			// takeVacant). A failure is retried at the next look.
+			if view := t.apply(ctx, g, self, members, false); view != published {
+				err := t.joinOnce(g, self, view)
+				if err == nil {
+					published = view
+				} else if ctx.Err() == nil {
+					t.c.log.Warn("publishing the group view failed", "group", t.name, "err", err)
+				}
+			}
 		} else if ctx.Err() == nil {
 			t.c.log.Warn("reading group members failed", "group", t.name, "err", err)
 		}
@@ -332,9 +356,8 @@ func (t *GroupTask) serve(g *generation) {
 // join makes this client a member of the group on session g, retrying
 // until it succeeds or ctx ends.
 func (t *GroupTask) join(ctx context.Context, g *generation, self string) bool {
-	data := t.own
 	for attempt := 1; ; attempt++ {
-		err := g.sess.Join(ctx, t.name, backend.Member{ID: self, Data: data})
+		err := t.joinOnce(g, self, "")
 		if err == nil {
 			return true
 		}
@@ -348,19 +371,42 @@ func (t *GroupTask) join(ctx context.Context, g *generation, self string) bool {
 	}
 }
 
+// joinOnce writes this member's record with view. A Stop does not cut it
+// short: a Join that returned early could still reach the backend after
+// the Leave of the shutdown that follows, and make this client a member
+// again for as long as its session lasts; it ends with the session, or
+// after a renewal period.
+func (t *GroupTask) joinOnce(g *generation, self, view string) error {
+	ctx, cancel := context.WithTimeout(g.ctx, g.ttl)
+	defer cancel()
+	return g.sess.Join(ctx, t.name, backend.Member{ID: self, Data: t.record(view)})
+}
+
+// record encodes this member's record with view.
+func (t *GroupTask) record(view string) []byte {
+	r := t.own
+	r.View = view
+	data, _ := json.Marshal(r)
+	return data
+}
+
 // apply computes the view from members and starts and stops partitions to
-// match it. A drained member contends for nothing.
-func (t *GroupTask) apply(ctx context.Context, g *generation, self string, members []backend.Member, drained bool) {
+// match it, and returns the view's hash. A drained member contends for
+// nothing.
+func (t *GroupTask) apply(ctx context.Context, g *generation, self string, members []backend.Member, drained bool) (view string) {
 	var ids, owners []string
 	var held map[int]bool
+	var peers map[string][]string
 	if !drained {
 		var disagree bool
-		ids, disagree = t.checkMembers(self, members)
+		ids, peers, disagree = t.checkMembers(self, members)
 		owners = PartitionAssignment(t.name, ids, t.partitions, t.opts.variant)
 		held = t.heldPartitions(ctx, g, disagree)
+		view = viewHash(ids)
 	}
 
 	t.mu.Lock()
+	t.peers = peers
 	viewChanged := !slices.Equal(ids, t.view)
 	if viewChanged {
 		clear(t.standIns) // stand-ins last until the view changes
@@ -375,8 +421,14 @@ func (t *GroupTask) apply(ctx context.Context, g *generation, self string, membe
 			want[p] = true
 		}
 	}
-	t.takeVacant(self, ids, owners, held, want)
+	t.takeVacant(self, view, ids, owners, held, want)
 	for p := range t.standIns {
+		if t.sharesView(owners[p], view) {
+			// The owner acts on this view: it contends for p, so hand
+			// it back.
+			delete(t.standIns, p)
+			continue
+		}
 		want[p] = true
 	}
 	assigned := slices.Sorted(maps.Keys(want))
@@ -435,6 +487,14 @@ func (t *GroupTask) apply(ctx context.Context, g *generation, self string, membe
 		t.c.log.Info("group view changed", "group", t.name, "members", len(ids), "partitions", assigned)
 		t.c.events.publish(ViewChanged{Group: t.name, Members: ids, Assigned: assigned, At: time.Now()})
 	}
+	return view
+}
+
+// sharesView reports whether member id splits the work as this member does
+// and has published view: it then contends for the partitions view gives
+// it. t.mu is held.
+func (t *GroupTask) sharesView(id, view string) bool {
+	return slices.Contains(t.peers[id], view)
 }
 
 // poke makes the group look at its view again soon.
@@ -466,28 +526,28 @@ func (t *GroupTask) handingOff(p int) bool {
 	return false
 }
 
-// checkMembers returns the sorted member ids of the view, and reports
-// members that split the work differently (disagree is then true).
-func (t *GroupTask) checkMembers(self string, members []backend.Member) (ids []string, disagree bool) {
+// checkMembers returns the sorted member ids of the view and, for each
+// member that splits the work as this one does, the views its sessions
+// published; it reports members that split the work differently (disagree
+// is then true).
+func (t *GroupTask) checkMembers(self string, members []backend.Member) (ids []string, peers map[string][]string, disagree bool) {
 	sessions := map[string][]string{}
-	own := t.own
+	peers = make(map[string][]string, len(members))
 	for _, m := range members {
 		sessions[m.ID] = append(sessions[m.ID], m.Session)
-		if bytes.Equal(m.Data, own) {
-			continue // the common case: a member that agrees
-		}
 		var rec memberRecord
 		detail := ""
 		if err := json.Unmarshal(m.Data, &rec); err != nil {
 			detail = "unreadable member record"
-		} else if rec.Partitions != t.partitions || rec.Assignment != t.opts.variant.String() {
+		} else if rec.Partitions != t.partitions || rec.Assignment != t.own.Assignment {
 			detail = fmt.Sprintf("uses %d partitions with %s assignment, this member %d with %s",
 				rec.Partitions, rec.Assignment, t.partitions, t.opts.variant)
+		} else {
+			peers[m.ID] = append(peers[m.ID], rec.View)
+			continue // the common case: a member that agrees
 		}
-		if detail != "" {
-			disagree = true
-			t.reportMismatch(m.ID, m.Session+": "+detail, detail)
-		}
+		disagree = true
+		t.reportMismatch(m.ID, m.Session+": "+detail, detail)
 	}
 	if _, ok := sessions[self]; !ok {
 		sessions[self] = nil // our own join may not show yet
@@ -498,7 +558,7 @@ func (t *GroupTask) checkMembers(self string, members []backend.Member) (ids []s
 			t.reportMismatch(id, strings.Join(ss, ","), fmt.Sprintf("member id used by %d live sessions (%s)", len(ss), strings.Join(ss, ", ")))
 		}
 	}
-	return slices.Sorted(maps.Keys(sessions)), disagree
+	return slices.Sorted(maps.Keys(sessions)), peers, disagree
 }
 
 // reportMismatch logs and publishes a mismatch once per key.
@@ -552,12 +612,15 @@ func (t *GroupTask) heldPartitions(ctx context.Context, g *generation, disagree 
 
 // takeVacant adds to standIns the partitions nobody has held for long
 // enough that this member's turn to stand in has come: the k-th member after
-// the owner in the partition's rendezvous order waits k grace periods. With
-// a hand-off limit, it waits longer by the time the owner's limit takes to
-// start all of the owner's partitions (assuming the owner has the same
-// limit): a partition is not vacant while its owner works through its
-// backlog, and a stand-in keeps it until the view changes. t.mu is held.
-func (t *GroupTask) takeVacant(self string, ids, owners []string, held, want map[int]bool) {
+// the owner in the partition's rendezvous order waits k grace periods. A
+// partition whose owner has published the same view (and splits the work
+// the same way) is never vacant: its owner contends for it, however long
+// its backlog of acquisitions, and a stand-in would only delay it. With a
+// hand-off limit, a member waits longer by the time the owner's limit takes
+// to start all of the owner's partitions (assuming the owner has the same
+// limit). A stand-in keeps a partition until the view changes or its owner
+// publishes this view. t.mu is held.
+func (t *GroupTask) takeVacant(self, view string, ids, owners []string, held, want map[int]bool) {
 	if held == nil {
 		return
 	}
@@ -571,7 +634,7 @@ func (t *GroupTask) takeVacant(self string, ids, owners []string, held, want map
 	}
 	now := time.Now()
 	for p := range t.partitions {
-		if held[p] || want[p] || t.active[p] != nil || t.handingOff(p) {
+		if held[p] || want[p] || t.active[p] != nil || t.handingOff(p) || t.sharesView(owners[p], view) {
 			delete(t.vacant, p)
 			continue
 		}

@@ -197,6 +197,72 @@ func TestGroupMismatchedCountsAreReportedAndNoPartitionStaysVacant(t *testing.T)
 	})
 }
 
+// TestGroupSlowOwnerKeepsItsPartitions: an owner that takes longer than
+// the grace to start its partitions (here a hand-off limit of one every 5 s
+// the others do not know of; at scale, a backlog of thousands of
+// acquisitions) publishes the view it acts on, so nobody stands in for it:
+// no partition changes hands twice.
+func TestGroupSlowOwnerKeepsItsPartitions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		const P = 16
+		a := joinGroup(t, b, "a", h, P, nil)
+		time.Sleep(time.Second)
+		require.Len(t, a.task.Partitions(), P)
+		slow := joinGroup(t, b, "slow", h, P, []simba.GroupOption{simba.WithHandOffLimit(0.2, 1)})
+		want := simba.PartitionAssignment(billing, []string{"a", "slow"}, P, simba.Rendezvous)
+		moving := len(indexes(want, "slow"))
+		require.Greater(t, moving, 3)
+		time.Sleep(time.Duration(moving)*5*time.Second + time.Second) // well past the grace (6 s)
+		assert.Equal(t, want, holders(b, P))
+		assert.Len(t, b.History(), P+moving, "each moving partition granted once more, to its owner")
+		closeAll(t, a.client, slow.client)
+		h.checkTerms(t, b)
+	})
+}
+
+// TestGroupStandInHandsBackWhenTheOwnerSharesTheView: a stands in for the
+// partitions a misconfigured z never takes; z is restarted well configured
+// under the same member id (so the view of member ids never changes), and
+// a hands the partitions back as soon as z's record shows it acts on the
+// same view.
+func TestGroupStandInHandsBackWhenTheOwnerSharesTheView(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		const P = 16
+		a := joinGroup(t, b, "a", h, P, nil)
+		z := joinGroup(t, b, "z", h, 8, nil) // misconfigured
+		time.Sleep(3*2*testTTL + time.Second)
+		want := simba.PartitionAssignment(billing, []string{"a", "z"}, P, simba.Rendezvous)
+		owners := holders(b, P)
+		standIns := 0
+		for p := 8; p < P; p++ {
+			if want[p] == "z" {
+				assert.Equal(t, "a", owners[p], "partition %d: a stands in", p)
+				standIns++
+			}
+		}
+		require.Positive(t, standIns)
+
+		z2 := joinGroup(t, b, "z2", h, P, nil, simba.WithMemberID("z"))
+		closeAll(t, z.client)
+		time.Sleep(time.Second)
+		got := holders(b, P)
+		for p := range got {
+			if got[p] == "z2" {
+				got[p] = "z"
+			}
+		}
+		assert.Equal(t, want, got, "z's partitions are back with z")
+		closeAll(t, a.client, z2.client)
+		h.checkTerms(t, b)
+	})
+}
+
 func TestGroupDivergingVariantsNeverGiveTwoHolders(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := memory.New()
