@@ -2,8 +2,11 @@ package simba_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -13,6 +16,7 @@ import (
 
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/admin"
+	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/memory"
 )
 
@@ -302,4 +306,81 @@ func TestDrainEmptiesAMemberUntilUndrained(t *testing.T) {
 		closeAll(t, x.client, y.client)
 		h.checkTerms(t, b)
 	})
+}
+
+// flakyStatus is a memory node whose sessions fail the first reads of
+// status records (as reads queued behind thousands of others time out).
+type flakyStatus struct {
+	*memory.Node
+	fails *atomic.Int32 // reads still to fail
+}
+
+func (f flakyStatus) Open(ctx context.Context, o backend.SessionOptions) (backend.Session, error) {
+	s, err := f.Node.Open(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	return flakySession{Session: s, Records: s.(backend.Records), fails: f.fails}, nil
+}
+
+type flakySession struct {
+	backend.Session
+	backend.Records
+	fails *atomic.Int32
+}
+
+func (s flakySession) GetRecord(ctx context.Context, key string) (backend.Record, error) {
+	if strings.HasPrefix(key, "status/") && s.fails.Add(-1) >= 0 {
+		return backend.Record{}, fmt.Errorf("get record %q: %w", key, context.DeadlineExceeded)
+	}
+	return s.Records.GetRecord(ctx, key)
+}
+
+// TestStatusReadIsRetried: a new holder that cannot read the previous
+// status at once retries, and carries the counts and the history on; one
+// that never can writes no status rather than replace the record with a
+// fresh one.
+func TestStatusReadIsRetried(t *testing.T) {
+	for _, fails := range []int32{3, 1 << 30} {
+		t.Run(fmt.Sprint(fails), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := memory.New()
+				defer b.Close()
+				h := newHistory()
+				log := &runLog{}
+				ca, _ := node(t, b, "a", h, simba.WithMemberID("a"))
+				_, err := ca.Election("report").Schedule(simba.FixedRate(time.Second), log.scheduled("a", h))
+				require.NoError(t, err)
+				time.Sleep(9*time.Second + 500*time.Millisecond) // 10 runs
+				closeAll(t, ca)
+
+				left := &atomic.Int32{}
+				left.Store(fails)
+				cz, err := simba.New(flakyStatus{b.Node("z"), left}, simba.WithTTL(testTTL), simba.WithMemberID("z"), simba.WithLogger(testLogger(t, "z")))
+				require.NoError(t, err)
+				_, err = cz.Election("report").Schedule(simba.FixedRate(time.Second), log.scheduled("z", h))
+				require.NoError(t, err)
+				time.Sleep(20 * time.Second)
+				a := openAdmin(t, b)
+				st, err := a.Status(t.Context(), "report")
+				require.NoError(t, err)
+				runs, err := a.History(t.Context(), "report")
+				require.NoError(t, err)
+				if fails == 3 {
+					require.NotNil(t, st.Holder)
+					assert.Equal(t, "z", st.Holder.Member)
+					assert.Greater(t, st.Succeeded, uint64(10+15), "a's 10 runs and z's")
+					assert.Equal(t, uint64(1), runs[0].Seq, "the history goes on from a's runs")
+					assert.Equal(t, "a", runs[0].Member)
+					assert.Equal(t, "z", runs[len(runs)-1].Member)
+				} else {
+					assert.Nil(t, st.Holder, "a's hand-off, untouched")
+					assert.Equal(t, uint64(10), st.Succeeded)
+					assert.Len(t, runs, 10)
+					assert.NotEmpty(t, log.since(time.Now().Add(-time.Second)), "z runs all the same")
+				}
+				closeAll(t, cz)
+			})
+		})
+	}
 }

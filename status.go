@@ -63,6 +63,7 @@ type statusWriter struct {
 	dirty    bool              // st changed since it was last written
 	history  map[string][]byte // history records to write with the status
 	failOver bool              // the previous holder ended without a hand-off
+	unread   bool              // the previous status could not be read: write nothing
 	missed   bool              // a planned start passed while no one held the lease
 }
 
@@ -86,18 +87,25 @@ func (c *Client) openStatus(g *generation, term *Term, schedule string) *statusW
 		opened:  make(chan struct{}),
 		closing: make(chan struct{}),
 	}
-	w.enqueue(func(ctx context.Context) {
+	w.enqueue(func(context.Context) {
 		defer close(w.opened)
 		now := time.Now()
-		prev, err := rec.GetRecord(ctx, records.StatusKey(ref.Election))
+		prev, err := w.readPrevious(g)
 		switch {
 		case err == nil:
 			if err := records.Decode(prev.Value, &w.st); err != nil {
 				c.log.Warn("unreadable status record; starting afresh", "election", ref.Election, "err", err)
 				w.st = records.Status{}
 			}
-		case !errors.Is(err, backend.ErrNoRecord):
-			c.log.Warn("reading the status record failed", "election", ref.Election, "err", err)
+		case errors.Is(err, backend.ErrNoRecord):
+		default:
+			// Writing now would replace what the previous holders left
+			// (history sequence, counts, next planned start) with a fresh
+			// status: this term writes none.
+			w.unread = true
+			if g.ctx.Err() == nil && !w.revoked() {
+				c.log.Warn("reading the status record failed; this term writes no status", "election", ref.Election, "err", err)
+			}
 		}
 		w.failOver = w.st.Holder != nil && w.st.Holder.Token != ref.Token
 		w.missed = !w.st.NextPlanned.IsZero() && w.st.NextPlanned.Before(now)
@@ -113,6 +121,30 @@ func (c *Client) openStatus(g *generation, term *Term, schedule string) *statusW
 	})
 	return w
 }
+
+// readPrevious reads the status the previous holder left. Each attempt has
+// a renewal period's time; a read that fails (behind thousands of others,
+// when a client takes thousands of leases at once) is tried again while the
+// term lasts, for up to readStatusPeriods renewal periods: the schedule's
+// first run waits for the read, and status must not hold the work up for
+// longer.
+func (w *statusWriter) readPrevious(g *generation) (backend.Record, error) {
+	key := records.StatusKey(w.term.ref.Election)
+	all, cancel := context.WithTimeout(g.ctx, readStatusPeriods*g.ttl)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(all, g.ttl)
+		rec, err := w.rec.GetRecord(ctx, key)
+		cancel()
+		if err == nil || errors.Is(err, backend.ErrNoRecord) || w.revoked() ||
+			!sleep(all, backoff(attempt, g.ttl/3)) {
+			return rec, err
+		}
+	}
+}
+
+// readStatusPeriods bounds the time readPrevious takes, in renewal periods.
+const readStatusPeriods = 3
 
 // enqueue adds a change, and starts a worker if none is running. It
 // reports false once the writer is closed.
@@ -144,45 +176,55 @@ func (w *statusWriter) work() {
 	// Writes are bounded by the session: the backend's fence decides
 	// whether the term may still write (the last run of a term ends after
 	// the term, and must still reach the history while the lease is held).
-	ctx, cancel := context.WithTimeout(w.term.gen.ctx, w.term.gen.ttl)
-	defer cancel()
 	waited := false
 	for {
-		w.mu.Lock()
-		batch := w.queue
-		w.queue = nil
-		if len(batch) == 0 && w.closed && w.finalize {
-			w.final = w.take()
-		}
-		if len(batch) == 0 && !w.dirty && len(w.history) == 0 {
-			w.working = false
-			close(w.drained)
-			w.drained = nil
-			w.mu.Unlock()
+		// Each step has a renewal period's time (the reads of
+		// openStatus set their own).
+		ctx, cancel := context.WithTimeout(w.term.gen.ctx, w.term.gen.ttl)
+		more := w.step(ctx, &waited)
+		cancel()
+		if !more {
 			return
 		}
-		closed := w.closed
+	}
+}
+
+// step is one round of the worker: it applies the queued changes, or
+// writes what they changed, or reports that the worker ends (false).
+func (w *statusWriter) step(ctx context.Context, waited *bool) bool {
+	w.mu.Lock()
+	batch := w.queue
+	w.queue = nil
+	if len(batch) == 0 && w.closed && w.finalize {
+		w.final = w.take()
+	}
+	if len(batch) == 0 && !w.dirty && len(w.history) == 0 {
+		w.working = false
+		close(w.drained)
+		w.drained = nil
 		w.mu.Unlock()
-		if len(batch) == 0 {
-			if !closed && !waited && w.revoked() {
-				// The term is over: its hand-off is coming, and its last
-				// status goes with it (a run's end and "no holder" in one
-				// write, or with the release). Not for longer than the
-				// writes could take.
-				waited = true
-				select {
-				case <-w.closing:
-				case <-ctx.Done():
-				}
-				continue
-			}
-			w.flush(ctx)
-			continue
-		}
+		return false
+	}
+	closed := w.closed
+	w.mu.Unlock()
+	switch {
+	case len(batch) > 0:
 		for _, f := range batch {
 			f(ctx)
 		}
+	case !closed && !*waited && w.revoked():
+		// The term is over: its hand-off is coming, and its last status
+		// goes with it (a run's end and "no holder" in one write, or with
+		// the release). Not for longer than the writes could take.
+		*waited = true
+		select {
+		case <-w.closing:
+		case <-ctx.Done():
+		}
+	default:
+		w.flush(ctx)
 	}
+	return true
 }
 
 // revoked reports whether the term has been revoked.
@@ -206,6 +248,7 @@ func (w *statusWriter) addHistory(run records.Run) {
 
 // take returns the records flush would write, and forgets them.
 func (w *statusWriter) take() []backend.Record {
+	w.forgetUnread()
 	var out []backend.Record
 	for key, value := range w.history {
 		out = append(out, backend.Record{Key: key, Value: value})
@@ -219,9 +262,18 @@ func (w *statusWriter) take() []backend.Record {
 	return out
 }
 
+// forgetUnread drops the changes of a term that could not read the
+// previous status: it writes none.
+func (w *statusWriter) forgetUnread() {
+	if w.unread {
+		w.history, w.dirty = nil, false
+	}
+}
+
 // flush writes the history records and the status concurrently: each is a
 // record of its own, and the writes are fenced alike.
 func (w *statusWriter) flush(ctx context.Context) {
+	w.forgetUnread()
 	var wg sync.WaitGroup
 	for key, value := range w.history {
 		wg.Go(func() { w.put(ctx, key, value) })
