@@ -67,6 +67,7 @@ type config struct {
 	limit      float64
 	status     bool
 	memprofile string
+	timeout    time.Duration
 }
 
 func main() {
@@ -90,6 +91,7 @@ func main() {
 	flag.StringVar(&cfg.memprofile, "memprofile", "", "write a heap profile of the client holding n leases to `file`.<backend>.<n>, and its goroutines to that name + .goroutines")
 	flag.BoolVar(&cfg.status, "status", true, "status records on (the default of simba.WithStatus)")
 	flag.Float64Var(&cfg.limit, "handoff-limit", 0, "with -group: hand-offs per second per member (0: no limit)")
+	flag.DurationVar(&cfg.timeout, "timeout", 5*time.Minute, "with -group: how long each step may take to converge")
 	flag.Parse()
 	for _, f := range strings.Split(leases, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -484,11 +486,6 @@ func serveEtcd(dir string) {
 func measureGroup(cfg config) error {
 	cnt := &counter{}
 	var clients []*groupMember
-	defer func() {
-		for _, m := range clients {
-			m.close()
-		}
-	}()
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "backend\tpartitions\tstep\tmembers\ttime to converge\tpartitions moved\tbackend requests\t\n")
 	defer tw.Flush()
@@ -502,6 +499,11 @@ func measureGroup(cfg config) error {
 		return err
 	}
 	defer closeB()
+	defer func() { // before the backend
+		for _, m := range clients {
+			m.close()
+		}
+	}()
 	var opts []simba.GroupOption
 	if cfg.limit > 0 {
 		opts = append(opts, simba.WithHandOffLimit(cfg.limit, int(cfg.limit)))
@@ -564,6 +566,7 @@ func moved(a, b []string) int {
 type groupMember struct {
 	id     string
 	client *simba.Client
+	task   *simba.GroupTask
 	mu     sync.Mutex
 	holds  map[int]bool
 	closed bool
@@ -580,7 +583,7 @@ func newGroupMember(b backend.Backend, id string, cfg config, opts []simba.Group
 		return nil, err
 	}
 	m.client = c
-	_, err = c.Group("scale", cfg.partitions, opts...).RunWhileLeader(func(context.Context, *simba.Term, int) error { return nil })
+	m.task, err = c.Group("scale", cfg.partitions, opts...).RunWhileLeader(func(context.Context, *simba.Term, int) error { return nil })
 	return m, err
 }
 
@@ -613,7 +616,7 @@ func converge(ms []*groupMember, cfg config) ([]string, error) {
 		ids[i] = m.id
 	}
 	want := simba.PartitionAssignment("scale", ids, cfg.partitions, simba.Rendezvous)
-	deadline := time.Now().Add(5 * time.Minute)
+	deadline := time.Now().Add(cfg.timeout)
 	for time.Now().Before(deadline) {
 		ok := true
 		for _, m := range ms {
@@ -634,5 +637,45 @@ func converge(ms []*groupMember, cfg config) ([]string, error) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	return nil, errors.New("the group did not converge in 5 minutes")
+	diagnose(ms, want)
+	return nil, fmt.Errorf("the group did not converge in %v", cfg.timeout)
+}
+
+// diagnose prints, for the partitions not held by their owners, who holds
+// them by the events and who contends for them, and dumps the goroutines.
+func diagnose(ms []*groupMember, want []string) {
+	contends := map[string]map[int]bool{}
+	for _, m := range ms {
+		set := map[int]bool{}
+		for _, p := range m.task.Partitions() {
+			set[p] = true
+		}
+		contends[m.id] = set
+	}
+	bad := 0
+	for p, owner := range want {
+		var holders, contenders []string
+		for _, m := range ms {
+			m.mu.Lock()
+			if m.holds[p] {
+				holders = append(holders, m.id)
+			}
+			m.mu.Unlock()
+			if contends[m.id][p] {
+				contenders = append(contenders, m.id)
+			}
+		}
+		if len(holders) == 1 && holders[0] == owner {
+			continue
+		}
+		if bad++; bad <= 20 {
+			fmt.Fprintf(os.Stderr, "scale: partition %d: owner %s, held by %v, contended for by %v\n", p, owner, holders, contenders)
+		}
+	}
+	fmt.Fprintf(os.Stderr, "scale: %d partitions not held by their owner alone\n", bad)
+	if f, err := os.Create("scale-stuck.goroutines"); err == nil {
+		pprof.Lookup("goroutine").WriteTo(f, 1)
+		f.Close()
+		fmt.Fprintln(os.Stderr, "scale: goroutines in scale-stuck.goroutines")
+	}
 }
