@@ -29,6 +29,7 @@ import (
 	"os/exec"
 	"runtime"
 	"runtime/pprof"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,6 +38,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
@@ -68,6 +70,7 @@ type config struct {
 	status     bool
 	memprofile string
 	timeout    time.Duration
+	breakdown  bool
 }
 
 func main() {
@@ -92,6 +95,7 @@ func main() {
 	flag.BoolVar(&cfg.status, "status", true, "status records on (the default of simba.WithStatus)")
 	flag.Float64Var(&cfg.limit, "handoff-limit", 0, "with -group: hand-offs per second per member (0: no limit)")
 	flag.DurationVar(&cfg.timeout, "timeout", 5*time.Minute, "with -group: how long each step may take to converge")
+	flag.BoolVar(&cfg.breakdown, "breakdown", false, "with -group on etcd: print each step's requests by kind (method and key) to stderr")
 	flag.Parse()
 	for _, f := range strings.Split(leases, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -130,8 +134,82 @@ func fail(err error) {
 	os.Exit(1)
 }
 
-// counter counts requests sent to the backend.
-type counter struct{ n atomic.Int64 }
+// counter counts requests sent to the backend, and with -breakdown, etcd
+// requests by kind.
+type counter struct {
+	n      atomic.Int64
+	prefix string // of the etcd keys; "" when not broken down
+	mu     sync.Mutex
+	kinds  map[string]int64
+}
+
+// classify counts an etcd request by its method and the first key it
+// names, cut to the key's kind (lease, session, group, rec/status, …).
+func (cnt *counter) classify(method string, req any) {
+	if cnt.prefix == "" {
+		return
+	}
+	kind := method[strings.LastIndex(method, "/")+1:]
+	var key []byte
+	switch r := req.(type) {
+	case *etcdserverpb.RangeRequest:
+		key = r.Key
+	case *etcdserverpb.PutRequest:
+		key = r.Key
+	case *etcdserverpb.DeleteRangeRequest:
+		key = r.Key
+	case *etcdserverpb.TxnRequest:
+		var op string
+		op, key = firstWrite(r)
+		kind += " " + op
+	}
+	if k, ok := strings.CutPrefix(string(key), cnt.prefix); ok {
+		parts := strings.SplitN(k, "/", 3)
+		if parts[0] == "rec" && len(parts) > 1 {
+			parts[0] += "/" + parts[1]
+		}
+		kind += " " + parts[0]
+	}
+	cnt.mu.Lock()
+	cnt.kinds[kind]++
+	cnt.mu.Unlock()
+}
+
+// firstWrite returns the first write of a transaction's success branch
+// (looking into nested transactions): "put" or "delete", and its key.
+func firstWrite(r *etcdserverpb.TxnRequest) (string, []byte) {
+	for _, op := range r.Success {
+		switch {
+		case op.GetRequestPut() != nil:
+			return "put", op.GetRequestPut().Key
+		case op.GetRequestDeleteRange() != nil:
+			return "delete", op.GetRequestDeleteRange().Key
+		case op.GetRequestTxn() != nil:
+			if w, key := firstWrite(op.GetRequestTxn()); key != nil {
+				return w, key
+			}
+		}
+	}
+	return "read", nil
+}
+
+// breakdown returns the counts by kind since the last call, largest first.
+func (cnt *counter) breakdown() string {
+	cnt.mu.Lock()
+	kinds := cnt.kinds
+	cnt.kinds = map[string]int64{}
+	cnt.mu.Unlock()
+	names := make([]string, 0, len(kinds))
+	for k := range kinds {
+		names = append(names, k)
+	}
+	sort.Slice(names, func(i, j int) bool { return kinds[names[i]] > kinds[names[j]] })
+	var b strings.Builder
+	for _, k := range names {
+		fmt.Fprintf(&b, " %s=%d", k, kinds[k])
+	}
+	return b.String()
+}
 
 // dialOptions make an etcd client count its unary calls and the messages
 // it sends on streams (a keep-alive is one).
@@ -139,6 +217,7 @@ func (cnt *counter) dialOptions() []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 			cnt.n.Add(1)
+			cnt.classify(method, req)
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}),
 		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
@@ -167,7 +246,11 @@ func newBackend(cfg config, cnt *counter) (backend.Backend, func(), error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		b, err := etcd.NewFromClient(cli, etcd.WithPrefix(fmt.Sprintf("/scale/%d/", time.Now().UnixNano())))
+		prefix := fmt.Sprintf("/scale/%d/", time.Now().UnixNano())
+		if cfg.breakdown {
+			cnt.prefix, cnt.kinds = prefix, map[string]int64{}
+		}
+		b, err := etcd.NewFromClient(cli, etcd.WithPrefix(prefix))
 		if err != nil {
 			cli.Close()
 			return nil, nil, err
@@ -492,6 +575,9 @@ func measureGroup(cfg config) error {
 	report := func(step string, took time.Duration, moved int, reqs int64) {
 		row := fmt.Sprintf("%s\t%d\t%s\t%d\t%v\t%d\t%d\t", cfg.backend, cfg.partitions, step, len(clients), took.Round(time.Millisecond), moved, reqs)
 		fmt.Fprintln(os.Stderr, "scale:", strings.ReplaceAll(row, "\t", " "))
+		if cfg.breakdown {
+			fmt.Fprintf(os.Stderr, "scale: terms started: %d; requests by kind:%s\n", termsStarted.Swap(0), cnt.breakdown())
+		}
 		fmt.Fprintln(tw, row)
 	}
 	b, closeB, err := newBackend(cfg, cnt)
@@ -593,10 +679,14 @@ func (m *groupMember) event(e simba.Event) {
 	switch e := e.(type) {
 	case simba.Elected:
 		m.holds[e.Partition] = true
+		termsStarted.Add(1)
 	case simba.Revoked:
 		delete(m.holds, e.Partition)
 	}
 }
+
+// termsStarted counts the Elected events of all members (for -breakdown).
+var termsStarted atomic.Int64
 
 func (m *groupMember) close() {
 	m.mu.Lock()
