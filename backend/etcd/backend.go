@@ -67,11 +67,12 @@ func defaultConfig() config {
 // WithMaxRequests bounds the key-value requests (reads, writes,
 // transactions) the backend's sessions have in flight at once, all
 // together (default [DefaultMaxRequests], 64); more wait their turn, each
-// within its caller's ctx. Keep-alives and watches are not counted. The
-// bound keeps a burst (thousands of elections starting at once) from
-// queueing in front of the sessions' keep-alives on the server: see
-// "Goroutines and requests" in the package documentation. n must be
-// positive.
+// within its caller's ctx. Keep-alives, watches and the requests whose
+// number does not grow with the leases held (group membership, the list of
+// held leases) are not counted. The bound keeps a burst (thousands of
+// elections starting at once) from queueing in front of the sessions'
+// keep-alives on the server: see "Goroutines and requests" in the package
+// documentation. n must be positive.
 func WithMaxRequests(n int) Option {
 	return func(c *config) error {
 		if n <= 0 {

@@ -19,6 +19,13 @@ import (
 // refused writes with "too many requests" once more than 5,000 proposals
 // waited to be applied. With a bound, the backlog a keep-alive can find in
 // front of it is the bound, not the burst: renewals of milliseconds.
+//
+// Requests whose number does not grow with the leases held go around the
+// bound, through the embedded KV (k.KV): group membership (Join, Leave,
+// Members), HeldLeases and the shared lease watch's resync. A group's view
+// decides which of thousands of Acquires to start or stop; queued behind
+// them, a Join took longer than a renewal period at a cold start of 10,000
+// partitions, and the member came late into the others' views.
 type limitedKV struct {
 	clientv3.KV
 	slots chan struct{}

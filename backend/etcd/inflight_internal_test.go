@@ -7,6 +7,9 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/internal/etcdtest"
 )
 
 // unsentKV fails the test if a request reaches it.
@@ -57,4 +60,47 @@ func TestRequestNotSentIsMarked(t *testing.T) {
 	if len(k.slots) != 0 {
 		t.Errorf("%d slots taken after requests that were not sent", len(k.slots))
 	}
+}
+
+// TestMembershipGoesAroundTheBound: with every request slot taken (by
+// thousands of Acquires and status writes, say), a group's membership
+// requests and the list of held leases still go out; an Acquire waits,
+// and ends unsent with its ctx.
+func TestMembershipGoesAroundTheBound(t *testing.T) {
+	srv := etcdtest.Start(t)
+	b, err := New(srv.Endpoints(), WithPrefix("/bound/"), WithMaxRequests(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	bs, err := b.Open(t.Context(), backend.SessionOptions{TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := bs.(*session)
+	if err := b.kv.take(t.Context()); err != nil { // the only slot
+		t.Fatal(err)
+	}
+	defer b.kv.free()
+
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.Join(ctx, "g", backend.Member{ID: "m"}); err != nil {
+		t.Errorf("Join: %v", err)
+	}
+	if ms, err := s.Members(ctx, "g"); err != nil || len(ms) != 1 {
+		t.Errorf("Members: %v, %v", ms, err)
+	}
+	if _, err := s.HeldLeases(ctx, "g."); err != nil {
+		t.Errorf("HeldLeases: %v", err)
+	}
+	if err := s.Leave(ctx, "g"); err != nil {
+		t.Errorf("Leave: %v", err)
+	}
+	short, stop := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer stop()
+	if _, err := s.Acquire(short, "g.0"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Acquire without a slot: %v", err)
+	}
+	s.Close(t.Context())
 }

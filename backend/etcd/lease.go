@@ -455,7 +455,7 @@ func (s *session) HeldLeases(ctx context.Context, prefix string) ([]string, erro
 	cctx, release := s.bind(ctx)
 	defer release()
 	base := s.b.leaseKey("")
-	resp, err := s.b.kv.Get(cctx, base+prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+	resp, err := s.b.kv.KV.Get(cctx, base+prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 		clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 	if err != nil {
 		return nil, s.failure(ctx, op, err)

@@ -237,7 +237,7 @@ func (s *session) watchLeases(rev int64) {
 				s.end(errClientClosed)
 				return
 			}
-			resp, err := s.b.kv.Get(s.ctx, base, clientv3.WithPrefix())
+			resp, err := s.b.kv.KV.Get(s.ctx, base, clientv3.WithPrefix())
 			if err != nil {
 				continue
 			}

@@ -42,7 +42,7 @@ func (s *session) Join(ctx context.Context, group string, m backend.Member) erro
 	}
 	cctx, release := s.bind(ctx)
 	defer release()
-	if _, err := s.b.kv.Put(cctx, s.b.memberKey(group, s.id), string(val), clientv3.WithLease(s.lease)); err != nil {
+	if _, err := s.b.kv.KV.Put(cctx, s.b.memberKey(group, s.id), string(val), clientv3.WithLease(s.lease)); err != nil {
 		return s.failure(ctx, op, err)
 	}
 	return nil
@@ -59,7 +59,7 @@ func (s *session) Leave(ctx context.Context, group string) error {
 	}
 	cctx, release := s.bind(ctx)
 	defer release()
-	if _, err := s.b.kv.Delete(cctx, s.b.memberKey(group, s.id)); err != nil {
+	if _, err := s.b.kv.KV.Delete(cctx, s.b.memberKey(group, s.id)); err != nil {
 		return s.failure(ctx, op, err)
 	}
 	return nil
@@ -78,7 +78,7 @@ func (s *session) Members(ctx context.Context, group string) ([]backend.Member, 
 	cctx, release := s.bind(ctx)
 	defer release()
 	prefix := s.b.groupPrefix(group)
-	resp, err := s.b.kv.Get(cctx, prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	resp, err := s.b.kv.KV.Get(cctx, prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 	if err != nil {
 		return nil, s.failure(ctx, op, err)
 	}

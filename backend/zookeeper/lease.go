@@ -667,7 +667,7 @@ func (s *session) ensureDir(c *zk.Conn, dir string) error {
 // znodes that exist now, whoever holds them. It implements
 // [backend.LeaseLister].
 func (s *session) HeldLeases(ctx context.Context, prefix string) ([]string, error) {
-	return call(s, ctx, "held leases", func(c *zk.Conn) ([]string, error) {
+	return callWith(s, ctx, "held leases", false, func(c *zk.Conn) ([]string, error) {
 		names, _, err := c.Children(s.p.root + leaseDir)
 		if errors.Is(err, zk.ErrNoNode) {
 			return nil, nil

@@ -84,7 +84,7 @@ func (s *session) Join(ctx context.Context, group string, m backend.Member) erro
 	s.mu.Lock()
 	leaves := s.leaves[group]
 	s.mu.Unlock()
-	_, err := call(s, ctx, fmt.Sprintf("join %q", group), func(c *zk.Conn) (struct{}, error) {
+	_, err := callWith(s, ctx, fmt.Sprintf("join %q", group), false, func(c *zk.Conn) (struct{}, error) {
 		// A request goes on after its caller gave up: if a Leave was
 		// called since, this Join is superseded and must not make the
 		// session a member again after the Leave's delete.
@@ -124,7 +124,7 @@ func (s *session) Leave(ctx context.Context, group string) error {
 	s.mu.Lock()
 	s.leaves[group]++
 	s.mu.Unlock()
-	_, err := call(s, ctx, fmt.Sprintf("leave %q", group), func(c *zk.Conn) (struct{}, error) {
+	_, err := callWith(s, ctx, fmt.Sprintf("leave %q", group), false, func(c *zk.Conn) (struct{}, error) {
 		s.memberMu.Lock()
 		defer s.memberMu.Unlock()
 		err := c.Delete(path, -1)
@@ -143,7 +143,7 @@ func (s *session) Members(ctx context.Context, group string) ([]backend.Member, 
 		return nil, nameError("group", group)
 	}
 	dir := s.p.group(group)
-	return call(s, ctx, fmt.Sprintf("members %q", group), func(c *zk.Conn) ([]backend.Member, error) {
+	return callWith(s, ctx, fmt.Sprintf("members %q", group), false, func(c *zk.Conn) ([]backend.Member, error) {
 		names, _, err := c.Children(dir)
 		if errors.Is(err, zk.ErrNoNode) {
 			return nil, nil

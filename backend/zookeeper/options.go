@@ -57,7 +57,10 @@ const DefaultMaxRequests = 64
 // WithMaxRequests bounds the calls each session has in flight at once
 // (default [DefaultMaxRequests], 64): reads, writes, creates and the
 // reads that go with them; more wait their turn, each within its caller's
-// ctx. Keep-alives are not counted. ZooKeeper answers a session's requests
+// ctx. Keep-alives are not counted, nor the requests whose number does not
+// grow with the leases held (group membership, the list of held leases):
+// a group's view decides which of thousands of acquisitions to start or
+// stop, and must not wait behind them. ZooKeeper answers a session's requests
 // in order, so a keep-alive sent behind thousands of requests (thousands of
 // elections starting at once, each reading and writing its records) is
 // answered only after all of them, which can take longer than the session's
