@@ -33,6 +33,26 @@ type groupOptions struct {
 	variant AssignmentVariant
 	grace   time.Duration // 0: twice the granted TTL
 	limit   *tokenBucket  // nil: no limit on hand-offs; made anew for each GroupTask
+	initial time.Duration // WithInitialRebalanceDelay
+}
+
+// WithInitialRebalanceDelay makes a member that joins a group in which no
+// partition is held (a group starting cold) wait d before it contends for
+// partitions (default 0: at once). Members started together then see each
+// other first, and each partition is taken once, by its owner, instead of
+// by the first members to join and then handed on as the others join: at
+// 10,000 partitions over 10 members, about 18,000 terms and their status
+// writes become 10,000. Joining a group that runs (some partition held) is
+// not delayed. Like Kafka's group.initial.rebalance.delay.ms, it costs a
+// group started alone d; keep d well under the vacancy grace.
+func WithInitialRebalanceDelay(d time.Duration) GroupOption {
+	return func(o *groupOptions) error {
+		if d < 0 {
+			return fmt.Errorf("%w: initial rebalance delay must not be negative, got %v", ErrInvalidArgument, d)
+		}
+		o.initial = d
+		return nil
+	}
 }
 
 // WithHandOffLimit limits how fast this member starts and stops contending
@@ -313,7 +333,7 @@ func (t *GroupTask) serve(g *generation) {
 			joined = false
 		case !drained && !joined:
 			published = "" // a new record: the view comes with the next look
-			if !t.join(ctx, g, self) {
+			if !t.join(ctx, g, self) || !t.awaitOthers(ctx, g) {
 				return
 			}
 			joined = true
@@ -369,6 +389,29 @@ func (t *GroupTask) join(ctx context.Context, g *generation, self string) bool {
 			return false
 		}
 	}
+}
+
+// awaitOthers waits the initial rebalance delay if no partition of the
+// group is held (or the backend cannot tell); it reports false if ctx ended
+// first.
+func (t *GroupTask) awaitOthers(ctx context.Context, g *generation) bool {
+	d := t.opts.initial
+	if d <= 0 {
+		return true
+	}
+	if lister, ok := g.sess.(backend.LeaseLister); ok {
+		prefix := t.name + "."
+		held, err := lister.HeldLeases(ctx, prefix)
+		for _, n := range held {
+			if p, err := strconv.Atoi(strings.TrimPrefix(n, prefix)); err == nil && p >= 0 && p < t.partitions {
+				return true // the group runs
+			}
+		}
+		if err != nil && ctx.Err() == nil {
+			t.c.log.Warn("listing held leases failed; waiting the initial rebalance delay", "group", t.name, "err", err)
+		}
+	}
+	return sleep(ctx, d)
 }
 
 // joinOnce writes this member's record with view. A Stop does not cut it

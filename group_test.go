@@ -458,3 +458,46 @@ func TestGroupHandOffLimitIsPerGroupTask(t *testing.T) {
 		closeAll(t, c)
 	})
 }
+
+// TestGroupInitialRebalanceDelay: members started together into a cold
+// group wait before contending, and each partition is granted once, to its
+// owner; a member joining the running group later is not delayed.
+func TestGroupInitialRebalanceDelay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		const P = 32
+		delay := []simba.GroupOption{simba.WithInitialRebalanceDelay(time.Second)}
+		start := time.Now()
+		var ms []*member
+		for _, name := range []string{"a", "b", "c"} {
+			ms = append(ms, joinGroup(t, b, name, h, P, delay))
+			time.Sleep(100 * time.Millisecond)
+		}
+		synctest.Wait()
+		assert.Empty(t, b.History(), "nobody contends during the delay")
+		time.Sleep(time.Second)
+		want := simba.PartitionAssignment(billing, []string{"a", "b", "c"}, P, simba.Rendezvous)
+		assert.Equal(t, want, holders(b, P))
+		assert.Len(t, b.History(), P, "each partition granted once, to its owner")
+		for _, g := range b.History() {
+			assert.GreaterOrEqual(t, g.Start.Sub(start), time.Second)
+		}
+
+		// The group runs: a member joining now contends at once.
+		joined := time.Now()
+		d := joinGroup(t, b, "d", h, P, delay)
+		time.Sleep(100 * time.Millisecond)
+		want = simba.PartitionAssignment(billing, []string{"a", "b", "c", "d"}, P, simba.Rendezvous)
+		assert.Equal(t, want, holders(b, P), "moved within %v of the join", time.Since(joined))
+		closeAll(t, ms[0].client, ms[1].client, ms[2].client, d.client)
+		h.checkTerms(t, b)
+
+		c, err := simba.New(b)
+		require.NoError(t, err)
+		defer c.Close()
+		_, err = c.Group("g", 4, simba.WithInitialRebalanceDelay(-time.Second)).RunWhileLeader(func(context.Context, *simba.Term, int) error { return nil })
+		assert.ErrorIs(t, err, simba.ErrInvalidArgument)
+	})
+}
