@@ -71,6 +71,7 @@ type config struct {
 	memprofile string
 	timeout    time.Duration
 	breakdown  bool
+	initial    time.Duration
 }
 
 func main() {
@@ -95,6 +96,7 @@ func main() {
 	flag.BoolVar(&cfg.status, "status", true, "status records on (the default of simba.WithStatus)")
 	flag.Float64Var(&cfg.limit, "handoff-limit", 0, "with -group: hand-offs per second per member (0: no limit)")
 	flag.DurationVar(&cfg.timeout, "timeout", 5*time.Minute, "with -group: how long each step may take to converge")
+	flag.DurationVar(&cfg.initial, "initial-delay", 0, "with -group: the members' initial rebalance delay (simba.WithInitialRebalanceDelay)")
 	flag.BoolVar(&cfg.breakdown, "breakdown", false, "with -group on etcd: print each step's requests by kind (method and key) to stderr")
 	flag.Parse()
 	for _, f := range strings.Split(leases, ",") {
@@ -565,21 +567,15 @@ func serveEtcd(dir string) {
 
 // measureGroup measures a group of cfg.partitions over cfg.clients clients:
 // time to converge from a cold start, after a join and after a graceful
-// leave, and the backend requests each took.
+// leave, time until the backend traffic is back at rest (the status records
+// of the terms started are written after they start), and the backend
+// requests each step took until then.
 func measureGroup(cfg config) error {
 	cnt := &counter{}
 	var clients []*groupMember
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "backend\tpartitions\tstep\tmembers\ttime to converge\tpartitions moved\tbackend requests\t\n")
+	fmt.Fprintf(tw, "backend\tpartitions\tstep\tmembers\ttime to converge\ttime until at rest\tpartitions moved\tbackend requests\t\n")
 	defer tw.Flush()
-	report := func(step string, took time.Duration, moved int, reqs int64) {
-		row := fmt.Sprintf("%s\t%d\t%s\t%d\t%v\t%d\t%d\t", cfg.backend, cfg.partitions, step, len(clients), took.Round(time.Millisecond), moved, reqs)
-		fmt.Fprintln(os.Stderr, "scale:", strings.ReplaceAll(row, "\t", " "))
-		if cfg.breakdown {
-			fmt.Fprintf(os.Stderr, "scale: terms started: %d; requests by kind:%s\n", termsStarted.Swap(0), cnt.breakdown())
-		}
-		fmt.Fprintln(tw, row)
-	}
 	b, closeB, err := newBackend(cfg, cnt)
 	if err != nil {
 		return err
@@ -594,6 +590,9 @@ func measureGroup(cfg config) error {
 	if cfg.limit > 0 {
 		opts = append(opts, simba.WithHandOffLimit(cfg.limit, int(cfg.limit)))
 	}
+	if cfg.initial > 0 {
+		opts = append(opts, simba.WithInitialRebalanceDelay(cfg.initial))
+	}
 	add := func() error {
 		m, err := newGroupMember(b, fmt.Sprintf("m%02d", len(clients)), cfg, opts)
 		if err != nil {
@@ -602,39 +601,72 @@ func measureGroup(cfg config) error {
 		clients = append(clients, m)
 		return nil
 	}
-
-	r0, t0 := requests(b, cnt), time.Now()
-	for range cfg.clients {
-		if err := add(); err != nil {
+	var owners []string
+	step := func(name string, change func() error) error {
+		r0, t0 := requests(b, cnt), time.Now()
+		if err := change(); err != nil {
 			return err
 		}
+		now, err := converge(clients, cfg)
+		if err != nil {
+			return err
+		}
+		converged := time.Since(t0)
+		if err := atRest(b, cnt, len(clients), cfg.timeout); err != nil {
+			return err
+		}
+		n := cfg.partitions
+		if owners != nil {
+			n = moved(owners, now)
+		}
+		owners = now
+		row := fmt.Sprintf("%s\t%d\t%s\t%d\t%v\t%v\t%d\t%d\t", cfg.backend, cfg.partitions, name, len(clients),
+			converged.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond), n, requests(b, cnt)-r0)
+		fmt.Fprintln(os.Stderr, "scale:", strings.ReplaceAll(row, "\t", " "))
+		if cfg.breakdown {
+			fmt.Fprintf(os.Stderr, "scale: terms started: %d; requests by kind:%s\n", termsStarted.Swap(0), cnt.breakdown())
+		}
+		fmt.Fprintln(tw, row)
+		return nil
 	}
-	before, err := converge(clients, cfg)
-	if err != nil {
-		return err
-	}
-	report("cold start", time.Since(t0), cfg.partitions, requests(b, cnt)-r0)
 
-	r0, t0 = requests(b, cnt), time.Now()
-	if err := add(); err != nil {
+	if err := step("cold start", func() error {
+		for range cfg.clients {
+			if err := add(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
 		return err
 	}
-	after, err := converge(clients, cfg)
-	if err != nil {
+	if err := step("join", add); err != nil {
 		return err
 	}
-	report("join", time.Since(t0), moved(before, after), requests(b, cnt)-r0)
+	return step("graceful leave", func() error {
+		leaving := clients[0]
+		clients = clients[1:]
+		leaving.close()
+		return nil
+	})
+}
 
-	leaving := clients[0]
-	clients = clients[1:]
-	r0, t0 = requests(b, cnt), time.Now()
-	leaving.close()
-	final, err := converge(clients, cfg)
-	if err != nil {
-		return err
+// atRest waits until the backend requests of the group's clients are back
+// at rest: fewer than 5 a second per client over half a second (at rest
+// they send about 2.5: a keep-alive, a read of the members and, every other
+// renewal period, a read of the held leases).
+func atRest(b backend.Backend, cnt *counter, clients int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	last := requests(b, cnt)
+	for time.Now().Before(deadline) {
+		time.Sleep(500 * time.Millisecond)
+		n := requests(b, cnt)
+		if n-last < int64(5*clients/2) {
+			return nil
+		}
+		last = n
 	}
-	report("graceful leave", time.Since(t0), moved(after, final), requests(b, cnt)-r0)
-	return nil
+	return fmt.Errorf("the backend traffic did not come back to rest in %v", timeout)
 }
 
 func moved(a, b []string) int {
