@@ -308,11 +308,13 @@ func TestDrainEmptiesAMemberUntilUndrained(t *testing.T) {
 	})
 }
 
-// flakyStatus is a memory node whose sessions fail the first reads of
-// status records (as reads queued behind thousands of others time out).
+// flakyStatus is a memory node whose sessions fail the first reads and
+// writes of status and history records (as requests queued behind
+// thousands of others time out).
 type flakyStatus struct {
 	*memory.Node
-	fails *atomic.Int32 // reads still to fail
+	fails  *atomic.Int32 // reads still to fail
+	writes *atomic.Int32 // writes still to fail
 }
 
 func (f flakyStatus) Open(ctx context.Context, o backend.SessionOptions) (backend.Session, error) {
@@ -320,13 +322,17 @@ func (f flakyStatus) Open(ctx context.Context, o backend.SessionOptions) (backen
 	if err != nil {
 		return nil, err
 	}
-	return flakySession{Session: s, Records: s.(backend.Records), fails: f.fails}, nil
+	writes := f.writes
+	if writes == nil {
+		writes = &atomic.Int32{}
+	}
+	return flakySession{Session: s, Records: s.(backend.Records), fails: f.fails, writes: writes}, nil
 }
 
 type flakySession struct {
 	backend.Session
 	backend.Records
-	fails *atomic.Int32
+	fails, writes *atomic.Int32
 }
 
 func (s flakySession) GetRecord(ctx context.Context, key string) (backend.Record, error) {
@@ -334,6 +340,13 @@ func (s flakySession) GetRecord(ctx context.Context, key string) (backend.Record
 		return backend.Record{}, fmt.Errorf("get record %q: %w", key, context.DeadlineExceeded)
 	}
 	return s.Records.GetRecord(ctx, key)
+}
+
+func (s flakySession) PutRecord(ctx context.Context, key string, value []byte, cond backend.Condition) (backend.Record, error) {
+	if (strings.HasPrefix(key, "status/") || strings.HasPrefix(key, "history/")) && s.writes.Add(-1) >= 0 {
+		return backend.Record{}, fmt.Errorf("put record %q: %w", key, context.DeadlineExceeded)
+	}
+	return s.Records.PutRecord(ctx, key, value, cond)
 }
 
 // TestStatusReadIsRetried: a new holder that cannot read the previous
@@ -356,7 +369,7 @@ func TestStatusReadIsRetried(t *testing.T) {
 
 				left := &atomic.Int32{}
 				left.Store(fails)
-				cz, err := simba.New(flakyStatus{b.Node("z"), left}, simba.WithTTL(testTTL), simba.WithMemberID("z"), simba.WithLogger(testLogger(t, "z")))
+				cz, err := simba.New(flakyStatus{Node: b.Node("z"), fails: left}, simba.WithTTL(testTTL), simba.WithMemberID("z"), simba.WithLogger(testLogger(t, "z")))
 				require.NoError(t, err)
 				_, err = cz.Election("report").Schedule(simba.FixedRate(time.Second), log.scheduled("z", h))
 				require.NoError(t, err)
@@ -380,6 +393,44 @@ func TestStatusReadIsRetried(t *testing.T) {
 					assert.NotEmpty(t, log.since(time.Now().Add(-time.Second)), "z runs all the same")
 				}
 				closeAll(t, cz)
+			})
+		})
+	}
+}
+
+// TestStatusWriteIsRetried: status and history writes that fail are tried
+// again, and every run reaches the history; writes that always fail are
+// given up after a few tries, and the term goes on.
+func TestStatusWriteIsRetried(t *testing.T) {
+	for _, fails := range []int32{4, 1 << 30} {
+		t.Run(fmt.Sprint(fails), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := memory.New()
+				defer b.Close()
+				h := newHistory()
+				log := &runLog{}
+				writes := &atomic.Int32{}
+				writes.Store(fails)
+				c, err := simba.New(flakyStatus{Node: b.Node("a"), fails: &atomic.Int32{}, writes: writes},
+					simba.WithTTL(testTTL), simba.WithMemberID("a"), simba.WithLogger(testLogger(t, "a")))
+				require.NoError(t, err)
+				_, err = c.Election("report").Schedule(simba.FixedRate(time.Minute), log.scheduled("a", h))
+				require.NoError(t, err)
+				time.Sleep(90 * time.Second) // runs at 0 and 60 s
+				a := openAdmin(t, b)
+				st, err := a.Status(t.Context(), "report")
+				runs, herr := a.History(t.Context(), "report")
+				if fails == 4 {
+					require.NoError(t, err)
+					require.NoError(t, herr)
+					assert.Equal(t, uint64(2), st.Succeeded)
+					require.Len(t, runs, 2, "both runs in the history")
+					assert.Equal(t, uint64(1), runs[0].Seq)
+				} else {
+					assert.Len(t, log.since(time.Time{}), 2, "the term runs on")
+					assert.Empty(t, runs)
+				}
+				closeAll(t, c)
 			})
 		})
 	}

@@ -64,6 +64,7 @@ type statusWriter struct {
 	history  map[string][]byte // history records to write with the status
 	failOver bool              // the previous holder ended without a hand-off
 	unread   bool              // the previous status could not be read: write nothing
+	failures int               // flushes in a row with failed writes
 	missed   bool              // a planned start passed while no one held the lease
 }
 
@@ -223,6 +224,9 @@ func (w *statusWriter) step(ctx context.Context, waited *bool) bool {
 		}
 	default:
 		w.flush(ctx)
+		if w.failures > 0 { // some writes are to be tried again
+			sleep(ctx, backoff(w.failures, w.term.gen.ttl/3))
+		}
 	}
 	return true
 }
@@ -240,10 +244,15 @@ func (w *statusWriter) revoked() bool {
 // addHistory queues run's history record for the next flush; a later run
 // in the same slot replaces it.
 func (w *statusWriter) addHistory(run records.Run) {
+	w.addHistoryRecord(records.HistoryKey(w.term.ref.Election, run.Seq), records.Encode(run))
+}
+
+// addHistoryRecord queues a history record for the next flush.
+func (w *statusWriter) addHistoryRecord(key string, value []byte) {
 	if w.history == nil {
 		w.history = make(map[string][]byte)
 	}
-	w.history[records.HistoryKey(w.term.ref.Election, run.Seq)] = records.Encode(run)
+	w.history[key] = value
 }
 
 // take returns the records flush would write, and forgets them.
@@ -270,33 +279,73 @@ func (w *statusWriter) forgetUnread() {
 	}
 }
 
+// maxStatusFailures bounds the flushes in a row that may fail before the
+// records they carry are dropped.
+const maxStatusFailures = 5
+
 // flush writes the history records and the status concurrently: each is a
-// record of its own, and the writes are fenced alike.
+// record of its own, and the writes are fenced alike. Records whose write
+// failed (a timeout behind thousands of other requests, say) are kept for
+// the next flush, which the worker makes after a backoff, up to
+// maxStatusFailures flushes in a row; a write the fence refuses (the term
+// is over) is dropped.
 func (w *statusWriter) flush(ctx context.Context) {
 	w.forgetUnread()
-	var wg sync.WaitGroup
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		failed []backend.Record
+	)
+	put := func(key string, value []byte) {
+		if !w.put(ctx, key, value) {
+			mu.Lock()
+			failed = append(failed, backend.Record{Key: key, Value: value})
+			mu.Unlock()
+		}
+	}
 	for key, value := range w.history {
-		wg.Go(func() { w.put(ctx, key, value) })
+		wg.Go(func() { put(key, value) })
 	}
 	w.history = nil // not cleared: a term keeps its writer, and a map its buckets
+	statusKey := records.StatusKey(w.term.ref.Election)
 	if w.dirty {
 		w.dirty = false
 		w.st.Updated = time.Now()
-		w.put(ctx, records.StatusKey(w.term.ref.Election), records.Encode(w.st))
+		put(statusKey, records.Encode(w.st))
 	}
 	wg.Wait()
+	if len(failed) == 0 {
+		w.failures = 0
+		return
+	}
+	if w.failures++; w.failures >= maxStatusFailures {
+		w.c.log.Warn("writing status records failed; dropped", "election", w.term.ref.Election, "records", len(failed), "attempts", w.failures)
+		w.failures = 0
+		return
+	}
+	for _, r := range failed {
+		if r.Key == statusKey {
+			w.dirty = true // written anew from w.st
+		} else if _, ok := w.history[r.Key]; !ok {
+			w.addHistoryRecord(r.Key, r.Value)
+		}
+	}
 }
 
-// put writes a record fenced by the term; a failure is logged, never
-// returned: status must not fail the work.
-func (w *statusWriter) put(ctx context.Context, key string, value []byte) {
-	if _, err := w.rec.PutRecord(ctx, key, value, w.cond); err != nil {
-		level := "failed"
-		if errors.Is(err, backend.ErrConflict) {
-			level = "refused: the term is over"
-		}
-		w.c.log.Debug("writing a status record "+level, "key", key, "err", err)
+// put writes a record fenced by the term, and reports false if it failed
+// but may succeed if tried again. A failure is logged, never returned:
+// status must not fail the work.
+func (w *statusWriter) put(ctx context.Context, key string, value []byte) bool {
+	_, err := w.rec.PutRecord(ctx, key, value, w.cond)
+	if err == nil {
+		return true
 	}
+	if errors.Is(err, backend.ErrConflict) {
+		w.c.log.Debug("writing a status record refused: the term is over", "key", key, "err", err)
+		return true
+	}
+	w.c.log.Debug("writing a status record failed", "key", key, "err", err)
+	return false
 }
 
 // started records the start of a run; source is sourceFirst for the
