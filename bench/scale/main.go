@@ -433,6 +433,9 @@ func held(cfg config, n int) (string, error) {
 	}
 	took := time.Since(start)
 	time.Sleep(cfg.ttl) // settle
+	if err := atRest(b, cnt, 1, 5*time.Minute); err != nil {
+		return "", err
+	}
 	after := measure()
 	if cfg.memprofile != "" {
 		if err := writeHeapProfile(fmt.Sprintf("%s.%s.%d", cfg.memprofile, cfg.backend, n)); err != nil {
@@ -651,17 +654,19 @@ func measureGroup(cfg config) error {
 	})
 }
 
-// atRest waits until the backend requests of the group's clients are back
-// at rest: fewer than 5 a second per client over half a second (at rest
-// they send about 2.5: a keep-alive, a read of the members and, every other
-// renewal period, a read of the held leases).
+// atRest waits until the clients' backend requests are back at rest: fewer
+// than 5 a second per client over half a second (at rest a client sends
+// about 2.5: a keep-alive, a read of its groups' members and, every other
+// renewal period, a read of their held leases). The status records of the
+// terms just started are written after they start, and their backlog can
+// take seconds to drain.
 func atRest(b backend.Backend, cnt *counter, clients int, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	last := requests(b, cnt)
 	for time.Now().Before(deadline) {
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(time.Second)
 		n := requests(b, cnt)
-		if n-last < int64(5*clients/2) {
+		if n-last < int64(5*clients) {
 			return nil
 		}
 		last = n
