@@ -224,7 +224,6 @@ type GroupTask struct {
 	retry    *time.Timer         // pokes the group when the hand-off limit allows more
 	lastHeld time.Time           // when held leases were last listed
 	vacant   map[int]time.Time   // partitions seen unheld, since when
-	peers    map[string][]string // views published by the members that split the work as this one does
 	reported map[string]bool     // mismatches already reported
 }
 
@@ -400,12 +399,9 @@ func (t *GroupTask) awaitOthers(ctx context.Context, g *generation) bool {
 		return true
 	}
 	if lister, ok := g.sess.(backend.LeaseLister); ok {
-		prefix := t.name + "."
-		held, err := lister.HeldLeases(ctx, prefix)
-		for _, n := range held {
-			if p, err := strconv.Atoi(strings.TrimPrefix(n, prefix)); err == nil && p >= 0 && p < t.partitions {
-				return true // the group runs
-			}
+		held, err := t.listHeld(ctx, lister)
+		if len(held) > 0 {
+			return true // the group runs
 		}
 		if err != nil && ctx.Err() == nil {
 			t.c.log.Warn("listing held leases failed; waiting the initial rebalance delay", "group", t.name, "err", err)
@@ -439,7 +435,7 @@ func (t *GroupTask) record(view string) []byte {
 func (t *GroupTask) apply(ctx context.Context, g *generation, self string, members []backend.Member, drained bool) (view string) {
 	var ids, owners []string
 	var held map[int]bool
-	var peers map[string][]string
+	var peers peerViews
 	if !drained {
 		var disagree bool
 		ids, peers, disagree = t.checkMembers(self, members)
@@ -449,7 +445,6 @@ func (t *GroupTask) apply(ctx context.Context, g *generation, self string, membe
 	}
 
 	t.mu.Lock()
-	t.peers = peers
 	viewChanged := !slices.Equal(ids, t.view)
 	if viewChanged {
 		clear(t.standIns) // stand-ins last until the view changes
@@ -464,9 +459,9 @@ func (t *GroupTask) apply(ctx context.Context, g *generation, self string, membe
 			want[p] = true
 		}
 	}
-	t.takeVacant(self, view, ids, owners, held, want)
+	t.takeVacant(self, view, peers, ids, owners, held, want)
 	for p := range t.standIns {
-		if t.sharesView(owners[p], view) {
+		if peers.shares(owners[p], view) {
 			// The owner acts on this view: it contends for p, so hand
 			// it back.
 			delete(t.standIns, p)
@@ -533,11 +528,14 @@ func (t *GroupTask) apply(ctx context.Context, g *generation, self string, membe
 	return view
 }
 
-// sharesView reports whether member id splits the work as this member does
-// and has published view: it then contends for the partitions view gives
-// it. t.mu is held.
-func (t *GroupTask) sharesView(id, view string) bool {
-	return slices.Contains(t.peers[id], view)
+// peerViews maps the members that split the work as this one does to the
+// views their sessions published.
+type peerViews map[string][]string
+
+// shares reports whether member id splits the work as this member does and
+// has published view: it then contends for the partitions view gives it.
+func (pv peerViews) shares(id, view string) bool {
+	return slices.Contains(pv[id], view)
 }
 
 // poke makes the group look at its view again soon.
@@ -573,9 +571,9 @@ func (t *GroupTask) handingOff(p int) bool {
 // member that splits the work as this one does, the views its sessions
 // published; it reports members that split the work differently (disagree
 // is then true).
-func (t *GroupTask) checkMembers(self string, members []backend.Member) (ids []string, peers map[string][]string, disagree bool) {
+func (t *GroupTask) checkMembers(self string, members []backend.Member) (ids []string, peers peerViews, disagree bool) {
 	sessions := map[string][]string{}
-	peers = make(map[string][]string, len(members))
+	peers = make(peerViews, len(members))
 	for _, m := range members {
 		sessions[m.ID] = append(sessions[m.ID], m.Session)
 		var rec memberRecord
@@ -636,21 +634,30 @@ func (t *GroupTask) heldPartitions(ctx context.Context, g *generation, disagree 
 	if !due {
 		return nil
 	}
-	prefix := t.name + "."
-	names, err := lister.HeldLeases(ctx, prefix)
+	held, err := t.listHeld(ctx, lister)
 	if err != nil {
 		if ctx.Err() == nil {
 			t.c.log.Warn("listing held leases failed", "group", t.name, "err", err)
 		}
 		return nil
 	}
+	return held
+}
+
+// listHeld returns the group's partitions whose leases are held now.
+func (t *GroupTask) listHeld(ctx context.Context, lister backend.LeaseLister) (map[int]bool, error) {
+	prefix := t.name + "."
+	names, err := lister.HeldLeases(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
 	held := make(map[int]bool, len(names))
 	for _, n := range names {
-		if p, err := strconv.Atoi(strings.TrimPrefix(n, prefix)); err == nil {
+		if p, err := strconv.Atoi(strings.TrimPrefix(n, prefix)); err == nil && p >= 0 && p < t.partitions {
 			held[p] = true
 		}
 	}
-	return held
+	return held, nil
 }
 
 // takeVacant adds to standIns the partitions nobody has held for long
@@ -663,7 +670,7 @@ func (t *GroupTask) heldPartitions(ctx context.Context, g *generation, disagree 
 // to start all of the owner's partitions (assuming the owner has the same
 // limit). A stand-in keeps a partition until the view changes or its owner
 // publishes this view. t.mu is held.
-func (t *GroupTask) takeVacant(self, view string, ids, owners []string, held, want map[int]bool) {
+func (t *GroupTask) takeVacant(self, view string, peers peerViews, ids, owners []string, held, want map[int]bool) {
 	if held == nil {
 		return
 	}
@@ -677,7 +684,7 @@ func (t *GroupTask) takeVacant(self, view string, ids, owners []string, held, wa
 	}
 	now := time.Now()
 	for p := range t.partitions {
-		if held[p] || want[p] || t.active[p] != nil || t.handingOff(p) || t.sharesView(owners[p], view) {
+		if held[p] || want[p] || t.active[p] != nil || t.handingOff(p) || peers.shares(owners[p], view) {
 			delete(t.vacant, p)
 			continue
 		}
