@@ -328,11 +328,8 @@ func (l *lease) Release(ctx context.Context) error {
 func (l *lease) ReleaseWithRecords(ctx context.Context, records []backend.Record) error {
 	ops := make([]clientv3.Op, 0, len(records))
 	for _, r := range records {
-		if !backend.ValidKey(r.Key) {
-			return recordKeyError(r.Key)
-		}
-		if len(r.Value) > backend.MaxRecordValue {
-			return fmt.Errorf("simba/etcd: record %q: value of %d bytes exceeds %d", r.Key, len(r.Value), backend.MaxRecordValue)
+		if err := checkRecord(r.Key, r.Value); err != nil {
+			return err
 		}
 		ops = append(ops, l.s.fencedPut(l.s.b.recordKey(r.Key), r.Value, uint64(l.token)))
 	}

@@ -131,11 +131,8 @@ func (s *session) ListRecords(ctx context.Context, prefix string) ([]backend.Rec
 // key must not exist). When a condition fails nothing is written and the
 // error wraps [backend.ErrConflict].
 func (s *session) PutRecord(ctx context.Context, key string, value []byte, cond backend.Condition) (backend.Record, error) {
-	if !backend.ValidKey(key) {
-		return backend.Record{}, recordKeyError(key)
-	}
-	if len(value) > backend.MaxRecordValue {
-		return backend.Record{}, fmt.Errorf("simba/etcd: record %q: value of %d bytes exceeds %d", key, len(value), backend.MaxRecordValue)
+	if err := checkRecord(key, value); err != nil {
+		return backend.Record{}, err
 	}
 	op := fmt.Sprintf("put record %q", key)
 	rk := s.b.recordKey(key)
@@ -294,6 +291,17 @@ func (s *session) WatchRecords(ctx context.Context, prefix string) (<-chan struc
 }
 
 // recordKeyError is the error for an invalid record key.
+// checkRecord reports an invalid key or a value over the size limit.
+func checkRecord(key string, value []byte) error {
+	if !backend.ValidKey(key) {
+		return recordKeyError(key)
+	}
+	if len(value) > backend.MaxRecordValue {
+		return fmt.Errorf("simba/etcd: record %q: value of %d bytes exceeds %d", key, len(value), backend.MaxRecordValue)
+	}
+	return nil
+}
+
 func recordKeyError(key string) error {
 	return fmt.Errorf("simba/etcd: invalid record key %q: want 1-512 characters of A-Z a-z 0-9 . _ - /, starting and ending with a letter or digit, without //", key)
 }

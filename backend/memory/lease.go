@@ -38,28 +38,15 @@ func (l *lease) Lost() <-chan struct{} { return l.lost }
 // Release ends the holding if it is still the current one (same token) and
 // returns an error wrapping [backend.ErrNotHeld] otherwise.
 func (l *lease) Release(ctx context.Context) error {
-	s, b := l.s, l.s.b
-	return s.n.exchange(ctx, opRelease, s, func() (func(), error) {
-		if !s.live {
-			return nil, sessionDone(opRelease)
-		}
-		if b.leases[l.name] != l {
-			return nil, errNotHeld(l)
-		}
-		b.endHolding(l, reasonReleased, false)
-		return nil, nil
-	})
+	return l.ReleaseWithRecords(ctx, nil)
 }
 
 // ReleaseWithRecords writes records fenced by the holding and ends it,
 // atomically: the optional [backend.RecordReleaser] capability.
 func (l *lease) ReleaseWithRecords(ctx context.Context, records []backend.Record) error {
 	for _, r := range records {
-		if !backend.ValidKey(r.Key) {
-			return keyError(r.Key)
-		}
-		if len(r.Value) > backend.MaxRecordValue {
-			return fmt.Errorf("simba/memory: record %q: value of %d bytes exceeds %d", r.Key, len(r.Value), backend.MaxRecordValue)
+		if err := checkRecord(r.Key, r.Value); err != nil {
+			return err
 		}
 	}
 	s, b := l.s, l.s.b

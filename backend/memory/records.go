@@ -57,11 +57,8 @@ func (s *session) ListRecords(ctx context.Context, prefix string) ([]backend.Rec
 // PutRecord writes value at key if cond holds; the lease check of a fenced
 // write is atomic with the write.
 func (s *session) PutRecord(ctx context.Context, key string, value []byte, cond backend.Condition) (backend.Record, error) {
-	if !backend.ValidKey(key) {
-		return backend.Record{}, keyError(key)
-	}
-	if len(value) > backend.MaxRecordValue {
-		return backend.Record{}, fmt.Errorf("simba/memory: record %q: value of %d bytes exceeds %d", key, len(value), backend.MaxRecordValue)
+	if err := checkRecord(key, value); err != nil {
+		return backend.Record{}, err
 	}
 	var out backend.Record
 	err := s.records(ctx, func(b *Backend) error {
@@ -142,6 +139,17 @@ func (b *Backend) recordChanged(key string) {
 			w.s.n.notify(w.hint)
 		}
 	}
+}
+
+// checkRecord reports an invalid key or a value over the size limit.
+func checkRecord(key string, value []byte) error {
+	if !backend.ValidKey(key) {
+		return keyError(key)
+	}
+	if len(value) > backend.MaxRecordValue {
+		return fmt.Errorf("simba/memory: record %q: value of %d bytes exceeds %d", key, len(value), backend.MaxRecordValue)
+	}
+	return nil
 }
 
 func keyError(key string) error {

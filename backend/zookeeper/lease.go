@@ -495,11 +495,8 @@ func (l *lease) ReleaseWithRecords(ctx context.Context, records []backend.Record
 	s := l.s
 	const op = "release with records"
 	for _, r := range records {
-		if !validRecordKey(r.Key) {
-			return recordKeyError(r.Key)
-		}
-		if len(r.Value) > backend.MaxRecordValue {
-			return fmt.Errorf("simba/zookeeper: record %q: value of %d bytes exceeds %d", r.Key, len(r.Value), backend.MaxRecordValue)
+		if err := checkRecord(r.Key, r.Value); err != nil {
+			return err
 		}
 	}
 	cond := backend.Condition{Lease: l.name, Token: l.token}
@@ -550,13 +547,9 @@ func (l *lease) notHeld(op string, cause error) error {
 // lost says whether l's Lost channel closes when it succeeds (a holding
 // replaced by a new Acquire).
 func (s *session) release(ctx context.Context, op string, l *lease, lost bool) error {
-	s.mu.Lock()
-	if l.state != leaseHeld {
-		s.mu.Unlock()
-		return l.notHeld(op, nil)
+	if err := s.startRelease(op, l); err != nil {
+		return err
 	}
-	l.releasing, l.deleted = true, false
-	s.mu.Unlock()
 	_, err := call(s, ctx, op, func(c *zk.Conn) (struct{}, error) {
 		err := c.Delete(l.path, l.version)
 		if errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) {
@@ -567,17 +560,25 @@ func (s *session) release(ctx context.Context, op string, l *lease, lost bool) e
 	return s.released(op, l, lost, err)
 }
 
+// startRelease marks l as being released, or returns an error wrapping
+// ErrNotHeld if it is not held. The name lock is held.
+func (s *session) startRelease(op string, l *lease) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l.state != leaseHeld {
+		return l.notHeld(op, nil)
+	}
+	l.releasing, l.deleted = true, false
+	return nil
+}
+
 // releaseWith is release with the operations of before sent in the same
 // multi-operation as the delete, retried while before reports again. The
 // name lock is held.
 func (s *session) releaseWith(ctx context.Context, op string, l *lease, before func(*zk.Conn) (ops []any, again bool, err error)) error {
-	s.mu.Lock()
-	if l.state != leaseHeld {
-		s.mu.Unlock()
-		return l.notHeld(op, nil)
+	if err := s.startRelease(op, l); err != nil {
+		return err
 	}
-	l.releasing, l.deleted = true, false
-	s.mu.Unlock()
 	var err error
 	again := true
 	for attempt := 1; again && err == nil; attempt++ {

@@ -84,6 +84,17 @@ func (p paths) member(group, session string) string { return p.group(group) + "/
 // [backend.ValidKey]).
 func validRecordKey(key string) bool { return backend.ValidKey(key) }
 
+// checkRecord reports an invalid key or a value over the size limit.
+func checkRecord(key string, value []byte) error {
+	if !validRecordKey(key) {
+		return recordKeyError(key)
+	}
+	if len(value) > backend.MaxRecordValue {
+		return fmt.Errorf("simba/zookeeper: record %q: value of %d bytes exceeds %d", key, len(value), backend.MaxRecordValue)
+	}
+	return nil
+}
+
 // recordKeyError describes an invalid record key.
 func recordKeyError(key string) error {
 	return fmt.Errorf("simba/zookeeper: invalid record key %q: want 1-512 characters of A-Z a-z 0-9 . _ - /, starting and ending with a letter or digit, without //", key)

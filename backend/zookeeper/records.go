@@ -195,11 +195,8 @@ func together(n int, f func(i int) error) error {
 // written (see the package documentation, # Records, for what is checked
 // atomically with the write and what just before it).
 func (s *session) PutRecord(ctx context.Context, key string, value []byte, cond backend.Condition) (backend.Record, error) {
-	if !validRecordKey(key) {
-		return backend.Record{}, recordKeyError(key)
-	}
-	if len(value) > backend.MaxRecordValue {
-		return backend.Record{}, fmt.Errorf("simba/zookeeper: put record %q: value of %d bytes exceeds %d", key, len(value), backend.MaxRecordValue)
+	if err := checkRecord(key, value); err != nil {
+		return backend.Record{}, err
 	}
 	w := &recordWrite{s: s, op: fmt.Sprintf("put record %q", key), key: key, put: true, value: value, cond: cond}
 	return w.run(ctx)
