@@ -313,8 +313,7 @@ func TestDrainEmptiesAMemberUntilUndrained(t *testing.T) {
 // thousands of others time out).
 type flakyStatus struct {
 	*memory.Node
-	fails  *atomic.Int32 // reads still to fail
-	writes *atomic.Int32 // writes still to fail
+	fails, writes *atomic.Int32 // reads and writes still to fail
 }
 
 func (f flakyStatus) Open(ctx context.Context, o backend.SessionOptions) (backend.Session, error) {
@@ -322,11 +321,19 @@ func (f flakyStatus) Open(ctx context.Context, o backend.SessionOptions) (backen
 	if err != nil {
 		return nil, err
 	}
-	writes := f.writes
-	if writes == nil {
-		writes = &atomic.Int32{}
-	}
-	return flakySession{Session: s, Records: s.(backend.Records), fails: f.fails, writes: writes}, nil
+	return flakySession{Session: s, Records: s.(backend.Records), fails: f.fails, writes: f.writes}, nil
+}
+
+// flakyClient starts a client, member name, on node name of b, whose first
+// reads and writes of status records fail.
+func flakyClient(t *testing.T, b *memory.Backend, name string, reads, writes int32) *simba.Client {
+	t.Helper()
+	f := flakyStatus{Node: b.Node(name), fails: &atomic.Int32{}, writes: &atomic.Int32{}}
+	f.fails.Store(reads)
+	f.writes.Store(writes)
+	c, err := simba.New(f, simba.WithTTL(testTTL), simba.WithMemberID(name), simba.WithLogger(testLogger(t, name)))
+	require.NoError(t, err)
+	return c
 }
 
 type flakySession struct {
@@ -367,10 +374,7 @@ func TestStatusReadIsRetried(t *testing.T) {
 				time.Sleep(9*time.Second + 500*time.Millisecond) // 10 runs
 				closeAll(t, ca)
 
-				left := &atomic.Int32{}
-				left.Store(fails)
-				cz, err := simba.New(flakyStatus{Node: b.Node("z"), fails: left}, simba.WithTTL(testTTL), simba.WithMemberID("z"), simba.WithLogger(testLogger(t, "z")))
-				require.NoError(t, err)
+				cz := flakyClient(t, b, "z", fails, 0)
 				_, err = cz.Election("report").Schedule(simba.FixedRate(time.Second), log.scheduled("z", h))
 				require.NoError(t, err)
 				time.Sleep(20 * time.Second)
@@ -409,12 +413,8 @@ func TestStatusWriteIsRetried(t *testing.T) {
 				defer b.Close()
 				h := newHistory()
 				log := &runLog{}
-				writes := &atomic.Int32{}
-				writes.Store(fails)
-				c, err := simba.New(flakyStatus{Node: b.Node("a"), fails: &atomic.Int32{}, writes: writes},
-					simba.WithTTL(testTTL), simba.WithMemberID("a"), simba.WithLogger(testLogger(t, "a")))
-				require.NoError(t, err)
-				_, err = c.Election("report").Schedule(simba.FixedRate(time.Minute), log.scheduled("a", h))
+				c := flakyClient(t, b, "a", 0, fails)
+				_, err := c.Election("report").Schedule(simba.FixedRate(time.Minute), log.scheduled("a", h))
 				require.NoError(t, err)
 				time.Sleep(90 * time.Second) // runs at 0 and 60 s
 				a := openAdmin(t, b)
