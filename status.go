@@ -262,7 +262,7 @@ func (w *statusWriter) take() []backend.Record {
 	for key, value := range w.history {
 		out = append(out, backend.Record{Key: key, Value: value})
 	}
-	w.history = nil
+	w.history = nil // not cleared: a term keeps its writer, and a map its buckets
 	if w.dirty {
 		w.dirty = false
 		w.st.Updated = time.Now()
@@ -290,28 +290,19 @@ const maxStatusFailures = 5
 // maxStatusFailures flushes in a row; a write the fence refuses (the term
 // is over) is dropped.
 func (w *statusWriter) flush(ctx context.Context) {
-	w.forgetUnread()
 	var (
 		wg     sync.WaitGroup
 		mu     sync.Mutex
 		failed []backend.Record
 	)
-	put := func(key string, value []byte) {
-		if !w.put(ctx, key, value) {
-			mu.Lock()
-			failed = append(failed, backend.Record{Key: key, Value: value})
-			mu.Unlock()
-		}
-	}
-	for key, value := range w.history {
-		wg.Go(func() { put(key, value) })
-	}
-	w.history = nil // not cleared: a term keeps its writer, and a map its buckets
-	statusKey := records.StatusKey(w.term.ref.Election)
-	if w.dirty {
-		w.dirty = false
-		w.st.Updated = time.Now()
-		put(statusKey, records.Encode(w.st))
+	for _, r := range w.take() {
+		wg.Go(func() {
+			if !w.put(ctx, r.Key, r.Value) {
+				mu.Lock()
+				failed = append(failed, r)
+				mu.Unlock()
+			}
+		})
 	}
 	wg.Wait()
 	if len(failed) == 0 {
@@ -323,6 +314,7 @@ func (w *statusWriter) flush(ctx context.Context) {
 		w.failures = 0
 		return
 	}
+	statusKey := records.StatusKey(w.term.ref.Election)
 	for _, r := range failed {
 		if r.Key == statusKey {
 			w.dirty = true // written anew from w.st
