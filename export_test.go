@@ -1,20 +1,19 @@
 package simba
 
-// PlantBug switches on a deliberate safety bug for the test that calls it,
-// and switches it off again when the test ends. Tests that plant bugs must
-// not run in parallel.
-func PlantBug(t interface{ Cleanup(func()) }, name string) {
-	switch name {
-	case "deadline-from-reply":
-		plantedBug = plantDeadlineFromReply
-	case "no-margin":
-		plantedBug = plantNoMargin
-	case "requested-ttl":
-		plantedBug = plantRequestedTTL
-	default:
-		panic("unknown planted bug " + name)
+import "github.com/simba-go/simba/internal/plant"
+
+// PlantBug switches on a deliberate safety bug (see internal/plant) for the
+// test that calls it, and switches it off again when the test ends. Tests
+// that plant bugs must not run in parallel.
+func PlantBug(t interface {
+	Cleanup(func())
+	Fatal(...any)
+}, name string) {
+	undo, err := plant.Set(name)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Cleanup(func() { plantedBug = plantNone })
+	t.Cleanup(undo)
 }
 
 // RendezvousWeight exposes the weight of member m for partition p of group.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/internal/plant"
 	"github.com/simba-go/simba/internal/records"
 )
 
@@ -218,7 +219,7 @@ func (h *holding) revoke(reason RevokeReason, cause error) {
 	c.events.publish(Revoked{TermRef: ref, Reason: reason, Err: cause, At: h.revokedAt})
 	h.term.revoke(reason, cause)
 	h.cancelRun()
-	if running && !holds(reason) && h.handOff(false) {
+	if running && (!holds(reason) || plant.Is(plant.ReleaseBeforeExit)) && h.handOff(false) {
 		c.wg.Go(h.next)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/simba-go/simba/internal/plant"
 )
 
 // Option configures a [Client]. Options refuse bad values: [New] returns an
@@ -111,7 +113,7 @@ func WithMemberID(id string) Option {
 // margin returns the drift margin for a granted TTL.
 func (o *options) marginFor(granted time.Duration) time.Duration {
 	m := o.margin
-	if plantedBug == plantNoMargin {
+	if plant.Is(plant.NoMargin) {
 		return 0
 	}
 	if m < 0 {

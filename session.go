@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/internal/plant"
 )
 
 // generation is one backend session as the client sees it: from Open until
@@ -91,8 +92,10 @@ func (g *generation) checkDeadline() {
 		g.mu.Unlock()
 		return
 	}
-	if left := g.left(); left > 0 {
-		g.timer.Reset(left)
+	if left := g.left(); left > 0 || plant.Is(plant.DeadlineTimerDead) {
+		if left > 0 {
+			g.timer.Reset(left)
+		}
 		g.mu.Unlock()
 		return
 	}
@@ -151,7 +154,7 @@ func (c *Client) keep(ctx context.Context) {
 		}
 		failures = 0
 		ttl := sess.TTL()
-		if plantedBug == plantRequestedTTL {
+		if plant.Is(plant.RequestedTTL) {
 			ttl = c.opts.ttl
 		}
 		g := newGeneration(sess, c.base, sent, c.opts.marginFor(ttl), ttl)
@@ -202,10 +205,10 @@ func (c *Client) renew(ctx context.Context, g *generation, lastSent time.Time) {
 		ttl, err := c.keepAlive(rctx, g.sess)
 		cancel()
 		c.metrics.renewed(time.Since(sent), err)
-		if plantedBug == plantDeadlineFromReply {
+		if plant.Is(plant.DeadlineFromReply) {
 			sent = time.Now()
 		}
-		if plantedBug == plantRequestedTTL {
+		if plant.Is(plant.RequestedTTL) {
 			ttl = c.opts.ttl
 		}
 		switch {

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/simba-go/simba/internal/plant"
 )
 
 // Term is one continuous holding of an election's lease by this client's
@@ -66,7 +68,12 @@ func (t *Term) Name() string { return t.ref.Election }
 func (t *Term) Start() time.Time { return t.start }
 
 // Valid reports whether the term is still valid now.
-func (t *Term) Valid() bool { return t.leftNow() > 0 }
+func (t *Term) Valid() bool {
+	if plant.Is(plant.ValidLate) {
+		return t.leftNow() > -plant.ValidLateBy
+	}
+	return t.leftNow() > 0
+}
 
 // leftNow is the time the term is guaranteed for from now (≤ 0 once over).
 func (t *Term) leftNow() time.Duration {

@@ -1,0 +1,69 @@
+// Package plant holds the switch for deliberate safety bugs, for tests only:
+// the invariant checkers and the tests must catch each bug planted here, or
+// they prove nothing. It is internal, so no program outside this module can
+// set it; within the module only tests do (simba.PlantBug in the root
+// package's tests, and the chaos harness's client processes), and it is
+// always None in production.
+package plant
+
+import (
+	"fmt"
+	"sync/atomic"
+)
+
+// Bug is one deliberate safety bug.
+type Bug int32
+
+const (
+	// None plants nothing.
+	None Bug = iota
+	// DeadlineFromReply measures the session deadline from the reply to a
+	// renewal instead of from its request.
+	DeadlineFromReply
+	// NoMargin drops the drift margin.
+	NoMargin
+	// RequestedTTL uses the requested TTL instead of the granted one.
+	RequestedTTL
+	// ValidLate makes Term.Valid report true for 500 ms after the term
+	// ended; nothing else of the term changes.
+	ValidLate
+	// ReleaseBeforeExit releases a stopped term's lease at once, without
+	// waiting for the run to exit: the hand-off order reversed.
+	ReleaseBeforeExit
+	// DeadlineTimerDead: the session's deadline timer never ends the
+	// session, so a term whose renewals stop is never revoked (Valid
+	// turns false, but Revoked never closes and the run's ctx is never
+	// cancelled).
+	DeadlineTimerDead
+)
+
+// ValidLateBy is how long Term.Valid lies under ValidLate.
+const ValidLateBy = 500_000_000 // 500 ms, in nanoseconds
+
+var names = map[string]Bug{
+	"deadline-from-reply": DeadlineFromReply,
+	"no-margin":           NoMargin,
+	"requested-ttl":       RequestedTTL,
+	"valid-late":          ValidLate,
+	"release-before-exit": ReleaseBeforeExit,
+	"deadline-timer-dead": DeadlineTimerDead,
+}
+
+var current atomic.Int32
+
+// Is reports whether b is planted.
+func Is(b Bug) bool { return Bug(current.Load()) == b }
+
+// Set plants the bug called name ("" plants none) and returns a function
+// that removes it again.
+func Set(name string) (undo func(), err error) {
+	b := None
+	if name != "" {
+		var ok bool
+		if b, ok = names[name]; !ok {
+			return nil, fmt.Errorf("plant: unknown planted bug %q", name)
+		}
+	}
+	current.Store(int32(b))
+	return func() { current.Store(int32(None)) }, nil
+}
