@@ -52,6 +52,7 @@ type simulation struct {
 	b      *memory.Backend
 	h      *history
 	reg    *check.Register
+	obs    *check.Observer // what the tasks were told of their terms
 	start  time.Time
 	end    time.Time // when the faults ended
 	logMu  sync.Mutex
@@ -97,6 +98,7 @@ func simulateShape(t *testing.T, seed uint64, fenced bool, shape simShape) (*sim
 		b:     memory.New(memory.WithTTLBounds(0, simTTL)),
 		h:     newHistory(),
 		reg:   check.NewRegister(fenced),
+		obs:   &check.Observer{},
 		start: time.Now(),
 	}
 	for i := range 1 + s.rng.IntN(2) {
@@ -172,10 +174,12 @@ func simulateShape(t *testing.T, seed uint64, fenced bool, shape simShape) (*sim
 	}
 	s.b.Close()
 
-	terms := s.terms()
+	terms, grants := s.terms(), s.grants()
 	errs = append(errs, check.Terms(terms)...)
-	_, e4 := check.AgainstGrants(terms, s.grants())
+	_, e4 := check.AgainstGrants(terms, grants)
 	errs = append(errs, e4...)
+	errs = append(errs, check.Observed(s.obs.Observations(), grants)...)
+	errs = append(errs, check.HandOffOrder(s.obs.Exits(), grants)...)
 	errs = append(errs, check.StaleWrites(s.reg.Writes())...)
 	errs = append(errs, check.Covered(terms, leases, healed.Add(bound))...)
 	return s, errs
@@ -192,7 +196,7 @@ func (s *simulation) terms() []check.Term {
 func (s *simulation) grants() []check.Grant {
 	var out []check.Grant
 	for _, g := range s.b.History() {
-		out = append(out, check.Grant{Name: g.Name, Token: g.Token, Start: g.Start, End: g.End, Ended: g.Ended, Expired: g.Reason == "expired"})
+		out = append(out, check.Grant{Name: g.Name, Token: g.Token, Start: g.Start, End: g.End, Ended: g.Ended, Expired: g.Reason == "expired", Evicted: g.Reason == "evicted"})
 	}
 	return out
 }
@@ -217,11 +221,13 @@ func (s *simulation) addNode() {
 	s.nodes = append(s.nodes, n)
 }
 
-// taskKinds are the behaviours of task functions.
+// taskKinds are the behaviours of task functions. Every task asks about
+// its term through the simulation's observer, so that the checkers see
+// what it was told.
 const (
-	kindWriter    = iota // writes while valid; sometimes pauses before a write
+	kindWriter    = iota // writes while valid; sometimes pauses before a write; takes a moment to exit
 	kindScheduled        // a fixed-rate schedule; runs sometimes slow or panic
-	kindStubborn         // writes once, then ignores cancellation for a while
+	kindStubborn         // writes while valid, ignoring cancellation, then ignores it a while longer
 	numKinds
 )
 
@@ -263,24 +269,36 @@ func (s *simulation) taskRand(node string, term *simba.Term) *rand.Rand {
 // leaderRun is a RunWhileLeader task of the given kind.
 func (s *simulation) leaderRun(node string, kind int) func(context.Context, *simba.Term) error {
 	return func(ctx context.Context, term *simba.Term) error {
+		defer s.obs.Exited(node, term)
 		s.h.sawTerm(node, term)
 		r := s.taskRand(node, term)
 		if kind == kindStubborn {
-			s.reg.Write(term.Name(), term.Token(), node)
+			for s.obs.Valid(node, term) { // ignores ctx
+				s.reg.Write(term.Name(), term.Token(), node)
+				time.Sleep(100 * time.Millisecond)
+			}
 			time.Sleep(time.Duration(r.Int64N(int64(2 * simTTL)))) // ignores ctx
 			return nil
 		}
-		for term.Valid() {
+		for s.obs.Valid(node, term) {
 			if r.IntN(40) == 0 {
 				// A pause between the check and the write (a GC pause, a
-				// frozen VM): the write may come after the term ended.
+				// frozen VM): the write may come after the term ended,
+				// unless (half the time) the task checks again.
 				time.Sleep(time.Duration(r.Int64N(int64(3 * simTTL))))
+				if r.IntN(2) == 0 && !s.obs.Valid(node, term) {
+					return nil
+				}
 			}
 			s.reg.Write(term.Name(), term.Token(), node)
 			select {
 			case <-ctx.Done():
+				// Winding down (a flush, a close) takes a moment: the
+				// lease must not be handed on before it is over.
+				time.Sleep(time.Millisecond + time.Duration(r.Int64N(int64(50*time.Millisecond))))
 				return nil
 			case <-time.After(s.shape.writeEvery):
+				s.obs.Live(node, term, ctx)
 			}
 		}
 		return nil
@@ -292,8 +310,12 @@ func (s *simulation) leaderRun(node string, kind int) func(context.Context, *sim
 func (s *simulation) scheduledRun(node string) func(context.Context, *simba.Term) error {
 	var calls atomic.Uint64
 	return func(ctx context.Context, term *simba.Term) error {
+		defer s.obs.Exited(node, term)
 		s.h.sawTerm(node, term)
 		r := rand.New(rand.NewPCG(s.seed, calls.Add(1)))
+		if s.obs.EnsureValid(node, term, 100*time.Millisecond) != nil {
+			return nil
+		}
 		s.reg.Write(term.Name(), term.Token(), node)
 		switch r.IntN(10) {
 		case 0:
@@ -453,18 +475,36 @@ func TestSimulationNegativeControl(t *testing.T) {
 // TestSimulationCatchesPlantedBugs plants each known safety bug and requires
 // the checkers to catch it within the seeds of one run.
 func TestSimulationCatchesPlantedBugs(t *testing.T) {
-	for _, bug := range []string{"deadline-from-reply", "no-margin", "requested-ttl"} {
-		t.Run(bug, func(t *testing.T) {
-			simba.PlantBug(t, bug)
+	for _, bug := range []struct {
+		name string
+		want string // the invariant whose checker must catch it
+	}{
+		{"deadline-from-reply", "I1"},
+		{"no-margin", "I4"},
+		{"requested-ttl", "I1"},
+		// These two leave the library's own account of its terms
+		// consistent: only what the tasks were told, compared with the
+		// backend's grants, shows them.
+		{"valid-late", "I4"},
+		{"release-before-exit", "I7"},
+		{"deadline-timer-dead", ""},
+	} {
+		t.Run(bug.name, func(t *testing.T) {
+			simba.PlantBug(t, bug.name)
 			for seed := range uint64(200) {
 				var errs []error
 				synctest.Test(t, func(t *testing.T) { _, errs = simulate(t, seed, true) })
+				for _, err := range errs {
+					if strings.HasPrefix(err.Error(), bug.want+":") {
+						t.Logf("caught at seed %d (%d violations): %v", seed, len(errs), err)
+						return
+					}
+				}
 				if len(errs) > 0 {
-					t.Logf("caught at seed %d: %v", seed, errs[0])
-					return
+					t.Logf("seed %d: %d violations, none of %s: %v", seed, len(errs), bug.want, errs[0])
 				}
 			}
-			t.Fatalf("planted bug %q went unnoticed in 200 seeds", bug)
+			t.Fatalf("planted bug %q went unnoticed by the %s checker in 200 seeds", bug.name, bug.want)
 		})
 	}
 }

@@ -31,6 +31,12 @@ type Grant struct {
 	// Expired reports that the backend ended the holding by itself (session
 	// expiry), rather than on the holder's request (release, close).
 	Expired bool
+	// Evicted reports that the backend ended the holding early, before
+	// its session's TTL ran out (a fault injected against the lease's
+	// contract, such as the memory backend's Node.Expire): the holder
+	// could not have known in time, so the next grant is not held
+	// against it.
+	Evicted bool
 }
 
 // Terms checks (I1) at most one valid term per lease at any instant and (I2)

@@ -96,28 +96,32 @@ func Observed(obs []Observation, grants []Grant) []error {
 }
 
 // HandOffOrder checks I7, the hand-off order (first the task, then the
-// lease): a holding released on its holder's request ended only after the
-// run of its term had returned, or, for a run that ignored its
-// cancellation, once the horizon it had been promised had passed. Grants
-// may be seen late, never early.
+// lease): the backend granted a lease to the next holder only after the run
+// of the previous term had returned or, for a run that ignored its
+// cancellation, once the horizon that run had been promised had passed.
+// Whether the previous holding was released or expired does not matter:
+// expiry comes after the horizon. Grants may be seen late, never early; a
+// grant after an eviction (Grant.Evicted) is not held against the evicted
+// term.
 func HandOffOrder(exits []Exit, grants []Grant) []error {
-	type key struct {
-		name  string
-		token uint64
-	}
-	byKey := map[key]Grant{}
+	byName := map[string][]Grant{}
 	for _, g := range grants {
-		byKey[key{g.Name, g.Token}] = g
+		byName[g.Name] = append(byName[g.Name], g)
+	}
+	for _, gs := range byName {
+		sort.SliceStable(gs, func(i, j int) bool { return gs[i].Start.Before(gs[j].Start) })
 	}
 	var errs []error
 	for _, e := range exits {
-		g, ok := byKey[key{e.Name, e.Token}]
-		if !ok || !g.Ended || g.Expired || !e.At.After(g.End) {
-			continue
+		gs := byName[e.Name]
+		i := sort.Search(len(gs), func(i int) bool { return gs[i].Token >= e.Token })
+		if i >= len(gs) || gs[i].Token != e.Token || gs[i].Evicted || i+1 == len(gs) {
+			continue // no grant of this term, or none after it
 		}
-		if g.End.Before(e.Horizon) {
-			errs = append(errs, fmt.Errorf("I7: lease %q: term %d of %s released at %v while its run went on until %v, before the horizon it was promised (%v)",
-				e.Name, e.Token, e.Node, g.End, e.At, e.Horizon))
+		next := gs[i+1]
+		if next.Start.Before(e.At) && next.Start.Before(e.Horizon) {
+			errs = append(errs, fmt.Errorf("I7: lease %q: term %d granted at %v, while the run of term %d on %s went on until %v, before the horizon it was promised (%v)",
+				e.Name, next.Token, next.Start, e.Token, e.Node, e.At, e.Horizon))
 		}
 	}
 	return errs

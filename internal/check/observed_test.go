@@ -46,13 +46,15 @@ func TestHandOffOrder(t *testing.T) {
 		{Name: "a", Token: 1, Start: at(0), End: at(10), Ended: true},                 // released
 		{Name: "a", Token: 2, Start: at(10), End: at(20), Ended: true, Expired: true}, // expired
 		{Name: "a", Token: 3, Start: at(20), End: at(30), Ended: true},                // released at the cap
-		{Name: "a", Token: 4, Start: at(30)},
+		{Name: "a", Token: 4, Start: at(30), End: at(31), Ended: true, Evicted: true},
+		{Name: "a", Token: 5, Start: at(31)},
 	}
 	good := []Exit{
 		{Name: "a", Token: 1, At: at(10), Horizon: at(12)},
 		{Name: "a", Token: 2, At: at(25), Horizon: at(19)}, // the lease was lost: no hand-off
 		{Name: "a", Token: 3, At: at(35), Horizon: at(30)}, // ignored its cancellation past the horizon
-		{Name: "a", Token: 4, At: at(99), Horizon: at(99)},
+		{Name: "a", Token: 4, At: at(32), Horizon: at(33)}, // evicted: the server broke the lease
+		{Name: "a", Token: 5, At: at(99), Horizon: at(99)},
 	}
 	if errs := HandOffOrder(good, grants); len(errs) != 0 {
 		t.Fatalf("good history: %v", errs)
