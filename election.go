@@ -106,6 +106,9 @@ func (c *Client) start(what string, ref TermRef, schedule string, body func(cont
 			return nil, err
 		}
 	}
+	if o.claim != nil {
+		body = c.claimFirst(o.claim, body)
+	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	t := &LeaderTask{c: c, ref: ref, schedule: schedule, body: body, exec: o.executor, ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	if err := c.register(t); err != nil {
@@ -271,6 +274,39 @@ func (t *LeaderTask) release(g *generation, lease backend.Lease, final []backend
 			return false
 		}
 	}
+}
+
+// claimFirst returns body preceded by claim in every term: claim is
+// retried until it succeeds, the term ends or it yields (see [WithClaim]).
+func (c *Client) claimFirst(claim, body func(context.Context, *Term) error) func(context.Context, *Term) error {
+	return func(ctx context.Context, t *Term) error {
+		for attempt := 1; ; attempt++ {
+			err := recovered(ctx, t, claim)
+			if err == nil {
+				return body(ctx, t)
+			}
+			if errors.Is(err, ErrYield) {
+				return err
+			}
+			if ctx.Err() != nil || !t.Valid() {
+				return nil // the term ended: nothing ran in it
+			}
+			c.log.Warn("claim failed; the task waits for it", "election", t.ref.Election, "token", t.ref.Token, "err", err, "attempt", attempt)
+			if !sleep(ctx, backoff(attempt, t.gen.ttl/3)) {
+				return nil
+			}
+		}
+	}
+}
+
+// recovered calls fn, turning a panic into a [*PanicError].
+func recovered(ctx context.Context, t *Term, fn func(context.Context, *Term) error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return fn(ctx, t)
 }
 
 // invoke runs fn once for term, turning a panic into a [*PanicError], and

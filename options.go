@@ -1,6 +1,7 @@
 package simba
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
@@ -127,6 +128,7 @@ type TaskOption func(*taskOptions) error
 
 type taskOptions struct {
 	executor Executor
+	claim    func(context.Context, *Term) error
 }
 
 // Executor runs a task function. It must run f exactly once, eventually,
@@ -143,6 +145,34 @@ func WithExecutor(e Executor) TaskOption {
 			return fmt.Errorf("%w: nil executor", ErrInvalidArgument)
 		}
 		o.executor = e
+		return nil
+	}
+}
+
+// WithClaim runs claim at the start of every term, before the task's
+// function (before a schedule's first run; in a group, for every
+// partition's term), and runs the function only once claim has returned
+// nil. Use it to claim the fenced resources the task writes, with the
+// term's token, before the task reads anything from them: the fence then
+// orders every write of a deposed leader still in flight before the new
+// leader's reads, or rejects it (package fence: SQL.Claim, Redis.Claim,
+// Etcd.Claim; docs/FENCING.md explains the window it closes):
+//
+//	simba.WithClaim(func(ctx context.Context, term *simba.Term) error {
+//		return f.Claim(ctx, db, term.Name(), term.Token())
+//	})
+//
+// claim gets the run's ctx, cancelled when the term ends. An error (or a
+// panic) is logged and claim is tried again, with a backoff of up to a
+// third of the TTL, until it succeeds or the term ends; the function does
+// not run in a term whose claim never succeeded. An error wrapping
+// [ErrYield] gives the lease up instead, as from the function itself.
+func WithClaim(claim func(ctx context.Context, term *Term) error) TaskOption {
+	return func(o *taskOptions) error {
+		if claim == nil {
+			return fmt.Errorf("%w: nil claim", ErrInvalidArgument)
+		}
+		o.claim = claim
 		return nil
 	}
 }
