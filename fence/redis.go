@@ -193,21 +193,26 @@ func (r Redis) check(resource, key string) error {
 	return nil
 }
 
-// run runs a write script and interprets its reply {accepted, token}.
+// run runs a write script of key and interprets its reply.
 func (r Redis) run(ctx context.Context, s *redis.Script, resource string, token uint64, key string, args ...any) error {
-	keys := []string{r.TokenKey(resource), key}
+	return r.runKeys(ctx, s, resource, token, []string{r.TokenKey(resource), key}, fmt.Sprintf("fenced write of %q", key), args...)
+}
+
+// runKeys runs a script whose first key is the token key and interprets
+// its reply {accepted, token}; what names the write in errors.
+func (r Redis) runKeys(ctx context.Context, s *redis.Script, resource string, token uint64, keys []string, what string, args ...any) error {
 	argv := append([]any{strconv.FormatUint(token, 10)}, args...)
 	reply, err := s.Run(ctx, r.Client, keys, argv...).Slice()
 	if err != nil {
-		return fmt.Errorf("simba/fence: fenced write of %q for %q: %w", key, resource, err)
+		return fmt.Errorf("simba/fence: %s for %q: %w", what, resource, err)
 	}
 	if len(reply) != 2 {
-		return fmt.Errorf("simba/fence: fenced write of %q for %q: unexpected reply %v", key, resource, reply)
+		return fmt.Errorf("simba/fence: %s for %q: unexpected reply %v", what, resource, reply)
 	}
 	accepted, ok1 := reply[0].(int64)
 	recorded, ok2 := reply[1].(string)
 	if !ok1 || !ok2 {
-		return fmt.Errorf("simba/fence: fenced write of %q for %q: unexpected reply %v", key, resource, reply)
+		return fmt.Errorf("simba/fence: %s for %q: unexpected reply %v", what, resource, reply)
 	}
 	if accepted == 1 {
 		return nil
