@@ -487,7 +487,6 @@ func TestSimulationCatchesPlantedBugs(t *testing.T) {
 		// backend's grants, shows them.
 		{"valid-late", "I4"},
 		{"release-before-exit", "I7"},
-		{"deadline-timer-dead", ""},
 	} {
 		t.Run(bug.name, func(t *testing.T) {
 			simba.PlantBug(t, bug.name)
