@@ -151,13 +151,19 @@ func run(w io.Writer) error {
 		}
 	}
 
+	// Each term claims the sink before it reads the cursor: a write of an
+	// earlier leader still in flight lands before the claim, or is refused.
+	claim := simba.WithClaim(func(ctx context.Context, term *simba.Term) error {
+		return out.fence.Claim(ctx, out.db, "ingest", term.Token())
+	})
+
 	east := server.Node("east")
 	eastClient, err := simba.New(east, simba.WithTTL(ttl))
 	if err != nil {
 		return err
 	}
 	defer eastClient.Close()
-	if _, err := eastClient.Election("ingest").RunWhileLeader(ingest("east")); err != nil {
+	if _, err := eastClient.Election("ingest").RunWhileLeader(ingest("east"), claim); err != nil {
 		return err
 	}
 	eastTerm := <-terms
@@ -166,7 +172,7 @@ func run(w io.Writer) error {
 		return err
 	}
 	defer westClient.Close()
-	if _, err := westClient.Election("ingest").RunWhileLeader(ingest("west")); err != nil {
+	if _, err := westClient.Election("ingest").RunWhileLeader(ingest("west"), claim); err != nil {
 		return err
 	}
 	time.Sleep(time.Second)
