@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,6 +60,7 @@ func New(servers []string, opts ...Option) (*Backend, error) {
 			return nil, err
 		}
 	}
+	cfg.defaultACL()
 	return &Backend{
 		servers:  addrs,
 		cfg:      cfg,
@@ -99,6 +101,10 @@ func checkAddress(s string) (string, error) {
 
 // Root returns the znode under which the backend keeps its data.
 func (b *Backend) Root() string { return b.cfg.root }
+
+// ACL returns the ACL the backend gives every znode it creates: the one
+// [WithACL] set, or the default that [WithAuth] decides.
+func (b *Backend) ACL() []zk.ACL { return slices.Clone(b.cfg.acl) }
 
 // Open opens a new ZooKeeper session on a connection of its own, asking for
 // o.TTL as its session timeout; Session.TTL reports the timeout the server

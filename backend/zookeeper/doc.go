@@ -57,6 +57,67 @@
 // so a closed client leaves nothing under the root for long but its
 // records, which outlive sessions by design.
 //
+// # Access control
+//
+// Every znode the backend creates (the root and its missing parents, the
+// directories, lease and member znodes, records) gets the ACL of
+// [WithACL]. Without WithACL, a backend given credentials ([WithAuth])
+// creates them with zk.AuthACL(zk.PermAll), ZooKeeper's CREATOR_ALL_ACL:
+// all permissions to the identities its session authenticated as (for
+// "digest", the user and a hash of the password), none to anyone else.
+// Without credentials the ACL stays zk.WorldACL(zk.PermAll), anyone's.
+//
+// Anyone who can create or delete znodes under the root can break the
+// one-leader guarantee (delete a lease znode, so that a second session
+// acquires while the holder still holds; create one, so that nobody
+// does), and can forge records: operations, statuses (docs/OPERATING.md,
+// "Who can break the one-leader guarantee"). So the default takes away
+// writes, and reads too: records hold what applications store
+// (checkpoints, audit records with who and why) and member data, and
+// what reads them (package admin, and the tools built on it) is given the
+// deployment's credentials like the nodes. To let anyone read, and only
+// the creator write:
+//
+//	zookeeper.WithACL(append(zk.AuthACL(zk.PermAll), zk.WorldACL(zk.PermRead)...)...)
+//
+// ZooKeeper does not check exists: anyone can learn whether a lease,
+// member or record of a given name exists, and its stat (when it was
+// created and changed, how many children it has).
+//
+// What an ACL protects is decided by ZooKeeper's rules, which follow:
+//
+//   - Create and delete are checked against the parent's ACL, reads and
+//     writes against the znode's own. It is the directories' ACLs
+//     (<root>/lease, <root>/group/<group>, <root>/rec/...) that keep others
+//     from deleting a lease or member znode or from creating one; and each
+//     directory has the ACL of the client that created it first.
+//   - zk.AuthACL names identities, not sessions: every client with the same
+//     credentials has the same rights, so clients of one deployment share
+//     directories and contend for leases as without an ACL. A client with
+//     other credentials, or none, gets errors matching zk.ErrNoAuth from
+//     every read and write under the root (its keep-alives work: exists is
+//     not checked), so it cannot take part; Acquire returns the refusal at
+//     once rather than retrying until its ctx ends. For several
+//     identities, name each in the ACL (zk.DigestACL) and give every
+//     client the same WithACL.
+//   - A znode keeps the ACL it was created with. Lease and member znodes
+//     are created again with each holding and each Join, but the root and
+//     the directories stay as long as something is under them (the records
+//     keep the root and <root>/rec for good): a deployment that configures
+//     credentials after running without them keeps world-writable
+//     directories, under which anyone can still delete lease znodes, and
+//     world-writable records. Set the ACLs once, with the credentials the
+//     clients use, before relying on them: with zkCli.sh, "addauth digest
+//     user:password", then "setAcl -R <root> auth::cdrwa". Parents of the
+//     root that existed already are left as they are.
+//   - With TLS client certificates (ZooKeeper's x509 provider) a session
+//     is authenticated without WithAuth, and the default stays world: give
+//     WithACL(zk.AuthACL(zk.PermAll)...) explicitly. The "auth" scheme
+//     fails (zk.ErrInvalidACL) on a session that has not authenticated.
+//   - A server's super user (zookeeper.DigestAuthenticationProvider.superDigest)
+//     passes every check, and a server run with zookeeper.skipACL=yes checks
+//     nothing.
+//
 // # Leases and tokens
 //
 // Acquire creates the lease's ephemeral znode; the fencing token is the
@@ -155,9 +216,9 @@
 // expiry, so it cannot stand for the series of sessions a client goes
 // through; its granted timeout can be learnt only by a dialer installed
 // when it is made; its events arrive on a channel that drops them; and its
-// pings keep a session alive whether or not the client renews. [WithDialer]
-// and [WithAuth] cover what such a connection would be made for: TLS,
-// proxies, credentials.
+// pings keep a session alive whether or not the client renews. [WithDialer],
+// [WithAuth] and [WithACL] cover what such a connection would be made for:
+// TLS, proxies, credentials.
 //
 // # Goroutines
 //

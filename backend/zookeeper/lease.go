@@ -223,7 +223,7 @@ func (a *acquisition) run(ctx context.Context) (backend.Lease, error) {
 		case l != nil:
 			return l, nil
 		case err != nil:
-			if ctx.Err() != nil || errors.Is(err, backend.ErrSessionDone) {
+			if ctx.Err() != nil || errors.Is(err, backend.ErrSessionDone) || refused(err) {
 				return nil, err
 			}
 			failures++
@@ -241,6 +241,16 @@ func (a *acquisition) run(ctx context.Context) (backend.Lease, error) {
 			}
 		}
 	}
+}
+
+// refused reports whether err is the server refusing access, which trying
+// again does not change: the lease directory's ACL does not admit this
+// session's credentials (zk.ErrNoAuth), or the ACL given to the create
+// names the creator and the session has not authenticated
+// (zk.ErrInvalidACL). Acquire returns such an error instead of retrying
+// until its ctx ends, so that the caller sees it.
+func refused(err error) bool {
+	return errors.Is(err, zk.ErrNoAuth) || errors.Is(err, zk.ErrInvalidACL)
 }
 
 // stopped returns the error of an Acquire that stops waiting.
@@ -328,6 +338,9 @@ func (a *acquisition) attempt(ctx context.Context) (*lease, <-chan zk.Event, err
 	case err == nil:
 	case exists:
 		a.unsure = false // answered: this request created nothing
+	case refused(err):
+		a.unsure = false // answered: nothing was created
+		return nil, nil, err
 	case errors.Is(err, zk.ErrNoNode):
 		a.unsure = false
 		_, err := call(s, ctx, "acquire: create parents", func(c *zk.Conn) (struct{}, error) {

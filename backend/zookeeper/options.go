@@ -30,7 +30,7 @@ type credential struct {
 
 type config struct {
 	root   string
-	acl    []zk.ACL
+	acl    []zk.ACL // nil until WithACL, or until New picks the default (see defaultACL)
 	auth   []credential
 	dial   DialFunc
 	logger *slog.Logger
@@ -43,10 +43,21 @@ func defaults() config {
 	var d net.Dialer
 	return config{
 		root:   DefaultRoot,
-		acl:    zk.WorldACL(zk.PermAll),
 		dial:   d.DialContext,
 		logger: slog.New(slog.DiscardHandler),
 		max:    DefaultMaxRequests,
+	}
+}
+
+// defaultACL sets the ACL when WithACL was not given: the creator's alone
+// when the sessions authenticate, anyone's otherwise.
+func (c *config) defaultACL() {
+	switch {
+	case c.acl != nil:
+	case len(c.auth) > 0:
+		c.acl = zk.AuthACL(zk.PermAll)
+	default:
+		c.acl = zk.WorldACL(zk.PermAll)
 	}
 }
 
@@ -91,9 +102,29 @@ func WithRoot(path string) Option {
 	}
 }
 
-// WithACL sets the ACL of every znode the backend creates (default
-// zk.WorldACL(zk.PermAll)). Use it with [WithAuth] to keep other clients
-// from deleting the backend's znodes.
+// WithACL sets the ACL of every znode the backend creates: the root and
+// its missing parents, the container directories, lease and member znodes,
+// and records.
+//
+// Without WithACL, the default depends on [WithAuth]: with credentials,
+// zk.AuthACL(zk.PermAll), ZooKeeper's CREATOR_ALL_ACL: every permission,
+// reads included, to the identities the creating session authenticated as
+// (for "digest", user:password), and none to anyone else; without
+// credentials, zk.WorldACL(zk.PermAll), every permission to anyone. Given,
+// WithACL wins in both cases: WithACL(zk.WorldACL(zk.PermAll)...) keeps
+// the znodes of a client with credentials open as before, and
+//
+//	zookeeper.WithACL(append(zk.AuthACL(zk.PermAll), zk.WorldACL(zk.PermRead)...)...)
+//
+// lets anyone read them (the CLI or a monitor without credentials) while
+// only the creator's identities write, create and delete. An ACL naming
+// other identities (zk.DigestACL) lets several credentials share one root.
+//
+// ZooKeeper checks the delete and create permissions of a znode's parent,
+// and each znode's ACL is set once, when it is created: a directory
+// created by a client with another ACL, or before credentials were
+// configured, keeps its ACL (see "Access control" in the package
+// documentation).
 func WithACL(acl ...zk.ACL) Option {
 	return func(c *config) error {
 		if len(acl) == 0 {
@@ -116,6 +147,12 @@ func WithACL(acl ...zk.ACL) Option {
 // []byte("user:password")) that every session presents to the server when
 // it opens, and again after each reconnection. It may be given several
 // times.
+//
+// With credentials and no [WithACL], the znodes the backend creates are
+// its creator's alone (zk.AuthACL(zk.PermAll)): a client that has not
+// authenticated as one of the same identities can neither read, write nor
+// delete them. Every client and tool of one root must then present the same
+// credentials, or the ACL must name each of them (see WithACL).
 func WithAuth(scheme string, auth []byte) Option {
 	return func(c *config) error {
 		if scheme == "" {
