@@ -555,7 +555,7 @@ type Ops struct {
 	Triggers map[string]Op   // by lease, until carried out
 	Resigns  map[string]Op   // by lease, until carried out
 	// Problems lists the operation records skipped because they could not
-	// be used, sorted by key. Nodes skip such records too.
+	// be used, sorted by key; they are not in the maps above.
 	Problems []Problem
 }
 

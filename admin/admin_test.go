@@ -256,7 +256,7 @@ func TestSnapshotSkipsWhatItCannotUse(t *testing.T) {
 }
 
 // TestSkippedOperationsAreNotInForce checks that an operation record that
-// cannot be used is not shown as in force: the nodes skip it too.
+// cannot be used is not shown as in force.
 func TestSkippedOperationsAreNotInForce(t *testing.T) {
 	f := newFixture(t)
 	f.put("ops/disabled/report", "not json")
