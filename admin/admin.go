@@ -3,7 +3,6 @@ package admin
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -135,15 +134,65 @@ type Election struct {
 	Disabled bool
 }
 
+// Snapshot is what one read of the backend shows: the elections, the
+// groups, the operations in force, and the records skipped because they
+// could not be used.
+type Snapshot struct {
+	Elections []Election // as Elections returns them
+	Groups    []Group    // as Groups returns them
+	Ops       Ops        // as Ops returns them
+	// Problems lists every record skipped, sorted by key: the status
+	// records, the operation records (Ops.Problems), the members' records
+	// (in their Group's Problems too) and the lease names that could not be
+	// used.
+	Problems []Problem
+}
+
+// Snapshot reads the elections, groups and operations in force at once:
+// the status records, the operations and the leases held are read once for
+// all, then the members of each group. A record that cannot be used is
+// skipped and reported in Problems; an error is returned only when the
+// backend could not be read.
+func (a *Admin) Snapshot(ctx context.Context) (Snapshot, error) {
+	statuses, problems, err := a.statuses(ctx, "")
+	if err != nil {
+		return Snapshot{}, err
+	}
+	held, heldProblems, err := a.held(ctx, "")
+	if err != nil {
+		return Snapshot{}, err
+	}
+	ops, err := a.Ops(ctx)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	groups, err := a.groups(ctx, statuses, problems, held, ops)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	problems = append(problems, heldProblems...)
+	problems = append(problems, ops.Problems...)
+	for _, g := range groups {
+		problems = append(problems, g.Problems...)
+	}
+	return Snapshot{
+		Elections: elections(statuses, held, ops),
+		Groups:    groups,
+		Ops:       ops,
+		Problems:  sortProblems(problems),
+	}, nil
+}
+
 // Elections lists the elections and partitions the backend has status
 // for, or holds leases of, sorted by name. Partitions are included; see
-// Groups for them by group.
+// Groups for them by group. Records that cannot be used are skipped:
+// Snapshot reports them.
 func (a *Admin) Elections(ctx context.Context) ([]Election, error) {
-	statuses, err := a.statuses(ctx, "")
+	statuses, _, err := a.statuses(ctx, "")
 	if err != nil {
 		return nil, err
 	}
-	held, err := a.held(ctx, "")
+	held, _, err := a.held(ctx, "")
 	if err != nil {
 		return nil, err
 	}
@@ -151,6 +200,12 @@ func (a *Admin) Elections(ctx context.Context) ([]Election, error) {
 	if err != nil {
 		return nil, err
 	}
+	return elections(statuses, held, ops), nil
+}
+
+// elections joins the statuses and the leases held (nil: unknown) into
+// elections, sorted by name.
+func elections(statuses []Status, held map[string]bool, ops Ops) []Election {
 	byName := map[string]*Election{}
 	for _, st := range statuses {
 		byName[st.Lease] = &Election{Name: st.Lease, Status: st, Held: held == nil && st.Holder != nil}
@@ -167,11 +222,15 @@ func (a *Admin) Elections(ctx context.Context) ([]Election, error) {
 		out = append(out, *e)
 	}
 	slices.SortFunc(out, func(x, y Election) int { return strings.Compare(x.Name, y.Name) })
-	return out, nil
+	return out
 }
 
-// Status returns the status of one election or partition.
+// Status returns the status of one election or partition. A status record
+// that cannot be used is an error of type *RecordError.
 func (a *Admin) Status(ctx context.Context, lease string) (Status, error) {
+	if err := checkName(lease); err != nil {
+		return Status{}, err
+	}
 	r, err := a.rec.GetRecord(ctx, records.StatusKey(lease))
 	if errors.Is(err, backend.ErrNoRecord) {
 		return Status{}, fmt.Errorf("%w: no status for %q", ErrNotFound, lease)
@@ -179,71 +238,102 @@ func (a *Admin) Status(ctx context.Context, lease string) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	var st Status
-	if err := records.Decode(r.Value, &st); err != nil {
-		return Status{}, fmt.Errorf("simba/admin: status of %q: %w", lease, err)
+	st, p := parseStatus(r)
+	if p != nil {
+		return Status{}, &RecordError{Problem: *p}
 	}
 	return st, nil
 }
 
 // History returns the execution history of one election or partition,
-// oldest first.
+// oldest first. Records that cannot be used are skipped:
+// HistoryWithProblems reports them.
 func (a *Admin) History(ctx context.Context, lease string) ([]Run, error) {
+	runs, _, err := a.HistoryWithProblems(ctx, lease)
+	return runs, err
+}
+
+// HistoryWithProblems returns the execution history of one election or
+// partition, oldest first, and the records skipped because they could not
+// be used: runs, and the lease's status record, which says which runs are
+// of the current history (without it, every run kept is). It returns
+// ErrNotFound when the lease has neither status nor history.
+func (a *Admin) HistoryWithProblems(ctx context.Context, lease string) ([]Run, []Problem, error) {
+	if err := checkName(lease); err != nil {
+		return nil, nil, err
+	}
 	list, err := a.rec.ListRecords(ctx, records.HistoryKeys(lease))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	var problems []Problem
 	st, err := a.Status(ctx, lease)
+	var re *RecordError
 	switch {
+	case errors.As(err, &re):
+		problems = append(problems, re.Problem)
+		st.HistorySeq = math.MaxUint64 // which runs are current is not known: keep them all
 	case err != nil && (len(list) == 0 || !errors.Is(err, ErrNotFound)):
-		return nil, err
+		return nil, nil, err
 	case err != nil:
 		st.HistorySeq = math.MaxUint64 // history without status: keep it all
 	}
 	runs := make([]Run, 0, len(list))
 	for _, r := range list {
-		var run Run
+		run, p := parseRun(r, lease)
+		switch {
+		case p != nil:
+			problems = append(problems, *p)
 		// A slot holding a run newer than the status knows of is left from
 		// before the status was lost: the run is not of this history.
-		if err := records.Decode(r.Value, &run); err == nil && run.Seq <= st.HistorySeq {
+		case run.Seq <= st.HistorySeq:
 			runs = append(runs, run)
 		}
 	}
 	slices.SortFunc(runs, func(x, y Run) int { return cmp.Compare(x.Seq, y.Seq) })
-	return runs, nil
+	return runs, sortProblems(problems), nil
 }
 
-// statuses reads the status records under prefix.
-func (a *Admin) statuses(ctx context.Context, prefix string) ([]Status, error) {
+// statuses reads the status records under prefix: those that can be used,
+// and the problems of the others.
+func (a *Admin) statuses(ctx context.Context, prefix string) ([]Status, []Problem, error) {
 	list, err := a.rec.ListRecords(ctx, records.StatusPrefix+prefix)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := make([]Status, 0, len(list))
+	var problems []Problem
 	for _, r := range list {
-		var st Status
-		if err := records.Decode(r.Value, &st); err == nil && st.Lease != "" {
-			out = append(out, st)
+		st, p := parseStatus(r)
+		if p != nil {
+			problems = append(problems, *p)
+			continue
 		}
+		out = append(out, st)
 	}
-	return out, nil
+	return out, problems, nil
 }
 
 // held returns the leases held now under prefix, or nil when the backend
-// cannot list them.
-func (a *Admin) held(ctx context.Context, prefix string) (map[string]bool, error) {
+// cannot list them, and the problems of lease names that are not names.
+func (a *Admin) held(ctx context.Context, prefix string) (map[string]bool, []Problem, error) {
 	if a.lister == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
 	names, err := a.lister.HeldLeases(ctx, prefix)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := make(map[string]bool, len(names))
+	var problems []Problem
 	for _, n := range names {
+		if simba.CheckName(n) != nil {
+			problems = append(problems, *newProblem("lease/"+n, "the lease key does not name a lease (%s)", nameRule))
+			continue
+		}
 		out[n] = true
 	}
-	return out, nil
+	return out, problems, nil
 }
 
 // Member is one live member of a group.
@@ -251,7 +341,8 @@ type Member struct {
 	ID      string // the member id
 	Session string // the session holding the membership
 	// Partitions and Assignment are what the member uses; members that
-	// disagree are reported as mismatches.
+	// disagree are reported as mismatches. Both are zero when its record
+	// could not be used (see Group.Problems).
 	Partitions int
 	Assignment string // "rendezvous" or "balanced"
 	Drained    bool   // an operator drained it
@@ -286,43 +377,83 @@ type Group struct {
 	// assignment, or share a member id.
 	Mismatches []string
 	Disabled   bool // an operator disabled the group
+	// Problems lists the records of the group skipped because they could
+	// not be used: the status records of its partitions, and its members'
+	// records (such a member is listed, but does not count in the
+	// partition count or the mismatches).
+	Problems []Problem
 }
 
 // Groups lists the groups known from status records, sorted by name.
+// Records that cannot be used are skipped; each group's Problems lists
+// its own, and Snapshot all.
 func (a *Admin) Groups(ctx context.Context) ([]Group, error) {
-	statuses, err := a.statuses(ctx, "")
+	statuses, problems, err := a.statuses(ctx, "")
 	if err != nil {
 		return nil, err
 	}
-	names := map[string]bool{}
+	held, _, err := a.held(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	ops, err := a.Ops(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return a.groups(ctx, statuses, problems, held, ops)
+}
+
+// groups reads the members of each group that statuses name and returns
+// the groups, sorted by name; problems are those of the status records.
+func (a *Admin) groups(ctx context.Context, statuses []Status, problems []Problem, held map[string]bool, ops Ops) ([]Group, error) {
+	byGroup := map[string][]Status{}
 	for _, st := range statuses {
 		if st.Group != "" {
-			names[st.Group] = true
+			byGroup[st.Group] = append(byGroup[st.Group], st)
 		}
 	}
-	out := make([]Group, 0, len(names))
-	for _, name := range slices.Sorted(mapsKeys(names)) {
-		g, err := a.Group(ctx, name)
+	out := make([]Group, 0, len(byGroup))
+	for _, name := range slices.Sorted(mapsKeys(byGroup)) {
+		members, err := a.sess.Members(ctx, name)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, g)
+		out = append(out, buildGroup(name, members, byGroup[name], partitionProblems(name, problems), held, ops))
 	}
 	return out, nil
 }
 
+// partitionProblems returns the problems of status records whose key
+// names a partition of group.
+func partitionProblems(group string, problems []Problem) []Problem {
+	var out []Problem
+	for _, p := range problems {
+		rest, ok := strings.CutPrefix(p.Key, records.StatusPrefix+group+".")
+		if ok && rest != "" && strings.Trim(rest, "0123456789") == "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // Group returns one group: its members, the assignment they compute, who
-// holds each partition, and mismatches.
+// holds each partition, mismatches, and the records skipped.
 func (a *Admin) Group(ctx context.Context, name string) (Group, error) {
+	if err := checkName(name); err != nil {
+		return Group{}, err
+	}
 	members, err := a.sess.Members(ctx, name)
 	if err != nil {
 		return Group{}, err
 	}
-	statuses, err := a.statuses(ctx, name+".")
+	// The prefix also matches other groups' statuses ("billing.eu.0" for
+	// "billing"): only those of this group are its partitions.
+	all, problems, err := a.statuses(ctx, name+".")
 	if err != nil {
 		return Group{}, err
 	}
-	held, err := a.held(ctx, name+".")
+	statuses := slices.DeleteFunc(all, func(st Status) bool { return st.Group != name })
+	held, _, err := a.held(ctx, name+".")
 	if err != nil {
 		return Group{}, err
 	}
@@ -330,26 +461,38 @@ func (a *Admin) Group(ctx context.Context, name string) (Group, error) {
 	if err != nil {
 		return Group{}, err
 	}
-	g := Group{Name: name, Disabled: ops.Disabled[name]}
+	if len(members) == 0 && len(statuses) == 0 {
+		return Group{}, fmt.Errorf("%w: group %q", ErrNotFound, name)
+	}
+	return buildGroup(name, members, statuses, partitionProblems(name, problems), held, ops), nil
+}
+
+// buildGroup builds group name from its members, the statuses of its
+// partitions, the leases held (nil: unknown) and the operations in force;
+// problems are those of its partitions' status records.
+func buildGroup(name string, members []backend.Member, statuses []Status, problems []Problem, held map[string]bool, ops Ops) Group {
+	g := Group{Name: name, Disabled: ops.Disabled[name], Problems: slices.Clone(problems)}
 	counts := map[string]bool{}
 	ids := map[string][]string{}
 	partitions, variant := 0, simba.Rendezvous
 	for _, m := range members {
-		var rec struct {
-			P int    `json:"p"`
-			A string `json:"a"`
-		}
-		json.Unmarshal(m.Data, &rec)
-		g.Members = append(g.Members, Member{ID: m.ID, Session: m.Session, Partitions: rec.P, Assignment: rec.A, Drained: ops.Drained[m.ID]})
-		counts[fmt.Sprintf("%d partitions, %s", rec.P, rec.A)] = true
 		ids[m.ID] = append(ids[m.ID], m.Session)
-		if rec.P > partitions {
-			partitions = rec.P
-			if rec.A == simba.Balanced.String() {
+		d, p := parseMember(name, m)
+		if p != nil {
+			g.Problems = append(g.Problems, *p)
+			g.Members = append(g.Members, Member{ID: m.ID, Session: m.Session, Drained: ops.Drained[m.ID]})
+			continue
+		}
+		g.Members = append(g.Members, Member{ID: m.ID, Session: m.Session, Partitions: d.P, Assignment: d.A, Drained: ops.Drained[m.ID]})
+		counts[fmt.Sprintf("%d partitions, %s", d.P, d.A)] = true
+		if d.P > partitions {
+			partitions = d.P
+			if d.A == simba.Balanced.String() {
 				variant = simba.Balanced
 			}
 		}
 	}
+	g.Problems = sortProblems(g.Problems)
 	if len(counts) > 1 {
 		g.Mismatches = append(g.Mismatches, "members disagree: "+strings.Join(slices.Sorted(mapsKeys(counts)), " / "))
 	}
@@ -363,9 +506,6 @@ func (a *Admin) Group(ctx context.Context, name string) (Group, error) {
 		}
 	}
 	slices.Sort(g.Mismatches)
-	if len(members) == 0 && len(statuses) == 0 {
-		return Group{}, fmt.Errorf("%w: group %q", ErrNotFound, name)
-	}
 	for _, st := range statuses {
 		if st.Partition+1 > partitions {
 			partitions = st.Partition + 1
@@ -395,7 +535,7 @@ func (a *Admin) Group(ctx context.Context, name string) (Group, error) {
 		}
 		g.Partitions = append(g.Partitions, part)
 	}
-	return g, nil
+	return g
 }
 
 func mapsKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
@@ -414,9 +554,13 @@ type Ops struct {
 	Drained  map[string]bool // member ids
 	Triggers map[string]Op   // by lease, until carried out
 	Resigns  map[string]Op   // by lease, until carried out
+	// Problems lists the operation records skipped because they could not
+	// be used, sorted by key; they are not in the maps above.
+	Problems []Problem
 }
 
-// Ops reads the operations in force.
+// Ops reads the operations in force. Records that cannot be used are
+// skipped and listed in Ops.Problems.
 func (a *Admin) Ops(ctx context.Context) (Ops, error) {
 	list, err := a.rec.ListRecords(ctx, records.OpsPrefix)
 	if err != nil {
@@ -424,19 +568,23 @@ func (a *Admin) Ops(ctx context.Context) (Ops, error) {
 	}
 	ops := Ops{Disabled: map[string]bool{}, Drained: map[string]bool{}, Triggers: map[string]Op{}, Resigns: map[string]Op{}}
 	for _, r := range list {
-		var op Op
-		records.Decode(r.Value, &op)
-		switch {
-		case strings.HasPrefix(r.Key, records.DisabledPrefix):
-			ops.Disabled[records.Name(r.Key, records.DisabledPrefix)] = true
-		case strings.HasPrefix(r.Key, records.DrainPrefix):
-			ops.Drained[records.Name(r.Key, records.DrainPrefix)] = true
-		case strings.HasPrefix(r.Key, records.TriggerPrefix):
-			ops.Triggers[records.Name(r.Key, records.TriggerPrefix)] = op
-		case strings.HasPrefix(r.Key, records.ResignPrefix):
-			ops.Resigns[records.Name(r.Key, records.ResignPrefix)] = op
+		prefix, name, op, p := parseOp(r)
+		if p != nil {
+			ops.Problems = append(ops.Problems, *p)
+			continue
+		}
+		switch prefix {
+		case records.DisabledPrefix:
+			ops.Disabled[name] = true
+		case records.DrainPrefix:
+			ops.Drained[name] = true
+		case records.TriggerPrefix:
+			ops.Triggers[name] = op
+		case records.ResignPrefix:
+			ops.Resigns[name] = op
 		}
 	}
+	ops.Problems = sortProblems(ops.Problems)
 	return ops, nil
 }
 

@@ -27,4 +27,15 @@
 //     holder start while the old one still believes it holds the lease.
 //   - Drain(member): the member hands off everything it holds, leaves its
 //     groups and contends for nothing until Undrain(member).
+//
+// # Records that cannot be used
+//
+// A record whose value is not the JSON of its kind (a status, a run, an
+// operation, a member's record), or whose key names nothing simba writes,
+// does not make a read fail: it is skipped, and reported as a Problem —
+// its key and why, both cut to a bounded length. Snapshot lists every
+// record it skipped, Ops and Group those of their own, HistoryWithProblems
+// those of a history; Status returns a *RecordError for a status record
+// that cannot be used. Elections, Groups and History skip such records
+// silently. An error is returned only when the backend could not be read.
 package admin

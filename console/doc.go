@@ -29,6 +29,13 @@
 //   - /members: every member (of a group, holding an election, or drained),
 //     its sessions, what it holds, and its drain state.
 //
+// A page whose backend cannot be read says so, and answers 503 Service
+// Unavailable; it retries by itself. A record that cannot be used (a status
+// that is not JSON, a key that names nothing simba writes) does not stop a
+// page: it shows everything else, answers 200, and lists the records
+// skipped (at most 20, each key and reason cut short) in a notice at its
+// top; the log says when the set of records skipped changes.
+//
 // Pages are rendered on the server (html/template) and readable without
 // script. A small script keeps them live: it opens a server-sent event
 // stream (/events?view=/groups), on which the server sends the page's main

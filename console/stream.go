@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -29,6 +31,10 @@ type hub struct {
 	mu    sync.Mutex
 	feeds map[string]*feed // by view path, while watched
 	wake  chan struct{}    // buffer of one: poll now
+
+	// skipped names the records the last poll skipped, logged when it
+	// changes; only the poller uses it.
+	skipped string
 }
 
 // feed is the rendering of one view, shared by the streams that show it.
@@ -141,6 +147,7 @@ func (h *hub) poll(ctx context.Context, feeds []*feed, lastErr string) string {
 	defer cancel()
 	l := &loader{ctx: pctx, a: s.admin}
 	failed := ""
+	var skipped []string
 	for _, f := range feeds {
 		p := s.newPage(f.view)
 		if err := p.build(l); err != nil {
@@ -152,6 +159,9 @@ func (h *hub) poll(ctx context.Context, feeds []*feed, lastErr string) string {
 				failed = redact(err.Error())
 			}
 		}
+		for _, q := range p.Problems {
+			skipped = append(skipped, q.Key)
+		}
 		html, err := render("main", p)
 		if err != nil {
 			s.opts.log.Error("rendering a view failed", "view", f.view.Path(), "err", err)
@@ -159,6 +169,7 @@ func (h *hub) poll(ctx context.Context, feeds []*feed, lastErr string) string {
 		}
 		h.publish(f, html)
 	}
+	h.logSkipped(skipped)
 	switch {
 	case failed != "" && failed != lastErr:
 		s.opts.log.Warn("reading the backend failed; retrying every poll interval", "err", failed)
@@ -241,4 +252,20 @@ func write(rc *http.ResponseController, w http.ResponseWriter, b []byte) error {
 		return err
 	}
 	return rc.Flush()
+}
+
+// logSkipped logs the keys of the records skipped when they change.
+func (h *hub) logSkipped(keys []string) {
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	joined := strings.Join(keys, "\n")
+	if joined == h.skipped {
+		return
+	}
+	h.skipped = joined
+	if len(keys) == 0 {
+		h.s.opts.log.Info("no records are skipped any more")
+		return
+	}
+	h.s.opts.log.Warn("records that could not be used are skipped; the pages list them", "count", len(keys), "keys", keys[:min(len(keys), maxShownProblems)])
 }

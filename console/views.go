@@ -55,45 +55,47 @@ func parseView(path string) (view, bool) {
 	return view{}, false
 }
 
-// loader reads the backend through admin for one rendering, reading each
-// thing at most once however many parts of the page need it.
+// loader reads the backend through admin for one or more renderings: one
+// admin.Snapshot however many pages and parts of pages need it.
 type loader struct {
 	ctx context.Context
 	a   *admin.Admin
 
-	elections    []admin.Election
-	electionsErr error
-	electionsOK  bool
-	groups       []admin.Group
-	groupsErr    error
-	groupsOK     bool
-	ops          admin.Ops
-	opsErr       error
-	opsOK        bool
+	snap    admin.Snapshot
+	snapErr error
+	snapOK  bool
+}
+
+// snapshot reads the snapshot, once.
+func (l *loader) snapshot() (admin.Snapshot, error) {
+	if !l.snapOK {
+		l.snap, l.snapErr = l.a.Snapshot(l.ctx)
+		l.snapOK = true
+	}
+	return l.snap, l.snapErr
 }
 
 func (l *loader) Elections() ([]admin.Election, error) {
-	if !l.electionsOK {
-		l.elections, l.electionsErr = l.a.Elections(l.ctx)
-		l.electionsOK = true
-	}
-	return l.elections, l.electionsErr
+	s, err := l.snapshot()
+	return s.Elections, err
 }
 
 func (l *loader) Groups() ([]admin.Group, error) {
-	if !l.groupsOK {
-		l.groups, l.groupsErr = l.a.Groups(l.ctx)
-		l.groupsOK = true
-	}
-	return l.groups, l.groupsErr
+	s, err := l.snapshot()
+	return s.Groups, err
 }
 
 func (l *loader) Ops() (admin.Ops, error) {
-	if !l.opsOK {
-		l.ops, l.opsErr = l.a.Ops(l.ctx)
-		l.opsOK = true
+	s, err := l.snapshot()
+	return s.Ops, err
+}
+
+// problems returns the records the snapshot skipped, if it was read.
+func (l *loader) problems() []admin.Problem {
+	if !l.snapOK || l.snapErr != nil {
+		return nil
 	}
-	return l.ops, l.opsErr
+	return l.snap.Problems
 }
 
 // page is what a template renders: the whole page, or its main part for
@@ -104,6 +106,9 @@ type page struct {
 	Operate  bool   // operations are allowed: show their buttons
 	Err      string // the backend could not be read
 	NotFound bool
+	// Problems are the records skipped because they could not be used,
+	// sorted by key: the page shows what it could, and lists them.
+	Problems []admin.Problem
 
 	Elections []electionRow
 	Groups    []groupView
@@ -188,9 +193,42 @@ type memberGroup struct {
 // historyInline is the number of runs the jobs page shows per job.
 const historyInline = 5
 
+// maxShownProblems bounds the skipped records a page lists.
+const maxShownProblems = 20
+
+// ShownProblems returns the problems the page lists.
+func (p *page) ShownProblems() []admin.Problem {
+	return p.Problems[:min(len(p.Problems), maxShownProblems)]
+}
+
+// HiddenProblems counts the problems the page does not list.
+func (p *page) HiddenProblems() int { return len(p.Problems) - len(p.ShownProblems()) }
+
+// addProblems adds problems to the page's, once each, in order.
+func (p *page) addProblems(problems ...admin.Problem) {
+	for _, q := range problems {
+		i, found := slices.BinarySearchFunc(p.Problems, q, func(x, y admin.Problem) int {
+			if c := strings.Compare(x.Key, y.Key); c != 0 {
+				return c
+			}
+			return strings.Compare(x.Reason, y.Reason)
+		})
+		if !found {
+			p.Problems = slices.Insert(p.Problems, i, q)
+		}
+	}
+}
+
 // build fills p for its view from l. It returns the error of the first
-// read that failed.
+// read that failed; records that could not be used are not errors, but
+// Problems.
 func (p *page) build(l *loader) error {
+	err := p.buildView(l)
+	p.addProblems(l.problems()...)
+	return err
+}
+
+func (p *page) buildView(l *loader) error {
 	switch p.View.Kind {
 	case "elections":
 		return p.buildElections(l)
@@ -350,10 +388,11 @@ func (p *page) buildJobs(l *loader) error {
 			continue
 		}
 		row := jobRowOf(e, ops)
-		h, err := l.a.History(l.ctx, e.Name)
+		h, problems, err := l.a.HistoryWithProblems(l.ctx, e.Name)
 		if err != nil && !errors.Is(err, admin.ErrNotFound) {
 			return err
 		}
+		p.addProblems(problems...)
 		row.History, row.HistoryOf = newestFirst(h, historyInline), len(h)
 		p.Jobs = append(p.Jobs, row)
 	}
@@ -448,11 +487,15 @@ func (p *page) buildMembers(l *loader) error {
 
 func (p *page) buildJob(l *loader) error {
 	st, err := l.a.Status(l.ctx, p.View.Lease)
-	if errors.Is(err, admin.ErrNotFound) {
+	var re *admin.RecordError
+	switch {
+	case errors.Is(err, admin.ErrNotFound):
 		p.NotFound = true
 		return nil
-	}
-	if err != nil {
+	case errors.As(err, &re): // shown without its status, and listed
+		p.addProblems(re.Problem)
+		st = admin.Status{Lease: p.View.Lease, Partition: -1}
+	case err != nil:
 		return err
 	}
 	es, err := l.Elections()
@@ -467,10 +510,11 @@ func (p *page) buildJob(l *loader) error {
 	if i := slices.IndexFunc(es, func(x admin.Election) bool { return x.Name == p.View.Lease }); i >= 0 {
 		e = es[i]
 	}
-	h, err := l.a.History(l.ctx, p.View.Lease)
+	h, problems, err := l.a.HistoryWithProblems(l.ctx, p.View.Lease)
 	if err != nil && !errors.Is(err, admin.ErrNotFound) {
 		return err
 	}
+	p.addProblems(problems...)
 	row := jobRowOf(e, ops)
 	row.History, row.HistoryOf = newestFirst(h, 0), len(h)
 	p.Job = &row

@@ -20,6 +20,7 @@ const (
 	exitFailed      = 1   // the command failed: not found, refused, not done in time
 	exitUsage       = 2   // bad flags or arguments
 	exitUnreachable = 3   // the backend did not answer within --timeout
+	exitProblems    = 4   // shown, but records that could not be used were skipped
 	exitInterrupted = 130 // SIGINT or SIGTERM
 )
 
@@ -78,6 +79,9 @@ type command struct {
 	// serves marks a command that runs until interrupted (dev, a console):
 	// --timeout bounds only its backend calls, not the command.
 	serves bool
+	// shows marks a command that shows what it reads (status, elections,
+	// …): it exits with exitProblems when it skipped records.
+	shows bool
 	// setup registers the command's own flags on fs and returns its action,
 	// which runs once they are parsed.
 	setup func(fs *flag.FlagSet) action
@@ -206,7 +210,10 @@ func (c *cli) execute(ctx context.Context, p parsed) int {
 	err := p.act(cctx, inv, p.pos)
 	inv.close(cctx)
 	cancel()
+	inv.warnProblems(c.stderr)
 	switch {
+	case err == nil && p.cmd.shows && len(inv.problems) > 0:
+		return exitProblems
 	case err == nil:
 		return exitOK
 	case ctx.Err() != nil:
@@ -311,7 +318,8 @@ commands:
 	fmt.Fprint(w, `
 exit status: 0 done; 1 failed (no such job, operation refused, --wait not
 satisfied in time); 2 usage error; 3 backend unreachable or too slow for
---timeout; 130 interrupted.
+--timeout; 4 shown, but records that could not be used were skipped (warned
+of on standard error); 130 interrupted.
 `)
 }
 

@@ -132,6 +132,9 @@ type invocation struct {
 	t   target
 	b   backend.Backend
 	adm *admin.Admin
+	// problems are the records the reads skipped (see problems.go).
+	problems []admin.Problem
+	seen     map[admin.Problem]bool
 }
 
 // admin opens the backend and an admin session on it, once.
@@ -167,8 +170,9 @@ func (inv *invocation) backendErr(ctx context.Context, doing string, err error) 
 		return nil
 	}
 	var ne *notFoundError
-	if errors.As(err, &ne) || errors.Is(err, context.Canceled) {
-		return err
+	var re *admin.RecordError
+	if errors.As(err, &ne) || errors.As(err, &re) || errors.Is(err, context.Canceled) {
+		return err // the backend answered
 	}
 	return &backendError{t: inv.t, doing: doing, timeout: inv.g.timeout, err: err}
 }

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -85,6 +86,9 @@ type cluster struct {
 	args []string // the flags that name it, for simba and opsdemo
 	// newBackend opens a backend on it for an in-process node.
 	newBackend func() (backend.Backend, error)
+	// putRaw, if set, writes a key under the cluster's prefix as it is,
+	// past the backend's checks: as a foreign writer could (etcd only).
+	putRaw func(t *testing.T, key, value string)
 }
 
 // backend opens a backend for an in-process node, closed when the test
@@ -191,6 +195,11 @@ func TestEndToEnd(t *testing.T) {
 				newBackend: func() (backend.Backend, error) {
 					return etcd.New(endpoints, etcd.WithPrefix(prefix))
 				},
+				putRaw: func(t *testing.T, key, value string) {
+					if _, err := srv.Client(t).Put(t.Context(), prefix+key, value); err != nil {
+						t.Fatalf("putting %s: %v", key, err)
+					}
+				},
 			}
 		})
 	})
@@ -229,6 +238,7 @@ func runScenarios(t *testing.T, kind string, newCluster func(*testing.T) *cluste
 		{"DrainEmptiesAMember", testDrain},
 		{"HistoryRecordsAFailOver", testFailOver},
 		{"Errors", testErrors},
+		{"SkippedRecordsAreWarnedOf", testSkippedRecords},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			c := newCluster(t)
@@ -631,3 +641,63 @@ func testDev(t *testing.T, bins binaries) {
 }
 
 func decodeInto(s string, v any) error { return json.Unmarshal([]byte(s), v) }
+
+// testSkippedRecords plants bad records beside those of a running node:
+// the command shows what it can, warns of each record skipped, and exits
+// with exitProblems, not exitUnreachable.
+func testSkippedRecords(t *testing.T, c *cluster) {
+	rec := &recorder{}
+	a := startNode(t, c.backend(t), "a", e2eTTL, rec)
+	a.schedule(t, "report", simba.FixedRate(200*time.Millisecond))
+	a.group(t, "billing", 2)
+	eventually(t, 10*time.Second, "report and billing are held and recorded", func() bool {
+		o, ok := c.overview(t)
+		return ok && o.Elections.Held == 1 && o.Groups.Held == 2
+	})
+	plantRecords(t, c.backend(t), garbage...)
+	keys := garbageKeys
+	if c.putRaw != nil {
+		// A key the backend refuses to write, and a status whose value
+		// (after the 8 bytes of token etcd keeps in front) is not JSON.
+		c.putRaw(t, "rec/status/bad key", "\x00\x00\x00\x00\x00\x00\x00\x00{}")
+		c.putRaw(t, "rec/status/raw", "not valid json at all")
+		keys = append(slices.Clone(keys), "status/bad key", "status/raw")
+		slices.Sort(keys)
+	}
+
+	r := c.simba(t, "status")
+	if r.code != exitProblems {
+		t.Fatalf("simba status: %v, want exit %d", r, exitProblems)
+	}
+	requireWarnings(t, r, keys)
+	t.Logf("simba status:\n%s%s", r.stdout, r.stderr)
+	for _, want := range []string{"elections  1: 1 held, 0 disabled\n", "groups     1: 1 member, 2 partitions (2 held,", fmt.Sprintf("problems   %d records could not be used", len(keys))} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("simba status lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	r = c.simba(t, "status", "--json")
+	if r.code != exitProblems {
+		t.Fatalf("simba status --json: %v", r)
+	}
+	o := decode[overview](t, r.stdout)
+	requireProblems(t, o.Problems, keys)
+	if o.Elections.Total != 1 || o.Groups.Total != 1 {
+		t.Errorf("overview %+v", o)
+	}
+	r = c.simba(t, "history", "report", "--json")
+	if r.code != exitProblems || len(decode[[]runView](t, r.stdout)) == 0 {
+		t.Errorf("simba history report --json: %v", r)
+	}
+	requireWarnings(t, r, []string{"history/report/77"})
+}
+
+// overview returns simba status --json, or false while it fails.
+func (c *cluster) overview(t *testing.T) (overview, bool) {
+	t.Helper()
+	r := c.simba(t, "status", "--json")
+	if r.code != exitOK {
+		return overview{}, false
+	}
+	return decode[overview](t, r.stdout), true
+}

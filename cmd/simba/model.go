@@ -21,26 +21,21 @@ type snapshot struct {
 	ops       admin.Ops
 }
 
-// readSnapshot reads the elections, groups and operations in force.
+// readSnapshot reads the elections, groups and operations in force, in
+// one admin.Snapshot; the records it skipped are added to the
+// invocation's problems.
 func (inv *invocation) readSnapshot(ctx context.Context) (*snapshot, error) {
 	a, err := inv.admin(ctx)
 	if err != nil {
 		return nil, err
 	}
-	all, err := a.Elections(ctx)
+	snap, err := a.Snapshot(ctx)
 	if err != nil {
-		return nil, inv.backendErr(ctx, "reading the elections", err)
+		return nil, inv.backendErr(ctx, "reading the elections, groups and operations", err)
 	}
-	groups, err := a.Groups(ctx)
-	if err != nil {
-		return nil, inv.backendErr(ctx, "reading the groups", err)
-	}
-	ops, err := a.Ops(ctx)
-	if err != nil {
-		return nil, inv.backendErr(ctx, "reading the operations", err)
-	}
-	s := &snapshot{now: time.Now(), leases: map[string]admin.Election{}, groups: groups, ops: ops}
-	for _, e := range all {
+	inv.addProblems(snap.Problems)
+	s := &snapshot{now: time.Now(), leases: map[string]admin.Election{}, groups: snap.Groups, ops: snap.Ops}
+	for _, e := range snap.Elections {
 		s.leases[e.Name] = e
 		if !s.isPartition(e) {
 			s.elections = append(s.elections, e)

@@ -392,6 +392,7 @@ func runUndo(ctx context.Context, inv *invocation, u undo) error {
 	if err != nil {
 		return inv.backendErr(ctx, "reading the operations", err)
 	}
+	inv.addProblems(ops.Problems)
 	r := opResult{Op: u.op, Name: u.name}
 	if !u.isSet(ops) {
 		r.Message = u.name + " " + u.notSet

@@ -13,7 +13,7 @@ import (
 )
 
 var statusCommand = &command{
-	name: "status", args: "[NAME]", maxArgs: 1,
+	name: "status", args: "[NAME]", maxArgs: 1, shows: true,
 	summary: "overview, or one election, partition, group or job",
 	doc: `Without NAME: the backend, the sessions seen, counts of elections, groups
 and jobs, the operations in force, and what may need attention (elections
@@ -30,6 +30,7 @@ func runStatus(ctx context.Context, inv *invocation, args []string) error {
 	}
 	if len(args) == 0 {
 		o := s.overview(inv.t.String())
+		o.Problems = inv.problemList()
 		if inv.g.json {
 			return writeJSON(inv.stdout, o)
 		}
@@ -45,7 +46,7 @@ func runStatus(ctx context.Context, inv *invocation, args []string) error {
 	}
 	v := s.leaseView(f.election)
 	if inv.g.json {
-		return writeJSON(inv.stdout, v)
+		return writeJSON(inv.stdout, leaseWithProblems{v, inv.problemList()})
 	}
 	printLease(inv.stdout, f.kind, v, s)
 	return nil
@@ -64,6 +65,9 @@ func printOverview(w io.Writer, o overview) {
 	row(tw, "drained", listOr(o.Ops.Drained, "none"))
 	row(tw, "triggers", pendingList(o.Ops.Triggers))
 	row(tw, "resigns", pendingList(o.Ops.Resigns))
+	if n := len(o.Problems); n > 0 {
+		row(tw, "problems", recordsSkipped(n))
+	}
 	tw.Flush()
 	if len(o.Attention) > 0 {
 		fmt.Fprintln(w, "attention:")
@@ -136,7 +140,7 @@ func printLease(w io.Writer, kind string, v leaseView, s *snapshot) {
 }
 
 var electionsCommand = &command{
-	name: "elections", maxArgs: 0,
+	name: "elections", maxArgs: 0, shows: true,
 	summary: "elections, their holders and tokens",
 	doc: `One line per election: state (held, vacant, disabled), holder, token,
 how long it has held it, schedule and last run.`,
@@ -184,7 +188,7 @@ func runElections(ctx context.Context, inv *invocation, withPartitions bool) err
 }
 
 var groupsCommand = &command{
-	name: "groups", args: "[GROUP]", maxArgs: 1,
+	name: "groups", args: "[GROUP]", maxArgs: 1, shows: true,
 	summary: "members, assignment and holders of partition groups",
 	doc: `For each group (or GROUP): its live members with the partitions the
 assignment gives them and those they hold; every partition with its
@@ -223,7 +227,7 @@ func showGroups(inv *invocation, groups []admin.Group, one bool) error {
 	}
 	if inv.g.json {
 		if one {
-			return writeJSON(inv.stdout, views[0])
+			return writeJSON(inv.stdout, groupWithProblems{views[0], inv.problemList()})
 		}
 		return writeJSON(inv.stdout, views)
 	}
@@ -278,7 +282,7 @@ func intsToStrings(xs []int) []string {
 }
 
 var jobsCommand = &command{
-	name: "jobs", maxArgs: 0,
+	name: "jobs", maxArgs: 0, shows: true,
 	summary: "scheduled jobs: state, next start, last result, counts",
 	doc: `Scheduled elections, and groups run on a schedule (one line per group):
 state (scheduled, running, partly held, vacant, disabled), holders, next
@@ -327,7 +331,7 @@ func runJobs(ctx context.Context, inv *invocation, _ []string) error {
 }
 
 var historyCommand = &command{
-	name: "history", args: "JOB", minArgs: 1, maxArgs: 1,
+	name: "history", args: "JOB", minArgs: 1, maxArgs: 1, shows: true,
 	summary: "the runs of a job, oldest first",
 	doc: `The execution history of an election, a partition (group.p), or every
 partition of a group: start, duration, result (succeeded, failed,
@@ -399,7 +403,8 @@ func (inv *invocation) history(ctx context.Context, f found) ([]runView, error) 
 	}
 	runs := []runView{}
 	for _, lease := range leases {
-		list, err := inv.adm.History(ctx, lease)
+		list, problems, err := inv.adm.HistoryWithProblems(ctx, lease)
+		inv.addProblems(problems)
 		if errors.Is(err, admin.ErrNotFound) {
 			continue // a partition nobody has held yet
 		}

@@ -274,6 +274,22 @@ type overview struct {
 	// without a holder, vacant partitions, hand-offs, mismatches, failed
 	// runs.
 	Attention []string `json:"attention"`
+	// Problems lists the records skipped because they could not be used:
+	// their keys, and why.
+	Problems []admin.Problem `json:"problems"`
+}
+
+// leaseWithProblems is what simba status NAME --json prints: the lease,
+// and the records skipped while reading it, if any.
+type leaseWithProblems struct {
+	leaseView
+	Problems []admin.Problem `json:"problems,omitempty"`
+}
+
+// groupWithProblems is what simba groups GROUP --json prints.
+type groupWithProblems struct {
+	groupView
+	Problems []admin.Problem `json:"problems,omitempty"`
 }
 
 type electionCounts struct {
