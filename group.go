@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,6 +56,12 @@ func WithInitialRebalanceDelay(d time.Duration) GroupOption {
 	}
 }
 
+// MinHandOffRate is the slowest hand-off limit [WithHandOffLimit] accepts:
+// one partition change an hour. A slower limit would leave a rebalance of a
+// few partitions undone for days, and its token interval would overflow the
+// time arithmetic of the group.
+const MinHandOffRate = 1.0 / 3600
+
 // WithHandOffLimit limits how fast this member starts and stops contending
 // for partitions when its view changes: at most rate partition changes per
 // second, in bursts of up to burst (default: no limit). Each GroupTask
@@ -62,10 +69,15 @@ func WithInitialRebalanceDelay(d time.Duration) GroupOption {
 // thousands of partitions then spreads its backend traffic over time
 // instead of stampeding the backend; partitions not yet moved stay with
 // their current holders (or vacant) a little longer.
+//
+// The rate must be a finite number of at least [MinHandOffRate] (one change
+// an hour), and burst at least 1; anything else (NaN, infinities, zero,
+// negative or smaller rates) is refused with an error matching
+// [ErrInvalidArgument] when the group is started.
 func WithHandOffLimit(rate float64, burst int) GroupOption {
 	return func(o *groupOptions) error {
-		if rate <= 0 || burst <= 0 {
-			return fmt.Errorf("%w: hand-off limit needs a positive rate and burst, got %v and %d", ErrInvalidArgument, rate, burst)
+		if math.IsNaN(rate) || math.IsInf(rate, 0) || rate < MinHandOffRate || burst <= 0 {
+			return fmt.Errorf("%w: hand-off limit needs a finite rate of at least one change an hour (%.3g a second) and a positive burst, got rate %v and burst %d", ErrInvalidArgument, MinHandOffRate, rate, burst)
 		}
 		o.limit = newTokenBucket(rate, burst)
 		return nil
