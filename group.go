@@ -119,10 +119,21 @@ func WithVacancyGrace(d time.Duration) GroupOption {
 	}
 }
 
+// MaxPartitions is the largest partition count of a group. Every view
+// change computes an assignment of all the partitions and looks at each, and
+// every partition may be an election with its lease, term and status
+// records, so a count is a promise of work on every member and on the
+// backend. 65,536 is six times the largest group the scale runs exercise
+// (10,000 partitions), and keeps a mistyped count (1<<40, a config file's
+// extra digits) from running the process out of memory.
+const MaxPartitions = 1 << 16
+
 // Group returns the partition group called name with the given number of
-// partitions. Every member must use the same count. Group names follow the
-// lease-name rules, and "{name}.{partitions-1}" must be at most 128
-// characters; bad names and counts are reported when the group is started.
+// partitions. Every member must use the same count, from 1 to
+// [MaxPartitions]. Group names follow the lease-name rules, and
+// "{name}.{partitions-1}" must be at most 128 characters; bad names and
+// counts are reported when the group is started, with errors matching
+// [ErrInvalidName] and [ErrInvalidArgument].
 func (c *Client) Group(name string, partitions int, opts ...GroupOption) *Group {
 	return &Group{c: c, name: name, partitions: partitions, opts: opts}
 }
@@ -163,8 +174,8 @@ func (g *Group) start(schedule string, body func(p int) func(context.Context, *T
 	if err := checkName("group", g.name); err != nil {
 		return nil, err
 	}
-	if g.partitions <= 0 {
-		return nil, fmt.Errorf("%w: group %q: partitions must be positive, got %d", ErrInvalidArgument, g.name, g.partitions)
+	if g.partitions <= 0 || g.partitions > MaxPartitions {
+		return nil, fmt.Errorf("%w: group %q: partitions must be from 1 to %d, got %d", ErrInvalidArgument, g.name, MaxPartitions, g.partitions)
 	}
 	if last := partitionName(g.name, g.partitions-1); len(last) > MaxNameLen {
 		return nil, fmt.Errorf("%w: group %q with %d partitions: lease name %q is longer than %d characters", ErrInvalidName, g.name, g.partitions, last, MaxNameLen)

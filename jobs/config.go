@@ -67,7 +67,7 @@ type PartitionedJob struct {
 	// default Group).
 	Handler string
 	// Partitions is the number of partitions, the same on every member (key
-	// partitions). It must be positive.
+	// partitions). It must be positive and at most [simba.MaxPartitions].
 	Partitions int
 	// FixedDelay, FixedRate and InitialDelay are as in [ScheduledJob], per
 	// partition (keys fixedDelay, fixedRate, initialDelay).
@@ -200,8 +200,11 @@ func checkConfig(p *problems, cfg Config) {
 		} else {
 			ns.claim(c, "group")
 		}
-		if j.Partitions <= 0 {
+		switch {
+		case j.Partitions <= 0:
 			c.add("partitions", fmt.Errorf("%w: must be positive, got %d", ErrInvalidValue, j.Partitions))
+		case j.Partitions > simba.MaxPartitions:
+			c.add("partitions", fmt.Errorf("%w: must be at most %d, got %d", ErrInvalidValue, simba.MaxPartitions, j.Partitions))
 		}
 		c.timing(j.FixedDelay, j.FixedRate, j.InitialDelay)
 		for _, k := range sortedKeys(j.Params) {

@@ -33,8 +33,8 @@ var (
 	ErrTiming = errors.New("simba/jobs: exactly one of fixedDelay and fixedRate must be set")
 
 	// ErrInvalidValue reports any other bad value: a missing or malformed
-	// name, partitions ≤ 0, a malformed boolean or sharding-item parameter,
-	// a nil handler.
+	// name, partitions ≤ 0 or above [simba.MaxPartitions], a malformed
+	// boolean or sharding-item parameter, a nil handler.
 	ErrInvalidValue = errors.New("simba/jobs: invalid value")
 
 	// ErrDuplicateName reports two jobs, or two handlers, with one name.
