@@ -2,8 +2,11 @@ package simba_test
 
 import (
 	"context"
+	"log/slog"
 	"math"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -12,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/memory"
 )
 
@@ -79,4 +83,147 @@ func TestGroupRefusesTooManyPartitions(t *testing.T) {
 		}
 		closeAll(t, c)
 	})
+}
+
+func TestNewRefusesTTLBelowMinTTL(t *testing.T) {
+	b := memory.New()
+	defer b.Close()
+	for _, ttl := range []time.Duration{1, time.Millisecond, 100 * time.Millisecond, simba.MinTTL - 1} {
+		c, err := simba.New(b, simba.WithTTL(ttl))
+		if !assert.ErrorIs(t, err, simba.ErrInvalidArgument, "TTL %v", ttl) {
+			c.Close()
+			continue
+		}
+		assert.True(t, strings.HasPrefix(err.Error(), "simba: "), err.Error())
+		assert.Contains(t, err.Error(), "at least")
+	}
+	c, err := simba.New(b, simba.WithTTL(simba.MinTTL))
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+}
+
+// grantingBackend is a memory node whose sessions report the TTLs given
+// instead of the ones granted: a misbehaving backend. Past maxCalls Opens or
+// KeepAlives it blocks them until their ctx ends, so that a client spinning
+// on them is reported instead of hanging the test.
+type grantingBackend struct {
+	backend.Backend
+	openTTL  time.Duration // what Session.TTL reports
+	renewTTL time.Duration // what KeepAlive returns; 0: the granted one
+	maxCalls int64
+
+	opens, renewals atomic.Int64
+}
+
+func (b *grantingBackend) Open(ctx context.Context, o backend.SessionOptions) (backend.Session, error) {
+	if b.opens.Add(1) > b.maxCalls {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	s, err := b.Backend.Open(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	return &grantingSession{Session: s, b: b}, nil
+}
+
+type grantingSession struct {
+	backend.Session
+	b *grantingBackend
+}
+
+func (s *grantingSession) TTL() time.Duration { return s.b.openTTL }
+
+func (s *grantingSession) KeepAlive(ctx context.Context) (time.Duration, error) {
+	if s.b.renewals.Add(1) > s.b.maxCalls {
+		<-ctx.Done()
+		return 0, ctx.Err()
+	}
+	ttl, err := s.Session.KeepAlive(ctx)
+	if err == nil && s.b.renewTTL != 0 {
+		ttl = s.b.renewTTL
+	}
+	return ttl, err
+}
+
+// logRecorder keeps the messages of the records logged at level or above.
+type logRecorder struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (r *logRecorder) logger(level slog.Level) *slog.Logger {
+	return slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.msgs = append(r.msgs, string(p))
+		return len(p), nil
+	}), &slog.HandlerOptions{Level: level}))
+}
+
+// count returns the number of records whose text contains s.
+func (r *logRecorder) count(s string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, m := range r.msgs {
+		if strings.Contains(m, s) {
+			n++
+		}
+	}
+	return n
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+func TestSessionWithTooSmallGrantedTTLBacksOff(t *testing.T) {
+	for _, granted := range []time.Duration{0, -time.Second, 1, simba.MinTTL - 1} {
+		t.Run(granted.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := memory.New()
+				defer srv.Close()
+				b := &grantingBackend{Backend: srv.Node("a"), openTTL: granted, maxCalls: 1000}
+				h := newHistory()
+				var logs logRecorder
+				c, err := simba.New(b, simba.WithTTL(testTTL), simba.WithEventHandler(h.event), simba.WithLogger(logs.logger(slog.LevelWarn)))
+				require.NoError(t, err)
+				time.Sleep(10 * time.Second)
+				opens := b.opens.Load()
+				// Backing off to a renewal period (1s): 10ms, 20ms, …,
+				// 640ms, then every second.
+				assert.LessOrEqual(t, opens, int64(20), "sessions opened in 10s")
+				assert.GreaterOrEqual(t, opens, int64(5), "sessions opened in 10s: the keeper still retries")
+				assert.Empty(t, eventsOf[simba.SessionStarted](h), "no session is used")
+				assert.Equal(t, "", c.SessionID())
+				assert.Positive(t, logs.count("level=ERROR"), "the unusable TTL is logged as an error")
+				assert.Positive(t, logs.count("granted"))
+				require.NoError(t, c.Close())
+			})
+		})
+	}
+}
+
+func TestRenewalWithTooSmallGrantedTTLBacksOff(t *testing.T) {
+	for _, granted := range []time.Duration{-time.Second, 1, simba.MinTTL - 1} {
+		t.Run(granted.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := memory.New()
+				defer srv.Close()
+				b := &grantingBackend{Backend: srv.Node("a"), openTTL: testTTL, renewTTL: granted, maxCalls: 1000}
+				h := newHistory()
+				var logs logRecorder
+				c, err := simba.New(b, simba.WithTTL(testTTL), simba.WithEventHandler(h.event), simba.WithLogger(logs.logger(slog.LevelWarn)))
+				require.NoError(t, err)
+				time.Sleep(10 * time.Second)
+				// No renewal extends the session, so each lives until
+				// its first deadline (2.7s), renewed with backoff.
+				assert.LessOrEqual(t, b.renewals.Load(), int64(40), "renewals in 10s")
+				assert.Len(t, eventsOf[simba.SessionLost](h), 3, "each session ends at its first deadline")
+				assert.Positive(t, logs.count("granted"), "the unusable TTL is logged")
+				require.NoError(t, c.Close())
+			})
+		})
+	}
 }
