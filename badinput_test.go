@@ -227,3 +227,27 @@ func TestRenewalWithTooSmallGrantedTTLBacksOff(t *testing.T) {
 		})
 	}
 }
+
+func TestEnsureValidStepsDoNotOverflow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		c, _ := node(t, b, "a", h)
+		_, err := c.Election("e").RunWhileLeader(holdUntilRevoked("a", h))
+		require.NoError(t, err)
+		synctest.Wait()
+		require.Len(t, h.Terms(), 1)
+		term := h.Terms()[0]
+		require.NoError(t, term.EnsureValid(time.Second))
+		for _, steps := range [][]time.Duration{
+			{math.MaxInt64, math.MaxInt64},
+			{math.MaxInt64, 1},
+			{math.MaxInt64 / 2, math.MaxInt64/2 + 2},
+			{time.Second, math.MaxInt64, time.Second},
+		} {
+			assert.ErrorIs(t, term.EnsureValid(steps...), simba.ErrTermExpired, "steps %v", steps)
+		}
+		closeAll(t, c)
+	})
+}
