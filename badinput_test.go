@@ -2,6 +2,7 @@ package simba_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"math"
 	"strings"
@@ -249,5 +250,219 @@ func TestEnsureValidStepsDoNotOverflow(t *testing.T) {
 			assert.ErrorIs(t, term.EnsureValid(steps...), simba.ErrTermExpired, "steps %v", steps)
 		}
 		closeAll(t, c)
+	})
+}
+
+// closeWithin calls c.Close and waits for it at most d of (virtual) time;
+// it returns how long Close took, and whether it returned in time. If it
+// did not, unblock is called (so that the test can end) and Close awaited.
+func closeWithin(t *testing.T, c *simba.Client, d time.Duration, closed *atomic.Bool, unblock func()) (time.Duration, bool) {
+	t.Helper()
+	start := time.Now()
+	var took time.Duration
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		assert.NoError(t, c.Close())
+		took = time.Since(start)
+		if closed != nil {
+			closed.Store(true)
+		}
+	}()
+	select {
+	case <-done:
+		return took, true
+	case <-time.After(d):
+		t.Errorf("Close did not return within %v", d)
+		unblock()
+		<-done
+		return took, false
+	}
+}
+
+func TestCloseDoesNotWaitForeverForABlockedEventHandler(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		var logs logRecorder
+		release := make(chan struct{})
+		var closed atomic.Bool
+		var late atomic.Int64 // handler calls begun after Close returned
+		block := func(e simba.Event) {
+			if closed.Load() {
+				late.Add(1)
+			}
+			if _, ok := e.(simba.Elected); ok {
+				<-release
+			}
+		}
+		c, _ := node(t, b, "a", h, simba.WithEventHandler(block), simba.WithLogger(logs.logger(slog.LevelWarn)))
+		_, err := c.Election("e").RunWhileLeader(holdUntilRevoked("a", h))
+		require.NoError(t, err)
+		synctest.Wait() // the handler blocks on Elected
+
+		took, ok := closeWithin(t, c, time.Minute, &closed, func() { close(release) })
+		if ok {
+			assert.Equal(t, 5*time.Second, took, "Close waits for a blocked handler for 5s, as documented")
+			assert.Equal(t, 1, logs.count("still running"), "the abandoned handler is logged")
+			close(release)
+		}
+		synctest.Wait() // the abandoned handler returns, its goroutine ends
+		assert.Zero(t, late.Load(), "no handler call after Close returned")
+		_, _, held := b.Holder("e")
+		assert.False(t, held, "the lease was handed off")
+	})
+}
+
+func TestCloseFromAnEventHandler(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		var c *simba.Client
+		var closed atomic.Bool
+		var late atomic.Int64
+		returned := make(chan time.Duration, 1)
+		closeOnElected := func(e simba.Event) {
+			if closed.Load() {
+				late.Add(1)
+			}
+			if _, ok := e.(simba.Elected); ok {
+				start := time.Now()
+				assert.NoError(t, c.Close())
+				closed.Store(true)
+				returned <- time.Since(start)
+			}
+		}
+		c, _ = node(t, b, "a", h, simba.WithEventHandler(closeOnElected))
+		_, err := c.Election("e").RunWhileLeader(holdUntilRevoked("a", h))
+		require.NoError(t, err)
+		select {
+		case took := <-returned:
+			assert.Less(t, took, time.Second, "Close from a handler does not wait for the handler")
+		case <-time.After(time.Minute):
+			t.Fatal("Close called from an event handler did not return")
+		}
+		require.NoError(t, c.Close(), "a second Close returns too")
+		synctest.Wait()
+		assert.Zero(t, late.Load(), "no handler call after Close returned")
+		_, _, held := b.Holder("e")
+		assert.False(t, held, "the lease was handed off")
+		for _, term := range h.Terms() {
+			assert.Error(t, term.Err())
+		}
+	})
+}
+
+// failingRelease is a memory node whose leases cannot be released (a
+// transient error, every time) until healed.
+type failingRelease struct {
+	backend.Backend
+	healed atomic.Bool
+}
+
+var errReleaseRefused = errors.New("release refused (test)")
+
+func (b *failingRelease) Open(ctx context.Context, o backend.SessionOptions) (backend.Session, error) {
+	s, err := b.Backend.Open(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	return &failingReleaseSession{Session: s, b: b}, nil
+}
+
+type failingReleaseSession struct {
+	backend.Session
+	b *failingRelease
+}
+
+func (s *failingReleaseSession) Acquire(ctx context.Context, name string) (backend.Lease, error) {
+	l, err := s.Session.Acquire(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return &failingReleaseLease{Lease: l, b: s.b}, nil
+}
+
+type failingReleaseLease struct {
+	backend.Lease
+	b *failingRelease
+}
+
+func (l *failingReleaseLease) Release(ctx context.Context) error {
+	if !l.b.healed.Load() {
+		return errReleaseRefused
+	}
+	return l.Lease.Release(ctx)
+}
+
+func TestCloseBoundedWhenReleaseKeepsFailing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := memory.New()
+		defer srv.Close()
+		fb := &failingRelease{Backend: srv.Node("a")}
+		h := newHistory()
+		var logs logRecorder
+		c, err := simba.New(fb, simba.WithTTL(testTTL), simba.WithEventHandler(h.event), simba.WithLogger(logs.logger(slog.LevelWarn)))
+		require.NoError(t, err)
+		_, err = c.Election("e").RunWhileLeader(holdUntilRevoked("a", h))
+		require.NoError(t, err)
+		time.Sleep(1500 * time.Millisecond) // renewed at 1s: the deadline is 3.7s
+		require.Len(t, h.Terms(), 1)
+
+		took, ok := closeWithin(t, c, time.Minute, nil, func() { fb.healed.Store(true) })
+		if ok {
+			assert.Equal(t, 2200*time.Millisecond, took, "release retried until the session's deadline (renewal at 1s + 3s TTL - 300ms margin), no longer")
+			assert.Positive(t, logs.count("goes with the session"), "giving up is logged")
+		}
+		_, _, held := srv.Holder("e")
+		assert.False(t, held, "the lease went with the session Close ended")
+	})
+}
+
+func TestStopBoundedWhenReleaseKeepsFailing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := memory.New()
+		defer srv.Close()
+		fb := &failingRelease{Backend: srv.Node("a")}
+		h := newHistory()
+		var logs logRecorder
+		c, err := simba.New(fb, simba.WithTTL(testTTL), simba.WithEventHandler(h.event), simba.WithLogger(logs.logger(slog.LevelWarn)))
+		require.NoError(t, err)
+		defer c.Close()
+		task, err := c.Election("e").RunWhileLeader(holdUntilRevoked("a", h))
+		require.NoError(t, err)
+		time.Sleep(1500 * time.Millisecond)
+		first := c.SessionID()
+
+		start := time.Now()
+		select {
+		case <-task.Stop():
+			assert.Equal(t, 2200*time.Millisecond, time.Since(start), "release retried until the session's deadline")
+		case <-time.After(time.Minute):
+			t.Error("Stop did not complete")
+			fb.healed.Store(true)
+			<-task.Done()
+		}
+		synctest.Wait()
+		// The session that held the lease, renewed meanwhile, was ended so
+		// that the lease goes with it; the client has a new one.
+		holder, _, held := srv.Holder("e")
+		assert.False(t, held, "the lease is free (held by %q)", holder)
+		assert.NotEqual(t, first, c.SessionID())
+		assert.Positive(t, logs.count("ending the session"), "ending the session is logged")
+		lost := eventsOf[simba.SessionLost](h)
+		if assert.Len(t, lost, 1) {
+			assert.ErrorIs(t, lost[0].Err, errReleaseRefused)
+		}
+
+		// The election can start again and win on the new session.
+		fb.healed.Store(true)
+		task, err = c.Election("e").RunWhileLeader(holdUntilRevoked("a", h))
+		require.NoError(t, err)
+		synctest.Wait()
+		assert.Len(t, h.Terms(), 2)
+		require.NoError(t, c.Close())
 	})
 }
