@@ -466,3 +466,21 @@ func TestStopBoundedWhenReleaseKeepsFailing(t *testing.T) {
 		require.NoError(t, c.Close())
 	})
 }
+
+func TestCheckNameReportsRunes(t *testing.T) {
+	for name, want := range map[string]string{
+		"café":                        `character 'é' at 3`,
+		"日本":                          `character '日' at 0`,
+		"a\x00":                       `character '\x00' at 1`,
+		strings.Repeat("é", 100):      "is 200 bytes long",
+		strings.Repeat("x", 129):      "is 129 bytes long",
+		"ok" + strings.Repeat("é", 1): `character 'é' at 2`,
+		"a\xff":                       `"a\xff": invalid UTF-8 at 1`,
+	} {
+		err := simba.CheckName(name)
+		if assert.ErrorIs(t, err, simba.ErrInvalidName, "%q", name) {
+			assert.Contains(t, err.Error(), want)
+			assert.NotContains(t, err.Error(), "Ã", "a byte of a rune shown as a character")
+		}
+	}
+}
