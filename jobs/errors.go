@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -91,12 +92,12 @@ func (e *FieldError) Error() string {
 		if strings.HasPrefix(e.Name, "#") {
 			b.WriteString(" " + e.Name)
 		} else {
-			fmt.Fprintf(&b, " %q", e.Name)
+			b.WriteString(" " + quote(e.Name))
 		}
 		b.WriteString(": ")
 	}
 	if e.Key != "" {
-		b.WriteString(e.Key)
+		b.WriteString(clip(e.Key))
 		b.WriteString(": ")
 	}
 	if e.Err != nil {
@@ -163,6 +164,44 @@ func lineOf(err error) int {
 		return fe.line
 	}
 	return math.MaxInt
+}
+
+// maxQuoted is the most runes of one input value an error message shows.
+const maxQuoted = 64
+
+// quote is how every error message shows a value from the input: quoted as
+// %q does (so that every rune is shown as itself or escaped whole), cut to
+// its first maxQuoted runes and followed by "…" when it is longer, so that
+// a message stays short however large the input.
+func quote(s string) string {
+	head, cut := cutRunes(s)
+	if cut {
+		return strconv.Quote(head) + "…"
+	}
+	return strconv.Quote(s)
+}
+
+// clip is quote without the quotes, for values shown bare: a key, a
+// placeholder's name inside ${…}.
+func clip(s string) string {
+	head, cut := cutRunes(s)
+	if cut {
+		return head + "…"
+	}
+	return s
+}
+
+// cutRunes returns the first maxQuoted runes of s, and whether there was
+// more. It never splits a rune.
+func cutRunes(s string) (head string, cut bool) {
+	n := 0
+	for i := range s {
+		if n == maxQuoted {
+			return s[:i], true
+		}
+		n++
+	}
+	return s, false
 }
 
 // position is where a value was read: "jobs.yaml:12" and 12. The zero
