@@ -80,6 +80,9 @@ type FieldError struct {
 }
 
 // Error describes the problem on one line: position, job, key, what is wrong.
+// Values from the input (Name, Key, and those quoted in Err) are shown cut to
+// their first 64 characters, followed by "…", so that the message stays
+// short however large the input; the fields keep them whole.
 func (e *FieldError) Error() string {
 	var b strings.Builder
 	b.WriteString(prefix)
