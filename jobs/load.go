@@ -236,7 +236,7 @@ func (l *loader) checkKeys(t *tree, known []string, kind, name, keyPrefix string
 				hint = "did you mean " + keyPrefix + want + "?"
 			}
 		}
-		l.p.add(l.pos(k.line), kind, name, keyPrefix+clip(k.value), fmt.Errorf("%w: unknown key (%s)", ErrSyntax, hint))
+		l.p.add(l.pos(k.line), kind, name, keyPrefix+k.value, fmt.Errorf("%w: unknown key (%s)", ErrSyntax, hint))
 	}
 }
 
