@@ -1,12 +1,15 @@
 package simba
 
 import (
+	"math"
 	"sync"
 	"time"
 )
 
 // tokenBucket limits a rate of operations: up to burst at once, refilled at
-// rate per second. A nil *tokenBucket allows everything.
+// rate per second. A nil *tokenBucket allows everything. The rate is finite
+// and at least MinHandOffRate (WithHandOffLimit checks it), so that no wait
+// is longer than maxTokenWait.
 type tokenBucket struct {
 	rate  float64
 	burst float64
@@ -37,10 +40,20 @@ func (b *tokenBucket) take(n int) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.refill()
-	got := min(n, int(b.tokens))
+	got := n
+	if b.tokens < float64(n) {
+		// Compared as floats first: a burst near the largest int is a
+		// float that would not convert back.
+		got = max(0, int(b.tokens))
+	}
 	b.tokens -= float64(got)
 	return got
 }
+
+// maxTokenWait bounds a wait for tokens: a caller waiting for a batch wakes
+// at least this often and takes what has come (one token, at
+// MinHandOffRate).
+const maxTokenWait = time.Hour
 
 // wait returns the time until n tokens are there, or burst tokens when n
 // is larger: a caller that waits for a batch rather than for the next token
@@ -56,7 +69,9 @@ func (b *tokenBucket) wait(n int) time.Duration {
 	if b.tokens >= want {
 		return 0
 	}
-	// At least a millisecond: a wait rounded down to nothing would retry
-	// before any token is earned.
-	return max(time.Millisecond, time.Duration((want-b.tokens)/b.rate*float64(time.Second)))
+	// Rounded up and at least a millisecond: a wait rounded down would
+	// retry before the token is earned. At most maxTokenWait, computed as a
+	// float: a large batch at a slow rate would overflow a Duration.
+	d := math.Ceil((want - b.tokens) / b.rate * float64(time.Second))
+	return time.Duration(min(max(d, float64(time.Millisecond)), float64(maxTokenWait)))
 }

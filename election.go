@@ -129,8 +129,11 @@ func (t *LeaderTask) Name() string { return t.ref.Election }
 // as [LeaderTask.Done]) is closed once the current term has been handed off:
 // the run has exited (or the term's time ran out) and the lease is released.
 // During the hand-off the term is no longer extended, so a run that ignores
-// cancellation delays it by at most the term's remaining time. Stop is
-// idempotent.
+// cancellation delays it by at most the term's remaining time. A release
+// that keeps failing is retried at most until the session's deadline as it
+// began (about one TTL); then the lease is left to go with the session,
+// which the client ends at once (logged, with a [SessionLost] event) unless
+// it is closing or not renewed anyway. Stop is idempotent.
 func (t *LeaderTask) Stop() <-chan struct{} {
 	t.stop(RevokeStopped)
 	return t.done
@@ -249,16 +252,21 @@ func (t *LeaderTask) acquire(g *generation) (backend.Lease, error) {
 
 // release gives the lease back, with the records final written in the
 // same step (see backend.RecordReleaser), retrying transient failures while
-// the session lives (once it has ended the lease goes with it). It reports
-// whether this call released it.
+// the session lives (once it has ended the lease goes with it), and at most
+// until the session's deadline as the release begins: about one TTL. Past
+// it the lease is left to go with the session (see giveUpRelease). It
+// reports whether this call released it.
 func (t *LeaderTask) release(g *generation, lease backend.Lease, final []backend.Record) bool {
+	until := g.deadline.Load()
+	ctx, cancel := context.WithDeadline(g.ctx, g.base.Add(time.Duration(until)))
+	defer cancel()
 	rr, together := lease.(backend.RecordReleaser)
 	for attempt := 1; ; attempt++ {
 		var err error
 		if together && len(final) > 0 {
-			err = rr.ReleaseWithRecords(g.ctx, final)
+			err = rr.ReleaseWithRecords(ctx, final)
 		} else {
-			err = lease.Release(g.ctx)
+			err = lease.Release(ctx)
 		}
 		if err == nil {
 			return true
@@ -269,8 +277,13 @@ func (t *LeaderTask) release(g *generation, lease backend.Lease, final []backend
 		if errors.Is(err, backend.ErrNotHeld) || g.ctx.Err() != nil {
 			return false
 		}
-		t.c.log.Warn("releasing a lease failed", "election", t.ref.Election, "token", lease.Token(), "err", err, "attempt", attempt)
-		if !sleep(g.ctx, backoff(attempt, g.ttl/3)) {
+		if ctx.Err() == nil {
+			t.c.log.Warn("releasing a lease failed", "election", t.ref.Election, "token", lease.Token(), "err", err, "attempt", attempt)
+		}
+		if ctx.Err() != nil || !sleep(ctx, backoff(attempt, g.ttl/3)) {
+			if g.ctx.Err() == nil {
+				t.giveUpRelease(g, lease, until, err, attempt)
+			}
 			return false
 		}
 	}
@@ -307,6 +320,24 @@ func recovered(ctx context.Context, t *Term, fn func(context.Context, *Term) err
 		}
 	}()
 	return fn(ctx, t)
+}
+
+// giveUpRelease leaves a lease that could not be released before the
+// session's deadline at the start of the release (the offset until) to go
+// with the session: Close ends it next; a session not renewed since ends at
+// that deadline; a session renewed since would keep the lease held with no
+// task behind it, so it is ended now.
+func (t *LeaderTask) giveUpRelease(g *generation, lease backend.Lease, until int64, err error, attempts int) {
+	log := t.c.log.With("election", t.ref.Election, "token", lease.Token(), "err", err, "attempts", attempts)
+	switch {
+	case t.c.ctx.Err() != nil:
+		log.Error("releasing a lease failed until the session's deadline; it goes with the session, which Close ends next (or which expires by itself)")
+	case g.deadline.Load() <= until:
+		log.Error("releasing a lease failed until the session's deadline; it goes with the session, which is not renewed and expires by itself")
+	default:
+		log.Error("releasing a lease failed until the session's deadline; ending the session so that the lease goes with it")
+		g.end(RevokeSessionLost, fmt.Errorf("simba: lease %q (token %d) could not be released: %w", t.ref.Election, lease.Token(), err))
+	}
 }
 
 // invoke runs fn once for term, turning a panic into a [*PanicError], and

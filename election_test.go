@@ -426,7 +426,7 @@ func TestEventsInOrderAndSlowHandlersDoNotDelayHandOff(t *testing.T) {
 		b := memory.New()
 		defer b.Close()
 		h := newHistory()
-		slow := func(simba.Event) { time.Sleep(time.Hour) }
+		slow := func(simba.Event) { time.Sleep(500 * time.Millisecond) } // slow, but within Close's bound for handlers
 		a, _ := node(t, b, "a", h, simba.WithEventHandler(slow))
 		z, _ := node(t, b, "z", h)
 		ta, err := a.Election("e").RunWhileLeader(holdUntilRevoked("a", h))

@@ -1,9 +1,13 @@
 package simba
 
 import (
+	"bytes"
 	"fmt"
 	"log/slog"
+	"runtime"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -14,7 +18,8 @@ import (
 // Events are delivered to handlers registered with [WithEventHandler] or
 // [Client.Subscribe], in the order they were published, on one goroutine of
 // the client's that never blocks the election machinery: a slow handler
-// delays later events, not hand-offs.
+// delays later events, not hand-offs. [Client.Close] waits for the handlers
+// at most 5 seconds, and may be called from a handler.
 type Event interface {
 	isEvent()
 }
@@ -159,6 +164,10 @@ func (GroupMismatch) isEvent()  {}
 // undelivered events are dropped, counted and logged.
 const maxQueuedEvents = 1 << 14
 
+// handlerWait bounds the wait of [Client.Close] for the event handlers to
+// deliver the events published before it.
+const handlerWait = 5 * time.Second
+
 // eventBus queues events and delivers them, in order, on one goroutine.
 type eventBus struct {
 	log *slog.Logger
@@ -172,14 +181,22 @@ type eventBus struct {
 	closed   bool
 	wake     chan struct{} // buffer 1
 	finished chan struct{}
+
+	// abandoned is closed when no handler may be called any more, though
+	// one may still be running: close gave up waiting for it, or was called
+	// from it.
+	abandoned   chan struct{}
+	abandonOnce sync.Once
+	goroutine   atomic.Uint64 // the delivery goroutine's id, 0 if unknown
 }
 
 func newEventBus(log *slog.Logger, handlers []func(Event)) *eventBus {
 	b := &eventBus{
-		log:      log,
-		handlers: make(map[int]func(Event)),
-		wake:     make(chan struct{}, 1),
-		finished: make(chan struct{}),
+		log:       log,
+		handlers:  make(map[int]func(Event)),
+		wake:      make(chan struct{}, 1),
+		finished:  make(chan struct{}),
+		abandoned: make(chan struct{}),
 	}
 	for _, h := range handlers {
 		b.subscribe(h)
@@ -221,9 +238,13 @@ func (b *eventBus) publish(e Event) {
 	}
 }
 
-// close delivers what is queued, then stops the delivery goroutine; no
-// handler is called after close returns.
-func (b *eventBus) close() {
+// close delivers what is queued, for at most wait, then stops the delivery
+// goroutine; no handler call begins after close returns. A handler still
+// running after wait is abandoned and logged: its call is the last, the
+// events not yet delivered are dropped, and the delivery goroutine ends when
+// it returns. After abandon (Close called from a handler) close does not
+// wait at all.
+func (b *eventBus) close(wait time.Duration) {
 	b.mu.Lock()
 	b.closed = true
 	b.mu.Unlock()
@@ -231,11 +252,74 @@ func (b *eventBus) close() {
 	case b.wake <- struct{}{}:
 	default:
 	}
-	<-b.finished
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-b.finished:
+	case <-b.abandoned:
+	case <-timer.C:
+		dropped := b.abandon()
+		b.log.Error("event handler still running when Close stopped waiting for it: abandoned; it is the last handler call, and the events not yet delivered are dropped",
+			"waited", wait, "dropped", dropped)
+	}
+}
+
+// abandon makes the handler call running now, if any, the last: no other
+// begins, and the events queued are dropped; it returns how many. The
+// delivery goroutine ends when that call returns.
+func (b *eventBus) abandon() (dropped int) {
+	b.mu.Lock()
+	b.closed = true
+	dropped, b.queue = len(b.queue), nil
+	b.mu.Unlock()
+	b.abandonOnce.Do(func() { close(b.abandoned) })
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+	return dropped
+}
+
+// inHandler reports whether the caller runs on the delivery goroutine, that
+// is, inside an event handler.
+func (b *eventBus) inHandler() bool {
+	id := goroutineID()
+	return id != 0 && id == b.goroutine.Load()
+}
+
+// goroutineID returns the id of the calling goroutine, read from the first
+// line of its stack ("goroutine 18 [running]:"), or 0 if that cannot be
+// read. It only tells whether Close runs on the event goroutine, so that
+// Close called from a handler does not wait for that handler to return.
+func goroutineID() uint64 {
+	var buf [64]byte
+	line := buf[:runtime.Stack(buf[:], false)]
+	line, ok := bytes.CutPrefix(line, []byte("goroutine "))
+	if !ok {
+		return 0
+	}
+	if i := bytes.IndexByte(line, ' '); i > 0 {
+		line = line[:i]
+	}
+	id, err := strconv.ParseUint(string(line), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return id
+}
+
+func (b *eventBus) isAbandoned() bool {
+	select {
+	case <-b.abandoned:
+		return true
+	default:
+		return false
+	}
 }
 
 func (b *eventBus) run() {
 	defer close(b.finished)
+	b.goroutine.Store(goroutineID())
 	for {
 		b.mu.Lock()
 		batch, closed, dropped := b.queue, b.closed, b.dropped
@@ -256,8 +340,14 @@ func (b *eventBus) run() {
 		}
 		for _, e := range batch {
 			for _, h := range hs {
+				if b.isAbandoned() {
+					return
+				}
 				b.deliver(h, e)
 			}
+		}
+		if b.isAbandoned() {
+			return
 		}
 		if len(batch) > 0 {
 			continue

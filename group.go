@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,6 +56,12 @@ func WithInitialRebalanceDelay(d time.Duration) GroupOption {
 	}
 }
 
+// MinHandOffRate is the slowest hand-off limit [WithHandOffLimit] accepts:
+// one partition change an hour. A slower limit would leave a rebalance of a
+// few partitions undone for days, and its token interval would overflow the
+// time arithmetic of the group.
+const MinHandOffRate = 1.0 / 3600
+
 // WithHandOffLimit limits how fast this member starts and stops contending
 // for partitions when its view changes: at most rate partition changes per
 // second, in bursts of up to burst (default: no limit). Each GroupTask
@@ -62,10 +69,15 @@ func WithInitialRebalanceDelay(d time.Duration) GroupOption {
 // thousands of partitions then spreads its backend traffic over time
 // instead of stampeding the backend; partitions not yet moved stay with
 // their current holders (or vacant) a little longer.
+//
+// The rate must be a finite number of at least [MinHandOffRate] (one change
+// an hour), and burst at least 1; anything else (NaN, infinities, zero,
+// negative or smaller rates) is refused with an error matching
+// [ErrInvalidArgument] when the group is started.
 func WithHandOffLimit(rate float64, burst int) GroupOption {
 	return func(o *groupOptions) error {
-		if rate <= 0 || burst <= 0 {
-			return fmt.Errorf("%w: hand-off limit needs a positive rate and burst, got %v and %d", ErrInvalidArgument, rate, burst)
+		if math.IsNaN(rate) || math.IsInf(rate, 0) || rate < MinHandOffRate || burst <= 0 {
+			return fmt.Errorf("%w: hand-off limit needs a finite rate of at least one change an hour (%.3g a second) and a positive burst, got rate %v and burst %d", ErrInvalidArgument, MinHandOffRate, rate, burst)
 		}
 		o.limit = newTokenBucket(rate, burst)
 		return nil
@@ -107,10 +119,21 @@ func WithVacancyGrace(d time.Duration) GroupOption {
 	}
 }
 
+// MaxPartitions is the largest partition count of a group. Every view
+// change computes an assignment of all the partitions and looks at each, and
+// every partition may be an election with its lease, term and status
+// records, so a count is a promise of work on every member and on the
+// backend. 65,536 is six times the largest group the scale runs exercise
+// (10,000 partitions), and keeps a mistyped count (1<<40, a config file's
+// extra digits) from running the process out of memory.
+const MaxPartitions = 1 << 16
+
 // Group returns the partition group called name with the given number of
-// partitions. Every member must use the same count. Group names follow the
-// lease-name rules, and "{name}.{partitions-1}" must be at most 128
-// characters; bad names and counts are reported when the group is started.
+// partitions. Every member must use the same count, from 1 to
+// [MaxPartitions]. Group names follow the lease-name rules, and
+// "{name}.{partitions-1}" must be at most 128 characters; bad names and
+// counts are reported when the group is started, with errors matching
+// [ErrInvalidName] and [ErrInvalidArgument].
 func (c *Client) Group(name string, partitions int, opts ...GroupOption) *Group {
 	return &Group{c: c, name: name, partitions: partitions, opts: opts}
 }
@@ -151,8 +174,8 @@ func (g *Group) start(schedule string, body func(p int) func(context.Context, *T
 	if err := checkName("group", g.name); err != nil {
 		return nil, err
 	}
-	if g.partitions <= 0 {
-		return nil, fmt.Errorf("%w: group %q: partitions must be positive, got %d", ErrInvalidArgument, g.name, g.partitions)
+	if g.partitions <= 0 || g.partitions > MaxPartitions {
+		return nil, fmt.Errorf("%w: group %q: partitions must be from 1 to %d, got %d", ErrInvalidArgument, g.name, MaxPartitions, g.partitions)
 	}
 	if last := partitionName(g.name, g.partitions-1); len(last) > MaxNameLen {
 		return nil, fmt.Errorf("%w: group %q with %d partitions: lease name %q is longer than %d characters", ErrInvalidName, g.name, g.partitions, last, MaxNameLen)

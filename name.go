@@ -1,6 +1,10 @@
 package simba
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
 
 // MaxNameLen is the longest lease name: an election name, or a group's
 // partition lease "{group}.{partition}".
@@ -13,13 +17,14 @@ func checkName(what, s string) error {
 		return fmt.Errorf("%w: %s name is empty", ErrInvalidName, what)
 	}
 	if len(s) > MaxNameLen {
-		return fmt.Errorf("%w: %s name %.20q… is %d characters, at most %d allowed", ErrInvalidName, what, s, len(s), MaxNameLen)
+		return fmt.Errorf("%w: %s name %.20q… is %d bytes long, at most %d allowed", ErrInvalidName, what, s, len(s), MaxNameLen)
 	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
+	for i, c := range s { // runes, so that a bad character is shown whole
 		switch {
 		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
 		case (c == '.' || c == '_' || c == '-') && i > 0:
+		case c == utf8.RuneError && !strings.HasPrefix(s[i:], string(utf8.RuneError)):
+			return fmt.Errorf("%w: %s name %q: invalid UTF-8 at %d (allowed: A-Z a-z 0-9 . _ -, first a letter or digit)", ErrInvalidName, what, s, i)
 		default:
 			return fmt.Errorf("%w: %s name %q: character %q at %d (allowed: A-Z a-z 0-9 . _ -, first a letter or digit)", ErrInvalidName, what, s, c, i)
 		}

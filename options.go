@@ -30,6 +30,21 @@ type options struct {
 const (
 	// DefaultTTL is the session TTL requested when [WithTTL] is not given.
 	DefaultTTL = 10 * time.Second
+	// MinTTL is the shortest session TTL: the shortest [WithTTL] accepts,
+	// and the shortest granted TTL the client uses. Terms are renewed every
+	// third of the TTL, and the default drift margin is 10% of it but at
+	// least 100ms; at MinTTL the margin (100ms) is one renewal period, so a
+	// renewal still has a whole period (100ms) to be confirmed before the
+	// deadline. A shorter TTL would leave the margin below its minimum (it
+	// is capped at half the TTL) or the renewals no time, and a TTL of
+	// nanoseconds none at all.
+	//
+	// A session whose backend grants less than MinTTL (or a TTL that has
+	// run out before Open returned) is not used: the client closes it, logs
+	// an error and opens another after a backoff. A renewal granting less
+	// than MinTTL is a failed renewal: logged, retried after a backoff, and
+	// the session's deadline is not moved.
+	MinTTL = 300 * time.Millisecond
 	// minDefaultMargin is the smallest default drift margin.
 	minDefaultMargin = 100 * time.Millisecond
 )
@@ -42,15 +57,15 @@ func defaultOptions() options {
 	}
 }
 
-// WithTTL sets the session TTL requested from the backend (default 10s).
-// The backend may grant another (etcd raises small TTLs to its minimum,
-// ZooKeeper negotiates); the client always uses the granted one. Terms are
-// renewed every third of it, and a crashed node's leases are taken over
-// about one TTL after its last renewal.
+// WithTTL sets the session TTL requested from the backend (default 10s, at
+// least [MinTTL], 300ms). The backend may grant another (etcd raises small
+// TTLs to its minimum, ZooKeeper negotiates); the client always uses the
+// granted one. Terms are renewed every third of it, and a crashed node's
+// leases are taken over about one TTL after its last renewal.
 func WithTTL(d time.Duration) Option {
 	return func(o *options) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: TTL must be positive, got %v", ErrInvalidArgument, d)
+		if d < MinTTL {
+			return fmt.Errorf("%w: TTL must be at least %v, got %v", ErrInvalidArgument, MinTTL, d)
 		}
 		o.ttl = d
 		return nil

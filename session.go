@@ -152,19 +152,26 @@ func (c *Client) keep(ctx context.Context) {
 			}
 			continue
 		}
-		failures = 0
 		ttl := sess.TTL()
 		if plant.Is(plant.RequestedTTL) {
 			ttl = c.opts.ttl
 		}
 		g := newGeneration(sess, c.base, sent, c.opts.marginFor(ttl), ttl)
-		if !g.valid() {
-			// Open took longer than the granted TTL allows: nothing on this
-			// session could ever be valid.
+		if ttl < MinTTL || !g.valid() {
+			// A TTL too short to renew, or one that ran out before Open
+			// returned: nothing on this session could be valid for long,
+			// if at all. Retried with backoff, not in a tight loop.
 			g.end(RevokeDeadline, nil)
 			c.closeSession(g)
+			failures++
+			c.log.Error("session unusable: the backend granted a TTL that leaves no valid deadline; opening another", "session", sess.ID(),
+				"granted", ttl, "min", MinTTL, "margin", g.margin, "open", time.Since(sent), "attempt", failures)
+			if !sleep(ctx, backoff(failures, c.opts.ttl/3)) {
+				return
+			}
 			continue
 		}
+		failures = 0
 		c.setGeneration(g)
 		c.log.Info("session started", "session", sess.ID(), "ttl", g.ttl, "margin", g.margin)
 		c.events.publish(SessionStarted{Session: sess.ID(), TTL: g.ttl, At: time.Now()})
@@ -212,6 +219,12 @@ func (c *Client) renew(ctx context.Context, g *generation, lastSent time.Time) {
 			ttl = c.opts.ttl
 		}
 		switch {
+		case err == nil && ttl < MinTTL:
+			// No deadline to move to: retried like a failure, so that a
+			// backend granting nothing is not renewed in a tight loop.
+			failures++
+			c.log.Error("session renewal granted a TTL too short to use", "session", g.sess.ID(), "granted", ttl, "min", MinTTL, "attempt", failures, "left", g.left())
+			next.Reset(backoff(failures, interval))
 		case err == nil:
 			if !g.extend(sent, ttl) {
 				return

@@ -132,9 +132,34 @@ func (c *Client) SessionID() string {
 // Close stops every task of the client and hands each off (task first, then
 // lease), then ends the session on the backend, and waits for all of it:
 // when Close returns, no goroutine of the client runs and no event handler
-// will be called again. A task function that ignores the cancellation of its
-// ctx delays Close until it returns. Close is idempotent.
+// will be called again, with the one exception below. Close waits:
+//
+//   - for every task function to return. One that ignores the cancellation
+//     of its ctx delays Close until it returns (its lease is handed off at
+//     its term's deadline all the same).
+//   - for every lease to be released, retrying failures at most until the
+//     session's deadline as the release began (about one TTL). A lease not
+//     released by then is logged and goes with the session.
+//   - for the session to end on the backend, at most until its deadline
+//     plus the drift margin; past it the session expires by itself.
+//   - for the event handlers to be called with the events published before,
+//     at most 5 seconds. A handler still running then is abandoned: Close
+//     logs an error and returns, that handler call is the last one (its
+//     goroutine ends when it returns), and the events not yet delivered are
+//     dropped.
+//
+// Close may be called from an event handler. It then hands off and ends the
+// session as above, but no handler is called from then on (the calling one
+// is the last; the events not yet delivered, including those of the
+// hand-offs, are dropped), and Close returns without waiting for the event
+// goroutine, which ends when the calling handler returns.
+//
+// Close is idempotent; a second call waits for the first.
 func (c *Client) Close() error {
+	if c.events.inHandler() {
+		dropped := c.events.abandon()
+		c.log.Warn("Close called from an event handler: no handler is called from now on", "dropped", dropped)
+	}
 	c.mu.Lock()
 	if c.closing {
 		c.mu.Unlock()
@@ -162,7 +187,7 @@ func (c *Client) Close() error {
 	c.stopKeeper()
 	<-c.keeperDone
 	c.wg.Wait()
-	c.events.close()
+	c.events.close(handlerWait)
 	c.metrics.close()
 	close(c.closed)
 	return nil

@@ -122,13 +122,19 @@ func (t *Term) Err() error {
 //	}
 //
 // A negative step is refused with an error matching [ErrInvalidArgument].
+// A sum too large for a [time.Duration] counts as the largest one: no term
+// lasts that long.
 func (t *Term) EnsureValid(step ...time.Duration) error {
 	var need time.Duration
 	for _, s := range step {
 		if s < 0 {
 			return fmt.Errorf("%w: negative step duration %v", ErrInvalidArgument, s)
 		}
-		need += s
+		if s > math.MaxInt64-need {
+			need = math.MaxInt64 // saturated: the sum would overflow
+		} else {
+			need += s
+		}
 	}
 	if err := t.Err(); err != nil {
 		return err

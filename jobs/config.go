@@ -67,7 +67,7 @@ type PartitionedJob struct {
 	// default Group).
 	Handler string
 	// Partitions is the number of partitions, the same on every member (key
-	// partitions). It must be positive.
+	// partitions). It must be positive and at most [simba.MaxPartitions].
 	Partitions int
 	// FixedDelay, FixedRate and InitialDelay are as in [ScheduledJob], per
 	// partition (keys fixedDelay, fixedRate, initialDelay).
@@ -184,7 +184,7 @@ func checkConfig(p *problems, cfg Config) {
 		} else {
 			ns.claim(c, "name")
 			if g, part, ok := partitionLease(j.Name, ns.groups); ok {
-				c.add("name", fmt.Errorf("%w: %q is the lease of partition %d of partitioned job %q", ErrDuplicateName, j.Name, part, g))
+				c.add("name", fmt.Errorf("%w: %s is the lease of partition %d of partitioned job %s", ErrDuplicateName, quote(j.Name), part, quote(g)))
 			}
 		}
 		c.timing(j.FixedDelay, j.FixedRate, j.InitialDelay)
@@ -196,12 +196,15 @@ func checkConfig(p *problems, cfg Config) {
 		} else if err := checkLeaseName(j.Group); err != nil {
 			c.add("group", err)
 		} else if last := fmt.Sprintf("%s.%d", j.Group, j.Partitions-1); j.Partitions > 0 && len(last) > simba.MaxNameLen {
-			c.add("group", fmt.Errorf("%w: the lease of the last partition, %q, is longer than %d characters", ErrInvalidValue, clip(last), simba.MaxNameLen))
+			c.add("group", fmt.Errorf("%w: the lease of the last partition, %s, is longer than %d characters", ErrInvalidValue, quote(last), simba.MaxNameLen))
 		} else {
 			ns.claim(c, "group")
 		}
-		if j.Partitions <= 0 {
+		switch {
+		case j.Partitions <= 0:
 			c.add("partitions", fmt.Errorf("%w: must be positive, got %d", ErrInvalidValue, j.Partitions))
+		case j.Partitions > simba.MaxPartitions:
+			c.add("partitions", fmt.Errorf("%w: must be at most %d, got %d", ErrInvalidValue, simba.MaxPartitions, j.Partitions))
 		}
 		c.timing(j.FixedDelay, j.FixedRate, j.InitialDelay)
 		for _, k := range sortedKeys(j.Params) {
@@ -231,7 +234,7 @@ func (ns nameSpace) claim(c jobChecker, key string) {
 		if prev.pos.text != "" {
 			where = ", " + prev.pos.text
 		}
-		c.add(key, fmt.Errorf("%w: %q is also the name of %s #%d%s", ErrDuplicateName, c.name, prev.kind, prev.i+1, where))
+		c.add(key, fmt.Errorf("%w: %s is also the name of %s #%d%s", ErrDuplicateName, quote(c.name), prev.kind, prev.i+1, where))
 		return
 	}
 	ns.names[c.name] = nameOwner{c.kind, c.i, c.o.pos(c.kind, c.i, c.name, key)}
@@ -258,7 +261,7 @@ func partitionLease(name string, groups map[string]int) (group string, partition
 // checkLeaseName checks a job or group name with simba's own rules.
 func checkLeaseName(s string) error {
 	if err := simba.CheckName(s); err != nil {
-		return fmt.Errorf("%w: %q: %v", ErrInvalidValue, clip(s), err)
+		return fmt.Errorf("%w: %s: %v", ErrInvalidValue, quote(s), err)
 	}
 	return nil
 }
@@ -309,10 +312,10 @@ func validate(hs handlers, cfg Config) error {
 		got, ok := hs.byName[h]
 		switch {
 		case !ok:
-			c.add(key, fmt.Errorf("%w: no handler registered as %q", ErrNoHandler, h))
+			c.add(key, fmt.Errorf("%w: no handler registered as %s", ErrNoHandler, quote(h)))
 		case got.kind() != wantKind:
 			used[h] = true
-			c.add(key, fmt.Errorf("%w: handler %q is registered for %s jobs", ErrNoHandler, h, got.kind()))
+			c.add(key, fmt.Errorf("%w: handler %s is registered for %s jobs", ErrNoHandler, quote(h), got.kind()))
 		default:
 			used[h] = true
 		}
@@ -325,7 +328,7 @@ func validate(hs handlers, cfg Config) error {
 	}
 	for _, name := range hs.order {
 		if !used[name] {
-			p.add(position{}, "handler", name, "", fmt.Errorf("%w: no %s job has the name %q or names it as its handler", ErrUnusedHandler, hs.byName[name].kind(), name))
+			p.add(position{}, "handler", name, "", fmt.Errorf("%w: no %s job has the name %s or names it as its handler", ErrUnusedHandler, hs.byName[name].kind(), quote(name)))
 		}
 	}
 	return p.err()

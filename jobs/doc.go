@@ -67,7 +67,7 @@
 // A scheduled job has name, an optional handler, exactly one of fixedDelay
 // and fixedRate (positive), and an optional initialDelay (default 0s, not
 // negative). A partitioned job has group, an optional handler, partitions
-// (positive), the same timing keys, applied per partition, and optional
+// (from 1 to [simba.MaxPartitions]), the same timing keys, applied per partition, and optional
 // shardingItemParameters: ElasticJob's "0=Beijing,1=Shanghai" string (see
 // [ParseShardingItemParameters]) or a map from partition numbers to labels.
 // The same file in JSON has the same keys. Keys are written exactly as shown;

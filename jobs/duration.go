@@ -6,6 +6,7 @@ import (
 	"math/big"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // ParseDuration parses a duration written in any of three syntaxes:
@@ -58,13 +59,13 @@ func ParseDuration(s string) (time.Duration, error) {
 		v, err = parseUnits(body)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("%w %q: %v", ErrDuration, s, err)
+		return 0, fmt.Errorf("%w %s: %v", ErrDuration, quote(s), err)
 	}
 	if neg {
 		v.Neg(v)
 	}
 	if !v.IsInt64() {
-		return 0, fmt.Errorf("%w %q: out of range (at most %v)", ErrDuration, s, time.Duration(math.MaxInt64))
+		return 0, fmt.Errorf("%w %s: out of range (at most %v)", ErrDuration, quote(s), time.Duration(math.MaxInt64))
 	}
 	return time.Duration(v.Int64()), nil
 }
@@ -102,7 +103,7 @@ func parseUnits(s string) (*big.Int, error) {
 			frac, s = leadingDigits(s[1:])
 		}
 		if whole == "" && frac == "" {
-			return nil, fmt.Errorf("expected a number at %q", s)
+			return nil, fmt.Errorf("expected a number at %s", quote(s))
 		}
 		i := 0
 		for i < len(s) && s[i] != '.' && !isDigit(s[i]) {
@@ -111,11 +112,11 @@ func parseUnits(s string) (*big.Int, error) {
 		unit := s[:i]
 		s = s[i:]
 		if unit == "" {
-			return nil, fmt.Errorf("missing unit after %s (units: ns, us, ms, s, m, h, d; a plain integer is milliseconds)", whole+dotIf(hasDot)+frac)
+			return nil, fmt.Errorf("missing unit after %s (units: ns, us, ms, s, m, h, d; a plain integer is milliseconds)", clip(whole+dotIf(hasDot)+frac))
 		}
 		mult, ok := unitNanos[strings.ToLower(unit)]
 		if !ok {
-			return nil, fmt.Errorf("unknown unit %q (units: ns, us, ms, s, m, h, d)", unit)
+			return nil, fmt.Errorf("unknown unit %s (units: ns, us, ms, s, m, h, d)", quote(unit))
 		}
 		if len(whole) > maxDigits {
 			return nil, fmt.Errorf("out of range")
@@ -162,7 +163,7 @@ func parseISO(s string) (*big.Int, error) {
 		}
 	}
 	if s != "" {
-		return nil, fmt.Errorf("unexpected %q: %s", s, isoWant)
+		return nil, fmt.Errorf("unexpected %s: %s", quote(s), isoWant)
 	}
 	if !found {
 		return nil, fmt.Errorf("no component: %s", isoWant)
@@ -204,7 +205,7 @@ func isoComponent(s, units string) (rest string, unit byte, v *big.Int, err erro
 		if u == 'Y' || u == 'W' || (u == 'M' && units == "D") {
 			return "", 0, nil, fmt.Errorf("years, months and weeks have no fixed length: %s", isoWant)
 		}
-		return "", 0, nil, fmt.Errorf("unexpected %q: %s", s[0], isoWant)
+		return "", 0, nil, fmt.Errorf("unexpected %q: %s", firstRune(s), isoWant)
 	}
 	if len(whole) > maxDigits {
 		return "", 0, nil, fmt.Errorf("out of range")
@@ -263,4 +264,11 @@ func dotIf(b bool) string {
 		return "."
 	}
 	return ""
+}
+
+// firstRune is the first character of s, for an error that shows a
+// character, not a byte of one.
+func firstRune(s string) rune {
+	r, _ := utf8.DecodeRuneInString(s)
+	return r
 }

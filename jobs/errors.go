@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -33,8 +34,8 @@ var (
 	ErrTiming = errors.New("simba/jobs: exactly one of fixedDelay and fixedRate must be set")
 
 	// ErrInvalidValue reports any other bad value: a missing or malformed
-	// name, partitions ≤ 0, a malformed boolean or sharding-item parameter,
-	// a nil handler.
+	// name, partitions ≤ 0 or above [simba.MaxPartitions], a malformed
+	// boolean or sharding-item parameter, a nil handler.
 	ErrInvalidValue = errors.New("simba/jobs: invalid value")
 
 	// ErrDuplicateName reports two jobs, or two handlers, with one name.
@@ -79,6 +80,9 @@ type FieldError struct {
 }
 
 // Error describes the problem on one line: position, job, key, what is wrong.
+// Values from the input (Name, Key, and those quoted in Err) are shown cut to
+// their first 64 characters, followed by "…", so that the message stays
+// short however large the input; the fields keep them whole.
 func (e *FieldError) Error() string {
 	var b strings.Builder
 	b.WriteString(prefix)
@@ -91,12 +95,12 @@ func (e *FieldError) Error() string {
 		if strings.HasPrefix(e.Name, "#") {
 			b.WriteString(" " + e.Name)
 		} else {
-			fmt.Fprintf(&b, " %q", e.Name)
+			b.WriteString(" " + quote(e.Name))
 		}
 		b.WriteString(": ")
 	}
 	if e.Key != "" {
-		b.WriteString(e.Key)
+		b.WriteString(clip(e.Key))
 		b.WriteString(": ")
 	}
 	if e.Err != nil {
@@ -163,6 +167,44 @@ func lineOf(err error) int {
 		return fe.line
 	}
 	return math.MaxInt
+}
+
+// maxQuoted is the most runes of one input value an error message shows.
+const maxQuoted = 64
+
+// quote is how every error message shows a value from the input: quoted as
+// %q does (so that every rune is shown as itself or escaped whole), cut to
+// its first maxQuoted runes and followed by "…" when it is longer, so that
+// a message stays short however large the input.
+func quote(s string) string {
+	head, cut := cutRunes(s)
+	if cut {
+		return strconv.Quote(head) + "…"
+	}
+	return strconv.Quote(s)
+}
+
+// clip is quote without the quotes, for values shown bare: a key, a
+// placeholder's name inside ${…}.
+func clip(s string) string {
+	head, cut := cutRunes(s)
+	if cut {
+		return head + "…"
+	}
+	return s
+}
+
+// cutRunes returns the first maxQuoted runes of s, and whether there was
+// more. It never splits a rune.
+func cutRunes(s string) (head string, cut bool) {
+	n := 0
+	for i := range s {
+		if n == maxQuoted {
+			return s[:i], true
+		}
+		n++
+	}
+	return s, false
 }
 
 // position is where a value was read: "jobs.yaml:12" and 12. The zero

@@ -26,8 +26,12 @@ const EnabledEnv = "SIMBA_SCHEDULING_ENABLED"
 //
 // Placeholders are resolved from the environment (see [WithLookupEnv]) and
 // the file's properties; [WithLookupEnv] is the only option Load uses.
-// An empty input is an empty configuration.
+// An empty input is an empty configuration; a nil r is an error matching
+// [ErrInvalidValue].
 func Load(r io.Reader, format Format, opts ...Option) (Config, error) {
+	if r == nil {
+		return Config{}, fmt.Errorf("%w: nil reader", ErrInvalidValue)
+	}
 	o, err := buildOptions(opts)
 	if err != nil {
 		return Config{}, err
@@ -162,7 +166,7 @@ func (l *loader) config(t *tree) Config {
 				if v, ok := l.scalar(e, "", "", "scheduling.enabled"); ok {
 					b, err := strconv.ParseBool(v)
 					if err != nil {
-						l.p.add(l.pos(e.line), "", "", "scheduling.enabled", fmt.Errorf("%w: %q is not true or false", ErrInvalidValue, clip(v)))
+						l.p.add(l.pos(e.line), "", "", "scheduling.enabled", fmt.Errorf("%w: %s is not true or false", ErrInvalidValue, quote(v)))
 					}
 					cfg.Disabled = err == nil && !b
 				}
@@ -202,7 +206,7 @@ func (l *loader) properties(t *tree, name string) {
 		return
 	}
 	if _, dup := l.props[name]; dup {
-		l.p.add(l.pos(t.line), "", "", "properties", fmt.Errorf("%w: property %q given twice", ErrSyntax, clip(name)))
+		l.p.add(l.pos(t.line), "", "", "properties", fmt.Errorf("%w: property %s given twice", ErrSyntax, quote(name)))
 		return
 	}
 	l.props[name] = t.value // "" for null
@@ -232,7 +236,7 @@ func (l *loader) checkKeys(t *tree, known []string, kind, name, keyPrefix string
 				hint = "did you mean " + keyPrefix + want + "?"
 			}
 		}
-		l.p.add(l.pos(k.line), kind, name, keyPrefix+clip(k.value), fmt.Errorf("%w: unknown key (%s)", ErrSyntax, hint))
+		l.p.add(l.pos(k.line), kind, name, keyPrefix+k.value, fmt.Errorf("%w: unknown key (%s)", ErrSyntax, hint))
 	}
 }
 
@@ -332,7 +336,7 @@ func (j *job) duration(key string) time.Duration {
 		case err != nil:
 			j.fail(t, key, err)
 		case d == 0 && key != "initialDelay":
-			j.fail(t, key, fmt.Errorf("%w: must be positive, got %q", ErrDuration, v))
+			j.fail(t, key, fmt.Errorf("%w: must be positive, got %s", ErrDuration, quote(v)))
 		default:
 			return d
 		}
@@ -371,7 +375,7 @@ func (l *loader) partitioned(i int, t *tree) PartitionedJob {
 	case ok:
 		n, err := strconv.Atoi(strings.TrimSpace(v))
 		if err != nil {
-			j.fail(pt, "partitions", fmt.Errorf("%w: %q is not a whole number", ErrInvalidValue, clip(v)))
+			j.fail(pt, "partitions", fmt.Errorf("%w: %s is not a whole number", ErrInvalidValue, quote(v)))
 		}
 		pj.Partitions = n
 	}
@@ -404,7 +408,7 @@ func (j *job) params() map[int]string {
 	for i, k := range t.keys {
 		n, err := strconv.Atoi(k.value)
 		if err != nil || n < 0 {
-			j.fail(k, key, fmt.Errorf("%w: %q is not a partition number", ErrInvalidValue, clip(k.value)))
+			j.fail(k, key, fmt.Errorf("%w: %s is not a partition number", ErrInvalidValue, quote(k.value)))
 			continue
 		}
 		if v, ok := j.l.scalar(t.vals[i], j.kind, j.name, key); ok {
@@ -431,12 +435,12 @@ func ParseShardingItemParameters(s string) (map[int]string, error) {
 		}
 		num, label, ok := strings.Cut(item, "=")
 		if !ok {
-			return nil, fmt.Errorf("%w: %q is not partition=label", ErrInvalidValue, clip(item))
+			return nil, fmt.Errorf("%w: %s is not partition=label", ErrInvalidValue, quote(item))
 		}
 		num = strings.TrimSpace(num)
 		n, err := strconv.Atoi(num)
 		if err != nil || n < 0 {
-			return nil, fmt.Errorf("%w: %q is not a partition number", ErrInvalidValue, clip(num))
+			return nil, fmt.Errorf("%w: %s is not a partition number", ErrInvalidValue, quote(num))
 		}
 		if _, dup := m[n]; dup {
 			return nil, fmt.Errorf("%w: partition %d given twice", ErrInvalidValue, n)

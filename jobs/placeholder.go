@@ -70,7 +70,7 @@ func (x *expander) expand(s string) (string, error) {
 		b.WriteString(s[:i])
 		end := closingBrace(s, i+2)
 		if end < 0 {
-			return "", fmt.Errorf("%w: %q has no closing }", ErrPlaceholder, clip(s[i:]))
+			return "", fmt.Errorf("%w: %s has no closing }", ErrPlaceholder, quote(s[i:]))
 		}
 		v, err := x.placeholder(s[i+2 : end])
 		if err != nil {
@@ -100,7 +100,10 @@ func (x *expander) placeholder(inner string) (string, error) {
 	}
 	for i, n := range x.stack {
 		if n == name {
-			chain := append(append([]string(nil), x.stack[i:]...), name)
+			var chain []string
+			for _, n := range append(x.stack[i:len(x.stack):len(x.stack)], name) {
+				chain = append(chain, clip(n))
+			}
 			return "", fmt.Errorf("%w: ${%s} refers to itself: %s", ErrPlaceholder, clip(name), strings.Join(chain, " -> "))
 		}
 	}
@@ -162,13 +165,4 @@ func splitDefault(inner string) (name, def string, ok bool) {
 		}
 	}
 	return inner, "", false
-}
-
-// clip shortens s for an error message.
-func clip(s string) string {
-	const n = 60
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

@@ -85,7 +85,7 @@ func schedulingEnabled(cfg Config, lookup func(string) (string, bool)) (enabled 
 	if v, ok := lookup(EnabledEnv); ok {
 		b, perr := strconv.ParseBool(v)
 		if perr != nil {
-			return false, "", &ConfigError{Errs: []error{&FieldError{Key: EnabledEnv, Err: fmt.Errorf("%w: environment value %q is not true or false", ErrInvalidValue, clip(v))}}}
+			return false, "", &ConfigError{Errs: []error{&FieldError{Key: EnabledEnv, Err: fmt.Errorf("%w: environment value %s is not true or false", ErrInvalidValue, quote(v))}}}
 		}
 		return b, "environment " + EnabledEnv + "=" + v, nil
 	}
@@ -111,7 +111,7 @@ func start(client *simba.Client, hs handlers, cfg Config, o options) ([]started,
 	for _, j := range cfg.Scheduled {
 		h, _ := handlerName(j.Name, j.Handler)
 		s := schedule(j.FixedDelay, j.FixedRate, j.InitialDelay)
-		label := fmt.Sprintf("%s %q", kindScheduled, j.Name)
+		label := kindScheduled + " " + quote(j.Name)
 		t, err := client.Election(j.Name).Schedule(s, hs.byName[h].scheduled, o.taskOpts...)
 		if err != nil {
 			return out, fmt.Errorf("%sstart %s: %w", prefix, label, err)
@@ -122,7 +122,7 @@ func start(client *simba.Client, hs handlers, cfg Config, o options) ([]started,
 	for _, j := range cfg.Partitioned {
 		h, _ := handlerName(j.Group, j.Handler)
 		s := schedule(j.FixedDelay, j.FixedRate, j.InitialDelay)
-		label := fmt.Sprintf("%s %q", kindPartitioned, j.Group)
+		label := kindPartitioned + " " + quote(j.Group)
 		fn := hs.byName[h].partitioned
 		params := j.Params
 		t, err := client.Group(j.Group, j.Partitions, o.groupOpts...).Schedule(s,

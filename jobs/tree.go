@@ -62,7 +62,21 @@ func (k treeKind) String() string {
 // a small file of nested aliases cannot expand into an enormous tree.
 const maxNodes = 100000
 
-var errTooBig = fmt.Errorf("%w: more than %d values (aliases followed)", ErrSyntax, maxNodes)
+// errTooBig is the error of a file of more than maxNodes values; aliased
+// says whether aliases were followed to count them.
+func errTooBig(aliased bool) error {
+	if aliased {
+		return fmt.Errorf("%w: more than %d values, aliases followed", ErrSyntax, maxNodes)
+	}
+	return fmt.Errorf("%w: more than %d values", ErrSyntax, maxNodes)
+}
+
+// yamlCount counts the nodes built from a YAML file, and whether aliases
+// were followed to build them.
+type yamlCount struct {
+	nodes   int
+	aliased bool
+}
 
 // parseYAML reads one YAML document. An empty input is a null tree.
 func parseYAML(data []byte) (*tree, error) {
@@ -78,14 +92,13 @@ func parseYAML(data []byte) (*tree, error) {
 	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("%w: more than one YAML document", ErrSyntax)
 	}
-	count := 0
-	return fromYAML(&doc, &count, 0)
+	return fromYAML(&doc, new(yamlCount), 0)
 }
 
 // fromYAML converts a YAML node, aliases followed, counting the nodes made.
-func fromYAML(n *yaml.Node, count *int, depth int) (*tree, error) {
-	if *count++; *count > maxNodes || depth > 1000 {
-		return nil, errTooBig
+func fromYAML(n *yaml.Node, count *yamlCount, depth int) (*tree, error) {
+	if count.nodes++; count.nodes > maxNodes || depth > 1000 {
+		return nil, errTooBig(count.aliased)
 	}
 	switch n.Kind {
 	case yaml.DocumentNode:
@@ -97,6 +110,7 @@ func fromYAML(n *yaml.Node, count *int, depth int) (*tree, error) {
 		if n.Alias == nil {
 			return nil, fmt.Errorf("%w: line %d: alias without anchor", ErrSyntax, n.Line)
 		}
+		count.aliased = true
 		return fromYAML(n.Alias, count, depth+1)
 	case yaml.ScalarNode:
 		if n.ShortTag() == "!!null" {
@@ -120,7 +134,7 @@ func fromYAML(n *yaml.Node, count *int, depth int) (*tree, error) {
 }
 
 // fromYAMLMap converts a YAML mapping, merge keys included.
-func fromYAMLMap(n *yaml.Node, count *int, depth int) (*tree, error) {
+func fromYAMLMap(n *yaml.Node, count *yamlCount, depth int) (*tree, error) {
 	t := &tree{kind: mapNode, line: n.Line}
 	var merges []*tree
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -168,7 +182,7 @@ func fromYAMLMap(n *yaml.Node, count *int, depth int) (*tree, error) {
 // put adds a key to a map, refusing a repeated one.
 func (t *tree) put(k, v *tree) error {
 	if prev := t.getKey(k.value); prev != nil {
-		return fmt.Errorf("%w: line %d: key %q repeated (first on line %d)", ErrSyntax, k.line, clip(k.value), prev.line)
+		return fmt.Errorf("%w: line %d: key %s repeated (first on line %d)", ErrSyntax, k.line, quote(k.value), prev.line)
 	}
 	t.keys = append(t.keys, k)
 	t.vals = append(t.vals, v)
@@ -244,7 +258,7 @@ func (p *jsonParser) token() (json.Token, int, error) {
 
 func (p *jsonParser) value(depth int) (*tree, error) {
 	if p.count++; p.count > maxNodes || depth > 1000 {
-		return nil, errTooBig
+		return nil, errTooBig(false)
 	}
 	tok, line, err := p.token()
 	if err != nil {
