@@ -487,6 +487,7 @@ func TestSimulationCatchesPlantedBugs(t *testing.T) {
 		// backend's grants, shows them.
 		{"valid-late", "I4"},
 		{"release-before-exit", "I7"},
+		{"deadline-timer-dead", "I4"}, // the run's ctx stays live after the backend expired the lease
 	} {
 		t.Run(bug.name, func(t *testing.T) {
 			simba.PlantBug(t, bug.name)
