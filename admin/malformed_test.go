@@ -68,7 +68,7 @@ func TestMalformedOnEtcdAreProblems(t *testing.T) {
 	}
 	wantKeys(t, "Snapshot problems", snap.Problems, "group/billing/ffffffffffffffff", "ops/disabled/x", "status/billing.1", "status/nightly")
 	for _, p := range snap.Problems {
-		if !strings.Contains(p.Reason, "not a record of the backend") && !strings.Contains(p.Reason, "not a member record of the backend") {
+		if !strings.Contains(p.Reason, "the backend cannot read it as a record: ") && !strings.Contains(p.Reason, "the backend cannot read it as a group member: ") {
 			t.Errorf("problem %v: want it to say the backend cannot read it", p)
 		}
 	}

@@ -198,13 +198,13 @@ func parseMember(group string, m backend.Member) (memberData, *Problem) {
 // malformedRecord is the problem of a stored value at key that the backend
 // cannot read as a record; reason is the backend's.
 func malformedRecord(key, reason string) *Problem {
-	return newProblem(key, "the stored value is not a record of the backend: %s", reason)
+	return newProblem(key, "the backend cannot read it as a record: %s", reason)
 }
 
 // malformedMember is the problem of a member entry of group that the
 // backend cannot read as a member record; reason is the backend's.
 func malformedMember(group, session, reason string) *Problem {
-	return newProblem(memberKey(group, session), "the stored value is not a member record of the backend: %s", reason)
+	return newProblem(memberKey(group, session), "the backend cannot read it as a group member: %s", reason)
 }
 
 // sortProblems sorts ps by key and reason and drops duplicates.

@@ -105,7 +105,7 @@ func (s *session) MembersWithSkipped(ctx context.Context, group string) ([]backe
 			}
 			skipped = append(skipped, backend.MalformedError{
 				Key:    session,
-				Reason: fmt.Sprintf("the stored value %s is not a member record (JSON with an id): %s", quoteStart(kv.Value), why),
+				Reason: fmt.Sprintf("value %s, not a member record (JSON with an id): %s", quoteStart(kv.Value), why),
 			})
 			continue
 		}

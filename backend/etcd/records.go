@@ -45,7 +45,7 @@ func decodeRecord(base string, kv *mvccpb.KeyValue) (backend.Record, *backend.Ma
 	if len(kv.Value) < tokenLen {
 		return backend.Record{}, &backend.MalformedError{
 			Key:    key,
-			Reason: fmt.Sprintf("the stored value %s of %d bytes is shorter than the %d-byte token in front of every record", quoteStart(kv.Value), len(kv.Value), tokenLen),
+			Reason: fmt.Sprintf("value %s of %d bytes, shorter than the %d-byte token in front of every record", quoteStart(kv.Value), len(kv.Value), tokenLen),
 		}
 	}
 	return backend.Record{

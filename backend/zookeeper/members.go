@@ -188,7 +188,7 @@ func (s *session) MembersWithSkipped(ctx context.Context, group string) ([]backe
 						err = errors.New("it names no member id") // Join always writes one
 					}
 					if err != nil {
-						bad[i] = backend.MalformedError{Key: n, Reason: fmt.Sprintf("the stored data %s: %v", quoteStart(data), err)}
+						bad[i] = backend.MalformedError{Key: n, Reason: fmt.Sprintf("data %s: %v", quoteStart(data), err)}
 						return
 					}
 					out[i] = backend.Member{ID: id, Session: n, Data: d}

@@ -63,7 +63,7 @@ func decodeRecord(key string, data []byte, st *zk.Stat) (backend.Record, *backen
 	if len(data) < tokenLen {
 		return backend.Record{}, &backend.MalformedError{
 			Key:    key,
-			Reason: fmt.Sprintf("the stored data %s of %d bytes is shorter than the %d-byte token in front of every record", quoteStart(data), len(data), tokenLen),
+			Reason: fmt.Sprintf("data %s of %d bytes, shorter than the %d-byte token in front of every record", quoteStart(data), len(data), tokenLen),
 		}
 	}
 	return backend.Record{
