@@ -216,12 +216,12 @@ type LeaseLister interface {
 // ErrNoRecord.
 //
 // A value stored at a record's place that is not a record the backend
-// wrote (see MalformedError) is not a record: GetRecord returns a
-// *MalformedError for it and ListRecords skips it.
+// wrote (see MalformedError) is not a record: GetRecord returns an error
+// wrapping a *MalformedError for it, and ListRecords skips it.
 type Records interface {
 	// GetRecord returns the record at key, or an error wrapping ErrNoRecord,
-	// or a *MalformedError (see [errors.As]) when what is stored at key is
-	// not a record.
+	// or one wrapping a *MalformedError (see [errors.As]) when what is
+	// stored at key is not a record.
 	GetRecord(ctx context.Context, key string) (Record, error)
 
 	// ListRecords returns the records whose keys start with prefix, sorted
@@ -251,8 +251,8 @@ type Records interface {
 // the backend puts around a record's value (on etcd and ZooKeeper, the
 // 8-byte token in front), or a group member's stored value that does not
 // decode. Such an entry is neither a record nor a member: Records.GetRecord
-// returns it as its error, Records.ListRecords and Session.Members skip
-// it, and SkipReporter lists what was skipped. The backend never deletes
+// returns an error wrapping it, Records.ListRecords and Session.Members
+// skip it, and SkipReporter lists what was skipped. The backend never deletes
 // it; whoever put it there removes it.
 type MalformedError struct {
 	// Key is the record's key or, for a group member, the part of the
