@@ -98,7 +98,8 @@ func (o *opsView) follow(g *generation, rec backend.Records) {
 
 // refresh reads the operations now, on session g, into the view: a node that
 // just won a lease checks it has not been disabled or drained while its
-// watch was catching up, before the term's first run.
+// watch was catching up, before the term's first run. Like apply, it takes
+// a record for an operation in force only if it decodes (see decodeOp).
 func (o *opsView) refresh(g *generation) {
 	rec, ok := g.sess.(backend.Records)
 	if !ok {
@@ -116,6 +117,9 @@ func (o *opsView) refresh(g *generation) {
 	o.mu.Lock()
 	changed := false
 	for _, r := range list {
+		if _, err := decodeOp(r); err != nil {
+			continue // apply warns of it
+		}
 		switch {
 		case hasPrefix(r.Key, records.DisabledPrefix):
 			if name := records.Name(r.Key, records.DisabledPrefix); !o.disabled[name] {
@@ -155,8 +159,8 @@ func (o *opsView) apply(list []backend.Record) {
 		if v, ok := consumed[r.Key]; ok && v == r.Version {
 			continue // carried out already; the listing predates its deletion
 		}
-		var op records.Op
-		if err := records.Decode(r.Value, &op); err != nil {
+		op, err := decodeOp(r)
+		if err != nil {
 			o.c.log.Warn("unreadable operation record", "key", r.Key, "err", err)
 			continue
 		}
@@ -182,6 +186,20 @@ func (o *opsView) apply(list []backend.Record) {
 	o.disabled, o.drained, o.trigger, o.resign, o.resignV = disabled, drained, trigger, resign, resignV
 	o.mu.Unlock()
 	o.notify()
+}
+
+// decodeOp decodes an operation record. A record that does not decode is
+// not in force, wherever the view reads it (apply and refresh): it was not
+// written by simba (admin writes every operation as JSON), admin reports it
+// as a problem and shows it as not in force, and a stray key must not stop
+// an election or drain a member that no operator stopped. Both paths must
+// agree: otherwise a node that has just won a lease would take a garbage
+// disable for one, from its key alone, until the next change of the
+// operations.
+func decodeOp(r backend.Record) (records.Op, error) {
+	var op records.Op
+	err := records.Decode(r.Value, &op)
+	return op, err
 }
 
 // notify wakes the waiters and calls the subscribers after a change.

@@ -44,10 +44,11 @@ var (
 // operations they obey. It holds a backend session of its own, renewed in
 // the background until Close. It is safe for concurrent use.
 type Admin struct {
-	sess   backend.Session
-	rec    backend.Records
-	lister backend.LeaseLister // nil if unsupported
-	by     string              // who asks, recorded with operations
+	sess     backend.Session
+	rec      backend.Records
+	lister   backend.LeaseLister  // nil if unsupported
+	reporter backend.SkipReporter // nil if unsupported
+	by       string               // who asks, recorded with operations
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -87,8 +88,9 @@ func Open(ctx context.Context, b backend.Backend, opts ...Option) (*Admin, error
 		return nil, ErrNoRecords
 	}
 	lister, _ := sess.(backend.LeaseLister)
+	reporter, _ := sess.(backend.SkipReporter)
 	kctx, cancel := context.WithCancel(context.Background())
-	a := &Admin{sess: sess, rec: rec, lister: lister, by: cfg.by, cancel: cancel}
+	a := &Admin{sess: sess, rec: rec, lister: lister, reporter: reporter, by: cfg.by, cancel: cancel}
 	a.wg.Go(func() { a.keepAlive(kctx) })
 	return a, nil
 }
@@ -232,10 +234,13 @@ func (a *Admin) Status(ctx context.Context, lease string) (Status, error) {
 		return Status{}, err
 	}
 	r, err := a.rec.GetRecord(ctx, records.StatusKey(lease))
-	if errors.Is(err, backend.ErrNoRecord) {
+	var bad *backend.MalformedError
+	switch {
+	case errors.Is(err, backend.ErrNoRecord):
 		return Status{}, fmt.Errorf("%w: no status for %q", ErrNotFound, lease)
-	}
-	if err != nil {
+	case errors.As(err, &bad):
+		return Status{}, &RecordError{Problem: *malformedRecord(records.StatusKey(lease), bad.Reason)}
+	case err != nil:
 		return Status{}, err
 	}
 	st, p := parseStatus(r)
@@ -262,11 +267,10 @@ func (a *Admin) HistoryWithProblems(ctx context.Context, lease string) ([]Run, [
 	if err := checkName(lease); err != nil {
 		return nil, nil, err
 	}
-	list, err := a.rec.ListRecords(ctx, records.HistoryKeys(lease))
+	list, problems, err := a.list(ctx, records.HistoryKeys(lease))
 	if err != nil {
 		return nil, nil, err
 	}
-	var problems []Problem
 	st, err := a.Status(ctx, lease)
 	var re *RecordError
 	switch {
@@ -294,15 +298,53 @@ func (a *Admin) HistoryWithProblems(ctx context.Context, lease string) ([]Run, [
 	return runs, sortProblems(problems), nil
 }
 
+// list reads the records under prefix, and the problems of the stored
+// values under it that the backend skipped because they are not records
+// at all (see backend.MalformedError), where it can say which
+// (backend.SkipReporter).
+func (a *Admin) list(ctx context.Context, prefix string) ([]backend.Record, []Problem, error) {
+	if a.reporter == nil {
+		list, err := a.rec.ListRecords(ctx, prefix)
+		return list, nil, err
+	}
+	list, skipped, err := a.reporter.ListRecordsWithSkipped(ctx, prefix)
+	if err != nil {
+		return nil, nil, err
+	}
+	var problems []Problem
+	for _, bad := range skipped {
+		problems = append(problems, *malformedRecord(bad.Key, bad.Reason))
+	}
+	return list, problems, nil
+}
+
+// members reads the live members of group, and the problems of the member
+// entries that the backend skipped because they are not member records at
+// all, where it can say which.
+func (a *Admin) members(ctx context.Context, group string) ([]backend.Member, []Problem, error) {
+	if a.reporter == nil {
+		members, err := a.sess.Members(ctx, group)
+		return members, nil, err
+	}
+	members, skipped, err := a.reporter.MembersWithSkipped(ctx, group)
+	if err != nil {
+		return nil, nil, err
+	}
+	var problems []Problem
+	for _, bad := range skipped {
+		problems = append(problems, *malformedMember(group, bad.Key, bad.Reason))
+	}
+	return members, problems, nil
+}
+
 // statuses reads the status records under prefix: those that can be used,
 // and the problems of the others.
 func (a *Admin) statuses(ctx context.Context, prefix string) ([]Status, []Problem, error) {
-	list, err := a.rec.ListRecords(ctx, records.StatusPrefix+prefix)
+	list, problems, err := a.list(ctx, records.StatusPrefix+prefix)
 	if err != nil {
 		return nil, nil, err
 	}
 	out := make([]Status, 0, len(list))
-	var problems []Problem
 	for _, r := range list {
 		st, p := parseStatus(r)
 		if p != nil {
@@ -380,7 +422,8 @@ type Group struct {
 	// Problems lists the records of the group skipped because they could
 	// not be used: the status records of its partitions, and its members'
 	// records (such a member is listed, but does not count in the
-	// partition count or the mismatches).
+	// partition count or the mismatches; a member entry that the backend
+	// cannot read at all is not listed).
 	Problems []Problem
 }
 
@@ -414,11 +457,11 @@ func (a *Admin) groups(ctx context.Context, statuses []Status, problems []Proble
 	}
 	out := make([]Group, 0, len(byGroup))
 	for _, name := range slices.Sorted(mapsKeys(byGroup)) {
-		members, err := a.sess.Members(ctx, name)
+		members, memberProblems, err := a.members(ctx, name)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, buildGroup(name, members, byGroup[name], partitionProblems(name, problems), held, ops))
+		out = append(out, buildGroup(name, members, byGroup[name], append(partitionProblems(name, problems), memberProblems...), held, ops))
 	}
 	return out, nil
 }
@@ -442,7 +485,7 @@ func (a *Admin) Group(ctx context.Context, name string) (Group, error) {
 	if err := checkName(name); err != nil {
 		return Group{}, err
 	}
-	members, err := a.sess.Members(ctx, name)
+	members, memberProblems, err := a.members(ctx, name)
 	if err != nil {
 		return Group{}, err
 	}
@@ -464,12 +507,13 @@ func (a *Admin) Group(ctx context.Context, name string) (Group, error) {
 	if len(members) == 0 && len(statuses) == 0 {
 		return Group{}, fmt.Errorf("%w: group %q", ErrNotFound, name)
 	}
-	return buildGroup(name, members, statuses, partitionProblems(name, problems), held, ops), nil
+	return buildGroup(name, members, statuses, append(partitionProblems(name, problems), memberProblems...), held, ops), nil
 }
 
 // buildGroup builds group name from its members, the statuses of its
 // partitions, the leases held (nil: unknown) and the operations in force;
-// problems are those of its partitions' status records.
+// problems are those of its partitions' status records and of the member
+// entries the backend skipped.
 func buildGroup(name string, members []backend.Member, statuses []Status, problems []Problem, held map[string]bool, ops Ops) Group {
 	g := Group{Name: name, Disabled: ops.Disabled[name], Problems: slices.Clone(problems)}
 	counts := map[string]bool{}
@@ -562,11 +606,11 @@ type Ops struct {
 // Ops reads the operations in force. Records that cannot be used are
 // skipped and listed in Ops.Problems.
 func (a *Admin) Ops(ctx context.Context) (Ops, error) {
-	list, err := a.rec.ListRecords(ctx, records.OpsPrefix)
+	list, problems, err := a.list(ctx, records.OpsPrefix)
 	if err != nil {
 		return Ops{}, err
 	}
-	ops := Ops{Disabled: map[string]bool{}, Drained: map[string]bool{}, Triggers: map[string]Op{}, Resigns: map[string]Op{}}
+	ops := Ops{Disabled: map[string]bool{}, Drained: map[string]bool{}, Triggers: map[string]Op{}, Resigns: map[string]Op{}, Problems: problems}
 	for _, r := range list {
 		prefix, name, op, p := parseOp(r)
 		if p != nil {

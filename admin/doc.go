@@ -31,8 +31,11 @@
 // # Records that cannot be used
 //
 // A record whose value is not the JSON of its kind (a status, a run, an
-// operation, a member's record), or whose key names nothing simba writes,
-// does not make a read fail: it is skipped, and reported as a Problem —
+// operation, a member's record), whose key names nothing simba writes, or
+// whose stored value the backend cannot read as a record or member at all
+// (backend.MalformedError, reported where the backend implements
+// backend.SkipReporter), does not make a read fail: it is skipped, and
+// reported as a Problem —
 // its key and why, both cut to a bounded length. Snapshot lists every
 // record it skipped, Ops and Group those of their own, HistoryWithProblems
 // those of a history; Status returns a *RecordError for a status record

@@ -13,8 +13,10 @@ import (
 )
 
 // Problem is a record that a read skipped because it could not be used: a
-// value that is not the JSON of its kind of record, or a key that names
-// nothing simba writes. The read goes on without it; Snapshot and
+// value that is not the JSON of its kind of record, a key that names
+// nothing simba writes, or a stored value that the backend cannot read as a
+// record or a group member at all (see backend.MalformedError), such as a
+// value put under the prefix with etcdctl. The read goes on without it; Snapshot and
 // HistoryWithProblems report the records skipped, and Ops and Group carry
 // theirs.
 type Problem struct {
@@ -191,6 +193,18 @@ func parseMember(group string, m backend.Member) (memberData, *Problem) {
 		return memberData{}, newProblem(key, "member %s uses %d partitions, out of range (1 to %d)", echoString(m.ID), d.P, maxPartitions)
 	}
 	return d, nil
+}
+
+// malformedRecord is the problem of a stored value at key that the backend
+// cannot read as a record; reason is the backend's.
+func malformedRecord(key, reason string) *Problem {
+	return newProblem(key, "the backend cannot read it as a record: %s", reason)
+}
+
+// malformedMember is the problem of a member entry of group that the
+// backend cannot read as a member record; reason is the backend's.
+func malformedMember(group, session, reason string) *Problem {
+	return newProblem(memberKey(group, session), "the backend cannot read it as a group member: %s", reason)
 }
 
 // sortProblems sorts ps by key and reason and drops duplicates.

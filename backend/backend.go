@@ -3,6 +3,7 @@ package backend
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -124,7 +125,8 @@ type Session interface {
 
 	// Members lists the live members of group, ordered by Session. Several
 	// sessions may carry the same Member.ID; the caller decides what that
-	// means.
+	// means. A member entry the backend cannot decode (see MalformedError)
+	// is skipped: the group's other members are still listed.
 	Members(ctx context.Context, group string) ([]Member, error)
 
 	// WatchMembers returns a channel that receives a value (coalesced: a
@@ -212,12 +214,19 @@ type LeaseLister interface {
 // with a letter or digit, without "//". Values are at most MaxRecordValue
 // bytes. Errors follow the Session contract, plus ErrConflict and
 // ErrNoRecord.
+//
+// A value stored at a record's place that is not a record the backend
+// wrote (see MalformedError) is not a record: GetRecord returns an error
+// wrapping a *MalformedError for it, and ListRecords skips it.
 type Records interface {
-	// GetRecord returns the record at key, or an error wrapping ErrNoRecord.
+	// GetRecord returns the record at key, or an error wrapping ErrNoRecord,
+	// or one wrapping a *MalformedError (see [errors.As]) when what is
+	// stored at key is not a record.
 	GetRecord(ctx context.Context, key string) (Record, error)
 
 	// ListRecords returns the records whose keys start with prefix, sorted
-	// by key.
+	// by key. Stored values that are not records are skipped: one of them
+	// does not fail the listing (SkipReporter says which were skipped).
 	ListRecords(ctx context.Context, prefix string) ([]Record, error)
 
 	// PutRecord writes value at key if cond holds, atomically with the
@@ -234,6 +243,46 @@ type Records interface {
 	// buffer of one) after records under prefix may have changed; like
 	// WatchMembers, a hint, closed when ctx ends or the session is over.
 	WatchRecords(ctx context.Context, prefix string) (<-chan struct{}, error)
+}
+
+// MalformedError describes an entry stored under the backend's keys that is
+// not what the backend writes, such as a value put there by another program
+// (etcdctl put, zkCli create): a record's stored value without the framing
+// the backend puts around a record's value (on etcd and ZooKeeper, the
+// 8-byte token in front), or a group member's stored value that does not
+// decode. Such an entry is neither a record nor a member: Records.GetRecord
+// returns an error wrapping it, Records.ListRecords and Session.Members
+// skip it, and SkipReporter lists what was skipped. The backend never deletes
+// it; whoever put it there removes it.
+type MalformedError struct {
+	// Key is the record's key or, for a group member, the part of the
+	// member's key that names its session (what Member.Session would be).
+	Key string
+	// Reason says what is wrong with the stored value, quoting at most its
+	// first few bytes.
+	Reason string
+}
+
+func (e *MalformedError) Error() string {
+	return fmt.Sprintf("simba/backend: stored entry %q is malformed: %s", e.Key, e.Reason)
+}
+
+// SkipReporter is an optional capability of a Session, found by type
+// assertion: the listings of Records and Session, each with the malformed
+// entries (see MalformedError) it skipped, so that a tool such as package
+// admin can report them. A backend that can store nothing malformed (the
+// memory backend) returns none.
+type SkipReporter interface {
+	// ListRecordsWithSkipped returns what Records.ListRecords returns
+	// for prefix, and the malformed records under prefix that it
+	// skipped, sorted by Key. Only a session that implements Records
+	// implements it.
+	ListRecordsWithSkipped(ctx context.Context, prefix string) ([]Record, []MalformedError, error)
+
+	// MembersWithSkipped returns what Session.Members returns for group,
+	// and the malformed member entries of group that it skipped, sorted by
+	// Key (their session part).
+	MembersWithSkipped(ctx context.Context, group string) ([]Member, []MalformedError, error)
 }
 
 // Record is one record of a Records store.

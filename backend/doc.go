@@ -20,8 +20,10 @@
 // # Errors
 //
 // [ErrSessionDone], [ErrClosed] and [ErrNotHeld] are returned, possibly
-// wrapped, where the methods say so; test them with [errors.Is]. Any other
-// error is transient.
+// wrapped, where the methods say so; test them with [errors.Is]. A
+// [*MalformedError], found with [errors.As], is returned by
+// Records.GetRecord for a stored entry that is not a record the backend
+// wrote; retrying does not help. Any other error is transient.
 //
 // # Conformance
 //

@@ -35,6 +35,7 @@ var cases = []struct {
 	{"ReleaseWithRecords", testReleaseWithRecords},
 	{"RecordsWatch", testRecordsWatch},
 	{"RecordsInvalid", testRecordsInvalid},
+	{"MalformedSkipped", testMalformedSkipped},
 }
 
 // grace is the time allowed, beyond the TTL, for a backend to notice an

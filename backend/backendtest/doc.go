@@ -50,7 +50,13 @@
 //   - Acquire honours its ctx and leaves nothing behind;
 //   - membership: records, ordering, member-watch hints, Leave;
 //   - invalid names and oversized member data are rejected with an error,
-//     never a panic.
+//     never a panic;
+//   - a stored entry that is not a record or a member of the backend (see
+//     backend.MalformedError) is skipped by the listings, which list the
+//     rest, returned by GetRecord, named by SkipReporter, and can be
+//     deleted or overwritten. Planting one takes hooks of the backend's
+//     own, given with [WithMalformed]; without them the case checks only
+//     that SkipReporter agrees with the plain listings.
 //
 // Against a real server the whole suite takes about ten granted TTLs.
 package backendtest

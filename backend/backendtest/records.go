@@ -3,6 +3,7 @@ package backendtest
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"strings"
 
 	"github.com/simba-go/simba/backend"
@@ -202,4 +203,118 @@ func testRecordsInvalid(h *harness) {
 	}
 	_, err = r.PutRecord(h.op(), "max", make([]byte, backend.MaxRecordValue), backend.Condition{})
 	h.wantNoErr("PutRecord of MaxRecordValue bytes", err)
+}
+
+// testMalformedSkipped: a stored entry that is not a record (or not a
+// member) of the backend does not fail a listing: ListRecords and Members
+// skip it and list the rest, GetRecord returns a *backend.MalformedError
+// naming its key, SkipReporter (if implemented) names what was skipped,
+// and the entry can still be deleted or overwritten. Planting needs the
+// backend's own hooks (WithMalformed); without them only SkipReporter's
+// agreement with the plain listings is checked.
+func testMalformedSkipped(h *harness) {
+	a := h.open()
+	ra := h.records(a)
+	for _, k := range []string{"mal/a", "mal/b", "mal/c"} {
+		_, err := ra.PutRecord(h.op(), k, []byte("value of "+k), backend.Condition{})
+		h.wantNoErr("PutRecord "+k, err)
+	}
+	h.wantNoErr("Join", a.Join(h.op(), "mal", backend.Member{ID: "a", Data: []byte("d")}))
+	sr, reports := a.(backend.SkipReporter)
+	checkListing := func(wantKeys string, wantSkipped []string) {
+		h.Helper()
+		list, err := ra.ListRecords(h.op(), "mal/")
+		if h.wantNoErr("ListRecords(mal/)", err) && keysOf(list) != wantKeys {
+			h.Errorf("ListRecords(mal/) = %s, want %s", keysOf(list), wantKeys)
+		}
+		if !reports {
+			return
+		}
+		list, skipped, err := sr.ListRecordsWithSkipped(h.op(), "mal/")
+		if !h.wantNoErr("ListRecordsWithSkipped(mal/)", err) {
+			return
+		}
+		if keysOf(list) != wantKeys {
+			h.Errorf("ListRecordsWithSkipped(mal/) = %s, want %s", keysOf(list), wantKeys)
+		}
+		checkSkipped(h, "ListRecordsWithSkipped(mal/)", skipped, wantSkipped)
+	}
+	checkMembers := func(wantSkipped []string) {
+		h.Helper()
+		ms, err := a.Members(h.op(), "mal")
+		if h.wantNoErr("Members(mal)", err) && (len(ms) != 1 || ms[0].ID != "a" || ms[0].Session != a.ID()) {
+			h.Errorf("Members(mal) = %+v, want member a of session %s alone", ms, a.ID())
+		}
+		if !reports {
+			return
+		}
+		ms, skipped, err := sr.MembersWithSkipped(h.op(), "mal")
+		if !h.wantNoErr("MembersWithSkipped(mal)", err) {
+			return
+		}
+		if len(ms) != 1 || ms[0].ID != "a" || string(ms[0].Data) != "d" {
+			h.Errorf("MembersWithSkipped(mal) = %+v, want member a alone", ms)
+		}
+		checkSkipped(h, "MembersWithSkipped(mal)", skipped, wantSkipped)
+	}
+	checkListing("mal/a,mal/b,mal/c", nil)
+	checkMembers(nil)
+
+	m := h.malformed
+	if m.SpoilRecord == nil {
+		h.Skip("no way to plant malformed entries (backendtest.WithMalformed)")
+	}
+	m.SpoilRecord(h.T, h.b, "mal/b")
+	checkListing("mal/a,mal/c", []string{"mal/b"})
+	_, err := ra.GetRecord(h.op(), "mal/b")
+	var me *backend.MalformedError
+	switch {
+	case !errors.As(err, &me):
+		h.Errorf("GetRecord of a malformed record: error %v, want a *backend.MalformedError", err)
+	case me.Key != "mal/b" || me.Reason == "":
+		h.Errorf("GetRecord of a malformed record: %+v, want key mal/b and a reason", me)
+	case errors.Is(err, backend.ErrNoRecord):
+		h.Errorf("GetRecord of a malformed record: error %v wraps ErrNoRecord, but something is stored there", err)
+	}
+	if got, err := ra.GetRecord(h.op(), "mal/a"); h.wantNoErr("GetRecord beside a malformed record", err) && string(got.Value) != "value of mal/a" {
+		h.Errorf("GetRecord(mal/a) = %q", got.Value)
+	}
+	// Whoever finds it can remove it, or write a record over it.
+	h.wantNoErr("DeleteRecord of a malformed record", ra.DeleteRecord(h.op(), "mal/b", backend.Condition{}))
+	checkListing("mal/a,mal/c", nil)
+	m.SpoilRecord(h.T, h.b, "mal/c")
+	_, err = ra.PutRecord(h.op(), "mal/c", []byte("again"), backend.Condition{})
+	h.wantNoErr("unfenced PutRecord over a malformed record", err)
+	checkListing("mal/a,mal/c", nil)
+
+	if m.PlantMember == nil {
+		return
+	}
+	session := m.PlantMember(h.T, h.b, "mal")
+	checkMembers([]string{session})
+}
+
+// keysOf joins the keys of list with commas.
+func keysOf(list []backend.Record) string {
+	keys := make([]string, len(list))
+	for i, r := range list {
+		keys[i] = r.Key
+	}
+	return strings.Join(keys, ",")
+}
+
+// checkSkipped checks that skipped names exactly keys, in order, each with
+// a reason.
+func checkSkipped(h *harness, what string, skipped []backend.MalformedError, keys []string) {
+	h.Helper()
+	got := make([]string, len(skipped))
+	for i, m := range skipped {
+		got[i] = m.Key
+		if m.Reason == "" {
+			h.Errorf("%s: skipped %q without a reason", what, m.Key)
+		}
+	}
+	if !slices.Equal(got, keys) {
+		h.Errorf("%s: skipped %q, want %q", what, got, keys)
+	}
 }

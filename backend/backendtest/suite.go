@@ -15,8 +15,9 @@ import (
 type Option func(*config)
 
 type config struct {
-	ttl      time.Duration
-	synctest bool
+	ttl       time.Duration
+	synctest  bool
+	malformed Malformer
 }
 
 // WithTTL sets the session TTL the cases request (default 1s). The cases
@@ -31,6 +32,31 @@ func WithTTL(d time.Duration) Option {
 // the bubbles.
 func WithSynctest() Option {
 	return func(c *config) { c.synctest = true }
+}
+
+// Malformer plants, for the case MalformedSkipped, entries that the backend
+// did not write, as another program writing to its server could leave
+// them (see backend.MalformedError). Each hook works on the backend the
+// case was given, through a client of the test's own, and cleans up after
+// itself with t.Cleanup where the backend's tests require it.
+type Malformer struct {
+	// SpoilRecord replaces the stored value of the record at key, which
+	// exists, with one that is not a record of the backend (for etcd and
+	// ZooKeeper, data too short to hold the token).
+	SpoilRecord func(t *testing.T, b backend.Backend, key string)
+	// PlantMember adds to group, which has a live member, an entry that is
+	// not a member record of the backend, and returns the part of its key
+	// that names its session (what Member.Session would be). Nil: the case
+	// checks records only.
+	PlantMember func(t *testing.T, b backend.Backend, group string) (session string)
+}
+
+// WithMalformed gives the case MalformedSkipped the means to plant
+// malformed entries; without it (or without SpoilRecord) the case checks
+// only that SkipReporter, if the sessions implement it, agrees with the
+// plain listings when nothing is malformed.
+func WithMalformed(m Malformer) Option {
+	return func(c *config) { c.malformed = m }
 }
 
 // Run runs the conformance suite against backends made by newBackend, one
@@ -49,7 +75,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) backend.Backend, opts ...Op
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			body := func(t *testing.T) {
-				c.run(&harness{T: t, b: newBackend(t), ttl: cfg.ttl})
+				c.run(&harness{T: t, b: newBackend(t), ttl: cfg.ttl, malformed: cfg.malformed})
 			}
 			if cfg.synctest {
 				synctest.Test(t, body)
@@ -67,8 +93,9 @@ const opTimeout = 10 * time.Second
 // TTL, with helpers that report failures on the test.
 type harness struct {
 	*testing.T
-	b   backend.Backend
-	ttl time.Duration
+	b         backend.Backend
+	ttl       time.Duration
+	malformed Malformer
 }
 
 // timeout returns a context that ends after d (or with the test).

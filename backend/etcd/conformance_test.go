@@ -1,6 +1,7 @@
 package etcd_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -31,5 +32,28 @@ func TestConformance(t *testing.T) {
 			}
 		})
 		return b
-	}, backendtest.WithTTL(2*time.Second))
+	}, backendtest.WithTTL(2*time.Second), backendtest.WithMalformed(etcdMalformer))
+}
+
+// etcdMalformer plants what another etcd client could put under the
+// backend's prefix: a record value too short for the token, and a member
+// key whose value is not JSON (not bound to any lease, so deleted at the
+// end of the test).
+var etcdMalformer = backendtest.Malformer{
+	SpoilRecord: func(t *testing.T, b backend.Backend, key string) {
+		eb := b.(*etcd.Backend)
+		if _, err := eb.Client().Put(t.Context(), eb.Prefix()+"rec/"+key, "bad"); err != nil {
+			t.Fatalf("spoiling record %q: %v", key, err)
+		}
+	},
+	PlantMember: func(t *testing.T, b backend.Backend, group string) string {
+		eb := b.(*etcd.Backend)
+		const session = "ffffffffffffffff"
+		key := eb.Prefix() + "group/" + group + "/" + session
+		if _, err := eb.Client().Put(t.Context(), key, "bad"); err != nil {
+			t.Fatalf("planting member key %q: %v", key, err)
+		}
+		t.Cleanup(func() { eb.Client().Delete(context.Background(), key) })
+		return session
+	},
 }

@@ -28,6 +28,13 @@
 // session ID is the etcd lease ID in 16 hexadecimal digits, so member keys
 // sort by session ID. Lease and group names cannot contain "/".
 //
+// A value under rec/ shorter than the 8 bytes of a token, or a member key
+// whose value is not that JSON with an id, is not something this backend
+// wrote (another program put it there, e.g. etcdctl put): it is no record
+// and no member. ListRecords and Members skip it (and log it) rather than
+// fail, GetRecord returns a [*backend.MalformedError] for it, and the
+// session's [backend.SkipReporter] methods list what was skipped.
+//
 // # Sessions and deadlines
 //
 // A session is one etcd lease. Open grants it with the requested TTL rounded

@@ -66,32 +66,52 @@ func (s *session) Leave(ctx context.Context, group string) error {
 }
 
 // Members reads the member keys of group in one range request, sorted by
-// key, and so by session ID.
+// key, and so by session ID. A member key whose value is not a member
+// record (JSON with an id; Join always writes one) is skipped, and logged.
 func (s *session) Members(ctx context.Context, group string) ([]backend.Member, error) {
+	out, skipped, err := s.MembersWithSkipped(ctx, group)
+	for _, bad := range skipped {
+		s.b.log.Warn("simba/etcd: skipping a member key whose value is not a member record", "key", s.b.memberKey(group, bad.Key), "reason", bad.Reason)
+	}
+	return out, err
+}
+
+// MembersWithSkipped is Members, which also returns the member keys it
+// skipped, by their session part.
+func (s *session) MembersWithSkipped(ctx context.Context, group string) ([]backend.Member, []backend.MalformedError, error) {
 	if !backend.ValidName(group) {
-		return nil, nameError("group", group)
+		return nil, nil, nameError("group", group)
 	}
 	op := fmt.Sprintf("members of %q", group)
 	if err := s.overErr(op); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cctx, release := s.bind(ctx)
 	defer release()
 	prefix := s.b.groupPrefix(group)
 	resp, err := s.b.kv.KV.Get(cctx, prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 	if err != nil {
-		return nil, s.failure(ctx, op, err)
+		return nil, nil, s.failure(ctx, op, err)
 	}
 	out := make([]backend.Member, 0, len(resp.Kvs))
+	var skipped []backend.MalformedError
 	for _, kv := range resp.Kvs {
 		session := strings.TrimPrefix(string(kv.Key), prefix)
 		var rec memberRecord
-		if err := json.Unmarshal(kv.Value, &rec); err != nil {
-			return nil, fmt.Errorf("simba/etcd: %s: member key %q: %w", op, kv.Key, err)
+		if err := json.Unmarshal(kv.Value, &rec); err != nil || rec.ID == "" {
+			why := "it names no member id"
+			if err != nil {
+				why = err.Error()
+			}
+			skipped = append(skipped, backend.MalformedError{
+				Key:    session,
+				Reason: fmt.Sprintf("value %s, not a member record (JSON with an id): %s", quoteStart(kv.Value), why),
+			})
+			continue
 		}
 		out = append(out, backend.Member{ID: rec.ID, Session: session, Data: rec.Data})
 	}
-	return out, nil
+	return out, skipped, nil
 }
 
 // WatchMembers watches the member keys of group (one prefix watch) and sends

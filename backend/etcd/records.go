@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -13,7 +14,10 @@ import (
 	"github.com/simba-go/simba/backend"
 )
 
-var _ backend.Records = (*session)(nil)
+var (
+	_ backend.Records      = (*session)(nil)
+	_ backend.SkipReporter = (*session)(nil)
+)
 
 // tokenLen is the length of the token stored in front of a record's value.
 const tokenLen = 8
@@ -33,11 +37,16 @@ func encodeRecord(token uint64, value []byte) string {
 	return string(buf)
 }
 
-// decodeRecord returns the record stored as kv under base.
-func decodeRecord(base string, kv *mvccpb.KeyValue) (backend.Record, error) {
+// decodeRecord returns the record stored as kv under base, or a
+// *backend.MalformedError when the stored value is too short to hold the
+// token: a value that this backend did not write (etcdctl put, say).
+func decodeRecord(base string, kv *mvccpb.KeyValue) (backend.Record, *backend.MalformedError) {
 	key := strings.TrimPrefix(string(kv.Key), base)
 	if len(kv.Value) < tokenLen {
-		return backend.Record{}, fmt.Errorf("simba/etcd: record %q: stored value of %d bytes has no token", key, len(kv.Value))
+		return backend.Record{}, &backend.MalformedError{
+			Key:    key,
+			Reason: fmt.Sprintf("value %s of %d bytes, shorter than the %d-byte token in front of every record", quoteStart(kv.Value), len(kv.Value), tokenLen),
+		}
 	}
 	return backend.Record{
 		Key:     key,
@@ -45,6 +54,18 @@ func decodeRecord(base string, kv *mvccpb.KeyValue) (backend.Record, error) {
 		Version: uint64(kv.ModRevision),
 		Token:   binary.BigEndian.Uint64(kv.Value),
 	}, nil
+}
+
+// maxQuoted bounds the bytes of a stored value that a MalformedError quotes.
+const maxQuoted = 32
+
+// quoteStart quotes the first maxQuoted bytes of b, with "…" when there is
+// more.
+func quoteStart(b []byte) string {
+	if len(b) <= maxQuoted {
+		return strconv.Quote(string(b))
+	}
+	return strconv.Quote(string(b[:maxQuoted])) + "…"
 }
 
 // tokenAtMost compares the token stored in front of the value of key with
@@ -82,32 +103,50 @@ func (s *session) GetRecord(ctx context.Context, key string) (backend.Record, er
 	if len(resp.Kvs) == 0 {
 		return backend.Record{}, fmt.Errorf("simba/etcd: %s: %w", op, backend.ErrNoRecord)
 	}
-	return decodeRecord(s.b.recordKey(""), resp.Kvs[0])
+	r, bad := decodeRecord(s.b.recordKey(""), resp.Kvs[0])
+	if bad != nil {
+		return backend.Record{}, fmt.Errorf("simba/etcd: %s: %w", op, bad)
+	}
+	return r, nil
 }
 
 // ListRecords returns the records whose keys start with prefix, sorted by
-// key: one range read, so a consistent snapshot.
+// key: one range read, so a consistent snapshot. Stored values too short to
+// be records are skipped, and logged.
 func (s *session) ListRecords(ctx context.Context, prefix string) ([]backend.Record, error) {
+	out, skipped, err := s.ListRecordsWithSkipped(ctx, prefix)
+	for _, bad := range skipped {
+		s.b.log.Warn("simba/etcd: skipping a stored value that is not a record", "key", s.b.recordKey(bad.Key), "reason", bad.Reason)
+	}
+	return out, err
+}
+
+// ListRecordsWithSkipped is ListRecords, which also returns the stored
+// values it skipped; it implements [backend.SkipReporter], with
+// MembersWithSkipped.
+func (s *session) ListRecordsWithSkipped(ctx context.Context, prefix string) ([]backend.Record, []backend.MalformedError, error) {
 	op := fmt.Sprintf("list records %q", prefix)
 	if err := s.overErr(op); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cctx, release := s.bind(ctx)
 	defer release()
 	base := s.b.recordKey("")
 	resp, err := s.b.kv.Get(cctx, base+prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 	if err != nil {
-		return nil, s.failure(ctx, op, err)
+		return nil, nil, s.failure(ctx, op, err)
 	}
 	out := make([]backend.Record, 0, len(resp.Kvs))
+	var skipped []backend.MalformedError
 	for _, kv := range resp.Kvs {
-		r, err := decodeRecord(base, kv)
-		if err != nil {
-			return nil, err
+		r, bad := decodeRecord(base, kv)
+		if bad != nil {
+			skipped = append(skipped, *bad)
+			continue
 		}
 		out = append(out, r)
 	}
-	return out, nil
+	return out, skipped, nil
 }
 
 // PutRecord writes value at key if cond holds, in one transaction with the

@@ -155,3 +155,21 @@ func checkRecord(key string, value []byte) error {
 func keyError(key string) error {
 	return fmt.Errorf("simba/memory: invalid record key %q (1-512 of A-Z a-z 0-9 . _ - /, starting and ending with a letter or digit, no //)", key)
 }
+
+var _ backend.SkipReporter = (*session)(nil)
+
+// ListRecordsWithSkipped is ListRecords, with no record skipped: the memory
+// backend keeps records as they were written, never encodings that another
+// program could have spoilt. It implements [backend.SkipReporter], with
+// MembersWithSkipped, so that the memory backend offers what the others
+// do.
+func (s *session) ListRecordsWithSkipped(ctx context.Context, prefix string) ([]backend.Record, []backend.MalformedError, error) {
+	out, err := s.ListRecords(ctx, prefix)
+	return out, nil, err
+}
+
+// MembersWithSkipped is Members, with no member skipped.
+func (s *session) MembersWithSkipped(ctx context.Context, group string) ([]backend.Member, []backend.MalformedError, error) {
+	out, err := s.Members(ctx, group)
+	return out, nil, err
+}

@@ -4,8 +4,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
+
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/backendtest"
+	"github.com/simba-go/simba/backend/zookeeper"
+	"github.com/simba-go/simba/internal/zktest"
 )
 
 // TestConformance runs the backend conformance suite on the shared server,
@@ -15,5 +19,27 @@ func TestConformance(t *testing.T) {
 	t.Parallel()
 	backendtest.Run(t, func(t *testing.T) backend.Backend {
 		return newBackend(t)
-	}, backendtest.WithTTL(time.Second))
+	}, backendtest.WithTTL(time.Second), backendtest.WithMalformed(zkMalformer))
+}
+
+// zkMalformer plants what another ZooKeeper client could write under the
+// backend's root: a record leaf whose data is too short for the token, and
+// a member znode whose data is not a member record (ephemeral, of the
+// planting connection's session, which ends with the test).
+var zkMalformer = backendtest.Malformer{
+	SpoilRecord: func(t *testing.T, b backend.Backend, key string) {
+		c := zktest.Connect(t, zktest.Addr(t))
+		if _, err := c.Set(b.(*zookeeper.Backend).Root()+"/rec/"+key+"/=", []byte("bad"), -1); err != nil {
+			t.Fatalf("spoiling record %q: %v", key, err)
+		}
+	},
+	PlantMember: func(t *testing.T, b backend.Backend, group string) string {
+		c := zktest.Connect(t, zktest.Addr(t))
+		const session = "ffffffffffffffff"
+		path := b.(*zookeeper.Backend).Root() + "/group/" + group + "/" + session
+		if _, err := c.Create(path, []byte("bad"), zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
+			t.Fatalf("planting member znode %s: %v", path, err)
+		}
+		return session
+	},
 }

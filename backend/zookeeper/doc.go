@@ -153,6 +153,12 @@
 // two writes, even of a record deleted and created again (the znode's own
 // data version would start again at 0).
 //
+// A leaf whose data is shorter than the token, or a member znode whose data
+// is not a member record, was written by another client: ListRecords and
+// Members skip it (and log it), GetRecord returns a
+// [*backend.MalformedError] for it, and the session's
+// [backend.SkipReporter] methods list what was skipped.
+//
 // A write reads, then writes. The reads go out together, in one round
 // trip: the record, its directory, and for a fenced write the lease znode
 // <root>/lease/<Lease>. The condition is checked on what was read, and the

@@ -139,21 +139,37 @@ func (s *session) Leave(ctx context.Context, group string) error {
 // Members lists the member znodes of group, ordered by session ID. Children
 // that are not simba member records are skipped (and logged).
 func (s *session) Members(ctx context.Context, group string) ([]backend.Member, error) {
+	out, skipped, err := s.MembersWithSkipped(ctx, group)
+	for _, bad := range skipped {
+		s.b.cfg.logger.Warn("simba/zookeeper: skipping a member znode", "path", s.p.member(group, bad.Key), "reason", bad.Reason)
+	}
+	return out, err
+}
+
+// MembersWithSkipped is Members, which also returns the member znodes it
+// skipped, by name (a session ID). Children whose names are not session
+// IDs are not members, and not reported.
+func (s *session) MembersWithSkipped(ctx context.Context, group string) ([]backend.Member, []backend.MalformedError, error) {
 	if !validName(group) {
-		return nil, nameError("group", group)
+		return nil, nil, nameError("group", group)
 	}
 	dir := s.p.group(group)
-	return callWith(s, ctx, fmt.Sprintf("members %q", group), false, func(c *zk.Conn) ([]backend.Member, error) {
+	type listing struct {
+		members []backend.Member
+		skipped []backend.MalformedError
+	}
+	l, err := callWith(s, ctx, fmt.Sprintf("members %q", group), false, func(c *zk.Conn) (listing, error) {
 		names, _, err := c.Children(dir)
 		if errors.Is(err, zk.ErrNoNode) {
-			return nil, nil
+			return listing{}, nil
 		}
 		if err != nil {
-			return nil, err
+			return listing{}, err
 		}
 		names = slices.DeleteFunc(names, func(n string) bool { return !isSessionID(n) })
 		slices.Sort(names)
 		out := make([]backend.Member, len(names))
+		bad := make([]backend.MalformedError, len(names))
 		errs := make([]error, len(names))
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, 32) // requests in flight
@@ -168,8 +184,11 @@ func (s *session) Members(ctx context.Context, group string) ([]backend.Member, 
 					errs[i] = err
 				default:
 					id, d, err := decodeMember(data)
+					if err == nil && id == "" {
+						err = errors.New("it names no member id") // Join always writes one
+					}
 					if err != nil {
-						s.b.cfg.logger.Warn("simba/zookeeper: skipping a member znode", "path", dir+"/"+n, "err", err)
+						bad[i] = backend.MalformedError{Key: n, Reason: fmt.Sprintf("data %s: %v", quoteStart(data), err)}
 						return
 					}
 					out[i] = backend.Member{ID: id, Session: n, Data: d}
@@ -178,10 +197,15 @@ func (s *session) Members(ctx context.Context, group string) ([]backend.Member, 
 		}
 		wg.Wait()
 		if err := errors.Join(errs...); err != nil {
-			return nil, err
+			return listing{}, err
 		}
-		return slices.DeleteFunc(out, func(m backend.Member) bool { return m.Session == "" }), nil
+		bad = slices.DeleteFunc(bad, func(m backend.MalformedError) bool { return m.Key == "" })
+		if len(bad) == 0 {
+			bad = nil
+		}
+		return listing{slices.DeleteFunc(out, func(m backend.Member) bool { return m.Session == "" }), bad}, nil
 	})
+	return l.members, l.skipped, err
 }
 
 // WatchMembers sets a child watch on the group's znode (an exists watch

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -45,6 +46,8 @@ import (
 //
 // The directories keep no data: only their versions change.
 
+var _ backend.SkipReporter = (*session)(nil)
+
 // tokenLen is the length of the token stored in front of a record's value.
 const tokenLen = 8
 
@@ -53,10 +56,15 @@ func encodeRecord(token uint64, value []byte) []byte {
 	return append(binary.BigEndian.AppendUint64(make([]byte, 0, tokenLen+len(value)), token), value...)
 }
 
-// decodeRecord returns the record at key from its leaf's data and stat.
-func decodeRecord(key string, data []byte, st *zk.Stat) (backend.Record, error) {
+// decodeRecord returns the record at key from its leaf's data and stat, or
+// a *backend.MalformedError when the data is too short to hold the token:
+// data that this backend did not write.
+func decodeRecord(key string, data []byte, st *zk.Stat) (backend.Record, *backend.MalformedError) {
 	if len(data) < tokenLen {
-		return backend.Record{}, fmt.Errorf("record %q: %d bytes of data, not a simba record", key, len(data))
+		return backend.Record{}, &backend.MalformedError{
+			Key:    key,
+			Reason: fmt.Sprintf("data %s of %d bytes, shorter than the %d-byte token in front of every record", quoteStart(data), len(data), tokenLen),
+		}
 	}
 	return backend.Record{
 		Key:     key,
@@ -81,31 +89,64 @@ func (s *session) GetRecord(ctx context.Context, key string) (backend.Record, er
 		if err != nil {
 			return backend.Record{}, err
 		}
-		return decodeRecord(key, data, st)
+		r, bad := decodeRecord(key, data, st)
+		if bad != nil {
+			return backend.Record{}, bad
+		}
+		return r, nil
 	})
+}
+
+// maxQuoted bounds the bytes of stored data that a MalformedError quotes.
+const maxQuoted = 32
+
+// quoteStart quotes the first maxQuoted bytes of b, with "…" when there is
+// more.
+func quoteStart(b []byte) string {
+	if len(b) <= maxQuoted {
+		return strconv.Quote(string(b))
+	}
+	return strconv.Quote(string(b[:maxQuoted])) + "…"
 }
 
 // ListRecords returns the records whose keys start with prefix, sorted by
 // key. It walks the directories under the deepest one that prefix names
 // in full, one level per round trip (the requests of a level go out
 // together), then reads the records together. It is not a snapshot: each
-// record is read as it is at some instant during the call.
+// record is read as it is at some instant during the call. A leaf whose
+// data is too short to be a record is skipped, and logged.
 func (s *session) ListRecords(ctx context.Context, prefix string) ([]backend.Record, error) {
-	return call(s, ctx, fmt.Sprintf("list records %q", prefix), func(c *zk.Conn) ([]backend.Record, error) {
-		return s.listRecords(c, prefix)
+	out, skipped, err := s.ListRecordsWithSkipped(ctx, prefix)
+	for _, bad := range skipped {
+		s.b.cfg.logger.Warn("simba/zookeeper: skipping a record znode", "path", s.p.record(bad.Key), "reason", bad.Reason)
+	}
+	return out, err
+}
+
+// ListRecordsWithSkipped is ListRecords, which also returns the leaves it
+// skipped; it implements [backend.SkipReporter], with MembersWithSkipped.
+func (s *session) ListRecordsWithSkipped(ctx context.Context, prefix string) ([]backend.Record, []backend.MalformedError, error) {
+	type listing struct {
+		records []backend.Record
+		skipped []backend.MalformedError
+	}
+	l, err := call(s, ctx, fmt.Sprintf("list records %q", prefix), func(c *zk.Conn) (listing, error) {
+		out, skipped, err := s.listRecords(c, prefix)
+		return listing{out, skipped}, err
 	})
+	return l.records, l.skipped, err
 }
 
 // recordNode is a directory or leaf znode of the records, with its key.
 type recordNode struct{ path, key string }
 
-func (s *session) listRecords(c *zk.Conn, prefix string) ([]backend.Record, error) {
+func (s *session) listRecords(c *zk.Conn, prefix string) ([]backend.Record, []backend.MalformedError, error) {
 	start := recordNode{s.p.root + recordDir, ""}
 	if i := strings.LastIndexByte(prefix, '/'); i >= 0 {
 		base := prefix[:i]
 		for seg := range strings.SplitSeq(base, "/") {
 			if !validSegment(seg) {
-				return nil, nil // no key starts with prefix
+				return nil, nil, nil // no key starts with prefix
 			}
 		}
 		start = recordNode{s.p.recordDir(base), base}
@@ -121,7 +162,7 @@ func (s *session) listRecords(c *zk.Conn, prefix string) ([]backend.Record, erro
 			children[i] = names
 			return err
 		}); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		var next []recordNode
 		for i, dir := range level {
@@ -148,6 +189,7 @@ func (s *session) listRecords(c *zk.Conn, prefix string) ([]backend.Record, erro
 		level = next
 	}
 	out := make([]backend.Record, len(leaves))
+	bad := make([]backend.MalformedError, len(leaves))
 	if err := together(len(leaves), func(i int) error {
 		data, st, err := c.Get(leaves[i].path)
 		switch {
@@ -155,20 +197,25 @@ func (s *session) listRecords(c *zk.Conn, prefix string) ([]backend.Record, erro
 		case err != nil:
 			return err
 		default:
-			r, err := decodeRecord(leaves[i].key, data, st)
-			if err != nil {
-				s.b.cfg.logger.Warn("simba/zookeeper: skipping a record znode", "path", leaves[i].path, "err", err)
+			r, malformed := decodeRecord(leaves[i].key, data, st)
+			if malformed != nil {
+				bad[i] = *malformed
 				return nil
 			}
 			out[i] = r
 		}
 		return nil
 	}); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out = slices.DeleteFunc(out, func(r backend.Record) bool { return r.Key == "" })
 	slices.SortFunc(out, func(x, y backend.Record) int { return strings.Compare(x.Key, y.Key) })
-	return out, nil
+	bad = slices.DeleteFunc(bad, func(m backend.MalformedError) bool { return m.Key == "" })
+	slices.SortFunc(bad, func(x, y backend.MalformedError) int { return strings.Compare(x.Key, y.Key) })
+	if len(bad) == 0 {
+		bad = nil
+	}
+	return out, bad, nil
 }
 
 // together runs f(0), …, f(n-1) on goroutines, at most 32 at a time, so

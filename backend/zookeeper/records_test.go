@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -322,4 +323,64 @@ func TestLeaseOnLost(t *testing.T) {
 	require.NoError(t, l2.Release(t.Context()))
 	assert.True(t, stop(), "not called on Release")
 	assert.Empty(t, called)
+}
+
+// TestMalformedRecordsAndMembersAreSkipped: a record leaf or a member
+// znode whose data this backend did not write (set by another client) is
+// skipped by ListRecords and Members, named by SkipReporter, and returned
+// by GetRecord as a *backend.MalformedError; the rest is listed.
+func TestMalformedRecordsAndMembersAreSkipped(t *testing.T) {
+	t.Parallel()
+	addr := zktest.Addr(t)
+	root := zktest.Root(t, addr)
+	c := zktest.Connect(t, addr)
+	s, r := records(t, newBackendAt(t, addr, root))
+	for _, k := range []string{"status/a", "status/x", "status/z"} {
+		_, err := r.PutRecord(t.Context(), k, []byte(`{}`), backend.Condition{})
+		require.NoError(t, err)
+	}
+	_, err := c.Set(root+"/rec/status/x/=", []byte("garbage"), -1)
+	require.NoError(t, err)
+	require.NoError(t, s.Join(t.Context(), "g", backend.Member{ID: "a"}))
+	const planted = "00000000000000ff" // a session ID, not a member record
+	_, err = c.Create(root+"/group/g/"+planted, []byte("garbage"), zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
+	require.NoError(t, err)
+
+	list, err := r.ListRecords(t.Context(), "status/")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"status/a", "status/z"}, recordKeys(list))
+	sr, ok := s.(backend.SkipReporter)
+	require.True(t, ok, "the session implements backend.SkipReporter")
+	list, skipped, err := sr.ListRecordsWithSkipped(t.Context(), "status/")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"status/a", "status/z"}, recordKeys(list))
+	require.Len(t, skipped, 1)
+	assert.Equal(t, "status/x", skipped[0].Key)
+	assert.Contains(t, skipped[0].Reason, `"garbage" of 7 bytes`)
+
+	_, err = r.GetRecord(t.Context(), "status/x")
+	var me *backend.MalformedError
+	require.ErrorAs(t, err, &me)
+	assert.Equal(t, "status/x", me.Key)
+	assert.NotErrorIs(t, err, backend.ErrNoRecord)
+
+	ms, err := s.Members(t.Context(), "g")
+	require.NoError(t, err)
+	require.Len(t, ms, 1)
+	assert.Equal(t, "a", ms[0].ID)
+	ms, skippedMembers, err := sr.MembersWithSkipped(t.Context(), "g")
+	require.NoError(t, err)
+	require.Len(t, ms, 1)
+	require.Len(t, skippedMembers, 1)
+	assert.Equal(t, planted, skippedMembers[0].Key)
+	assert.Contains(t, skippedMembers[0].Reason, `"garbage"`)
+}
+
+// recordKeys returns the keys of list.
+func recordKeys(list []backend.Record) []string {
+	out := make([]string, len(list))
+	for i, rec := range list {
+		out[i] = rec.Key
+	}
+	return out
 }
