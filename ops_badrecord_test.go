@@ -2,7 +2,10 @@ package simba_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -119,4 +122,72 @@ func plantOp(t *testing.T, b *memory.Backend, key, value string) {
 	if _, err := s.(backend.Records).PutRecord(t.Context(), key, []byte(value), backend.Condition{}); err != nil {
 		t.Fatalf("planting %s: %v", key, err)
 	}
+}
+
+// malformedStatus is a memory node whose status records read back as
+// malformed, as a foreign writer's garbage does on etcd.
+type malformedStatus struct {
+	*memory.Node
+	reads *atomic.Int32
+}
+
+func (m malformedStatus) Open(ctx context.Context, o backend.SessionOptions) (backend.Session, error) {
+	s, err := m.Node.Open(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	return malformedSession{Session: s, Records: s.(backend.Records), reads: m.reads}, nil
+}
+
+type malformedSession struct {
+	backend.Session
+	backend.Records
+	reads *atomic.Int32
+}
+
+func (s malformedSession) GetRecord(ctx context.Context, key string) (backend.Record, error) {
+	if strings.HasPrefix(key, "status/") {
+		s.reads.Add(1)
+		return backend.Record{}, fmt.Errorf("get record %q: %w", key, &backend.MalformedError{Key: key, Reason: "garbage"})
+	}
+	return s.Records.GetRecord(ctx, key)
+}
+
+// TestMalformedStatusIsNotReadAgain: a status record that cannot be read
+// as one is read once, not retried for three renewal periods while the
+// schedule's first run waits; the term starts afresh.
+func TestMalformedStatusIsNotReadAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		var reads atomic.Int32
+		c, err := simba.New(malformedStatus{Node: b.Node("a"), reads: &reads}, simba.WithTTL(3*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		ran := make(chan time.Time, 1)
+		_, err = c.Election("report").Schedule(simba.FixedRate(time.Hour), func(ctx context.Context, term *simba.Term) error {
+			select {
+			case ran <- time.Now():
+			default:
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case at := <-ran:
+			if d := at.Sub(start); d > time.Second {
+				t.Errorf("the first run waited %v for the status read", d)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("the schedule never ran within a minute")
+		}
+		if n := reads.Load(); n != 1 {
+			t.Errorf("the malformed status record was read %d times, want 1", n)
+		}
+		c.Close()
+	})
 }

@@ -99,6 +99,9 @@ func (c *Client) openStatus(g *generation, term *Term, schedule string) *statusW
 				w.st = records.Status{}
 			}
 		case errors.Is(err, backend.ErrNoRecord):
+		case errors.As(err, new(*backend.MalformedError)):
+			// Another read gives the same bytes: start afresh at once.
+			c.log.Warn("unreadable status record; starting afresh", "election", ref.Election, "err", err)
 		default:
 			// Writing now would replace what the previous holders left
 			// (history sequence, counts, next planned start) with a fresh
@@ -137,7 +140,8 @@ func (w *statusWriter) readPrevious(g *generation) (backend.Record, error) {
 		ctx, cancel := context.WithTimeout(all, g.ttl)
 		rec, err := w.rec.GetRecord(ctx, key)
 		cancel()
-		if err == nil || errors.Is(err, backend.ErrNoRecord) || w.revoked() ||
+		var bad *backend.MalformedError
+		if err == nil || errors.Is(err, backend.ErrNoRecord) || errors.As(err, &bad) || w.revoked() ||
 			!sleep(all, backoff(attempt, g.ttl/3)) {
 			return rec, err
 		}
