@@ -110,14 +110,21 @@ func (r *reporter) say(rep report) {
 // the environment, through the endpoints given (the harness's proxies),
 // running the workload until its stdin closes; then it closes the client
 // and checks that nothing of it is left running.
+//
+// Every exit but the normal one (0, after "closed") says why, on stdout as
+// an "error" report and on stderr, which the harness shows with any
+// unexpected exit: status 2 for an error of the harness's own making (a bad
+// environment, a client that cannot start), the Go runtime's 2 for a panic,
+// with its trace on stderr.
 func childMain() int {
 	baseline := goleak.IgnoreCurrent()
 	out := &reporter{w: os.Stdout}
+	node := os.Getenv(envNode)
 	fail := func(err error) int {
 		out.say(report{Ev: "error", Msg: err.Error()})
+		fmt.Fprintf(os.Stderr, "chaos client %s: exit status 2: %v\n", node, err)
 		return 2
 	}
-	node := os.Getenv(envNode)
 	ttl, err := time.ParseDuration(os.Getenv(envTTL))
 	if err != nil {
 		return fail(fmt.Errorf("%s: %w", envTTL, err))

@@ -25,6 +25,7 @@ type child struct {
 	link  link
 	// stderr keeps what the process wrote there (race reports, panics).
 	stderr lockedBuffer
+	last   ring // its last report lines, for the reason of an exit
 
 	ready     chan struct{} // closed at its first session
 	readyOnce sync.Once
@@ -111,11 +112,19 @@ func (r *run) startChild(slot int) (*child, error) {
 }
 
 // read records what c reports until its output ends, then waits for it.
+// An exit the harness did not cause, or a failed one after it asked the
+// client to close, is a violation that says why the process ended: its
+// exit status or signal, what it wrote on stderr, its last reports.
 func (r *run) read(c *child, stdout io.Reader) {
 	sc := bufio.NewScanner(stdout)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
+		c.last.add(sc.Text())
 		r.record(c, sc.Bytes())
+	}
+	if err := sc.Err(); err != nil {
+		r.violate("%s: its reports cannot be read: %v", c.name, err)
+		io.Copy(io.Discard, stdout) // the process must not block on a full pipe
 	}
 	err := c.cmd.Wait()
 	c.link.close()
@@ -125,15 +134,75 @@ func (r *run) read(c *child, stdout io.Reader) {
 	r.mu.Unlock()
 	switch {
 	case !expected:
-		r.violate("%s exited by itself: %v", c.name, err)
+		r.violate("%s exited by itself: %s", c.name, c.exitReason(err))
 	case c.killedAt.IsZero() && err != nil:
-		r.violate("%s exited with %v after it was asked to close", c.name, err)
+		r.violate("%s failed after it was asked to close: %s", c.name, c.exitReason(err))
 	}
 	if s := c.stderr.String(); strings.Contains(s, "DATA RACE") || strings.Contains(s, "panic:") {
 		r.violate("%s wrote to stderr:\n%s", c.name, s)
 	}
-	r.logf("%s exited: %v", c.name, err)
+	r.logf("%s exited: %s", c.name, c.exitReason(err))
 	close(c.exited)
+}
+
+// exitReason describes how c's process ended: its exit status or signal,
+// what it wrote on stderr, and its last reports.
+func (c *child) exitReason(err error) string {
+	var b strings.Builder
+	switch {
+	case err == nil:
+		b.WriteString("exit status 0")
+	default:
+		b.WriteString(err.Error())
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				fmt.Fprintf(&b, " (signal %d, %v)", ws.Signal(), ws.Signal())
+			}
+		}
+	}
+	if s := strings.TrimSpace(c.stderr.String()); s != "" {
+		fmt.Fprintf(&b, "; stderr:\n%s", indent(tail(s, 4<<10)))
+	} else {
+		b.WriteString("; nothing on stderr")
+	}
+	if last := c.last.lines(); len(last) > 0 {
+		fmt.Fprintf(&b, "\nits last reports:\n%s", indent(strings.Join(last, "\n")))
+	}
+	return b.String()
+}
+
+// tail returns the last n bytes of s, marked as cut.
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "[…]" + s[len(s)-n:]
+}
+
+func indent(s string) string { return "\t" + strings.ReplaceAll(s, "\n", "\n\t") }
+
+// ring keeps the last few lines written to it. Safe for concurrent use.
+type ring struct {
+	mu  sync.Mutex
+	buf []string
+}
+
+const ringSize = 5
+
+func (r *ring) add(line string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.buf) == ringSize {
+		r.buf = r.buf[1:]
+	}
+	r.buf = append(r.buf, line)
+}
+
+func (r *ring) lines() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.buf...)
 }
 
 // record takes in one report line of c.
@@ -214,7 +283,8 @@ func (r *run) closeChildren(timeout time.Duration) {
 		select {
 		case <-c.exited:
 		case <-deadline:
-			r.violate("%s did not exit within %v of being asked to close:\n%s", c.name, timeout, c.stderr.String())
+			r.violate("%s did not exit within %v of being asked to close; killed. Its stderr:\n%s\nits last reports:\n%s",
+				c.name, timeout, indent(tail(c.stderr.String(), 4<<10)), indent(strings.Join(c.last.lines(), "\n")))
 			r.kill(c)
 		}
 	}

@@ -119,7 +119,7 @@ func newRun(t *testing.T, w world, cfg runConfig) *run {
 		select {
 		case <-c.ready:
 		case <-c.exited:
-			t.Fatalf("%s exited before its first session: %v\n%s", c.name, c.waitErr, c.stderr.String())
+			t.Fatalf("%s exited before its first session: %s", c.name, c.exitReason(c.waitErr))
 		case <-timeout:
 			t.Fatalf("%s has no session after 60s", c.name)
 		}
