@@ -23,6 +23,7 @@ import (
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/etcd"
 	"github.com/simba-go/simba/backend/zookeeper"
+	"github.com/simba-go/simba/internal/check"
 )
 
 // The environment of a client process: the harness re-executes the test
@@ -77,14 +78,20 @@ type report struct {
 	// Ev is what happened: "session" (a session started: Session, TTL),
 	// "lost" (it ended: Session, Msg), "start" (a term began: Lease,
 	// Token, Start), "end" (it ended: also End, its Deadline after
-	// revocation, and Msg, why), "closed" (Client.Close returned),
-	// "late-event" (an event delivered after Close), "leak" (goroutines
-	// left after Close), "error".
+	// revocation, and Msg, why), "obs" (a task was told its term is
+	// valid: Lease, Token, What it asked, At, Until), "exit" (a term's
+	// run returned: Lease, Token, At, Until the latest instant it was
+	// promised), "closed" (Client.Close returned), "late-event" (an
+	// event delivered after Close), "leak" (goroutines left after
+	// Close), "error".
 	Ev      string        `json:"ev"`
 	Lease   string        `json:"lease,omitempty"`
 	Token   uint64        `json:"token,omitempty"`
 	Start   time.Time     `json:"start,omitzero"`
 	End     time.Time     `json:"end,omitzero"`
+	What    string        `json:"what,omitempty"`
+	At      time.Time     `json:"at,omitzero"`
+	Until   time.Time     `json:"until,omitzero"`
 	Session string        `json:"session,omitempty"`
 	TTL     time.Duration `json:"ttl,omitempty"`
 	Msg     string        `json:"msg,omitempty"`
@@ -138,12 +145,12 @@ func childMain() int {
 		return fail(err)
 	}
 	var cb backend.Backend = b
-	switch plant := os.Getenv(envPlant); plant {
+	switch bug := os.Getenv(envPlant); bug {
 	case "":
 	case plantOverstatedTTL:
 		cb = overstated{b, ttl}
 	default:
-		return fail(fmt.Errorf("%s=%q: unknown planted bug", envPlant, plant))
+		return fail(fmt.Errorf("%s=%q: unknown planted bug", envPlant, bug))
 	}
 	var closed atomic.Bool
 	c, err := simba.New(cb, simba.WithTTL(ttl), simba.WithMemberID(node), simba.WithEventHandler(func(e simba.Event) {
@@ -202,6 +209,10 @@ func openBackend() (backend.Backend, error) {
 
 // writer is the task of every term: it writes the term's token to the
 // register while the term is valid, then reports how the term ended.
+// It asks whether the term is valid through a check.Observer, and reports
+// every answer that let it go on, and the instant its run returned: what
+// check.Observed and check.HandOffOrder compare with the grants the
+// harness sees on the servers.
 type writer struct {
 	url  string
 	node string
@@ -215,14 +226,39 @@ func newWriter(register, node string, seed uint64, out *reporter) *writer {
 		http: &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 8}}}
 }
 
+// guard is what a run asks before each step of its work.
+type guard int
+
+const (
+	guardValid  guard = iota // term.Valid(), as the SPEC's example does
+	guardEnsure              // term.EnsureValid(step), as schedules do
+	guardCtx                 // the run's ctx: not cancelled yet
+)
+
 func (w *writer) run(ctx context.Context, term *simba.Term) error {
-	w.out.say(report{Ev: "start", Lease: term.Name(), Token: term.Token(), Start: term.Start()})
+	name, token := term.Name(), term.Token()
+	w.out.say(report{Ev: "start", Lease: name, Token: token, Start: term.Start()})
 	h := fnv.New64a()
-	h.Write([]byte(w.node + "/" + term.Name()))
-	r := rand.New(rand.NewPCG(w.seed^h.Sum64(), term.Token()))
-	for term.Valid() {
-		time.Sleep(minWork + time.Duration(r.Int64N(int64(maxWork-minWork+1))))
-		w.write(term.Name(), term.Token())
+	h.Write([]byte(w.node + "/" + name))
+	r := rand.New(rand.NewPCG(w.seed^h.Sum64(), token))
+	// The election's task loops while term.Valid(); a partition's task
+	// guards its steps with one of the three, chosen for the term.
+	g := guardValid
+	if name != election {
+		g = [...]guard{guardValid, guardValid, guardEnsure, guardCtx}[r.IntN(4)]
+	}
+	// One observer per run: t records the horizon its Deadline promised,
+	// and the observer's clock the instant each question was asked.
+	t := &tap{Term: term}
+	var asked, horizon time.Time
+	o := &check.Observer{Now: func() time.Time { asked = time.Now(); return asked }}
+	for {
+		step := minWork + time.Duration(r.Int64N(int64(maxWork-minWork+1)))
+		if !w.ask(ctx, o, t, g, step, &asked, &horizon) {
+			break
+		}
+		time.Sleep(step) // work that does not watch the term
+		w.write(name, token)
 	}
 	<-term.Revoked()
 	why := "?"
@@ -234,8 +270,68 @@ func (w *writer) run(ctx context.Context, term *simba.Term) error {
 			why = err.Error()
 		}
 	}
-	w.out.say(report{Ev: "end", Lease: term.Name(), Token: term.Token(), Start: term.Start(), End: term.Deadline(), Msg: why})
+	w.out.say(report{Ev: "end", Lease: name, Token: token, Start: term.Start(), End: term.Deadline(), Msg: why})
+	o.Exited(w.node, t) // the run's last act
+	for _, e := range o.Exits() {
+		// The horizon of the Valid and EnsureValid answers only, not the
+		// observer's, which counts a live ctx as a promise (see ask).
+		w.out.say(report{Ev: "exit", Lease: name, Token: token, At: e.At, Until: horizon})
+	}
 	return nil
+}
+
+// ask asks the guard through o and reports the answer if it lets the run go
+// on, as o recorded it: at the instant asked (the observer's clock), valid
+// until the horizon promised (for Valid, the Deadline o samples with it, if
+// later than the question). It moves horizon to the latest instant Valid
+// or EnsureValid promised.
+//
+// A live ctx is reported, but is no promise: the library cancels it from
+// a timer at the term's end, and a process that resumes after a pause
+// (SIGSTOP) past its deadline runs its tasks before that timer's function
+// has run; Valid and EnsureValid read the clock and are already false.
+func (w *writer) ask(ctx context.Context, o *check.Observer, t *tap, g guard, step time.Duration, asked, horizon *time.Time) bool {
+	rep := report{Ev: "obs", Lease: t.Name(), Token: t.Token()}
+	switch g {
+	case guardValid:
+		t.deadline = time.Time{}
+		if !o.Valid(w.node, t) {
+			return false
+		}
+		rep.What, rep.At, rep.Until = "Valid", *asked, *asked
+		if t.deadline.After(*asked) {
+			rep.Until = t.deadline
+		}
+	case guardEnsure:
+		if o.EnsureValid(w.node, t, step) != nil {
+			return false
+		}
+		rep.What, rep.At, rep.Until = fmt.Sprintf("EnsureValid(%v)", step), *asked, asked.Add(step)
+	case guardCtx:
+		if !o.Live(w.node, t, ctx) {
+			return false
+		}
+		rep.What, rep.At = "ctx", *asked
+		w.out.say(rep)
+		return true
+	}
+	if rep.Until.After(*horizon) {
+		*horizon = rep.Until
+	}
+	w.out.say(rep)
+	return true
+}
+
+// tap is a term as the observer sees it, keeping the last horizon its
+// Deadline answered.
+type tap struct {
+	*simba.Term
+	deadline time.Time
+}
+
+func (t *tap) Deadline() time.Time {
+	t.deadline = t.Term.Deadline()
+	return t.deadline
 }
 
 // write sends one write to the register; whether it was accepted is the

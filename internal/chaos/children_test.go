@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/simba-go/simba/internal/check"
 )
 
 // child is one client process of a run.
@@ -141,7 +143,14 @@ func (r *run) read(c *child, stdout io.Reader) {
 	if s := c.stderr.String(); strings.Contains(s, "DATA RACE") || strings.Contains(s, "panic:") {
 		r.violate("%s wrote to stderr:\n%s", c.name, s)
 	}
-	r.logf("%s exited: %s", c.name, c.exitReason(err))
+	switch {
+	case !expected || (c.killedAt.IsZero() && err != nil):
+		r.logf("%s exited: %s", c.name, c.exitReason(err))
+	case err != nil:
+		r.logf("%s exited: %v (killed by the harness)", c.name, err)
+	default:
+		r.logf("%s exited: exit status 0", c.name)
+	}
 	close(c.exited)
 }
 
@@ -240,6 +249,26 @@ func (r *run) record(c *child, line []byte) {
 		}
 		tr.end, tr.ended, tr.why = rep.End, true, rep.Msg
 		r.logLocked("%s: term %d of %s ended (%s), valid until %s", c.name, rep.Token, rep.Lease, rep.Msg, stamp(rep.End))
+	case "obs":
+		o := check.Observation{Name: rep.Lease, Token: rep.Token, Node: c.name, What: rep.What, At: rep.At.Round(0), Until: rep.Until.Round(0)}
+		switch rep.What {
+		case "ctx":
+			// No promise of validity (see writer.ask): counted, not
+			// checked.
+			r.liveCtx++
+			return
+		case "Valid":
+			// As check.Observer records Valid: valid at the instant
+			// asked, and promised until the Deadline sampled with it.
+			o.Until = o.At
+			if rep.Until.After(rep.At) {
+				r.obs = append(r.obs, check.Observation{Name: rep.Lease, Token: rep.Token, Node: c.name, What: "Deadline", At: o.At, Until: rep.Until.Round(0)})
+			}
+		}
+		r.obs = append(r.obs, o)
+	case "exit":
+		r.exits = append(r.exits, check.Exit{Name: rep.Lease, Token: rep.Token, Node: c.name, At: rep.At.Round(0), Horizon: rep.Until.Round(0)})
+		r.logLocked("%s: the run of term %d of %s returned at %s, promised its term until %s", c.name, rep.Token, rep.Lease, stamp(rep.At), stamp(rep.Until))
 	case "closed":
 		c.closed = true
 		r.logLocked("%s: closed", c.name)
