@@ -126,7 +126,11 @@ func testGrantWatch(t *testing.T, w interface {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Logf("grants %+v, blind ranges %v", grants, blind)
+	defer func() {
+		if t.Failed() {
+			t.Logf("grants %+v, blind ranges %v", grants, blind)
+		}
+	}()
 	for i, h := range want {
 		var g *check.Grant
 		for i := range grants {
