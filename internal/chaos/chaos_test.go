@@ -56,7 +56,7 @@ func testFaults(t *testing.T, w world, seed uint64) {
 type controlSpec struct {
 	plant  string    // the bug planted in the clients (see envPlant), or ""
 	fenced bool      // the register's fencing
-	hit    faultKind // what is done to the holder: pause or blackhole
+	hit    faultKind // what is done to the holder: pause, blackhole or stop
 	rounds int       // at most
 	want   string    // the prefix of the violation it must show
 	also   []string  // prefixes of other violations the weakness may cause
@@ -81,6 +81,22 @@ var plantedBugs = []controlSpec{
 	// the expiry from a release).
 	{plant: plantOverstatedTTL, fenced: true, hit: faultPause, rounds: 5, want: "I1:", also: []string{"I4:", "I7:"},
 		what: "with the TTL overstated, the overlapping terms"},
+	// Term.Valid stays true for 500ms after the term ended: a holder cut
+	// off from the servers (blackholed) for 1.5–2×TTL goes on writing
+	// after the backend has freed its lease. The library's own account of
+	// its terms is consistent, so only what the tasks were told, against
+	// the grants seen on the servers, shows it: check.Observed (I4).
+	// check.HandOffOrder may flag the same runs (I7): the horizon of a run
+	// is the latest instant it was told its term valid, Valid's lies
+	// included, and the lease was gone before it.
+	{plant: "valid-late", fenced: true, hit: faultBlackhole, rounds: 8, want: "I4:", also: []string{"I7:"},
+		what: "with Valid late, the tasks told their term is valid after the backend freed it"},
+	// A stopped term's lease is released at once, not once its run has
+	// exited: a holder told to stop its election releases the lease while
+	// the run finishes its step. check.HandOffOrder (I7) must see the
+	// release before the exit.
+	{plant: "release-before-exit", fenced: true, hit: faultStop, rounds: 5, want: "I7:",
+		what: "with the lease released before the run exits, the hand-offs out of order"},
 }
 
 // testControl runs the control c.
@@ -122,7 +138,8 @@ func testControl(t *testing.T, w world, seed uint64, c controlSpec) {
 // hitHolders hits the holder of the election with a fault of the kind
 // given, again and again, until a violation with the given prefix shows,
 // or max rounds; it returns the rounds played. A pause lasts 2–3×TTL, a
-// blackhole 1.5–2×TTL.
+// blackhole 1.5–2×TTL; a stop lasts until the client has started its
+// election again.
 func (r *run) hitHolders(kind faultKind, max int, want string) int {
 	rng := rand.New(rand.NewPCG(r.cfg.seed, 0x5709))
 	for round := 1; ; round++ {
@@ -145,6 +162,8 @@ func (r *run) hitHolders(kind faultKind, max int, want string) int {
 			f.For = 2*r.cfg.ttl + time.Duration(rng.Int64N(int64(r.cfg.ttl)))
 		case faultBlackhole:
 			f.For = r.cfg.ttl + r.cfg.ttl/2 + time.Duration(rng.Int64N(int64(r.cfg.ttl/2)))
+		case faultStop:
+			settle = 300 * time.Millisecond // the run's exit is reported, the watcher sees the release
 		default:
 			panic(fmt.Sprintf("hitHolders(%v)", kind))
 		}

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -24,6 +25,7 @@ import (
 	"github.com/simba-go/simba/backend/etcd"
 	"github.com/simba-go/simba/backend/zookeeper"
 	"github.com/simba-go/simba/internal/check"
+	"github.com/simba-go/simba/internal/plant"
 )
 
 // The environment of a client process: the harness re-executes the test
@@ -38,7 +40,7 @@ const (
 	envNode      = "SIMBA_CHAOS_NODE"      // the child's name and member ID
 	envTTL       = "SIMBA_CHAOS_TTL"       // the TTL the client requests
 	envChildSeed = "SIMBA_CHAOS_CHILD_SEED"
-	envPlant     = "SIMBA_CHAOS_PLANT" // plantOverstatedTTL, or empty
+	envPlant     = "SIMBA_CHAOS_PLANT" // plantOverstatedTTL, a bug of internal/plant, or empty
 
 	roleChild        = "child"
 	backendEtcd      = "etcd"
@@ -46,8 +48,13 @@ const (
 
 	// plantOverstatedTTL plants a safety bug in the client: its backend
 	// reports every granted TTL one TTL longer than granted, so that its
-	// terms outlive its leases on the server.
+	// terms outlive its leases on the server. Any other name is one of
+	// internal/plant's bugs, planted with plant.Set.
 	plantOverstatedTTL = "overstated-ttl"
+
+	// The commands a client reads on its stdin, one a line; the end of its
+	// stdin tells it to close.
+	cmdStop = "stop " // + election or group: Stop it, then start it again once Done
 )
 
 // The workload of every client process: one election and one partition
@@ -81,9 +88,10 @@ type report struct {
 	// revocation, and Msg, why), "obs" (a task was told its term is
 	// valid: Lease, Token, What it asked, At, Until), "exit" (a term's
 	// run returned: Lease, Token, At, Until the latest instant it was
-	// promised), "closed" (Client.Close returned), "late-event" (an
-	// event delivered after Close), "leak" (goroutines left after
-	// Close), "error".
+	// promised), "restarted" (after a stop command: Lease, the election
+	// or group, stopped at Start, started again at End), "closed"
+	// (Client.Close returned), "late-event" (an event delivered after
+	// Close), "leak" (goroutines left after Close), "error".
 	Ev      string        `json:"ev"`
 	Lease   string        `json:"lease,omitempty"`
 	Token   uint64        `json:"token,omitempty"`
@@ -115,8 +123,9 @@ func (r *reporter) say(rep report) {
 
 // childMain is a client process: a simba client on the backend named by
 // the environment, through the endpoints given (the harness's proxies),
-// running the workload until its stdin closes; then it closes the client
-// and checks that nothing of it is left running.
+// running the workload and the commands read on its stdin until it
+// closes; then it closes the client and checks that nothing of it is left
+// running.
 //
 // Every exit but the normal one (0, after "closed") says why, on stdout as
 // an "error" report and on stderr, which the harness shows with any
@@ -150,7 +159,9 @@ func childMain() int {
 	case plantOverstatedTTL:
 		cb = overstated{b, ttl}
 	default:
-		return fail(fmt.Errorf("%s=%q: unknown planted bug", envPlant, bug))
+		if _, err := plant.Set(bug); err != nil {
+			return fail(fmt.Errorf("%s: %w", envPlant, err))
+		}
 	}
 	var closed atomic.Bool
 	c, err := simba.New(cb, simba.WithTTL(ttl), simba.WithMemberID(node), simba.WithEventHandler(func(e simba.Event) {
@@ -169,15 +180,49 @@ func childMain() int {
 		return fail(err)
 	}
 	w := newWriter(os.Getenv(envRegister), node, seed, out)
-	if _, err := c.Election(election).RunWhileLeader(w.run); err != nil {
-		return fail(err)
+	startElection := func() (func() <-chan struct{}, error) {
+		t, err := c.Election(election).RunWhileLeader(w.run)
+		if err != nil {
+			return nil, err
+		}
+		return t.Stop, nil
 	}
-	if _, err := c.Group(group, partitions).RunWhileLeader(func(ctx context.Context, term *simba.Term, _ int) error {
-		return w.run(ctx, term)
-	}); err != nil {
-		return fail(err)
+	startGroup := func() (func() <-chan struct{}, error) {
+		t, err := c.Group(group, partitions).RunWhileLeader(func(ctx context.Context, term *simba.Term, _ int) error {
+			return w.run(ctx, term)
+		})
+		if err != nil {
+			return nil, err
+		}
+		return t.Stop, nil
 	}
-	io.Copy(io.Discard, os.Stdin) // until the harness closes it (or dies)
+	tasks := map[string]*task{election: {start: startElection}, group: {start: startGroup}}
+	for _, name := range []string{election, group} {
+		if err := tasks[name].restart(); err != nil {
+			return fail(err)
+		}
+	}
+	// The commands, until the harness closes stdin (or dies).
+	lines := bufio.NewScanner(os.Stdin)
+	for lines.Scan() {
+		name, ok := strings.CutPrefix(lines.Text(), cmdStop)
+		t := tasks[name]
+		if !ok || t == nil {
+			return fail(fmt.Errorf("unknown command %q", lines.Text()))
+		}
+		// As the simulator does: Stop in the middle of a term, and start
+		// again once the hand-off is complete.
+		stopped := time.Now()
+		<-t.stop()
+		done := time.Now()
+		if err := t.restart(); err != nil {
+			return fail(fmt.Errorf("starting %s again after its Stop: %w", name, err))
+		}
+		out.say(report{Ev: "restarted", Lease: name, Start: stopped, End: done})
+	}
+	if err := lines.Err(); err != nil {
+		return fail(fmt.Errorf("reading commands: %w", err))
+	}
 	if err := c.Close(); err != nil {
 		out.say(report{Ev: "error", Msg: "close: " + err.Error()})
 	}
@@ -191,6 +236,18 @@ func childMain() int {
 		out.say(report{Ev: "leak", Msg: err.Error()})
 	}
 	return 0
+}
+
+// task is the election or the group of a client, which a stop command
+// stops and starts again.
+type task struct {
+	start func() (stop func() <-chan struct{}, err error)
+	stop  func() <-chan struct{} // of the running task: Stop, which returns Done
+}
+
+func (t *task) restart() (err error) {
+	t.stop, err = t.start()
+	return err
 }
 
 // openBackend returns the backend the environment names.

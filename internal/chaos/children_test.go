@@ -32,6 +32,8 @@ type child struct {
 	ready     chan struct{} // closed at its first session
 	readyOnce sync.Once
 	exited    chan struct{} // closed once its output is read and it is waited for
+	restarted chan struct{} // a value for each "restarted" report (after a stop command)
+	stdinMu   sync.Mutex    // orders the commands and the close of stdin
 
 	// Guarded by run.mu.
 	killedAt time.Time // when the harness killed it (SIGKILL)
@@ -71,7 +73,8 @@ func (r *run) startChild(slot int) (*child, error) {
 	}
 	r.mu.Lock()
 	r.nextNode++
-	c := &child{name: fmt.Sprintf("c%d", r.nextNode), link: l, ready: make(chan struct{}), exited: make(chan struct{})}
+	c := &child{name: fmt.Sprintf("c%d", r.nextNode), link: l, ready: make(chan struct{}), exited: make(chan struct{}),
+		restarted: make(chan struct{}, 1)}
 	r.mu.Unlock()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(),
@@ -269,6 +272,12 @@ func (r *run) record(c *child, line []byte) {
 	case "exit":
 		r.exits = append(r.exits, check.Exit{Name: rep.Lease, Token: rep.Token, Node: c.name, At: rep.At.Round(0), Horizon: rep.Until.Round(0)})
 		r.logLocked("%s: the run of term %d of %s returned at %s, promised its term until %s", c.name, rep.Token, rep.Lease, stamp(rep.At), stamp(rep.Until))
+	case "restarted":
+		r.logLocked("%s: %s stopped at %s, done at %s, started again", c.name, rep.Lease, stamp(rep.Start), stamp(rep.End))
+		select {
+		case c.restarted <- struct{}{}:
+		default:
+		}
 	case "closed":
 		c.closed = true
 		r.logLocked("%s: closed", c.name)
@@ -279,6 +288,14 @@ func (r *run) record(c *child, line []byte) {
 	default:
 		r.violations = append(r.violations, fmt.Errorf("%s: %s: %s", c.name, rep.Ev, rep.Msg))
 	}
+}
+
+// command sends c a command line (see cmdStop).
+func (c *child) command(line string) error {
+	c.stdinMu.Lock()
+	defer c.stdinMu.Unlock()
+	_, err := io.WriteString(c.stdin, line+"\n")
+	return err
 }
 
 // kill kills c with SIGKILL and waits until it is gone.
@@ -305,7 +322,9 @@ func (r *run) closeChildren(timeout time.Duration) {
 	r.mu.Unlock()
 	for _, c := range running {
 		c.cmd.Process.Signal(syscall.SIGCONT)
+		c.stdinMu.Lock()
 		c.stdin.Close()
+		c.stdinMu.Unlock()
 	}
 	deadline := time.After(timeout)
 	for _, c := range running {

@@ -291,6 +291,9 @@ func (r *run) apply(f fault) {
 	r.mu.Lock()
 	c := r.slots[slot]
 	what := f.Kind.String()
+	if f.Kind == faultStop {
+		what += " " + f.stopped()
+	}
 	if r.holdsLocked(c) {
 		what += " of a holder"
 	}
@@ -330,6 +333,22 @@ func (r *run) apply(f fault) {
 			r.hold(f.For)
 			c.link.heal()
 			r.logf("%s's link healed", c.name)
+		})
+	case faultStop:
+		// The fault lasts until the client has started it again.
+		if err := c.command(cmdStop + f.stopped()); err != nil {
+			r.free(slot)
+			r.violate("telling %s to stop %s: %v", c.name, f.stopped(), err)
+			return
+		}
+		r.pending.Go(func() {
+			defer r.free(slot)
+			select {
+			case <-c.restarted:
+			case <-c.exited:
+			case <-time.After(30 * time.Second):
+				r.violate("%s did not start %s again within 30s of being told to stop it", c.name, f.stopped())
+			}
 		})
 	}
 }
