@@ -139,7 +139,14 @@ func (r *run) read(c *child, stdout io.Reader) {
 	r.mu.Unlock()
 	switch {
 	case !expected:
-		r.violate("%s exited by itself: %s", c.name, c.exitReason(err))
+		why := c.exitReason(err)
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+				why += "\n(a SIGKILL the harness did not send: the kernel's OOM killer, or its Pdeathsig, sent when the thread of the test process that started it ends)"
+			}
+		}
+		r.violate("%s exited by itself: %s", c.name, why)
 	case c.killedAt.IsZero() && err != nil:
 		r.violate("%s failed after it was asked to close: %s", c.name, c.exitReason(err))
 	}
