@@ -42,6 +42,9 @@ type grantLog struct {
 	// cannot be checked.
 	blind []tokenRange
 	err   error // why the watch stopped short, if it did
+
+	// note, when set, logs what the watcher sees (the run's timeline).
+	note func(format string, args ...any)
 }
 
 type grantKey struct {
@@ -64,6 +67,13 @@ func (t tokenRange) holds(token uint64) bool { return t.After < token && token <
 
 func newGrantLog() *grantLog { return &grantLog{byKey: map[grantKey]*check.Grant{}} }
 
+// setNote sets the log of what the watcher sees.
+func (l *grantLog) setNote(note func(format string, args ...any)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.note = note
+}
+
 // begin records that the grant of name with token has begun, no later
 // than start.
 func (l *grantLog) begin(name string, token uint64, start time.Time) {
@@ -76,6 +86,9 @@ func (l *grantLog) begin(name string, token uint64, start time.Time) {
 	g := &check.Grant{Name: name, Token: token, Start: start.Round(0)}
 	l.byKey[k] = g
 	l.grants = append(l.grants, g)
+	if l.note != nil {
+		l.note("server: grant %d of %s began by %s", token, name, stamp(start))
+	}
 }
 
 // end records that the grant of name with token was over at the instant
@@ -93,6 +106,9 @@ func (l *grantLog) end(name string, token uint64, at time.Time) {
 	}
 	if !g.Ended {
 		g.End, g.Ended = at.Round(0), true
+		if l.note != nil {
+			l.note("server: grant %d of %s over by %s", token, name, stamp(at))
+		}
 	}
 }
 
@@ -102,6 +118,9 @@ func (l *grantLog) missed(after, upTo uint64, why string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.blind = append(l.blind, tokenRange{after, upTo, why})
+	if l.note != nil {
+		l.note("server: the grant watch may have missed grants: %v", l.blind[len(l.blind)-1])
+	}
 	return len(l.blind) - 1
 }
 

@@ -115,6 +115,7 @@ func newRun(t *testing.T, w world, cfg runConfig) *run {
 		r.reg.Close()
 		t.Fatalf("watching the grants under %s: %v", r.space, err)
 	}
+	gw.log.setNote(r.logf)
 	r.grants = gw
 	t.Cleanup(func() {
 		r.killAll()
@@ -437,10 +438,6 @@ func (r *run) finish(healed time.Time) (summary, []error) {
 	}
 	observed, oerrs := observedChecks(obs, exits, r.grants)
 	errs = append(errs, oerrs...)
-	_, blind, _ := r.grants.log.snapshot()
-	for _, b := range blind {
-		r.logf("a blind spot of the grant watch: %v", b)
-	}
 	s := r.summarize(healed, terms, writes)
 	r.mu.Lock()
 	observed.liveCtx = r.liveCtx
