@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,6 +24,8 @@ import (
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/etcd"
 	"github.com/simba-go/simba/backend/zookeeper"
+	"github.com/simba-go/simba/internal/check"
+	"github.com/simba-go/simba/internal/plant"
 )
 
 // The environment of a client process: the harness re-executes the test
@@ -37,7 +40,7 @@ const (
 	envNode      = "SIMBA_CHAOS_NODE"      // the child's name and member ID
 	envTTL       = "SIMBA_CHAOS_TTL"       // the TTL the client requests
 	envChildSeed = "SIMBA_CHAOS_CHILD_SEED"
-	envPlant     = "SIMBA_CHAOS_PLANT" // plantOverstatedTTL, or empty
+	envPlant     = "SIMBA_CHAOS_PLANT" // plantOverstatedTTL, a bug of internal/plant, or empty
 
 	roleChild        = "child"
 	backendEtcd      = "etcd"
@@ -45,8 +48,13 @@ const (
 
 	// plantOverstatedTTL plants a safety bug in the client: its backend
 	// reports every granted TTL one TTL longer than granted, so that its
-	// terms outlive its leases on the server.
+	// terms outlive its leases on the server. Any other name is one of
+	// internal/plant's bugs, planted with plant.Set.
 	plantOverstatedTTL = "overstated-ttl"
+
+	// The commands a client reads on its stdin, one a line; the end of its
+	// stdin tells it to close.
+	cmdStop = "stop " // + election or group: Stop it, then start it again once Done
 )
 
 // The workload of every client process: one election and one partition
@@ -77,14 +85,21 @@ type report struct {
 	// Ev is what happened: "session" (a session started: Session, TTL),
 	// "lost" (it ended: Session, Msg), "start" (a term began: Lease,
 	// Token, Start), "end" (it ended: also End, its Deadline after
-	// revocation, and Msg, why), "closed" (Client.Close returned),
-	// "late-event" (an event delivered after Close), "leak" (goroutines
-	// left after Close), "error".
+	// revocation, and Msg, why), "obs" (a task was told its term is
+	// valid: Lease, Token, What it asked, At, Until), "exit" (a term's
+	// run returned: Lease, Token, At, Until the latest instant it was
+	// promised), "restarted" (after a stop command: Lease, the election
+	// or group, stopped at Start, started again at End), "closed"
+	// (Client.Close returned), "late-event" (an event delivered after
+	// Close), "leak" (goroutines left after Close), "error".
 	Ev      string        `json:"ev"`
 	Lease   string        `json:"lease,omitempty"`
 	Token   uint64        `json:"token,omitempty"`
 	Start   time.Time     `json:"start,omitzero"`
 	End     time.Time     `json:"end,omitzero"`
+	What    string        `json:"what,omitempty"`
+	At      time.Time     `json:"at,omitzero"`
+	Until   time.Time     `json:"until,omitzero"`
 	Session string        `json:"session,omitempty"`
 	TTL     time.Duration `json:"ttl,omitempty"`
 	Msg     string        `json:"msg,omitempty"`
@@ -108,16 +123,24 @@ func (r *reporter) say(rep report) {
 
 // childMain is a client process: a simba client on the backend named by
 // the environment, through the endpoints given (the harness's proxies),
-// running the workload until its stdin closes; then it closes the client
-// and checks that nothing of it is left running.
+// running the workload and the commands read on its stdin until it
+// closes; then it closes the client and checks that nothing of it is left
+// running.
+//
+// Every exit but the normal one (0, after "closed") says why, on stdout as
+// an "error" report and on stderr, which the harness shows with any
+// unexpected exit: status 2 for an error of the harness's own making (a bad
+// environment, a client that cannot start), the Go runtime's 2 for a panic,
+// with its trace on stderr.
 func childMain() int {
 	baseline := goleak.IgnoreCurrent()
 	out := &reporter{w: os.Stdout}
+	node := os.Getenv(envNode)
 	fail := func(err error) int {
 		out.say(report{Ev: "error", Msg: err.Error()})
+		fmt.Fprintf(os.Stderr, "chaos client %s: exit status 2: %v\n", node, err)
 		return 2
 	}
-	node := os.Getenv(envNode)
 	ttl, err := time.ParseDuration(os.Getenv(envTTL))
 	if err != nil {
 		return fail(fmt.Errorf("%s: %w", envTTL, err))
@@ -131,12 +154,14 @@ func childMain() int {
 		return fail(err)
 	}
 	var cb backend.Backend = b
-	switch plant := os.Getenv(envPlant); plant {
+	switch bug := os.Getenv(envPlant); bug {
 	case "":
 	case plantOverstatedTTL:
 		cb = overstated{b, ttl}
 	default:
-		return fail(fmt.Errorf("%s=%q: unknown planted bug", envPlant, plant))
+		if _, err := plant.Set(bug); err != nil {
+			return fail(fmt.Errorf("%s: %w", envPlant, err))
+		}
 	}
 	var closed atomic.Bool
 	c, err := simba.New(cb, simba.WithTTL(ttl), simba.WithMemberID(node), simba.WithEventHandler(func(e simba.Event) {
@@ -155,15 +180,49 @@ func childMain() int {
 		return fail(err)
 	}
 	w := newWriter(os.Getenv(envRegister), node, seed, out)
-	if _, err := c.Election(election).RunWhileLeader(w.run); err != nil {
-		return fail(err)
+	startElection := func() (func() <-chan struct{}, error) {
+		t, err := c.Election(election).RunWhileLeader(w.run)
+		if err != nil {
+			return nil, err
+		}
+		return t.Stop, nil
 	}
-	if _, err := c.Group(group, partitions).RunWhileLeader(func(ctx context.Context, term *simba.Term, _ int) error {
-		return w.run(ctx, term)
-	}); err != nil {
-		return fail(err)
+	startGroup := func() (func() <-chan struct{}, error) {
+		t, err := c.Group(group, partitions).RunWhileLeader(func(ctx context.Context, term *simba.Term, _ int) error {
+			return w.run(ctx, term)
+		})
+		if err != nil {
+			return nil, err
+		}
+		return t.Stop, nil
 	}
-	io.Copy(io.Discard, os.Stdin) // until the harness closes it (or dies)
+	tasks := map[string]*task{election: {start: startElection}, group: {start: startGroup}}
+	for _, name := range []string{election, group} {
+		if err := tasks[name].restart(); err != nil {
+			return fail(err)
+		}
+	}
+	// The commands, until the harness closes stdin (or dies).
+	lines := bufio.NewScanner(os.Stdin)
+	for lines.Scan() {
+		name, ok := strings.CutPrefix(lines.Text(), cmdStop)
+		t := tasks[name]
+		if !ok || t == nil {
+			return fail(fmt.Errorf("unknown command %q", lines.Text()))
+		}
+		// As the simulator does: Stop in the middle of a term, and start
+		// again once the hand-off is complete.
+		stopped := time.Now()
+		<-t.stop()
+		done := time.Now()
+		if err := t.restart(); err != nil {
+			return fail(fmt.Errorf("starting %s again after its Stop: %w", name, err))
+		}
+		out.say(report{Ev: "restarted", Lease: name, Start: stopped, End: done})
+	}
+	if err := lines.Err(); err != nil {
+		return fail(fmt.Errorf("reading commands: %w", err))
+	}
 	if err := c.Close(); err != nil {
 		out.say(report{Ev: "error", Msg: "close: " + err.Error()})
 	}
@@ -177,6 +236,18 @@ func childMain() int {
 		out.say(report{Ev: "leak", Msg: err.Error()})
 	}
 	return 0
+}
+
+// task is the election or the group of a client, which a stop command
+// stops and starts again.
+type task struct {
+	start func() (stop func() <-chan struct{}, err error)
+	stop  func() <-chan struct{} // of the running task: Stop, which returns Done
+}
+
+func (t *task) restart() (err error) {
+	t.stop, err = t.start()
+	return err
 }
 
 // openBackend returns the backend the environment names.
@@ -195,6 +266,10 @@ func openBackend() (backend.Backend, error) {
 
 // writer is the task of every term: it writes the term's token to the
 // register while the term is valid, then reports how the term ended.
+// It asks whether the term is valid through a check.Observer, and reports
+// every answer that let it go on, and the instant its run returned: what
+// check.Observed and check.HandOffOrder compare with the grants the
+// harness sees on the servers.
 type writer struct {
 	url  string
 	node string
@@ -208,14 +283,39 @@ func newWriter(register, node string, seed uint64, out *reporter) *writer {
 		http: &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 8}}}
 }
 
+// guard is what a run asks before each step of its work.
+type guard int
+
+const (
+	guardValid  guard = iota // term.Valid(), as the SPEC's example does
+	guardEnsure              // term.EnsureValid(step), as schedules do
+	guardCtx                 // the run's ctx: not cancelled yet
+)
+
 func (w *writer) run(ctx context.Context, term *simba.Term) error {
-	w.out.say(report{Ev: "start", Lease: term.Name(), Token: term.Token(), Start: term.Start()})
+	name, token := term.Name(), term.Token()
+	w.out.say(report{Ev: "start", Lease: name, Token: token, Start: term.Start()})
 	h := fnv.New64a()
-	h.Write([]byte(w.node + "/" + term.Name()))
-	r := rand.New(rand.NewPCG(w.seed^h.Sum64(), term.Token()))
-	for term.Valid() {
-		time.Sleep(minWork + time.Duration(r.Int64N(int64(maxWork-minWork+1))))
-		w.write(term.Name(), term.Token())
+	h.Write([]byte(w.node + "/" + name))
+	r := rand.New(rand.NewPCG(w.seed^h.Sum64(), token))
+	// The election's task loops while term.Valid(); a partition's task
+	// guards its steps with one of the three, chosen for the term.
+	g := guardValid
+	if name != election {
+		g = [...]guard{guardValid, guardValid, guardEnsure, guardCtx}[r.IntN(4)]
+	}
+	// One observer per run: t records the horizon its Deadline promised,
+	// and the observer's clock the instant each question was asked.
+	t := &tap{Term: term}
+	var asked, horizon time.Time
+	o := &check.Observer{Now: func() time.Time { asked = time.Now(); return asked }}
+	for {
+		step := minWork + time.Duration(r.Int64N(int64(maxWork-minWork+1)))
+		if !w.ask(ctx, o, t, g, step, &asked, &horizon) {
+			break
+		}
+		time.Sleep(step) // work that does not watch the term
+		w.write(name, token)
 	}
 	<-term.Revoked()
 	why := "?"
@@ -227,8 +327,68 @@ func (w *writer) run(ctx context.Context, term *simba.Term) error {
 			why = err.Error()
 		}
 	}
-	w.out.say(report{Ev: "end", Lease: term.Name(), Token: term.Token(), Start: term.Start(), End: term.Deadline(), Msg: why})
+	w.out.say(report{Ev: "end", Lease: name, Token: token, Start: term.Start(), End: term.Deadline(), Msg: why})
+	o.Exited(w.node, t) // the run's last act
+	for _, e := range o.Exits() {
+		// The horizon of the Valid and EnsureValid answers only, not the
+		// observer's, which counts a live ctx as a promise (see ask).
+		w.out.say(report{Ev: "exit", Lease: name, Token: token, At: e.At, Until: horizon})
+	}
 	return nil
+}
+
+// ask asks the guard through o and reports the answer if it lets the run go
+// on, as o recorded it: at the instant asked (the observer's clock), valid
+// until the horizon promised (for Valid, the Deadline o samples with it, if
+// later than the question). It moves horizon to the latest instant Valid
+// or EnsureValid promised.
+//
+// A live ctx is reported, but is no promise: the library cancels it from
+// a timer at the term's end, and a process that resumes after a pause
+// (SIGSTOP) past its deadline runs its tasks before that timer's function
+// has run; Valid and EnsureValid read the clock and are already false.
+func (w *writer) ask(ctx context.Context, o *check.Observer, t *tap, g guard, step time.Duration, asked, horizon *time.Time) bool {
+	rep := report{Ev: "obs", Lease: t.Name(), Token: t.Token()}
+	switch g {
+	case guardValid:
+		t.deadline = time.Time{}
+		if !o.Valid(w.node, t) {
+			return false
+		}
+		rep.What, rep.At, rep.Until = "Valid", *asked, *asked
+		if t.deadline.After(*asked) {
+			rep.Until = t.deadline
+		}
+	case guardEnsure:
+		if o.EnsureValid(w.node, t, step) != nil {
+			return false
+		}
+		rep.What, rep.At, rep.Until = fmt.Sprintf("EnsureValid(%v)", step), *asked, asked.Add(step)
+	case guardCtx:
+		if !o.Live(w.node, t, ctx) {
+			return false
+		}
+		rep.What, rep.At = "ctx", *asked
+		w.out.say(rep)
+		return true
+	}
+	if rep.Until.After(*horizon) {
+		*horizon = rep.Until
+	}
+	w.out.say(rep)
+	return true
+}
+
+// tap is a term as the observer sees it, keeping the last horizon its
+// Deadline answered.
+type tap struct {
+	*simba.Term
+	deadline time.Time
+}
+
+func (t *tap) Deadline() time.Time {
+	t.deadline = t.Term.Deadline()
+	return t.deadline
 }
 
 // write sends one write to the register; whether it was accepted is the

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/simba-go/simba/internal/check"
 )
 
 // child is one client process of a run.
@@ -25,10 +27,13 @@ type child struct {
 	link  link
 	// stderr keeps what the process wrote there (race reports, panics).
 	stderr lockedBuffer
+	last   ring // its last report lines, for the reason of an exit
 
 	ready     chan struct{} // closed at its first session
 	readyOnce sync.Once
 	exited    chan struct{} // closed once its output is read and it is waited for
+	restarted chan struct{} // a value for each "restarted" report (after a stop command)
+	stdinMu   sync.Mutex    // orders the commands and the close of stdin
 
 	// Guarded by run.mu.
 	killedAt time.Time // when the harness killed it (SIGKILL)
@@ -68,7 +73,8 @@ func (r *run) startChild(slot int) (*child, error) {
 	}
 	r.mu.Lock()
 	r.nextNode++
-	c := &child{name: fmt.Sprintf("c%d", r.nextNode), link: l, ready: make(chan struct{}), exited: make(chan struct{})}
+	c := &child{name: fmt.Sprintf("c%d", r.nextNode), link: l, ready: make(chan struct{}), exited: make(chan struct{}),
+		restarted: make(chan struct{}, 1)}
 	r.mu.Unlock()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(),
@@ -111,11 +117,19 @@ func (r *run) startChild(slot int) (*child, error) {
 }
 
 // read records what c reports until its output ends, then waits for it.
+// An exit the harness did not cause, or a failed one after it asked the
+// client to close, is a violation that says why the process ended: its
+// exit status or signal, what it wrote on stderr, its last reports.
 func (r *run) read(c *child, stdout io.Reader) {
 	sc := bufio.NewScanner(stdout)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
+		c.last.add(sc.Text())
 		r.record(c, sc.Bytes())
+	}
+	if err := sc.Err(); err != nil {
+		r.violate("%s: its reports cannot be read: %v", c.name, err)
+		io.Copy(io.Discard, stdout) // the process must not block on a full pipe
 	}
 	err := c.cmd.Wait()
 	c.link.close()
@@ -125,15 +139,89 @@ func (r *run) read(c *child, stdout io.Reader) {
 	r.mu.Unlock()
 	switch {
 	case !expected:
-		r.violate("%s exited by itself: %v", c.name, err)
+		why := c.exitReason(err)
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+				why += "\n(a SIGKILL the harness did not send: the kernel's OOM killer, or its Pdeathsig, sent when the thread of the test process that started it ends)"
+			}
+		}
+		r.violate("%s exited by itself: %s", c.name, why)
 	case c.killedAt.IsZero() && err != nil:
-		r.violate("%s exited with %v after it was asked to close", c.name, err)
+		r.violate("%s failed after it was asked to close: %s", c.name, c.exitReason(err))
 	}
 	if s := c.stderr.String(); strings.Contains(s, "DATA RACE") || strings.Contains(s, "panic:") {
 		r.violate("%s wrote to stderr:\n%s", c.name, s)
 	}
-	r.logf("%s exited: %v", c.name, err)
+	switch {
+	case !expected || (c.killedAt.IsZero() && err != nil):
+		r.logf("%s exited: %s", c.name, c.exitReason(err))
+	case err != nil:
+		r.logf("%s exited: %v (killed by the harness)", c.name, err)
+	default:
+		r.logf("%s exited: exit status 0", c.name)
+	}
 	close(c.exited)
+}
+
+// exitReason describes how c's process ended: its exit status or signal,
+// what it wrote on stderr, and its last reports.
+func (c *child) exitReason(err error) string {
+	var b strings.Builder
+	switch {
+	case err == nil:
+		b.WriteString("exit status 0")
+	default:
+		b.WriteString(err.Error())
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				fmt.Fprintf(&b, " (signal %d, %v)", ws.Signal(), ws.Signal())
+			}
+		}
+	}
+	if s := strings.TrimSpace(c.stderr.String()); s != "" {
+		fmt.Fprintf(&b, "; stderr:\n%s", indent(tail(s, 4<<10)))
+	} else {
+		b.WriteString("; nothing on stderr")
+	}
+	if last := c.last.lines(); len(last) > 0 {
+		fmt.Fprintf(&b, "\nits last reports:\n%s", indent(strings.Join(last, "\n")))
+	}
+	return b.String()
+}
+
+// tail returns the last n bytes of s, marked as cut.
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "[…]" + s[len(s)-n:]
+}
+
+func indent(s string) string { return "\t" + strings.ReplaceAll(s, "\n", "\n\t") }
+
+// ring keeps the last few lines written to it. Safe for concurrent use.
+type ring struct {
+	mu  sync.Mutex
+	buf []string
+}
+
+const ringSize = 5
+
+func (r *ring) add(line string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.buf) == ringSize {
+		r.buf = r.buf[1:]
+	}
+	r.buf = append(r.buf, line)
+}
+
+func (r *ring) lines() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.buf...)
 }
 
 // record takes in one report line of c.
@@ -171,6 +259,32 @@ func (r *run) record(c *child, line []byte) {
 		}
 		tr.end, tr.ended, tr.why = rep.End, true, rep.Msg
 		r.logLocked("%s: term %d of %s ended (%s), valid until %s", c.name, rep.Token, rep.Lease, rep.Msg, stamp(rep.End))
+	case "obs":
+		o := check.Observation{Name: rep.Lease, Token: rep.Token, Node: c.name, What: rep.What, At: rep.At.Round(0), Until: rep.Until.Round(0)}
+		switch rep.What {
+		case "ctx":
+			// No promise of validity (see writer.ask): counted, not
+			// checked.
+			r.liveCtx++
+			return
+		case "Valid":
+			// As check.Observer records Valid: valid at the instant
+			// asked, and promised until the Deadline sampled with it.
+			o.Until = o.At
+			if rep.Until.After(rep.At) {
+				r.obs = append(r.obs, check.Observation{Name: rep.Lease, Token: rep.Token, Node: c.name, What: "Deadline", At: o.At, Until: rep.Until.Round(0)})
+			}
+		}
+		r.obs = append(r.obs, o)
+	case "exit":
+		r.exits = append(r.exits, check.Exit{Name: rep.Lease, Token: rep.Token, Node: c.name, At: rep.At.Round(0), Horizon: rep.Until.Round(0)})
+		r.logLocked("%s: the run of term %d of %s returned at %s, promised its term until %s", c.name, rep.Token, rep.Lease, stamp(rep.At), stamp(rep.Until))
+	case "restarted":
+		r.logLocked("%s: %s stopped at %s, done at %s, started again", c.name, rep.Lease, stamp(rep.Start), stamp(rep.End))
+		select {
+		case c.restarted <- struct{}{}:
+		default:
+		}
 	case "closed":
 		c.closed = true
 		r.logLocked("%s: closed", c.name)
@@ -181,6 +295,14 @@ func (r *run) record(c *child, line []byte) {
 	default:
 		r.violations = append(r.violations, fmt.Errorf("%s: %s: %s", c.name, rep.Ev, rep.Msg))
 	}
+}
+
+// command sends c a command line (see cmdStop).
+func (c *child) command(line string) error {
+	c.stdinMu.Lock()
+	defer c.stdinMu.Unlock()
+	_, err := io.WriteString(c.stdin, line+"\n")
+	return err
 }
 
 // kill kills c with SIGKILL and waits until it is gone.
@@ -207,14 +329,17 @@ func (r *run) closeChildren(timeout time.Duration) {
 	r.mu.Unlock()
 	for _, c := range running {
 		c.cmd.Process.Signal(syscall.SIGCONT)
+		c.stdinMu.Lock()
 		c.stdin.Close()
+		c.stdinMu.Unlock()
 	}
 	deadline := time.After(timeout)
 	for _, c := range running {
 		select {
 		case <-c.exited:
 		case <-deadline:
-			r.violate("%s did not exit within %v of being asked to close:\n%s", c.name, timeout, c.stderr.String())
+			r.violate("%s did not exit within %v of being asked to close; killed. Its stderr:\n%s\nits last reports:\n%s",
+				c.name, timeout, indent(tail(c.stderr.String(), 4<<10)), indent(strings.Join(c.last.lines(), "\n")))
 			r.kill(c)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/simba-go/simba/internal/faultproxy"
 )
@@ -76,10 +78,20 @@ func startEtcdCluster(t *testing.T) *etcdCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The data directories first: t.TempDir registers their removal with
+	// its first call, and clean-ups run last registered first, so c.close,
+	// registered after, stops the members before their directories go. The
+	// other way round the members ran on for the length of c.close with
+	// their directories gone, and a member whose file purge (every 30s)
+	// came then ended the test process: os.Exit(1) from its logger's Fatal.
+	var dirs []string
+	for range 3 {
+		dirs = append(dirs, filepath.Join(t.TempDir(), "etcd"))
+	}
 	t.Cleanup(c.close)
 	var initial []string
 	for i := range 3 {
-		m := &etcdMember{name: fmt.Sprintf("m%d", i), dir: filepath.Join(t.TempDir(), "etcd"),
+		m := &etcdMember{name: fmt.Sprintf("m%d", i), dir: dirs[i],
 			clientHost: ports[2*i], peerHost: ports[2*i+1]}
 		if m.peerFront, err = faultproxy.New(m.peerHost); err != nil {
 			t.Fatal(err)
@@ -133,7 +145,7 @@ func (m *etcdMember) launch() (*embed.Etcd, error) {
 	cfg.InitialCluster = m.cluster
 	cfg.InitialClusterToken = "simba-chaos"
 	cfg.ClusterState = embed.ClusterStateFlagNew // ignored once the data exist
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(fatalLogger("etcd member " + m.name))
 	cfg.LogLevel = "error"
 	// No fsync: on a shared test machine a stalled fsync holds raft up for
 	// longer than a TTL. The data survive a stop, as the process does not
@@ -153,6 +165,19 @@ func (m *etcdMember) launch() (*embed.Etcd, error) {
 		e.Close()
 		return nil, fmt.Errorf("etcd member %s not ready after 60s", m.name)
 	}
+}
+
+// fatalLogger is the zap logger of the etcd members and clients of the test
+// process: it drops everything below DPanic, and writes DPanic, Panic and
+// Fatal entries, with the stack and the name given, to stderr. etcd ends
+// the process on its Fatal errors (os.Exit(1)) whatever the logger writes,
+// so with zap.NewNop, as before, the test process died with status 1 and
+// not a word of why.
+func fatalLogger(name string) *zap.Logger {
+	enc := zap.NewDevelopmentEncoderConfig()
+	core := zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.Lock(os.Stderr), zapcore.DPanicLevel)
+	return zap.New(core, zap.AddCaller(), zap.AddStacktrace(zapcore.DPanicLevel), zap.ErrorOutput(zapcore.Lock(os.Stderr))).
+		Named(name)
 }
 
 func (c *etcdCluster) close() {
@@ -332,7 +357,7 @@ func (c *etcdCluster) leftovers(prefix string) ([]string, error) {
 	for _, m := range c.members {
 		eps = append(eps, m.clientHost)
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, Logger: zap.NewNop(), DialTimeout: 5 * time.Second})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, Logger: fatalLogger("etcd client (leftovers)"), DialTimeout: 5 * time.Second})
 	if err != nil {
 		return nil, err
 	}

@@ -31,11 +31,22 @@ const defaultDuration = 20 * time.Second
 
 // TestMain runs the test binary as a client process when the harness
 // started it as one (see child_test.go), and as the tests otherwise.
+//
+// goleak then looks for goroutines left in the test process, but for one
+// that etcd leaks: a member stopped (or crashed) while another member asks
+// its peer port for /version (every few seconds) serves the request on a
+// backend already closed, and the handler panics on the read transaction
+// gone (a nil bolt.Tx) while it holds the transaction's lock, which stays
+// locked: net/http recovers the panic (etcd discards the peer server's
+// error log), and every later /version request to that member waits for
+// the lock for ever, after the member's Close. The restart faults stop
+// members in the middle of the run, so this happens now and then.
 func TestMain(m *testing.M) {
 	if os.Getenv(envRole) == roleChild {
 		os.Exit(childMain())
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("go.etcd.io/etcd/server/v3/etcdserver/api/etcdhttp.newPeerHandler.versionHandler.func1"))
 }
 
 // scheduleDuration returns the length of the fault schedules of this run.

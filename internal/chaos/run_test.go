@@ -33,6 +33,9 @@ type world interface {
 	// renewal the backend may free its leases: the granularity of its
 	// expiry, and what a server fault adds to it.
 	expiryLag() time.Duration
+	// watchGrants starts a watcher, of the test process's own, of the
+	// grants of the leases under space (see grants_test.go).
+	watchGrants(space string) (*grantWatch, error)
 }
 
 // link is a client's own way to the servers: one proxy per server.
@@ -73,6 +76,9 @@ type run struct {
 	all        []*child // every client started
 	nextNode   int
 	terms      []*termRecord
+	obs        []check.Observation // what the tasks were told (see report "obs")
+	liveCtx    int                 // and the times a task found its ctx live
+	exits      []check.Exit        // when their runs returned
 	violations []error
 	timeline   []string
 	serverDown bool
@@ -81,6 +87,8 @@ type run struct {
 
 	pending sync.WaitGroup // faults waiting to heal
 	healNow chan struct{}  // closed when the schedule ends: heal at once
+
+	grants *grantWatch // the grants on the servers, as the test process sees them
 }
 
 // termRecord is one term as its client reported it.
@@ -102,8 +110,16 @@ func newRun(t *testing.T, w world, cfg runConfig) *run {
 		reg: startRegister(cfg.fenced), slots: make([]*child, cfg.children), busy: make([]bool, cfg.children),
 		faults: map[string]int{}, healNow: make(chan struct{})}
 	r.begin = time.Now()
+	gw, err := w.watchGrants(r.space)
+	if err != nil {
+		r.reg.Close()
+		t.Fatalf("watching the grants under %s: %v", r.space, err)
+	}
+	gw.log.setNote(r.logf)
+	r.grants = gw
 	t.Cleanup(func() {
 		r.killAll()
+		r.grants.stop()
 		r.reg.Close()
 		if t.Failed() || *flagTimeline {
 			r.dump()
@@ -119,7 +135,7 @@ func newRun(t *testing.T, w world, cfg runConfig) *run {
 		select {
 		case <-c.ready:
 		case <-c.exited:
-			t.Fatalf("%s exited before its first session: %v\n%s", c.name, c.waitErr, c.stderr.String())
+			t.Fatalf("%s exited before its first session: %s", c.name, c.exitReason(c.waitErr))
 		case <-timeout:
 			t.Fatalf("%s has no session after 60s", c.name)
 		}
@@ -276,6 +292,9 @@ func (r *run) apply(f fault) {
 	r.mu.Lock()
 	c := r.slots[slot]
 	what := f.Kind.String()
+	if f.Kind == faultStop {
+		what += " " + f.stopped()
+	}
 	if r.holdsLocked(c) {
 		what += " of a holder"
 	}
@@ -315,6 +334,22 @@ func (r *run) apply(f fault) {
 			r.hold(f.For)
 			c.link.heal()
 			r.logf("%s's link healed", c.name)
+		})
+	case faultStop:
+		// The fault lasts until the client has started it again.
+		if err := c.command(cmdStop + f.stopped()); err != nil {
+			r.free(slot)
+			r.violate("telling %s to stop %s: %v", c.name, f.stopped(), err)
+			return
+		}
+		r.pending.Go(func() {
+			defer r.free(slot)
+			select {
+			case <-c.restarted:
+			case <-c.exited:
+			case <-time.After(30 * time.Second):
+				r.violate("%s did not start %s again within 30s of being told to stop it", c.name, f.stopped())
+			}
 		})
 	}
 }
@@ -384,9 +419,16 @@ func (r *run) finish(healed time.Time) (summary, []error) {
 	for _, p := range procs {
 		errs = append(errs, fmt.Errorf("I6: a client process is left: %s", p))
 	}
+	// The watcher's view lags the servers': let it see the ends of the
+	// grants, up to a few seconds (a grant not seen to end is checked only
+	// for its start).
+	for deadline := time.Now().Add(5 * time.Second); r.grants.log.open() > 0 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
 	r.mu.Lock()
 	terms := r.checkTerms()
 	errs = append(errs, r.violations...)
+	obs, exits := append([]check.Observation(nil), r.obs...), append([]check.Exit(nil), r.exits...)
 	r.mu.Unlock()
 	writes := r.reg.Writes()
 	errs = append(errs, check.Terms(terms)...)
@@ -394,7 +436,14 @@ func (r *run) finish(healed time.Time) (summary, []error) {
 	if r.cfg.coverage {
 		errs = append(errs, check.Covered(terms, leases(), at.Round(0))...)
 	}
-	return r.summarize(healed, terms, writes), errs
+	observed, oerrs := observedChecks(obs, exits, r.grants)
+	errs = append(errs, oerrs...)
+	s := r.summarize(healed, terms, writes)
+	r.mu.Lock()
+	observed.liveCtx = r.liveCtx
+	r.mu.Unlock()
+	s.observed = observed
+	return s, errs
 }
 
 // checkTerms returns the terms for the checkers. A killed client's term
@@ -440,6 +489,7 @@ type summary struct {
 	recovery                                 time.Duration // from the heal until every lease was held
 	vacancy                                  time.Duration // the longest time a lease had no valid term
 	vacancyOf                                string        // which lease, when
+	observed                                 observedFigures
 }
 
 func (s summary) String() string {
@@ -450,8 +500,8 @@ func (s summary) String() string {
 		total += n
 	}
 	slices.Sort(kinds)
-	return fmt.Sprintf("%d faults (%s; %d skipped), %d client processes, %d terms, %d writes (%d rejected as stale; %d stale accepted), longest vacancy of a lease %v (%s), every lease held again %v after the heal",
-		total, strings.Join(kinds, ", "), s.skipped, s.children, s.terms, s.writes, s.rejected, s.stale,
+	return fmt.Sprintf("%d faults (%s; %d skipped), %d client processes, %d terms, %d writes (%d rejected as stale; %d stale accepted), %v, longest vacancy of a lease %v (%s), every lease held again %v after the heal",
+		total, strings.Join(kinds, ", "), s.skipped, s.children, s.terms, s.writes, s.rejected, s.stale, s.observed,
 		s.vacancy.Round(time.Millisecond), s.vacancyOf, s.recovery.Round(time.Millisecond))
 }
 

@@ -16,22 +16,26 @@ const (
 	faultPause                      // SIGSTOP a client process, SIGCONT after For
 	faultBlackhole                  // silence a client's links to the servers for For
 	faultRestart                    // take a server down for For, then start it again
+	faultStop                       // Stop a client's election (or group), and start it again once Done
 	numFaultKinds
 )
 
 func (k faultKind) String() string {
-	return [...]string{"kill", "pause", "blackhole", "restart"}[k]
+	return [...]string{"kill", "pause", "blackhole", "restart", "stop"}[k]
 }
 
 // fault is one entry of a schedule.
 type fault struct {
 	At   time.Duration // from the start of the schedule
 	Kind faultKind
-	// Slot is the client the fault hits (kill, pause, blackhole), by its
-	// place among the running clients; Holder asks for the current holder
-	// of the election instead, when it is free.
+	// Slot is the client the fault hits (kill, pause, blackhole, stop), by
+	// its place among the running clients; Holder asks for the current
+	// holder of the election instead, when it is free.
 	Slot   int
 	Holder bool
+	// Group, for a stop, stops the client's partition group instead of its
+	// election.
+	Group bool
 	// Member is the server a restart stops: an etcd member, or -1 for the
 	// leader, which then crashes (a hard stop, no leadership transfer); on
 	// ZooKeeper -1 is a SIGKILL of the server, others a SIGTERM.
@@ -50,8 +54,18 @@ func (f fault) String() string {
 		return fmt.Sprintf("%s %s, down %v", at, m, f.For.Round(time.Millisecond))
 	case faultKill:
 		return fmt.Sprintf("%s slot %d%s", at, f.Slot, holderNote(f.Holder))
+	case faultStop:
+		return fmt.Sprintf("%s slot %d%s, %s", at, f.Slot, holderNote(f.Holder), f.stopped())
 	}
 	return fmt.Sprintf("%s slot %d%s for %v", at, f.Slot, holderNote(f.Holder), f.For.Round(time.Millisecond))
+}
+
+// stopped is what a stop stops: the election or the group.
+func (f fault) stopped() string {
+	if f.Group {
+		return group
+	}
+	return election
 }
 
 func holderNote(h bool) string {
@@ -70,11 +84,12 @@ const (
 // newSchedule draws a fault schedule of the given length from seed: a fault
 // every meanFaultGap on average; pauses and blackholes last 0–3×TTL,
 // restarts keep the server down 0–2×TTL (restarts only if the backend can
-// restart a server). The same arguments give the same schedule.
+// restart a server); a third of the stops stop the group, the others the
+// election. The same arguments give the same schedule.
 func newSchedule(seed uint64, length, ttl time.Duration, slots int, restarts bool) []fault {
 	rng := rand.New(rand.NewPCG(seed, 0xc4a05))
-	// Weights of kill, pause, blackhole, restart.
-	weights := []int{2, 3, 3, 2}
+	// Weights of kill, pause, blackhole, restart, stop.
+	weights := []int{2, 3, 3, 2, 2}
 	if !restarts {
 		weights[faultRestart] = 0
 	}
@@ -103,6 +118,8 @@ func newSchedule(seed uint64, length, ttl time.Duration, slots int, restarts boo
 			if rng.IntN(3) != 0 {
 				f.Member = rng.IntN(3)
 			}
+		case faultStop:
+			f.Group = rng.IntN(3) == 0
 		}
 		out = append(out, f)
 	}
