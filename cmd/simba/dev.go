@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/etcd/api/v3/version"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // devStartTimeout bounds the wait for the embedded etcd to be ready.
@@ -127,7 +128,11 @@ func startDevEtcd(ctx context.Context, dir, endpoint string) (*embed.Etcd, error
 	cfg.AdvertisePeerUrls = []url.URL{{Scheme: "http", Host: "127.0.0.1:2380"}}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.InitialClusterToken = "simba-dev"
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	// Only etcd's errors, on stderr: it ends the process on a fatal one,
+	// which must not go unexplained.
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(
+		zapcore.NewCore(zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()), zapcore.Lock(os.Stderr), zapcore.ErrorLevel),
+		zap.AddStacktrace(zapcore.DPanicLevel)).Named("etcd"))
 	cfg.LogLevel = "error"
 	// A development server: no fsync, so that a busy laptop disk does not
 	// stall lease renewals. Data survive a clean stop, not an OS crash.

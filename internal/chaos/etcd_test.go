@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -17,9 +16,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
+	"github.com/simba-go/simba/internal/etcdtest"
 	"github.com/simba-go/simba/internal/faultproxy"
 )
 
@@ -145,7 +143,7 @@ func (m *etcdMember) launch() (*embed.Etcd, error) {
 	cfg.InitialCluster = m.cluster
 	cfg.InitialClusterToken = "simba-chaos"
 	cfg.ClusterState = embed.ClusterStateFlagNew // ignored once the data exist
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(fatalLogger("etcd member " + m.name))
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(etcdtest.FatalLogger("etcd member " + m.name))
 	cfg.LogLevel = "error"
 	// No fsync: on a shared test machine a stalled fsync holds raft up for
 	// longer than a TTL. The data survive a stop, as the process does not
@@ -165,19 +163,6 @@ func (m *etcdMember) launch() (*embed.Etcd, error) {
 		e.Close()
 		return nil, fmt.Errorf("etcd member %s not ready after 60s", m.name)
 	}
-}
-
-// fatalLogger is the zap logger of the etcd members and clients of the test
-// process: it drops everything below DPanic, and writes DPanic, Panic and
-// Fatal entries, with the stack and the name given, to stderr. etcd ends
-// the process on its Fatal errors (os.Exit(1)) whatever the logger writes,
-// so with zap.NewNop, as before, the test process died with status 1 and
-// not a word of why.
-func fatalLogger(name string) *zap.Logger {
-	enc := zap.NewDevelopmentEncoderConfig()
-	core := zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.Lock(os.Stderr), zapcore.DPanicLevel)
-	return zap.New(core, zap.AddCaller(), zap.AddStacktrace(zapcore.DPanicLevel), zap.ErrorOutput(zapcore.Lock(os.Stderr))).
-		Named(name)
 }
 
 func (c *etcdCluster) close() {
@@ -357,7 +342,7 @@ func (c *etcdCluster) leftovers(prefix string) ([]string, error) {
 	for _, m := range c.members {
 		eps = append(eps, m.clientHost)
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, Logger: fatalLogger("etcd client (leftovers)"), DialTimeout: 5 * time.Second})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, Logger: etcdtest.FatalLogger("etcd client (leftovers)"), DialTimeout: 5 * time.Second})
 	if err != nil {
 		return nil, err
 	}

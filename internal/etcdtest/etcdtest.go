@@ -6,7 +6,8 @@
 // The server is a single member with the fast timings of etcd's own
 // integration tests (TickMs 10, ElectionMs 100, so it grants leases of at
 // least one second), listening on free ports of 127.0.0.1, with its data in
-// a directory of the caller's and its logs discarded. It does not fsync
+// a directory of the caller's and its logs discarded but for its fatal
+// errors ([FatalLogger]). It does not fsync
 // unless [WithFsync] is given: on a shared test machine a stalled fsync
 // holds up raft, and with it every lease renewal, for longer than a
 // one-second TTL. Its data survive [Server.Stop] and [Server.Restart] either
@@ -31,6 +32,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/simba-go/simba/internal/faultproxy"
 )
@@ -121,7 +123,7 @@ func (s *Server) launch() (*embed.Etcd, error) {
 	cfg.AdvertisePeerUrls = []url.URL{{Scheme: "http", Host: "127.0.0.1:2380"}}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.InitialClusterToken = "simba-test"
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(FatalLogger("etcd test server"))
 	cfg.LogLevel = "error"
 	cfg.UnsafeNoFsync = !s.cfg.fsync
 
@@ -216,4 +218,16 @@ func (s *Server) Client(tb testing.TB) *clientv3.Client {
 	}
 	tb.Cleanup(func() { cli.Close() })
 	return cli
+}
+
+// FatalLogger is a zap logger for etcd servers and clients in tests: it
+// drops everything below DPanic, and writes DPanic, Panic and Fatal entries,
+// with the stack and the name given, to stderr. etcd ends the process on
+// its Fatal errors (os.Exit(1)) whatever the logger writes, so with
+// zap.NewNop a test process dies with status 1 and not a word of why.
+func FatalLogger(name string) *zap.Logger {
+	enc := zap.NewDevelopmentEncoderConfig()
+	core := zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.Lock(os.Stderr), zapcore.DPanicLevel)
+	return zap.New(core, zap.AddCaller(), zap.AddStacktrace(zapcore.DPanicLevel), zap.ErrorOutput(zapcore.Lock(os.Stderr))).
+		Named(name)
 }
