@@ -24,7 +24,9 @@ type Observation struct {
 	Node  string // who looked
 	// What the task asked: "Valid", "EnsureValid(step)", "ctx" (its run's
 	// ctx was not cancelled) or "Deadline" (the horizon, sampled while
-	// valid).
+	// valid). A live ctx is only exact in virtual time: a real process
+	// resumed after a pause runs its task before the timer that cancels
+	// the ctx, so the chaos run records it without checking it.
 	What string
 	At   time.Time // when the task looked
 	// Until is the instant the answer promised validity until: At for
@@ -45,8 +47,9 @@ type Exit struct {
 }
 
 // Observed checks I4 from what the tasks saw, against the backend's
-// grants (read on the same clock as the observations; a grant's times may
-// be late, as seen by a watcher, but never early):
+// grants, read on the same clock as the observations. A watcher's grants
+// may start early and end late (the checks are then weaker, never wrong),
+// but must not start late or end early:
 //
 //   - a holding the backend expired (Grant.Expired) was promised to its
 //     task only until strictly before the expiry: every Until < End;
@@ -100,7 +103,8 @@ func Observed(obs []Observation, grants []Grant) []error {
 // of the previous term had returned or, for a run that ignored its
 // cancellation, once the horizon that run had been promised had passed.
 // Whether the previous holding was released or expired does not matter:
-// expiry comes after the horizon. Grants may be seen late, never early; a
+// expiry comes after the horizon. A grant may be seen to start late, never
+// early; a
 // grant after an eviction (Grant.Evicted) is not held against the evicted
 // term.
 func HandOffOrder(exits []Exit, grants []Grant) []error {
