@@ -59,7 +59,7 @@ func (c *etcdCluster) watchGrants(prefix string) (*grantWatch, error) {
 	}
 	w.fence(sent, resp.Header.Revision)
 	for _, kv := range resp.Kvs { // none at the start of a run; begun at the zero time if any
-		w.log.begin(strings.TrimPrefix(string(kv.Key), w.base), uint64(kv.CreateRevision), time.Time{})
+		w.log.begin(strings.TrimPrefix(string(kv.Key), w.base), uint64(kv.CreateRevision), time.Time{}, time.Now())
 	}
 	wch := cli.Watch(ctx, w.base, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1), clientv3.WithPrevKV())
 	var wg sync.WaitGroup
@@ -139,7 +139,7 @@ func (w *etcdGrantWatch) watch(ctx context.Context, wch clientv3.WatchChan) {
 			name := strings.TrimPrefix(string(ev.Kv.Key), w.base)
 			switch {
 			case ev.Type == clientv3.EventTypePut && ev.IsCreate():
-				w.log.begin(name, uint64(ev.Kv.CreateRevision), w.startOf(ev.Kv.CreateRevision))
+				w.log.begin(name, uint64(ev.Kv.CreateRevision), w.startOf(ev.Kv.CreateRevision), at)
 			case ev.Type == clientv3.EventTypePut:
 				// A holding's key written again: the same holding.
 			case ev.PrevKv == nil:

@@ -75,15 +75,15 @@ func (l *grantLog) setNote(note func(format string, args ...any)) {
 }
 
 // begin records that the grant of name with token has begun, no later
-// than start.
-func (l *grantLog) begin(name string, token uint64, start time.Time) {
+// than start, and was seen begun at seen (no earlier than it began).
+func (l *grantLog) begin(name string, token uint64, start, seen time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	k := grantKey{name, token}
 	if _, ok := l.byKey[k]; ok {
 		return
 	}
-	g := &check.Grant{Name: name, Token: token, Start: start.Round(0)}
+	g := &check.Grant{Name: name, Token: token, Start: start.Round(0), Seen: seen.Round(0)}
 	l.byKey[k] = g
 	l.grants = append(l.grants, g)
 	if l.note != nil {

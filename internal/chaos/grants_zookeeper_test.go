@@ -237,7 +237,7 @@ func (w *zkGrantWatch) watchZnode(name string) {
 		return
 	}
 	w.seen[st.Czxid] = true
-	w.log.begin(name, uint64(st.Czxid), time.UnixMilli(st.Ctime))
+	w.log.begin(name, uint64(st.Czxid), time.UnixMilli(st.Ctime), time.Now())
 	w.held[name] = &zkHolding{name: name, czxid: st.Czxid, ch: ch}
 }
 
@@ -267,7 +267,7 @@ func (w *zkGrantWatch) recheck(h *zkHolding) {
 		w.log.end(h.name, uint64(h.czxid), time.Now())
 		if ok {
 			w.seen[st.Czxid] = true
-			w.log.begin(h.name, uint64(st.Czxid), time.UnixMilli(st.Ctime))
+			w.log.begin(h.name, uint64(st.Czxid), time.UnixMilli(st.Ctime), time.Now())
 			w.held[h.name] = &zkHolding{name: h.name, czxid: st.Czxid, ch: ch}
 		}
 	}

@@ -27,6 +27,11 @@ type Grant struct {
 	// Start is when the backend granted it; End when it freed it (zero and
 	// Ended false while still held).
 	Start, End time.Time
+	// Seen, when not zero, is an instant at or after the grant, and Start
+	// then only an instant at or before it: a watcher knows the grant
+	// began between the two. HandOffOrder, which must not take a grant as
+	// earlier than it was, uses Seen where it is set.
+	Seen time.Time
 	Ended      bool // the holding is over
 	// Expired reports that the backend ended the holding by itself (session
 	// expiry), rather than on the holder's request (release, close).

@@ -103,8 +103,8 @@ func Observed(obs []Observation, grants []Grant) []error {
 // of the previous term had returned or, for a run that ignored its
 // cancellation, once the horizon that run had been promised had passed.
 // Whether the previous holding was released or expired does not matter:
-// expiry comes after the horizon. A grant may be seen to start late, never
-// early; a
+// expiry comes after the horizon. A grant's Seen (or, where it is not
+// set, its Start) may be late, never early; a
 // grant after an eviction (Grant.Evicted) is not held against the evicted
 // term.
 func HandOffOrder(exits []Exit, grants []Grant) []error {
@@ -123,9 +123,13 @@ func HandOffOrder(exits []Exit, grants []Grant) []error {
 			continue // no grant of this term, or none after it
 		}
 		next := gs[i+1]
-		if next.Start.Before(e.At) && next.Start.Before(e.Horizon) {
-			errs = append(errs, fmt.Errorf("I7: lease %q: term %d granted at %v, while the run of term %d on %s went on until %v, before the horizon it was promised (%v)",
-				e.Name, next.Token, next.Start, e.Token, e.Node, e.At, e.Horizon))
+		granted := next.Start
+		if !next.Seen.IsZero() {
+			granted = next.Seen
+		}
+		if granted.Before(e.At) && granted.Before(e.Horizon) {
+			errs = append(errs, fmt.Errorf("I7: lease %q: term %d granted by %v, while the run of term %d on %s went on until %v, before the horizon it was promised (%v)",
+				e.Name, next.Token, granted, e.Token, e.Node, e.At, e.Horizon))
 		}
 	}
 	return errs

@@ -63,6 +63,19 @@ func TestHandOffOrder(t *testing.T) {
 	if errs := HandOffOrder(bad, grants); len(errs) != 1 || !strings.HasPrefix(errs[0].Error(), "I7: ") {
 		t.Fatalf("want one I7 violation, got %v", errs)
 	}
+	// A watcher's grant: begun between Start and Seen. The run's exit
+	// after Start but before Seen proves nothing.
+	watched := []Grant{
+		{Name: "a", Token: 1, Start: at(0), Seen: at(0.01), End: at(10), Ended: true},
+		{Name: "a", Token: 2, Start: at(9.95), Seen: at(10.1)},
+	}
+	if errs := HandOffOrder(bad, watched); len(errs) != 0 {
+		t.Fatalf("an exit before the grant was seen: %v", errs)
+	}
+	late := []Exit{{Name: "a", Token: 1, At: at(10.2), Horizon: at(12)}}
+	if errs := HandOffOrder(late, watched); len(errs) != 1 {
+		t.Fatalf("an exit after the grant was seen: want one I7 violation, got %v", errs)
+	}
 }
 
 // fakeTerm is a term whose answers the test sets.
