@@ -93,14 +93,15 @@ func (l *grantLog) begin(name string, token uint64, start, seen time.Time) {
 
 // end records that the grant of name with token was over at the instant
 // at (when the watcher learned of it). A grant whose beginning was not
-// seen begins at the zero time: no later than anything.
+// seen begins at the zero time, no later than anything, and was seen begun
+// by its end.
 func (l *grantLog) end(name string, token uint64, at time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	k := grantKey{name, token}
 	g, ok := l.byKey[k]
 	if !ok {
-		g = &check.Grant{Name: name, Token: token}
+		g = &check.Grant{Name: name, Token: token, Seen: at.Round(0)}
 		l.byKey[k] = g
 		l.grants = append(l.grants, g)
 	}
