@@ -252,13 +252,14 @@ func (t *LeaderTask) acquire(g *generation) (backend.Lease, error) {
 
 // release gives the lease back, with the records final written in the
 // same step (see backend.RecordReleaser), retrying transient failures while
-// the session lives (once it has ended the lease goes with it), and at most
-// until the session's deadline as the release begins: about one TTL. Past
-// it the lease is left to go with the session (see giveUpRelease). It
-// reports whether this call released it.
+// the session lives (once it has ended the lease goes with it) for about
+// one TTL from the start of the release. Past that the lease is left to go
+// with the session (see giveUpRelease). It reports whether this call
+// released it.
 func (t *LeaderTask) release(g *generation, lease backend.Lease, final []backend.Record) bool {
 	until := g.deadline.Load()
-	ctx, cancel := context.WithDeadline(g.ctx, g.base.Add(time.Duration(until)))
+	budget := time.Now().Add(g.ttl)
+	ctx, cancel := context.WithDeadline(g.ctx, budget)
 	defer cancel()
 	rr, together := lease.(backend.RecordReleaser)
 	for attempt := 1; ; attempt++ {
@@ -322,20 +323,25 @@ func recovered(ctx context.Context, t *Term, fn func(context.Context, *Term) err
 	return fn(ctx, t)
 }
 
-// giveUpRelease leaves a lease that could not be released before the
-// session's deadline at the start of the release (the offset until) to go
-// with the session: Close ends it next; a session not renewed since ends at
+// giveUpRelease leaves a lease that could not be released within about a
+// TTL to go with the session: Close ends it next; a session not renewed
+// since the release began (the offset until was its deadline then) ends at
 // that deadline; a session renewed since would keep the lease held with no
-// task behind it, so it is ended now.
+// task behind it, so it is ended now, locally. On the server it is only
+// closed once the deadline it had reached has passed (see
+// generation.closeNotBefore): the runs of its other terms were promised
+// their leases until then, and a run that ignores its cancellation may
+// still be working.
 func (t *LeaderTask) giveUpRelease(g *generation, lease backend.Lease, until int64, err error, attempts int) {
 	log := t.c.log.With("election", t.ref.Election, "token", lease.Token(), "err", err, "attempts", attempts)
 	switch {
 	case t.c.ctx.Err() != nil:
-		log.Error("releasing a lease failed until the session's deadline; it goes with the session, which Close ends next (or which expires by itself)")
+		log.Error("releasing a lease failed for a TTL; it goes with the session, which Close ends next (or which expires by itself)")
 	case g.deadline.Load() <= until:
-		log.Error("releasing a lease failed until the session's deadline; it goes with the session, which is not renewed and expires by itself")
+		log.Error("releasing a lease failed for a TTL; it goes with the session, which is not renewed and expires by itself")
 	default:
-		log.Error("releasing a lease failed until the session's deadline; ending the session so that the lease goes with it")
+		log.Error("releasing a lease failed for a TTL; ending the session so that the lease goes with it, at the session's deadline")
+		g.closeNotBefore.Store(g.deadline.Load())
 		g.end(RevokeSessionLost, fmt.Errorf("simba: lease %q (token %d) could not be released: %w", t.ref.Election, lease.Token(), err))
 	}
 }

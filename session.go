@@ -28,6 +28,10 @@ type generation struct {
 	// its TTL, minus the margin. It only grows while the generation lives.
 	deadline atomic.Int64
 	ended    atomic.Bool
+	// closeNotBefore, when set, is the offset from base before which the
+	// session must not be closed on the server: the deadline it had when
+	// the client ended it early on its own (see LeaderTask.giveUpRelease).
+	closeNotBefore atomic.Int64
 
 	ctx    context.Context // cancelled when the generation ends
 	cancel context.CancelFunc
@@ -249,12 +253,17 @@ func (c *Client) keepAlive(ctx context.Context, s backend.Session) (time.Duratio
 	return s.KeepAlive(ctx)
 }
 
-// closeSession ends g's session on the backend in the background, bounded by
+// closeSession ends g's session on the backend in the background, not
+// before g.closeNotBefore when that is set, and bounded by
 // its deadline (past it the server expires it anyway).
 func (c *Client) closeSession(g *generation) {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
+		if d := g.closeNotBefore.Load(); d > 0 {
+			// Not renewed any more, it expires on the server by then too.
+			time.Sleep(time.Duration(d) - g.now())
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), max(g.left(), 0)+g.margin)
 		defer cancel()
 		if err := g.sess.Close(ctx); err != nil {

@@ -137,11 +137,14 @@ func (c *Client) SessionID() string {
 //   - for every task function to return. One that ignores the cancellation
 //     of its ctx delays Close until it returns (its lease is handed off at
 //     its term's deadline all the same).
-//   - for every lease to be released, retrying failures at most until the
-//     session's deadline as the release began (about one TTL). A lease not
-//     released by then is logged and goes with the session.
+//   - for every lease to be released, retrying failures for about one TTL
+//     from the start of the release. A lease not released by then is logged
+//     and goes with the session.
 //   - for the session to end on the backend, at most until its deadline
-//     plus the drift margin; past it the session expires by itself.
+//     plus the drift margin; past it the session expires by itself. (A
+//     session the client ended early because a lease could not be
+//     released is closed only at the deadline it had reached, at most one
+//     TTL later.)
 //   - for the event handlers to be called with the events published before,
 //     at most 5 seconds. A handler still running then is abandoned: Close
 //     logs an error and returns, that handler call is the last one (its

@@ -31,8 +31,8 @@ type Grant struct {
 	// then only an instant at or before it: a watcher knows the grant
 	// began between the two. HandOffOrder, which must not take a grant as
 	// earlier than it was, uses Seen where it is set.
-	Seen time.Time
-	Ended      bool // the holding is over
+	Seen  time.Time
+	Ended bool // the holding is over
 	// Expired reports that the backend ended the holding by itself (session
 	// expiry), rather than on the holder's request (release, close).
 	Expired bool
