@@ -1,9 +1,26 @@
 package simba_test
 
 import (
+	"fmt"
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/simba-go/simba"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain plants the bug named by $SIMBA_PLANT (see internal/plant) for the
+// whole run, if any, and checks for leaked goroutines after the tests. With
+// a bug planted, the tests that depend on what it breaks must fail with a
+// message, and none may hang.
+func TestMain(m *testing.M) {
+	if name := os.Getenv("SIMBA_PLANT"); name != "" {
+		if err := simba.PlantForRun(name); err != nil {
+			fmt.Fprintln(os.Stderr, "SIMBA_PLANT:", err)
+			os.Exit(2)
+		}
+		fmt.Fprintf(os.Stderr, "SIMBA_PLANT: bug %q planted for the whole run\n", name)
+	}
+	goleak.VerifyTestMain(m)
+}
