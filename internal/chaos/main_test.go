@@ -2,12 +2,15 @@ package chaos
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"strconv"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/simba-go/simba/internal/plant"
 )
 
 var (
@@ -30,10 +33,20 @@ const (
 const defaultDuration = 20 * time.Second
 
 // TestMain runs the test binary as a client process when the harness
-// started it as one (see child_test.go), and as the tests otherwise.
+// started it as one (see child_test.go), and as the tests otherwise. The bug
+// named by $SIMBA_PLANT (see internal/plant), if any, is planted in both: the
+// client processes inherit the variable, so their clients run with it.
 func TestMain(m *testing.M) {
+	name := os.Getenv("SIMBA_PLANT")
+	if _, err := plant.Set(name); err != nil {
+		fmt.Fprintln(os.Stderr, "SIMBA_PLANT:", err)
+		os.Exit(2)
+	}
 	if os.Getenv(envRole) == roleChild {
 		os.Exit(childMain())
+	}
+	if name != "" {
+		fmt.Fprintf(os.Stderr, "SIMBA_PLANT: bug %q planted for the whole run, in every client process\n", name)
 	}
 	goleak.VerifyTestMain(m)
 }
