@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -245,33 +246,92 @@ func TestEarlyReturnKeepsTheTerm(t *testing.T) {
 	})
 }
 
+// cleanUp is how long the runs of the hand-off scenario take to exit once
+// their ctx is cancelled.
+const cleanUp = 100 * time.Millisecond
+
+// stopHandOff stops a's task while z waits for the lease: a's run takes
+// cleanUp to exit after its ctx is cancelled, and the hand-off must wait
+// for it. It returns every way the hand-off broke its order (first the
+// task, then the lease), each as an error.
+func stopHandOff(t *testing.T) []error {
+	b := memory.New()
+	defer b.Close()
+	h := newHistory()
+	a, _ := node(t, b, "a", h)
+	z, _ := node(t, b, "z", h)
+	ta, err := a.Election("e").RunWhileLeader(holdThenCleanUp("a", h, cleanUp))
+	require.NoError(t, err)
+	synctest.Wait()
+	_, err = z.Election("e").RunWhileLeader(holdUntilRevoked("z", h))
+	require.NoError(t, err)
+	time.Sleep(5 * time.Second)
+	stopAt := time.Now()
+	await(t, ta.Stop(), testTTL, "a's Stop did not complete within the TTL")
+	doneAt := time.Now()
+	time.Sleep(2 * cleanUp) // a run still going at the completion exits meanwhile
+
+	var errs []error
+	at := func(x time.Time) time.Duration { return x.Sub(stopAt) }
+	require.Len(t, h.Terms(), 2)
+	first, next := h.Terms()[0], h.Terms()[1]
+	require.Equal(t, "z", h.Owner(next))
+	require.Len(t, h.Runs(), 1)
+	exited := h.Runs()[0].end
+	if want := stopAt.Add(cleanUp); !exited.Equal(want) {
+		errs = append(errs, fmt.Errorf("a's run exited at +%v, want +%v: the scenario is broken", at(exited), at(want)))
+	}
+	if doneAt.Before(exited) {
+		errs = append(errs, fmt.Errorf("a's Stop completed at +%v, before its run exited at +%v", at(doneAt), at(exited)))
+	}
+	if next.Start().Before(exited) {
+		errs = append(errs, fmt.Errorf("z's term %d began at +%v, before a's run exited at +%v", next.Token(), at(next.Start()), at(exited)))
+	} else if !next.Start().Equal(exited) {
+		errs = append(errs, fmt.Errorf("z's term %d began at +%v, not when a's run exited at +%v", next.Token(), at(next.Start()), at(exited)))
+	}
+	for _, g := range b.History() {
+		if g.Token != first.Token() {
+			continue
+		}
+		switch {
+		case !g.Ended || g.Reason != "released":
+			errs = append(errs, fmt.Errorf("a's lease (token %d) not released: ended %v, %q", g.Token, g.Ended, g.Reason))
+		case g.End.Before(exited):
+			errs = append(errs, fmt.Errorf("a's lease (token %d) released at +%v, before its run exited at +%v", g.Token, at(g.End), at(exited)))
+		}
+	}
+	if ho := eventsOf[simba.HandedOff](h); len(ho) != 1 || !ho[0].Released {
+		errs = append(errs, fmt.Errorf("HandedOff events %+v, want one with the lease released", ho))
+	}
+	closeAll(t, a, z)
+	h.checkTerms(t, b)
+	return errs
+}
+
 func TestStopHandsOffTaskThenLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := memory.New()
-		defer b.Close()
-		h := newHistory()
-		a, _ := node(t, b, "a", h)
-		z, _ := node(t, b, "z", h)
-		ta, err := a.Election("e").RunWhileLeader(holdUntilRevoked("a", h))
-		require.NoError(t, err)
-		synctest.Wait()
-		_, err = z.Election("e").RunWhileLeader(holdUntilRevoked("z", h))
-		require.NoError(t, err)
-		time.Sleep(5 * time.Second)
-		stopAt := time.Now()
-		await(t, ta.Stop(), testTTL, "a's Stop did not complete within the TTL")
-		assert.Equal(t, stopAt, time.Now(), "a task that obeys cancellation hands off at once")
-		synctest.Wait()
-		require.Len(t, h.Terms(), 2)
-		assert.Equal(t, "z", h.Owner(h.Terms()[1]))
-		assert.Equal(t, stopAt, h.Terms()[1].Start(), "the next leader starts at the hand-off")
-		require.Len(t, h.Runs(), 1)
-		assert.False(t, h.Runs()[0].end.After(h.Terms()[1].Start()), "the run exited before the next term began")
-		ho := eventsOf[simba.HandedOff](h)
-		require.Len(t, ho, 1)
-		assert.True(t, ho[0].Released)
-		closeAll(t, a, z)
-		h.checkTerms(t, b)
+		for _, err := range stopHandOff(t) {
+			t.Error(err)
+		}
+	})
+}
+
+// TestStopHandOffCatchesReleaseBeforeExit plants the hand-off order
+// reversed: the scenario above must report the lease released, and the
+// next term begun, while the run was still cleaning up.
+func TestStopHandOffCatchesReleaseBeforeExit(t *testing.T) {
+	simba.PlantBug(t, "release-before-exit")
+	synctest.Test(t, func(t *testing.T) {
+		errs := stopHandOff(t)
+		require.NotEmpty(t, errs, "the reversed hand-off went unnoticed")
+		var msgs []string
+		for _, err := range errs {
+			t.Logf("caught: %v", err)
+			msgs = append(msgs, err.Error())
+		}
+		all := strings.Join(msgs, "\n")
+		assert.Contains(t, all, "released at +0s, before its run exited at +100ms")
+		assert.Contains(t, all, "began at +0s, before a's run exited at +100ms")
 	})
 }
 

@@ -225,10 +225,17 @@ func node(t *testing.T, b *memory.Backend, name string, h *history, opts ...simb
 // holdUntilRevoked is a task function that records its term and holds it
 // until the term ends, as a well-behaved task does.
 func holdUntilRevoked(node string, h *history) func(context.Context, *simba.Term) error {
+	return holdThenCleanUp(node, h, 0)
+}
+
+// holdThenCleanUp is holdUntilRevoked with a clean-up step: once its ctx is
+// cancelled, the run takes cleanUp to exit.
+func holdThenCleanUp(node string, h *history, cleanUp time.Duration) func(context.Context, *simba.Term) error {
 	return func(ctx context.Context, term *simba.Term) error {
 		h.sawTerm(node, term)
 		start := time.Now()
 		<-ctx.Done()
+		time.Sleep(cleanUp)
 		h.mu.Lock()
 		h.runs = append(h.runs, run{node: node, token: term.Token(), start: start, end: time.Now()})
 		h.mu.Unlock()
