@@ -66,8 +66,8 @@ func awaitRevocation(term *simba.Term, who string) error {
 
 // renewalNeverAnswered starts a client whose term is renewed twice, then
 // cuts it off from the backend, and waits for the term to be revoked by its
-// own deadline. It returns the term, its deadline when the link was cut,
-// and the error of the wait.
+// own deadline. It returns the client and its node, the term, the term's
+// deadline when the link was cut, and the error of the wait.
 func renewalNeverAnswered(t *testing.T, b *memory.Backend, h *history) (*simba.Client, *memory.Node, *simba.Term, time.Time, error) {
 	c, n := node(t, b, "a", h)
 	_, err := c.Election("ingest").RunWhileLeader(holdUntilRevoked("a", h))
