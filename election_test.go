@@ -3,6 +3,8 @@ package simba_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -38,7 +40,7 @@ func TestElectedRunsWithToken(t *testing.T) {
 		synctest.Wait()
 		assert.Equal(t, term.Start().Add(time.Second+testTTL-300*time.Millisecond), term.Deadline())
 
-		<-task.Stop()
+		await(t, task.Stop(), testTTL, "the task's Stop did not complete within the TTL")
 		assert.False(t, term.Valid())
 		assert.ErrorIs(t, term.Err(), simba.ErrTermExpired)
 		var te *simba.TermError
@@ -49,22 +51,43 @@ func TestElectedRunsWithToken(t *testing.T) {
 	})
 }
 
+// revokeSlack is how long after its deadline a test waits for a term to be
+// revoked: the deadline timer fires at the deadline itself, so any slack
+// only makes the failure message of a broken timer wait longer.
+const revokeSlack = 10 * time.Second
+
+// awaitRevocation waits until term is revoked, at most until revokeSlack
+// past its deadline, and returns an error saying so if it is not.
+func awaitRevocation(term *simba.Term, who string) error {
+	_, err := within(term.Revoked(), time.Until(term.Deadline())+revokeSlack,
+		"term %d of %q on %s not revoked within %v of its deadline", term.Token(), term.Name(), who, revokeSlack)
+	return err
+}
+
+// renewalNeverAnswered starts a client whose term is renewed twice, then
+// cuts it off from the backend, and waits for the term to be revoked by its
+// own deadline. It returns the client and its node, the term, the term's
+// deadline when the link was cut, and the error of the wait.
+func renewalNeverAnswered(t *testing.T, b *memory.Backend, h *history) (*simba.Client, *memory.Node, *simba.Term, time.Time, error) {
+	c, n := node(t, b, "a", h)
+	_, err := c.Election("ingest").RunWhileLeader(holdUntilRevoked("a", h))
+	require.NoError(t, err)
+	time.Sleep(2500 * time.Millisecond) // renewals confirmed at 1s and 2s
+	require.Len(t, h.Terms(), 1)
+	term := h.Terms()[0]
+	want := term.Deadline()
+	n.Partition() // the renewal at 3s is never answered
+	return c, n, term, want, awaitRevocation(term, "a")
+}
+
 func TestRenewalThatNeverAnswersRevokesAtDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := memory.New()
 		defer b.Close()
 		h := newHistory()
-		c, n := node(t, b, "a", h)
-		_, err := c.Election("ingest").RunWhileLeader(holdUntilRevoked("a", h))
-		require.NoError(t, err)
-		time.Sleep(2500 * time.Millisecond) // renewals confirmed at 1s and 2s
-		require.Len(t, h.Terms(), 1)
-		term := h.Terms()[0]
-		want := term.Deadline()
+		c, n, term, want, err := renewalNeverAnswered(t, b, h)
 		assert.Equal(t, term.Start().Add(2*time.Second+testTTL-300*time.Millisecond), want)
-
-		n.Partition() // the renewal at 3s is never answered
-		<-term.Revoked()
+		require.NoError(t, err)
 		assert.Equal(t, want, time.Now(), "revoked exactly at the deadline, without a network answer")
 		var te *simba.TermError
 		require.ErrorAs(t, term.Err(), &te)
@@ -81,6 +104,28 @@ func TestRenewalThatNeverAnswersRevokesAtDeadline(t *testing.T) {
 		lost := eventsOf[simba.SessionLost](h)
 		require.Len(t, lost, 1)
 		assert.Equal(t, simba.RevokeDeadline, lost[0].Reason)
+	})
+}
+
+// TestRenewalNeverAnsweredCatchesDeadTimer plants a deadline timer that
+// never ends the session: the scenario of the test above must then report
+// the term not revoked, within a bounded virtual time, and not hang.
+func TestRenewalNeverAnsweredCatchesDeadTimer(t *testing.T) {
+	simba.PlantBug(t, "deadline-timer-dead")
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		start := time.Now()
+		c, n, term, want, err := renewalNeverAnswered(t, b, h)
+		require.Error(t, err, "the dead timer went unnoticed")
+		t.Logf("caught: %v", err)
+		assert.Contains(t, err.Error(), fmt.Sprintf("term %d of \"ingest\" on a not revoked within 10s of its deadline", term.Token()))
+		assert.Equal(t, want.Add(revokeSlack), time.Now(), "reported at once when the wait ran out")
+		assert.Less(t, time.Since(start), time.Minute)
+		assert.False(t, term.Valid(), "the term is not valid past its deadline, though never revoked")
+		n.Heal() // the server expired the session meanwhile: the client learns it, and Close returns
+		closeAll(t, c)
 	})
 }
 
@@ -165,7 +210,7 @@ func TestErrorAfterTheTermEndedIsCancelled(t *testing.T) {
 		})
 		require.NoError(t, err)
 		synctest.Wait()
-		<-task.Stop()
+		await(t, task.Stop(), testTTL, "the task's Stop did not complete within the TTL")
 		closeAll(t, c)
 		done := eventsOf[simba.WorkCompleted](h)
 		require.Len(t, done, 1)
@@ -201,34 +246,92 @@ func TestEarlyReturnKeepsTheTerm(t *testing.T) {
 	})
 }
 
+// cleanUp is how long the runs of the hand-off scenario take to exit once
+// their ctx is cancelled.
+const cleanUp = 100 * time.Millisecond
+
+// stopHandOff stops a's task while z waits for the lease: a's run takes
+// cleanUp to exit after its ctx is cancelled, and the hand-off must wait
+// for it. It returns every way the hand-off broke its order (first the
+// task, then the lease), each as an error.
+func stopHandOff(t *testing.T) []error {
+	b := memory.New()
+	defer b.Close()
+	h := newHistory()
+	a, _ := node(t, b, "a", h)
+	z, _ := node(t, b, "z", h)
+	ta, err := a.Election("e").RunWhileLeader(holdThenCleanUp("a", h, cleanUp))
+	require.NoError(t, err)
+	synctest.Wait()
+	_, err = z.Election("e").RunWhileLeader(holdUntilRevoked("z", h))
+	require.NoError(t, err)
+	time.Sleep(5 * time.Second)
+	stopAt := time.Now()
+	await(t, ta.Stop(), testTTL, "a's Stop did not complete within the TTL")
+	doneAt := time.Now()
+	time.Sleep(2 * cleanUp) // a run still going at the completion exits meanwhile
+
+	var errs []error
+	at := func(x time.Time) time.Duration { return x.Sub(stopAt) }
+	require.Len(t, h.Terms(), 2)
+	first, next := h.Terms()[0], h.Terms()[1]
+	require.Equal(t, "z", h.Owner(next))
+	require.Len(t, h.Runs(), 1)
+	exited := h.Runs()[0].end
+	if want := stopAt.Add(cleanUp); !exited.Equal(want) {
+		errs = append(errs, fmt.Errorf("a's run exited at +%v, want +%v: the scenario is broken", at(exited), at(want)))
+	}
+	if doneAt.Before(exited) {
+		errs = append(errs, fmt.Errorf("a's Stop completed at +%v, before its run exited at +%v", at(doneAt), at(exited)))
+	}
+	if next.Start().Before(exited) {
+		errs = append(errs, fmt.Errorf("z's term %d began at +%v, before a's run exited at +%v", next.Token(), at(next.Start()), at(exited)))
+	} else if !next.Start().Equal(exited) {
+		errs = append(errs, fmt.Errorf("z's term %d began at +%v, not when a's run exited at +%v", next.Token(), at(next.Start()), at(exited)))
+	}
+	for _, g := range b.History() {
+		if g.Token != first.Token() {
+			continue
+		}
+		switch {
+		case !g.Ended || g.Reason != "released":
+			errs = append(errs, fmt.Errorf("a's lease (token %d) not released: ended %v, %q", g.Token, g.Ended, g.Reason))
+		case g.End.Before(exited):
+			errs = append(errs, fmt.Errorf("a's lease (token %d) released at +%v, before its run exited at +%v", g.Token, at(g.End), at(exited)))
+		}
+	}
+	if ho := eventsOf[simba.HandedOff](h); len(ho) != 1 || !ho[0].Released {
+		errs = append(errs, fmt.Errorf("HandedOff events %+v, want one with the lease released", ho))
+	}
+	closeAll(t, a, z)
+	h.checkTerms(t, b)
+	return errs
+}
+
 func TestStopHandsOffTaskThenLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := memory.New()
-		defer b.Close()
-		h := newHistory()
-		a, _ := node(t, b, "a", h)
-		z, _ := node(t, b, "z", h)
-		ta, err := a.Election("e").RunWhileLeader(holdUntilRevoked("a", h))
-		require.NoError(t, err)
-		synctest.Wait()
-		_, err = z.Election("e").RunWhileLeader(holdUntilRevoked("z", h))
-		require.NoError(t, err)
-		time.Sleep(5 * time.Second)
-		stopAt := time.Now()
-		done := ta.Stop()
-		<-done
-		assert.Equal(t, stopAt, time.Now(), "a task that obeys cancellation hands off at once")
-		synctest.Wait()
-		require.Len(t, h.Terms(), 2)
-		assert.Equal(t, "z", h.Owner(h.Terms()[1]))
-		assert.Equal(t, stopAt, h.Terms()[1].Start(), "the next leader starts at the hand-off")
-		require.Len(t, h.Runs(), 1)
-		assert.False(t, h.Runs()[0].end.After(h.Terms()[1].Start()), "the run exited before the next term began")
-		ho := eventsOf[simba.HandedOff](h)
-		require.Len(t, ho, 1)
-		assert.True(t, ho[0].Released)
-		closeAll(t, a, z)
-		h.checkTerms(t, b)
+		for _, err := range stopHandOff(t) {
+			t.Error(err)
+		}
+	})
+}
+
+// TestStopHandOffCatchesReleaseBeforeExit plants the hand-off order
+// reversed: the scenario above must report the lease released, and the
+// next term begun, while the run was still cleaning up.
+func TestStopHandOffCatchesReleaseBeforeExit(t *testing.T) {
+	simba.PlantBug(t, "release-before-exit")
+	synctest.Test(t, func(t *testing.T) {
+		errs := stopHandOff(t)
+		require.NotEmpty(t, errs, "the reversed hand-off went unnoticed")
+		var msgs []string
+		for _, err := range errs {
+			t.Logf("caught: %v", err)
+			msgs = append(msgs, err.Error())
+		}
+		all := strings.Join(msgs, "\n")
+		assert.Contains(t, all, "released at +0s, before its run exited at +100ms")
+		assert.Contains(t, all, "began at +0s, before a's run exited at +100ms")
 	})
 }
 
@@ -250,7 +353,7 @@ func TestTaskIgnoringCancellationDelaysHandOffOnlyUntilTheCap(t *testing.T) {
 		require.NoError(t, err)
 		time.Sleep(2500 * time.Millisecond)
 		capAt := h.Terms()[0].Deadline() // 2s + 3s - 0.3s
-		<-ta.Stop()
+		await(t, ta.Stop(), testTTL, "a's Stop did not complete within the TTL, though the hand-off is capped by the term's deadline")
 		assert.Equal(t, capAt, time.Now(), "hand-off waits for the run until the term's deadline at the stop, no longer")
 		synctest.Wait()
 		require.Len(t, h.Terms(), 2)
@@ -356,7 +459,7 @@ func TestEnsureValid(t *testing.T) {
 		err = term.EnsureValid(10 * time.Second)
 		assert.ErrorIs(t, err, simba.ErrTermExpired, "a step that would outlive the term is refused")
 		assert.ErrorIs(t, term.EnsureValid(-time.Second), simba.ErrInvalidArgument)
-		<-task.Stop()
+		await(t, task.Stop(), testTTL, "the task's Stop did not complete within the TTL")
 		assert.ErrorIs(t, term.EnsureValid(), simba.ErrTermExpired)
 		closeAll(t, c)
 	})
@@ -415,7 +518,8 @@ func TestCloseWhilePartitionedReturnsWithinTheTTL(t *testing.T) {
 		synctest.Wait()
 		n.Partition()
 		start := time.Now()
-		closeAll(t, c)
+		err = await(t, returned(c.Close), 2*testTTL, "Close of a client cut off from the backend did not return within twice the TTL")
+		assert.NoError(t, err)
 		assert.LessOrEqual(t, time.Since(start), testTTL)
 		n.Heal()
 	})
@@ -436,7 +540,7 @@ func TestEventsInOrderAndSlowHandlersDoNotDelayHandOff(t *testing.T) {
 		require.NoError(t, err)
 		synctest.Wait()
 		stopAt := time.Now()
-		<-ta.Stop()
+		await(t, ta.Stop(), testTTL, "a's Stop did not complete within the TTL")
 		synctest.Wait()
 		require.Len(t, h.Terms(), 2)
 		assert.Equal(t, stopAt, h.Terms()[1].Start(), "a slow handler on a does not delay its hand-off")

@@ -3,8 +3,9 @@ package simba
 import "github.com/simba-go/simba/internal/plant"
 
 // PlantBug switches on a deliberate safety bug (see internal/plant) for the
-// test that calls it, and switches it off again when the test ends. Tests
-// that plant bugs must not run in parallel.
+// test that calls it, and puts back the bug planted for the run (none, but
+// under $SIMBA_PLANT) when the test ends. Tests that plant bugs must not run
+// in parallel.
 func PlantBug(t interface {
 	Cleanup(func())
 	Fatal(...any)

@@ -82,7 +82,11 @@ func (g *etcdGroup) node(name string, opts ...simba.Option) *etcdNode {
 	return g.nodeOn(name, px, []string{px.Addr()}, opts...)
 }
 
-// nodeOn starts a client called name on endpoints.
+// nodeOn starts a client called name on endpoints. If the test fails
+// early, the link is healed before the client is closed, and Close is given
+// etcdGroupWait: a client cut off from the server by a fault left in place
+// would otherwise wait for its session's deadline, for ever if that never
+// ends it.
 func (g *etcdGroup) nodeOn(name string, px *faultproxy.Proxy, endpoints []string, opts ...simba.Option) *etcdNode {
 	t := g.t
 	t.Helper()
@@ -103,7 +107,17 @@ func (g *etcdGroup) nodeOn(name string, px *faultproxy.Proxy, endpoints []string
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
+	t.Cleanup(func() {
+		if px != nil {
+			px.Heal()
+			px.Accept()
+		}
+		if err, late := within(returned(c.Close), etcdGroupWait, "%s: Close did not return", name); late != nil {
+			t.Error(late)
+		} else if err != nil {
+			t.Errorf("%s: Close: %v", name, err)
+		}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), etcdGroupWait)
 	defer cancel()
 	if err := c.Ready(ctx); err != nil {
@@ -157,7 +171,7 @@ func (g *etcdGroup) checkTerms(nodes ...*etcdNode) {
 	t := g.t
 	t.Helper()
 	for _, n := range nodes {
-		if err := n.client.Close(); err != nil {
+		if err := await(t, returned(n.client.Close), etcdGroupWait, "%s: Close did not return", n.name); err != nil {
 			t.Errorf("%s: Close: %v", n.name, err)
 		}
 	}
@@ -330,7 +344,7 @@ func testEtcdJoinAndLeave(t *testing.T, srv *etcdtest.Server) {
 	}
 
 	before = after
-	<-c.task.Stop()
+	await(t, c.task.Stop(), etcdGroupWait, "c's group Stop did not complete")
 	took = g.await(assignment(P, "a", "d"), "after c left")
 	after = g.runs.owners(P)
 	t.Logf("leave: %d partitions moved from c in %v", len(moved(before, after)), took)
@@ -560,7 +574,7 @@ func benchGroup(t *testing.T, fsync bool, out *strings.Builder) {
 		g.runs.await(t, func(o []string) bool { return slices.Equal(o[:benchPartitions], before) }, "after "+name+" left", etcdGroupWait)
 		took = time.Since(start)
 		rows = append(rows, row{round, "leave " + name, len(moved(ownersBefore, g.runs.owners(benchPartitions))), len(moved(with, before)), took, len(g.sessionsLost()) == lost})
-		<-done
+		await(t, done, etcdGroupWait, "%s's group Stop did not complete", name)
 		if err := n.client.Close(); err != nil {
 			t.Error(err)
 		}

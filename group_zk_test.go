@@ -68,7 +68,8 @@ type zkNode struct {
 
 // node starts a client called name (also its member id), through a proxy
 // of its own, and waits for its session. Everything is closed when the
-// test ends, the client first.
+// test ends, the client first; if the test failed early, its link is
+// healed first, and Close is given zkGroupWait.
 func (g *zkGroup) node(name string, opts ...simba.Option) *zkNode {
 	t := g.t
 	t.Helper()
@@ -90,7 +91,15 @@ func (g *zkGroup) node(name string, opts ...simba.Option) *zkNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
+	t.Cleanup(func() {
+		px.Unblackhole()
+		px.Resume()
+		if err, late := within(returned(c.Close), zkGroupWait, "%s: Close did not return", name); late != nil {
+			t.Error(late)
+		} else if err != nil {
+			t.Errorf("%s: Close: %v", name, err)
+		}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), zkGroupWait)
 	defer cancel()
 	if err := c.Ready(ctx); err != nil {
@@ -141,7 +150,7 @@ func (g *zkGroup) checkTerms(nodes ...*zkNode) {
 	t := g.t
 	t.Helper()
 	for _, n := range nodes {
-		if err := n.client.Close(); err != nil {
+		if err := await(t, returned(n.client.Close), zkGroupWait, "%s: Close did not return", n.name); err != nil {
 			t.Errorf("%s: Close: %v", n.name, err)
 		}
 	}
@@ -207,7 +216,7 @@ func testZKJoinAndLeave(t *testing.T) {
 	}
 
 	before = after
-	<-c.task.Stop()
+	await(t, c.task.Stop(), zkGroupWait, "c's group Stop did not complete")
 	took = g.await(assignment(P, "a", "d"), "after c left")
 	after = g.runs.owners(P)
 	t.Logf("leave: %d partitions moved from c in %v", len(moved(before, after)), took)

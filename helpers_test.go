@@ -2,6 +2,7 @@ package simba_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -141,7 +142,65 @@ func (w tWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// node starts a client on its own memory node.
+// within waits at most d for ch to deliver a value or be closed, and
+// returns what it delivered. Past d it returns an error: the message given
+// (a format and its arguments, saying what did not happen) and how long it
+// waited. Inside a synctest bubble d is virtual time, so a bound costs
+// nothing when the wait succeeds and fails fast when it does not.
+func within[T any](ch <-chan T, d time.Duration, format string, args ...any) (T, error) {
+	select {
+	case v := <-ch: // already there: no timer to race with
+		return v, nil
+	default:
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case v := <-ch:
+		return v, nil
+	case <-timer.C:
+		var zero T
+		return zero, fmt.Errorf("%s (waited %v)", fmt.Sprintf(format, args...), d)
+	}
+}
+
+// await is within that fails the test: every wait of a test is bounded,
+// and one that times out says what it waited for, instead of hanging until
+// go test's timeout.
+func await[T any](t testing.TB, ch <-chan T, d time.Duration, format string, args ...any) T {
+	t.Helper()
+	v, err := within(ch, d, format, args...)
+	if err != nil {
+		failedWaits.Store(t.Name(), err)
+		t.Fatal(err)
+	}
+	return v
+}
+
+// failedWaits holds, by test name, the last wait of await that failed: a
+// test whose clean-up has to end the test binary (see node) can no longer
+// print its failures, so the panic carries that one.
+var failedWaits sync.Map
+
+// returned runs f on a goroutine of its own and returns a channel that
+// delivers its result: a blocking call made into something await can bound.
+func returned(f func() error) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	return done
+}
+
+// closeBound bounds how long a test waits for Client.Close, in virtual
+// time: longer than the runs that ignore cancellation and the slow event
+// handlers of these tests (an hour each, at most) keep a Close waiting.
+const closeBound = 24 * time.Hour
+
+// node starts a client on its own memory node. If the test fails early,
+// the node is healed and the client closed when the test ends; a client
+// whose Close still does not return (a crashed node whose client waits for
+// a deadline that never passes) would keep its goroutines, and the test's
+// synctest bubble, alive for ever, so that ends the test binary with a
+// panic that says so, rather than a hang.
 func node(t *testing.T, b *memory.Backend, name string, h *history, opts ...simba.Option) (*simba.Client, *memory.Node) {
 	t.Helper()
 	n := b.Node(name)
@@ -150,17 +209,33 @@ func node(t *testing.T, b *memory.Backend, name string, h *history, opts ...simb
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	t.Cleanup(func() { c.Close() }) // when a test fails early
+	t.Cleanup(func() {
+		n.Heal()
+		if _, err := within(returned(c.Close), closeBound, "%s: Close of client %s did not return", t.Name(), name); err != nil {
+			msg := fmt.Sprintf("%v: its goroutines can never end, and the test's synctest bubble with them", err)
+			if first, ok := failedWaits.Load(t.Name()); ok {
+				msg += fmt.Sprintf("; the test failed first: %v", first)
+			}
+			panic(msg)
+		}
+	})
 	return c, n
 }
 
 // holdUntilRevoked is a task function that records its term and holds it
 // until the term ends, as a well-behaved task does.
 func holdUntilRevoked(node string, h *history) func(context.Context, *simba.Term) error {
+	return holdThenCleanUp(node, h, 0)
+}
+
+// holdThenCleanUp is holdUntilRevoked with a clean-up step: once its ctx is
+// cancelled, the run takes cleanUp to exit.
+func holdThenCleanUp(node string, h *history, cleanUp time.Duration) func(context.Context, *simba.Term) error {
 	return func(ctx context.Context, term *simba.Term) error {
 		h.sawTerm(node, term)
 		start := time.Now()
 		<-ctx.Done()
+		time.Sleep(cleanUp)
 		h.mu.Lock()
 		h.runs = append(h.runs, run{node: node, token: term.Token(), start: start, end: time.Now()})
 		h.mu.Unlock()
@@ -181,10 +256,11 @@ func eventsOf[E simba.Event](h *history) []E {
 	return out
 }
 
+// closeAll closes the clients, each within closeBound.
 func closeAll(t *testing.T, cs ...*simba.Client) {
 	t.Helper()
 	for _, c := range cs {
-		if err := c.Close(); err != nil {
+		if err := await(t, returned(c.Close), closeBound, "Close of client %s did not return", c.SessionID()); err != nil {
 			t.Errorf("Close: %v", err)
 		}
 	}

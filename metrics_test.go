@@ -109,7 +109,7 @@ func TestMetricsFollowTheEvents(t *testing.T) {
 		assert.Equal(t, 1.0, m.value(simba.MetricRunDuration, append(e, "simba.result", "failed")...))
 		assert.Equal(t, 1.0, m.value(simba.MetricLeader, e...), "a failed run keeps the term")
 
-		<-task.Stop()
+		await(t, task.Stop(), testTTL, "the task's Stop did not complete within the TTL")
 		assert.Equal(t, 0.0, m.value(simba.MetricLeader, e...))
 		assert.Equal(t, 1.0, m.value(simba.MetricTermsRevoked, append(e, "simba.reason", "stopped")...))
 		assert.Equal(t, 1.0, m.value(simba.MetricHandOffDuration, e...))

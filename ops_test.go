@@ -120,7 +120,7 @@ func TestFailOverIsRecordedAndInterruptedRunsReported(t *testing.T) {
 		require.NoError(t, err)
 		time.Sleep(time.Second)
 		na.Crash()
-		go ca.Close()
+		closed := returned(ca.Close) // once the run of an hour ends
 		time.Sleep(2 * testTTL)
 		a := openAdmin(t, b)
 		runs, err := a.History(t.Context(), "report")
@@ -132,6 +132,7 @@ func TestFailOverIsRecordedAndInterruptedRunsReported(t *testing.T) {
 		assert.Equal(t, "z", runs[1].Member)
 		assert.Equal(t, "normal", runs[2].Source)
 		closeAll(t, cz)
+		await(t, closed, time.Hour, "Close of crashed a did not return when its run of an hour ended")
 		synctest.Wait()
 	})
 }
@@ -150,7 +151,8 @@ func TestMisfireAcrossFailOver(t *testing.T) {
 				require.NoError(t, err)
 				time.Sleep(40 * time.Second) // ran at 30s; next planned at 90s
 				na.Crash()
-				go ca.Close()
+				closed := returned(ca.Close) // its releases fail until its deadline
+
 				time.Sleep(55 * time.Second) // 95s: the start at 90s passed with no holder
 				cz, _ := node(t, b, "z", h, simba.WithMemberID("z"))
 				start := time.Now()
@@ -170,6 +172,7 @@ func TestMisfireAcrossFailOver(t *testing.T) {
 					assert.Equal(t, start.Add(30*time.Second), runs[0].at)
 				}
 				closeAll(t, cz)
+				await(t, closed, time.Second, "Close of crashed a did not return within the TTL of its crash, 95s ago")
 				synctest.Wait()
 			})
 		})

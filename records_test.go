@@ -67,8 +67,9 @@ func TestTermRecordsDuringTheHandOff(t *testing.T) {
 		})
 		require.NoError(t, err)
 		synctest.Wait()
-		<-task.Stop()
-		require.NoError(t, <-final, "a stopped term may still write until its lease is released")
+		await(t, task.Stop(), testTTL, "the task's Stop did not complete within the TTL")
+		require.NoError(t, await(t, final, testTTL, "the stopped run's final write did not return within the TTL"),
+			"a stopped term may still write until its lease is released")
 		term := h.Terms()[0]
 		assert.ErrorIs(t, term.PutRecord(t.Context(), "checkpoint", []byte("43")), simba.ErrTermExpired, "not after the release")
 		closeAll(t, c)

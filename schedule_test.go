@@ -140,7 +140,7 @@ func TestInitialDelayRestartsEveryTerm(t *testing.T) {
 		_, err = z.Election("report").Schedule(s, fn("z"))
 		require.NoError(t, err)
 		time.Sleep(12 * time.Second)
-		<-ta.Stop()
+		await(t, ta.Stop(), testTTL, "a's Stop did not complete within the TTL")
 		time.Sleep(20 * time.Second)
 		closeAll(t, a, z)
 		h.checkTerms(t, b)
@@ -187,7 +187,7 @@ func TestScheduleChecksTheTermBeforeEveryRun(t *testing.T) {
 		time.Sleep(2 * time.Second)
 		n.Partition()
 		term := h.Terms()[0]
-		<-term.Revoked()
+		require.NoError(t, awaitRevocation(term, "a"))
 		before := runs.Load()
 		time.Sleep(5 * time.Second) // partitioned: no new term
 		assert.Equal(t, before, runs.Load(), "no run starts after the term ended")

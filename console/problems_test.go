@@ -23,9 +23,9 @@ import (
 	"github.com/simba-go/simba/internal/etcdtest"
 )
 
-// plant writes records as a foreign writer could leave them, through a
+// plantRecords writes records as a foreign writer could leave them, through a
 // session of its own on b.
-func plant(t *testing.T, b backend.Backend, kv ...string) {
+func plantRecords(t *testing.T, b backend.Backend, kv ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -78,7 +78,7 @@ func TestPagesListSkippedRecords(t *testing.T) {
 		defer b.Close()
 		f := startFleet(t, b)
 		defer f.stopAll()
-		plant(t, b.Node("writer"), garbage...)
+		plantRecords(t, b.Node("writer"), garbage...)
 		var logs bytes.Buffer
 		s, _, done := openConsole(t, b, WithToken(testToken), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 		defer done()
@@ -123,7 +123,7 @@ func TestPagesListAtMostSomeSkippedRecords(t *testing.T) {
 		for i := range 50 {
 			kv = append(kv, "status/bad-"+strconv.Itoa(100+i), "x")
 		}
-		plant(t, b.Node("writer"), kv...)
+		plantRecords(t, b.Node("writer"), kv...)
 		s, _, done := openConsole(t, b, WithReadOnly(true))
 		defer done()
 		w := get(s, "/elections")
@@ -160,7 +160,7 @@ func TestPagesListSkippedRecordsOnEtcd(t *testing.T) {
 		return ok && len(f.runsOf("digest")) > 0
 	}, 20*time.Second, 50*time.Millisecond, "a holds digest and ran it")
 
-	plant(t, open(), garbage...)
+	plantRecords(t, open(), garbage...)
 	cli := srv.Client(t)
 	for _, kv := range [][2]string{
 		{"rec/status/bad key", "\x00\x00\x00\x00\x00\x00\x00\x00{}"},

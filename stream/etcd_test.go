@@ -64,8 +64,11 @@ func TestEtcdCrashFailOver(t *testing.T) {
 	}
 	defer func() {
 		for _, n := range nodes {
-			n.task.Close()
-			n.client.Close()
+			// Bounded: a client whose session never ends is left to goleak.
+			stop := func() { n.task.Close(); n.client.Close() }
+			if _, err := within(returned(stop), time.Minute, "%s did not close", n.name); err != nil {
+				t.Error(err)
+			}
 			n.backend.Close()
 		}
 	}()
@@ -81,14 +84,9 @@ func TestEtcdCrashFailOver(t *testing.T) {
 	}
 	held := victim.task.Partitions()
 	victim.backend.Close() // the process dies: no release, no goodbye
-	gone := make(chan struct{})
-	go func() {
-		defer close(gone)
-		victim.task.Close()
-		victim.client.Close()
-	}()
+	gone := returned(func() { victim.task.Close(); victim.client.Close() })
 	waitReal(t, time.Minute, "every message processed", func() bool { return rec.processed(P, M) })
-	<-gone
+	await(t, gone, 10*time.Second, "%s, whose process died, did not stop, 10s after every message was processed", victim.name)
 	for _, n := range nodes {
 		n.task.Close()
 		n.client.Close()

@@ -270,7 +270,7 @@ func TestCrashFailOver(t *testing.T) {
 		held := len(victim.task.Partitions())
 		crashed := victim.crash()
 		waitFor(t, 2*time.Minute, "every message processed", func() bool { return rec.processed(P, M) })
-		<-crashed
+		await(t, crashed, testTTL, "crashed %s did not stop, a TTL after every message was processed", victim.name)
 		for _, n := range nodes {
 			if n != victim {
 				n.stop()

@@ -533,7 +533,7 @@ func TestLastRunIsRecordedAtHandOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-running
+	await(t, running, opTimeout, "the task did not run")
 	if err := task.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -58,7 +58,7 @@ func TestBlackholedHolderRevokedBeforeTakeover(t *testing.T) {
 	}
 	wg.Wait()
 	for _, n := range all {
-		n.client.Close()
+		await(t, closing(n.client), closeWait, "node %s: Close did not return", n.name)
 	}
 	terms := 0
 	for _, l := range logs {
@@ -95,6 +95,11 @@ func TestBlackholedHolderRevokedBeforeTakeover(t *testing.T) {
 // holders' terms and their holdings, whose end etcd applied before the next
 // term began.
 func blackholeRounds(t *testing.T, election string, nodes [2]*node, proxies [2]*faultproxy.Proxy, log *termLog, rounds int) (gaps []time.Duration, cut []check.Term, grants []check.Grant) {
+	defer func() { // a round that failed left its holder cut off
+		for _, px := range proxies {
+			px.Heal()
+		}
+	}()
 	for _, n := range nodes {
 		n.awaitSession(t, opTimeout)
 		if _, err := n.client.Election(election).RunWhileLeader(log.task(n.name)); err != nil {
@@ -150,6 +155,7 @@ func TestServerRestart(t *testing.T) {
 		}
 		nodes = append(nodes, n)
 	}
+	t.Cleanup(func() { srv.Restart() }) // a test failing in an outage: before the clients close
 	first := log.next(t, "", opTimeout)
 
 	// A short outage: a renewal or two fail.
@@ -193,7 +199,7 @@ func TestServerRestart(t *testing.T) {
 		t.Errorf("token %d after the restart, want > %d", next.term.Token(), holder.term.Token())
 	}
 	for _, n := range nodes {
-		n.client.Close()
+		await(t, closing(n.client), closeWait, "node %s: Close did not return", n.name)
 	}
 	log.check(t)
 }

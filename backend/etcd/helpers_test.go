@@ -103,6 +103,27 @@ func waitFor(ch <-chan struct{}, d time.Duration) bool {
 	}
 }
 
+// await is waitFor that fails the test, saying what did not happen: a
+// wait that times out fails with a message instead of hanging until go
+// test's timeout.
+func await(t testing.TB, ch <-chan struct{}, d time.Duration, format string, args ...any) {
+	t.Helper()
+	if !waitFor(ch, d) {
+		t.Fatalf("%s (waited %v)", fmt.Sprintf(format, args...), d)
+	}
+}
+
+// closeWait bounds every wait for a client's Close.
+const closeWait = 30 * time.Second
+
+// closing calls c.Close on a goroutine of its own and returns a channel
+// closed when Close returns: a Close that await can bound.
+func closing(c *simba.Client) <-chan struct{} {
+	done := make(chan struct{})
+	go func() { defer close(done); c.Close() }()
+	return done
+}
+
 // termLog records the terms that tasks of several nodes saw, for the
 // checkers, and announces each new one.
 type termLog struct {
@@ -226,7 +247,14 @@ func newNode(t testing.TB, name string, endpoints []string, prefix string, ttl t
 		t.Fatal(err)
 	}
 	n.client = c
-	t.Cleanup(func() { c.Close() })
+	t.Cleanup(func() {
+		// A client cut off from the server by a fault left in place (a test
+		// failed early) may wait for its deadline, for ever if that never
+		// ends its session: its goroutines are then left to goleak.
+		if !waitFor(closing(c), closeWait) {
+			t.Errorf("node %s: Close did not return within %v", name, closeWait)
+		}
+	})
 	return n
 }
 

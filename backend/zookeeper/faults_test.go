@@ -71,8 +71,26 @@ func client(t *testing.T, b *zookeeper.Backend, ttl time.Duration, opts ...simba
 	t.Helper()
 	c, err := simba.New(b, append([]simba.Option{simba.WithTTL(ttl)}, opts...)...)
 	require.NoError(t, err)
-	t.Cleanup(func() { c.Close() })
+	t.Cleanup(func() { closeWithin(t, c) })
 	return c
+}
+
+// closeWait bounds a clean-up's wait for a client's Close.
+const closeWait = 30 * time.Second
+
+// closeWithin closes c, waiting at most closeWait: a client that a failed
+// test left cut off from the server may wait for its deadline, for ever if
+// that never ends its session; its goroutines are then left to goleak, and
+// the test fails saying so instead of hanging.
+func closeWithin(t testing.TB, c *simba.Client) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { defer close(done); c.Close() }()
+	select {
+	case <-done:
+	case <-time.After(closeWait):
+		t.Errorf("client %s: Close did not return within %v", c.SessionID(), closeWait)
+	}
 }
 
 // await waits up to d for the next term start on ch.
@@ -202,7 +220,10 @@ func blackholeRounds(t *testing.T, addr, root string, pairs, rounds int, wrap fu
 					fail("%s: %v", election, err)
 					return
 				}
-				t.Cleanup(func() { c.Close() })
+				t.Cleanup(func() {
+					p.Unblackhole() // a round that failed left it cut off
+					closeWithin(t, c)
+				})
 				if _, err := c.Election(election).RunWhileLeader(log.task(who, ch)); err != nil {
 					fail("%s: %v", election, err)
 					return
@@ -288,6 +309,7 @@ func TestServerRestartExpiresCutOffSession(t *testing.T) {
 	require.NoError(t, err)
 
 	p.Blackhole()
+	t.Cleanup(p.Unblackhole) // before the clients close, if the test fails while a is cut off
 	srv.Stop()
 	srv.Start()
 	// The restarted server restores the sessions with a fresh timeout; a's

@@ -6,10 +6,14 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/simba-go/simba/backend/zookeeper"
+	"github.com/simba-go/simba/internal/plant"
 	"github.com/simba-go/simba/internal/zktest"
 )
 
+// TestMain plants the bug named by $SIMBA_PLANT (see internal/plant) for the
+// whole run, if any, and checks for leaked goroutines after the tests.
 func TestMain(m *testing.M) {
+	plant.ForRun()
 	goleak.VerifyTestMain(m)
 }
 

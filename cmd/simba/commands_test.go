@@ -334,7 +334,7 @@ func TestHistoryAfterFailOver(t *testing.T) {
 		startNode(t, b.Node("z"), "z", ttl, rec).schedule(t, "report", simba.FixedDelay(time.Second))
 		time.Sleep(time.Second)
 		na.Crash()
-		go a.client.Close()
+		closed := returned(a.client.Close) // once the run of an hour ends
 		time.Sleep(2 * ttl)
 		h := newHarness(t, b)
 		runs := decode[[]runView](t, h.ok("history", "report", "--json"))
@@ -360,6 +360,7 @@ func TestHistoryAfterFailOver(t *testing.T) {
 			!regexp.MustCompile(`(?m)^2 +.* +succeeded +fail-over +z +\d+ +-$`).MatchString(out) {
 			t.Errorf("history:\n%s", out)
 		}
+		await(t, closed, time.Hour, "Close of crashed a did not return when its run of an hour ended")
 	})
 }
 

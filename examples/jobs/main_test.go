@@ -11,10 +11,16 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/simba-go/simba/internal/plant"
 	"github.com/simba-go/simba/jobs"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain plants the bug named by $SIMBA_PLANT (see internal/plant) for the
+// whole run, if any, and checks for leaked goroutines after the tests.
+func TestMain(m *testing.M) {
+	plant.ForRun()
+	goleak.VerifyTestMain(m)
+}
 
 // unsetEnv unsets the environment variable name for the test.
 func unsetEnv(t *testing.T, name string) {

@@ -1,23 +1,64 @@
 package main
 
 import (
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/simba-go/simba/internal/plant"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain plants the bug named by $SIMBA_PLANT (see internal/plant) for the
+// whole run, if any, and checks for leaked goroutines after the tests.
+func TestMain(m *testing.M) {
+	plant.ForRun()
+	goleak.VerifyTestMain(m)
+}
+
+// runBound bounds the example's run, in virtual time: it takes seconds.
+const runBound = 10 * time.Minute
+
+// syncBuilder is a strings.Builder safe for a writer and a reader on other
+// goroutines: the test reads what a run that did not finish has written.
+type syncBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuilder) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuilder) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
 
 // TestStreamRunsAndTellsTheStory runs the example in a bubble: virtual
 // time, so it takes well under a second.
 func TestStreamRunsAndTellsTheStory(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var out strings.Builder
-		if err := run(&out); err != nil {
-			t.Log("\n" + out.String())
-			t.Fatal(err)
+		var out syncBuilder
+		done := make(chan error, 1)
+		go func() { done <- run(&out) }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Log("\n" + out.String())
+				t.Fatal(err)
+			}
+		case <-time.After(runBound):
+			// The run's goroutines would keep the bubble alive for ever:
+			// end the test binary, saying why, rather than hang.
+			panic(fmt.Sprintf("%s: the example did not finish within %v of virtual time; its output so far:\n%s", t.Name(), runBound, out.String()))
 		}
 		t.Log("\n" + out.String())
 		for _, want := range []string{

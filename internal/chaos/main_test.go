@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/simba-go/simba/internal/plant"
 )
 
 var (
@@ -30,7 +32,9 @@ const (
 const defaultDuration = 20 * time.Second
 
 // TestMain runs the test binary as a client process when the harness
-// started it as one (see child_test.go), and as the tests otherwise.
+// started it as one (see child_test.go), and as the tests otherwise. The bug
+// named by $SIMBA_PLANT (see internal/plant), if any, is planted in both: the
+// client processes inherit the variable, so their clients run with it.
 //
 // goleak then looks for goroutines left in the test process, but for one
 // that etcd leaks: a member stopped (or crashed) while another member asks
@@ -42,6 +46,7 @@ const defaultDuration = 20 * time.Second
 // the lock for ever, after the member's Close. The restart faults stop
 // members in the middle of the run, so this happens now and then.
 func TestMain(m *testing.M) {
+	plant.ForRun() // the client processes inherit $SIMBA_PLANT
 	if os.Getenv(envRole) == roleChild {
 		os.Exit(childMain())
 	}

@@ -8,6 +8,7 @@ package plant
 
 import (
 	"fmt"
+	"os"
 	"sync/atomic"
 )
 
@@ -49,21 +50,52 @@ var names = map[string]Bug{
 	"deadline-timer-dead": DeadlineTimerDead,
 }
 
-var current atomic.Int32
+var current, forRun atomic.Int32
 
 // Is reports whether b is planted.
 func Is(b Bug) bool { return Bug(current.Load()) == b }
 
 // Set plants the bug called name ("" plants none) and returns a function
-// that removes it again.
+// that puts back the bug planted for the whole run (see ForRun), or none.
 func Set(name string) (undo func(), err error) {
-	b := None
-	if name != "" {
-		var ok bool
-		if b, ok = names[name]; !ok {
-			return nil, fmt.Errorf("plant: unknown planted bug %q", name)
-		}
+	b, err := lookUp(name)
+	if err != nil {
+		return nil, err
 	}
 	current.Store(int32(b))
-	return func() { current.Store(int32(None)) }, nil
+	return func() { current.Store(forRun.Load()) }, nil
+}
+
+// EnvVar names the bug that ForRun plants for a whole test run.
+const EnvVar = "SIMBA_PLANT"
+
+// ForRun plants the bug named by $SIMBA_PLANT for the whole test run, if
+// any: a TestMain calls it before m.Run. It says so on stderr, and ends the
+// process with status 2 on an unknown name. With a bug planted, the tests
+// that depend on what it breaks must fail with a message, and none may
+// hang.
+func ForRun() {
+	name := os.Getenv(EnvVar)
+	if name == "" {
+		return
+	}
+	b, err := lookUp(name)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", EnvVar, err)
+		os.Exit(2)
+	}
+	forRun.Store(int32(b))
+	current.Store(int32(b))
+	fmt.Fprintf(os.Stderr, "%s: bug %q planted for the whole run\n", EnvVar, name)
+}
+
+func lookUp(name string) (Bug, error) {
+	if name == "" {
+		return None, nil
+	}
+	b, ok := names[name]
+	if !ok {
+		return None, fmt.Errorf("plant: unknown planted bug %q", name)
+	}
+	return b, nil
 }
