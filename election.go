@@ -302,7 +302,7 @@ func (c *Client) claimFirst(claim, body func(context.Context, *Term) error) func
 			if errors.Is(err, ErrYield) {
 				return err
 			}
-			if ctx.Err() != nil || !t.Valid() {
+			if ctx.Err() != nil || !t.valid() {
 				return nil // the term ended: nothing ran in it
 			}
 			c.log.Warn("claim failed; the task waits for it", "election", t.ref.Election, "token", t.ref.Token, "err", err, "attempt", attempt)
@@ -358,7 +358,7 @@ func (c *Client) invoke(ctx context.Context, term *Term, fn func(context.Context
 		result := Succeeded
 		switch {
 		case err == nil, errors.Is(err, ErrYield):
-		case term.Valid():
+		case term.valid():
 			result = Failed
 		default:
 			result = Cancelled

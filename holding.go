@@ -54,7 +54,7 @@ func (t *LeaderTask) startTerm(g *generation, lease backend.Lease) bool {
 	ref := t.ref
 	ref.Token = lease.Token()
 	term := newTerm(ref, g)
-	if !term.Valid() {
+	if !term.valid() {
 		// Won after the session's deadline: the term never began.
 		reason, cause := RevokeDeadline, error(nil)
 		if g.ended.Load() {

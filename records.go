@@ -33,7 +33,7 @@ func (t *Term) PutRecord(ctx context.Context, key string, value []byte) error {
 	if !ok {
 		return ErrNoRecords
 	}
-	if !t.Valid() && (t.gen.ended.Load() || time.Duration(t.handOffUntil.Load()) <= t.gen.now()) {
+	if !t.valid() && (t.gen.ended.Load() || time.Duration(t.handOffUntil.Load()) <= t.gen.now()) {
 		return t.Err()
 	}
 	_, err := rec.PutRecord(ctx, DataPrefix+key, value, backend.Condition{Lease: t.ref.Election, Token: t.ref.Token})

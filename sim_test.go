@@ -430,7 +430,7 @@ func seeds() (first uint64, count int) {
 //	go test -run TestSimulation -simba.seeds=1 -simba.seed=SEED -v
 func TestSimulation(t *testing.T) {
 	first, count := seeds()
-	var terms, writes, rejected int
+	var terms, writes, rejected, violations, failed int
 	start := time.Now()
 	for seed := first; seed < first+uint64(count); seed++ {
 		var errs []error
@@ -444,6 +444,8 @@ func TestSimulation(t *testing.T) {
 			}
 		}
 		if len(errs) > 0 {
+			violations += len(errs)
+			failed++
 			t.Errorf("seed %d: %d violations; replay with -simba.seeds=1 -simba.seed=%d\n%s\nfaults:\n%s",
 				seed, len(errs), seed, errors.Join(errs...), strings.Join(sim.log, "\n"))
 			if !testing.Verbose() {
@@ -451,8 +453,8 @@ func TestSimulation(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d seeds in %v: %d terms, %d writes, %d stale writes rejected by the fenced register, 0 violations",
-		count, time.Since(start).Round(time.Millisecond), terms, writes, rejected)
+	t.Logf("%d seeds in %v: %d terms, %d writes, %d stale writes rejected by the fenced register, %d violations in %d seeds",
+		count, time.Since(start).Round(time.Millisecond), terms, writes, rejected, violations, failed)
 }
 
 // TestSimulationNegativeControl runs the same workload with the register's

@@ -70,10 +70,13 @@ func (t *Term) Start() time.Time { return t.start }
 // Valid reports whether the term is still valid now.
 func (t *Term) Valid() bool {
 	if plant.Is(plant.ValidLate) {
-		return t.leftNow() > -plant.ValidLateBy
+		return t.leftNow() > -plant.ValidLateBy // to the task only
 	}
-	return t.leftNow() > 0
+	return t.valid()
 }
+
+// valid is Valid for the library's own use.
+func (t *Term) valid() bool { return t.leftNow() > 0 }
 
 // leftNow is the time the term is guaranteed for from now (≤ 0 once over).
 func (t *Term) leftNow() time.Duration {
@@ -102,7 +105,7 @@ func (t *Term) Err() error {
 	if err != nil {
 		return err
 	}
-	if !t.Valid() {
+	if !t.valid() {
 		reason, cause := RevokeDeadline, error(nil)
 		if t.gen.ended.Load() {
 			reason, cause = t.gen.why()
