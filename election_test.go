@@ -15,6 +15,7 @@ import (
 
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/internal/await"
 )
 
 func TestElectedRunsWithToken(t *testing.T) {
@@ -40,7 +41,7 @@ func TestElectedRunsWithToken(t *testing.T) {
 		synctest.Wait()
 		assert.Equal(t, term.Start().Add(time.Second+testTTL-300*time.Millisecond), term.Deadline())
 
-		await(t, task.Stop(), testTTL, "the task's Stop did not complete within the TTL")
+		await.For(t, task.Stop(), testTTL, "the task's Stop did not complete within the TTL")
 		assert.False(t, term.Valid())
 		assert.ErrorIs(t, term.Err(), simba.ErrTermExpired)
 		var te *simba.TermError
@@ -59,7 +60,7 @@ const revokeSlack = 10 * time.Second
 // awaitRevocation waits until term is revoked, at most until revokeSlack
 // past its deadline, and returns an error saying so if it is not.
 func awaitRevocation(term *simba.Term, who string) error {
-	_, err := within(term.Revoked(), time.Until(term.Deadline())+revokeSlack,
+	_, err := await.Within(term.Revoked(), time.Until(term.Deadline())+revokeSlack,
 		"term %d of %q on %s not revoked within %v of its deadline", term.Token(), term.Name(), who, revokeSlack)
 	return err
 }
@@ -210,7 +211,7 @@ func TestErrorAfterTheTermEndedIsCancelled(t *testing.T) {
 		})
 		require.NoError(t, err)
 		synctest.Wait()
-		await(t, task.Stop(), testTTL, "the task's Stop did not complete within the TTL")
+		await.For(t, task.Stop(), testTTL, "the task's Stop did not complete within the TTL")
 		closeAll(t, c)
 		done := eventsOf[simba.WorkCompleted](h)
 		require.Len(t, done, 1)
@@ -267,7 +268,7 @@ func stopHandOff(t *testing.T) []error {
 	require.NoError(t, err)
 	time.Sleep(5 * time.Second)
 	stopAt := time.Now()
-	await(t, ta.Stop(), testTTL, "a's Stop did not complete within the TTL")
+	await.For(t, ta.Stop(), testTTL, "a's Stop did not complete within the TTL")
 	doneAt := time.Now()
 	time.Sleep(2 * cleanUp) // a run still going at the completion exits meanwhile
 
@@ -353,7 +354,7 @@ func TestTaskIgnoringCancellationDelaysHandOffOnlyUntilTheCap(t *testing.T) {
 		require.NoError(t, err)
 		time.Sleep(2500 * time.Millisecond)
 		capAt := h.Terms()[0].Deadline() // 2s + 3s - 0.3s
-		await(t, ta.Stop(), testTTL, "a's Stop did not complete within the TTL, though the hand-off is capped by the term's deadline")
+		await.For(t, ta.Stop(), testTTL, "a's Stop did not complete within the TTL, though the hand-off is capped by the term's deadline")
 		assert.Equal(t, capAt, time.Now(), "hand-off waits for the run until the term's deadline at the stop, no longer")
 		synctest.Wait()
 		require.Len(t, h.Terms(), 2)
@@ -459,7 +460,7 @@ func TestEnsureValid(t *testing.T) {
 		err = term.EnsureValid(10 * time.Second)
 		assert.ErrorIs(t, err, simba.ErrTermExpired, "a step that would outlive the term is refused")
 		assert.ErrorIs(t, term.EnsureValid(-time.Second), simba.ErrInvalidArgument)
-		await(t, task.Stop(), testTTL, "the task's Stop did not complete within the TTL")
+		await.For(t, task.Stop(), testTTL, "the task's Stop did not complete within the TTL")
 		assert.ErrorIs(t, term.EnsureValid(), simba.ErrTermExpired)
 		closeAll(t, c)
 	})
@@ -518,7 +519,7 @@ func TestCloseWhilePartitionedReturnsWithinTheTTL(t *testing.T) {
 		synctest.Wait()
 		n.Partition()
 		start := time.Now()
-		err = await(t, returned(c.Close), 2*testTTL, "Close of a client cut off from the backend did not return within twice the TTL")
+		err = await.For(t, await.Returned(c.Close), 2*testTTL, "Close of a client cut off from the backend did not return within twice the TTL")
 		assert.NoError(t, err)
 		assert.LessOrEqual(t, time.Since(start), testTTL)
 		n.Heal()
@@ -540,7 +541,7 @@ func TestEventsInOrderAndSlowHandlersDoNotDelayHandOff(t *testing.T) {
 		require.NoError(t, err)
 		synctest.Wait()
 		stopAt := time.Now()
-		await(t, ta.Stop(), testTTL, "a's Stop did not complete within the TTL")
+		await.For(t, ta.Stop(), testTTL, "a's Stop did not complete within the TTL")
 		synctest.Wait()
 		require.Len(t, h.Terms(), 2)
 		assert.Equal(t, stopAt, h.Terms()[1].Start(), "a slow handler on a does not delay its hand-off")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend/etcd"
+	"github.com/simba-go/simba/internal/await"
 	"github.com/simba-go/simba/internal/check"
 	"github.com/simba-go/simba/internal/etcdtest"
 	"github.com/simba-go/simba/internal/faultproxy"
@@ -112,7 +113,7 @@ func (g *etcdGroup) nodeOn(name string, px *faultproxy.Proxy, endpoints []string
 			px.Heal()
 			px.Accept()
 		}
-		if err, late := within(returned(c.Close), etcdGroupWait, "%s: Close did not return", name); late != nil {
+		if err, late := await.Within(await.Returned(c.Close), etcdGroupWait, "%s: Close did not return", name); late != nil {
 			t.Error(late)
 		} else if err != nil {
 			t.Errorf("%s: Close: %v", name, err)
@@ -171,7 +172,7 @@ func (g *etcdGroup) checkTerms(nodes ...*etcdNode) {
 	t := g.t
 	t.Helper()
 	for _, n := range nodes {
-		if err := await(t, returned(n.client.Close), etcdGroupWait, "%s: Close did not return", n.name); err != nil {
+		if err := await.For(t, await.Returned(n.client.Close), etcdGroupWait, "%s: Close did not return", n.name); err != nil {
 			t.Errorf("%s: Close: %v", n.name, err)
 		}
 	}
@@ -344,7 +345,7 @@ func testEtcdJoinAndLeave(t *testing.T, srv *etcdtest.Server) {
 	}
 
 	before = after
-	await(t, c.task.Stop(), etcdGroupWait, "c's group Stop did not complete")
+	await.For(t, c.task.Stop(), etcdGroupWait, "c's group Stop did not complete")
 	took = g.await(assignment(P, "a", "d"), "after c left")
 	after = g.runs.owners(P)
 	t.Logf("leave: %d partitions moved from c in %v", len(moved(before, after)), took)
@@ -574,7 +575,7 @@ func benchGroup(t *testing.T, fsync bool, out *strings.Builder) {
 		g.runs.await(t, func(o []string) bool { return slices.Equal(o[:benchPartitions], before) }, "after "+name+" left", etcdGroupWait)
 		took = time.Since(start)
 		rows = append(rows, row{round, "leave " + name, len(moved(ownersBefore, g.runs.owners(benchPartitions))), len(moved(with, before)), took, len(g.sessionsLost()) == lost})
-		await(t, done, etcdGroupWait, "%s's group Stop did not complete", name)
+		await.For(t, done, etcdGroupWait, "%s's group Stop did not complete", name)
 		if err := n.client.Close(); err != nil {
 			t.Error(err)
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/internal/await"
 )
 
 const billing = "billing"
@@ -83,7 +84,7 @@ func TestGroupSpreadsPartitionsAndMovesOnlyTheMinimalSet(t *testing.T) {
 
 		// A graceful leave moves exactly the partitions the member had.
 		before = after
-		await(t, c.task.Stop(), testTTL, "c's group Stop did not complete within the TTL")
+		await.For(t, c.task.Stop(), testTTL, "c's group Stop did not complete within the TTL")
 		time.Sleep(time.Second)
 		after = holders(b, P)
 		assert.Equal(t, simba.PartitionAssignment(billing, []string{"a", "d"}, P, simba.Rendezvous), after)
@@ -119,12 +120,12 @@ func TestGroupCrashedMemberLosesItsPartitionsAfterTheTTL(t *testing.T) {
 		time.Sleep(time.Second)
 		ms[1].node.Crash()
 		crashed := time.Now()
-		closed := returned(ms[1].client.Close) // its releases fail until its deadline
+		closed := await.Returned(ms[1].client.Close) // its releases fail until its deadline
 		require.Eventually(t, func() bool {
 			return !slices.Contains(holders(b, P), "b") && !slices.Contains(holders(b, P), "")
 		}, 2*testTTL, 10*time.Millisecond, "a and c did not take b's partitions over within twice the TTL of its crash")
 		assert.LessOrEqual(t, time.Since(crashed), testTTL+time.Second)
-		await(t, closed, testTTL, "Close of crashed b did not return within the TTL of its crash")
+		await.For(t, closed, testTTL, "Close of crashed b did not return within the TTL of its crash")
 		assert.Equal(t, simba.PartitionAssignment(billing, []string{"a", "c"}, P, simba.Rendezvous), holders(b, P))
 		closeAll(t, ms[0].client, ms[1].client, ms[2].client)
 		h.checkTerms(t, b)
@@ -308,7 +309,7 @@ func TestGroupStopWaitsForEarlierHandOffs(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 		require.NotEqual(t, P, len(ta.Partitions()))
 		done := ta.Stop()
-		await(t, done, 2*testTTL, "a's group Stop did not complete within twice the TTL")
+		await.For(t, done, 2*testTTL, "a's group Stop did not complete within twice the TTL")
 		// Completion waited for the hand-offs still going at the Stop: up to
 		// the capped deadline (≤ TTL - margin after the join).
 		assert.GreaterOrEqual(t, time.Since(joined), time.Second)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend/zookeeper"
+	"github.com/simba-go/simba/internal/await"
 	"github.com/simba-go/simba/internal/check"
 	"github.com/simba-go/simba/internal/tcpfault"
 	"github.com/simba-go/simba/internal/zktest"
@@ -94,7 +95,7 @@ func (g *zkGroup) node(name string, opts ...simba.Option) *zkNode {
 	t.Cleanup(func() {
 		px.Unblackhole()
 		px.Resume()
-		if err, late := within(returned(c.Close), zkGroupWait, "%s: Close did not return", name); late != nil {
+		if err, late := await.Within(await.Returned(c.Close), zkGroupWait, "%s: Close did not return", name); late != nil {
 			t.Error(late)
 		} else if err != nil {
 			t.Errorf("%s: Close: %v", name, err)
@@ -150,7 +151,7 @@ func (g *zkGroup) checkTerms(nodes ...*zkNode) {
 	t := g.t
 	t.Helper()
 	for _, n := range nodes {
-		if err := await(t, returned(n.client.Close), zkGroupWait, "%s: Close did not return", n.name); err != nil {
+		if err := await.For(t, await.Returned(n.client.Close), zkGroupWait, "%s: Close did not return", n.name); err != nil {
 			t.Errorf("%s: Close: %v", n.name, err)
 		}
 	}
@@ -216,7 +217,7 @@ func testZKJoinAndLeave(t *testing.T) {
 	}
 
 	before = after
-	await(t, c.task.Stop(), zkGroupWait, "c's group Stop did not complete")
+	await.For(t, c.task.Stop(), zkGroupWait, "c's group Stop did not complete")
 	took = g.await(assignment(P, "a", "d"), "after c left")
 	after = g.runs.owners(P)
 	t.Logf("leave: %d partitions moved from c in %v", len(moved(before, after)), took)

@@ -2,7 +2,6 @@ package simba_test
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/internal/await"
 	"github.com/simba-go/simba/internal/check"
 )
 
@@ -142,54 +142,6 @@ func (w tWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// within waits at most d for ch to deliver a value or be closed, and
-// returns what it delivered. Past d it returns an error: the message given
-// (a format and its arguments, saying what did not happen) and how long it
-// waited. Inside a synctest bubble d is virtual time, so a bound costs
-// nothing when the wait succeeds and fails fast when it does not.
-func within[T any](ch <-chan T, d time.Duration, format string, args ...any) (T, error) {
-	select {
-	case v := <-ch: // already there: no timer to race with
-		return v, nil
-	default:
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case v := <-ch:
-		return v, nil
-	case <-timer.C:
-		var zero T
-		return zero, fmt.Errorf("%s (waited %v)", fmt.Sprintf(format, args...), d)
-	}
-}
-
-// await is within that fails the test: every wait of a test is bounded,
-// and one that times out says what it waited for, instead of hanging until
-// go test's timeout.
-func await[T any](t testing.TB, ch <-chan T, d time.Duration, format string, args ...any) T {
-	t.Helper()
-	v, err := within(ch, d, format, args...)
-	if err != nil {
-		failedWaits.Store(t.Name(), err)
-		t.Fatal(err)
-	}
-	return v
-}
-
-// failedWaits holds, by test name, the last wait of await that failed: a
-// test whose clean-up has to end the test binary (see node) can no longer
-// print its failures, so the panic carries that one.
-var failedWaits sync.Map
-
-// returned runs f on a goroutine of its own and returns a channel that
-// delivers its result: a blocking call made into something await can bound.
-func returned(f func() error) <-chan error {
-	done := make(chan error, 1)
-	go func() { done <- f() }()
-	return done
-}
-
 // closeBound bounds how long a test waits for Client.Close, in virtual
 // time: longer than the runs that ignore cancellation and the slow event
 // handlers of these tests (an hour each, at most) keep a Close waiting.
@@ -211,13 +163,7 @@ func node(t *testing.T, b *memory.Backend, name string, h *history, opts ...simb
 	}
 	t.Cleanup(func() {
 		n.Heal()
-		if _, err := within(returned(c.Close), closeBound, "%s: Close of client %s did not return", t.Name(), name); err != nil {
-			msg := fmt.Sprintf("%v: its goroutines can never end, and the test's synctest bubble with them", err)
-			if first, ok := failedWaits.Load(t.Name()); ok {
-				msg += fmt.Sprintf("; the test failed first: %v", first)
-			}
-			panic(msg)
-		}
+		await.Cleanup(t, await.Returned(c.Close), closeBound, "Close of client %s did not return", name)
 	})
 	return c, n
 }
@@ -260,7 +206,7 @@ func eventsOf[E simba.Event](h *history) []E {
 func closeAll(t *testing.T, cs ...*simba.Client) {
 	t.Helper()
 	for _, c := range cs {
-		if err := await(t, returned(c.Close), closeBound, "Close of client %s did not return", c.SessionID()); err != nil {
+		if err := await.For(t, await.Returned(c.Close), closeBound, "Close of client %s did not return", c.SessionID()); err != nil {
 			t.Errorf("Close: %v", err)
 		}
 	}

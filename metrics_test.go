@@ -15,6 +15,7 @@ import (
 
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/internal/await"
 )
 
 // meterReader collects the client's instruments on demand.
@@ -109,7 +110,7 @@ func TestMetricsFollowTheEvents(t *testing.T) {
 		assert.Equal(t, 1.0, m.value(simba.MetricRunDuration, append(e, "simba.result", "failed")...))
 		assert.Equal(t, 1.0, m.value(simba.MetricLeader, e...), "a failed run keeps the term")
 
-		await(t, task.Stop(), testTTL, "the task's Stop did not complete within the TTL")
+		await.For(t, task.Stop(), testTTL, "the task's Stop did not complete within the TTL")
 		assert.Equal(t, 0.0, m.value(simba.MetricLeader, e...))
 		assert.Equal(t, 1.0, m.value(simba.MetricTermsRevoked, append(e, "simba.reason", "stopped")...))
 		assert.Equal(t, 1.0, m.value(simba.MetricHandOffDuration, e...))

@@ -18,6 +18,7 @@ import (
 	"github.com/simba-go/simba/admin"
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/internal/await"
 )
 
 // runLog records scheduled runs: node, token, time.
@@ -120,7 +121,7 @@ func TestFailOverIsRecordedAndInterruptedRunsReported(t *testing.T) {
 		require.NoError(t, err)
 		time.Sleep(time.Second)
 		na.Crash()
-		closed := returned(ca.Close) // once the run of an hour ends
+		closed := await.Returned(ca.Close) // once the run of an hour ends
 		time.Sleep(2 * testTTL)
 		a := openAdmin(t, b)
 		runs, err := a.History(t.Context(), "report")
@@ -132,7 +133,7 @@ func TestFailOverIsRecordedAndInterruptedRunsReported(t *testing.T) {
 		assert.Equal(t, "z", runs[1].Member)
 		assert.Equal(t, "normal", runs[2].Source)
 		closeAll(t, cz)
-		await(t, closed, time.Hour, "Close of crashed a did not return when its run of an hour ended")
+		await.For(t, closed, time.Hour, "Close of crashed a did not return when its run of an hour ended")
 		synctest.Wait()
 	})
 }
@@ -151,7 +152,7 @@ func TestMisfireAcrossFailOver(t *testing.T) {
 				require.NoError(t, err)
 				time.Sleep(40 * time.Second) // ran at 30s; next planned at 90s
 				na.Crash()
-				closed := returned(ca.Close) // its releases fail until its deadline
+				closed := await.Returned(ca.Close) // its releases fail until its deadline
 
 				time.Sleep(55 * time.Second) // 95s: the start at 90s passed with no holder
 				cz, _ := node(t, b, "z", h, simba.WithMemberID("z"))
@@ -172,7 +173,7 @@ func TestMisfireAcrossFailOver(t *testing.T) {
 					assert.Equal(t, start.Add(30*time.Second), runs[0].at)
 				}
 				closeAll(t, cz)
-				await(t, closed, time.Second, "Close of crashed a did not return within the TTL of its crash, 95s ago")
+				await.For(t, closed, time.Second, "Close of crashed a did not return within the TTL of its crash, 95s ago")
 				synctest.Wait()
 			})
 		})

@@ -12,6 +12,7 @@ import (
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/internal/await"
 )
 
 func TestTermRecordsAreFenced(t *testing.T) {
@@ -67,8 +68,8 @@ func TestTermRecordsDuringTheHandOff(t *testing.T) {
 		})
 		require.NoError(t, err)
 		synctest.Wait()
-		await(t, task.Stop(), testTTL, "the task's Stop did not complete within the TTL")
-		require.NoError(t, await(t, final, testTTL, "the stopped run's final write did not return within the TTL"),
+		await.For(t, task.Stop(), testTTL, "the task's Stop did not complete within the TTL")
+		require.NoError(t, await.For(t, final, testTTL, "the stopped run's final write did not return within the TTL"),
 			"a stopped term may still write until its lease is released")
 		term := h.Terms()[0]
 		assert.ErrorIs(t, term.PutRecord(t.Context(), "checkpoint", []byte("43")), simba.ErrTermExpired, "not after the release")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/internal/await"
 )
 
 // scheduled runs s on a single client for d of virtual time and returns the
@@ -140,7 +141,7 @@ func TestInitialDelayRestartsEveryTerm(t *testing.T) {
 		_, err = z.Election("report").Schedule(s, fn("z"))
 		require.NoError(t, err)
 		time.Sleep(12 * time.Second)
-		await(t, ta.Stop(), testTTL, "a's Stop did not complete within the TTL")
+		await.For(t, ta.Stop(), testTTL, "a's Stop did not complete within the TTL")
 		time.Sleep(20 * time.Second)
 		closeAll(t, a, z)
 		h.checkTerms(t, b)

@@ -9,6 +9,7 @@ import (
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend/memory"
 	"github.com/simba-go/simba/fence"
+	"github.com/simba-go/simba/internal/await"
 )
 
 // TestWithClaimKeepsEveryUpdate runs the README's pattern end to end: two
@@ -108,7 +109,7 @@ func claimRun(t *testing.T, claimed bool) (lost int) {
 		return c
 	}
 	a := start("a")
-	if got := await(t, starting, "a's first term"); got != "a" {
+	if got := await.For(t, starting, opTimeout, "a's first term did not begin"); got != "a" {
 		t.Fatalf("%s led first", got)
 	}
 	z := start("z")
@@ -118,7 +119,7 @@ func claimRun(t *testing.T, claimed bool) (lost int) {
 		t.Fatal("a never froze in its transaction")
 	}
 	server.Node("a").Partition() // a's renewals stop: its term ends, z's begins
-	if got := await(t, starting, "z's term"); got != "z" {
+	if got := await.For(t, starting, opTimeout, "z's term did not begin"); got != "z" {
 		t.Fatalf("%s led second", got)
 	}
 	if claimed {
@@ -137,16 +138,4 @@ func claimRun(t *testing.T, claimed bool) (lost int) {
 	defer mu.Unlock()
 	t.Logf("%d increments accepted, counter %d", accepted, final)
 	return accepted - final
-}
-
-// await returns the next value from ch, failing the test after opTimeout.
-func await[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(opTimeout):
-		t.Fatalf("timed out after %v waiting for %s", opTimeout, what)
-		panic("unreachable")
-	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/etcd"
+	"github.com/simba-go/simba/internal/await"
 	"github.com/simba-go/simba/internal/etcdtest"
 	"github.com/simba-go/simba/stream"
 )
@@ -66,7 +67,7 @@ func TestEtcdCrashFailOver(t *testing.T) {
 		for _, n := range nodes {
 			// Bounded: a client whose session never ends is left to goleak.
 			stop := func() { n.task.Close(); n.client.Close() }
-			if _, err := within(returned(stop), time.Minute, "%s did not close", n.name); err != nil {
+			if _, err := await.Within(await.Done(stop), time.Minute, "%s did not close", n.name); err != nil {
 				t.Error(err)
 			}
 			n.backend.Close()
@@ -84,9 +85,9 @@ func TestEtcdCrashFailOver(t *testing.T) {
 	}
 	held := victim.task.Partitions()
 	victim.backend.Close() // the process dies: no release, no goodbye
-	gone := returned(func() { victim.task.Close(); victim.client.Close() })
+	gone := await.Done(func() { victim.task.Close(); victim.client.Close() })
 	waitReal(t, time.Minute, "every message processed", func() bool { return rec.processed(P, M) })
-	await(t, gone, 10*time.Second, "%s, whose process died, did not stop, 10s after every message was processed", victim.name)
+	await.For(t, gone, 10*time.Second, "%s, whose process died, did not stop, 10s after every message was processed", victim.name)
 	for _, n := range nodes {
 		n.task.Close()
 		n.client.Close()

@@ -11,6 +11,7 @@ import (
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/internal/await"
 	"github.com/simba-go/simba/stream"
 )
 
@@ -390,7 +391,7 @@ func TestRecordStoreFencesByTerm(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		first := await(t, terms, testTTL, "no first term within the TTL")
+		first := await.For(t, terms, testTTL, "no first term within the TTL")
 		ctx := context.Background()
 		var s stream.RecordStore
 		if _, found, err := s.Load(ctx, first, 0); found || err != nil {
@@ -402,7 +403,7 @@ func TestRecordStoreFencesByTerm(t *testing.T) {
 		if off, found, err := s.Load(ctx, first, 0); off != 42 || !found || err != nil {
 			t.Fatalf("Load = %d, %v, %v; want 42", off, found, err)
 		}
-		await(t, task.Stop(), testTTL, "Stop of the first term's task did not complete within the TTL")
+		await.For(t, task.Stop(), testTTL, "Stop of the first term's task did not complete within the TTL")
 		if err := s.Save(ctx, first, 0, 50); !errors.Is(err, stream.ErrFenced) {
 			t.Errorf("Save after the term ended: %v, want ErrFenced", err)
 		}
@@ -414,7 +415,7 @@ func TestRecordStoreFencesByTerm(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		second := await(t, terms, testTTL, "no second term within the TTL")
+		second := await.For(t, terms, testTTL, "no second term within the TTL")
 		if off, _, _ := s.Load(ctx, second, 0); off != 42 {
 			t.Errorf("next term loaded %d, want 42", off)
 		}
@@ -427,6 +428,6 @@ func TestRecordStoreFencesByTerm(t *testing.T) {
 		if off, _, _ := s.Load(ctx, second, 0); off != 43 {
 			t.Errorf("checkpoint %d, want 43", off)
 		}
-		await(t, task.Stop(), testTTL, "Stop of the second term's task did not complete within the TTL")
+		await.For(t, task.Stop(), testTTL, "Stop of the second term's task did not complete within the TTL")
 	})
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/internal/await"
 	"github.com/simba-go/simba/stream"
 )
 
@@ -270,7 +271,7 @@ func TestCrashFailOver(t *testing.T) {
 		held := len(victim.task.Partitions())
 		crashed := victim.crash()
 		waitFor(t, 2*time.Minute, "every message processed", func() bool { return rec.processed(P, M) })
-		await(t, crashed, testTTL, "crashed %s did not stop, a TTL after every message was processed", victim.name)
+		await.For(t, crashed, testTTL, "crashed %s did not stop, a TTL after every message was processed", victim.name)
 		for _, n := range nodes {
 			if n != victim {
 				n.stop()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/internal/await"
 	"github.com/simba-go/simba/stream"
 )
 
@@ -116,51 +117,6 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// within waits at most d (virtual time in a bubble) for ch to deliver a
-// value or be closed, and returns it; past d it returns an error: the
-// message given, saying what did not happen, and how long it waited.
-func within[T any](ch <-chan T, d time.Duration, format string, args ...any) (T, error) {
-	select {
-	case v := <-ch: // already there: no timer to race with
-		return v, nil
-	default:
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case v := <-ch:
-		return v, nil
-	case <-timer.C:
-		var zero T
-		return zero, fmt.Errorf("%s (waited %v)", fmt.Sprintf(format, args...), d)
-	}
-}
-
-// await is within that fails the test: a wait that times out says what it
-// waited for, instead of hanging until go test's timeout.
-func await[T any](t testing.TB, ch <-chan T, d time.Duration, format string, args ...any) T {
-	t.Helper()
-	v, err := within(ch, d, format, args...)
-	if err != nil {
-		failedWaits.Store(t.Name(), err)
-		t.Fatal(err)
-	}
-	return v
-}
-
-// failedWaits holds, by test name, the last wait of await that failed: a
-// test whose clean-up has to end the test binary (see startNode) can no
-// longer print its failures, so the panic carries that one.
-var failedWaits sync.Map
-
-// returned runs f on a goroutine of its own and returns a channel closed
-// when f returns: a blocking call made into something await can bound.
-func returned(f func()) <-chan struct{} {
-	done := make(chan struct{})
-	go func() { defer close(done); f() }()
-	return done
 }
 
 // behaviour says how a test handler processes a message: it returns the
@@ -416,13 +372,7 @@ func startNode(t *testing.T, b *memory.Backend, name string, partitions int, src
 		// bubble, alive for ever: end the binary with a panic that says
 		// so rather than hang.
 		n.conn.Heal()
-		if _, err := within(returned(n.stop), stopBound, "%s: the task and client of %s did not close", t.Name(), name); err != nil {
-			msg := fmt.Sprintf("%v: their goroutines can never end, and the test's synctest bubble with them", err)
-			if first, ok := failedWaits.Load(t.Name()); ok {
-				msg += fmt.Sprintf("; the test failed first: %v", first)
-			}
-			panic(msg)
-		}
+		await.Cleanup(t, await.Done(n.stop), stopBound, "the task and client of %s did not close", name)
 	})
 	return n
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/etcd"
+	"github.com/simba-go/simba/internal/await"
 	simbarecords "github.com/simba-go/simba/internal/records"
 )
 
@@ -533,7 +534,7 @@ func TestLastRunIsRecordedAtHandOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	await(t, running, opTimeout, "the task did not run")
+	await.For(t, running, opTimeout, "the task did not run")
 	if err := task.Close(); err != nil {
 		t.Fatal(err)
 	}

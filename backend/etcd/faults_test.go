@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/internal/await"
 	"github.com/simba-go/simba/internal/check"
 	"github.com/simba-go/simba/internal/faultproxy"
 )
@@ -58,7 +59,7 @@ func TestBlackholedHolderRevokedBeforeTakeover(t *testing.T) {
 	}
 	wg.Wait()
 	for _, n := range all {
-		await(t, closing(n.client), closeWait, "node %s: Close did not return", n.name)
+		await.For(t, await.Returned(n.client.Close), closeWait, "node %s: Close did not return", n.name)
 	}
 	terms := 0
 	for _, l := range logs {
@@ -199,7 +200,7 @@ func TestServerRestart(t *testing.T) {
 		t.Errorf("token %d after the restart, want > %d", next.term.Token(), holder.term.Token())
 	}
 	for _, n := range nodes {
-		await(t, closing(n.client), closeWait, "node %s: Close did not return", n.name)
+		await.For(t, await.Returned(n.client.Close), closeWait, "node %s: Close did not return", n.name)
 	}
 	log.check(t)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/etcd"
+	"github.com/simba-go/simba/internal/await"
 	"github.com/simba-go/simba/internal/check"
 	"github.com/simba-go/simba/internal/etcdtest"
 	"github.com/simba-go/simba/internal/faultproxy"
@@ -103,26 +104,8 @@ func waitFor(ch <-chan struct{}, d time.Duration) bool {
 	}
 }
 
-// await is waitFor that fails the test, saying what did not happen: a
-// wait that times out fails with a message instead of hanging until go
-// test's timeout.
-func await(t testing.TB, ch <-chan struct{}, d time.Duration, format string, args ...any) {
-	t.Helper()
-	if !waitFor(ch, d) {
-		t.Fatalf("%s (waited %v)", fmt.Sprintf(format, args...), d)
-	}
-}
-
 // closeWait bounds every wait for a client's Close.
 const closeWait = 30 * time.Second
-
-// closing calls c.Close on a goroutine of its own and returns a channel
-// closed when Close returns: a Close that await can bound.
-func closing(c *simba.Client) <-chan struct{} {
-	done := make(chan struct{})
-	go func() { defer close(done); c.Close() }()
-	return done
-}
 
 // termLog records the terms that tasks of several nodes saw, for the
 // checkers, and announces each new one.
@@ -251,8 +234,8 @@ func newNode(t testing.TB, name string, endpoints []string, prefix string, ttl t
 		// A client cut off from the server by a fault left in place (a test
 		// failed early) may wait for its deadline, for ever if that never
 		// ends its session: its goroutines are then left to goleak.
-		if !waitFor(closing(c), closeWait) {
-			t.Errorf("node %s: Close did not return within %v", name, closeWait)
+		if _, err := await.Within(await.Returned(c.Close), closeWait, "node %s: Close did not return", name); err != nil {
+			t.Error(err)
 		}
 	})
 	return n

@@ -19,6 +19,7 @@ import (
 
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend/etcd"
+	"github.com/simba-go/simba/internal/await"
 )
 
 // Environment of the helper process.
@@ -282,7 +283,7 @@ func TestSubprocessKilled(t *testing.T) {
 		if next.term.Token() <= childToken {
 			t.Errorf("round %d: token %d after the killed holder's %d", round, next.term.Token(), childToken)
 		}
-		await(t, task.Stop(), closeWait, "round %d: the parent's Stop did not complete", round)
+		await.For(t, task.Stop(), closeWait, "round %d: the parent's Stop did not complete", round)
 		// The bound is the system's when the node taking over is healthy:
 		// a round in which it lost its own session (starved of CPU by
 		// other processes, say) measures something else, and is played

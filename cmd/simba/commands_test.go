@@ -13,6 +13,7 @@ import (
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/internal/await"
 )
 
 // The tests below run the command in-process against the memory backend,
@@ -334,7 +335,7 @@ func TestHistoryAfterFailOver(t *testing.T) {
 		startNode(t, b.Node("z"), "z", ttl, rec).schedule(t, "report", simba.FixedDelay(time.Second))
 		time.Sleep(time.Second)
 		na.Crash()
-		closed := returned(a.client.Close) // once the run of an hour ends
+		closed := await.Returned(a.client.Close) // once the run of an hour ends
 		time.Sleep(2 * ttl)
 		h := newHarness(t, b)
 		runs := decode[[]runView](t, h.ok("history", "report", "--json"))
@@ -360,7 +361,7 @@ func TestHistoryAfterFailOver(t *testing.T) {
 			!regexp.MustCompile(`(?m)^2 +.* +succeeded +fail-over +z +\d+ +-$`).MatchString(out) {
 			t.Errorf("history:\n%s", out)
 		}
-		await(t, closed, time.Hour, "Close of crashed a did not return when its run of an hour ended")
+		await.For(t, closed, time.Hour, "Close of crashed a did not return when its run of an hour ended")
 	})
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/internal/await"
 )
 
 // recorder records what the nodes of a test do: their events and the
@@ -85,7 +85,7 @@ func startNode(t testing.TB, b backend.Backend, id string, ttl time.Duration, re
 	t.Cleanup(func() {
 		mem, inBubble := b.(*memory.Node) // memory nodes run in synctest bubbles
 		if !inBubble {
-			if _, err := within(returned(c.Close), time.Minute, "%s: Close of client %s did not return", t.Name(), id); err != nil {
+			if _, err := await.Within(await.Returned(c.Close), time.Minute, "%s: Close of client %s did not return", t.Name(), id); err != nil {
 				t.Error(err) // its goroutines are left to goleak
 			}
 			return
@@ -95,60 +95,9 @@ func startNode(t testing.TB, b backend.Backend, id string, ttl time.Duration, re
 		// keeps its goroutines, and the test's synctest bubble, alive for
 		// ever: end the binary with a panic that says so rather than hang.
 		mem.Heal()
-		if _, err := within(returned(c.Close), 24*time.Hour, "%s: Close of client %s did not return", t.Name(), id); err != nil {
-			msg := fmt.Sprintf("%v: its goroutines can never end, and the test's synctest bubble with them", err)
-			if first, ok := failedWaits.Load(t.Name()); ok {
-				msg += fmt.Sprintf("; the test failed first: %v", first)
-			}
-			panic(msg)
-		}
+		await.Cleanup(t, await.Returned(c.Close), 24*time.Hour, "Close of client %s did not return", id)
 	})
 	return &testNode{id: id, client: c, rec: rec}
-}
-
-// within waits at most d (virtual time in a bubble) for ch to deliver a
-// value or be closed, and returns it; past d it returns an error: the
-// message given, saying what did not happen, and how long it waited.
-func within[T any](ch <-chan T, d time.Duration, format string, args ...any) (T, error) {
-	select {
-	case v := <-ch: // already there: no timer to race with
-		return v, nil
-	default:
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case v := <-ch:
-		return v, nil
-	case <-timer.C:
-		var zero T
-		return zero, fmt.Errorf("%s (waited %v)", fmt.Sprintf(format, args...), d)
-	}
-}
-
-// await is within that fails the test: a wait that times out says what it
-// waited for, instead of hanging until go test's timeout.
-func await[T any](t testing.TB, ch <-chan T, d time.Duration, format string, args ...any) T {
-	t.Helper()
-	v, err := within(ch, d, format, args...)
-	if err != nil {
-		failedWaits.Store(t.Name(), err)
-		t.Fatal(err)
-	}
-	return v
-}
-
-// failedWaits holds, by test name, the last wait of await that failed: a
-// test whose clean-up has to end the test binary (see startNode) can no
-// longer print its failures, so the panic carries that one.
-var failedWaits sync.Map
-
-// returned runs f on a goroutine of its own and returns a channel that
-// delivers its result: a blocking call made into something await can bound.
-func returned(f func() error) <-chan error {
-	done := make(chan error, 1)
-	go func() { done <- f() }()
-	return done
 }
 
 // schedule runs a job on s, recording its runs.
