@@ -2,12 +2,12 @@ package main
 
 import (
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/simba-go/simba/internal/await"
 	"github.com/simba-go/simba/internal/plant"
 )
 
@@ -21,30 +21,11 @@ func TestMain(m *testing.M) {
 // runBound bounds the example's run: it takes a few seconds.
 const runBound = time.Minute
 
-// syncBuilder is a strings.Builder safe for a writer and a reader on other
-// goroutines: the test reads what a run that did not finish has written.
-type syncBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuilder) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuilder) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestQuickstartRunsAndTellsTheStory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for several seconds of real time")
 	}
-	var out syncBuilder
+	var out await.Buffer
 	done := make(chan error, 1)
 	go func() { done <- run(&out) }()
 	select {

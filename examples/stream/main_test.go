@@ -3,13 +3,13 @@ package main
 import (
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/simba-go/simba/internal/await"
 	"github.com/simba-go/simba/internal/plant"
 )
 
@@ -23,30 +23,11 @@ func TestMain(m *testing.M) {
 // runBound bounds the example's run, in virtual time: it takes seconds.
 const runBound = 10 * time.Minute
 
-// syncBuilder is a strings.Builder safe for a writer and a reader on other
-// goroutines: the test reads what a run that did not finish has written.
-type syncBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuilder) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuilder) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestStreamRunsAndTellsTheStory runs the example in a bubble: virtual
 // time, so it takes well under a second.
 func TestStreamRunsAndTellsTheStory(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var out syncBuilder
+		var out await.Buffer
 		done := make(chan error, 1)
 		go func() { done <- run(&out) }()
 		select {

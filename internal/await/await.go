@@ -7,6 +7,7 @@ package await
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -79,4 +80,26 @@ func Cleanup[T any](t testing.TB, ch <-chan T, d time.Duration, what string, arg
 		}
 		panic(msg)
 	}
+}
+
+// Buffer is a strings.Builder safe for a writer and a reader on other
+// goroutines: a test that bounds a run reads what the run has written so
+// far when it did not finish.
+type Buffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+// Write appends p.
+func (s *Buffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns what was written so far.
+func (s *Buffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
