@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/memory"
 	"github.com/simba-go/simba/internal/await"
 	"github.com/simba-go/simba/internal/check"
@@ -210,4 +211,19 @@ func closeAll(t *testing.T, cs ...*simba.Client) {
 			t.Errorf("Close: %v", err)
 		}
 	}
+}
+
+// wrapSessions is a backend whose sessions are wrapped as they open: a
+// test plants a fault in what a session does.
+type wrapSessions struct {
+	backend.Backend
+	wrap func(backend.Session) backend.Session
+}
+
+func (w wrapSessions) Open(ctx context.Context, o backend.SessionOptions) (backend.Session, error) {
+	s, err := w.Backend.Open(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	return w.wrap(s), nil
 }

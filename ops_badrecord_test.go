@@ -124,21 +124,8 @@ func plantOp(t *testing.T, b *memory.Backend, key, value string) {
 	}
 }
 
-// malformedStatus is a memory node whose status records read back as
+// malformedSession is a session whose status records read back as
 // malformed, as a foreign writer's garbage does on etcd.
-type malformedStatus struct {
-	*memory.Node
-	reads *atomic.Int32
-}
-
-func (m malformedStatus) Open(ctx context.Context, o backend.SessionOptions) (backend.Session, error) {
-	s, err := m.Node.Open(ctx, o)
-	if err != nil {
-		return nil, err
-	}
-	return malformedSession{Session: s, Records: s.(backend.Records), reads: m.reads}, nil
-}
-
 type malformedSession struct {
 	backend.Session
 	backend.Records
@@ -161,7 +148,9 @@ func TestMalformedStatusIsNotReadAgain(t *testing.T) {
 		b := memory.New()
 		defer b.Close()
 		var reads atomic.Int32
-		c, err := simba.New(malformedStatus{Node: b.Node("a"), reads: &reads}, simba.WithTTL(3*time.Second))
+		c, err := simba.New(wrapSessions{b.Node("a"), func(s backend.Session) backend.Session {
+			return malformedSession{Session: s, Records: s.(backend.Records), reads: &reads}
+		}}, simba.WithTTL(3*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -312,29 +312,17 @@ func TestDrainEmptiesAMemberUntilUndrained(t *testing.T) {
 	})
 }
 
-// flakyStatus is a memory node whose sessions fail the first reads and
-// writes of status and history records (as requests queued behind
-// thousands of others time out).
-type flakyStatus struct {
-	*memory.Node
-	fails, writes *atomic.Int32 // reads and writes still to fail
-}
-
-func (f flakyStatus) Open(ctx context.Context, o backend.SessionOptions) (backend.Session, error) {
-	s, err := f.Node.Open(ctx, o)
-	if err != nil {
-		return nil, err
-	}
-	return flakySession{Session: s, Records: s.(backend.Records), fails: f.fails, writes: f.writes}, nil
-}
-
-// flakyClient starts a client, member name, on node name of b, whose first
-// reads and writes of status records fail.
+// flakyClient starts a client, member name, on node name of b, whose
+// sessions fail the first reads and writes of status and history records
+// (as requests queued behind thousands of others time out).
 func flakyClient(t *testing.T, b *memory.Backend, name string, reads, writes int32) *simba.Client {
 	t.Helper()
-	f := flakyStatus{Node: b.Node(name), fails: &atomic.Int32{}, writes: &atomic.Int32{}}
-	f.fails.Store(reads)
-	f.writes.Store(writes)
+	fails, writesLeft := &atomic.Int32{}, &atomic.Int32{}
+	fails.Store(reads)
+	writesLeft.Store(writes)
+	f := wrapSessions{b.Node(name), func(s backend.Session) backend.Session {
+		return flakySession{Session: s, Records: s.(backend.Records), fails: fails, writes: writesLeft}
+	}}
 	c, err := simba.New(f, simba.WithTTL(testTTL), simba.WithMemberID(name), simba.WithLogger(testLogger(t, name)))
 	require.NoError(t, err)
 	return c
