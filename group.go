@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/internal/backoff"
 )
 
 // Group is a partition group on a client: partitions elections, named
@@ -407,7 +408,7 @@ func (t *GroupTask) join(ctx context.Context, g *generation, self string) bool {
 			return false
 		}
 		t.c.log.Warn("joining a group failed", "group", t.name, "err", err, "attempt", attempt)
-		if !sleep(ctx, backoff(attempt, g.ttl/3)) {
+		if !sleep(ctx, backoff.Wait(attempt, g.ttl/3)) {
 			return false
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/internal/backoff"
 	"github.com/simba-go/simba/internal/plant"
 )
 
@@ -151,7 +152,7 @@ func (c *Client) keep(ctx context.Context) {
 			}
 			failures++
 			c.log.Warn("opening a session failed", "err", err, "attempt", failures)
-			if !sleep(ctx, backoff(failures, c.opts.ttl/3)) {
+			if !sleep(ctx, backoff.Wait(failures, c.opts.ttl/3)) {
 				return
 			}
 			continue
@@ -170,7 +171,7 @@ func (c *Client) keep(ctx context.Context) {
 			failures++
 			c.log.Error("session unusable: the backend granted a TTL that leaves no valid deadline; opening another", "session", sess.ID(),
 				"granted", ttl, "min", MinTTL, "margin", g.margin, "open", time.Since(sent), "attempt", failures)
-			if !sleep(ctx, backoff(failures, c.opts.ttl/3)) {
+			if !sleep(ctx, backoff.Wait(failures, c.opts.ttl/3)) {
 				return
 			}
 			continue
@@ -228,7 +229,7 @@ func (c *Client) renew(ctx context.Context, g *generation, lastSent time.Time) {
 			// backend granting nothing is not renewed in a tight loop.
 			failures++
 			c.log.Error("session renewal granted a TTL too short to use", "session", g.sess.ID(), "granted", ttl, "min", MinTTL, "attempt", failures, "left", g.left())
-			next.Reset(backoff(failures, interval))
+			next.Reset(backoff.Wait(failures, interval))
 		case err == nil:
 			if !g.extend(sent, ttl) {
 				return
@@ -242,7 +243,7 @@ func (c *Client) renew(ctx context.Context, g *generation, lastSent time.Time) {
 		default:
 			failures++
 			c.log.Warn("session renewal failed", "session", g.sess.ID(), "err", err, "attempt", failures, "left", g.left())
-			next.Reset(backoff(failures, interval))
+			next.Reset(backoff.Wait(failures, interval))
 		}
 	}
 }
@@ -305,16 +306,6 @@ func (c *Client) awaitGeneration(ctx context.Context) (*generation, error) {
 			return nil, ctx.Err()
 		}
 	}
-}
-
-// backoff returns the wait before retry number n (from 1): doubling from a
-// small step, up to limit.
-func backoff(n int, limit time.Duration) time.Duration {
-	d := 10 * time.Millisecond
-	for i := 1; i < n && d < limit; i++ {
-		d *= 2
-	}
-	return max(min(d, limit), time.Millisecond)
 }
 
 // sleep waits for d or until ctx ends; it reports whether d passed.

@@ -13,6 +13,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/internal/backoff"
 )
 
 // leaseState is where a holding stands.
@@ -227,7 +228,7 @@ func (a *acquisition) run(ctx context.Context) (backend.Lease, error) {
 				return nil, err
 			}
 			failures++
-			if !s.sleep(ctx, backoff(failures, s.link.granted()/10)) {
+			if !s.sleep(ctx, backoff.Wait(failures, s.link.granted()/10)) {
 				return nil, a.stopped(ctx)
 			}
 		case wait != nil:

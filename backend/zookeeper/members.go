@@ -11,6 +11,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/internal/backoff"
 )
 
 // memberVersion is the first byte of an encoded member record.
@@ -271,7 +272,7 @@ func (s *session) watchMembers(ctx context.Context, op, dir string, ev <-chan zk
 				ev = next
 				break
 			}
-			if !s.sleep(ctx, backoff(failures, s.link.granted()/3)) {
+			if !s.sleep(ctx, backoff.Wait(failures, s.link.granted()/3)) {
 				return
 			}
 		}

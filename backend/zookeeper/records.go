@@ -13,6 +13,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/internal/backoff"
 )
 
 // Records (see the package documentation, # Records).
@@ -297,7 +298,7 @@ func (w *recordWrite) run(ctx context.Context) (backend.Record, error) {
 		if err != nil || !res.again {
 			return res.rec, err
 		}
-		if attempt > 2 && !s.sleep(ctx, backoff(attempt-2, s.link.granted()/10)) {
+		if attempt > 2 && !s.sleep(ctx, backoff.Wait(attempt-2, s.link.granted()/10)) {
 			if err := s.live(w.op); err != nil {
 				return backend.Record{}, err
 			}
@@ -567,7 +568,7 @@ func (w *recordWatch) run(ctx context.Context, op string) {
 			if err == nil {
 				break
 			}
-			if !s.sleep(ctx, backoff(failures, s.link.granted()/3)) {
+			if !s.sleep(ctx, backoff.Wait(failures, s.link.granted()/3)) {
 				return
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/internal/backoff"
 )
 
 // Causes of a session's end; each wraps backend.ErrSessionDone.
@@ -117,7 +118,7 @@ func (s *session) prepare(ctx context.Context) error {
 			if err == nil || ctx.Err() != nil || errors.Is(err, backend.ErrSessionDone) || errors.Is(err, zk.ErrAuthFailed) {
 				return err
 			}
-			if !s.sleep(ctx, backoff(failures, s.link.granted()/3)) {
+			if !s.sleep(ctx, backoff.Wait(failures, s.link.granted()/3)) {
 				return err
 			}
 		}
@@ -441,16 +442,6 @@ func (s *session) lockName(ctx context.Context, op, name string) (unlock func(),
 		return nil, err
 	}
 	return nil, fmt.Errorf("simba/zookeeper: %s: %w", op, err)
-}
-
-// backoff returns the wait before retry number n (from 1): doubling from a
-// small step, up to limit.
-func backoff(n int, limit time.Duration) time.Duration {
-	d := 10 * time.Millisecond
-	for i := 1; i < n && d < limit; i++ {
-		d *= 2
-	}
-	return max(min(d, limit), time.Millisecond)
 }
 
 var (
