@@ -44,15 +44,27 @@ var (
 // operations they obey. It holds a backend session of its own, renewed in
 // the background until Close. It is safe for concurrent use.
 type Admin struct {
+	*conn
+	by string // who asks, recorded with operations
+}
+
+// conn is what the Admins that As returns share with the one Open
+// returned.
+type conn struct {
 	sess     backend.Session
 	rec      backend.Records
 	lister   backend.LeaseLister  // nil if unsupported
 	reporter backend.SkipReporter // nil if unsupported
-	by       string               // who asks, recorded with operations
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
+
+// As returns an Admin that shares a's connection to the backend and
+// records operator as who performs its operations (a console serving
+// several operators, each with a token of their own). Closing either
+// closes both.
+func (a *Admin) As(operator string) *Admin { return &Admin{conn: a.conn, by: operator} }
 
 // Option configures Open.
 type Option func(*config)
@@ -90,7 +102,7 @@ func Open(ctx context.Context, b backend.Backend, opts ...Option) (*Admin, error
 	lister, _ := sess.(backend.LeaseLister)
 	reporter, _ := sess.(backend.SkipReporter)
 	kctx, cancel := context.WithCancel(context.Background())
-	a := &Admin{sess: sess, rec: rec, lister: lister, reporter: reporter, by: cfg.by, cancel: cancel}
+	a := &Admin{conn: &conn{sess: sess, rec: rec, lister: lister, reporter: reporter, cancel: cancel}, by: cfg.by}
 	a.wg.Go(func() { a.keepAlive(kctx) })
 	return a, nil
 }
@@ -657,8 +669,8 @@ func (a *Admin) Disable(ctx context.Context, name, reason string) error {
 	return a.put(ctx, records.DisabledPrefix+name, Op{Reason: reason})
 }
 
-// Enable undoes Disable.
-func (a *Admin) Enable(ctx context.Context, name string) error {
+// Enable undoes Disable; reason says why, for the audit trail.
+func (a *Admin) Enable(ctx context.Context, name, reason string) error {
 	if err := checkName(name); err != nil {
 		return err
 	}
@@ -667,23 +679,24 @@ func (a *Admin) Enable(ctx context.Context, name string) error {
 
 // Trigger asks the holder of a scheduled election or partition to run it
 // once as soon as it can. The request stays until a holder carries it out.
-func (a *Admin) Trigger(ctx context.Context, lease string) error {
+// reason says why.
+func (a *Admin) Trigger(ctx context.Context, lease, reason string) error {
 	if err := checkName(lease); err != nil {
 		return err
 	}
-	return a.put(ctx, records.TriggerPrefix+lease, Op{})
+	return a.put(ctx, records.TriggerPrefix+lease, Op{Reason: reason})
 }
 
 // Resign asks the holder of lease to hand off gracefully and sit out one
 // lease term, so that another member takes over with a higher token. With
 // token 0 it applies to whichever term holds the lease when a node sees
 // it; otherwise only to the term with that token. The lease key is never
-// deleted: that would break the one-valid-term guarantee.
-func (a *Admin) Resign(ctx context.Context, lease string, token uint64) error {
+// deleted: that would break the one-valid-term guarantee. reason says why.
+func (a *Admin) Resign(ctx context.Context, lease string, token uint64, reason string) error {
 	if err := checkName(lease); err != nil {
 		return err
 	}
-	return a.put(ctx, records.ResignPrefix+lease, Op{Token: token})
+	return a.put(ctx, records.ResignPrefix+lease, Op{Token: token, Reason: reason})
 }
 
 // Drain makes a member hand off everything it holds and stop contending,
@@ -695,8 +708,8 @@ func (a *Admin) Drain(ctx context.Context, member, reason string) error {
 	return a.put(ctx, records.DrainPrefix+member, Op{Reason: reason})
 }
 
-// Undrain undoes Drain.
-func (a *Admin) Undrain(ctx context.Context, member string) error {
+// Undrain undoes Drain; reason says why, for the audit trail.
+func (a *Admin) Undrain(ctx context.Context, member, reason string) error {
 	return a.del(ctx, records.DrainPrefix+member)
 }
 

@@ -202,15 +202,15 @@ func (s *Server) perform(ctx context.Context, op string, req opRequest) (string,
 	case "disable":
 		return "disabled " + t + ": it runs nowhere until enabled", a.Disable(ctx, t, reason(req))
 	case "enable":
-		return "enabled " + t, a.Enable(ctx, t)
+		return "enabled " + t, a.Enable(ctx, t, reason(req))
 	case "trigger":
-		return "triggered " + t + ": its holder runs it once", a.Trigger(ctx, t)
+		return "triggered " + t + ": its holder runs it once", a.Trigger(ctx, t, reason(req))
 	case "resign":
-		return "asked the holder of " + t + " to resign", a.Resign(ctx, t, req.Token)
+		return "asked the holder of " + t + " to resign", a.Resign(ctx, t, req.Token, reason(req))
 	case "drain":
 		return "drained member " + t, a.Drain(ctx, t, reason(req))
 	case "undrain":
-		return "undrained member " + t, a.Undrain(ctx, t)
+		return "undrained member " + t, a.Undrain(ctx, t, reason(req))
 	}
 	return "", fmt.Errorf("no operation %q", op)
 }

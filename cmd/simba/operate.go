@@ -190,7 +190,7 @@ func runTrigger(ctx context.Context, inv *invocation, name string, wait bool) er
 		}
 	}
 	for _, lease := range leases {
-		if err := inv.adm.Trigger(ctx, lease); err != nil {
+		if err := inv.adm.Trigger(ctx, lease, ""); err != nil {
 			return inv.backendErr(ctx, "triggering "+lease, err)
 		}
 	}
@@ -258,7 +258,7 @@ func runResign(ctx context.Context, inv *invocation, name string, token uint64, 
 	case token == 0 && h != nil:
 		token = h.Token
 	}
-	if err := inv.adm.Resign(ctx, name, token); err != nil {
+	if err := inv.adm.Resign(ctx, name, token, ""); err != nil {
 		return inv.backendErr(ctx, "resigning "+name, err)
 	}
 	r := opResult{Op: "resign", Name: name, Token: token, Changed: true}
@@ -378,7 +378,7 @@ type undo struct {
 	doing    string // the step, for errors: "enabling"
 	done     string // the message once cleared, a format of the name
 	isSet    func(admin.Ops) bool
-	clear    func(*admin.Admin, context.Context, string) error
+	clear    func(*admin.Admin, context.Context, string, string) error
 }
 
 // runUndo clears u's operation, reporting that nothing changed when it was
@@ -398,7 +398,7 @@ func runUndo(ctx context.Context, inv *invocation, u undo) error {
 		r.Message = u.name + " " + u.notSet
 		return inv.report(r)
 	}
-	if err := u.clear(a, ctx, u.name); err != nil {
+	if err := u.clear(a, ctx, u.name, ""); err != nil {
 		return inv.backendErr(ctx, u.doing+" "+u.name, err)
 	}
 	r.Changed, r.Message = true, fmt.Sprintf(u.done, u.name)
