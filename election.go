@@ -48,7 +48,7 @@ func (e *Election) RunWhileLeader(fn func(ctx context.Context, term *Term) error
 		return nil, fmt.Errorf("%w: nil task function for election %q", ErrInvalidArgument, e.name)
 	}
 	ref := TermRef{Election: e.name, Partition: -1}
-	return e.c.start("election", ref, "", func(ctx context.Context, t *Term) error {
+	return e.c.start("election", ref, nil, "", func(ctx context.Context, t *Term) error {
 		return e.c.invoke(ctx, t, fn, sourceFirst)
 	}, opts)
 }
@@ -70,7 +70,7 @@ func (e *Election) Schedule(s Schedule, fn func(ctx context.Context, term *Term)
 		return nil, fmt.Errorf("%w: nil task function for election %q", ErrInvalidArgument, e.name)
 	}
 	ref := TermRef{Election: e.name, Partition: -1}
-	return e.c.start("election", ref, s.String(), func(ctx context.Context, t *Term) error {
+	return e.c.start("election", ref, nil, s.String(), func(ctx context.Context, t *Term) error {
 		return s.run(ctx, t, e.c, fn)
 	}, opts)
 }
@@ -82,19 +82,22 @@ type LeaderTask struct {
 	ref      TermRef // Token unset
 	body     func(context.Context, *Term) error
 	exec     Executor
-	schedule string // the schedule's description, "" for RunWhileLeader
+	schedule string     // the schedule's description, "" for RunWhileLeader
+	group    *GroupTask // the group of a partition's election, nil for an election
 
 	ctx      context.Context // cancelled by Stop or the client's Close
 	cancel   context.CancelCauseFunc
 	done     chan struct{}
 	finished sync.Once
 	onDone   []func() // guarded by c.mu; run by finish
+	runs     runs     // the task's functions not returned yet; guarded by c.mu
 }
 
-// errClientClosing is the cancel cause of tasks stopped by Client.Close.
+// errClientClosing is the cancel cause of tasks stopped by the client's
+// closing.
 var errClientClosing = errors.New("simba: client closing")
 
-func (c *Client) start(what string, ref TermRef, schedule string, body func(context.Context, *Term) error, opts []TaskOption) (*LeaderTask, error) {
+func (c *Client) start(what string, ref TermRef, group *GroupTask, schedule string, body func(context.Context, *Term) error, opts []TaskOption) (*LeaderTask, error) {
 	if err := checkName(what, ref.Election); err != nil {
 		return nil, err
 	}
@@ -111,7 +114,7 @@ func (c *Client) start(what string, ref TermRef, schedule string, body func(cont
 		body = c.claimFirst(o.claim, body)
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	t := &LeaderTask{c: c, ref: ref, schedule: schedule, body: body, exec: o.executor, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	t := &LeaderTask{c: c, ref: ref, group: group, schedule: schedule, body: body, exec: o.executor, ctx: ctx, cancel: cancel, done: make(chan struct{}), runs: newRuns()}
 	if err := c.register(t); err != nil {
 		cancel(nil)
 		return nil, err
@@ -141,12 +144,19 @@ func (t *LeaderTask) Stop() <-chan struct{} {
 }
 
 // Done is closed when the task has stopped and handed off. After that, the
-// same election may be started again on the client.
+// same election may be started again on the client. A function that
+// ignored its cancellation may still run (see [LeaderTask.Shutdown]).
 func (t *LeaderTask) Done() <-chan struct{} { return t.done }
 
-// Close stops the task like [LeaderTask.Stop] and waits for the hand-off.
+// Close stops the task like [LeaderTask.Stop] and waits for the hand-off;
+// [LeaderTask.Shutdown] bounds the wait by a ctx. Called from the task's own
+// function (on the goroutine the client runs it on), Close stops the task
+// and returns at once: the hand-off follows when the function returns.
 func (t *LeaderTask) Close() error {
-	<-t.Stop()
+	t.Stop()
+	if !t.calledFromOwn() {
+		<-t.done
+	}
 	return nil
 }
 
@@ -158,6 +168,7 @@ func (t *LeaderTask) finish() {
 		t.c.mu.Lock()
 		fs := t.onDone
 		t.onDone = nil
+		t.runs.finish()
 		t.c.mu.Unlock()
 		for _, f := range fs {
 			f()

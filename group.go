@@ -210,6 +210,7 @@ func (g *Group) start(schedule string, body func(p int) func(context.Context, *T
 		standIns: make(map[int]bool),
 		vacant:   make(map[int]time.Time),
 		reported: make(map[string]bool),
+		runs:     newRuns(),
 	}
 	if err := g.c.registerGroup(t); err != nil {
 		cancel(nil)
@@ -234,7 +235,7 @@ type GroupTask struct {
 	body       func(p int) func(context.Context, *Term) error
 	topts      []TaskOption
 
-	ctx    context.Context // cancelled by Stop or the client's Close
+	ctx    context.Context // cancelled by Stop or the client's closing
 	cancel context.CancelCauseFunc
 	done   chan struct{}
 	kick   chan struct{} // a hand-off ended: look at the view again
@@ -249,6 +250,8 @@ type GroupTask struct {
 	lastHeld time.Time           // when held leases were last listed
 	vacant   map[int]time.Time   // partitions seen unheld, since when
 	reported map[string]bool     // mismatches already reported
+
+	runs runs // the partitions' functions not returned yet; guarded by c.mu
 }
 
 // Name returns the group's name.
@@ -272,12 +275,20 @@ func (t *GroupTask) Stop() <-chan struct{} {
 }
 
 // Done is closed when the group task has stopped and every partition has
-// handed off. After that the group may be started again on the client.
+// handed off. After that the group may be started again on the client. A
+// partition's function that ignored its cancellation may still run (see
+// [GroupTask.Shutdown]).
 func (t *GroupTask) Done() <-chan struct{} { return t.done }
 
-// Close stops the group task like [GroupTask.Stop] and waits for it.
+// Close stops the group task like [GroupTask.Stop] and waits for it;
+// [GroupTask.Shutdown] bounds the wait by a ctx. Called from one of the
+// group's partition functions (on the goroutine the client runs it on),
+// Close stops the group and returns at once.
 func (t *GroupTask) Close() error {
-	<-t.Stop()
+	t.Stop()
+	if !t.calledFromOwn() {
+		<-t.done
+	}
 	return nil
 }
 
@@ -312,7 +323,12 @@ func viewHash(ids []string) string {
 // hands every partition off.
 func (t *GroupTask) loop() {
 	defer t.c.wg.Done()
-	defer close(t.done)
+	defer func() {
+		close(t.done)
+		t.c.mu.Lock()
+		t.runs.finish()
+		t.c.mu.Unlock()
+	}()
 	defer t.c.unregisterGroup(t)
 	for {
 		g, err := t.c.awaitGeneration(t.ctx)
@@ -534,7 +550,7 @@ func (t *GroupTask) apply(ctx context.Context, g *generation, self string, membe
 		})
 	}
 	for _, p := range start {
-		lt, err := t.c.start("partition", TermRef{Election: partitionName(t.name, p), Group: t.name, Partition: p}, t.schedule, t.body(p), t.topts)
+		lt, err := t.c.start("partition", TermRef{Election: partitionName(t.name, p), Group: t.name, Partition: p}, t, t.schedule, t.body(p), t.topts)
 		if err != nil {
 			if t.ctx.Err() == nil {
 				t.c.log.Error("starting a partition failed", "group", t.name, "partition", p, "err", err)

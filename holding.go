@@ -71,6 +71,7 @@ func (t *LeaderTask) startTerm(g *generation, lease backend.Lease) bool {
 
 	runCtx, cancelRun := context.WithCancel(context.Background())
 	h := &holding{t: t, g: g, lease: lease, term: term, runCtx: runCtx, cancelRun: cancelRun, running: true}
+	c.runStarting(h)
 	h.watch()
 	h.checkOps()
 	c.wg.Go(func() {
@@ -91,8 +92,9 @@ func (h *holding) run() {
 	select {
 	case <-h.term.Revoked(): // revoked before it began (an operator's stop)
 	default:
-		err = h.t.work(h.runCtx, h.term)
+		err = h.work()
 	}
+	h.t.c.runEnded(h)
 	h.mu.Lock()
 	h.running = false
 	h.mu.Unlock()
@@ -123,17 +125,25 @@ func (h *holding) next() {
 	h.t.contend()
 }
 
-// work runs the task's function for term: on this goroutine, or through the
-// executor while this goroutine waits.
-func (t *LeaderTask) work(ctx context.Context, term *Term) error {
+// work runs the task's function for the term: on this goroutine, or
+// through the executor while this goroutine waits. The function is
+// unregistered (see Client.runEnded) as soon as it returns, on the goroutine
+// it ran on, before that goroutine can run another.
+func (h *holding) work() error {
+	t, c := h.t, h.t.c
 	if t.exec == nil {
-		return t.body(ctx, term)
+		c.runOn(h)
+		defer c.runEnded(h)
+		return t.body(h.runCtx, h.term)
 	}
 	done := make(chan error, 1)
-	t.c.wg.Add(1)
+	c.wg.Add(1)
 	t.exec(func() {
-		defer t.c.wg.Done()
-		done <- t.body(ctx, term)
+		defer c.wg.Done()
+		c.runOn(h)
+		err := t.body(h.runCtx, h.term)
+		c.runEnded(h)
+		done <- err
 	})
 	return <-done
 }

@@ -4,9 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/simba-go/simba/backend"
@@ -14,7 +13,8 @@ import (
 
 // Client is one node's handle on a backend: it holds one session, renewed by
 // one keeper, on which every election of the client hangs. Create it with
-// [New], start work with [Client.Election], and end with [Client.Close].
+// [New], start work with [Client.Election], and end with [Client.Shutdown]
+// (bounded by a ctx) or [Client.Close].
 //
 // A Client is safe for concurrent use by multiple goroutines.
 type Client struct {
@@ -26,7 +26,7 @@ type Client struct {
 	metrics *metrics
 	ops     *opsView
 
-	ctx        context.Context // ends when Close begins
+	ctx        context.Context // ends when the closing begins
 	stopClient context.CancelFunc
 	stopKeeper context.CancelFunc
 	keeperDone chan struct{}
@@ -37,8 +37,12 @@ type Client struct {
 	genChanged chan struct{} // closed and replaced when gen changes
 	tasks      map[string]*LeaderTask
 	groups     map[string]*GroupTask
+	running    map[*holding]uint64 // task functions not returned, by term: their goroutine (see runOn)
 	closing    bool
-	closed     chan struct{}
+	closed     chan struct{} // closed when the closing is complete
+
+	closingTasks []*LeaderTask // the tasks stopped by the closing; set when it begins, guarded by mu
+	closeStage   atomic.Int32  // what the closing waits for (closeHandOffs, ...)
 }
 
 // New returns a client on b and starts its session keeper. It does not wait
@@ -74,6 +78,7 @@ func New(b backend.Backend, opts ...Option) (*Client, error) {
 		genChanged: make(chan struct{}),
 		tasks:      make(map[string]*LeaderTask),
 		groups:     make(map[string]*GroupTask),
+		running:    make(map[*holding]uint64),
 		closed:     make(chan struct{}),
 	}
 	m, err := newMetrics(o.meterProvider, c.headroom)
@@ -132,11 +137,12 @@ func (c *Client) SessionID() string {
 // Close stops every task of the client and hands each off (task first, then
 // lease), then ends the session on the backend, and waits for all of it:
 // when Close returns, no goroutine of the client runs and no event handler
-// will be called again, with the one exception below. Close waits:
+// will be called again, with the exceptions below. It is [Client.Shutdown]
+// without a bound of the caller's: Close waits
 //
 //   - for every task function to return. One that ignores the cancellation
 //     of its ctx delays Close until it returns (its lease is handed off at
-//     its term's deadline all the same).
+//     its term's deadline all the same). Use Shutdown to bound this wait.
 //   - for every lease to be released, retrying failures for about one TTL
 //     from the start of the release. A lease not released by then is logged
 //     and goes with the session.
@@ -157,42 +163,14 @@ func (c *Client) SessionID() string {
 // hand-offs, are dropped), and Close returns without waiting for the event
 // goroutine, which ends when the calling handler returns.
 //
-// Close is idempotent; a second call waits for the first.
+// Close called from a task function of the client (on the goroutine the
+// client runs it on) begins the closing and returns at once, as Shutdown
+// does there: it cannot wait for the function that called it.
+//
+// Close is idempotent and safe to call concurrently with Shutdown; a second
+// call waits for the first. It always returns nil.
 func (c *Client) Close() error {
-	if c.events.inHandler() {
-		dropped := c.events.abandon()
-		c.log.Warn("Close called from an event handler: no handler is called from now on", "dropped", dropped)
-	}
-	c.mu.Lock()
-	if c.closing {
-		c.mu.Unlock()
-		<-c.closed
-		return nil
-	}
-	c.closing = true
-	c.stopClient()
-	groups := slices.Collect(maps.Values(c.groups))
-	tasks := slices.Collect(maps.Values(c.tasks))
-	c.mu.Unlock()
-
-	for _, g := range groups {
-		g.stop(RevokeClosed)
-	}
-	for _, t := range tasks {
-		t.stop(RevokeClosed)
-	}
-	for _, g := range groups {
-		<-g.done
-	}
-	for _, t := range tasks {
-		<-t.done
-	}
-	c.stopKeeper()
-	<-c.keeperDone
-	c.wg.Wait()
-	c.events.close(handlerWait)
-	c.metrics.close()
-	close(c.closed)
+	c.Shutdown(context.Background()) // without a deadline it returns nil
 	return nil
 }
 
