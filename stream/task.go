@@ -106,6 +106,52 @@ func (t *Task) Close() error {
 	return nil
 }
 
+// Shutdown stops the stream like [Task.Stop] and waits for it, at most
+// until ctx ends, in the manner of [simba.Client.Shutdown]: it returns nil
+// once every partition has handed off (final checkpoint, Close, lease
+// released) and every goroutine of the task has ended. If ctx ends first,
+// it returns an error that wraps ctx.Err() and says what was still running;
+// the stop goes on in the background in the same order ([Task.Done] tells
+// when it is over), and no lease is released before its loop has handed off
+// or its term's deadline has passed. Shutdown is safe to call several times
+// and concurrently with Stop and Close. Shut a Task down before its client,
+// as with Close.
+func (t *Task) Shutdown(ctx context.Context) error {
+	t.stop()
+	select {
+	case <-t.done:
+		return nil
+	default:
+	}
+	select {
+	case <-t.done:
+		return nil
+	case <-ctx.Done():
+	}
+	select {
+	case <-t.done:
+		return nil
+	default:
+	}
+	t.mu.Lock()
+	loops := t.running
+	t.mu.Unlock()
+	what := "the group's hand-offs"
+	switch {
+	case loops == 1:
+		what = "1 partition loop"
+	case loops > 1:
+		what = fmt.Sprintf("%d partition loops", loops)
+	default:
+		select {
+		case <-t.group.Done():
+			what = "calls abandoned at a hand-off's bound"
+		default:
+		}
+	}
+	return fmt.Errorf("simba/stream: shutdown of %s stopped waiting with %s still running; the stop goes on in the background: %w", t, what, ctx.Err())
+}
+
 // Done is closed when the stream has stopped: every partition handed off,
 // the group stopped, and every goroutine of the task ended. The group stops
 // by itself when its client closes.
