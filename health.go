@@ -2,6 +2,8 @@ package simba
 
 import (
 	"encoding/json"
+	"fmt"
+	"math"
 	"net/http"
 	"time"
 )
@@ -22,17 +24,94 @@ const (
 )
 
 // Health is a snapshot of a client's session.
+//
+// Its JSON form (what [Client.ReadyHandler] serves) gives durations in
+// seconds, as numbers with a "_seconds" suffix, and the deadline as an
+// RFC 3339 timestamp with its zone (see [Health.MarshalJSON]).
 type Health struct {
-	State SessionState `json:"state"` // connecting, live or closed
+	State SessionState // connecting, live or closed
 	// Session is the live session's ID ("" unless live).
-	Session string `json:"session,omitempty"`
+	Session string
 	// Deadline is the session deadline: terms are valid until then unless
 	// renewed (zero unless live).
-	Deadline time.Time `json:"deadline,omitzero"`
+	Deadline time.Time
 	// Headroom is the time left before the deadline (0 unless live).
-	Headroom time.Duration `json:"headroom"`
+	Headroom time.Duration
 	// TTL is the granted session TTL (0 unless live).
-	TTL time.Duration `json:"ttl"`
+	TTL time.Duration
+}
+
+// healthJSON is the JSON form of Health. Headroom and TTL are the
+// nanosecond counts of earlier versions, kept for readers of those.
+type healthJSON struct {
+	State           SessionState `json:"state"`
+	Session         string       `json:"session,omitempty"`
+	Deadline        *time.Time   `json:"deadline,omitempty"`
+	HeadroomSeconds float64      `json:"headroom_seconds"`
+	TTLSeconds      float64      `json:"ttl_seconds"`
+	Headroom        *int64       `json:"headroom,omitempty"` // deprecated: nanoseconds
+	TTL             *int64       `json:"ttl,omitempty"`      // deprecated: nanoseconds
+}
+
+// MarshalJSON encodes h as
+//
+//	{"state":"live","session":"7587888","deadline":"2026-05-04T10:00:02.7+02:00",
+//	 "headroom_seconds":2.2,"ttl_seconds":3,"headroom":2200000000,"ttl":3000000000}
+//
+// state is connecting, live or closed; session and deadline are left out
+// unless live; deadline is RFC 3339 with fractional seconds and the zone's
+// offset; headroom_seconds and ttl_seconds are seconds (0 unless live).
+// headroom and ttl are the same durations in nanoseconds, the format of
+// earlier versions, kept for their readers: new readers should use the
+// "_seconds" fields.
+func (h Health) MarshalJSON() ([]byte, error) {
+	j := healthJSON{
+		State:           h.State,
+		Session:         h.Session,
+		HeadroomSeconds: h.Headroom.Seconds(),
+		TTLSeconds:      h.TTL.Seconds(),
+	}
+	if !h.Deadline.IsZero() {
+		j.Deadline = &h.Deadline
+	}
+	headroom, ttl := int64(h.Headroom), int64(h.TTL)
+	j.Headroom, j.TTL = &headroom, &ttl
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON decodes what [Health.MarshalJSON] encodes, and the format
+// of earlier versions (durations in nanoseconds only).
+func (h *Health) UnmarshalJSON(data []byte) error {
+	var j healthJSON
+	if err := json.Unmarshal(data, &j); err != nil {
+		return err
+	}
+	*h = Health{State: j.State, Session: j.Session}
+	if j.Deadline != nil {
+		h.Deadline = *j.Deadline
+	}
+	var err error
+	if h.Headroom, err = seconds("headroom_seconds", j.HeadroomSeconds, j.Headroom); err != nil {
+		return err
+	}
+	if h.TTL, err = seconds("ttl_seconds", j.TTLSeconds, j.TTL); err != nil {
+		return err
+	}
+	return nil
+}
+
+// seconds is s seconds as a duration, rounded to the nanosecond, or ns when
+// s is 0 and ns is given (the older format). A value out of a duration's
+// range is an error naming the field.
+func seconds(field string, s float64, ns *int64) (time.Duration, error) {
+	if s == 0 && ns != nil {
+		return time.Duration(*ns), nil
+	}
+	d := math.Round(s * float64(time.Second))
+	if d >= math.MaxInt64 || d < math.MinInt64 {
+		return 0, fmt.Errorf("simba: health JSON: %s %g is out of a duration's range", field, s)
+	}
+	return time.Duration(d), nil
 }
 
 // Health reports the client's session state and deadline headroom. A live
@@ -63,8 +142,16 @@ func (c *Client) Health() Health {
 func (c *Client) headroom() float64 { return c.Health().Headroom.Seconds() }
 
 // ReadyHandler returns an http.Handler for a readiness endpoint: it answers
-// 200 while the client's session is live and 503 otherwise, with the
-// [Health] as a JSON body.
+// 200 while the client's session is live and 503 otherwise (connecting, or
+// closing and closed), with the [Health] as a JSON body:
+//
+//	{"state":"live","session":"7587888","deadline":"2026-05-04T10:00:02.7+02:00",
+//	 "headroom_seconds":2.2,"ttl_seconds":3,"headroom":2200000000,"ttl":3000000000}
+//
+// Durations are in seconds in the fields ending in "_seconds"; headroom and
+// ttl repeat them in nanoseconds for readers of earlier versions (see
+// [Health.MarshalJSON]). The deadline is RFC 3339 with the zone's offset,
+// and present only while live.
 func (c *Client) ReadyHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := c.Health()
