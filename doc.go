@@ -52,6 +52,24 @@
 // order: first the task, then the lease, so the next leader starts only after
 // the previous run exited or its term's time ran out.
 //
+// # Shutting down
+//
+// [Client.Shutdown] stops every task, waits for the task functions to return
+// and the leases to be released, then ends the session, at most until its
+// ctx ends, like [net/http.Server.Shutdown]:
+//
+//	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+//	defer cancel()
+//	if err := client.Shutdown(ctx); err != nil {
+//		log.Print(err) // what still ran; the closing goes on in the background
+//	}
+//
+// When ctx ends first, the error says what was still running, and the
+// closing goes on in the same order: no lease is released before its task
+// function returned or its term's deadline passed. [Client.Close] is
+// Shutdown without a deadline. [LeaderTask.Shutdown] and [GroupTask.Shutdown]
+// do the same for one task.
+//
 // # Events and logs
 //
 // Typed events ([Elected], [Revoked], [WorkCompleted], …) are delivered to

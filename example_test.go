@@ -105,3 +105,70 @@ func ExampleCron() {
 	fmt.Println(errors.Is(err, simba.ErrInvalidSchedule))
 	// Output: true
 }
+
+// Shutdown hands every task off and ends the session, waiting at most until
+// its ctx ends: here the task cleans up and returns at once.
+func ExampleClient_Shutdown() {
+	b := memory.New()
+	defer b.Close()
+	client, err := simba.New(b)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer client.Close() // a no-op once Shutdown has returned nil
+
+	running := make(chan struct{})
+	_, err = client.Election("ingest").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
+		close(running)
+		<-ctx.Done()
+		fmt.Println("cleaning up")
+		return nil
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	<-running
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := client.Shutdown(ctx); err != nil {
+		fmt.Println(err) // what still ran; the closing goes on in the background
+		return
+	}
+	fmt.Println("handed off, session ended")
+	// Output:
+	// cleaning up
+	// handed off, session ended
+}
+
+// A task function that ignores its cancellation makes Shutdown return its
+// ctx's error, saying what still runs. The lease is kept until the function
+// returns or its term's deadline passes, whichever comes first, however
+// early Shutdown stops waiting.
+func ExampleLeaderTask_Shutdown() {
+	b := memory.New()
+	defer b.Close()
+	client, _ := simba.New(b)
+	defer client.Close()
+
+	running, release := make(chan struct{}), make(chan struct{})
+	task, _ := client.Election("export").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
+		close(running)
+		<-release // ignores ctx: a step that cannot be interrupted
+		return nil
+	})
+	<-running
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := task.Shutdown(ctx)
+	fmt.Println(errors.Is(err, context.DeadlineExceeded))
+	fmt.Println(err)
+
+	close(release) // the step ends
+	fmt.Println(task.Shutdown(context.Background()))
+	// Output:
+	// true
+	// simba: shutdown of election "export" stopped waiting with its hand-off not complete (the lease not released yet) and 1 task function running (term 1 of election "export"); the hand-off goes on in the background: context deadline exceeded
+	// <nil>
+}
