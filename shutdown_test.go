@@ -302,38 +302,46 @@ func TestShutdownFromATaskFunction(t *testing.T) {
 		{"TaskShutdown", func(_ *simba.Client, task *simba.LeaderTask) error { return task.Shutdown(context.Background()) }},
 		{"TaskClose", func(_ *simba.Client, task *simba.LeaderTask) error { return task.Close() }},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				b := memory.New()
-				defer b.Close()
-				h := newHistory()
-				a, _ := node(t, b, "a", h)
-				started := make(chan *simba.LeaderTask, 1)
-				called := make(chan error, 1)
-				var after atomic.Bool // the function went on after the call
-				task, err := a.Election("e").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
-					h.sawTerm("a", term)
-					called <- tc.call(a, <-started)
-					select { // the stop cancels ctx, on a goroutine of its own
-					case <-ctx.Done():
-						after.Store(true)
-					case <-time.After(time.Second):
-					}
-					return nil
+		for _, executor := range []bool{false, true} {
+			name := tc.name
+			var opts []simba.TaskOption
+			if executor { // the function runs on the executor's goroutine
+				name += "/Executor"
+				opts = append(opts, simba.WithExecutor(func(f func()) { go f() }))
+			}
+			t.Run(name, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					b := memory.New()
+					defer b.Close()
+					h := newHistory()
+					a, _ := node(t, b, "a", h)
+					started := make(chan *simba.LeaderTask, 1)
+					called := make(chan error, 1)
+					var after atomic.Bool // the function went on after the call
+					task, err := a.Election("e").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
+						h.sawTerm("a", term)
+						called <- tc.call(a, <-started)
+						select { // the stop cancels ctx, on a goroutine of its own
+						case <-ctx.Done():
+							after.Store(true)
+						case <-time.After(time.Second):
+						}
+						return nil
+					}, opts...)
+					require.NoError(t, err)
+					started <- task
+					err = await.For(t, called, time.Minute, "%s from the task function did not return", tc.name)
+					assert.NoError(t, err)
+					await.For(t, task.Done(), testTTL, "the task did not hand off after its function returned")
+					synctest.Wait()
+					assert.True(t, after.Load(), "the function's ctx was not cancelled by the call")
+					g := grantOf(t, b, "e", h.Terms()[0].Token())
+					assert.True(t, g.Ended && g.Reason == "released", "lease not released: ended %v, %q", g.Ended, g.Reason)
+					require.NoError(t, await.For(t, await.Returned(func() error { return a.Shutdown(t.Context()) }), time.Minute, "Shutdown after the task's did not return"))
+					h.checkTerms(t, b)
 				})
-				require.NoError(t, err)
-				started <- task
-				err = await.For(t, called, time.Minute, "%s from the task function did not return", tc.name)
-				assert.NoError(t, err)
-				await.For(t, task.Done(), testTTL, "the task did not hand off after its function returned")
-				synctest.Wait()
-				assert.True(t, after.Load(), "the function's ctx was not cancelled by the call")
-				g := grantOf(t, b, "e", h.Terms()[0].Token())
-				assert.True(t, g.Ended && g.Reason == "released", "lease not released: ended %v, %q", g.Ended, g.Reason)
-				require.NoError(t, await.For(t, await.Returned(func() error { return a.Shutdown(t.Context()) }), time.Minute, "Shutdown after the task's did not return"))
-				h.checkTerms(t, b)
 			})
-		})
+		}
 	}
 }
 
@@ -417,4 +425,48 @@ func TestShutdownWithEndedCtx(t *testing.T) {
 		closeAll(t, a)
 		h.checkTerms(t, b)
 	})
+}
+
+// GroupTask.Shutdown and Close called from a partition's function stop the
+// group and return at once.
+func TestGroupShutdownFromAPartitionFunction(t *testing.T) {
+	for _, name := range []string{"Shutdown", "Close"} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := memory.New()
+				defer b.Close()
+				h := newHistory()
+				a, _ := node(t, b, "a", h)
+				started := make(chan *simba.GroupTask, 1)
+				called := make(chan error, 1)
+				var once sync.Once
+				gt, err := a.Group("g", 2).RunWhileLeader(func(ctx context.Context, term *simba.Term, p int) error {
+					h.sawTerm("a", term)
+					if p == 1 {
+						once.Do(func() {
+							gt := <-started
+							if name == "Shutdown" {
+								called <- gt.Shutdown(context.Background())
+							} else {
+								called <- gt.Close()
+							}
+						})
+					}
+					<-ctx.Done()
+					return nil
+				})
+				require.NoError(t, err)
+				started <- gt
+				assert.NoError(t, await.For(t, called, time.Minute, "%s from a partition's function did not return", name))
+				await.For(t, gt.Done(), testTTL, "the group did not stop after the call")
+				require.NoError(t, await.For(t, await.Returned(func() error { return gt.Shutdown(t.Context()) }), time.Minute, "Shutdown after the partition's did not return"))
+				for _, l := range []string{"g.0", "g.1"} {
+					_, _, held := b.Holder(l)
+					assert.False(t, held, "partition %s still held after the group's Shutdown", l)
+				}
+				closeAll(t, a)
+				h.checkTerms(t, b)
+			})
+		})
+	}
 }

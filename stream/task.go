@@ -115,7 +115,9 @@ func (t *Task) Close() error {
 // when it is over), and no lease is released before its loop has handed off
 // or its term's deadline has passed. Shutdown is safe to call several times
 // and concurrently with Stop and Close. Shut a Task down before its client,
-// as with Close.
+// as with Close. From a [Handler]'s call, use Stop: Shutdown and Close wait
+// for every call, the calling one too, so there they return only when their
+// ctx ends (Close never).
 func (t *Task) Shutdown(ctx context.Context) error {
 	t.stop()
 	select {
