@@ -344,8 +344,9 @@ var pkgPrefix = regexp.MustCompile(`(^|: )simba(/[a-z]+)*: `)
 // message returns an error message for the command's own "simba: "
 // prefix: without the package prefixes of the causes it wraps, which name
 // the module's packages rather than say anything to an operator (no
-// "simba: simba/admin: simba/etcd: ..."), and without a cause repeated
-// right after itself ("opening a session: opening a session: ...").
+// "simba: simba/admin: simba/etcd: ..."), and without a step of the chain
+// that the one before it has said already ("... while opening a session:
+// opening a session: ..."). The last step, the root cause, is kept.
 func message(s string) string {
 	for {
 		t := pkgPrefix.ReplaceAllString(s, "$1")
@@ -357,13 +358,17 @@ func message(s string) string {
 	parts := strings.Split(s, ": ")
 	out := parts[:0]
 	for i, p := range parts {
-		if i > 0 && p == parts[i-1] {
+		if i > 0 && i < len(parts)-1 && len(p) >= minRepeat && strings.Contains(out[len(out)-1], p) {
 			continue
 		}
 		out = append(out, p)
 	}
 	return strings.Join(out, ": ")
 }
+
+// minRepeat is the shortest step that message drops as said already: a
+// phrase, not a word that might only be part of one.
+const minRepeat = 8
 
 func usageLine(cmd *command) string {
 	s := "simba " + cmd.name + " [flags]"
