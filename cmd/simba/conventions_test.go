@@ -578,7 +578,7 @@ func TestMessagesHaveNoDoubledPrefixes(t *testing.T) {
 		{"simba: no such job", "no such job"},
 		{"no answer while opening a session (hint): simba/admin: opening a session: simba/etcd: open: context deadline exceeded", "no answer while opening a session (hint): open: context deadline exceeded"},
 		{"key prefix \"simba/x\": bad", "key prefix \"simba/x\": bad"}, // not a package prefix
-		{"a: opening a session", "a: opening a session"},             // the root cause stays
+		{"a: opening a session", "a: opening a session"},               // the root cause stays
 	} {
 		if got := message(tc.in); got != tc.want {
 			t.Errorf("message(%q) = %q, want %q", tc.in, got, tc.want)
