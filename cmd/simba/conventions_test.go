@@ -626,3 +626,32 @@ func (f failingPuts) Open(ctx context.Context, o backend.SessionOptions) (backen
 func (failingPutSession) PutRecord(context.Context, string, []byte, backend.Condition) (backend.Record, error) {
 	return backend.Record{}, errors.New("simba/memory: simba/memory: put record: the disk is full")
 }
+
+func TestPrefixHintReadsOnlyWhenEmpty(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHarness(t, b)
+		// Nothing anywhere (the memory backend has no prefixes): one more
+		// read, of the default prefix, and no hint.
+		r := h.run("elections", "--prefix", "/x/")
+		if r.code != exitOK || r.stderr != "" || len(h.opened) != 2 || h.opened[1].prefix != "" {
+			t.Errorf("elections under an empty prefix, the default empty too: %v\nopened %v", r, h.opened)
+		}
+		// The default prefix itself, or no prefix: no more read.
+		for _, args := range [][]string{{"elections", "--prefix", "/simba/"}, {"elections"}} {
+			h.opened = nil
+			h.ok(args...)
+			if len(h.opened) != 1 {
+				t.Errorf("simba %s opened %v, want one backend", strings.Join(args, " "), h.opened)
+			}
+		}
+		// A prefix that holds something: no more read.
+		startCluster(t, b)
+		h.opened = nil
+		h.ok("elections", "--prefix", "/x/")
+		if len(h.opened) != 1 {
+			t.Errorf("a prefix that holds something cost a read of the default: opened %v", h.opened)
+		}
+	})
+}
