@@ -148,6 +148,18 @@ func init() {
 	}
 }
 
+// showingCommands lists the commands that show what they read: those that
+// take --watch.
+func showingCommands() []string {
+	var out []string
+	for _, c := range commands {
+		if c.shows {
+			out = append(out, c.name)
+		}
+	}
+	return out
+}
+
 func lookup(name string) *command {
 	for _, c := range commands {
 		if c.name == name {
@@ -207,6 +219,7 @@ func (c *cli) parse(args []string) (p parsed, code int, done bool) {
 	top := flag.NewFlagSet("simba", flag.ContinueOnError)
 	top.SetOutput(io.Discard)
 	p.g.register(top)
+	p.w.register(top) // simba --watch status, as simba status --watch
 	if err := top.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			c.usage(c.stdout)
@@ -257,7 +270,10 @@ func (c *cli) parse(args []string) (p parsed, code int, done bool) {
 	if err := p.g.checkOutput(p.explicit); err != nil {
 		return p, c.fail(err), true
 	}
-	if p.explicit["interval"] && !p.w.watch {
+	switch {
+	case p.w.watch && !p.cmd.shows:
+		return p, c.fail(usagef(p.cmd, "--watch applies to %s only", strings.Join(showingCommands(), ", "))), true
+	case p.explicit["interval"] && !p.w.watch:
 		return p, c.fail(usagef(p.cmd, "--interval applies to --watch only")), true
 	}
 	return p, 0, false

@@ -272,7 +272,7 @@ func TestWatchRedrawsEveryInterval(t *testing.T) {
 
 		// JSON: one document per round, a round at once and then every
 		// --interval, over one connection.
-		r := h.watchFor(3500*time.Millisecond, "jobs", "--watch", "--interval", "1s", "-o", "json")
+		r := h.watchFor(3500*time.Millisecond, "--watch", "jobs", "--interval", "1s", "-o", "json")
 		if r.code != exitOK || r.stderr != "" {
 			t.Errorf("an interrupted watch: %v", r)
 		}

@@ -60,7 +60,7 @@ func isTerminal(w io.Writer) bool {
 // the exit status.
 func (c *cli) watch(ctx context.Context, p parsed) int {
 	table := p.g.output == outTable || p.g.output == outWide
-	clear := table && c.terminal != nil && c.terminal(c.stdout)
+	redraw := table && c.terminal != nil && c.terminal(c.stdout)
 	line := strings.TrimSpace("simba " + p.cmd.name + " " + strings.Join(p.pos, " "))
 	// kept is the last round's invocation while its connection is kept
 	// for the next round.
@@ -101,7 +101,7 @@ func (c *cli) watch(ctx context.Context, p parsed) int {
 		}
 		now := time.Now()
 		if table {
-			if clear {
+			if redraw {
 				io.WriteString(c.stdout, clearScreen)
 			}
 			fmt.Fprintf(c.stdout, "every %v: %s  (%s)\n\n", p.w.interval, line, inv.printer().stamp(now))
@@ -109,7 +109,7 @@ func (c *cli) watch(ctx context.Context, p parsed) int {
 			io.WriteString(c.stdout, "---\n")
 		}
 		c.stdout.Write(out.Bytes())
-		if table && !clear {
+		if table && !redraw {
 			fmt.Fprintln(c.stdout)
 		}
 		inv.warnProblems(c.stderr)
