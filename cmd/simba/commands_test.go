@@ -476,7 +476,7 @@ func TestWaitNotSatisfiedInTime(t *testing.T) {
 		h := newHarness(t, b)
 		h.ok("disable", "nightly", "--wait")
 		requireCode(t, h.run("trigger", "nightly"), exitFailed,
-			"nightly is disabled: nothing runs it until 'simba enable'; pass --force to record the trigger anyway (it runs once enabled)")
+			"nightly is disabled: nothing runs it until 'simba enable nightly'; pass --force to record the trigger anyway (it runs once enabled)")
 		out := h.ok("trigger", "nightly", "--force", "--reason", "catch up")
 		if out != "triggered nightly; it is disabled: the request waits until 'simba enable nightly'\n" {
 			t.Errorf("trigger: %q", out)

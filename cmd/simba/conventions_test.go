@@ -468,12 +468,13 @@ func TestEnableAndDisableAgreeAboutNames(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 		h.ok("disable", "batch.1", "--wait")
-		requireCode(t, h.run("trigger", "batch"), exitFailed, "partition batch.1 of batch is disabled: nothing runs it until 'simba enable'")
+		requireCode(t, h.run("trigger", "batch"), exitFailed, "partition batch.1 of batch is disabled: nothing runs it until 'simba enable batch.1'")
 		if out := h.ok("trigger", "batch", "--force"); out != "triggered batch: 2 partitions, 1 held now; 1 disabled wait until enabled\n" {
 			t.Errorf("trigger --force of a group partly disabled: %q", out)
 		}
 		h.ok("disable", "batch")
-		requireCode(t, h.run("trigger", "batch"), exitFailed, "batch is disabled: nothing runs it until 'simba enable'; pass --force")
+		requireCode(t, h.run("trigger", "batch"), exitFailed, "batch is disabled: nothing runs it until 'simba enable batch'; pass --force")
+		requireCode(t, h.run("trigger", "batch.0"), exitFailed, "batch.0 is disabled with its group batch: nothing runs it until 'simba enable batch'; pass --force")
 	})
 }
 

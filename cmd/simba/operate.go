@@ -227,11 +227,15 @@ func runTrigger(ctx context.Context, inv *invocation, name, reason string, force
 	}
 	disabled := s.disabledLeases(f)
 	if len(disabled) > 0 && !force {
-		what := name + " is disabled"
-		if f.kind == kindGroup && !f.group.Disabled {
+		what, enable := name+" is disabled", name
+		switch {
+		case f.kind == kindGroup && !f.group.Disabled:
 			what = fmt.Sprintf("partition%s %s of %s %s disabled", plural(len(disabled)), strings.Join(disabled, ", "), name, map[bool]string{true: "is", false: "are"}[len(disabled) == 1])
+			enable = strings.Join(disabled, "', 'simba enable ")
+		case f.kind == kindPartition && !s.ops.Disabled[name]:
+			what, enable = fmt.Sprintf("%s is disabled with its group %s", name, f.election.Status.Group), f.election.Status.Group
 		}
-		return failf("%s: nothing runs it until 'simba enable'; pass --force to record the trigger anyway (it runs once enabled)", what)
+		return failf("%s: nothing runs it until 'simba enable %s'; pass --force to record the trigger anyway (it runs once enabled)", what, enable)
 	}
 	for _, lease := range leases {
 		if err := inv.adm.Trigger(ctx, lease, reason); err != nil {
