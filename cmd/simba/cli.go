@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -37,7 +39,7 @@ const defaultTimeout = 5 * time.Second
 // run is the simba command: it parses args, runs the command they name, and
 // returns the exit status. ctx ends on SIGINT or SIGTERM.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	c := &cli{stdout: stdout, stderr: stderr, getenv: os.Getenv, open: openBackend}
+	c := &cli{stdout: stdout, stderr: stderr, getenv: os.Getenv, open: openBackend, terminal: isTerminal}
 	return c.run(ctx, args)
 }
 
@@ -48,13 +50,24 @@ type cli struct {
 	getenv         func(string) string
 	// open opens the backend the global flags name.
 	open func(target) (backend.Backend, error)
+	// terminal reports whether w is a terminal (watch.go); nil: never.
+	terminal func(w io.Writer) bool
+	// hinted records that the default-prefix hint was considered
+	// (model.go), so that it costs one read at most.
+	hinted bool
 }
 
 // globals are the flags every command accepts, before or after its name.
 type globals struct {
 	etcd, zk, prefix string
-	json             bool
-	timeout          time.Duration
+	// output is the -o format (see outputs); json is --json, its synonym
+	// for -o json, and is true after parsing whenever output is "json".
+	output  string
+	json    bool
+	utc     bool
+	timeout time.Duration
+	// The connection flags (TLS, authentication, the config file) go
+	// below, as one field with one register call.
 }
 
 // register adds the global flags to fs, with their current values as
@@ -64,8 +77,41 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.etcd, "etcd", g.etcd, "etcd `endpoints`, comma-separated (default $"+envEtcd+")")
 	fs.StringVar(&g.zk, "zk", g.zk, "ZooKeeper `servers`, comma-separated (default $"+envZK+")")
 	fs.StringVar(&g.prefix, "prefix", g.prefix, "etcd key `prefix` or ZooKeeper root the nodes use (default $"+envPrefix+", else the backend's default)")
-	fs.BoolVar(&g.json, "json", g.json, "print JSON for scripts instead of tables")
-	fs.DurationVar(&g.timeout, "timeout", g.timeout, "give up on the backend after this `long`; the whole command finishes within it")
+	fs.StringVar(&g.output, "o", g.output, "output `format`: table, wide (more columns: sessions, full times), json or yaml")
+	fs.StringVar(&g.output, "output", g.output, "output `format` (as -o)")
+	fs.BoolVar(&g.json, "json", g.json, "print JSON for scripts instead of tables (as -o json)")
+	fs.BoolVar(&g.utc, "utc", g.utc, "print times in UTC rather than in the local time zone")
+	fs.DurationVar(&g.timeout, "timeout", g.timeout, "give up on the backend after this `long`; the whole command finishes within it (with --watch: each round)")
+}
+
+// Output formats.
+const (
+	outTable = "table"
+	outWide  = "wide"
+	outJSON  = "json"
+	outYAML  = "yaml"
+)
+
+// outputs lists the -o formats.
+var outputs = []string{outTable, outWide, outJSON, outYAML}
+
+// checkOutput settles -o and --json: --json is -o json, and contradicting
+// it is a usage error.
+func (g *globals) checkOutput(explicit map[string]bool) error {
+	if g.output == "" {
+		g.output = outTable
+	}
+	if !slices.Contains(outputs, g.output) {
+		return usagef(nil, "-o %s: unknown output format (use %s)", g.output, strings.Join(outputs, ", "))
+	}
+	if g.json {
+		if (explicit["o"] || explicit["output"]) && g.output != outJSON {
+			return usagef(nil, "--json and -o %s disagree: give one", g.output)
+		}
+		g.output = outJSON
+	}
+	g.json = g.output == outJSON
+	return nil
 }
 
 // command is one entry of the dispatch table.
@@ -80,7 +126,8 @@ type command struct {
 	// --timeout bounds only its backend calls, not the command.
 	serves bool
 	// shows marks a command that shows what it reads (status, elections,
-	// …): it exits with exitProblems when it skipped records.
+	// …): it exits with exitProblems when it skipped records, and takes
+	// --watch (see watch.go).
 	shows bool
 	// setup registers the command's own flags on fs and returns its action,
 	// which runs once they are parsed.
@@ -97,8 +144,20 @@ func init() {
 	commands = []*command{
 		statusCommand, electionsCommand, groupsCommand, jobsCommand, historyCommand,
 		disableCommand, enableCommand, triggerCommand, resignCommand, drainCommand, undrainCommand,
-		devCommand, consoleCommand,
+		devCommand, consoleCommand, versionCommand, completionCommand,
 	}
+}
+
+// showingCommands lists the commands that show what they read: those that
+// take --watch.
+func showingCommands() []string {
+	var out []string
+	for _, c := range commands {
+		if c.shows {
+			out = append(out, c.name)
+		}
+	}
+	return out
 }
 
 func lookup(name string) *command {
@@ -126,6 +185,9 @@ func usagef(cmd *command, format string, args ...any) error {
 func failf(format string, args ...any) error { return fmt.Errorf(format, args...) }
 
 func (c *cli) run(ctx context.Context, args []string) int {
+	if len(args) > 0 && args[0] == completeCommand {
+		return c.complete(ctx, args[1:])
+	}
 	p, code, done := c.parse(args)
 	if done {
 		return code
@@ -139,6 +201,7 @@ type parsed struct {
 	act      action
 	pos      []string // positional arguments
 	g        globals
+	w        watchFlags      // for a command that shows
 	explicit map[string]bool // global flags given on the command line
 }
 
@@ -149,11 +212,14 @@ func (c *cli) parse(args []string) (p parsed, code int, done bool) {
 		etcd:    c.getenv(envEtcd),
 		zk:      c.getenv(envZK),
 		prefix:  c.getenv(envPrefix),
+		output:  outTable,
 		timeout: defaultTimeout,
 	}
+	p.w = watchFlags{interval: defaultInterval}
 	top := flag.NewFlagSet("simba", flag.ContinueOnError)
 	top.SetOutput(io.Discard)
 	p.g.register(top)
+	p.w.register(top) // simba --watch status, as simba status --watch
 	if err := top.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			c.usage(c.stdout)
@@ -176,6 +242,9 @@ func (c *cli) parse(args []string) (p parsed, code int, done bool) {
 	fs := flag.NewFlagSet("simba "+name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	p.act = p.cmd.setup(fs)
+	if p.cmd.shows {
+		p.w.register(fs)
+	}
 	p.g.register(fs)
 	var err error
 	p.pos, err = parseInterspersed(fs, rest)
@@ -191,17 +260,31 @@ func (c *cli) parse(args []string) (p parsed, code int, done bool) {
 		return p, c.fail(usagef(p.cmd, "%s: too many arguments: %s", name, strings.Join(p.pos, " "))), true
 	case p.g.timeout <= 0:
 		return p, c.fail(usagef(p.cmd, "--timeout must be positive, got %v", p.g.timeout)), true
+	case p.w.interval <= 0:
+		return p, c.fail(usagef(p.cmd, "--interval must be positive, got %v", p.w.interval)), true
 	}
 	p.explicit = map[string]bool{}
 	mark := func(f *flag.Flag) { p.explicit[f.Name] = true }
 	top.Visit(mark)
 	fs.Visit(mark)
+	if err := p.g.checkOutput(p.explicit); err != nil {
+		return p, c.fail(err), true
+	}
+	switch {
+	case p.w.watch && !p.cmd.shows:
+		return p, c.fail(usagef(p.cmd, "--watch applies to %s only", strings.Join(showingCommands(), ", "))), true
+	case p.explicit["interval"] && !p.w.watch:
+		return p, c.fail(usagef(p.cmd, "--interval applies to --watch only")), true
+	}
 	return p, 0, false
 }
 
 // execute runs a parsed command within --timeout (unless it serves until
 // interrupted) and returns its exit status.
 func (c *cli) execute(ctx context.Context, p parsed) int {
+	if p.w.watch {
+		return c.watch(ctx, p)
+	}
 	inv := &invocation{cli: c, g: p.g, cmd: p.cmd, explicit: p.explicit}
 	cctx, cancel := ctx, context.CancelFunc(func() {})
 	if !p.cmd.serves {
@@ -252,7 +335,7 @@ func (c *cli) fail(err error) int {
 	var be *backendError
 	switch {
 	case errors.As(err, &ue):
-		fmt.Fprintf(c.stderr, "simba: %s\n", ue.msg)
+		fmt.Fprintf(c.stderr, "simba: %s\n", message(ue.msg))
 		if ue.cmd != nil {
 			fmt.Fprintf(c.stderr, "usage: %s\n", usageLine(ue.cmd))
 			fmt.Fprintf(c.stderr, "run 'simba help %s' for its flags\n", ue.cmd.name)
@@ -261,13 +344,47 @@ func (c *cli) fail(err error) int {
 		}
 		return exitUsage
 	case errors.As(err, &be):
-		fmt.Fprintf(c.stderr, "simba: %v\n", be)
+		fmt.Fprintf(c.stderr, "simba: %s\n", message(be.Error()))
 		return exitUnreachable
 	default: // not found, refused, not done in time
-		fmt.Fprintf(c.stderr, "simba: %v\n", err)
+		fmt.Fprintf(c.stderr, "simba: %s\n", message(err.Error()))
 		return exitFailed
 	}
 }
+
+// pkgPrefix matches the package prefix of an error message of the module
+// ("simba: ", "simba/admin: ", "simba/etcd: ") at the start of a message
+// or of a wrapped cause.
+var pkgPrefix = regexp.MustCompile(`(^|: )simba(/[a-z]+)*: `)
+
+// message returns an error message for the command's own "simba: "
+// prefix: without the package prefixes of the causes it wraps, which name
+// the module's packages rather than say anything to an operator (no
+// "simba: simba/admin: simba/etcd: ..."), and without a step of the chain
+// that the one before it has said already ("... while opening a session:
+// opening a session: ..."). The last step, the root cause, is kept.
+func message(s string) string {
+	for {
+		t := pkgPrefix.ReplaceAllString(s, "$1")
+		if t == s {
+			break
+		}
+		s = t
+	}
+	parts := strings.Split(s, ": ")
+	out := parts[:0]
+	for i, p := range parts {
+		if i > 0 && i < len(parts)-1 && len(p) >= minRepeat && strings.Contains(out[len(out)-1], p) {
+			continue
+		}
+		out = append(out, p)
+	}
+	return strings.Join(out, ": ")
+}
+
+// minRepeat is the shortest step that message drops as said already: a
+// phrase, not a word that might only be part of one.
+const minRepeat = 8
 
 func usageLine(cmd *command) string {
 	s := "simba " + cmd.name + " [flags]"
@@ -316,10 +433,17 @@ commands:
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 	fmt.Fprint(w, `
-exit status: 0 done; 1 failed (no such job, operation refused, --wait not
-satisfied in time); 2 usage error; 3 backend unreachable or too slow for
---timeout; 4 shown, but records that could not be used were skipped (warned
-of on standard error); 130 interrupted.
+output: -o table (the default) or -o wide for people, with every time
+with its time zone (local, or UTC with --utc); -o json or -o yaml for
+scripts, with stable field names, times in RFC 3339 with their offset and
+durations in seconds (fields ending in "Seconds"). status, elections,
+groups, jobs and history take --watch: shown again every --interval
+until interrupted.
+
+exit status: 0 done (or a --watch interrupted); 1 failed (no such job,
+operation refused, --wait not satisfied in time); 2 usage error; 3 backend
+unreachable or too slow for --timeout; 4 shown, but records that could not
+be used were skipped (warned of on standard error); 130 interrupted.
 `)
 }
 
@@ -331,6 +455,10 @@ func (c *cli) commandUsage(w io.Writer, cmd *command) {
 	}
 	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
 	cmd.setup(fs)
+	if cmd.shows {
+		w := watchFlags{interval: defaultInterval}
+		w.register(fs)
+	}
 	n := 0
 	fs.VisitAll(func(*flag.Flag) { n++ })
 	if n > 0 {

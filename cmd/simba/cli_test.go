@@ -28,6 +28,8 @@ type harness struct {
 	prepare func(*memory.Node)
 	// wrap, if set, wraps each invocation's backend.
 	wrap func(backend.Backend) backend.Backend
+	// terminal, if set, makes standard output a terminal.
+	terminal bool
 	// opened records the targets opened.
 	opened []target
 }
@@ -49,10 +51,17 @@ func (r result) String() string {
 // run runs simba with args.
 func (h *harness) run(args ...string) result {
 	h.t.Helper()
+	return h.runContext(context.Background(), args...)
+}
+
+// runContext runs simba with args until ctx ends: ctx is what SIGINT
+// ends.
+func (h *harness) runContext(ctx context.Context, args ...string) result {
 	var out, errb bytes.Buffer
 	c := &cli{
 		stdout: &out, stderr: &errb,
-		getenv: func(k string) string { return h.env[k] },
+		getenv:   func(k string) string { return h.env[k] },
+		terminal: func(io.Writer) bool { return h.terminal },
 		open: func(t target) (backend.Backend, error) {
 			h.opened = append(h.opened, t)
 			node := h.b.Node(fmt.Sprintf("simba-%d", invocations.Add(1)))
@@ -65,7 +74,7 @@ func (h *harness) run(args ...string) result {
 			return node, nil
 		},
 	}
-	code := c.run(context.Background(), args)
+	code := c.run(ctx, args)
 	return result{code: code, stdout: out.String(), stderr: errb.String()}
 }
 
@@ -104,6 +113,13 @@ func TestUsageErrors(t *testing.T) {
 		{"bad member", nil, []string{"drain", "a b"}, `invalid member id "a b"`},
 		{"bad port", nil, []string{"dev", "--port", "70000"}, "--port must be 0–65535"},
 		{"help of an unknown command", nil, []string{"help", "frobnicate"}, `unknown command "frobnicate"`},
+		{"unknown output format", nil, []string{"status", "-o", "xml"}, "-o xml: unknown output format (use table, wide, json, yaml)"},
+		{"--json and -o disagree", nil, []string{"status", "--json", "-o", "yaml"}, "--json and -o yaml disagree"},
+		{"--interval without --watch", nil, []string{"status", "--interval", "1s"}, "--interval applies to --watch only"},
+		{"bad interval", nil, []string{"jobs", "--watch", "--interval", "0s"}, "--interval must be positive"},
+		{"--watch on an operation", nil, []string{"disable", "x", "--watch"}, "flag provided but not defined: -watch"},
+		{"--watch before an operation", nil, []string{"--watch", "disable", "x"}, "--watch applies to status, elections, groups, jobs, history only"},
+		{"completion of an unknown shell", nil, []string{"completion", "fish"}, `completion: unknown shell "fish" (bash or zsh)`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, b)
@@ -133,7 +149,7 @@ func TestHelp(t *testing.T) {
 				t.Errorf("simba %s does not list %s:\n%s", args[0], c.name, out)
 			}
 		}
-		for _, want := range []string{"-etcd endpoints", "-zk servers", "-prefix", "-json", "-timeout", "exit status: 0 done"} {
+		for _, want := range []string{"-etcd endpoints", "-zk servers", "-prefix", "-json", "-o format", "-utc", "-timeout", "exit status: 0 done"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("simba %s lacks %q", args[0], want)
 			}
@@ -141,10 +157,21 @@ func TestHelp(t *testing.T) {
 	}
 	for _, args := range [][]string{{"help", "resign"}, {"resign", "-h"}} {
 		out := h.ok(args...)
-		for _, want := range []string{"usage: simba resign [flags] NAME", "-token token", "-wait", "sits out"} {
+		for _, want := range []string{"usage: simba resign [flags] NAME", "-token token", "-wait", "-reason", "sits out"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("simba %s lacks %q:\n%s", strings.Join(args, " "), want, out)
 			}
+		}
+	}
+	for _, name := range []string{"status", "elections", "groups", "jobs", "history"} {
+		out := h.ok("help", name)
+		if !strings.Contains(out, "-watch") || !strings.Contains(out, "-interval time") {
+			t.Errorf("simba help %s lacks --watch and --interval:\n%s", name, out)
+		}
+	}
+	for _, name := range []string{"disable", "enable", "trigger", "resign", "drain", "undrain"} {
+		if out := h.ok("help", name); !strings.Contains(out, "-reason") {
+			t.Errorf("simba help %s lacks --reason:\n%s", name, out)
 		}
 	}
 	if len(h.opened) > 0 {

@@ -357,7 +357,7 @@ func TestHistoryAfterFailOver(t *testing.T) {
 			t.Errorf("history --limit 2:\n%s", out)
 		}
 		out = h.ok("history", "report")
-		if !regexp.MustCompile(`(?m)^1 +\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} +\S+ +interrupted +normal +a +\d+ +holder a \(token \d+\) ended without a hand-off while it ran$`).MatchString(out) ||
+		if !regexp.MustCompile(`(?m)^1 +\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} [A-Z]+ +\S+ +interrupted +normal +a +\d+ +holder a \(token \d+\) ended without a hand-off while it ran$`).MatchString(out) ||
 			!regexp.MustCompile(`(?m)^2 +.* +succeeded +fail-over +z +\d+ +-$`).MatchString(out) {
 			t.Errorf("history:\n%s", out)
 		}
@@ -475,14 +475,16 @@ func TestWaitNotSatisfiedInTime(t *testing.T) {
 		time.Sleep(time.Second)
 		h := newHarness(t, b)
 		h.ok("disable", "nightly", "--wait")
-		out := h.ok("trigger", "nightly")
-		if out != "triggered nightly; nobody holds it now: the request waits for the next holder\n" {
+		requireCode(t, h.run("trigger", "nightly"), exitFailed,
+			"nightly is disabled: nothing runs it until 'simba enable nightly'; pass --force to record the trigger anyway (it runs once enabled)")
+		out := h.ok("trigger", "nightly", "--force", "--reason", "catch up")
+		if out != "triggered nightly; it is disabled: the request waits until 'simba enable nightly'\n" {
 			t.Errorf("trigger: %q", out)
 		}
-		requireCode(t, h.run("trigger", "nightly", "--wait", "--timeout", "2s"), exitFailed,
+		requireCode(t, h.run("trigger", "nightly", "--force", "--reason", "catch up", "--wait", "--timeout", "2s"), exitFailed,
 			"the request is recorded, but the holders had not taken the request up within --timeout 2s")
 		o := decode[overview](t, h.ok("status", "--json"))
-		if len(o.Ops.Triggers) != 1 || o.Ops.Triggers[0].Lease != "nightly" || !strings.HasSuffix(o.Ops.Triggers[0].By, "(simba command)") {
+		if len(o.Ops.Triggers) != 1 || o.Ops.Triggers[0].Lease != "nightly" || !strings.HasSuffix(o.Ops.Triggers[0].By, "(simba command)") || o.Ops.Triggers[0].Reason != "catch up" {
 			t.Errorf("pending triggers %+v", o.Ops.Triggers)
 		}
 		requireCode(t, h.run("resign", "nightly"), exitFailed, "nobody holds nightly: there is no term to resign")

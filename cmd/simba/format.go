@@ -8,6 +8,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/simba-go/simba/admin"
 )
 
@@ -21,11 +23,80 @@ func row(w io.Writer, cells ...string) {
 	fmt.Fprintln(w, strings.Join(cells, "\t"))
 }
 
+// What -o json and -o yaml print: the same structs (the views of
+// views.go, opResult, versionInfo), with the same field names; YAML is
+// the JSON document re-encoded, so that the two never differ but in
+// syntax. Times are RFC 3339 strings with their offset from UTC, as the
+// nodes recorded them; durations are seconds, as a number (fields named
+// "...Seconds").
+
 // writeJSON prints v as indented JSON.
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// writeYAML prints v as YAML: its JSON encoding, re-encoded as YAML in
+// block style with the keys in the same order.
+func writeYAML(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return fmt.Errorf("re-encoding as YAML: %w", err)
+	}
+	blockStyle(&doc)
+	enc := yaml.NewEncoder(w)
+	enc.SetIndent(2)
+	if err := enc.Encode(&doc); err != nil {
+		return err
+	}
+	return enc.Close()
+}
+
+// blockStyle clears the flow and quoting styles that parsing JSON gives
+// the nodes: the encoder then quotes only the strings that need it.
+func blockStyle(n *yaml.Node) {
+	n.Style = 0
+	if n.Kind == yaml.MappingNode || n.Kind == yaml.SequenceNode {
+		if len(n.Content) == 0 {
+			n.Style = yaml.FlowStyle // [] and {} rather than nothing
+		}
+	}
+	for _, c := range n.Content {
+		blockStyle(c)
+	}
+}
+
+// show prints v in the invocation's output format: as JSON or YAML, or as
+// the table that table draws for people (-o table and -o wide).
+func (inv *invocation) show(v any, table func(w io.Writer, p printer)) error {
+	switch inv.g.output {
+	case outJSON:
+		return writeJSON(inv.stdout, v)
+	case outYAML:
+		return writeYAML(inv.stdout, v)
+	}
+	table(inv.stdout, inv.printer())
+	return nil
+}
+
+// printer is how tables print: in which time zone, and with the wide
+// columns or not.
+type printer struct {
+	loc  *time.Location
+	wide bool
+}
+
+func (inv *invocation) printer() printer {
+	p := printer{loc: time.Local, wide: inv.g.output == outWide}
+	if inv.g.utc {
+		p.loc = time.UTC
+	}
+	return p
 }
 
 // dur formats a duration for people: milliseconds below a second, tenths
@@ -65,20 +136,37 @@ func until(t, now time.Time) string {
 	return dur(now.Sub(t)) + " late"
 }
 
-// stamp formats an instant in local time, to the millisecond.
-func stamp(t time.Time) string {
+// stamp formats an instant to the millisecond, with its date and time
+// zone: "2026-03-01 16:02:03.120 UTC".
+func (p printer) stamp(t time.Time) string {
 	if t.IsZero() {
 		return "-"
 	}
-	return t.Local().Format("2006-01-02 15:04:05.000")
+	return t.In(p.loc).Format("2006-01-02 15:04:05.000 MST")
 }
 
-// clock formats an instant in local time of day, to the millisecond.
-func clock(t time.Time) string {
+// clock formats an instant as a time of day to the millisecond, with its
+// time zone ("16:02:03.120 UTC"); with its date too when it is not today
+// or when the table is wide.
+func (p printer) clock(t, now time.Time) string {
 	if t.IsZero() {
 		return "-"
 	}
-	return t.Local().Format("15:04:05.000")
+	t = t.In(p.loc)
+	if y, m, d := now.In(p.loc).Date(); !p.wide && t.Year() == y && t.Month() == m && t.Day() == d {
+		return t.Format("15:04:05.000 MST")
+	}
+	return p.stamp(t)
+}
+
+// seconds is a duration in seconds, as the JSON output gives durations;
+// nil for an instant that is not known.
+func seconds(from, to time.Time) *float64 {
+	if from.IsZero() || to.IsZero() {
+		return nil
+	}
+	s := to.Sub(from).Seconds()
+	return &s
 }
 
 func dash(s string) string {
@@ -130,4 +218,12 @@ func listOr(xs []string, none string) string {
 		return none
 	}
 	return strings.Join(xs, ", ")
+}
+
+// reasonSuffix appends an operator's reason to a description: ": why".
+func reasonSuffix(reason string) string {
+	if reason == "" {
+		return ""
+	}
+	return ": " + oneLine(reason)
 }

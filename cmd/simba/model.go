@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/admin"
+	"github.com/simba-go/simba/backend/etcd"
+	"github.com/simba-go/simba/backend/zookeeper"
 )
 
 // snapshot is everything the backend shows, read once for a command.
@@ -34,6 +36,9 @@ func (inv *invocation) readSnapshot(ctx context.Context) (*snapshot, error) {
 		return nil, inv.backendErr(ctx, "reading the elections, groups and operations", err)
 	}
 	inv.addProblems(snap.Problems)
+	if emptySnapshot(snap) {
+		inv.hintDefaultPrefix(ctx)
+	}
 	s := &snapshot{now: time.Now(), leases: map[string]admin.Election{}, groups: snap.Groups, ops: snap.Ops}
 	for _, e := range snap.Elections {
 		s.leases[e.Name] = e
@@ -135,19 +140,25 @@ type notFoundError struct {
 	what  string // "job", "election, job or group", "member"
 	name  string
 	known []string
+	hint  string // what to do instead, if anything: "pass --force to ..."
 }
 
 func (e *notFoundError) Error() string {
 	msg := fmt.Sprintf("no such %s %q", e.what, e.name)
 	if len(e.known) == 0 {
-		return msg + " (the backend shows none: are the nodes running against this backend and prefix?)"
+		msg += " (the backend shows none: are the nodes running against this backend and prefix?)"
+	} else {
+		const most = 12
+		known := e.known
+		if len(known) > most {
+			known = append(slices.Clip(known[:most]), "…")
+		}
+		msg += " (known: " + strings.Join(known, ", ") + ")"
 	}
-	const most = 12
-	known := e.known
-	if len(known) > most {
-		known = append(slices.Clip(known[:most]), "…")
+	if e.hint != "" {
+		msg += "; " + e.hint
 	}
-	return msg + " (known: " + strings.Join(known, ", ") + ")"
+	return msg
 }
 
 // names lists the elections and groups, for error messages.
@@ -214,4 +225,86 @@ func holder(e admin.Election) *admin.Holder {
 		return nil
 	}
 	return e.Status.Holder
+}
+
+// emptySnapshot reports a snapshot that shows nothing at all: no
+// election, group or operation, nor a record skipped.
+func emptySnapshot(s admin.Snapshot) bool {
+	o := s.Ops
+	return len(s.Elections) == 0 && len(s.Groups) == 0 && len(s.Problems) == 0 &&
+		len(o.Disabled) == 0 && len(o.Drained) == 0 && len(o.Triggers) == 0 && len(o.Resigns) == 0
+}
+
+// hintDefaultPrefix, for a --prefix (or $SIMBA_PREFIX) under which the
+// backend shows nothing, reads the backend's default prefix once and, when
+// that holds something, says so on standard error: a prefix mistyped, or
+// given to a command when the nodes use the default, is the likeliest
+// reason for an empty result. It costs one more read, and only when the
+// result is empty; any failure of that read is ignored.
+func (inv *invocation) hintDefaultPrefix(ctx context.Context) {
+	if inv.cli.hinted || inv.t.prefix == "" {
+		return
+	}
+	inv.cli.hinted = true
+	def := defaultPrefix(inv.t.kind)
+	if def == "" || sameKeyPrefix(inv.t.prefix, def) {
+		return
+	}
+	t := inv.t
+	t.prefix = ""
+	b, err := inv.open(t)
+	if err != nil {
+		return
+	}
+	defer b.Close()
+	a, err := admin.Open(ctx, b, admin.WithOperator(operator()))
+	if err != nil {
+		return
+	}
+	defer a.Close()
+	snap, err := a.Snapshot(ctx)
+	if err != nil || emptySnapshot(snap) {
+		return
+	}
+	var elections, groups int
+	for _, e := range snap.Elections {
+		if e.Status.Group == "" {
+			elections++
+		}
+	}
+	groups = len(snap.Groups)
+	var parts []string
+	if elections > 0 {
+		parts = append(parts, fmt.Sprintf("%d election%s", elections, plural(elections)))
+	}
+	if groups > 0 {
+		parts = append(parts, fmt.Sprintf("%d group%s", groups, plural(groups)))
+	}
+	if len(parts) == 0 {
+		parts = append(parts, "operation records")
+	}
+	flag := "--prefix"
+	if !inv.explicit["prefix"] {
+		flag = "$" + envPrefix
+	}
+	fmt.Fprintf(inv.stderr, "simba: hint: nothing under %s; the default prefix %s holds %s: drop %s?\n",
+		inv.t.prefix, def, strings.Join(parts, " and "), flag)
+}
+
+// defaultPrefix is the key prefix, or ZooKeeper root, that a backend of
+// kind uses when none is given.
+func defaultPrefix(kind string) string {
+	switch kind {
+	case "etcd":
+		return etcd.DefaultPrefix
+	case "zookeeper":
+		return zookeeper.DefaultRoot
+	}
+	return ""
+}
+
+// sameKeyPrefix reports whether two prefixes name the same place, with or
+// without their slashes at either end.
+func sameKeyPrefix(a, b string) bool {
+	return strings.Trim(a, "/") == strings.Trim(b, "/")
 }

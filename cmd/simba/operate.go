@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -28,15 +29,18 @@ type opResult struct {
 	// Waited reports that --wait saw the operation take effect.
 	Waited  bool   `json:"waited"`
 	Message string `json:"message"`
+	// Reason is the operator's --reason, recorded with the operation.
+	Reason string `json:"reason,omitempty"`
 }
 
 // report prints the result of an operation.
 func (inv *invocation) report(r opResult) error {
-	if inv.g.json {
-		return writeJSON(inv.stdout, r)
-	}
-	fmt.Fprintln(inv.stdout, r.Message)
-	return nil
+	return inv.show(r, func(w io.Writer, _ printer) { fmt.Fprintln(w, r.Message) })
+}
+
+// reasonFlag registers --reason, which every operation takes.
+func reasonFlag(fs *flag.FlagSet) *string {
+	return fs.String("reason", "", "why, in a few words: recorded with the operation, shown with it")
 }
 
 // waitFor reads the backend every pollInterval until done reports true,
@@ -95,8 +99,8 @@ var disableCommand = &command{
 	doc: `Every node obeys at once: the holder hands off and no node contends for
 NAME until simba enable NAME. A group name disables all its partitions.`,
 	setup: func(fs *flag.FlagSet) action {
-		reason := fs.String("reason", "", "why, recorded with the operation")
-		force := fs.Bool("force", false, "disable a name the backend does not show (yet)")
+		reason := reasonFlag(fs)
+		force := fs.Bool("force", false, "disable a name the backend does not show (yet): before any node runs it")
 		wait := fs.Bool("wait", false, "wait until nothing of it is held")
 		return func(ctx context.Context, inv *invocation, args []string) error {
 			return runDisable(ctx, inv, args[0], *reason, *force, *wait)
@@ -112,9 +116,9 @@ func runDisable(ctx context.Context, inv *invocation, name, reason string, force
 	if err != nil {
 		return err
 	}
-	r := opResult{Op: "disable", Name: name}
-	if _, ok := s.find(name); !ok && !force {
-		return &notFoundError{what: "election, job or group", name: name, known: s.names()}
+	r := opResult{Op: "disable", Name: name, Reason: reason}
+	if _, ok := s.find(name); !ok && !force && !s.ops.Disabled[name] {
+		return &notFoundError{what: "election, job or group", name: name, known: s.names(), hint: "pass --force to disable it before any node runs it"}
 	}
 	if s.ops.Disabled[name] {
 		r.Message = fmt.Sprintf("%s is already disabled", name)
@@ -140,16 +144,27 @@ func runDisable(ctx context.Context, inv *invocation, name, reason string, force
 var enableCommand = &command{
 	name: "enable", args: "NAME", minArgs: 1, maxArgs: 1,
 	summary: "undo disable",
+	doc: `Nodes contend for NAME again. A name that is not disabled is left as it
+is; a name the backend does not show at all is refused, as disable refuses
+it, unless --force.`,
 	setup: func(fs *flag.FlagSet) action {
+		reason := reasonFlag(fs)
+		force := fs.Bool("force", false, "say that a name the backend does not show is not disabled, rather than refuse it")
 		return func(ctx context.Context, inv *invocation, args []string) error {
 			name := args[0]
 			if err := simba.CheckName(name); err != nil {
 				return usagef(nil, "%v", err)
 			}
 			return runUndo(ctx, inv, undo{
-				op: "enable", name: name, notSet: "is not disabled", doing: "enabling",
+				op: "enable", name: name, reason: *reason, force: *force,
+				notSet: "is not disabled", doing: "enabling",
 				done:  "enabled %s: nodes contend for it again",
 				isSet: func(ops admin.Ops) bool { return ops.Disabled[name] },
+				known: func(s *snapshot) ([]string, bool) {
+					_, ok := s.find(name)
+					return s.names(), ok
+				},
+				what:  "election, job or group",
 				clear: (*admin.Admin).Enable,
 			})
 		}
@@ -161,16 +176,37 @@ var triggerCommand = &command{
 	summary: "run a scheduled job once, as soon as its holder can",
 	doc: `The holder of the job (of each partition, for a group) runs it once as soon
 as it can, besides its schedule. The request waits for a holder when there
-is none.`,
+is none. A disabled job is refused: nothing would run it until simba enable;
+--force records the request anyway, and it runs once the job is enabled.`,
 	setup: func(fs *flag.FlagSet) action {
+		reason := reasonFlag(fs)
+		force := fs.Bool("force", false, "trigger a disabled job: the request waits until it is enabled")
 		wait := fs.Bool("wait", false, "wait until the holders have taken the request up")
 		return func(ctx context.Context, inv *invocation, args []string) error {
-			return runTrigger(ctx, inv, args[0], *wait)
+			return runTrigger(ctx, inv, args[0], *reason, *force, *wait)
 		}
 	},
 }
 
-func runTrigger(ctx context.Context, inv *invocation, name string, wait bool) error {
+// disabledLeases lists the leases of f that are disabled, by their own
+// name or their group's.
+func (s *snapshot) disabledLeases(f found) []string {
+	if f.kind != kindGroup {
+		if f.election.Disabled {
+			return []string{f.election.Name}
+		}
+		return nil
+	}
+	var out []string
+	for _, e := range s.partitions(f.group) {
+		if f.group.Disabled || e.Disabled {
+			out = append(out, e.Name)
+		}
+	}
+	return out
+}
+
+func runTrigger(ctx context.Context, inv *invocation, name, reason string, force, wait bool) error {
 	s, err := inv.readSnapshot(ctx)
 	if err != nil {
 		return err
@@ -189,14 +225,30 @@ func runTrigger(ctx context.Context, inv *invocation, name string, wait bool) er
 			leases = append(leases, e.Name)
 		}
 	}
+	disabled := s.disabledLeases(f)
+	if len(disabled) > 0 && !force {
+		what, enable := name+" is disabled", name
+		switch {
+		case f.kind == kindGroup && !f.group.Disabled:
+			what = fmt.Sprintf("partition%s %s of %s %s disabled", plural(len(disabled)), strings.Join(disabled, ", "), name, map[bool]string{true: "is", false: "are"}[len(disabled) == 1])
+			enable = strings.Join(disabled, "', 'simba enable ")
+		case f.kind == kindPartition && !s.ops.Disabled[name]:
+			what, enable = fmt.Sprintf("%s is disabled with its group %s", name, f.election.Status.Group), f.election.Status.Group
+		}
+		return failf("%s: nothing runs it until 'simba enable %s'; pass --force to record the trigger anyway (it runs once enabled)", what, enable)
+	}
 	for _, lease := range leases {
-		if err := inv.adm.Trigger(ctx, lease, ""); err != nil {
+		if err := inv.adm.Trigger(ctx, lease, reason); err != nil {
 			return inv.backendErr(ctx, "triggering "+lease, err)
 		}
 	}
-	r := opResult{Op: "trigger", Name: name, Changed: true}
+	r := opResult{Op: "trigger", Name: name, Changed: true, Reason: reason}
 	held := s.heldLeases(name)
 	switch {
+	case len(disabled) == len(leases):
+		r.Message = fmt.Sprintf("triggered %s; it is disabled: the request waits until 'simba enable %s'", name, name)
+	case len(disabled) > 0:
+		r.Message = fmt.Sprintf("triggered %s: %d partitions, %d held now; %d disabled wait until enabled", name, len(leases), len(held), len(disabled))
 	case len(held) == 0:
 		r.Message = fmt.Sprintf("triggered %s; nobody holds it now: the request waits for the next holder", name)
 	case f.kind == kindGroup:
@@ -229,15 +281,16 @@ one lease term, so that another member takes over with a higher token. The
 lease is never deleted from outside. Without --token it applies to the term
 holding NAME now, never to a later one.`,
 	setup: func(fs *flag.FlagSet) action {
+		reason := reasonFlag(fs)
 		token := fs.Uint64("token", 0, "resign only the term with this `token` (default: the term holding it now)")
 		wait := fs.Bool("wait", false, "wait until a term with a higher token holds it")
 		return func(ctx context.Context, inv *invocation, args []string) error {
-			return runResign(ctx, inv, args[0], *token, *wait)
+			return runResign(ctx, inv, args[0], *reason, *token, *wait)
 		}
 	},
 }
 
-func runResign(ctx context.Context, inv *invocation, name string, token uint64, wait bool) error {
+func runResign(ctx context.Context, inv *invocation, name, reason string, token uint64, wait bool) error {
 	s, err := inv.readSnapshot(ctx)
 	if err != nil {
 		return err
@@ -258,10 +311,10 @@ func runResign(ctx context.Context, inv *invocation, name string, token uint64, 
 	case token == 0 && h != nil:
 		token = h.Token
 	}
-	if err := inv.adm.Resign(ctx, name, token, ""); err != nil {
+	if err := inv.adm.Resign(ctx, name, token, reason); err != nil {
 		return inv.backendErr(ctx, "resigning "+name, err)
 	}
-	r := opResult{Op: "resign", Name: name, Token: token, Changed: true}
+	r := opResult{Op: "resign", Name: name, Token: token, Changed: true, Reason: reason}
 	who := "its holder"
 	if h != nil {
 		who = h.Member
@@ -290,7 +343,7 @@ var drainCommand = &command{
 	doc: `The member hands off every lease it holds, leaves its groups, and contends
 for nothing until simba undrain MEMBER: for maintenance of its host.`,
 	setup: func(fs *flag.FlagSet) action {
-		reason := fs.String("reason", "", "why, recorded with the operation")
+		reason := reasonFlag(fs)
 		force := fs.Bool("force", false, "drain a member the backend does not show (yet)")
 		wait := fs.Bool("wait", false, "wait until the member holds nothing")
 		return func(ctx context.Context, inv *invocation, args []string) error {
@@ -319,10 +372,10 @@ func runDrain(ctx context.Context, inv *invocation, member, reason string, force
 		return err
 	}
 	members := s.members()
-	if !slices.Contains(members, member) && !force {
-		return &notFoundError{what: "member", name: member, known: members}
+	if !slices.Contains(members, member) && !force && !s.ops.Drained[member] {
+		return &notFoundError{what: "member", name: member, known: members, hint: "pass --force to drain it before it starts"}
 	}
-	r := opResult{Op: "drain", Name: member}
+	r := opResult{Op: "drain", Name: member, Reason: reason}
 	if s.ops.Drained[member] {
 		r.Message = fmt.Sprintf("%s is already drained", member)
 	} else {
@@ -358,13 +411,24 @@ func runDrain(ctx context.Context, inv *invocation, member, reason string, force
 var undrainCommand = &command{
 	name: "undrain", args: "MEMBER", minArgs: 1, maxArgs: 1,
 	summary: "undo drain",
+	doc: `The member contends again. A member that is not drained is left as it is;
+a member the backend does not show at all is refused, as drain refuses it,
+unless --force.`,
 	setup: func(fs *flag.FlagSet) action {
+		reason := reasonFlag(fs)
+		force := fs.Bool("force", false, "say that a member the backend does not show is not drained, rather than refuse it")
 		return func(ctx context.Context, inv *invocation, args []string) error {
 			member := args[0]
 			return runUndo(ctx, inv, undo{
-				op: "undrain", name: member, notSet: "is not drained", doing: "undraining",
+				op: "undrain", name: member, reason: *reason, force: *force,
+				notSet: "is not drained", doing: "undraining",
 				done:  "undrained %s: it contends again",
 				isSet: func(ops admin.Ops) bool { return ops.Drained[member] },
+				known: func(s *snapshot) ([]string, bool) {
+					members := s.members()
+					return members, slices.Contains(members, member)
+				},
+				what:  "member",
 				clear: (*admin.Admin).Undrain,
 			})
 		}
@@ -374,31 +438,37 @@ var undrainCommand = &command{
 // undo is an operation that clears another (enable, undrain).
 type undo struct {
 	op, name string
+	reason   string
+	force    bool   // report an unknown name as not set, rather than refuse it
 	notSet   string // the message when there is nothing to clear, after the name
 	doing    string // the step, for errors: "enabling"
 	done     string // the message once cleared, a format of the name
 	isSet    func(admin.Ops) bool
-	clear    func(*admin.Admin, context.Context, string, string) error
+	// known lists the names of the kind the backend shows, and whether
+	// the name is one of them.
+	known func(*snapshot) ([]string, bool)
+	what  string // the kind of name, for errors: "member"
+	clear func(*admin.Admin, context.Context, string, string) error
 }
 
 // runUndo clears u's operation, reporting that nothing changed when it was
-// not set.
+// not set. Like the operation it undoes, it refuses a name the backend
+// shows nothing of (unless force), but it clears an operation in force
+// whatever the name: so that disable NAME --force can always be undone.
 func runUndo(ctx context.Context, inv *invocation, u undo) error {
-	a, err := inv.admin(ctx)
+	s, err := inv.readSnapshot(ctx)
 	if err != nil {
 		return err
 	}
-	ops, err := a.Ops(ctx)
-	if err != nil {
-		return inv.backendErr(ctx, "reading the operations", err)
-	}
-	inv.addProblems(ops.Problems)
-	r := opResult{Op: u.op, Name: u.name}
-	if !u.isSet(ops) {
+	r := opResult{Op: u.op, Name: u.name, Reason: u.reason}
+	if !u.isSet(s.ops) {
+		if names, ok := u.known(s); !ok && !u.force {
+			return &notFoundError{what: u.what, name: u.name, known: names}
+		}
 		r.Message = u.name + " " + u.notSet
 		return inv.report(r)
 	}
-	if err := u.clear(a, ctx, u.name, ""); err != nil {
+	if err := u.clear(inv.adm, ctx, u.name, u.reason); err != nil {
 		return inv.backendErr(ctx, u.doing+" "+u.name, err)
 	}
 	r.Changed, r.Message = true, fmt.Sprintf(u.done, u.name)

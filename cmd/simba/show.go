@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/simba-go/simba/admin"
 )
@@ -31,11 +32,7 @@ func runStatus(ctx context.Context, inv *invocation, args []string) error {
 	if len(args) == 0 {
 		o := s.overview(inv.t.String())
 		o.Problems = inv.problemList()
-		if inv.g.json {
-			return writeJSON(inv.stdout, o)
-		}
-		printOverview(inv.stdout, o)
-		return nil
+		return inv.show(o, func(w io.Writer, _ printer) { printOverview(w, o) })
 	}
 	f, ok := s.find(args[0])
 	if !ok {
@@ -45,11 +42,9 @@ func runStatus(ctx context.Context, inv *invocation, args []string) error {
 		return showGroups(inv, []admin.Group{*f.group}, true)
 	}
 	v := s.leaseView(f.election)
-	if inv.g.json {
-		return writeJSON(inv.stdout, leaseWithProblems{v, inv.problemList()})
-	}
-	printLease(inv.stdout, f.kind, v, s)
-	return nil
+	return inv.show(leaseWithProblems{v, inv.problemList()}, func(w io.Writer, p printer) {
+		printLease(w, p, f.kind, v, s.now)
+	})
 }
 
 func printOverview(w io.Writer, o overview) {
@@ -93,13 +88,12 @@ func pendingList(ops []pendingOp) string {
 }
 
 // printLease prints the status of one election or partition.
-func printLease(w io.Writer, kind string, v leaseView, s *snapshot) {
-	now := s.now
+func printLease(w io.Writer, p printer, kind string, v leaseView, now time.Time) {
 	tw := newTable(w)
 	row(tw, kind, v.Name)
 	row(tw, "state", v.State)
 	if h := v.Holder; h != nil {
-		row(tw, "holder", fmt.Sprintf("%s (token %d, session %s, since %s, %s)", h.Member, h.Token, h.Session, clock(h.Since), ago(h.Since, now)))
+		row(tw, "holder", fmt.Sprintf("%s (token %d, session %s, since %s, %s)", h.Member, h.Token, h.Session, p.clock(h.Since, now), ago(h.Since, now)))
 	} else {
 		row(tw, "holder", "none")
 	}
@@ -110,7 +104,7 @@ func printLease(w io.Writer, kind string, v leaseView, s *snapshot) {
 			next = "after the run in flight"
 		}
 		if v.NextPlanned != nil {
-			next = fmt.Sprintf("%s (%s)", until(*v.NextPlanned, now), clock(*v.NextPlanned))
+			next = fmt.Sprintf("%s (%s)", until(*v.NextPlanned, now), p.clock(*v.NextPlanned, now))
 		}
 		row(tw, "next start", next)
 	}
@@ -119,7 +113,11 @@ func printLease(w io.Writer, kind string, v leaseView, s *snapshot) {
 		if !r.End.IsZero() {
 			took = "took " + dur(r.End.Sub(r.Start))
 		}
-		row(tw, "last run", fmt.Sprintf("#%d %s, started %s by %s (token %d), %s, source %s", r.Seq, r.Result, ago(r.Start, now), r.Member, r.Token, took, r.Source))
+		started := ago(r.Start, now)
+		if p.wide {
+			started = p.stamp(r.Start)
+		}
+		row(tw, "last run", fmt.Sprintf("#%d %s, started %s by %s (token %d), %s, source %s", r.Seq, r.Result, started, r.Member, r.Token, took, r.Source))
 		if r.Error != "" {
 			row(tw, "error", oneLine(r.Error))
 		}
@@ -128,13 +126,13 @@ func printLease(w io.Writer, kind string, v leaseView, s *snapshot) {
 	}
 	row(tw, "runs", fmt.Sprintf("%d succeeded, %d failed", v.Succeeded, v.Failed))
 	if op := v.TriggerPending; op != nil {
-		row(tw, "pending", fmt.Sprintf("trigger, asked by %s %s", op.By, ago(op.At, now)))
+		row(tw, "pending", fmt.Sprintf("trigger, asked by %s %s (%s)%s", op.By, ago(op.At, now), p.clock(op.At, now), reasonSuffix(op.Reason)))
 	}
 	if op := v.ResignPending; op != nil {
-		row(tw, "pending", fmt.Sprintf("resign of token %s, asked by %s %s", tokenString(op.Token), op.By, ago(op.At, now)))
+		row(tw, "pending", fmt.Sprintf("resign of token %s, asked by %s %s (%s)%s", tokenString(op.Token), op.By, ago(op.At, now), p.clock(op.At, now), reasonSuffix(op.Reason)))
 	}
 	if v.Updated != nil {
-		row(tw, "updated", ago(*v.Updated, now))
+		row(tw, "updated", fmt.Sprintf("%s (%s)", ago(*v.Updated, now), p.clock(*v.Updated, now)))
 	}
 	tw.Flush()
 }
@@ -168,23 +166,38 @@ func runElections(ctx context.Context, inv *invocation, withPartitions bool) err
 	for _, e := range list {
 		views = append(views, s.leaseView(e))
 	}
-	if inv.g.json {
-		return writeJSON(inv.stdout, views)
+	return inv.show(views, func(w io.Writer, p printer) { printElections(w, p, views, s.now) })
+}
+
+func printElections(w io.Writer, p printer, views []leaseView, now time.Time) {
+	tw := newTable(w)
+	if p.wide {
+		row(tw, "ELECTION", "STATE", "HOLDER", "TOKEN", "SESSION", "SINCE", "SCHEDULE", "NEXT START", "LAST RUN")
+	} else {
+		row(tw, "ELECTION", "STATE", "HOLDER", "TOKEN", "SINCE", "SCHEDULE", "LAST RUN")
 	}
-	tw := newTable(inv.stdout)
-	row(tw, "ELECTION", "STATE", "HOLDER", "TOKEN", "SINCE", "SCHEDULE", "LAST RUN")
 	for _, v := range views {
-		holder, token, since := "-", "-", "-"
+		holder, token, session, since := "-", "-", "-", "-"
 		if h := v.Holder; h != nil {
-			holder, token, since = h.Member, tokenString(h.Token), ago(h.Since, s.now)
+			holder, token, session, since = h.Member, tokenString(h.Token), h.Session, ago(h.Since, now)
+			if p.wide {
+				since = p.stamp(h.Since)
+			}
 		}
-		row(tw, v.Name, v.State, holder, token, since, dash(v.Schedule), runSummary(v.LastRun, s.now))
+		if !p.wide {
+			row(tw, v.Name, v.State, holder, token, since, dash(v.Schedule), runSummary(v.LastRun.run(), now))
+			continue
+		}
+		next := "-"
+		if v.NextPlanned != nil {
+			next = p.stamp(*v.NextPlanned)
+		}
+		row(tw, v.Name, v.State, holder, token, session, since, dash(v.Schedule), next, runSummary(v.LastRun.run(), now))
 	}
 	tw.Flush()
 	if len(views) == 0 {
-		fmt.Fprintln(inv.stdout, "(no elections)")
+		fmt.Fprintln(w, "(no elections)")
 	}
-	return nil
 }
 
 var groupsCommand = &command{
@@ -225,48 +238,63 @@ func showGroups(inv *invocation, groups []admin.Group, one bool) error {
 	for _, g := range groups {
 		views = append(views, groupViewOf(g))
 	}
-	if inv.g.json {
-		if one {
-			return writeJSON(inv.stdout, groupWithProblems{views[0], inv.problemList()})
+	var doc any = views
+	if one {
+		doc = groupWithProblems{views[0], inv.problemList()}
+	}
+	return inv.show(doc, func(w io.Writer, p printer) {
+		for i, v := range views {
+			if i > 0 {
+				fmt.Fprintln(w)
+			}
+			printGroup(w, p, v)
 		}
-		return writeJSON(inv.stdout, views)
-	}
-	for i, v := range views {
-		if i > 0 {
-			fmt.Fprintln(inv.stdout)
+		if len(views) == 0 {
+			fmt.Fprintln(w, "(no groups)")
 		}
-		printGroup(inv.stdout, v)
-	}
-	if len(views) == 0 {
-		fmt.Fprintln(inv.stdout, "(no groups)")
-	}
-	return nil
+	})
 }
 
-func printGroup(w io.Writer, v groupView) {
+func printGroup(w io.Writer, p printer, v groupView) {
 	head := fmt.Sprintf("group %s: %d partitions, %s assignment, %d member%s", v.Name, v.PartitionCount, dash(v.Assignment), len(v.Members), plural(len(v.Members)))
 	if v.Disabled {
 		head += ", DISABLED"
 	}
 	fmt.Fprintln(w, head)
 	tw := newTable(w)
-	row(tw, "  MEMBER", "SESSION", "OWNS", "HOLDS", "STATE")
+	if p.wide {
+		row(tw, "  MEMBER", "SESSION", "OWNS", "HOLDS", "STATE", "PARTITIONS", "ASSIGNMENT")
+	} else {
+		row(tw, "  MEMBER", "SESSION", "OWNS", "HOLDS", "STATE")
+	}
 	for _, m := range v.Members {
 		state := "live"
 		if m.Drained {
 			state = "drained"
 		}
-		row(tw, "  "+m.ID, m.Session, intList(m.Owns), intList(m.Holds), state)
+		cells := []string{"  " + m.ID, m.Session, intList(m.Owns), intList(m.Holds), state}
+		if p.wide {
+			cells = append(cells, fmt.Sprint(m.PartitionCount), dash(m.Assignment))
+		}
+		row(tw, cells...)
 	}
 	tw.Flush()
 	tw = newTable(w)
-	row(tw, "  PARTITION", "OWNER", "HOLDER", "TOKEN", "STATE")
-	for _, p := range v.Partitions {
-		state := p.State
-		if p.State == "hand-off" {
-			state = fmt.Sprintf("hand-off to %s", dash(p.Owner))
+	if p.wide {
+		row(tw, "  PARTITION", "LEASE", "OWNER", "HOLDER", "TOKEN", "STATE")
+	} else {
+		row(tw, "  PARTITION", "OWNER", "HOLDER", "TOKEN", "STATE")
+	}
+	for _, pv := range v.Partitions {
+		state := pv.State
+		if pv.State == "hand-off" {
+			state = fmt.Sprintf("hand-off to %s", dash(pv.Owner))
 		}
-		row(tw, fmt.Sprintf("  %d", p.Index), dash(p.Owner), dash(p.Holder), tokenString(p.Token), state)
+		cells := []string{fmt.Sprintf("  %d", pv.Index), dash(pv.Owner), dash(pv.Holder), tokenString(pv.Token), state}
+		if p.wide {
+			cells = slices.Insert(cells, 1, pv.Lease)
+		}
+		row(tw, cells...)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "  vacant: %s; in hand-off: %s\n", listOr(intsToStrings(v.Vacant), "none"), listOr(intsToStrings(v.InHandOff), "none"))
@@ -299,11 +327,16 @@ func runJobs(ctx context.Context, inv *invocation, _ []string) error {
 	if jobs == nil {
 		jobs = []jobView{}
 	}
-	if inv.g.json {
-		return writeJSON(inv.stdout, jobs)
+	return inv.show(jobs, func(w io.Writer, p printer) { printJobs(w, p, jobs, s.now) })
+}
+
+func printJobs(w io.Writer, p printer, jobs []jobView, now time.Time) {
+	tw := newTable(w)
+	head := []string{"JOB", "KIND", "SCHEDULE", "STATE", "HOLDERS", "NEXT START", "LAST RUN", "OK", "FAILED"}
+	if p.wide {
+		head = slices.Insert(head, 7, "LAST START")
 	}
-	tw := newTable(inv.stdout)
-	row(tw, "JOB", "KIND", "SCHEDULE", "STATE", "HOLDERS", "NEXT START", "LAST RUN", "OK", "FAILED")
+	row(tw, head...)
 	for _, j := range jobs {
 		kind, holders := j.Kind, listOr(j.Holders, "-")
 		if j.Kind == kindGroup {
@@ -316,18 +349,27 @@ func runJobs(ctx context.Context, inv *invocation, _ []string) error {
 		}
 		next := "-"
 		switch {
+		case j.NextPlanned != nil && p.wide:
+			next = fmt.Sprintf("%s (%s)", until(*j.NextPlanned, now), p.stamp(*j.NextPlanned))
 		case j.NextPlanned != nil:
-			next = until(*j.NextPlanned, s.now)
+			next = until(*j.NextPlanned, now)
 		case j.State == "running":
 			next = "after the run"
 		}
-		row(tw, j.Name, kind, j.Schedule, j.State, holders, next, runSummary(j.LastRun, s.now), fmt.Sprint(j.Succeeded), fmt.Sprint(j.Failed))
+		cells := []string{j.Name, kind, j.Schedule, j.State, holders, next, runSummary(j.LastRun.run(), now), fmt.Sprint(j.Succeeded), fmt.Sprint(j.Failed)}
+		if p.wide {
+			start := "-"
+			if r := j.LastRun.run(); r != nil {
+				start = p.stamp(r.Start)
+			}
+			cells = slices.Insert(cells, 7, start)
+		}
+		row(tw, cells...)
 	}
 	tw.Flush()
 	if len(jobs) == 0 {
-		fmt.Fprintln(inv.stdout, "(no scheduled jobs)")
+		fmt.Fprintln(w, "(no scheduled jobs)")
 	}
-	return nil
 }
 
 var historyCommand = &command{
@@ -364,12 +406,16 @@ func runHistory(ctx context.Context, inv *invocation, name string, limit int) er
 	if limit > 0 && len(runs) > limit {
 		runs = runs[len(runs)-limit:]
 	}
-	if inv.g.json {
-		return writeJSON(inv.stdout, runs)
-	}
-	tw := newTable(inv.stdout)
+	return inv.show(runs, func(w io.Writer, p printer) { printHistory(w, p, name, f.kind == kindGroup, runs) })
+}
+
+func printHistory(w io.Writer, p printer, name string, group bool, runs []runView) {
+	tw := newTable(w)
 	head := []string{"SEQ", "START", "DURATION", "RESULT", "SOURCE", "MEMBER", "TOKEN", "ERROR"}
-	if f.kind == kindGroup {
+	if p.wide {
+		head = slices.Insert(head, 2, "END")
+	}
+	if group {
 		head = append([]string{"PARTITION"}, head...)
 	}
 	row(tw, head...)
@@ -378,17 +424,23 @@ func runHistory(ctx context.Context, inv *invocation, name string, limit int) er
 		if !r.End.IsZero() {
 			d = dur(r.End.Sub(r.Start))
 		}
-		cells := []string{fmt.Sprint(r.Seq), stamp(r.Start), d, r.Result, r.Source, r.Member, tokenString(r.Token), dash(oneLine(r.Error))}
-		if f.kind == kindGroup {
+		errText := oneLine(r.Error)
+		if p.wide {
+			errText = strings.Join(strings.Fields(r.Error), " ")
+		}
+		cells := []string{fmt.Sprint(r.Seq), p.stamp(r.Start), d, r.Result, r.Source, r.Member, tokenString(r.Token), dash(errText)}
+		if p.wide {
+			cells = slices.Insert(cells, 2, p.stamp(r.End))
+		}
+		if group {
 			cells = append([]string{r.Lease[len(name)+1:]}, cells...)
 		}
 		row(tw, cells...)
 	}
 	tw.Flush()
 	if len(runs) == 0 {
-		fmt.Fprintf(inv.stdout, "(no runs of %s recorded)\n", name)
+		fmt.Fprintf(w, "(no runs of %s recorded)\n", name)
 	}
-	return nil
 }
 
 // history reads the runs of an election or partition, or of every
@@ -412,7 +464,7 @@ func (inv *invocation) history(ctx context.Context, f found) ([]runView, error) 
 			return nil, inv.backendErr(ctx, "reading the history of "+lease, err)
 		}
 		for _, r := range list {
-			runs = append(runs, runView{Lease: lease, Run: r})
+			runs = append(runs, runView{Lease: lease, runInfo: runInfoOf(r)})
 		}
 	}
 	slices.SortStableFunc(runs, func(a, b runView) int { return a.Start.Compare(b.Start) })

@@ -10,8 +10,10 @@ import (
 	"github.com/simba-go/simba/admin"
 )
 
-// The views below are what --json prints: field names are part of the
-// command's interface for scripts.
+// The views below are what -o json and -o yaml print: field names are part
+// of the command's interface for scripts. Times are RFC 3339 with their
+// offset from UTC; durations are in seconds, as numbers, in fields whose
+// names end in "Seconds".
 
 // leaseView is one election or partition.
 type leaseView struct {
@@ -27,7 +29,7 @@ type leaseView struct {
 	Holder      *admin.Holder `json:"holder"`
 	Schedule    string        `json:"schedule,omitempty"`
 	NextPlanned *time.Time    `json:"nextPlanned,omitempty"`
-	LastRun     *admin.Run    `json:"lastRun,omitempty"`
+	LastRun     *runInfo      `json:"lastRun,omitempty"`
 	Succeeded   uint64        `json:"succeeded"`
 	Failed      uint64        `json:"failed"`
 	// Updated is when a holder last wrote the status.
@@ -41,7 +43,7 @@ func (s *snapshot) leaseView(e admin.Election) leaseView {
 	st := e.Status
 	v := leaseView{
 		Name: e.Name, Group: st.Group, Held: e.Held, Disabled: e.Disabled,
-		Holder: holder(e), Schedule: st.Schedule, LastRun: st.LastRun,
+		Holder: holder(e), Schedule: st.Schedule, LastRun: lastRunOf(st.LastRun),
 		Succeeded: st.Succeeded, Failed: st.Failed,
 	}
 	if st.Group != "" {
@@ -182,10 +184,10 @@ type jobView struct {
 	// held.
 	NextPlanned *time.Time `json:"nextPlanned,omitempty"`
 	// LastRun is the latest run started.
-	LastRun   *admin.Run `json:"lastRun,omitempty"`
-	Succeeded uint64     `json:"succeeded"`
-	Failed    uint64     `json:"failed"`
-	Disabled  bool       `json:"disabled"`
+	LastRun   *runInfo `json:"lastRun,omitempty"`
+	Succeeded uint64   `json:"succeeded"`
+	Failed    uint64   `json:"failed"`
+	Disabled  bool     `json:"disabled"`
 }
 
 // jobs lists the scheduled elections and groups, sorted by name.
@@ -218,7 +220,7 @@ func (s *snapshot) jobOf(name, kind string, partitions int, disabled bool, lease
 		j.Succeeded += st.Succeeded
 		j.Failed += st.Failed
 		if st.LastRun != nil && (j.LastRun == nil || st.LastRun.Start.After(j.LastRun.Start)) {
-			j.LastRun = st.LastRun
+			j.LastRun = lastRunOf(st.LastRun)
 		}
 		if !e.Held {
 			continue
@@ -410,7 +412,36 @@ func (s *snapshot) overview(backend string) overview {
 // runView is one run of a job's history.
 type runView struct {
 	Lease string `json:"lease"`
+	runInfo
+}
+
+// runInfo is a run as the JSON output shows it: the run as recorded, and
+// how long it took.
+type runInfo struct {
 	admin.Run
+	// DurationSeconds is how long the run took, in seconds; absent while
+	// it runs.
+	DurationSeconds *float64 `json:"durationSeconds,omitempty"`
+}
+
+func runInfoOf(r admin.Run) runInfo {
+	return runInfo{Run: r, DurationSeconds: seconds(r.Start, r.End)}
+}
+
+func lastRunOf(r *admin.Run) *runInfo {
+	if r == nil {
+		return nil
+	}
+	ri := runInfoOf(*r)
+	return &ri
+}
+
+// run returns the run, or nil.
+func (ri *runInfo) run() *admin.Run {
+	if ri == nil {
+		return nil
+	}
+	return &ri.Run
 }
 
 func plural(n int) string {
