@@ -17,8 +17,9 @@ var (
 
 // viewTTL is the session timeout a view's connection requests: the server
 // ends the session of a view abandoned without Close (a killed process)
-// within it. A view needs no renewal of its own: go-zookeeper's pings keep
-// its connection's session alive.
+// within it. Like every session of the backend's (whose connections send no
+// pings), the view's lives by KeepAlive, a read of the root, which the view
+// sends every third of the granted timeout.
 const viewTTL = 10 * time.Second
 
 // viewCloseTimeout bounds view.Close's wait for the server to confirm the
@@ -42,8 +43,10 @@ const viewCloseTimeout = 2 * time.Second
 // ends, the view is closed, or the connection's session ends: the caller
 // reads and watches again.
 func (b *Backend) View(ctx context.Context) (backend.View, error) {
-	v := &view{b: b, lock: make(chan struct{}, 1)}
+	vctx, cancel := context.WithCancel(context.Background())
+	v := &view{b: b, lock: make(chan struct{}, 1), ctx: vctx, cancel: cancel}
 	if _, err := v.session(ctx, "view"); err != nil {
+		cancel()
 		return nil, err
 	}
 	return v, nil
@@ -52,8 +55,11 @@ func (b *Backend) View(ctx context.Context) (backend.View, error) {
 // view is a read-only view: a session of its own that it never uses to
 // write, opened again when it has ended.
 type view struct {
-	b    *Backend
-	lock chan struct{} // held while opening a session
+	b      *Backend
+	lock   chan struct{}   // held while opening a session
+	ctx    context.Context // ends on Close: the renewals stop
+	cancel context.CancelFunc
+	renew  sync.WaitGroup // the renewal loops
 
 	mu     sync.Mutex
 	closed bool
@@ -87,6 +93,7 @@ func (v *view) session(ctx context.Context, op string) (*session, error) {
 	closed := v.closed
 	if !closed {
 		v.cur = s
+		v.renew.Go(func() { v.keepAlive(s) })
 	}
 	v.mu.Unlock()
 	if closed { // closed while opening
@@ -96,6 +103,25 @@ func (v *view) session(ctx context.Context, op string) (*session, error) {
 		return nil, fmt.Errorf("simba/zookeeper: %s: %w", op, errViewClosed)
 	}
 	return s, nil
+}
+
+// keepAlive renews s every third of its timeout until s is over or the
+// view is closed. A renewal that fails is not retried early: the session
+// may expire, and the view's next call opens another.
+func (v *view) keepAlive(s *session) {
+	for {
+		t := time.NewTimer(max(s.link.granted()/3, time.Millisecond))
+		select {
+		case <-t.C:
+		case <-s.Done():
+			t.Stop()
+			return
+		case <-v.ctx.Done():
+			t.Stop()
+			return
+		}
+		_, _ = s.KeepAlive(v.ctx)
+	}
 }
 
 // current returns the view's session if it is live, or the error of a
@@ -211,6 +237,8 @@ func (v *view) Close() error {
 	v.closed = true
 	s := v.cur
 	v.mu.Unlock()
+	v.cancel()
+	v.renew.Wait()
 	if s == nil {
 		return nil
 	}
