@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/simba-go/simba"
@@ -41,23 +40,16 @@ var (
 )
 
 // Admin reads the status simba's nodes keep in a backend and writes the
-// operations they obey. It holds a backend session of its own, renewed in
-// the background until Close. It is safe for concurrent use.
+// operations they obey. It reads through the backend's read-only View
+// (backend.Viewer) when the backend has one, so that reading opens no
+// session and writes nothing; it opens a backend session of its own, renewed
+// in the background, at its first operation, and another one when that one
+// has ended (it expired during an outage, say). A backend without a View
+// is read through that session, opened by Open. It is safe for concurrent
+// use.
 type Admin struct {
 	*conn
 	by string // who asks, recorded with operations
-}
-
-// conn is what the Admins that As returns share with the one Open
-// returned.
-type conn struct {
-	sess     backend.Session
-	rec      backend.Records
-	lister   backend.LeaseLister  // nil if unsupported
-	reporter backend.SkipReporter // nil if unsupported
-
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
 }
 
 // As returns an Admin that shares a's connection to the backend and
@@ -74,14 +66,21 @@ type config struct {
 	by  string
 }
 
-// WithTTL sets the TTL of the admin's own session (default 10s).
+// WithTTL sets the TTL of the admin's own session (default 10s), the one
+// its operations write with.
 func WithTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
 
 // WithOperator names who performs operations, recorded with them (default
 // "simba admin").
 func WithOperator(name string) Option { return func(c *config) { c.by = name } }
 
-// Open opens a session on b for administration. It does not own b.
+// Open returns an Admin of b. It does not own b.
+//
+// When b implements backend.Viewer, Open opens a View (which, on
+// ZooKeeper, connects) and no session: the reads need nothing but read
+// permission, and the first operation opens the session. Otherwise Open
+// opens the session now, and returns ErrNoRecords when the backend keeps
+// no records.
 func Open(ctx context.Context, b backend.Backend, opts ...Option) (*Admin, error) {
 	cfg := config{ttl: 10 * time.Second, by: "simba admin"}
 	for _, o := range opts {
@@ -90,51 +89,26 @@ func Open(ctx context.Context, b backend.Backend, opts ...Option) (*Admin, error
 	if cfg.ttl <= 0 {
 		return nil, fmt.Errorf("simba/admin: TTL must be positive, got %v", cfg.ttl)
 	}
-	sess, err := b.Open(ctx, backend.SessionOptions{TTL: cfg.ttl})
-	if err != nil {
-		return nil, fmt.Errorf("simba/admin: opening a session: %w", err)
+	c := &conn{b: b, ttl: cfg.ttl, lock: make(chan struct{}, 1)}
+	if vr, ok := b.(backend.Viewer); ok {
+		v, err := vr.View(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("simba/admin: opening a view: %w", err)
+		}
+		c.view = v
+	} else if _, err := c.session(ctx); errors.Is(err, ErrNoRecords) {
+		return nil, err
+	} else if err != nil {
+		return nil, fmt.Errorf("simba/admin: %w", err)
 	}
-	rec, ok := sess.(backend.Records)
-	if !ok {
-		sess.Close(ctx)
-		return nil, ErrNoRecords
-	}
-	lister, _ := sess.(backend.LeaseLister)
-	reporter, _ := sess.(backend.SkipReporter)
-	kctx, cancel := context.WithCancel(context.Background())
-	a := &Admin{conn: &conn{sess: sess, rec: rec, lister: lister, reporter: reporter, cancel: cancel}, by: cfg.by}
-	a.wg.Go(func() { a.keepAlive(kctx) })
-	return a, nil
+	return &Admin{conn: c, by: cfg.by}, nil
 }
 
-// keepAlive renews the session every third of its TTL until ctx ends.
-func (a *Admin) keepAlive(ctx context.Context) {
-	ttl := a.sess.TTL()
-	for {
-		t := time.NewTimer(ttl / 3)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-a.sess.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		if got, err := a.sess.KeepAlive(ctx); err == nil {
-			ttl = got
-		}
-	}
-}
-
-// Close ends the admin's session.
-func (a *Admin) Close() error {
-	a.cancel()
-	a.wg.Wait()
-	ctx, cancel := context.WithTimeout(context.Background(), a.sess.TTL())
-	defer cancel()
-	return a.sess.Close(ctx)
-}
+// Close ends the admin's session, if it opened one, and its view, waiting
+// at most a few seconds for each: a session the backend could not be told
+// to end expires by itself within its TTL. It closes the Admins of As
+// too. Close is idempotent.
+func (a *Admin) Close() error { return a.conn.close() }
 
 // Election is what the backend shows of one election or partition.
 type Election struct {
@@ -146,6 +120,9 @@ type Election struct {
 	Status Status
 	// Disabled reports an operator's disable of the election or its group.
 	Disabled bool
+	// Disable is that disable, who asked, since when and why (of the
+	// election itself if both are disabled); nil when not disabled.
+	Disable *Op
 }
 
 // Snapshot is what one read of the backend shows: the elections, the
@@ -233,10 +210,22 @@ func elections(statuses []Status, held map[string]bool, ops Ops) []Election {
 	out := make([]Election, 0, len(byName))
 	for _, e := range byName {
 		e.Disabled = ops.Disabled[e.Name] || (e.Status.Group != "" && ops.Disabled[e.Status.Group])
+		e.Disable = disableOf(ops, e.Name, e.Status.Group)
 		out = append(out, *e)
 	}
 	slices.SortFunc(out, func(x, y Election) int { return strings.Compare(x.Name, y.Name) })
 	return out
+}
+
+// disableOf returns the disable in force of name, or else of its group,
+// or nil.
+func disableOf(ops Ops, name, group string) *Op {
+	for _, n := range []string{name, group} {
+		if op, ok := ops.Disables[n]; ok && n != "" {
+			return &op
+		}
+	}
+	return nil
 }
 
 // Status returns the status of one election or partition. A status record
@@ -245,7 +234,11 @@ func (a *Admin) Status(ctx context.Context, lease string) (Status, error) {
 	if err := checkName(lease); err != nil {
 		return Status{}, err
 	}
-	r, err := a.rec.GetRecord(ctx, records.StatusKey(lease))
+	var r backend.Record
+	err := a.read(ctx, func(rd reader) (err error) {
+		r, err = rd.GetRecord(ctx, records.StatusKey(lease))
+		return err
+	})
 	var bad *backend.MalformedError
 	switch {
 	case errors.Is(err, backend.ErrNoRecord):
@@ -315,11 +308,12 @@ func (a *Admin) HistoryWithProblems(ctx context.Context, lease string) ([]Run, [
 // at all (see backend.MalformedError), where it can say which
 // (backend.SkipReporter).
 func (a *Admin) list(ctx context.Context, prefix string) ([]backend.Record, []Problem, error) {
-	if a.reporter == nil {
-		list, err := a.rec.ListRecords(ctx, prefix)
-		return list, nil, err
-	}
-	list, skipped, err := a.reporter.ListRecordsWithSkipped(ctx, prefix)
+	var list []backend.Record
+	var skipped []backend.MalformedError
+	err := a.read(ctx, func(rd reader) (err error) {
+		list, skipped, err = rd.ListRecordsWithSkipped(ctx, prefix)
+		return err
+	})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -334,11 +328,12 @@ func (a *Admin) list(ctx context.Context, prefix string) ([]backend.Record, []Pr
 // entries that the backend skipped because they are not member records at
 // all, where it can say which.
 func (a *Admin) members(ctx context.Context, group string) ([]backend.Member, []Problem, error) {
-	if a.reporter == nil {
-		members, err := a.sess.Members(ctx, group)
-		return members, nil, err
-	}
-	members, skipped, err := a.reporter.MembersWithSkipped(ctx, group)
+	var members []backend.Member
+	var skipped []backend.MalformedError
+	err := a.read(ctx, func(rd reader) (err error) {
+		members, skipped, err = rd.MembersWithSkipped(ctx, group)
+		return err
+	})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -371,10 +366,14 @@ func (a *Admin) statuses(ctx context.Context, prefix string) ([]Status, []Proble
 // held returns the leases held now under prefix, or nil when the backend
 // cannot list them, and the problems of lease names that are not names.
 func (a *Admin) held(ctx context.Context, prefix string) (map[string]bool, []Problem, error) {
-	if a.lister == nil {
+	var names []string
+	err := a.read(ctx, func(rd reader) (err error) {
+		names, err = rd.HeldLeases(ctx, prefix)
+		return err
+	})
+	if errors.Is(err, errNoLister) {
 		return nil, nil, nil
 	}
-	names, err := a.lister.HeldLeases(ctx, prefix)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -400,6 +399,7 @@ type Member struct {
 	Partitions int
 	Assignment string // "rendezvous" or "balanced"
 	Drained    bool   // an operator drained it
+	Drain      *Op    // that drain: who, since when, why; nil if not drained
 }
 
 // Partition is one partition of a group as the backend shows it.
@@ -431,6 +431,7 @@ type Group struct {
 	// assignment, or share a member id.
 	Mismatches []string
 	Disabled   bool // an operator disabled the group
+	Disable    *Op  // that disable: who, since when, why; nil if not disabled
 	// Problems lists the records of the group skipped because they could
 	// not be used: the status records of its partitions, and its members'
 	// records (such a member is listed, but does not count in the
@@ -527,7 +528,7 @@ func (a *Admin) Group(ctx context.Context, name string) (Group, error) {
 // problems are those of its partitions' status records and of the member
 // entries the backend skipped.
 func buildGroup(name string, members []backend.Member, statuses []Status, problems []Problem, held map[string]bool, ops Ops) Group {
-	g := Group{Name: name, Disabled: ops.Disabled[name], Problems: slices.Clone(problems)}
+	g := Group{Name: name, Disabled: ops.Disabled[name], Disable: disableOf(ops, name, ""), Problems: slices.Clone(problems)}
 	counts := map[string]bool{}
 	ids := map[string][]string{}
 	partitions, variant := 0, simba.Rendezvous
@@ -536,10 +537,10 @@ func buildGroup(name string, members []backend.Member, statuses []Status, proble
 		d, p := parseMember(name, m)
 		if p != nil {
 			g.Problems = append(g.Problems, *p)
-			g.Members = append(g.Members, Member{ID: m.ID, Session: m.Session, Drained: ops.Drained[m.ID]})
+			g.Members = append(g.Members, Member{ID: m.ID, Session: m.Session, Drained: ops.Drained[m.ID], Drain: drainOf(ops, m.ID)})
 			continue
 		}
-		g.Members = append(g.Members, Member{ID: m.ID, Session: m.Session, Partitions: d.P, Assignment: d.A, Drained: ops.Drained[m.ID]})
+		g.Members = append(g.Members, Member{ID: m.ID, Session: m.Session, Partitions: d.P, Assignment: d.A, Drained: ops.Drained[m.ID], Drain: drainOf(ops, m.ID)})
 		counts[fmt.Sprintf("%d partitions, %s", d.P, d.A)] = true
 		if d.P > partitions {
 			partitions = d.P
@@ -594,6 +595,14 @@ func buildGroup(name string, members []backend.Member, statuses []Status, proble
 	return g
 }
 
+// drainOf returns the drain in force of member, or nil.
+func drainOf(ops Ops, member string) *Op {
+	if op, ok := ops.Drains[member]; ok {
+		return &op
+	}
+	return nil
+}
+
 func mapsKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
 	return func(yield func(K) bool) {
 		for k := range m {
@@ -608,8 +617,13 @@ func mapsKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
 type Ops struct {
 	Disabled map[string]bool // election, job or group names
 	Drained  map[string]bool // member ids
-	Triggers map[string]Op   // by lease, until carried out
-	Resigns  map[string]Op   // by lease, until carried out
+	// Disables and Drains are the disables and drains in force, with who
+	// asked, when and why (Op.By, Op.At, Op.Reason; see DescribeOp): the
+	// same names as Disabled and Drained.
+	Disables map[string]Op
+	Drains   map[string]Op
+	Triggers map[string]Op // by lease, until carried out
+	Resigns  map[string]Op // by lease, until carried out
 	// Problems lists the operation records skipped because they could not
 	// be used, sorted by key; they are not in the maps above.
 	Problems []Problem
@@ -622,7 +636,11 @@ func (a *Admin) Ops(ctx context.Context) (Ops, error) {
 	if err != nil {
 		return Ops{}, err
 	}
-	ops := Ops{Disabled: map[string]bool{}, Drained: map[string]bool{}, Triggers: map[string]Op{}, Resigns: map[string]Op{}, Problems: problems}
+	ops := Ops{
+		Disabled: map[string]bool{}, Drained: map[string]bool{},
+		Disables: map[string]Op{}, Drains: map[string]Op{},
+		Triggers: map[string]Op{}, Resigns: map[string]Op{}, Problems: problems,
+	}
 	for _, r := range list {
 		prefix, name, op, p := parseOp(r)
 		if p != nil {
@@ -632,8 +650,10 @@ func (a *Admin) Ops(ctx context.Context) (Ops, error) {
 		switch prefix {
 		case records.DisabledPrefix:
 			ops.Disabled[name] = true
+			ops.Disables[name] = op
 		case records.DrainPrefix:
 			ops.Drained[name] = true
+			ops.Drains[name] = op
 		case records.TriggerPrefix:
 			ops.Triggers[name] = op
 		case records.ResignPrefix:
@@ -644,29 +664,25 @@ func (a *Admin) Ops(ctx context.Context) (Ops, error) {
 	return ops, nil
 }
 
-// put writes an operation record.
-func (a *Admin) put(ctx context.Context, key string, op Op) error {
-	op.By, op.At = a.by, time.Now()
-	if _, err := a.rec.PutRecord(ctx, key, records.Encode(op), backend.Condition{}); err != nil {
-		return fmt.Errorf("simba/admin: %w", err)
-	}
-	return nil
-}
-
-func (a *Admin) del(ctx context.Context, key string) error {
-	if err := a.rec.DeleteRecord(ctx, key, backend.Condition{}); err != nil {
-		return fmt.Errorf("simba/admin: %w", err)
-	}
-	return nil
-}
-
 // Disable stops an election, job or group everywhere: its holder hands off
-// and no node contends for it until Enable.
+// and no node contends for it until Enable. Disabling what is disabled
+// already replaces who, why and since when. reason says why, for the
+// operation record and the audit trail.
 func (a *Admin) Disable(ctx context.Context, name, reason string) error {
 	if err := checkName(name); err != nil {
 		return err
 	}
-	return a.put(ctx, records.DisabledPrefix+name, Op{Reason: reason})
+	key := records.DisabledPrefix + name
+	return a.operate(ctx, records.OpDisable, name, 0, reason, func(ctx context.Context, w *session, at time.Time) (bool, string, error) {
+		prev, had := a.prevOp(ctx, w, key)
+		if err := a.put(ctx, w, key, Op{Reason: reason}, at); err != nil {
+			return false, "", err
+		}
+		if had {
+			return false, "disabled again; was disabled " + DescribeOp(prev), nil
+		}
+		return true, "disabled; was enabled", nil
+	})
 }
 
 // Enable undoes Disable; reason says why, for the audit trail.
@@ -674,7 +690,17 @@ func (a *Admin) Enable(ctx context.Context, name, reason string) error {
 	if err := checkName(name); err != nil {
 		return err
 	}
-	return a.del(ctx, records.DisabledPrefix+name)
+	key := records.DisabledPrefix + name
+	return a.operate(ctx, records.OpEnable, name, 0, reason, func(ctx context.Context, w *session, _ time.Time) (bool, string, error) {
+		prev, had := a.prevOp(ctx, w, key)
+		if err := a.del(ctx, w, key); err != nil {
+			return false, "", err
+		}
+		if had {
+			return true, "enabled; was disabled " + DescribeOp(prev), nil
+		}
+		return false, "enable of what was not disabled: nothing changed", nil
+	})
 }
 
 // Trigger asks the holder of a scheduled election or partition to run it
@@ -684,7 +710,17 @@ func (a *Admin) Trigger(ctx context.Context, lease, reason string) error {
 	if err := checkName(lease); err != nil {
 		return err
 	}
-	return a.put(ctx, records.TriggerPrefix+lease, Op{Reason: reason})
+	key := records.TriggerPrefix + lease
+	return a.operate(ctx, records.OpTrigger, lease, 0, reason, func(ctx context.Context, w *session, at time.Time) (bool, string, error) {
+		prev, had := a.prevOp(ctx, w, key)
+		if err := a.put(ctx, w, key, Op{Reason: reason}, at); err != nil {
+			return false, "", err
+		}
+		if had {
+			return false, "trigger; one requested " + DescribeOp(prev) + " was pending still", nil
+		}
+		return true, "trigger requested", nil
+	})
 }
 
 // Resign asks the holder of lease to hand off gracefully and sit out one
@@ -696,21 +732,147 @@ func (a *Admin) Resign(ctx context.Context, lease string, token uint64, reason s
 	if err := checkName(lease); err != nil {
 		return err
 	}
-	return a.put(ctx, records.ResignPrefix+lease, Op{Token: token, Reason: reason})
+	key := records.ResignPrefix + lease
+	return a.operate(ctx, records.OpResign, lease, token, reason, func(ctx context.Context, w *session, at time.Time) (bool, string, error) {
+		prev, had := a.prevOp(ctx, w, key)
+		holder := a.holderOf(ctx, w, lease)
+		if err := a.put(ctx, w, key, Op{Token: token, Reason: reason}, at); err != nil {
+			return false, "", err
+		}
+		var change string
+		switch {
+		case token != 0 && holder != nil && holder.Token == token:
+			change = fmt.Sprintf("resign of token %d held by %s", token, holder.Member)
+		case token != 0:
+			change = fmt.Sprintf("resign of token %d", token)
+		case holder != nil:
+			change = fmt.Sprintf("resign of whichever term holds it (token %d held by %s when asked)", holder.Token, holder.Member)
+		default:
+			change = "resign of whichever term holds it (no holder in the status when asked)"
+		}
+		if had && prev.Token == token {
+			return false, change + "; the same request was pending still", nil
+		}
+		return true, change, nil
+	})
 }
 
 // Drain makes a member hand off everything it holds and stop contending,
-// until Undrain.
+// until Undrain. reason says why.
 func (a *Admin) Drain(ctx context.Context, member, reason string) error {
-	if member == "" || len(member) > simba.MaxNameLen || strings.ContainsAny(member, "/ ") {
+	if !validMemberID(member) {
 		return fmt.Errorf("simba/admin: invalid member id %q", member)
 	}
-	return a.put(ctx, records.DrainPrefix+member, Op{Reason: reason})
+	key := records.DrainPrefix + member
+	return a.operate(ctx, records.OpDrain, member, 0, reason, func(ctx context.Context, w *session, at time.Time) (bool, string, error) {
+		prev, had := a.prevOp(ctx, w, key)
+		held := a.heldBy(ctx, w, member)
+		if err := a.put(ctx, w, key, Op{Reason: reason}, at); err != nil {
+			return false, "", err
+		}
+		change := fmt.Sprintf("drain of %s, who held %s", member, held)
+		if had {
+			return false, change + "; was drained " + DescribeOp(prev) + " already", nil
+		}
+		return true, change, nil
+	})
 }
 
 // Undrain undoes Drain; reason says why, for the audit trail.
 func (a *Admin) Undrain(ctx context.Context, member, reason string) error {
-	return a.del(ctx, records.DrainPrefix+member)
+	if !validMemberID(member) {
+		return fmt.Errorf("simba/admin: invalid member id %q", member)
+	}
+	key := records.DrainPrefix + member
+	return a.operate(ctx, records.OpUndrain, member, 0, reason, func(ctx context.Context, w *session, _ time.Time) (bool, string, error) {
+		prev, had := a.prevOp(ctx, w, key)
+		if err := a.del(ctx, w, key); err != nil {
+			return false, "", err
+		}
+		if had {
+			return true, "undrained; was drained " + DescribeOp(prev), nil
+		}
+		return false, "undrain of a member that was not drained: nothing changed", nil
+	})
+}
+
+// DescribeOp says who asked for op, since when and why, for a line of
+// text: "by alice@h1 since 2025-03-04 16:02:00 UTC: maintenance".
+func DescribeOp(op Op) string {
+	by := op.By
+	if by == "" {
+		by = "someone unnamed"
+	}
+	out := "by " + by
+	if !op.At.IsZero() {
+		out += " since " + op.At.UTC().Format("2006-01-02 15:04:05 UTC")
+	}
+	if op.Reason != "" {
+		out += ": " + op.Reason
+	}
+	return out
+}
+
+// put writes an operation record at key, by the admin's operator at at.
+func (a *Admin) put(ctx context.Context, w *session, key string, op Op, at time.Time) error {
+	op.By, op.At = a.by, at
+	_, err := w.rec.PutRecord(ctx, key, records.Encode(op), backend.Condition{})
+	return err
+}
+
+// del deletes the operation record at key.
+func (a *Admin) del(ctx context.Context, w *session, key string) error {
+	return w.rec.DeleteRecord(ctx, key, backend.Condition{})
+}
+
+// prevOp reads the operation record at key before an operation replaces
+// or deletes it, for the audit trail: had is false when there is none.
+// A record that cannot be read as an operation counts as one, unnamed.
+func (a *Admin) prevOp(ctx context.Context, w *session, key string) (op Op, had bool) {
+	r, err := w.rec.GetRecord(ctx, key)
+	switch {
+	case errors.Is(err, backend.ErrNoRecord):
+		return Op{}, false
+	case err != nil:
+		return Op{By: "(unreadable record)"}, true
+	}
+	if records.Decode(r.Value, &op) != nil {
+		return Op{By: "(unreadable record)"}, true
+	}
+	return op, true
+}
+
+// holderOf returns the holder of lease as its status record names it, or
+// nil.
+func (a *Admin) holderOf(ctx context.Context, w *session, lease string) *Holder {
+	r, err := w.rec.GetRecord(ctx, records.StatusKey(lease))
+	if err != nil {
+		return nil
+	}
+	st, p := parseStatus(r)
+	if p != nil {
+		return nil
+	}
+	return st.Holder
+}
+
+// heldBy says how many leases member holds by the status records, for the
+// audit trail of a drain.
+func (a *Admin) heldBy(ctx context.Context, w *session, member string) string {
+	list, err := w.rec.ListRecords(ctx, records.StatusPrefix)
+	if err != nil {
+		return "an unknown number of leases (the status records could not be read)"
+	}
+	n := 0
+	for _, r := range list {
+		if st, p := parseStatus(r); p == nil && st.Holder != nil && st.Holder.Member == member {
+			n++
+		}
+	}
+	if n == 1 {
+		return "1 lease"
+	}
+	return fmt.Sprintf("%d leases", n)
 }
 
 // checkName checks an election, job or group name.

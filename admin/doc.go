@@ -7,6 +7,22 @@
 // It needs a backend with records (see backend.Records): memory, etcd and
 // ZooKeeper all have them.
 //
+// # Reading costs reads only
+//
+// When the backend implements backend.Viewer (memory, etcd and ZooKeeper
+// do), Open opens a read-only View and no session: Snapshot, Elections,
+// Groups, Status, History, Ops and Audit open no session, grant no lease,
+// create no znode and write nothing, so they work for a user whose
+// credentials may only read the backend's keys, and a command run every
+// second costs reads only. The first operation opens the Admin's session
+// (renewed in the background until Close); an operation that finds it
+// ended (it expired while the backend was away) opens another, and a View
+// works again by itself once the backend answers, so an Admin recovers from
+// an outage of any length. With a user that may only read, an operation
+// fails with the backend's refusal (etcd: "permission denied") and writes
+// nothing. A backend without a View is read through the session, which Open
+// opens then.
+//
 //	a, err := admin.Open(ctx, etcdBackend, admin.WithOperator("alice"))
 //	if err != nil { ... }
 //	defer a.Close()
@@ -27,6 +43,29 @@
 //     holder start while the old one still believes it holds the lease.
 //   - Drain(member): the member hands off everything it holds, leaves its
 //     groups and contends for nothing until Undrain(member).
+//
+// Every operation takes a reason, recorded in its operation record with
+// who asked (WithOperator, or As for one of several operators) and when:
+// Ops.Disables and Ops.Drains, Election.Disable, Group.Disable and
+// Member.Drain show them, and DescribeOp puts them in words ("by alice@h1
+// since 2025-03-04 16:02:00 UTC: maintenance").
+//
+// # Audit trail
+//
+// Every operation also appends an entry to the audit trail, records under
+// audit/ keyed by time: who, why, when, the operation and its target,
+// whether it changed what is in force, and what it changed in words
+// ("disabled; was enabled", "enabled; was disabled by bob since ...",
+// "resign of token 7 held by m1", "drain of m1, who held 3 leases"; what
+// the Admin reads just before, from the records, and knows). The backend
+// cannot write both records in one atomic step, so the operation is
+// written first and its entry after it: an entry never tells of an
+// operation that did not happen, and an operation whose entry could not be
+// written returns an error wrapping ErrAuditNotWritten (it took effect: do
+// not repeat it). The writer of an entry keeps the newest AuditKeep (1000)
+// entries and none older than AuditMaxAge (30 days), deleting at most 100
+// per write. Audit lists the entries, newest first, filtered by name, time
+// or number, with the problems of entries it cannot use.
 //
 // # Records that cannot be used
 //

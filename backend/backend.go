@@ -285,6 +285,57 @@ type SkipReporter interface {
 	MembersWithSkipped(ctx context.Context, group string) ([]Member, []MalformedError, error)
 }
 
+// Viewer is an optional capability of a Backend, found by type assertion:
+// a read-only [View] of what the backend stores, that opens no session and
+// writes nothing. A tool that only reads (status pages, a console, a
+// command run every second by watch) uses it so that reading costs reads
+// only and works for a user whose credentials can only read.
+type Viewer interface {
+	// View returns a new View. It may contact the backend (ZooKeeper
+	// connects, so that an unreachable server or refused credentials are
+	// reported now) or not (etcd reads on the backend's client when asked);
+	// it returns an error wrapping ctx.Err() when ctx ends first, and one
+	// wrapping ErrClosed after Backend.Close.
+	View(ctx context.Context) (View, error)
+}
+
+// View reads what a Backend stores, as the methods of the same names of
+// Records, SkipReporter, LeaseLister and Session do, without a session:
+// it holds no lease, joins no group, and writes nothing to the backend.
+//
+// A View keeps working across outages of any length: while the backend
+// cannot be reached its calls fail (with transient errors: they never wrap
+// ErrSessionDone), and they work again once it answers, with no action of
+// the caller's. Its watches end (the channel is closed) when their ctx
+// ends, when the View is closed, or when the backend can no longer tell
+// what changed (a ZooKeeper connection's session expired, say): the caller
+// reads again and watches again, pausing between attempts while watching
+// fails. After Close, or after Backend.Close, every call returns an error
+// wrapping ErrClosed.
+//
+// A View is safe for concurrent use by multiple goroutines.
+type View interface {
+	// GetRecord is Records.GetRecord.
+	GetRecord(ctx context.Context, key string) (Record, error)
+	// ListRecordsWithSkipped is SkipReporter.ListRecordsWithSkipped.
+	ListRecordsWithSkipped(ctx context.Context, prefix string) ([]Record, []MalformedError, error)
+	// MembersWithSkipped is SkipReporter.MembersWithSkipped.
+	MembersWithSkipped(ctx context.Context, group string) ([]Member, []MalformedError, error)
+	// HeldLeases is LeaseLister.HeldLeases.
+	HeldLeases(ctx context.Context, prefix string) ([]string, error)
+	// WatchRecords is Records.WatchRecords: a channel of coalesced hints
+	// that records under prefix may have changed, closed as the View's
+	// documentation says.
+	WatchRecords(ctx context.Context, prefix string) (<-chan struct{}, error)
+	// WatchMembers is Session.WatchMembers, closed as the View's
+	// documentation says.
+	WatchMembers(ctx context.Context, group string) (<-chan struct{}, error)
+	// Close releases what the View holds (a connection of its own, on
+	// ZooKeeper) within a bounded time, and closes its watches. Close is
+	// idempotent.
+	Close() error
+}
+
 // Record is one record of a Records store.
 type Record struct {
 	Key   string // the record's key

@@ -25,6 +25,15 @@
 // Records.GetRecord for a stored entry that is not a record the backend
 // wrote; retrying does not help. Any other error is transient.
 //
+// # Reading without a session
+//
+// A backend that implements [Viewer] gives read-only tools a [View]: the
+// reads of Records, SkipReporter, LeaseLister and Session, and their
+// watches, without a session, so that they write nothing to the server
+// (no etcd lease, no ZooKeeper znode) and need no permission but to read.
+// A View survives outages of any length by itself; package admin reads
+// through one when the backend has it.
+//
 // # Conformance
 //
 // Package backend/backendtest holds the conformance suite every backend runs

@@ -38,6 +38,24 @@ var bugs = []struct {
 	{"no-hints", []string{"Membership"}},
 	{"members-unsorted", []string{"Membership"}},
 	{"close-keeps-leases", []string{"CloseEndsSession"}},
+	{"view-writes", []string{"ViewWritesNothing"}},
+	{"view-no-hints", []string{"ViewWatch"}},
+}
+
+// memoryFingerprint is what the memory backend stores, for
+// backendtest.WithFingerprint: its sessions, every grant, every record,
+// and how many sessions were opened.
+func memoryFingerprint(t *testing.T, b backend.Backend) string {
+	var mb *memory.Backend
+	switch b := b.(type) {
+	case *memory.Backend:
+		mb = b
+	case faultyViewer:
+		mb = b.Backend
+	default:
+		t.Fatalf("memoryFingerprint of a %T", b)
+	}
+	return fmt.Sprintf("sessions %v, opened %d, grants %v, records %v", mb.Sessions(), mb.Stats().Open, mb.History(), mb.Records())
 }
 
 // TestRun runs the suite against the memory backend, in virtual time.
@@ -46,7 +64,7 @@ func TestRun(t *testing.T) {
 		b := memory.New()
 		t.Cleanup(func() { b.Close() })
 		return b
-	}, backendtest.WithSynctest())
+	}, backendtest.WithSynctest(), backendtest.WithFingerprint(memoryFingerprint))
 }
 
 // TestPlantedBugs runs the suite, in a child process, against the memory
@@ -94,11 +112,64 @@ func TestPlanted(t *testing.T) {
 	backendtest.Run(t, func(t *testing.T) backend.Backend {
 		b := memory.New()
 		t.Cleanup(func() { b.Close() })
-		if bug == "none" {
+		switch {
+		case bug == "none":
 			return b
+		case strings.HasPrefix(bug, "view-"):
+			return faultyViewer{b, bug}
 		}
 		return faulty{b, bug}
-	}, backendtest.WithSynctest())
+	}, backendtest.WithSynctest(), backendtest.WithFingerprint(memoryFingerprint))
+}
+
+// faultyViewer is the memory backend with a planted bug in its views.
+type faultyViewer struct {
+	*memory.Backend
+	bug string
+}
+
+func (f faultyViewer) View(ctx context.Context) (backend.View, error) {
+	v, err := f.Backend.View(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &faultyView{View: v, b: f.Backend, bug: f.bug}, nil
+}
+
+type faultyView struct {
+	backend.View
+	b   *memory.Backend
+	bug string
+}
+
+// Close writes a record through a session of its own, under view-writes.
+func (v *faultyView) Close() error {
+	if v.bug == "view-writes" {
+		s, err := v.b.Open(context.Background(), backend.SessionOptions{TTL: time.Second})
+		if err != nil {
+			return err
+		}
+		defer s.Close(context.Background())
+		if _, err := s.(backend.Records).PutRecord(context.Background(), "viewed", []byte("x"), backend.Condition{}); err != nil {
+			return err
+		}
+	}
+	return v.View.Close()
+}
+
+// WatchRecords never hints, under view-no-hints.
+func (v *faultyView) WatchRecords(ctx context.Context, prefix string) (<-chan struct{}, error) {
+	ch, err := v.View.WatchRecords(ctx, prefix)
+	if err != nil || v.bug != "view-no-hints" {
+		return ch, err
+	}
+	silent := make(chan struct{})
+	go func() {
+		for range ch {
+		}
+		close(silent)
+	}()
+	return silent, nil
 }
 
 // faulty wraps a backend with a planted bug.

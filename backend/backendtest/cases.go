@@ -36,6 +36,10 @@ var cases = []struct {
 	{"RecordsWatch", testRecordsWatch},
 	{"RecordsInvalid", testRecordsInvalid},
 	{"MalformedSkipped", testMalformedSkipped},
+	{"ViewReads", testViewReads},
+	{"ViewWatch", testViewWatch},
+	{"ViewMalformed", testViewMalformed},
+	{"ViewWritesNothing", testViewWritesNothing},
 }
 
 // grace is the time allowed, beyond the TTL, for a backend to notice an

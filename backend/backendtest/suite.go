@@ -15,9 +15,10 @@ import (
 type Option func(*config)
 
 type config struct {
-	ttl       time.Duration
-	synctest  bool
-	malformed Malformer
+	ttl         time.Duration
+	synctest    bool
+	malformed   Malformer
+	fingerprint func(t *testing.T, b backend.Backend) string
 }
 
 // WithTTL sets the session TTL the cases request (default 1s). The cases
@@ -75,7 +76,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) backend.Backend, opts ...Op
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			body := func(t *testing.T) {
-				c.run(&harness{T: t, b: newBackend(t), ttl: cfg.ttl, malformed: cfg.malformed})
+				c.run(&harness{T: t, b: newBackend(t), ttl: cfg.ttl, malformed: cfg.malformed, fingerprint: cfg.fingerprint})
 			}
 			if cfg.synctest {
 				synctest.Test(t, body)
@@ -93,9 +94,10 @@ const opTimeout = 10 * time.Second
 // TTL, with helpers that report failures on the test.
 type harness struct {
 	*testing.T
-	b         backend.Backend
-	ttl       time.Duration
-	malformed Malformer
+	b           backend.Backend
+	ttl         time.Duration
+	malformed   Malformer
+	fingerprint func(t *testing.T, b backend.Backend) string
 }
 
 // timeout returns a context that ends after d (or with the test).

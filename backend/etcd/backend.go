@@ -263,6 +263,7 @@ func (b *Backend) Open(ctx context.Context, o backend.SessionOptions) (backend.S
 	put, err := b.cli.Put(cctx, s.key, "0", clientv3.WithLease(grant.ID)) // epoch 0
 	if err != nil {
 		s.end(errAbandoned)
+		b.revokeAbandoned(grant.ID)
 		return nil, b.openError(ctx, "write the session key", err)
 	}
 	if !b.register(s) {
@@ -275,6 +276,21 @@ func (b *Backend) Open(ctx context.Context, o backend.SessionOptions) (backend.S
 	}
 	return s, nil
 }
+
+// revokeAbandoned revokes the lease of a session that Open gave up on after
+// the grant (a user without write permission is refused the session key's
+// put, say), so that nothing is left of it, within revokeTimeout. A lease
+// it cannot revoke expires by itself within its TTL.
+func (b *Backend) revokeAbandoned(id clientv3.LeaseID) {
+	ctx, cancel := context.WithTimeout(b.ctx, revokeTimeout)
+	defer cancel()
+	if _, err := b.cli.Revoke(ctx, id); err != nil && !isLeaseNotFound(err) {
+		b.log.Debug("simba/etcd: could not revoke the lease of a session abandoned while opening; it expires by itself", "lease", fmt.Sprintf("%016x", int64(id)), "error", err)
+	}
+}
+
+// revokeTimeout bounds revokeAbandoned.
+const revokeTimeout = 2 * time.Second
 
 // openError describes a failed step of Open.
 func (b *Backend) openError(ctx context.Context, step string, err error) error {

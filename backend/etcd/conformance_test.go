@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/backendtest"
 	"github.com/simba-go/simba/backend/etcd"
@@ -32,7 +34,25 @@ func TestConformance(t *testing.T) {
 			}
 		})
 		return b
-	}, backendtest.WithTTL(2*time.Second), backendtest.WithMalformed(etcdMalformer))
+	}, backendtest.WithTTL(2*time.Second), backendtest.WithMalformed(etcdMalformer), backendtest.WithFingerprint(etcdFingerprint))
+}
+
+// etcdFingerprint describes every key under the backend's prefix with its
+// revisions and lease: any write under the prefix changes it. (The case
+// runs beside the other cases' sessions on one server, whose lease expiries
+// move the store's revision; admin's tests compare that on a server of
+// their own.)
+func etcdFingerprint(t *testing.T, b backend.Backend) string {
+	eb := b.(*etcd.Backend)
+	resp, err := eb.Client().Get(t.Context(), eb.Prefix(), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatalf("fingerprint: reading %s: %v", eb.Prefix(), err)
+	}
+	var sb strings.Builder
+	for _, kv := range resp.Kvs {
+		fmt.Fprintf(&sb, "%s@%d/%d/%d lease %x; ", kv.Key, kv.CreateRevision, kv.ModRevision, kv.Version, kv.Lease)
+	}
+	return sb.String()
 }
 
 // etcdMalformer plants what another etcd client could put under the

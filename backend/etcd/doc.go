@@ -129,6 +129,17 @@
 // with IfVersion compares the mod revision (version 0: the create revision
 // is 0). Records are not bound to the session's etcd lease.
 //
+// # Reading without a session
+//
+// [Backend.View] (backend.Viewer) reads the records, members and lease keys
+// with plain range requests, and watches them, on the backend's client: no
+// lease is granted and nothing is put, so the store's revision does not
+// move and a user whose role may only read the prefix's range can use it.
+// Its calls fail while etcd cannot be reached and work again when the
+// client has reconnected. A session's Open needs write permission (it puts
+// the session key); when that put is refused, Open revokes the lease it was
+// granted, so a refused Open leaves nothing behind.
+//
 // # Groups
 //
 // Join writes the member key bound to the session's lease, Leave deletes it,

@@ -451,11 +451,17 @@ func (s *session) HeldLeases(ctx context.Context, prefix string) ([]string, erro
 	}
 	cctx, release := s.bind(ctx)
 	defer release()
-	base := s.b.leaseKey("")
-	resp, err := s.b.kv.KV.Get(cctx, base+prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+	return s.b.heldLeases(cctx, prefix, func(err error) error { return s.failure(ctx, op, err) })
+}
+
+// heldLeases lists the lease keys under prefix, one range request of keys
+// only: the read of session.HeldLeases and view.HeldLeases.
+func (b *Backend) heldLeases(ctx context.Context, prefix string, fail func(error) error) ([]string, error) {
+	base := b.leaseKey("")
+	resp, err := b.kv.KV.Get(ctx, base+prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 		clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 	if err != nil {
-		return nil, s.failure(ctx, op, err)
+		return nil, fail(err)
 	}
 	names := make([]string, len(resp.Kvs))
 	for i, kv := range resp.Kvs {

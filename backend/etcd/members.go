@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -88,10 +89,18 @@ func (s *session) MembersWithSkipped(ctx context.Context, group string) ([]backe
 	}
 	cctx, release := s.bind(ctx)
 	defer release()
-	prefix := s.b.groupPrefix(group)
-	resp, err := s.b.kv.KV.Get(cctx, prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	return s.b.members(cctx, group, func(err error) error { return s.failure(ctx, op, err) })
+}
+
+// members reads the members of group, ordered by session, and the member
+// keys whose values are not member records, one range request: the read of
+// session.MembersWithSkipped and view.MembersWithSkipped. fail turns an
+// error of the etcd client into the caller's.
+func (b *Backend) members(ctx context.Context, group string, fail func(error) error) ([]backend.Member, []backend.MalformedError, error) {
+	prefix := b.groupPrefix(group)
+	resp, err := b.kv.KV.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 	if err != nil {
-		return nil, nil, s.failure(ctx, op, err)
+		return nil, nil, fail(err)
 	}
 	out := make([]backend.Member, 0, len(resp.Kvs))
 	var skipped []backend.MalformedError
@@ -125,16 +134,40 @@ func (s *session) WatchMembers(ctx context.Context, group string) (<-chan struct
 	return s.watchHints(ctx, fmt.Sprintf("watch members of %q", group), s.b.groupPrefix(group))
 }
 
+// hintOwner is what a watch of hints needs of the session or view it runs
+// for.
+type hintOwner interface {
+	overErr(op string) error
+	doneErr(op string) error
+	bind(ctx context.Context) (context.Context, context.CancelFunc)
+	failure(ctx context.Context, op string, err error) error
+	spawn(f func()) bool
+	pause(d time.Duration) bool
+	// over reports that the owner is over (its ctx ended).
+	over() bool
+	// clientClosed is called when the etcd client was found closed under
+	// a watch.
+	clientClosed()
+}
+
+func (s *session) over() bool    { return s.ctx.Err() != nil }
+func (s *session) clientClosed() { s.end(errClientClosed) }
+
 // watchHints watches the keys under prefix and sends a hint, on the channel
 // it returns, for every batch of changes, from a goroutine of the session
 // until ctx ends or the session is over. It returns once etcd has created
 // the watch.
 func (s *session) watchHints(ctx context.Context, op, prefix string) (<-chan struct{}, error) {
+	return watchHints(s, s.b, ctx, op, prefix)
+}
+
+// watchHints is session.watchHints for o, a session or a view of b.
+func watchHints(s hintOwner, b *Backend, ctx context.Context, op, prefix string) (<-chan struct{}, error) {
 	if err := s.overErr(op); err != nil {
 		return nil, err
 	}
 	cctx, release := s.bind(ctx)
-	wch := s.b.cli.Watch(cctx, prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	wch := b.cli.Watch(cctx, prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
 	var next int64
 	select {
 	case resp, ok := <-wch:
@@ -158,7 +191,7 @@ func (s *session) watchHints(ctx context.Context, op, prefix string) (<-chan str
 	spawned := s.spawn(func() {
 		defer close(hints)
 		defer release()
-		s.hint(cctx, prefix, wch, next, hints)
+		hint(s, b, cctx, prefix, wch, next, hints)
 	})
 	if !spawned {
 		release()
@@ -170,7 +203,7 @@ func (s *session) watchHints(ctx context.Context, op, prefix string) (<-chan str
 // hint sends a hint on hints for every batch of events on wch, the watch of
 // prefix, until ctx ends. A broken watch is set up again from the revision
 // it reached, with a hint in case something was missed.
-func (s *session) hint(ctx context.Context, prefix string, wch clientv3.WatchChan, next int64, hints chan<- struct{}) {
+func hint(s hintOwner, b *Backend, ctx context.Context, prefix string, wch clientv3.WatchChan, next int64, hints chan<- struct{}) {
 	hint := func() {
 		select {
 		case hints <- struct{}{}:
@@ -189,8 +222,8 @@ func (s *session) hint(ctx context.Context, prefix string, wch clientv3.WatchCha
 				}
 				continue
 			}
-			if !ok && s.ctx.Err() == nil && s.b.cli.Ctx().Err() != nil {
-				s.end(errClientClosed)
+			if !ok && !s.over() && b.cli.Ctx().Err() != nil {
+				s.clientClosed()
 			}
 			if ctx.Err() != nil || !s.pause(retryDelay) {
 				return
@@ -200,7 +233,7 @@ func (s *session) hint(ctx context.Context, prefix string, wch clientv3.WatchCha
 				opts = opts[:1] // history is gone: from now on
 			}
 			hint()
-			wch = s.b.cli.Watch(ctx, prefix, opts...)
+			wch = b.cli.Watch(ctx, prefix, opts...)
 		}
 	}
 }

@@ -96,14 +96,21 @@ func (s *session) GetRecord(ctx context.Context, key string) (backend.Record, er
 	}
 	cctx, release := s.bind(ctx)
 	defer release()
-	resp, err := s.b.kv.Get(cctx, s.b.recordKey(key))
+	return s.b.getRecord(cctx, op, key, func(err error) error { return s.failure(ctx, op, err) })
+}
+
+// getRecord reads the record at key for op, one Get: the read of
+// session.GetRecord and view.GetRecord. fail turns an error of the etcd
+// client into the caller's.
+func (b *Backend) getRecord(ctx context.Context, op, key string, fail func(error) error) (backend.Record, error) {
+	resp, err := b.kv.Get(ctx, b.recordKey(key))
 	if err != nil {
-		return backend.Record{}, s.failure(ctx, op, err)
+		return backend.Record{}, fail(err)
 	}
 	if len(resp.Kvs) == 0 {
 		return backend.Record{}, fmt.Errorf("simba/etcd: %s: %w", op, backend.ErrNoRecord)
 	}
-	r, bad := decodeRecord(s.b.recordKey(""), resp.Kvs[0])
+	r, bad := decodeRecord(b.recordKey(""), resp.Kvs[0])
 	if bad != nil {
 		return backend.Record{}, fmt.Errorf("simba/etcd: %s: %w", op, bad)
 	}
@@ -131,10 +138,17 @@ func (s *session) ListRecordsWithSkipped(ctx context.Context, prefix string) ([]
 	}
 	cctx, release := s.bind(ctx)
 	defer release()
-	base := s.b.recordKey("")
-	resp, err := s.b.kv.Get(cctx, base+prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	return s.b.listRecords(cctx, prefix, func(err error) error { return s.failure(ctx, op, err) })
+}
+
+// listRecords reads the records under prefix, sorted by key, and the
+// stored values under it that are not records, one range request: the
+// read of session.ListRecordsWithSkipped and view.ListRecordsWithSkipped.
+func (b *Backend) listRecords(ctx context.Context, prefix string, fail func(error) error) ([]backend.Record, []backend.MalformedError, error) {
+	base := b.recordKey("")
+	resp, err := b.kv.Get(ctx, base+prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 	if err != nil {
-		return nil, nil, s.failure(ctx, op, err)
+		return nil, nil, fail(err)
 	}
 	out := make([]backend.Record, 0, len(resp.Kvs))
 	var skipped []backend.MalformedError

@@ -58,6 +58,13 @@
 // Requests cross the link one way and replies the other; notifications are
 // not delayed by SetDelay.
 //
+// # Views
+//
+// [Backend.View] and [Node.View] (backend.Viewer) read the server's records,
+// members and leases without a session: they change nothing on the server
+// and open no session ([Stats] counts their requests under their kinds; Open
+// does not move). The node's faults apply to them as to its sessions.
+//
 // # Inspection
 //
 // [Backend.Holder], [Backend.History], [Backend.Sessions], [Backend.Members]

@@ -12,7 +12,9 @@ import (
 
 // watcher is one WatchMembers channel.
 type watcher struct {
-	s          *session
+	s          *session      // the session watching, nil for a view's watcher
+	v          *view         // the view watching, nil for a session's watcher
+	n          *Node         // the node of s or v, through which hints go
 	group      string        // or the key prefix, for a records watcher
 	records    bool          // a WatchRecords watcher
 	ch         chan struct{} // buffer of one; guarded by b.mu
@@ -116,18 +118,26 @@ func (s *session) HeldLeases(ctx context.Context, prefix string) ([]string, erro
 		if !s.live {
 			return nil, sessionDone(opHeldLeases)
 		}
-		for name := range b.leases {
-			if strings.HasPrefix(name, prefix) {
-				out = append(out, name)
-			}
-		}
-		slices.Sort(out)
+		out = b.heldLeases(prefix)
 		return nil, nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// heldLeases returns the names of the leases held now that start with
+// prefix, sorted. b.mu is held.
+func (b *Backend) heldLeases(prefix string) []string {
+	var out []string
+	for name := range b.leases {
+		if strings.HasPrefix(name, prefix) {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // WatchMembers returns a channel that receives a hint after every change to
@@ -137,7 +147,7 @@ func (s *session) WatchMembers(ctx context.Context, group string) (<-chan struct
 	if !backend.ValidName(group) {
 		return nil, nameError("group", group)
 	}
-	return s.watch(ctx, &watcher{s: s, group: group, ch: make(chan struct{}, 1)}, opWatchMembers)
+	return s.watch(ctx, &watcher{s: s, n: s.n, group: group, ch: make(chan struct{}, 1)}, opWatchMembers)
 }
 
 // watch registers w on the server and arranges for it to end with ctx.
@@ -189,7 +199,11 @@ func (b *Backend) unwatch(w *watcher) {
 			delete(b.watchers, w.group)
 		}
 	}
-	w.s.watchers = slices.DeleteFunc(w.s.watchers, func(x *watcher) bool { return x == w })
+	if w.s != nil {
+		w.s.watchers = slices.DeleteFunc(w.s.watchers, func(x *watcher) bool { return x == w })
+	} else {
+		w.v.watchers = slices.DeleteFunc(w.v.watchers, func(x *watcher) bool { return x == w })
+	}
 	if w.stop != nil {
 		w.stop()
 	}
@@ -199,7 +213,7 @@ func (b *Backend) unwatch(w *watcher) {
 // have changed. b.mu is held.
 func (b *Backend) hint(group string) {
 	for _, w := range b.watchers[group] {
-		w.s.n.notify(w.hint)
+		w.n.notify(w.hint)
 	}
 }
 

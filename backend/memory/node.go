@@ -35,6 +35,7 @@ type Node struct {
 	gone        chan struct{} // closed on Crash or Close
 	reqDelay    time.Duration
 	respDelay   time.Duration
+	views       map[*view]struct{} // open views, whose watches Close ends
 }
 
 // Name returns the node's name.
@@ -189,6 +190,9 @@ func (n *Node) shutLocked() {
 		for _, name := range slices.Sorted(maps.Keys(s.leases)) {
 			s.leases[name].closeLost()
 		}
+	}
+	for v := range n.views {
+		v.closeLocked()
 	}
 	n.closed = true
 	close(n.gone)
@@ -349,8 +353,8 @@ func (n *Node) abortErrLocked(ctx context.Context, k op, s *session) error {
 	switch {
 	case n.crashed:
 		return fmt.Errorf("simba/memory: %v through node %q: %w", k, n.name, ErrCrashed)
-	case n.closed && k == opOpen:
-		return fmt.Errorf("simba/memory: open: %w", backend.ErrClosed)
+	case n.closed && (k == opOpen || s == nil): // Open, or a view's call
+		return fmt.Errorf("simba/memory: %v: %w", k, backend.ErrClosed)
 	case n.closed && k == opRelease:
 		return fmt.Errorf("simba/memory: release: %w: %w", backend.ErrNotHeld, backend.ErrClosed)
 	case n.closed:

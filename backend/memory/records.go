@@ -28,30 +28,43 @@ func (s *session) GetRecord(ctx context.Context, key string) (backend.Record, er
 		return backend.Record{}, keyError(key)
 	}
 	var out backend.Record
-	err := s.records(ctx, func(b *Backend) error {
-		r, ok := b.records[key]
-		if !ok {
-			return fmt.Errorf("simba/memory: record %q: %w", key, backend.ErrNoRecord)
-		}
-		out = r.public(key)
-		return nil
+	err := s.records(ctx, func(b *Backend) (err error) {
+		out, err = b.getRecord(key)
+		return err
 	})
 	return out, err
+}
+
+// getRecord returns the record at key. b.mu is held.
+func (b *Backend) getRecord(key string) (backend.Record, error) {
+	r, ok := b.records[key]
+	if !ok {
+		return backend.Record{}, fmt.Errorf("simba/memory: record %q: %w", key, backend.ErrNoRecord)
+	}
+	return r.public(key), nil
 }
 
 // ListRecords returns the records under prefix, sorted by key.
 func (s *session) ListRecords(ctx context.Context, prefix string) ([]backend.Record, error) {
 	var out []backend.Record
 	err := s.records(ctx, func(b *Backend) error {
-		for key, r := range b.records {
-			if strings.HasPrefix(key, prefix) {
-				out = append(out, r.public(key))
-			}
-		}
-		slices.SortFunc(out, func(x, y backend.Record) int { return strings.Compare(x.Key, y.Key) })
+		out = b.listRecords(prefix)
 		return nil
 	})
 	return out, err
+}
+
+// listRecords returns the records under prefix, sorted by key. b.mu is
+// held.
+func (b *Backend) listRecords(prefix string) []backend.Record {
+	var out []backend.Record
+	for key, r := range b.records {
+		if strings.HasPrefix(key, prefix) {
+			out = append(out, r.public(key))
+		}
+	}
+	slices.SortFunc(out, func(x, y backend.Record) int { return strings.Compare(x.Key, y.Key) })
+	return out
 }
 
 // PutRecord writes value at key if cond holds; the lease check of a fenced
@@ -95,7 +108,7 @@ func (s *session) DeleteRecord(ctx context.Context, key string, cond backend.Con
 // WatchRecords returns a channel that receives a hint after every change to
 // a record under prefix.
 func (s *session) WatchRecords(ctx context.Context, prefix string) (<-chan struct{}, error) {
-	return s.watch(ctx, &watcher{s: s, group: prefix, records: true, ch: make(chan struct{}, 1)}, opWatchRecords)
+	return s.watch(ctx, &watcher{s: s, n: s.n, group: prefix, records: true, ch: make(chan struct{}, 1)}, opWatchRecords)
 }
 
 // records carries one record request to the server, where do runs with
@@ -136,7 +149,7 @@ func (b *Backend) check(s *session, key string, cond backend.Condition) error {
 func (b *Backend) recordChanged(key string) {
 	for _, w := range b.recWatchers {
 		if strings.HasPrefix(key, w.group) {
-			w.s.n.notify(w.hint)
+			w.n.notify(w.hint)
 		}
 	}
 }

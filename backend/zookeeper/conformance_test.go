@@ -1,6 +1,8 @@
 package zookeeper_test
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,7 +21,21 @@ func TestConformance(t *testing.T) {
 	t.Parallel()
 	backendtest.Run(t, func(t *testing.T) backend.Backend {
 		return newBackend(t)
-	}, backendtest.WithTTL(time.Second), backendtest.WithMalformed(zkMalformer))
+	}, backendtest.WithTTL(time.Second), backendtest.WithMalformed(zkMalformer), backendtest.WithFingerprint(zkFingerprint))
+}
+
+// zkFingerprint describes the tree under the backend's root: every znode
+// with its stat (zxids, versions, owner) and data.
+func zkFingerprint(t *testing.T, b backend.Backend) string {
+	nodes, err := zktest.Snapshot(zktest.Addr(t), b.(*zookeeper.Backend).Root())
+	if err != nil {
+		t.Fatalf("fingerprint: reading the tree: %v", err)
+	}
+	var sb strings.Builder
+	for _, n := range nodes {
+		fmt.Fprintf(&sb, "%s %+v %q; ", n.Path, n.Stat, n.Data)
+	}
+	return sb.String()
 }
 
 // zkMalformer plants what another ZooKeeper client could write under the

@@ -201,6 +201,17 @@
 // ListRecords walks the directories under the deepest one that the prefix
 // names in full, a level per round trip.
 //
+// # Reading without a session's writes
+//
+// [Backend.View] (backend.Viewer) reads on a connection of its own, made
+// like the sessions' (dialer, credentials, root): getData, exists and
+// getChildren only, so it creates no znode and changes no data. Its
+// connection has a server session, as every ZooKeeper connection does,
+// renewed by a read of the root every third of its timeout and closed with
+// the view; when it has expired (the view was cut off for longer than its
+// timeout), the view's next call opens another, and the watches set on the
+// old one are closed, for the caller to set again.
+//
 // # Membership
 //
 // Join creates the member's ephemeral znode (joining again replaces it in

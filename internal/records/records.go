@@ -12,10 +12,12 @@
 //	ops/trigger/<lease>         Op: the holder runs the schedule once as soon as it can
 //	ops/resign/<lease>          Op: the holder of the given token hands off
 //	ops/drain/<member>          Op: the member hands off everything and stops contending
+//	audit/<time>-<unique>       Audit: one operation, who asked, why, what it changed
 package records
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -33,6 +35,7 @@ const (
 	TriggerPrefix  = OpsPrefix + "trigger/"
 	ResignPrefix   = OpsPrefix + "resign/"
 	DrainPrefix    = OpsPrefix + "drain/"
+	AuditPrefix    = "audit/"
 )
 
 // StatusKey is the key of the status of lease.
@@ -130,3 +133,115 @@ func Decode(data []byte, v any) error { return json.Unmarshal(data, v) }
 
 // Name returns the name after prefix in key.
 func Name(key, prefix string) string { return strings.TrimPrefix(key, prefix) }
+
+// AuditVersion is the version of the audit entries this build writes, in
+// their field "v". A reader rejects another version rather than guess
+// what its fields mean.
+const AuditVersion = 1
+
+// AuditTimeLayout is the layout of the time in an audit entry's key: UTC,
+// fixed width, so that keys sort as the times do.
+const AuditTimeLayout = "20060102T150405.000000000Z"
+
+// Audit retention: the writer of an entry deletes the entries beyond the
+// newest AuditKeep, and those older than AuditMaxAge.
+const (
+	AuditKeep   = 1000
+	AuditMaxAge = 30 * 24 * time.Hour
+)
+
+// Audit is one entry of the audit trail: an operation an Admin performed.
+type Audit struct {
+	V      int       `json:"v"`                // AuditVersion
+	At     time.Time `json:"at"`               // when
+	By     string    `json:"by"`               // who: the operator
+	Reason string    `json:"reason,omitempty"` // why, in the operator's words
+	// Op is the operation: disable, enable, trigger, resign, drain or
+	// undrain.
+	Op string `json:"op"`
+	// Target is what it applies to: an election, job or group, a lease, or
+	// a member id.
+	Target string `json:"target"`
+	Token  uint64 `json:"token,omitempty"` // the term a resign is of (0: any)
+	// Changed reports whether the operation changed what is in force (an
+	// enable of what was not disabled changed nothing).
+	Changed bool `json:"changed"`
+	// Change says what it changed, in words: "disabled; was enabled".
+	Change string `json:"change"`
+}
+
+// Audit operations.
+const (
+	OpDisable = "disable"
+	OpEnable  = "enable"
+	OpTrigger = "trigger"
+	OpResign  = "resign"
+	OpDrain   = "drain"
+	OpUndrain = "undrain"
+)
+
+// AuditOps lists the operations an audit entry may name.
+var AuditOps = []string{OpDisable, OpEnable, OpTrigger, OpResign, OpDrain, OpUndrain}
+
+// AuditKey is the key of an audit entry written at at; unique (letters and
+// digits) tells apart entries written at the same instant.
+func AuditKey(at time.Time, unique string) string {
+	return AuditPrefix + at.UTC().Format(AuditTimeLayout) + "-" + unique
+}
+
+// AuditKeyTime returns the time in an audit entry's key.
+func AuditKeyTime(key string) (time.Time, error) {
+	rest, ok := strings.CutPrefix(key, AuditPrefix)
+	if !ok {
+		return time.Time{}, fmt.Errorf("not under %s", AuditPrefix)
+	}
+	stamp, unique, ok := strings.Cut(rest, "-")
+	if !ok || unique == "" || strings.Trim(unique, "0123456789abcdefghijklmnopqrstuvwxyz") != "" {
+		return time.Time{}, fmt.Errorf("not %s, a time, - and a lowercase suffix", AuditPrefix)
+	}
+	if len(stamp) != len(AuditTimeLayout) {
+		return time.Time{}, fmt.Errorf("the time is not of the form %s", AuditTimeLayout)
+	}
+	t, err := time.Parse(AuditTimeLayout, stamp)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("the time is not of the form %s", AuditTimeLayout)
+	}
+	return t, nil
+}
+
+// DecodeAudit decodes an audit entry and checks its version and
+// operation.
+func DecodeAudit(data []byte) (Audit, error) {
+	var a Audit
+	if err := json.Unmarshal(data, &a); err != nil {
+		return Audit{}, err
+	}
+	switch {
+	case a.V == 0:
+		return Audit{}, errors.New("no version (field v)")
+	case a.V != AuditVersion:
+		return Audit{}, fmt.Errorf("version %d, not %d: written by another simba", a.V, AuditVersion)
+	case !validOp(a.Op):
+		return Audit{}, fmt.Errorf("unknown operation %q", clip(a.Op))
+	case a.At.IsZero():
+		return Audit{}, errors.New("no time (field at)")
+	}
+	return a, nil
+}
+
+func validOp(op string) bool {
+	for _, o := range AuditOps {
+		if op == o {
+			return true
+		}
+	}
+	return false
+}
+
+// clip cuts s to 32 bytes for an error message.
+func clip(s string) string {
+	if len(s) > 32 {
+		return s[:32] + "…"
+	}
+	return s
+}

@@ -1,0 +1,184 @@
+package admin
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/internal/records"
+)
+
+// AuditEntry is one entry of the audit trail: an operation, who asked,
+// why, when, and what it changed.
+type AuditEntry = records.Audit
+
+// Audit retention: the Admin that writes an entry deletes the entries
+// beyond the newest AuditKeep and those older than AuditMaxAge.
+const (
+	AuditKeep   = records.AuditKeep
+	AuditMaxAge = records.AuditMaxAge
+)
+
+// ErrAuditNotWritten is wrapped by the error of an operation that took
+// effect but whose audit entry could not be written: the operation is not
+// to be repeated.
+var ErrAuditNotWritten = errors.New("simba/admin: the operation took effect, but its audit entry was not written")
+
+// operate performs one operation with the admin's session and then appends
+// its audit entry: do writes the operation record at the instant at and
+// says whether it changed what is in force and how. The backend's records
+// cannot write two keys in one atomic step, so the operation comes first
+// and the entry after it: an entry never records an operation that did
+// not happen, and an operation whose entry failed returns an error
+// wrapping ErrAuditNotWritten.
+func (a *Admin) operate(ctx context.Context, op, target string, token uint64, reason string,
+	do func(ctx context.Context, w *session, at time.Time) (changed bool, change string, err error)) error {
+	at := time.Now()
+	var changed bool
+	var change string
+	var w *session
+	err := a.withSession(ctx, func(s *session) (err error) {
+		w = s
+		changed, change, err = do(ctx, s, at)
+		return err
+	})
+	switch {
+	case errors.Is(err, errClosed):
+		return err
+	case err != nil:
+		return fmt.Errorf("simba/admin: %s %q: %w", op, target, err)
+	}
+	entry := AuditEntry{
+		V: records.AuditVersion, At: at, By: a.by, Reason: reason,
+		Op: op, Target: target, Token: token, Changed: changed, Change: change,
+	}
+	if err := a.appendAudit(ctx, w, entry); err != nil {
+		return fmt.Errorf("%w: %s %q: %w", ErrAuditNotWritten, op, target, err)
+	}
+	return nil
+}
+
+// appendAudit writes entry under a new key, then prunes the trail (see
+// AuditKeep), deleting at most pruneBatch entries per write.
+func (a *Admin) appendAudit(ctx context.Context, w *session, entry AuditEntry) error {
+	key := records.AuditKey(entry.At, uniqueSuffix())
+	if _, err := w.rec.PutRecord(ctx, key, records.Encode(entry), backend.Condition{IfVersion: true}); err != nil {
+		return err
+	}
+	list, err := w.rec.ListRecords(ctx, records.AuditPrefix)
+	if err != nil {
+		return nil // pruned by the next write
+	}
+	for _, k := range pruneKeys(list, entry.At) {
+		if err := w.rec.DeleteRecord(ctx, k, backend.Condition{}); err != nil {
+			return nil // the rest by the next write
+		}
+	}
+	return nil
+}
+
+// pruneBatch bounds the entries one write prunes, so that an operation
+// stays quick after a burst or a change of the bounds.
+const pruneBatch = 100
+
+// pruneKeys returns the keys of the audit entries to delete at now, oldest
+// first, at most pruneBatch: those beyond the newest AuditKeep, and those
+// older than AuditMaxAge. Entries whose key has no time are left alone
+// (Audit reports them).
+func pruneKeys(list []backend.Record, now time.Time) []string {
+	type keyed struct {
+		key string
+		at  time.Time
+	}
+	var entries []keyed
+	for _, r := range list {
+		if at, err := records.AuditKeyTime(r.Key); err == nil {
+			entries = append(entries, keyed{r.Key, at})
+		}
+	}
+	slices.SortFunc(entries, func(x, y keyed) int { return cmp.Or(x.at.Compare(y.at), strings.Compare(x.key, y.key)) })
+	var out []string
+	for i, e := range entries {
+		if len(out) == pruneBatch {
+			break
+		}
+		if len(entries)-i > AuditKeep || now.Sub(e.at) > AuditMaxAge {
+			out = append(out, e.key)
+		}
+	}
+	return out
+}
+
+// uniqueSuffix returns 16 random lowercase hex digits.
+func uniqueSuffix() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
+}
+
+// AuditFilter selects entries of the audit trail. The zero filter selects
+// every entry.
+type AuditFilter struct {
+	// Name, when set, selects the entries of operations on it: an
+	// election, job, group or lease, or a member id.
+	Name string
+	// Since, when set, selects the entries written at or after it.
+	Since time.Time
+	// Limit, when positive, is the most entries returned (the newest).
+	Limit int
+}
+
+// Audit returns the entries of the audit trail that filter selects, newest
+// first, and the problems of the entries that could not be used (skipped
+// whatever the filter). It reads through the view, like the other reads.
+func (a *Admin) Audit(ctx context.Context, filter AuditFilter) ([]AuditEntry, []Problem, error) {
+	list, problems, err := a.list(ctx, records.AuditPrefix)
+	if err != nil {
+		return nil, nil, err
+	}
+	type keyed struct {
+		key string
+		e   AuditEntry
+	}
+	var out []keyed
+	for _, r := range list {
+		e, p := parseAudit(r)
+		switch {
+		case p != nil:
+			problems = append(problems, *p)
+		case filter.Name != "" && e.Target != filter.Name:
+		case !filter.Since.IsZero() && e.At.Before(filter.Since):
+		default:
+			out = append(out, keyed{r.Key, e})
+		}
+	}
+	slices.SortFunc(out, func(x, y keyed) int { return cmp.Or(y.e.At.Compare(x.e.At), strings.Compare(y.key, x.key)) })
+	if filter.Limit > 0 && len(out) > filter.Limit {
+		out = out[:filter.Limit]
+	}
+	entries := make([]AuditEntry, len(out))
+	for i, k := range out {
+		entries[i] = k.e
+	}
+	return entries, sortProblems(problems), nil
+}
+
+// parseAudit checks an audit record: its key is audit/, a time and a
+// suffix, its value an entry of this version with an operation.
+func parseAudit(r backend.Record) (AuditEntry, *Problem) {
+	if _, err := records.AuditKeyTime(r.Key); err != nil {
+		return AuditEntry{}, newProblem(r.Key, "the key is not that of an audit entry: %v", err)
+	}
+	e, err := records.DecodeAudit(r.Value)
+	if err != nil {
+		return AuditEntry{}, decodeProblem(r.Key, "an audit entry (JSON)", r.Value, err)
+	}
+	return e, nil
+}
