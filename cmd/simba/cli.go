@@ -21,6 +21,7 @@ const (
 	exitUsage       = 2   // bad flags or arguments
 	exitUnreachable = 3   // the backend did not answer within --timeout
 	exitProblems    = 4   // shown, but records that could not be used were skipped
+	exitRefused     = 5   // the backend refused the TLS handshake, the credentials or a permission
 	exitInterrupted = 130 // SIGINT or SIGTERM
 )
 
@@ -55,6 +56,7 @@ type globals struct {
 	etcd, zk, prefix string
 	json             bool
 	timeout          time.Duration
+	conn             connFlags // TLS, credentials, the config file (config.go)
 }
 
 // register adds the global flags to fs, with their current values as
@@ -66,6 +68,7 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.prefix, "prefix", g.prefix, "etcd key `prefix` or ZooKeeper root the nodes use (default $"+envPrefix+", else the backend's default)")
 	fs.BoolVar(&g.json, "json", g.json, "print JSON for scripts instead of tables")
 	fs.DurationVar(&g.timeout, "timeout", g.timeout, "give up on the backend after this `long`; the whole command finishes within it")
+	g.conn.register(fs)
 }
 
 // command is one entry of the dispatch table.
@@ -196,6 +199,9 @@ func (c *cli) parse(args []string) (p parsed, code int, done bool) {
 	mark := func(f *flag.Flag) { p.explicit[f.Name] = true }
 	top.Visit(mark)
 	fs.Visit(mark)
+	if err := c.settle(&p); err != nil {
+		return p, c.fail(err), true
+	}
 	return p, 0, false
 }
 
@@ -250,6 +256,7 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 func (c *cli) fail(err error) int {
 	var ue *usageError
 	var be *backendError
+	var se interface{ exitStatus() int }
 	switch {
 	case errors.As(err, &ue):
 		fmt.Fprintf(c.stderr, "simba: %s\n", ue.msg)
@@ -260,6 +267,9 @@ func (c *cli) fail(err error) int {
 			fmt.Fprintln(c.stderr, "run 'simba help' for the commands")
 		}
 		return exitUsage
+	case errors.As(err, &se): // one line: a config file, TLS or credentials problem
+		fmt.Fprintf(c.stderr, "simba: %v\n", err)
+		return se.exitStatus()
 	case errors.As(err, &be):
 		fmt.Fprintf(c.stderr, "simba: %v\n", be)
 		return exitUnreachable
@@ -317,9 +327,11 @@ commands:
 	fs.PrintDefaults()
 	fmt.Fprint(w, `
 exit status: 0 done; 1 failed (no such job, operation refused, --wait not
-satisfied in time); 2 usage error; 3 backend unreachable or too slow for
---timeout; 4 shown, but records that could not be used were skipped (warned
-of on standard error); 130 interrupted.
+satisfied in time); 2 usage error, or a config file or TLS file that cannot
+be used; 3 backend unreachable or too slow for --timeout; 4 shown, but
+records that could not be used were skipped (warned of on standard error);
+5 the backend refused the TLS handshake, the user or password, or a
+permission; 130 interrupted.
 `)
 }
 
