@@ -160,7 +160,7 @@ func readConfig(path string) (*fileConfig, error) {
 	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, maxConfigSize+1))
 	if err != nil {
-		return nil, configErrorf("config file %s: %v", path, pathError(err))
+		return nil, configErrorf("config file: %v", pathError(err))
 	}
 	if len(data) > maxConfigSize {
 		return nil, configErrorf("config file %s: larger than %d bytes", path, maxConfigSize)

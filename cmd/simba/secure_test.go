@@ -279,7 +279,8 @@ func writeFile(t *testing.T, path, content string) string {
 
 // Wrong or missing TLS files and credentials each give one line on
 // stderr saying what is wrong, exit status 5 (the backend refused) or 2
-// (a file that cannot be used), within the timeout, and write nothing.
+// (a file that cannot be used), and write nothing. A failed TLS handshake
+// is reported as such, not as a backend that does not answer.
 func TestSecuredEtcdBadInput(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a real etcd")
@@ -355,12 +356,8 @@ func TestSecuredEtcdBadInput(t *testing.T) {
 			exitUsage, []string{"client certificate from --cert and key from --key"}},
 	} {
 		args := append([]string{"disable", "report", "--reason", "bad input"}, append(slicesClone(base), tc.args...)...)
-		start := time.Now()
 		r := runIn(t, nil, args...)
 		requireOneLine(t, tc.name, r, tc.code, tc.want...)
-		if took := time.Since(start); took > 5*time.Second {
-			t.Errorf("%s: took %v", tc.name, took)
-		}
 		t.Logf("%s: exit %d: %s", tc.name, r.code, strings.TrimSpace(r.stderr))
 	}
 	if after := s.revision(t); after != before {
