@@ -366,3 +366,46 @@ func TestSecuredEtcdBadInput(t *testing.T) {
 }
 
 func slicesClone(s []string) []string { return append([]string(nil), s...) }
+
+// simba dev --tls --user serves TLS with the certificates it generates and
+// authentication with the user given, and prints what to export; the
+// command then works with those settings and is refused without them.
+func TestDevWithTLSAndUser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a real etcd")
+	}
+	ctx, stop := context.WithCancel(t.Context())
+	out, errb := &syncBuffer{}, &syncBuffer{}
+	c := &cli{stdout: out, stderr: errb, getenv: func(string) string { return "" }, open: openBackend}
+	exited := make(chan int, 1)
+	go func() { exited <- c.run(ctx, []string{"dev", "--port", "0", "--json", "--tls", "--user", "alice:" + appPassword}) }()
+	defer func() {
+		stop()
+		if code := <-exited; code != exitOK {
+			t.Errorf("simba dev: exit %d\n%s", code, errb)
+		}
+	}()
+	var info devInfo
+	eventually(t, 30*time.Second, "simba dev prints its settings", func() bool {
+		return strings.HasSuffix(out.String(), "}\n") && decodeInto(out.String(), &info) == nil
+	})
+	if !strings.HasPrefix(info.Endpoint, "https://127.0.0.1:") || info.CACert == "" || info.User != "alice" || info.RootPasswordFile == "" {
+		t.Fatalf("info %+v", info)
+	}
+	if fi, err := os.Stat(info.RootPasswordFile); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("root password file: %v, %v", fi, err)
+	}
+	env := map[string]string{envEtcd: info.Endpoint, envCACert: info.CACert, envUser: "alice", envPassword: appPassword}
+	if r := runIn(t, env, "status"); r.code != exitOK || !strings.Contains(r.stdout, "etcd at "+info.Endpoint) {
+		t.Errorf("status with the printed settings: %v", r)
+	}
+	if r := runIn(t, env, "disable", "report", "--reason", "dev", "--force"); r.code != exitOK {
+		t.Errorf("disable as alice: %v", r)
+	}
+	delete(env, envUser)
+	r := runIn(t, env, "status")
+	requireOneLine(t, "status without a user", r, exitRefused, "requires authentication")
+	delete(env, envCACert)
+	r = runIn(t, env, "status")
+	requireOneLine(t, "status without the CA", r, exitRefused, "not signed by the system's CAs")
+}
