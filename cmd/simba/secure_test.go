@@ -27,6 +27,13 @@ import (
 // client certificates required and authentication on, and a real
 // ZooKeeper with digest credentials and ACLs (zk_secure_test.go).
 
+// securedTTL is the nodes' TTL on the secured etcd: each renewal opens a
+// keep-alive stream, and etcd's client authenticates every stream anew
+// with the password (a bcrypt on the server), which under the race
+// detector on a loaded machine can take longer than a third of etcd's
+// least TTL.
+const securedTTL = 3 * time.Second
+
 // Passwords of the secured etcd's users.
 const (
 	rootPassword   = "root-secret"
@@ -164,13 +171,13 @@ func TestSecuredEtcd(t *testing.T) {
 	}
 	s := startSecuredEtcd(t)
 	rec := &recorder{}
-	a := startNode(t, s.nodeBackend(t), "a", e2eTTL, rec)
+	a := startNode(t, s.nodeBackend(t), "a", securedTTL, rec)
 	a.schedule(t, "report", simba.FixedRate(time.Hour))
 	a.whileLeader(t, "ingest")
 	a.group(t, "billing", 4)
-	startNode(t, s.nodeBackend(t), "z", e2eTTL, rec).whileLeader(t, "ingest")
+	startNode(t, s.nodeBackend(t), "z", securedTTL, rec).whileLeader(t, "ingest")
 	app := append(s.tlsArgs(), "--user", "app:"+appPassword)
-	eventually(t, 10*time.Second, "report has run and billing is held", func() bool {
+	eventually(t, 30*time.Second, "report has run and billing is held", func() bool {
 		r := runIn(t, nil, append([]string{"status", "--json"}, app...)...)
 		if r.code != exitOK {
 			return false
@@ -186,8 +193,8 @@ func TestSecuredEtcd(t *testing.T) {
 			[]string{"trigger", "report"},
 			[]string{"disable", "report", "--reason", "secured e2e"},
 			[]string{"enable", "report"},
-			[]string{"resign", "ingest", "--wait", "--timeout", "10s"},
-			[]string{"drain", "a", "--wait", "--timeout", "10s"},
+			[]string{"resign", "ingest", "--wait", "--timeout", "20s"},
+			[]string{"drain", "a", "--wait", "--timeout", "20s"},
 			[]string{"undrain", "a"},
 		) {
 			r := runIn(t, nil, append(args, app...)...)

@@ -102,7 +102,7 @@ func TestSecuredZooKeeper(t *testing.T) {
 	a.group(t, "billing", 4)
 	startNode(t, s.nodeBackend(t), "z", e2eTTL, rec).whileLeader(t, "ingest")
 	app := s.args(zkApp)
-	eventually(t, 15*time.Second, "report has run and billing is held", func() bool {
+	eventually(t, 30*time.Second, "report has run and billing is held", func() bool {
 		r := runIn(t, nil, append([]string{"status", "--json"}, app...)...)
 		if r.code != exitOK {
 			return false
