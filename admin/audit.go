@@ -31,6 +31,20 @@ const (
 // to be repeated.
 var ErrAuditNotWritten = errors.New("simba/admin: the operation took effect, but its audit entry was not written")
 
+// OpError is the error of an operation (disable, enable, trigger, resign,
+// drain, undrain) that did not take effect: Err says why.
+type OpError struct {
+	Op     string // "disable", …
+	Target string // the name or member operated on
+	Err    error
+}
+
+func (e *OpError) Error() string {
+	return fmt.Sprintf("simba/admin: %s %q: %v", e.Op, e.Target, e.Err)
+}
+
+func (e *OpError) Unwrap() error { return e.Err }
+
 // operate performs one operation with the admin's session and then appends
 // its audit entry: do writes the operation record at the instant at and
 // says whether it changed what is in force and how. The backend's records
@@ -53,7 +67,7 @@ func (a *Admin) operate(ctx context.Context, op, target string, token uint64, re
 	case errors.Is(err, errClosed):
 		return err
 	case err != nil:
-		return fmt.Errorf("simba/admin: %s %q: %w", op, target, err)
+		return &OpError{Op: op, Target: target, Err: err}
 	}
 	entry := AuditEntry{
 		V: records.AuditVersion, At: at, By: a.by, Reason: reason,

@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -54,6 +55,10 @@ type config struct {
 	prefix      string
 	logger      *slog.Logger
 	maxRequests int
+	// Only for New: the client's TLS and credentials.
+	tls            *tls.Config
+	user, password string
+	auth           bool
 }
 
 // DefaultMaxRequests is the bound on requests in flight when
@@ -117,6 +122,45 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
+// WithTLS makes the client that [New] creates connect with TLS, configured
+// by cfg: its RootCAs (nil: the system's), its Certificates for etcd's
+// --client-cert-auth, its ServerName (empty: the endpoint's host). The
+// endpoints may be "host:port" or "https://host:port". New keeps a clone
+// of cfg. [NewFromClient] refuses it: configure that client yourself.
+func WithTLS(cfg *tls.Config) Option {
+	return func(c *config) error {
+		if cfg == nil {
+			return errors.New("simba/etcd: WithTLS: nil TLS configuration")
+		}
+		c.tls = cfg.Clone()
+		return nil
+	}
+}
+
+// WithAuth makes the client that [New] creates authenticate as user with
+// password, as etcdctl --user does. New does not wait for the cluster to
+// check them: the client authenticates on its first request, and again
+// when its token has expired, so a wrong password shows as the error of a
+// call (etcd's "authentication failed, invalid user ID or password",
+// [rpctypes.ErrAuthFailed]), and a user without the permissions the keys
+// under the prefix need as etcd's "permission denied"
+// ([rpctypes.ErrPermissionDenied]). The user must not be empty. (A client
+// certificate whose common name is the user, with [WithTLS], authenticates
+// without a password.) [NewFromClient] refuses it: configure that client
+// yourself.
+//
+// [rpctypes.ErrAuthFailed]: https://pkg.go.dev/go.etcd.io/etcd/api/v3/v3rpc/rpctypes#pkg-variables
+// [rpctypes.ErrPermissionDenied]: https://pkg.go.dev/go.etcd.io/etcd/api/v3/v3rpc/rpctypes#pkg-variables
+func WithAuth(user, password string) Option {
+	return func(c *config) error {
+		if user == "" {
+			return errors.New("simba/etcd: WithAuth: empty user name")
+		}
+		c.user, c.password, c.auth = user, password, true
+		return nil
+	}
+}
+
 // Reconnection settings of the client that [New] creates.
 const (
 	reconnectBaseDelay  = 100 * time.Millisecond
@@ -128,8 +172,13 @@ const (
 	reconnectJitter     = 0.2
 )
 
+// placeholderToken is the token the client of New starts with under
+// WithAuth (see New). etcd knows no such token.
+const placeholderToken = "simba-authenticates-on-first-request"
+
 // New returns a backend on a client it creates for endpoints ("host:port"
-// or URLs), without TLS or authentication: for those, configure a client
+// or URLs), with TLS and authentication when [WithTLS] and [WithAuth] say
+// so; for anything else (interceptors, a token), configure a client
 // yourself and use [NewFromClient]. The client connects in the background:
 // New does not wait for the cluster, and a request made while it cannot be
 // reached waits for it until its ctx ends; [Backend.Open] then says that the
@@ -154,7 +203,7 @@ func New(endpoints []string, opts ...Option) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	cli, err := clientv3.New(clientv3.Config{
+	ccfg := clientv3.Config{
 		Endpoints:            endpoints,
 		Logger:               zap.NewNop(),
 		DialKeepAliveTime:    keepAliveTime,
@@ -168,9 +217,25 @@ func New(endpoints []string, opts ...Option) (*Backend, error) {
 			},
 			MinConnectTimeout: minConnectTimeout,
 		})},
-	})
+		TLS: cfg.tls,
+	}
+	if cfg.auth {
+		// Given a user and a password, clientv3.New authenticates before
+		// it returns, waiting for the cluster without a bound. Given a
+		// token instead, it waits for nothing; the fields set below then
+		// make the client authenticate on its first request (etcd refuses
+		// the placeholder token, and the client's retry interceptor asks
+		// for a token with the user and password, within that request's
+		// ctx) and on every stream it opens.
+		ccfg.Token = placeholderToken
+	}
+	cli, err := clientv3.New(ccfg)
 	if err != nil {
 		return nil, fmt.Errorf("simba/etcd: client for %q: %w", endpoints, err)
+	}
+	if cfg.auth {
+		// Before any request: nothing reads them yet.
+		cli.Token, cli.Username, cli.Password = "", cfg.user, cfg.password
 	}
 	return newBackend(cli, true, cfg), nil
 }
@@ -186,6 +251,9 @@ func NewFromClient(cli *clientv3.Client, opts ...Option) (*Backend, error) {
 	cfg, err := configure(opts)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.tls != nil || cfg.auth {
+		return nil, errors.New("simba/etcd: WithTLS and WithAuth configure the client New creates: give the client of NewFromClient its TLS and credentials in its clientv3.Config")
 	}
 	return newBackend(cli, false, cfg), nil
 }

@@ -8,9 +8,31 @@
 //	...
 //	defer b.Close() // after client.Close
 //
-// [New] creates and owns a client for plain endpoints; [NewFromClient] uses a
-// client the caller configured (TLS, authentication, interceptors) and leaves
-// it open on [Backend.Close].
+// [New] creates and owns a client, with TLS ([WithTLS]) and a user and
+// password ([WithAuth]) when asked, and the reconnection settings described
+// there; [NewFromClient] uses a client the caller configured (interceptors,
+// a token, anything else) and leaves it open on [Backend.Close].
+//
+// # Secured clusters
+//
+//	tlsCfg := &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{clientCert}}
+//	b, err := etcd.New(endpoints, etcd.WithTLS(tlsCfg), etcd.WithAuth("billing", password))
+//
+// The user's role needs read and write permission on the keys under the
+// prefix (etcdctl role grant-permission billing-role --prefix=true
+// readwrite /simba/): sessions write their keys there. Granting a lease
+// needs no permission. With WithAuth the client authenticates on its first
+// request, not in New, and again on each gRPC stream it opens (a watch, a
+// keep-alive: a session opens one per renewal), as etcd's client does with
+// a user and password, each costing the server a password check (bcrypt);
+// a client certificate whose common name is the user (etcd's
+// --client-cert-auth, WithTLS without WithAuth) costs none. A wrong
+// password is the error of the first call (etcd's "authentication failed"),
+// a missing permission that of the first write ("permission denied"). A TLS
+// handshake that fails (a server certificate the client does not trust, a
+// client certificate the server refuses) leaves the client unconnected:
+// calls wait for their ctx, and Open's error says that the client is not
+// connected.
 //
 // # Key layout
 //

@@ -23,6 +23,7 @@ const (
 	exitUsage       = 2   // bad flags or arguments
 	exitUnreachable = 3   // the backend did not answer within --timeout
 	exitProblems    = 4   // shown, but records that could not be used were skipped
+	exitRefused     = 5   // the backend refused the TLS handshake, the credentials or a permission
 	exitInterrupted = 130 // SIGINT or SIGTERM
 )
 
@@ -66,8 +67,7 @@ type globals struct {
 	json    bool
 	utc     bool
 	timeout time.Duration
-	// The connection flags (TLS, authentication, the config file) go
-	// below, as one field with one register call.
+	conn    connFlags // TLS, credentials, the config file (config.go)
 }
 
 // register adds the global flags to fs, with their current values as
@@ -82,6 +82,7 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.BoolVar(&g.json, "json", g.json, "print JSON for scripts instead of tables (as -o json)")
 	fs.BoolVar(&g.utc, "utc", g.utc, "print times in UTC rather than in the local time zone")
 	fs.DurationVar(&g.timeout, "timeout", g.timeout, "give up on the backend after this `long`; the whole command finishes within it (with --watch: each round)")
+	g.conn.register(fs)
 }
 
 // Output formats.
@@ -276,6 +277,9 @@ func (c *cli) parse(args []string) (p parsed, code int, done bool) {
 	case p.explicit["interval"] && !p.w.watch:
 		return p, c.fail(usagef(p.cmd, "--interval applies to --watch only")), true
 	}
+	if err := c.settle(&p); err != nil {
+		return p, c.fail(err), true
+	}
 	return p, 0, false
 }
 
@@ -333,6 +337,7 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 func (c *cli) fail(err error) int {
 	var ue *usageError
 	var be *backendError
+	var se interface{ exitStatus() int }
 	switch {
 	case errors.As(err, &ue):
 		fmt.Fprintf(c.stderr, "simba: %s\n", message(ue.msg))
@@ -343,6 +348,9 @@ func (c *cli) fail(err error) int {
 			fmt.Fprintln(c.stderr, "run 'simba help' for the commands")
 		}
 		return exitUsage
+	case errors.As(err, &se): // one line: a config file, TLS or credentials problem
+		fmt.Fprintf(c.stderr, "simba: %v\n", err)
+		return se.exitStatus()
 	case errors.As(err, &be):
 		fmt.Fprintf(c.stderr, "simba: %s\n", message(be.Error()))
 		return exitUnreachable
@@ -441,9 +449,11 @@ groups, jobs and history take --watch: shown again every --interval
 until interrupted.
 
 exit status: 0 done (or a --watch interrupted); 1 failed (no such job,
-operation refused, --wait not satisfied in time); 2 usage error; 3 backend
-unreachable or too slow for --timeout; 4 shown, but records that could not
-be used were skipped (warned of on standard error); 130 interrupted.
+operation refused, --wait not satisfied in time); 2 usage error, or a
+config file or TLS file that cannot be used; 3 backend unreachable or too
+slow for --timeout; 4 shown, but records that could not be used were
+skipped (warned of on standard error); 5 the backend refused the TLS
+handshake, the user or password, or a permission; 130 interrupted.
 `)
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -24,7 +25,8 @@ const closeGrace = 300 * time.Millisecond
 type target struct {
 	kind   string // "etcd" or "zookeeper"
 	addrs  []string
-	prefix string // "" for the backend's default
+	prefix string    // "" for the backend's default
+	sec    *security // TLS and credentials; never nil
 }
 
 func (t target) String() string {
@@ -47,15 +49,19 @@ func (g globals) target(explicit map[string]bool) (target, error) {
 	case explicit["zk"] && len(zkAddrs) > 0:
 		etcdAddrs = nil
 	}
+	sec := g.conn.sec
+	if sec == nil {
+		sec = &security{}
+	}
 	switch {
 	case len(etcdAddrs) > 0 && len(zkAddrs) > 0:
 		return target{}, usagef(nil, "both $%s and $%s are set: pass --etcd or --zk to choose", envEtcd, envZK)
 	case len(etcdAddrs) > 0:
-		return target{kind: "etcd", addrs: etcdAddrs, prefix: g.prefix}, nil
+		return target{kind: "etcd", addrs: etcdAddrs, prefix: g.prefix, sec: sec}, nil
 	case len(zkAddrs) > 0:
-		return target{kind: "zookeeper", addrs: zkAddrs, prefix: g.prefix}, nil
+		return target{kind: "zookeeper", addrs: zkAddrs, prefix: g.prefix, sec: sec}, nil
 	}
-	return target{}, usagef(nil, "no backend: pass --etcd ENDPOINTS or --zk SERVERS, or set $%s or $%s ('simba dev' runs a local etcd)", envEtcd, envZK)
+	return target{}, usagef(nil, "no backend: pass --etcd ENDPOINTS or --zk SERVERS, set $%s or $%s, or name one in a config file (--config) ('simba dev' runs a local etcd)", envEtcd, envZK)
 }
 
 func splitList(s string) []string {
@@ -77,11 +83,24 @@ func openBackend(t target) (backend.Backend, error) {
 		if t.prefix != "" {
 			opts = append(opts, etcd.WithPrefix(t.prefix))
 		}
+		if t.sec.tls != nil {
+			opts = append(opts, etcd.WithTLS(t.sec.tls))
+		}
+		if t.sec.user != "" {
+			opts = append(opts, etcd.WithAuth(t.sec.user, t.sec.password))
+		}
 		return etcd.New(t.addrs, opts...)
 	case "zookeeper":
 		var opts []zookeeper.Option
 		if t.prefix != "" {
 			opts = append(opts, zookeeper.WithRoot(t.prefix))
+		}
+		if t.sec.tls != nil {
+			d := &tls.Dialer{Config: t.sec.tls}
+			opts = append(opts, zookeeper.WithDialer(d.DialContext))
+		}
+		if t.sec.zkAuth != "" {
+			opts = append(opts, zookeeper.WithAuth("digest", []byte(t.sec.zkAuth)))
 		}
 		return zookeeper.New(t.addrs, opts...)
 	}
@@ -147,6 +166,9 @@ func (inv *invocation) admin(ctx context.Context) (*admin.Admin, error) {
 		return nil, err
 	}
 	inv.t = t
+	if err := probeTLS(ctx, t); err != nil {
+		return nil, err
+	}
 	b, err := inv.open(t)
 	if err != nil {
 		return nil, usagef(nil, "%s: %v", t, err)
@@ -173,6 +195,13 @@ func (inv *invocation) backendErr(ctx context.Context, doing string, err error) 
 	var re *admin.RecordError
 	if errors.As(err, &ne) || errors.As(err, &re) || errors.Is(err, context.Canceled) {
 		return err // the backend answered
+	}
+	// doing names the operation already: say why it failed, once.
+	if oe, ok := err.(*admin.OpError); ok {
+		err = oe.Err
+	}
+	if r := refusal(inv.t, doing, err); r != nil {
+		return r
 	}
 	return &backendError{t: inv.t, doing: doing, timeout: inv.g.timeout, err: err}
 }

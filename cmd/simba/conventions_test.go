@@ -606,7 +606,7 @@ func TestMessagesHaveNoDoubledPrefixes(t *testing.T) {
 		check(h.run("disable", "report"), exitUnreachable, "simba: etcd at memory:2379: failed while disabling report: put record: the disk is full")
 		h.wrap = nil
 		h.prepare = (*memory.Node).Partition
-		check(h.run("jobs", "--timeout", "1s"), exitUnreachable, "simba: etcd at memory:2379: no answer within 1s while opening a session")
+		check(h.run("jobs", "--timeout", "1s"), exitUnreachable, "simba: etcd at memory:2379: no answer within 1s while reading the elections, groups and operations")
 	})
 }
 

@@ -2,19 +2,30 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/api/v3/version"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/simba-go/simba/backend/etcd"
+	"github.com/simba-go/simba/internal/certs"
 )
 
 // devStartTimeout bounds the wait for the embedded etcd to be ready.
@@ -26,17 +37,45 @@ var devCommand = &command{
 	doc: `A single-member etcd embedded in the command, serving on 127.0.0.1, with
 its data in --data or in a temporary directory removed on exit. It prints
 the endpoint to export as SIMBA_ETCD. Ctrl-C stops it cleanly. For
-development only: it does not fsync.`,
+development only: it does not fsync.
+
+With --tls it serves TLS only, with a CA and a server certificate for
+127.0.0.1 and localhost that it generates into tls/ in the data
+directory; it asks clients for no certificate. With the global --user
+NAME:PASSWORD it enables etcd's authentication: a root user, whose
+generated password it writes to root-password in the data directory (mode
+0600), and the user given, with a role that may read and write the keys
+under --prefix (default /simba/). It prints the settings to export.`,
 	setup: func(fs *flag.FlagSet) action {
 		port := fs.Int("port", 2379, "client `port` on 127.0.0.1 (0: any free port)")
 		data := fs.String("data", "", "data `directory`, kept on exit (default: a temporary directory, removed on exit)")
+		useTLS := fs.Bool("tls", false, "serve TLS with certificates generated into the data directory")
 		return func(ctx context.Context, inv *invocation, _ []string) error {
 			if *port < 0 || *port > 65535 {
 				return usagef(nil, "--port must be 0–65535, got %d", *port)
 			}
-			return runDev(ctx, inv, *port, *data)
+			o := devOptions{port: *port, data: *data, tls: *useTLS}
+			if inv.explicit["user"] {
+				user, password, ok := strings.Cut(inv.g.conn.user, ":")
+				if inv.explicit["password"] {
+					password, ok = inv.g.conn.password, true
+				}
+				if user == "" || !ok || password == "" {
+					return usagef(nil, "simba dev takes --user NAME:PASSWORD (or --user NAME --password PASSWORD): the user to create")
+				}
+				o.user, o.password = user, password
+			}
+			return runDev(ctx, inv, o)
 		}
 	},
+}
+
+// devOptions are the flags of simba dev.
+type devOptions struct {
+	port           int
+	data           string
+	tls            bool
+	user, password string // enable authentication with this user
 }
 
 // devInfo is what simba dev prints with --json once etcd is ready.
@@ -46,9 +85,15 @@ type devInfo struct {
 	// Temporary reports a data directory removed on exit.
 	Temporary bool   `json:"temporary"`
 	Version   string `json:"version"`
+	// With --tls: the CA certificate to verify the server with.
+	CACert string `json:"cacert,omitempty"`
+	// With --user: the user created, and the file holding root's password.
+	User             string `json:"user,omitempty"`
+	RootPasswordFile string `json:"root_password_file,omitempty"`
 }
 
-func runDev(ctx context.Context, inv *invocation, port int, data string) error {
+func runDev(ctx context.Context, inv *invocation, o devOptions) error {
+	port, data := o.port, o.data
 	info := devInfo{Data: data, Version: version.Version}
 	if data == "" {
 		dir, err := os.MkdirTemp("", "simba-dev-")
@@ -64,10 +109,33 @@ func runDev(ctx context.Context, inv *invocation, port int, data string) error {
 	if err != nil {
 		return err
 	}
-	info.Endpoint = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	e, err := startDevEtcd(ctx, info.Data, info.Endpoint)
+	hostPort := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	info.Endpoint = hostPort
+	var files *certs.Files
+	if o.tls {
+		f, err := certs.Generate(filepath.Join(info.Data, "tls"), "simba")
+		if err != nil {
+			return fmt.Errorf("generating certificates: %w", err)
+		}
+		files = &f
+		info.Endpoint = "https://" + hostPort
+		info.CACert = f.CA
+	}
+	e, err := startDevEtcd(ctx, info.Data, hostPort, files)
 	if err != nil {
 		return err
+	}
+	if o.user != "" {
+		prefix := inv.g.prefix
+		if prefix == "" {
+			prefix = etcd.DefaultPrefix
+		}
+		rootFile, err := enableDevAuth(ctx, info.Endpoint, files, info.Data, o.user, o.password, prefix)
+		if err != nil {
+			e.Close()
+			return err
+		}
+		info.User, info.RootPasswordFile = o.user, rootFile
 	}
 	if inv.g.json {
 		if err := writeJSON(inv.stdout, info); err != nil {
@@ -80,7 +148,17 @@ func runDev(ctx context.Context, inv *invocation, port int, data string) error {
 			kept = "removed on exit"
 		}
 		fmt.Fprintf(inv.stdout, "simba dev: etcd %s serving on %s, data in %s (%s)\n\n", info.Version, info.Endpoint, info.Data, kept)
-		fmt.Fprintf(inv.stdout, "  export %s=%s\n\n", envEtcd, info.Endpoint)
+		fmt.Fprintf(inv.stdout, "  export %s=%s\n", envEtcd, info.Endpoint)
+		if info.CACert != "" {
+			fmt.Fprintf(inv.stdout, "  export %s=%s\n", envCACert, info.CACert)
+		}
+		if info.User != "" {
+			fmt.Fprintf(inv.stdout, "  export %s=%s   # and %s, or be asked for the password\n", envUser, info.User, envPassword)
+		}
+		fmt.Fprintln(inv.stdout)
+		if info.RootPasswordFile != "" {
+			fmt.Fprintf(inv.stdout, "etcd's root user's password is in %s\n", info.RootPasswordFile)
+		}
 		fmt.Fprintf(inv.stdout, "then run nodes against it, and simba status, simba groups, … Ctrl-C stops it.\n")
 	}
 	var serveErr error
@@ -97,6 +175,62 @@ func runDev(ctx context.Context, inv *invocation, port int, data string) error {
 	return nil
 }
 
+// enableDevAuth creates etcd's root user, with a generated password
+// written to dir/root-password, and user with a role that may read and
+// write the keys under prefix, then enables authentication; if it is
+// enabled already (a kept data directory), it does nothing. It returns the
+// root password's file.
+func enableDevAuth(ctx context.Context, endpoint string, files *certs.Files, dir, user, password, prefix string) (string, error) {
+	rootFile := filepath.Join(dir, "root-password")
+	cfg := clientv3.Config{Endpoints: []string{endpoint}, Logger: zap.NewNop(), DialTimeout: devStartTimeout}
+	if files != nil {
+		cfg.TLS = &tls.Config{RootCAs: files.Authority.Pool(), MinVersion: tls.VersionTLS12}
+	}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return "", fmt.Errorf("etcd client: %w", err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(ctx, devStartTimeout)
+	defer cancel()
+	switch st, err := cli.AuthStatus(ctx); {
+	case errors.Is(err, rpctypes.ErrUserEmpty), err == nil && st.Enabled:
+		return rootFile, nil // enabled by an earlier run on this data directory
+	case err != nil:
+		return "", fmt.Errorf("reading etcd's authentication status: %w", err)
+	}
+	secret := make([]byte, 18)
+	if _, err := rand.Read(secret); err != nil {
+		return "", err
+	}
+	rootPassword := base64.RawURLEncoding.EncodeToString(secret)
+	if err := os.WriteFile(rootFile, []byte(rootPassword+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	role := user + "-role"
+	steps := []struct {
+		what string
+		do   func() error
+	}{
+		{"adding root", func() error { _, err := cli.UserAdd(ctx, "root", rootPassword); return err }},
+		{"granting root the root role", func() error { _, err := cli.UserGrantRole(ctx, "root", "root"); return err }},
+		{"adding " + user, func() error { _, err := cli.UserAdd(ctx, user, password); return err }},
+		{"adding " + role, func() error { _, err := cli.RoleAdd(ctx, role); return err }},
+		{"granting " + role + " read and write under " + prefix, func() error {
+			_, err := cli.RoleGrantPermission(ctx, role, prefix, clientv3.GetPrefixRangeEnd(prefix), clientv3.PermissionType(clientv3.PermReadWrite))
+			return err
+		}},
+		{"granting " + user + " " + role, func() error { _, err := cli.UserGrantRole(ctx, user, role); return err }},
+		{"enabling authentication", func() error { _, err := cli.AuthEnable(ctx); return err }},
+	}
+	for _, s := range steps {
+		if err := s.do(); err != nil {
+			return "", fmt.Errorf("etcd authentication: %s: %w", s.what, err)
+		}
+	}
+	return rootFile, nil
+}
+
 // freePort checks that port is free on 127.0.0.1, or picks a free one for
 // port 0.
 func freePort(port int) (int, error) {
@@ -111,7 +245,7 @@ func freePort(port int) (int, error) {
 // startDevEtcd starts a single-member etcd with its data in dir, serving
 // clients on endpoint, and waits until it is ready. Its peer port is any
 // free one: a single member never dials it.
-func startDevEtcd(ctx context.Context, dir, endpoint string) (*embed.Etcd, error) {
+func startDevEtcd(ctx context.Context, dir, endpoint string, files *certs.Files) (*embed.Etcd, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = "simba-dev"
 	cfg.Dir = dir
@@ -120,6 +254,11 @@ func startDevEtcd(ctx context.Context, dir, endpoint string) (*embed.Etcd, error
 	cfg.TickMs = 50
 	cfg.ElectionMs = 500
 	client := url.URL{Scheme: "http", Host: endpoint}
+	if files != nil {
+		client.Scheme = "https"
+		// No TrustedCAFile: given one, etcd requires client certificates.
+		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: files.ServerCert, KeyFile: files.ServerKey}
+	}
 	cfg.ListenClientUrls = []url.URL{client}
 	cfg.AdvertiseClientUrls = []url.URL{client}
 	cfg.ListenPeerUrls = []url.URL{{Scheme: "http", Host: "127.0.0.1:0"}}

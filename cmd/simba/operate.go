@@ -253,6 +253,8 @@ func runTrigger(ctx context.Context, inv *invocation, name, reason string, force
 		r.Message = fmt.Sprintf("triggered %s; nobody holds it now: the request waits for the next holder", name)
 	case f.kind == kindGroup:
 		r.Message = fmt.Sprintf("triggered %s: %d partitions, %d held now", name, len(leases), len(held))
+	case holder(f.election) == nil: // held, but its holder has not written its status yet
+		r.Message = fmt.Sprintf("triggered %s: its holder runs it as soon as it can", name)
 	default:
 		r.Message = fmt.Sprintf("triggered %s: %s runs it as soon as it can", name, holder(f.election).Member)
 	}

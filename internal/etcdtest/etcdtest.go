@@ -18,9 +18,15 @@
 // [Server.Restart] and resets client connections when the server stops, as a
 // real server's exit would. Without that, etcd's shutdown waits up to five
 // seconds for open watch streams to end.
+//
+// [WithTLS] makes it serve its clients with TLS (the proxy passes TLS
+// through), and [Server.EnableAuth] turns on etcd's authentication with a
+// root user and users of the test's, each with a role on a key prefix.
 package etcdtest
 
 import (
+	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/url"
@@ -29,11 +35,13 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/simba-go/simba/internal/certs"
 	"github.com/simba-go/simba/internal/faultproxy"
 )
 
@@ -45,11 +53,25 @@ type Option func(*config)
 
 type config struct {
 	fsync bool
+	tls   *certs.Files
+	// clientCerts: the server asks clients for a certificate.
+	clientCerts bool
 }
 
 // WithFsync makes the server fsync its write-ahead log and database as a
 // production server does, for measurements.
 func WithFsync() Option { return func(c *config) { c.fsync = true } }
+
+// WithTLS makes the server serve its clients with TLS only, presenting
+// f's server certificate; with clientCerts it also requires every client
+// to present a certificate signed by f's CA (etcd's --client-cert-auth,
+// which then also takes the certificate's common name for the user when
+// authentication is on and the client gives no password). [Server.Config]
+// and [Server.Client] trust f's CA and, with clientCerts, present f's
+// client certificate.
+func WithTLS(f certs.Files, clientCerts bool) Option {
+	return func(c *config) { c.tls, c.clientCerts = &f, clientCerts }
+}
 
 // Server is an embedded etcd server. Its methods are safe for concurrent use.
 type Server struct {
@@ -58,6 +80,7 @@ type Server struct {
 	front *faultproxy.Proxy
 
 	mu         sync.Mutex
+	root       string      // the root user's password once EnableAuth ran
 	e          *embed.Etcd // nil while stopped
 	clientHost string      // "127.0.0.1:port", fixed at the first start
 	peerHost   string
@@ -113,13 +136,21 @@ func (s *Server) launch() (*embed.Etcd, error) {
 	cfg.Dir = s.dir
 	cfg.TickMs = 10
 	cfg.ElectionMs = 100
-	listenClient := url.URL{Scheme: "http", Host: s.clientHost}
+	scheme := "http"
+	if f := s.cfg.tls; f != nil {
+		scheme = "https"
+		cfg.ClientTLSInfo = transport.TLSInfo{
+			CertFile: f.ServerCert, KeyFile: f.ServerKey,
+			TrustedCAFile: f.CA, ClientCertAuth: s.cfg.clientCerts,
+		}
+	}
+	listenClient := url.URL{Scheme: scheme, Host: s.clientHost}
 	listenPeer := url.URL{Scheme: "http", Host: s.peerHost}
 	cfg.ListenClientUrls = []url.URL{listenClient}
 	cfg.ListenPeerUrls = []url.URL{listenPeer}
 	// The advertised URLs are recorded in the data directory: keep them the
 	// same across restarts. A single member never dials them.
-	cfg.AdvertiseClientUrls = []url.URL{{Scheme: "http", Host: "127.0.0.1:2379"}}
+	cfg.AdvertiseClientUrls = []url.URL{{Scheme: scheme, Host: "127.0.0.1:2379"}}
 	cfg.AdvertisePeerUrls = []url.URL{{Scheme: "http", Host: "127.0.0.1:2380"}}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.InitialClusterToken = "simba-test"
@@ -204,9 +235,87 @@ func (s *Server) Close() error {
 }
 
 // Config returns a client configuration for the server's endpoints, with
-// logging discarded.
+// logging discarded: with [WithTLS], its TLS configuration
+// ([Server.ClientTLS]); once [Server.EnableAuth] has run, the root
+// user's credentials.
 func (s *Server) Config() clientv3.Config {
-	return clientv3.Config{Endpoints: s.Endpoints(), Logger: zap.NewNop()}
+	cfg := clientv3.Config{Endpoints: s.Endpoints(), Logger: zap.NewNop(), TLS: s.ClientTLS()}
+	s.mu.Lock()
+	if s.root != "" {
+		cfg.Username, cfg.Password = "root", s.root
+	}
+	s.mu.Unlock()
+	return cfg
+}
+
+// ClientTLS returns the TLS configuration of a client of a server started
+// [WithTLS]: trusting its CA and, when it asks for client certificates,
+// presenting the client certificate of its files. Without WithTLS it
+// returns nil.
+func (s *Server) ClientTLS() *tls.Config {
+	f := s.cfg.tls
+	if f == nil {
+		return nil
+	}
+	cfg := &tls.Config{RootCAs: f.Authority.Pool(), MinVersion: tls.VersionTLS12}
+	if s.cfg.clientCerts {
+		pair, err := tls.LoadX509KeyPair(f.ClientCert, f.ClientKey)
+		if err == nil {
+			cfg.Certificates = []tls.Certificate{pair}
+		}
+	}
+	return cfg
+}
+
+// User is a user that [Server.EnableAuth] creates, with a role of its own
+// (named after it, "-role" appended) granted Perm on the keys under
+// Prefix.
+type User struct {
+	Name, Password string
+	Prefix         string // no permission at all when empty
+	Perm           clientv3.PermissionType
+}
+
+// EnableAuth creates the root user (password rootPassword, granted the
+// root role) and the users given, with their roles, and turns on
+// authentication. From then on [Server.Config] and [Server.Client] use
+// the root user. It stops the test on failure.
+func (s *Server) EnableAuth(tb testing.TB, rootPassword string, users ...User) {
+	tb.Helper()
+	if rootPassword == "" {
+		tb.Fatal("etcdtest: EnableAuth: empty root password")
+	}
+	cli := s.Client(tb)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	step := func(what string, err error) {
+		tb.Helper()
+		if err != nil {
+			tb.Fatalf("etcdtest: EnableAuth: %s: %v", what, err)
+		}
+	}
+	_, err := cli.UserAdd(ctx, "root", rootPassword)
+	step("adding root", err)
+	_, err = cli.UserGrantRole(ctx, "root", "root")
+	step("granting root the root role", err)
+	for _, u := range users {
+		role := u.Name + "-role"
+		_, err := cli.UserAdd(ctx, u.Name, u.Password)
+		step("adding "+u.Name, err)
+		_, err = cli.RoleAdd(ctx, role)
+		step("adding "+role, err)
+		if u.Prefix != "" {
+			_, err = cli.RoleGrantPermission(ctx, role, u.Prefix, clientv3.GetPrefixRangeEnd(u.Prefix), u.Perm)
+			step("granting "+role+" its permission", err)
+		}
+		_, err = cli.UserGrantRole(ctx, u.Name, role)
+		step("granting "+u.Name+" "+role, err)
+	}
+	_, err = cli.AuthEnable(ctx)
+	step("enabling authentication", err)
+	s.mu.Lock()
+	s.root = rootPassword
+	s.mu.Unlock()
 }
 
 // Client returns a client of the server, closed when the test ends.

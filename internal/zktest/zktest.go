@@ -74,6 +74,20 @@ func Connect(t testing.TB, addr string) *zk.Conn {
 	return c
 }
 
+// ConnectAs is Connect for a connection that has presented the digest
+// credentials given ("user:password"), to inspect znodes whose ACL admits
+// only them.
+func ConnectAs(t testing.TB, addr string, digests ...string) *zk.Conn {
+	t.Helper()
+	c := Connect(t, addr)
+	for _, d := range digests {
+		if err := c.AddAuth("digest", []byte(d)); err != nil {
+			t.Fatalf("zktest: add digest credentials: %v", err)
+		}
+	}
+	return c
+}
+
 // dial opens a plain go-zookeeper connection to addr and waits for its
 // session; closeConn closes it and waits for its goroutines.
 func dial(addr string) (c *zk.Conn, closeConn func(), err error) {

@@ -1,0 +1,339 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Environment variables of the connection settings (see connFlags). Each
+// gives its flag's default; the config file comes after them.
+const (
+	envConfig   = "SIMBA_CONFIG"
+	envTimeout  = "SIMBA_TIMEOUT"
+	envCACert   = "SIMBA_CACERT"
+	envCert     = "SIMBA_CERT"
+	envKey      = "SIMBA_KEY"
+	envInsecure = "SIMBA_INSECURE_SKIP_TLS_VERIFY"
+	envUser     = "SIMBA_USER"
+	envPassword = "SIMBA_PASSWORD"
+	envZKAuth   = "SIMBA_ZK_AUTH"
+)
+
+// connFlags are the settings that say how to connect to the backend: a
+// config file, TLS, and credentials. Each comes from its flag, else from
+// its environment variable, else from the config file.
+type connFlags struct {
+	config                   string
+	cacert, cert, key        string
+	insecure                 bool
+	user, password, zkAuth   string
+	passwordFile, zkAuthFile string            // from the config file only
+	from                     map[string]string // where each setting came from, by flag name
+	file                     string            // the config file read, or ""
+	sec                      *security         // built by settle
+}
+
+// settle resolves the connection settings of a parsed command line (see
+// connFlags.resolve) and, for a command that connects, builds its TLS
+// configuration and credentials, asking for a password if need be: before
+// --timeout starts.
+func (c *cli) settle(p *parsed) error {
+	if err := p.g.conn.resolve(&p.g, c.getenv, p.explicit); err != nil {
+		return err
+	}
+	if p.cmd == devCommand {
+		return nil // it connects to nothing
+	}
+	t, err := p.g.target(p.explicit)
+	if err != nil {
+		return nil // reported when the command opens the backend
+	}
+	sec, err := p.g.conn.security(t.kind, t.addrs, c.stderr, p.explicit)
+	if err != nil {
+		return err
+	}
+	p.g.conn.sec = sec
+	return nil
+}
+
+// register adds the connection flags to fs, with their current values as
+// defaults (see globals.register).
+func (c *connFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.config, "config", c.config, "read settings from this YAML `file` (default $"+envConfig+", else $XDG_CONFIG_HOME/simba/config.yaml or ~/.config/simba/config.yaml if it exists)")
+	fs.StringVar(&c.cacert, "cacert", c.cacert, "verify the backend's TLS certificate with the CA certificates in this PEM `file`; any TLS flag turns TLS on (default $"+envCACert+")")
+	fs.StringVar(&c.cert, "cert", c.cert, "present the TLS client certificate in this PEM `file` (default $"+envCert+")")
+	fs.StringVar(&c.key, "key", c.key, "the private key of --cert, a PEM `file` (default $"+envKey+")")
+	fs.BoolVar(&c.insecure, "insecure-skip-tls-verify", c.insecure, "use TLS without verifying the backend's certificate: for tests only (default $"+envInsecure+")")
+	fs.StringVar(&c.user, "user", c.user, "etcd user, `name` or name:password (default $"+envUser+"); without a password, --password, $"+envPassword+", the config file's password-file, else a prompt on the terminal")
+	fs.StringVar(&c.password, "password", c.password, "etcd `password` of --user; visible to other local users in the process list, prefer $"+envPassword+" or the prompt")
+	fs.StringVar(&c.zkAuth, "zk-auth", c.zkAuth, "ZooKeeper digest credentials, `user:password` (default $"+envZKAuth+")")
+}
+
+// configError is a config file that cannot be used, or a setting whose
+// file cannot be read: exit status 2, one line.
+type configError struct{ msg string }
+
+func (e *configError) Error() string   { return e.msg }
+func (e *configError) exitStatus() int { return exitUsage }
+
+func configErrorf(format string, args ...any) error {
+	return &configError{msg: fmt.Sprintf(format, args...)}
+}
+
+// fileConfig is what a config file holds. Passwords are not kept in it:
+// password-file and zk-auth-file name files that hold them.
+type fileConfig struct {
+	Backend               string     `yaml:"backend"` // "etcd" or "zookeeper"
+	Endpoints             stringList `yaml:"endpoints"`
+	Prefix                string     `yaml:"prefix"`
+	Timeout               string     `yaml:"timeout"`
+	CACert                string     `yaml:"cacert"`
+	Cert                  string     `yaml:"cert"`
+	Key                   string     `yaml:"key"`
+	InsecureSkipTLSVerify bool       `yaml:"insecure-skip-tls-verify"`
+	User                  string     `yaml:"user"`
+	PasswordFile          string     `yaml:"password-file"`
+	ZKAuthFile            string     `yaml:"zk-auth-file"`
+}
+
+// stringList is a YAML list of strings, or one comma-separated string.
+type stringList []string
+
+func (l *stringList) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		*l = splitList(n.Value)
+		return nil
+	}
+	var s []string
+	if err := n.Decode(&s); err != nil {
+		return err
+	}
+	*l = s
+	return nil
+}
+
+// secretKeys are keys refused in a config file, with what to use instead.
+var secretKeys = map[string]string{
+	"password": "password-file (a file holding it) or $" + envPassword,
+	"zk-auth":  "zk-auth-file (a file holding user:password) or $" + envZKAuth,
+}
+
+// defaultConfigFile returns the config file to read when neither --config
+// nor $SIMBA_CONFIG names one: $XDG_CONFIG_HOME/simba/config.yaml, else
+// $HOME/.config/simba/config.yaml, if it exists.
+func defaultConfigFile(getenv func(string) string) string {
+	dir := getenv("XDG_CONFIG_HOME")
+	if dir == "" {
+		home := getenv("HOME")
+		if home == "" {
+			return ""
+		}
+		dir = filepath.Join(home, ".config")
+	}
+	p := filepath.Join(dir, "simba", "config.yaml")
+	if _, err := os.Stat(p); err != nil {
+		return ""
+	}
+	return p
+}
+
+// maxConfigSize bounds the config file read.
+const maxConfigSize = 1 << 20
+
+// readConfig reads and checks the config file at path.
+func readConfig(path string) (*fileConfig, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, configErrorf("config file: %v", pathError(err))
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxConfigSize+1))
+	if err != nil {
+		return nil, configErrorf("config file: %v", pathError(err))
+	}
+	if len(data) > maxConfigSize {
+		return nil, configErrorf("config file %s: larger than %d bytes", path, maxConfigSize)
+	}
+	var cfg fileConfig
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+		return nil, yamlError(path, data, err)
+	}
+	var more yaml.Node
+	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
+		return nil, configErrorf("%s: more than one YAML document", path)
+	}
+	if cfg.Backend != "" && cfg.Backend != "etcd" && cfg.Backend != "zookeeper" {
+		return nil, configErrorf("%s:%d: backend %q: want etcd or zookeeper", path, keyLine(data, "backend"), cfg.Backend)
+	}
+	if len(cfg.Endpoints) > 0 && cfg.Backend == "" {
+		return nil, configErrorf("%s:%d: endpoints without a backend: add backend: etcd or backend: zookeeper", path, keyLine(data, "endpoints"))
+	}
+	if cfg.Timeout != "" {
+		if d, err := time.ParseDuration(cfg.Timeout); err != nil || d <= 0 {
+			return nil, configErrorf("%s:%d: timeout %q: want a positive duration such as 5s", path, keyLine(data, "timeout"), cfg.Timeout)
+		}
+	}
+	// Files named in the config file are relative to its directory.
+	dir := filepath.Dir(path)
+	for _, p := range []*string{&cfg.CACert, &cfg.Cert, &cfg.Key, &cfg.PasswordFile, &cfg.ZKAuthFile} {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(dir, *p)
+		}
+	}
+	return &cfg, nil
+}
+
+var yamlLine = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
+var unknownField = regexp.MustCompile(`^field (\S+) not found in type \S+$`)
+
+// yamlError makes one line of a YAML decoding error: the first problem,
+// at path:line.
+func yamlError(path string, data []byte, err error) error {
+	msg := err.Error()
+	var te *yaml.TypeError
+	if errors.As(err, &te) && len(te.Errors) > 0 {
+		msg = te.Errors[0] // one line: the first problem
+	}
+	m := yamlLine.FindStringSubmatch(strings.TrimSpace(msg))
+	if m == nil {
+		return configErrorf("%s: %s", path, strings.TrimPrefix(msg, "yaml: "))
+	}
+	line, what := m[1], m[2]
+	if f := unknownField.FindStringSubmatch(what); f != nil {
+		if instead, ok := secretKeys[f[1]]; ok {
+			return configErrorf("%s:%s: %s: a config file holds no secrets: use %s", path, line, f[1], instead)
+		}
+		return configErrorf("%s:%s: unknown key %q (known: %s)", path, line, f[1], strings.Join(knownKeys(), ", "))
+	}
+	if n, _ := strconv.Atoi(line); n > 0 {
+		return configErrorf("%s:%d: %s", path, n, what)
+	}
+	return configErrorf("%s: %s", path, what)
+}
+
+// knownKeys returns the keys of a config file.
+func knownKeys() []string {
+	return []string{"backend", "endpoints", "prefix", "timeout", "cacert", "cert", "key", "insecure-skip-tls-verify", "user", "password-file", "zk-auth-file"}
+}
+
+// keyLine returns the line of the first top-level key named key in data,
+// or 0.
+func keyLine(data []byte, key string) int {
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) != nil || len(doc.Content) == 0 {
+		return 0
+	}
+	m := doc.Content[0]
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			return m.Content[i].Line
+		}
+	}
+	return 0
+}
+
+// pathError shortens an *os.PathError to "path: what".
+func pathError(err error) string {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Path + ": " + pe.Err.Error()
+	}
+	return err.Error()
+}
+
+// resolve settles the connection settings and the backend, prefix and
+// timeout of g: a flag given on the command line wins over its
+// environment variable, which wins over the config file. It reads the
+// config file, if any.
+func (c *connFlags) resolve(g *globals, getenv func(string) string, explicit map[string]bool) error {
+	c.from = map[string]string{}
+	path := c.config
+	if !explicit["config"] {
+		if path = getenv(envConfig); path == "" {
+			path = defaultConfigFile(getenv)
+		}
+	}
+	var file fileConfig
+	if path != "" {
+		f, err := readConfig(path)
+		if err != nil {
+			return err
+		}
+		file, c.file = *f, path
+	}
+	fromFile := "config file " + c.file
+
+	// A string setting: flag, else environment, else file.
+	str := func(name string, flagVal *string, env, fileVal string) {
+		switch {
+		case explicit[name]:
+			c.from[name] = "--" + name
+		case getenv(env) != "":
+			*flagVal, c.from[name] = getenv(env), "$"+env
+		case fileVal != "":
+			*flagVal, c.from[name] = fileVal, fromFile
+		}
+	}
+	str("cacert", &c.cacert, envCACert, file.CACert)
+	str("cert", &c.cert, envCert, file.Cert)
+	str("key", &c.key, envKey, file.Key)
+	str("user", &c.user, envUser, file.User)
+	str("password", &c.password, envPassword, "")
+	str("zk-auth", &c.zkAuth, envZKAuth, "")
+	if !explicit["password"] && getenv(envPassword) == "" {
+		c.passwordFile = file.PasswordFile
+	}
+	if !explicit["zk-auth"] && getenv(envZKAuth) == "" {
+		c.zkAuthFile = file.ZKAuthFile
+	}
+	switch v := getenv(envInsecure); {
+	case explicit["insecure-skip-tls-verify"]:
+	case v != "":
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return configErrorf("$%s=%q: want true or false", envInsecure, v)
+		}
+		c.insecure = b
+	default:
+		c.insecure = file.InsecureSkipTLSVerify
+	}
+
+	// The backend: flags and environment (g, as parsed), else the file.
+	if g.etcd == "" && g.zk == "" && !explicit["etcd"] && !explicit["zk"] {
+		switch file.Backend {
+		case "etcd":
+			g.etcd = strings.Join(file.Endpoints, ",")
+		case "zookeeper":
+			g.zk = strings.Join(file.Endpoints, ",")
+		}
+	}
+	if g.prefix == "" && !explicit["prefix"] {
+		g.prefix = file.Prefix
+	}
+	if !explicit["timeout"] {
+		switch v := getenv(envTimeout); {
+		case v != "":
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return configErrorf("$%s=%q: want a positive duration such as 5s", envTimeout, v)
+			}
+			g.timeout = d
+		case file.Timeout != "":
+			g.timeout, _ = time.ParseDuration(file.Timeout) // checked by readConfig
+		}
+	}
+	return nil
+}
