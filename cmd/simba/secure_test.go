@@ -123,7 +123,10 @@ func runIn(t *testing.T, env map[string]string, args ...string) result {
 	t.Helper()
 	var out, errb bytes.Buffer
 	c := &cli{stdout: &out, stderr: &errb, getenv: func(k string) string { return env[k] }, open: openBackend}
-	code := c.run(t.Context(), args)
+	// A generous --timeout by default, before the command: TLS and an
+	// authentication per stream are slow on a loaded machine; a --timeout
+	// in args comes after it and wins.
+	code := c.run(t.Context(), append([]string{"--timeout", "30s"}, args...))
 	return result{code: code, stdout: out.String(), stderr: errb.String()}
 }
 
@@ -353,7 +356,8 @@ func TestSecuredEtcdBadInput(t *testing.T) {
 			exitUsage, []string{"no password for etcd user app"}},
 		{"a user without permission", append(slicesClone(good), "--user", "other:"+otherPassword),
 			exitRefused, []string{"user other", "permission denied"}},
-		{"a read-only user operating", append(slicesClone(good), "--user", "viewer:"+viewerPassword),
+		// --force: the read-only user reads fine, and sees no job here.
+		{"a read-only user operating", append(slicesClone(good), "--force", "--user", "viewer:"+viewerPassword),
 			exitRefused, []string{"user viewer", "permission denied"}},
 		{"a missing CA file", []string{"--cacert", filepath.Join(dir, "missing.crt")},
 			exitUsage, []string{"CA certificates from --cacert: " + filepath.Join(dir, "missing.crt") + ": no such file"}},
