@@ -29,6 +29,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"golang.org/x/crypto/bcrypt"
 	"net/url"
 	"os"
 	"sync"
@@ -157,6 +158,10 @@ func (s *Server) launch() (*embed.Etcd, error) {
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(FatalLogger("etcd test server"))
 	cfg.LogLevel = "error"
 	cfg.UnsafeNoFsync = !s.cfg.fsync
+	// The least bcrypt cost: etcd checks the password of every stream a
+	// client opens (each session's keep-alive), and the default cost makes
+	// each check take tens of milliseconds of CPU.
+	cfg.BcryptCost = uint(bcrypt.MinCost)
 
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
