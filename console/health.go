@@ -132,13 +132,13 @@ type healthReply struct {
 // timeout.
 func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
 	st := s.hub.probe(r.Context())
-	rep := healthReply{Status: "ok", Backend: s.opts.backend, Checked: st.Checked}
+	rep := healthReply{Status: "ok", Backend: s.opts.backend, Checked: st.Checked.UTC()}
 	status := http.StatusOK
 	switch {
 	case !st.Known:
 		status, rep.Status, rep.Error = http.StatusServiceUnavailable, "unknown", "not read yet"
 	case !st.OK:
-		status, rep.Status, rep.Since, rep.Error = http.StatusServiceUnavailable, "unreachable", st.Since, st.Err
+		status, rep.Status, rep.Since, rep.Error = http.StatusServiceUnavailable, "unreachable", st.Since.UTC(), st.Err
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
