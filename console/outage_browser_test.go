@@ -1,11 +1,16 @@
 package console
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,7 +19,10 @@ import (
 
 	"github.com/simba-go/simba/admin"
 	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/backend/etcd"
 	"github.com/simba-go/simba/backend/zookeeper"
+	"github.com/simba-go/simba/internal/await"
+	"github.com/simba-go/simba/internal/etcdtest"
 	"github.com/simba-go/simba/internal/zktest"
 )
 
@@ -144,7 +152,7 @@ func outageScenario(t *testing.T, browserPath string, o outage) {
 	o.resume()
 	up("resumed", time.Now())
 
-	// Killed, then started again.
+	// Ended, then started again.
 	o.kill()
 	down("killed")
 	o.restart()
@@ -177,6 +185,147 @@ func TestBrowserOutageZooKeeper(t *testing.T) {
 			return b
 		},
 		longestTTL:    10 * time.Second, // the admin's; the server grants at most 4s (zktest.Config)
+		recoverWithin: 30 * time.Second,
+	})
+}
+
+// Environment of the etcd server process.
+const (
+	etcdProcessEnv    = "SIMBA_CONSOLE_ETCD_PROCESS" // its data directory
+	etcdProcessMarker = "etcd-process: "
+)
+
+// TestEtcdServerProcess is an embedded etcd server (internal/etcdtest) in a
+// process of its own, started by etcdProcess, so that a test can stop it
+// with SIGSTOP. It prints its endpoint, then obeys lines on stdin: "stop"
+// (the server stops, its connections reset, as at an exit) and "restart"
+// (the same addresses and data), answering "stopped" and "restarted". It
+// ends when stdin closes.
+func TestEtcdServerProcess(t *testing.T) {
+	dir := os.Getenv(etcdProcessEnv)
+	if dir == "" {
+		t.Skip("run by the etcd outage test")
+	}
+	srv, err := etcdtest.New(dir)
+	if err != nil {
+		fmt.Printf("%serror %v\n", etcdProcessMarker, err)
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	fmt.Printf("%sendpoint %s\n", etcdProcessMarker, srv.Endpoints()[0])
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		switch sc.Text() {
+		case "stop":
+			srv.Stop()
+			fmt.Printf("%sstopped\n", etcdProcessMarker)
+		case "restart":
+			if err := srv.Restart(); err != nil {
+				fmt.Printf("%serror %v\n", etcdProcessMarker, err)
+				continue
+			}
+			fmt.Printf("%srestarted\n", etcdProcessMarker)
+		}
+	}
+}
+
+// etcdProcess is a running TestEtcdServerProcess.
+type etcdProcess struct {
+	t        *testing.T
+	cmd      *exec.Cmd
+	stdin    io.WriteCloser
+	lines    chan string
+	exited   chan struct{}
+	endpoint string
+}
+
+// startEtcdProcess starts an etcd server process, ended when the test ends.
+func startEtcdProcess(t *testing.T) *etcdProcess {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestEtcdServerProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), etcdProcessEnv+"="+t.TempDir())
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	p := &etcdProcess{t: t, cmd: cmd, stdin: stdin, lines: make(chan string, 100), exited: make(chan struct{})}
+	go func() {
+		defer close(p.lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if line, ok := strings.CutPrefix(sc.Text(), etcdProcessMarker); ok {
+				p.lines <- line
+			}
+		}
+	}()
+	go func() {
+		defer close(p.exited)
+		cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGCONT)
+		stdin.Close()
+		select {
+		case <-p.exited:
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			<-p.exited
+		}
+	})
+	line := p.reply("the endpoint")
+	endpoint, ok := strings.CutPrefix(line, "endpoint ")
+	require.True(t, ok, "the etcd process said %q, not its endpoint", line)
+	p.endpoint = endpoint
+	return p
+}
+
+// reply returns the next line the process says, within a minute.
+func (p *etcdProcess) reply(what string) string {
+	p.t.Helper()
+	line, err := await.Within(p.lines, time.Minute, "the etcd process did not say %s", what)
+	require.NoError(p.t, err)
+	return line
+}
+
+// command sends the process a command and waits for its answer.
+func (p *etcdProcess) command(cmd, want string) {
+	p.t.Helper()
+	_, err := fmt.Fprintln(p.stdin, cmd)
+	require.NoError(p.t, err)
+	require.Equal(p.t, want, p.reply(want))
+}
+
+func (p *etcdProcess) signal(sig syscall.Signal) {
+	p.t.Helper()
+	require.NoError(p.t, p.cmd.Process.Signal(sig))
+}
+
+// TestBrowserOutageEtcd runs the outage scenario on an etcd server in a
+// process of its own.
+func TestBrowserOutageEtcd(t *testing.T) {
+	path := chromium(t)
+	p := startEtcdProcess(t)
+	var backends []*etcd.Backend
+	defer func() {
+		for _, b := range backends {
+			b.Close()
+		}
+	}()
+	outageScenario(t, path, outage{
+		name:    "etcd " + p.endpoint,
+		pause:   func() { p.signal(syscall.SIGSTOP) },
+		resume:  func() { p.signal(syscall.SIGCONT) },
+		kill:    func() { p.command("stop", "stopped") },
+		restart: func() { p.command("restart", "restarted") },
+		open: func(id string) backend.Backend {
+			b, err := etcd.New([]string{p.endpoint}, etcd.WithPrefix("/console-outage/"))
+			require.NoError(t, err, id)
+			backends = append(backends, b)
+			return b
+		},
+		longestTTL:    10 * time.Second, // the admin's
 		recoverWithin: 30 * time.Second,
 	})
 }
