@@ -20,6 +20,7 @@ require (
 	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.27.1
 	go.yaml.in/yaml/v3 v3.0.6
+	golang.org/x/term v0.47.0
 	google.golang.org/grpc v1.83.2
 	modernc.org/sqlite v1.62.0
 )

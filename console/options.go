@@ -173,7 +173,7 @@ func ParseOperators(r io.Reader) (map[string]string, error) {
 		case !ok:
 			return nil, fmt.Errorf("%w: line %d: want name:token", ErrInvalidOption, n)
 		case checkOperator(name) != nil:
-			return nil, fmt.Errorf("line %d: %w", n, checkOperator(name))
+			return nil, fmt.Errorf("%w: line %d: operator name %q: give 1 to %d printable characters", ErrInvalidOption, n, name, MaxOperatorLen)
 		case !strongToken(token):
 			return nil, fmt.Errorf("%w: line %d: the token of %q must be at least %d characters of printable ASCII without spaces", ErrInvalidOption, n, name, MinTokenLen)
 		case names[name] != 0:
