@@ -89,10 +89,14 @@ func (s *Server) routes() *http.ServeMux {
 }
 
 // ServeHTTP serves the console. Every response carries a strict
-// Content-Security-Policy and its companions; requests naming a host that
-// is not the console's are refused (see WithAllowedHosts).
+// Content-Security-Policy and its companions, and over HTTPS
+// Strict-Transport-Security; requests naming a host that is not the
+// console's are refused (see WithAllowedHosts).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	secure(w.Header())
+	if r.TLS != nil { // served over HTTPS: browsers keep to it
+		w.Header().Set("Strict-Transport-Security", "max-age=31536000")
+	}
 	if !s.hostAllowed(r) {
 		s.opts.log.Warn("request refused: host not allowed", "host", r.Host, "remote", r.RemoteAddr, "path", r.URL.Path)
 		http.Error(w, "host not allowed: reach the console by its address, localhost, or a name given to it", http.StatusForbidden)

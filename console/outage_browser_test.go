@@ -138,6 +138,8 @@ func outageScenario(t *testing.T, browserPath string, o outage) {
 	}
 	up := func(what string, answering time.Time) {
 		t.Helper()
+		// This needs an admin whose reads work again once the backend
+		// answers, whatever became of its session meanwhile.
 		e.eventually(o.recoverWithin, what+": the page shows the truth again, live", truth)
 		t.Logf("%s: the truth again %v after the server answered", what, time.Since(answering).Round(time.Millisecond))
 		code, r := healthz(t, e.url)

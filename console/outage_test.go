@@ -181,3 +181,18 @@ func TestHealthzProbesTogether(t *testing.T) {
 		assert.LessOrEqual(t, time.Since(start), outageTimeout)
 	})
 }
+
+func TestRetryWaitsGrowJittered(t *testing.T) {
+	const interval = time.Second
+	for n := 1; n <= 20; n++ {
+		step := min(interval<<(n-1), retryLimit*interval)
+		seen := map[time.Duration]bool{}
+		for range 100 {
+			d := retryWait(n, interval)
+			require.GreaterOrEqual(t, d, step/2, "retry %d", n)
+			require.LessOrEqual(t, d, step, "retry %d", n)
+			seen[d] = true
+		}
+		assert.Greater(t, len(seen), 10, "retry %d: the waits are jittered", n)
+	}
+}

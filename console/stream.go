@@ -147,7 +147,7 @@ func (h *hub) run(ctx context.Context) {
 			failures = 0
 		} else {
 			failures++
-			wait = backoff.Jitter(backoff.Step(failures, interval, retryLimit*interval))
+			wait = retryWait(failures, interval)
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -159,6 +159,13 @@ func (h *hub) run(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// retryWait is the wait before the next read after the failures-th failed
+// read in a row: from one interval, doubling up to retryLimit intervals,
+// jittered (equal jitter: each wait is drawn from [d/2, d]).
+func retryWait(failures int, interval time.Duration) time.Duration {
+	return backoff.Jitter(backoff.Step(failures, interval, retryLimit*interval))
 }
 
 // poll renders feeds from one read of the backend, bounded by the

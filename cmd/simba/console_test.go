@@ -309,6 +309,7 @@ func TestConsoleCommandServesHTTPS(t *testing.T) {
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 	require.NotNil(t, resp.TLS)
 	assert.GreaterOrEqual(t, resp.TLS.Version, uint16(tls.VersionTLS12))
+	assert.NotEmpty(t, resp.Header.Get("Strict-Transport-Security"))
 	code, reply := operate(t, cl, r.url, "disable", "nothing", "given-token-0123456789")
 	assert.Equal(t, http.StatusNotFound, code, "an operation over HTTPS: %v", reply)
 
