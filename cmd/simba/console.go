@@ -41,7 +41,8 @@ need a token, unless --read-only refuses them all:
     $XDG_RUNTIME_DIR or the temporary directory, removed at exit) whose path
     is printed, so that it never reaches a log.
 
-With --cert and --key it serves HTTPS (TLS 1.2 or later). It refuses to
+With --tls-cert and --tls-key it serves HTTPS (TLS 1.2 or later). (--cert and
+--key, like etcdctl's, are the client certificate it presents to etcd.) It refuses to
 serve plain HTTP on an address other than loopback unless --insecure-listen:
 the token would cross the network in the clear.
 
@@ -53,8 +54,8 @@ reachable again, are logged to stderr.`,
 		fs.StringVar(&o.token, "token", "", "`token` that operations need (default $"+console.TokenEnv+", else a fresh one)")
 		fs.BoolVar(&o.readOnly, "read-only", false, "refuse every operation")
 		fs.StringVar(&o.hosts, "allow-host", "", "comma-separated host `names` the console may be reached by, besides IP addresses and localhost")
-		fs.StringVar(&o.cert, "cert", "", "serve HTTPS with the certificate (chain) in this PEM `file`; needs --key")
-		fs.StringVar(&o.key, "key", "", "the private key of --cert, a PEM `file`")
+		fs.StringVar(&o.cert, "tls-cert", "", "serve HTTPS with the certificate (chain) in this PEM `file`; needs --tls-key")
+		fs.StringVar(&o.key, "tls-key", "", "the private key of --tls-cert, a PEM `file`")
 		fs.BoolVar(&o.insecureListen, "insecure-listen", false, "serve plain HTTP on an address other than loopback")
 		fs.StringVar(&o.tokenFile, "token-file", "", "write a generated token to this `file` (mode 0600) instead of stdout")
 		fs.StringVar(&o.tokensFile, "tokens-file", "", "read operators' tokens from this `file`: name:token a line")
@@ -161,18 +162,18 @@ func runConsole(ctx context.Context, inv *invocation, o consoleFlags) error {
 	return nil
 }
 
-// tlsConfig returns the TLS configuration of --cert and --key, or nil for
+// tlsConfig returns the TLS configuration of --tls-cert and --tls-key, or nil for
 // plain HTTP.
 func (o consoleFlags) tlsConfig() (*tls.Config, error) {
 	switch {
 	case o.cert == "" && o.key == "":
 		return nil, nil
 	case o.cert == "" || o.key == "":
-		return nil, usagef(nil, "--cert and --key go together: give both to serve HTTPS")
+		return nil, usagef(nil, "--tls-cert and --tls-key go together: give both to serve HTTPS")
 	}
 	pair, err := tls.LoadX509KeyPair(o.cert, o.key)
 	if err != nil {
-		return nil, usagef(nil, "--cert %s --key %s: %v", o.cert, o.key, err)
+		return nil, usagef(nil, "--tls-cert %s --tls-key %s: %v", o.cert, o.key, err)
 	}
 	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}}, nil
 }
@@ -209,7 +210,7 @@ func loopbackOnly(ctx context.Context, listen string) error {
 }
 
 func insecureListenError(listen string) error {
-	return usagef(nil, "--listen %s is not a loopback address: serving plain HTTP there would send the operations token across the network in the clear; give --cert and --key to serve HTTPS, or --insecure-listen (behind a TLS proxy, say)", listen)
+	return usagef(nil, "--listen %s is not a loopback address: serving plain HTTP there would send the operations token across the network in the clear; give --tls-cert and --tls-key to serve HTTPS, or --insecure-listen (behind a TLS proxy, say)", listen)
 }
 
 // consoleOptions returns the console's options for the token flags, and the

@@ -249,13 +249,13 @@ func TestConsoleCommandRefusesPlainHTTPBeyondLoopback(t *testing.T) {
 	for _, listen := range []string{"0.0.0.0:0", ":0", "[::]:0", "192.0.2.1:0"} {
 		r := h.run("console", "--listen", listen)
 		requireCode(t, r, exitUsage, "--listen "+listen+" is not a loopback address")
-		assert.Contains(t, r.stderr, "give --cert and --key to serve HTTPS, or --insecure-listen", listen)
+		assert.Contains(t, r.stderr, "give --tls-cert and --tls-key to serve HTTPS, or --insecure-listen", listen)
 		assert.NotContains(t, r.stdout, "simba console at", "%s: nothing served", listen)
 	}
-	r := h.run("console", "--listen", "127.0.0.1:0", "--cert", "x.pem")
-	requireCode(t, r, exitUsage, "--cert and --key go together")
-	r = h.run("console", "--listen", "127.0.0.1:0", "--cert", "missing.pem", "--key", "missing.key")
-	requireCode(t, r, exitUsage, "--cert missing.pem --key missing.key: open missing.pem")
+	r := h.run("console", "--listen", "127.0.0.1:0", "--tls-cert", "x.pem")
+	requireCode(t, r, exitUsage, "--tls-cert and --tls-key go together")
+	r = h.run("console", "--listen", "127.0.0.1:0", "--tls-cert", "missing.pem", "--tls-key", "missing.key")
+	requireCode(t, r, exitUsage, "--tls-cert missing.pem --tls-key missing.key: open missing.pem")
 
 	// localhost is loopback, by name.
 	rl := startConsole(t, b, nil, "--listen", "localhost:0", "--read-only")
@@ -297,7 +297,7 @@ func TestConsoleCommandServesHTTPS(t *testing.T) {
 	b := memory.New()
 	defer b.Close()
 	certFile, keyFile, pool := selfSigned(t, t.TempDir())
-	r := startConsole(t, b, nil, "--listen", "127.0.0.1:0", "--cert", certFile, "--key", keyFile, "--token", "given-token-0123456789")
+	r := startConsole(t, b, nil, "--listen", "127.0.0.1:0", "--tls-cert", certFile, "--tls-key", keyFile, "--token", "given-token-0123456789")
 	require.NotEmpty(t, r.url, "%s\n%s", r.out, r.errb)
 	require.True(t, strings.HasPrefix(r.url, "https://127.0.0.1:"), r.url)
 
