@@ -77,9 +77,9 @@ type consoleFlags struct {
 	tokenFile, tokensFile string
 }
 
-// isTerminal reports whether w is a terminal, where a generated token may
-// be printed. Tests replace it.
-var isTerminal = func(w io.Writer) bool {
+// tokenTerminal reports whether w is a terminal, where a generated token
+// may be printed. Tests replace it.
+var tokenTerminal = func(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
 }
@@ -274,7 +274,7 @@ func readTokensFile(path string) (map[string]string, error) {
 // in a file only its owner can read, whose path it prints. remove removes a
 // file it created in the temporary directory.
 func (o consoleFlags) tellToken(inv *invocation, token string) (remove func(), err error) {
-	if o.tokenFile == "" && isTerminal(inv.stdout) {
+	if o.tokenFile == "" && tokenTerminal(inv.stdout) {
 		fmt.Fprintf(inv.stdout, "operations need this token (set $%s or --token to choose it): %s\n", console.TokenEnv, token)
 		return func() {}, nil
 	}

@@ -192,9 +192,9 @@ func TestConsoleCommandServesAndStops(t *testing.T) {
 }
 
 func TestConsoleCommandPrintsATokenOnATerminal(t *testing.T) {
-	was := isTerminal
-	isTerminal = func(io.Writer) bool { return true }
-	defer func() { isTerminal = was }()
+	was := tokenTerminal
+	tokenTerminal = func(io.Writer) bool { return true }
+	defer func() { tokenTerminal = was }()
 	b := memory.New()
 	defer b.Close()
 	runtime := t.TempDir()
