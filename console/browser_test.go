@@ -269,6 +269,7 @@ func scenario(t *testing.T, browserPath string, node func(id string) backend.Bac
 		click(`section[data-job="report"] button[data-op="trigger"]`),
 		chromedp.WaitVisible(chromedp.CSS(`#confirm #token`)),
 		chromedp.SendKeys(chromedp.CSS(`#confirm #token`), testToken),
+		chromedp.SendKeys(chromedp.CSS(`#confirm #operator`), "carol"),
 	)
 	e.viewport("confirm")
 	e.do(10*time.Second,
@@ -277,6 +278,7 @@ func scenario(t *testing.T, browserPath string, node func(id string) backend.Bac
 		chromedp.WaitVisible(chromedp.CSS(`#notice`)),
 	)
 	assert.Contains(t, eval[string](e, `document.getElementById('notice').textContent`), "triggered report")
+	assert.Contains(t, eval[string](e, `document.getElementById('notice').textContent`), "recorded as done by carol", "the name given with the token")
 	e.eventually(15*time.Second, "report runs", func() error {
 		if n := len(f.runsOf("report")); n != 1 {
 			return fmt.Errorf("%d runs", n)

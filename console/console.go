@@ -3,7 +3,6 @@ package console
 import (
 	"context"
 	"embed"
-	"errors"
 	"fmt"
 	"io/fs"
 	"net/http"
@@ -37,9 +36,9 @@ type Server struct {
 }
 
 // New returns a console that reads and operates through a. Unless
-// WithReadOnly(true) is given, it needs WithToken: operations are refused
-// without the token, and New refuses to start a console whose operations
-// nobody could authorize (ErrNoToken).
+// WithReadOnly(true) is given, it needs WithToken or WithOperators:
+// operations are refused without a token, and New refuses to start a
+// console whose operations nobody could authorize (ErrNoToken).
 func New(a *admin.Admin, opts ...Option) (*Server, error) {
 	if a == nil {
 		return nil, fmt.Errorf("%w: nil admin", ErrInvalidOption)
@@ -50,7 +49,7 @@ func New(a *admin.Admin, opts ...Option) (*Server, error) {
 			return nil, err
 		}
 	}
-	if !o.readOnly && o.token == "" {
+	if !o.readOnly && o.token == "" && len(o.operators) == 0 {
 		return nil, ErrNoToken
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -74,6 +73,7 @@ func (s *Server) routes() *http.ServeMux {
 	}
 	mux.HandleFunc("GET /jobs/{lease}", s.servePage)
 	mux.HandleFunc("GET /events", s.serveEvents)
+	mux.HandleFunc("GET /healthz", s.serveHealth)
 	mux.HandleFunc("POST /api/ops/{op}", s.serveOp)
 	static, _ := fs.Sub(staticFS, "static")
 	files := http.StripPrefix("/static/", http.FileServerFS(static))
@@ -89,10 +89,14 @@ func (s *Server) routes() *http.ServeMux {
 }
 
 // ServeHTTP serves the console. Every response carries a strict
-// Content-Security-Policy and its companions; requests naming a host that
-// is not the console's are refused (see WithAllowedHosts).
+// Content-Security-Policy and its companions, and over HTTPS
+// Strict-Transport-Security; requests naming a host that is not the
+// console's are refused (see WithAllowedHosts).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	secure(w.Header())
+	if r.TLS != nil { // served over HTTPS: browsers keep to it
+		w.Header().Set("Strict-Transport-Security", "max-age=31536000")
+	}
 	if !s.hostAllowed(r) {
 		s.opts.log.Warn("request refused: host not allowed", "host", r.Host, "remote", r.RemoteAddr, "path", r.URL.Path)
 		http.Error(w, "host not allowed: reach the console by its address, localhost, or a name given to it", http.StatusForbidden)
@@ -149,28 +153,26 @@ func (s *Server) newPage(v view) *page {
 			title = n.Label
 		}
 	}
-	return &page{View: v, Title: title, Operate: !s.opts.readOnly}
+	return &page{View: v, Title: title, Operate: !s.opts.readOnly, Backend: s.opts.backend, s: s}
 }
 
-// load builds the page of v from the backend. A failure is logged and
-// shown in the page.
-func (s *Server) load(ctx context.Context, v view) *page {
+// load builds the page of v from the backend, within the timeout. A
+// failure is shown in the page.
+func (s *Server) load(parent context.Context, v view) *page {
+	ctx, cancel := context.WithTimeout(parent, s.opts.timeout)
+	defer cancel()
 	p := s.newPage(v)
-	if err := p.build(&loader{ctx: ctx, a: s.admin}); err != nil {
-		p.Err = describe(err)
-		if ctx.Err() == nil || errors.Is(err, context.DeadlineExceeded) {
-			s.opts.log.Warn("reading the backend failed", "view", v.Path(), "err", redact(err.Error()))
-		}
+	err := p.build(&loader{ctx: ctx, a: s.admin})
+	if !counts(parent, err) {
+		p.Err = "the request ended"
+		return p
+	}
+	st := s.hub.observe(err)
+	if err != nil {
+		p.failed(err, st)
+		s.opts.log.Warn("reading the backend failed", "view", v.Path(), "backend", s.opts.backend, "err", redact(err.Error()))
 	}
 	return p
-}
-
-// describe says what went wrong reading the backend, for a page.
-func describe(err error) string {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return "no answer in time"
-	}
-	return redact(err.Error())
 }
 
 // servePage serves a whole page.

@@ -351,15 +351,27 @@ func openStream(t *testing.T, h http.Handler, view string) (*streamWriter, func(
 	}
 }
 
-// next returns the next event, or fails the test after d.
+// next returns the next "view" event, or fails the test after d.
 func (w *streamWriter) next(t *testing.T, d time.Duration) sse {
 	t.Helper()
-	select {
-	case ev := <-w.events:
-		return ev
-	case <-time.After(d):
-		t.Fatalf("no event within %v", d)
-		return sse{}
+	return w.nextOf(t, "view", d)
+}
+
+// nextOf returns the next event called name, skipping others, or fails the
+// test after d.
+func (w *streamWriter) nextOf(t *testing.T, name string, d time.Duration) sse {
+	t.Helper()
+	timeout := time.After(d)
+	for {
+		select {
+		case ev := <-w.events:
+			if ev.name == name {
+				return ev
+			}
+		case <-timeout:
+			t.Fatalf("no %q event within %v", name, d)
+			return sse{}
+		}
 	}
 }
 

@@ -29,13 +29,6 @@
 //   - /members: every member (of a group, holding an election, or drained),
 //     its sessions, what it holds, and its drain state.
 //
-// A page whose backend cannot be read says so, and answers 503 Service
-// Unavailable; it retries by itself. A record that cannot be used (a status
-// that is not JSON, a key that names nothing simba writes) does not stop a
-// page: it shows everything else, answers 200, and lists the records
-// skipped (at most 20, each key and reason cut short) in a notice at its
-// top; the log says when the set of records skipped changes.
-//
 // Pages are rendered on the server (html/template) and readable without
 // script. A small script keeps them live: it opens a server-sent event
 // stream (/events?view=/groups), on which the server sends the page's main
@@ -44,6 +37,51 @@
 // default 1s) for all open pages together, and not at all while none is
 // open; admin offers no watch of the records yet.
 //
+// A record that cannot be used (a status that is not JSON, a key that names
+// nothing simba writes) does not stop a page: it shows everything else,
+// answers 200, and lists the records skipped (at most 20, each key and
+// reason cut short) in a notice at its top; the log says when the set of
+// records skipped changes.
+//
+// # Outages
+//
+// Every read of the backend — a page load, a poll for the event streams, a
+// /healthz check, the check of an operation's target — and every operation
+// is bounded by the timeout (WithTimeout, default 5s). A page whose backend
+// cannot be read answers 503 Service Unavailable with the whole page, whose
+// main part says which backend (WithBackendName), what failed and since
+// when, and that the console keeps trying; it shows nothing of what the
+// backend held before, so nothing stale passes for current. Never a blank
+// page, never a hang.
+//
+// While pages are open the poller retries a failed read after one poll
+// interval, then longer, up to four intervals, each wait jittered
+// (internal/backoff), and never gives up; a page opening, or any read that
+// works again, makes it read at once. Within a read of the backend
+// answering again the streams send the pages' truth again, by themselves.
+// An outage of any length is survived as long as the admin's reads work
+// again once the backend answers (see package admin).
+//
+// The event stream also sends an event "backend" whenever the backend
+// becomes unreachable or reachable again ({"ok":false,"since":…,
+// "backend":…,"error":…}), and a "ping" every 10s. The page's live
+// indicator says "live" only while its stream is open and the last read
+// worked: "backend unreachable since 15:04:05 UTC" while reads fail, and
+// "console unreachable, reconnecting" while the stream is down; a stream
+// silent for three pings is given up and opened anew.
+//
+// # Health
+//
+// GET /healthz tells a supervisor whether the backend can be read: 200 and
+// {"status":"ok","backend":…,"checked":…} when the last read, made less
+// than a poll interval ago or made now, worked; 503 and
+// {"status":"unreachable",…,"unreachable_since":…,"error":…} otherwise. It
+// needs no token, reads at most once per poll interval however often it
+// is asked (concurrent checks share one read), and answers within the
+// timeout. It says nothing of the console itself beyond answering: a
+// console cannot mend its backend by restarting, so use it for readiness
+// and alerts rather than for restarts.
+//
 // # Operations
 //
 // Each operation button (disable, enable, trigger, resign, drain, undrain)
@@ -51,22 +89,43 @@
 // /api/ops/{op} with a JSON body; the console checks that the target exists
 // and suits the operation (a trigger needs a schedule; a resignation names
 // the holder's token and is refused once that term is over), then performs
-// it through admin.
+// it through admin, recorded under the operator's name (admin.Admin.As):
+//
+//   - With per-operator tokens (WithOperators; ParseOperators reads them
+//     from "name:token" lines), the token names its operator.
+//   - With the shared token (WithToken), the page sends the name its user
+//     gave (OperatorHeader), taken at its word; without one, the operation
+//     is recorded under the admin's own operator name.
+//
+// The reply says who the operation was recorded as done by.
+//
+// Each operation request, accepted or refused, is logged (WithLogger):
+// "operation done" at Info, "operation refused" (bad token, cross-origin,
+// unknown name, bad request: the HTTP status says which) and "operation
+// failed" (the backend) at Warn, each with op, target, operator, reason,
+// remote (address), outcome (done, refused, failed), status and answer —
+// never a token:
+//
+//	level=INFO msg="operation done" op=disable target=digest operator=alice reason="month end" remote=127.0.0.1:50312 outcome=done status=200 answer="disabled digest: it runs nowhere until enabled (recorded as done by alice)"
+//	level=WARN msg="operation refused" op=drain target=a operator=eve reason="" remote=127.0.0.1:50318 outcome=refused status=401 answer="wrong operations token"
 //
 // # Security
 //
 // The console is safe by default:
 //
-//   - It is meant to listen on the loopback interface (DefaultAddr).
+//   - It is meant to listen on the loopback interface (DefaultAddr). The
+//     simba command serves HTTPS given a certificate, and refuses plain
+//     HTTP on any other address unless told --insecure-listen.
 //   - A read-only console (WithReadOnly) shows no operation buttons and
 //     answers every operation with 403.
-//   - Otherwise operations need the token given at start (WithToken; New
-//     refuses to start without one, ErrNoToken). The page asks its user for
+//   - Otherwise operations need a token given at start (WithToken or
+//     WithOperators; New refuses to start without one, ErrNoToken). The
+//     page asks its user for
 //     it once, keeps it in sessionStorage (this tab only, gone when the tab
 //     closes, never in a cookie) and sends it in the TokenHeader header. The
-//     server compares SHA-256 digests in constant time, so neither the
-//     token nor its length leaks through timing. A missing or wrong token
-//     is answered with 401.
+//     server compares SHA-256 digests in constant time, with every token it
+//     knows, so neither a token, nor its length, nor which one matched
+//     leaks through timing. A missing or wrong token is answered with 401.
 //   - Operations are POST only (405 for other methods) with a JSON body
 //     (415 otherwise).
 //   - Cross-site request forgery is refused three times over. The token is
@@ -88,8 +147,8 @@
 //     Referrer-Policy no-referrer, Cross-Origin-Opener-Policy and
 //     Cross-Origin-Resource-Policy same-origin.
 //   - Pages show what the records hold (names, member ids, sessions,
-//     tokens), never the backend's address or credentials; error messages
-//     shown or logged have URL credentials removed. The log (WithLogger)
-//     records each operation — what, on what, from which address, the
-//     outcome — and refused requests, never the token.
+//     tokens) and the backend's name if given (WithBackendName; the simba
+//     command gives its kind, addresses and prefix), never credentials;
+//     error messages shown or logged have URL credentials removed. The log
+//     records each operation and refused requests, never a token.
 package console

@@ -47,5 +47,5 @@ func ExampleNew_noToken() {
 	defer a.Close()
 	_, err = console.New(a)
 	fmt.Println(err)
-	// Output: simba/console: operations need a token: give WithToken, or WithReadOnly(true)
+	// Output: simba/console: operations need a token: give WithToken or WithOperators, or WithReadOnly(true)
 }

@@ -46,14 +46,28 @@ func (s *Server) hostAllowed(r *http.Request) bool {
 	return s.opts.hosts[host]
 }
 
-// tokenMatches compares the token sent with the console's in constant
-// time; hashing both first hides the token's length too.
-func (s *Server) tokenMatches(sent string) bool {
-	if s.opts.token == "" || sent == "" {
-		return false
+// operator checks the token sent against the console's, in constant time
+// (hashing each first hides the tokens' lengths too). It returns whether
+// one matched and, for a token of WithOperators, its operator's name. Every
+// token is compared, so the time taken does not tell which matched.
+func (s *Server) operator(sent string) (name string, ok bool) {
+	if sent == "" {
+		return "", false
 	}
-	a, b := sha256.Sum256([]byte(sent)), sha256.Sum256([]byte(s.opts.token))
-	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
+	d := sha256.Sum256([]byte(sent))
+	match := func(token string) bool {
+		t := sha256.Sum256([]byte(token))
+		return subtle.ConstantTimeCompare(d[:], t[:]) == 1
+	}
+	if s.opts.token != "" && match(s.opts.token) {
+		ok = true
+	}
+	for token, n := range s.opts.operators {
+		if match(token) {
+			name, ok = n, true
+		}
+	}
+	return name, ok
 }
 
 // credentials matches the user information of URLs ("//user:password@").

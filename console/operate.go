@@ -1,20 +1,20 @@
 package console
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"mime"
 	"net/http"
 	"slices"
-	"time"
 
 	"github.com/simba-go/simba/admin"
 )
-
-// opTimeout bounds an operation: checking its target, then writing it.
-const opTimeout = 10 * time.Second
 
 // maxReason is the longest reason an operation may carry.
 const maxReason = 200
@@ -36,6 +36,9 @@ type opReply struct {
 	OK      bool   `json:"ok"`
 	Message string `json:"message,omitempty"`
 	Error   string `json:"error,omitempty"`
+	// Operator is who the operation was recorded as done by, when the
+	// console knows: the operator of the token, or the name sent with it.
+	Operator string `json:"operator,omitempty"`
 }
 
 // errRefused is an operation refused for its target, with its status.
@@ -46,23 +49,33 @@ type errRefused struct {
 
 func (e *errRefused) Error() string { return e.msg }
 
+// maxOpBody bounds the body of an operation request.
+const maxOpBody = 4096
+
 // serveOp performs an operation: POST /api/ops/{op} with a JSON opRequest.
-// The checks, in order: the console is not read-only (403); the request
-// is not cross-origin (403); its body is JSON (415); it carries the token
-// (401); its target exists and suits the operation (404, 409). Only then
-// does it go through admin.
+// The checks, in order: the operation exists (404); the console is not
+// read-only (403); the request is not cross-origin (403); its body is JSON
+// (415); it carries a token of the console's (401); the body is readable,
+// names a target and a reason that is not too long, and the operator name
+// sent, if any, is one (400); its target exists and suits the operation
+// (404, 409). Only then does it go through admin, as the operator. Each
+// outcome is logged with what was asked (see opLog), never the token.
 func (s *Server) serveOp(w http.ResponseWriter, r *http.Request) {
-	op := r.PathValue("op")
-	log := s.opts.log.With("op", op, "remote", r.RemoteAddr)
+	raw, readErr := io.ReadAll(http.MaxBytesReader(w, r.Body, maxOpBody))
+	var req opRequest
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	decodeErr := cmp.Or(readErr, dec.Decode(&req))
+	l := opLog{s: s, op: r.PathValue("op"), req: req, remote: r.RemoteAddr, operator: r.Header.Get(OperatorHeader)}
 	refuse := func(status int, msg string) {
-		log.Warn("operation refused", "status", status, "why", msg)
+		l.refused(status, msg)
 		if status == http.StatusUnauthorized {
 			w.Header().Set("WWW-Authenticate", `SimbaToken header="`+TokenHeader+`"`)
 		}
 		reply(w, status, opReply{Error: msg})
 	}
-	if _, ok := operations[op]; !ok {
-		refuse(http.StatusNotFound, fmt.Sprintf("no operation %q", op))
+	if _, ok := operations[l.op]; !ok {
+		refuse(http.StatusNotFound, fmt.Sprintf("no operation %q", l.op))
 		return
 	}
 	if s.opts.readOnly {
@@ -77,47 +90,94 @@ func (s *Server) serveOp(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusUnsupportedMediaType, "the body must be application/json")
 		return
 	}
-	switch sent := r.Header.Get(TokenHeader); {
-	case sent == "":
+	name, ok := s.operator(r.Header.Get(TokenHeader))
+	switch {
+	case r.Header.Get(TokenHeader) == "":
 		refuse(http.StatusUnauthorized, "the operations token is missing")
 		return
-	case !s.tokenMatches(sent):
+	case !ok:
 		refuse(http.StatusUnauthorized, "wrong operations token")
 		return
+	case name != "":
+		l.operator = name // the token says who: a name sent is ignored
+	case l.operator != "":
+		if checkOperator(l.operator) != nil {
+			refuse(http.StatusBadRequest, fmt.Sprintf("the operator name must be 1 to %d printable characters", MaxOperatorLen))
+			return
+		}
 	}
-	var req opRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		refuse(http.StatusBadRequest, "unreadable request: "+err.Error())
+	if decodeErr != nil {
+		refuse(http.StatusBadRequest, "unreadable request: "+decodeErr.Error())
 		return
 	}
 	if req.Target == "" || len(req.Reason) > maxReason {
 		refuse(http.StatusBadRequest, fmt.Sprintf("give a target, and a reason of at most %d bytes", maxReason))
 		return
 	}
-	log = log.With("target", req.Target)
-	ctx, cancel := context.WithTimeout(r.Context(), opTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), s.opts.timeout)
 	defer cancel()
-	if err := s.checkTarget(ctx, op, req); err != nil {
-		var ref *errRefused
-		if errors.As(err, &ref) {
-			refuse(ref.status, ref.msg)
-		} else {
-			log.Warn("operation failed: reading the backend", "err", redact(err.Error()))
-			reply(w, http.StatusBadGateway, opReply{Error: "reading the backend failed: " + describe(err)})
-		}
+	err := s.checkTarget(ctx, l.op, req)
+	if ref := (*errRefused)(nil); errors.As(err, &ref) {
+		s.hub.observe(nil) // its reads worked
+		refuse(ref.status, ref.msg)
 		return
 	}
-	msg, err := s.perform(ctx, op, req)
+	if counts(r.Context(), err) {
+		s.hub.observe(err)
+	}
 	if err != nil {
-		log.Warn("operation failed", "err", redact(err.Error()))
-		reply(w, http.StatusBadGateway, opReply{Error: "the backend failed: " + describe(err)})
+		msg := "reading the backend failed: " + s.describe(err)
+		l.failed(http.StatusBadGateway, msg)
+		reply(w, http.StatusBadGateway, opReply{Error: msg})
 		return
 	}
-	log.Info("operation done", "token", req.Token, "reason", req.Reason)
+	a := s.admin
+	if l.operator != "" {
+		a = a.As(l.operator)
+	}
+	msg, err := s.perform(ctx, a, l.op, req)
+	if err != nil {
+		msg := "the backend failed: " + s.describe(err)
+		l.failed(http.StatusBadGateway, msg)
+		reply(w, http.StatusBadGateway, opReply{Error: msg})
+		return
+	}
+	if l.operator != "" {
+		msg += " (recorded as done by " + l.operator + ")"
+	}
+	l.done(msg)
 	s.hub.poke()
-	reply(w, http.StatusOK, opReply{OK: true, Message: msg})
+	reply(w, http.StatusOK, opReply{OK: true, Message: msg, Operator: l.operator})
+}
+
+// opLog logs the outcome of one operation request: Info when done, Warn
+// when refused or failed, each with op, target, operator, reason, remote
+// address, outcome ("done", "refused", "failed"), the HTTP status and what
+// was answered. Never the token.
+type opLog struct {
+	s        *Server
+	op       string
+	req      opRequest
+	remote   string
+	operator string // the token's operator, else the name sent, else ""
+}
+
+func (l opLog) log(level slog.Level, msg, outcome string, status int, answer string) {
+	l.s.opts.log.Log(context.Background(), level, msg,
+		"op", l.op, "target", l.req.Target, "operator", l.operator, "reason", l.req.Reason,
+		"remote", l.remote, "outcome", outcome, "status", status, "answer", answer)
+}
+
+func (l opLog) refused(status int, why string) {
+	l.log(slog.LevelWarn, "operation refused", "refused", status, why)
+}
+
+func (l opLog) failed(status int, why string) {
+	l.log(slog.LevelWarn, "operation failed", "failed", status, redact(why))
+}
+
+func (l opLog) done(what string) {
+	l.log(slog.LevelInfo, "operation done", "done", http.StatusOK, what)
 }
 
 // reply writes an operation's answer.
@@ -195,9 +255,9 @@ func (s *Server) checkTarget(ctx context.Context, op string, req opRequest) erro
 	}
 }
 
-// perform performs an operation through admin and says what it did.
-func (s *Server) perform(ctx context.Context, op string, req opRequest) (string, error) {
-	a, t := s.admin, req.Target
+// perform performs an operation through a and says what it did.
+func (s *Server) perform(ctx context.Context, a *admin.Admin, op string, req opRequest) (string, error) {
+	t := req.Target
 	switch op {
 	case "disable":
 		return "disabled " + t + ": it runs nowhere until enabled", a.Disable(ctx, t, reason(req))

@@ -37,6 +37,7 @@ var operations = map[string]struct{ label, explain string }{
 
 var funcs = template.FuncMap{
 	"when":  when,
+	"clock": clock,
 	"took":  took,
 	"color": color,
 	"nav":   func() []navItem { return nav },
@@ -61,6 +62,14 @@ func when(t time.Time) template.HTML {
 	t = t.UTC()
 	return template.HTML(fmt.Sprintf(`<time datetime="%s" data-rel title="%s">%s</time>`,
 		t.Format(time.RFC3339Nano), t.Format("2006-01-02 15:04:05.000 UTC"), t.Format("15:04:05")))
+}
+
+// clock renders a time as a <time> element showing the time of day in
+// UTC, to the second.
+func clock(t time.Time) template.HTML {
+	t = t.UTC()
+	return template.HTML(fmt.Sprintf(`<time datetime="%s" title="%s">%s</time>`,
+		t.Format(time.RFC3339Nano), t.Format("2006-01-02 15:04:05.000 UTC"), t.Format("15:04:05 UTC")))
 }
 
 // took renders how long a run took, or that it runs.

@@ -3,17 +3,27 @@ package console
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/simba-go/simba/internal/backoff"
 )
 
-// pingEvery is how often an idle event stream sends a comment, so that
-// proxies and the browser see it alive.
-const pingEvery = 15 * time.Second
+// pingEvery is how often an idle event stream sends a "ping" event, so
+// that proxies see it alive and the page's script can tell a stream that
+// went silent (a console stopped, a connection cut without a word) from
+// an idle one: it reconnects after three pings' worth of silence.
+const pingEvery = 10 * time.Second
+
+// retryLimit is how many poll intervals the poller waits at most between
+// reads that fail.
+const retryLimit = 4
 
 // writeTimeout bounds each write to an event stream: a client that stops
 // reading is dropped rather than holding the stream (and Close) up.
@@ -28,9 +38,12 @@ const writeTimeout = 10 * time.Second
 type hub struct {
 	s *Server
 
-	mu    sync.Mutex
-	feeds map[string]*feed // by view path, while watched
-	wake  chan struct{}    // buffer of one: poll now
+	mu            sync.Mutex
+	feeds         map[string]*feed // by view path, while watched
+	wake          chan struct{}    // buffer of one: poll now
+	health        health           // what the last read of the backend showed
+	healthChanged chan struct{}    // closed and replaced when health changes
+	probing       chan struct{}    // buffer of one: held by the /healthz read under way
 
 	// skipped names the records the last poll skipped, logged when it
 	// changes; only the poller uses it.
@@ -46,7 +59,8 @@ type feed struct {
 }
 
 func newHub(s *Server) *hub {
-	return &hub{s: s, feeds: map[string]*feed{}, wake: make(chan struct{}, 1)}
+	return &hub{s: s, feeds: map[string]*feed{}, wake: make(chan struct{}, 1),
+		healthChanged: make(chan struct{}), probing: make(chan struct{}, 1)}
 }
 
 // poke makes the poller read the backend now rather than at its next
@@ -111,10 +125,13 @@ func (h *hub) active() []*feed {
 }
 
 // run polls the backend every interval while any view is watched, until
-// ctx ends.
+// ctx ends. After a failed read it waits longer, from one interval up to
+// retryLimit intervals, jittered (internal/backoff) so that consoles that
+// lost the backend together do not retry in step; it never stops trying.
+// A new stream or an operation makes it read at once.
 func (h *hub) run(ctx context.Context) {
 	interval := h.s.opts.interval
-	var lastErr string // logged once until it changes
+	failures := 0
 	for {
 		feeds := h.active()
 		if len(feeds) == 0 {
@@ -125,8 +142,14 @@ func (h *hub) run(ctx context.Context) {
 				continue
 			}
 		}
-		lastErr = h.poll(ctx, feeds, lastErr)
-		t := time.NewTimer(interval)
+		wait := interval
+		if h.poll(ctx, feeds) {
+			failures = 0
+		} else {
+			failures++
+			wait = retryWait(failures, interval)
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -138,29 +161,47 @@ func (h *hub) run(ctx context.Context) {
 	}
 }
 
-// poll renders feeds from one read of the backend, bounded by five poll
-// intervals. It logs a failure unless it is the same as lastErr, and
-// returns the failure ("" for none).
-func (h *hub) poll(ctx context.Context, feeds []*feed, lastErr string) string {
+// retryWait is the wait before the next read after the failures-th failed
+// read in a row: from one interval, doubling up to retryLimit intervals,
+// jittered (equal jitter: each wait is drawn from [d/2, d]).
+func retryWait(failures int, interval time.Duration) time.Duration {
+	return backoff.Jitter(backoff.Step(failures, interval, retryLimit*interval))
+}
+
+// poll renders feeds from one read of the backend, bounded by the
+// timeout, and reports whether the read worked. A view that could not be
+// read is rendered as an error page: its streams show the failure rather
+// than what the backend held before.
+func (h *hub) poll(ctx context.Context, feeds []*feed) bool {
 	s := h.s
-	pctx, cancel := context.WithTimeout(ctx, 5*s.opts.interval)
+	pctx, cancel := context.WithTimeout(ctx, s.opts.timeout)
 	defer cancel()
 	l := &loader{ctx: pctx, a: s.admin}
-	failed := ""
+	var failed error
 	var skipped []string
-	for _, f := range feeds {
+	pages := make([]*page, len(feeds))
+	errs := make([]error, len(feeds))
+	for i, f := range feeds {
 		p := s.newPage(f.view)
 		if err := p.build(l); err != nil {
 			if ctx.Err() != nil {
-				return lastErr // closing
+				return true // closing
 			}
-			p.Err = describe(err)
-			if failed == "" {
-				failed = redact(err.Error())
+			errs[i] = err
+			if failed == nil {
+				failed = err
 			}
 		}
 		for _, q := range p.Problems {
 			skipped = append(skipped, q.Key)
+		}
+		pages[i] = p
+	}
+	st := h.observe(failed)
+	for i, f := range feeds {
+		p := pages[i]
+		if errs[i] != nil {
+			p.failed(errs[i], st)
 		}
 		html, err := render("main", p)
 		if err != nil {
@@ -170,18 +211,15 @@ func (h *hub) poll(ctx context.Context, feeds []*feed, lastErr string) string {
 		h.publish(f, html)
 	}
 	h.logSkipped(skipped)
-	switch {
-	case failed != "" && failed != lastErr:
-		s.opts.log.Warn("reading the backend failed; retrying every poll interval", "err", failed)
-	case failed == "" && lastErr != "":
-		s.opts.log.Info("reading the backend works again")
-	}
-	return failed
+	return failed == nil
 }
 
 // serveEvents serves the event stream of the view named by the query
 // parameter "view" (a page path): an event "view" with the page's main
-// part whenever it changes, the first at once.
+// part whenever it changes, the first as soon as the backend has been read;
+// an event "backend" whenever the backend becomes reachable or
+// unreachable (JSON: backendEvent), the first as soon as that is known;
+// and an event "ping" every pingEvery.
 func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	v, ok := parseView(r.URL.Query().Get("view"))
 	if !ok {
@@ -208,7 +246,15 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	ping := time.NewTicker(pingEvery)
 	defer ping.Stop()
 	var last []byte
+	var told health
 	for {
+		st, healthChanged := s.hub.state()
+		if st.Known && (!told.Known || st.OK != told.OK || st.Err != told.Err) {
+			if write(rc, w, s.backendEvent(st)) != nil {
+				return
+			}
+			told = st
+		}
 		html, changed := s.hub.latest(f)
 		if html != nil && !bytes.Equal(html, last) {
 			if write(rc, w, event("view", html)) != nil {
@@ -218,8 +264,9 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		select {
 		case <-changed:
+		case <-healthChanged:
 		case <-ping.C:
-			if write(rc, w, []byte(": ping\n\n")) != nil {
+			if write(rc, w, event("ping", []byte(strconv.FormatInt(time.Now().UnixMilli(), 10)))) != nil {
 				return
 			}
 		case <-r.Context().Done():
@@ -228,6 +275,12 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// backendEvent formats the "backend" event of st.
+func (s *Server) backendEvent(st health) []byte {
+	data, _ := json.Marshal(backendEvent{OK: st.OK, Since: st.Since.UTC(), Backend: s.opts.backend, Error: st.Err})
+	return event("backend", data)
 }
 
 // event formats a server-sent event: each line of data in a field.

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/admin"
@@ -101,11 +102,15 @@ func (l *loader) problems() []admin.Problem {
 // page is what a template renders: the whole page, or its main part for
 // the event stream.
 type page struct {
-	View     view
-	Title    string
-	Operate  bool   // operations are allowed: show their buttons
-	Err      string // the backend could not be read
-	NotFound bool
+	View    view
+	Title   string
+	Operate bool   // operations are allowed: show their buttons
+	Backend string // the backend's name (WithBackendName), or ""
+	Err     string // the backend could not be read: why
+	// DownSince is when the backend became unreachable, for a page with
+	// Err.
+	DownSince time.Time
+	NotFound  bool
 	// Problems are the records skipped because they could not be used,
 	// sorted by key: the page shows what it could, and lists them.
 	Problems []admin.Problem
@@ -116,6 +121,18 @@ type page struct {
 	GroupJobs []groupJobs // scheduled groups, by partition
 	Members   []memberRow
 	Job       *jobRow // for "job"
+
+	s *Server
+}
+
+// failed makes p the error page of a read that failed with err, the
+// backend being in state st.
+func (p *page) failed(err error, st health) {
+	p.Err = p.s.describe(err)
+	if !st.OK {
+		p.DownSince = st.Since
+	}
+	p.Elections, p.Groups, p.Jobs, p.GroupJobs, p.Members, p.Job = nil, nil, nil, nil, nil, nil
 }
 
 // electionRow is one plain election (not a partition).

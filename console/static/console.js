@@ -7,6 +7,7 @@
   const main = document.getElementById('view');
   const live = document.getElementById('live');
   const tokenKey = 'simba-console-token';
+  const operatorKey = 'simba-console-operator';
 
   // Relative times: "12s ago", "in 3s".
   const fmt = (ms) => {
@@ -29,30 +30,70 @@
   refreshTimes();
   setInterval(refreshTimes, 1000);
 
-  // Live updates: the server sends the page's main part when it changes.
-  const setLive = (state, text) => {
+  // Live updates: the server sends the page's main part when it changes,
+  // whether the backend can be read ("backend") when that changes, and a
+  // "ping" every 10s. The indicator says "live" only while the stream is
+  // open and the backend's last read worked.
+  const clock = (iso) => {
+    const d = new Date(iso);
+    if (Number.isNaN(d.getTime())) return '?';
+    return d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', second: '2-digit', hour12: false, timeZoneName: 'short' });
+  };
+  const setLive = (state, text, title) => {
     live.dataset.state = state;
     live.textContent = text || state;
+    live.title = title || 'live updates';
   };
+  const silence = 35000; // three pings missed: the stream is dead
+  let es = null;
+  let heard = 0;
   let retry = 0;
   const connect = () => {
-    const es = new EventSource('/events?view=' + encodeURIComponent(body.dataset.view));
-    es.addEventListener('open', () => setLive('live'));
-    es.addEventListener('view', (ev) => {
+    const stream = new EventSource('/events?view=' + encodeURIComponent(body.dataset.view));
+    es = stream;
+    const mine = (f) => (ev) => {
+      if (es !== stream) return; // a stream given up on
+      heard = Date.now();
+      f(ev);
+    };
+    stream.addEventListener('open', mine(() => setLive('waiting', 'connected, reading the backend')));
+    stream.addEventListener('ping', mine(() => {}));
+    stream.addEventListener('backend', mine((ev) => {
+      let b;
+      try { b = JSON.parse(ev.data); } catch (err) { return; }
+      const name = b.backend ? 'backend (' + b.backend + ')' : 'backend';
+      if (b.ok) {
+        setLive('live', 'live', name + ' reachable since ' + clock(b.since));
+      } else {
+        setLive('unreachable', 'backend unreachable since ' + clock(b.since), name + ': ' + (b.error || 'unreachable') + '; retrying');
+      }
+      live.dataset.since = b.since;
+    }));
+    stream.addEventListener('view', mine((ev) => {
       main.innerHTML = ev.data; // rendered and escaped by the server's templates
       refreshTimes();
       body.dataset.updates = String(Number(body.dataset.updates || 0) + 1);
-    });
-    es.addEventListener('error', () => {
-      if (es.readyState === EventSource.CLOSED) {
-        setLive('offline', 'offline, retrying');
+    }));
+    stream.addEventListener('error', () => {
+      if (es !== stream) return;
+      if (stream.readyState === EventSource.CLOSED) {
+        setLive('offline', 'console unreachable, retrying');
         clearTimeout(retry);
         retry = setTimeout(connect, 3000);
       } else {
-        setLive('reconnecting');
+        setLive('reconnecting', 'console unreachable, reconnecting');
       }
     });
   };
+  // A stream that went silent (the console stopped, a connection cut without
+  // a word) is given up on and opened anew.
+  setInterval(() => {
+    if (es && es.readyState === EventSource.OPEN && Date.now() - heard > silence) {
+      es.close();
+      setLive('reconnecting', 'no word from the console, reconnecting');
+      connect();
+    }
+  }, 5000);
   connect();
 
   // Notices.
@@ -73,6 +114,7 @@
   const title = $('confirm-title'), text = $('confirm-text'), explain = $('confirm-explain');
   const reasonField = $('reason-field'), reason = $('reason');
   const tokenField = $('token-field'), tokenInput = $('token');
+  const operatorField = $('operator-field'), operatorInput = $('operator');
   const error = $('confirm-error'), ok = $('confirm-ok'), cancel = $('confirm-cancel');
   const tokenButton = $('token-button');
   const stored = () => sessionStorage.getItem(tokenKey) || '';
@@ -87,6 +129,7 @@
     error.hidden = true;
     reason.value = '';
     tokenInput.value = '';
+    operatorInput.value = sessionStorage.getItem(operatorKey) || '';
     if (p) {
       title.textContent = p.label + ' ' + p.what + '?';
       text.textContent = p.token ? 'Only the term with token ' + p.token + ': if it is over already, nothing happens.' : '';
@@ -94,8 +137,9 @@
       explain.textContent = p.explain;
       ok.textContent = p.label;
       ok.className = 'danger';
-      reasonField.hidden = !(p.op === 'disable' || p.op === 'drain');
+      reasonField.hidden = false;
       tokenField.hidden = stored() !== '';
+      operatorField.hidden = tokenField.hidden;
     } else {
       title.textContent = 'Operations token';
       text.hidden = false;
@@ -105,6 +149,7 @@
       ok.className = '';
       reasonField.hidden = true;
       tokenField.hidden = false;
+      operatorField.hidden = false;
     }
     dlg.showModal();
     (tokenField.hidden ? (reasonField.hidden ? ok : reason) : tokenInput).focus();
@@ -137,6 +182,11 @@
 
   ok.addEventListener('click', async () => {
     const typed = tokenInput.value.trim();
+    if (!operatorField.hidden) {
+      const who = operatorInput.value.trim();
+      if (who) sessionStorage.setItem(operatorKey, who);
+      else sessionStorage.removeItem(operatorKey);
+    }
     if (!pending) {
       if (typed) sessionStorage.setItem(tokenKey, typed);
       else sessionStorage.removeItem(tokenKey);
@@ -149,6 +199,7 @@
     const token = stored();
     if (!token) {
       tokenField.hidden = false;
+      operatorField.hidden = false;
       fail('Enter the operations token.');
       tokenInput.focus();
       return;
@@ -156,9 +207,12 @@
     const p = pending;
     ok.disabled = true;
     try {
+      const headers = { 'Content-Type': 'application/json', 'X-Simba-Token': token };
+      const who = sessionStorage.getItem(operatorKey);
+      if (who) headers['X-Simba-Operator'] = who;
       const res = await fetch('/api/ops/' + encodeURIComponent(p.op), {
         method: 'POST',
-        headers: { 'Content-Type': 'application/json', 'X-Simba-Token': token },
+        headers,
         body: JSON.stringify({ target: p.target, token: p.token, reason: reason.value.trim() }),
         credentials: 'same-origin',
         cache: 'no-store',
@@ -168,6 +222,7 @@
         sessionStorage.removeItem(tokenKey);
         showTokenState();
         tokenField.hidden = false;
+        operatorField.hidden = false;
         tokenInput.value = '';
         tokenInput.focus();
         fail('Refused: ' + (data.error || 'wrong token') + '.');

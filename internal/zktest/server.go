@@ -146,8 +146,27 @@ func (s *Server) Start() {
 	}
 }
 
+// Pause stops the server's process with SIGSTOP, as a machine that hangs:
+// its connections stay open and nothing is answered until Resume. Its
+// clock goes on, so sessions whose timeout passes meanwhile expire when it
+// resumes.
+func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+
+// Resume continues a server paused by Pause (SIGCONT).
+func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.t.Helper()
+	if s.cmd == nil {
+		s.t.Fatalf("zktest: server %s is not running", s.Addr)
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		s.t.Fatalf("zktest: signalling ZooKeeper on %s: %v", s.Addr, err)
+	}
+}
+
 // Stop stops the server (SIGTERM, then SIGKILL after 5s) and waits for it
-// to exit. Stopping a stopped server does nothing.
+// to exit, paused or not. Stopping a stopped server does nothing.
 func (s *Server) Stop() { s.stop(syscall.SIGTERM) }
 
 // Kill kills the server with SIGKILL and waits for it to exit.
@@ -158,6 +177,7 @@ func (s *Server) stop(sig syscall.Signal) {
 		return
 	}
 	s.cmd.Process.Signal(sig)
+	s.cmd.Process.Signal(syscall.SIGCONT) // a paused server handles its SIGTERM
 	select {
 	case <-s.exited:
 	case <-time.After(5 * time.Second):
