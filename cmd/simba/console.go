@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-
 	"github.com/simba-go/simba/console"
 )
 
