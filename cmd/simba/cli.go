@@ -143,7 +143,7 @@ var commands []*command
 
 func init() {
 	commands = []*command{
-		statusCommand, electionsCommand, groupsCommand, jobsCommand, historyCommand,
+		statusCommand, electionsCommand, groupsCommand, jobsCommand, historyCommand, auditCommand,
 		disableCommand, enableCommand, triggerCommand, resignCommand, drainCommand, undrainCommand,
 		devCommand, consoleCommand, versionCommand, completionCommand,
 	}
@@ -445,8 +445,8 @@ output: -o table (the default) or -o wide for people, with every time
 with its time zone (local, or UTC with --utc); -o json or -o yaml for
 scripts, with stable field names, times in RFC 3339 with their offset and
 durations in seconds (fields ending in "Seconds"). status, elections,
-groups, jobs and history take --watch: shown again every --interval
-until interrupted.
+groups, jobs, history and audit take --watch: shown again every
+--interval until interrupted.
 
 exit status: 0 done (or a --watch interrupted); 1 failed (no such job,
 operation refused, --wait not satisfied in time); 2 usage error, or a

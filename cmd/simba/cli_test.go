@@ -118,7 +118,7 @@ func TestUsageErrors(t *testing.T) {
 		{"--interval without --watch", nil, []string{"status", "--interval", "1s"}, "--interval applies to --watch only"},
 		{"bad interval", nil, []string{"jobs", "--watch", "--interval", "0s"}, "--interval must be positive"},
 		{"--watch on an operation", nil, []string{"disable", "x", "--watch"}, "flag provided but not defined: -watch"},
-		{"--watch before an operation", nil, []string{"--watch", "disable", "x"}, "--watch applies to status, elections, groups, jobs, history only"},
+		{"--watch before an operation", nil, []string{"--watch", "disable", "x"}, "--watch applies to status, elections, groups, jobs, history, audit only"},
 		{"completion of an unknown shell", nil, []string{"completion", "fish"}, `completion: unknown shell "fish" (bash or zsh)`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -126,7 +126,7 @@ func TestDisableStopsRunsUntilEnabled(t *testing.T) {
 		if v.State != "disabled" || v.Held || v.Holder != nil {
 			t.Errorf("status while disabled: %+v", v)
 		}
-		if out := h.ok("status"); !strings.Contains(out, "disabled   report\n") {
+		if out := h.ok("status"); !strings.Contains(out, "disabled   report (by "+operator()+", since ") {
 			t.Errorf("status does not show the disable:\n%s", out)
 		}
 		r := decode[opResult](t, h.ok("disable", "report", "--json"))
@@ -179,7 +179,7 @@ func TestTriggerRunsOnce(t *testing.T) {
 		if runs := rec.runsOf("nightly", at); len(runs) != 1 {
 			t.Errorf("runs after the trigger: %v, want one", runs)
 		}
-		runs := decode[[]runView](t, h.ok("history", "nightly", "--json"))
+		runs := runsOnly(decode[[]runView](t, h.ok("history", "nightly", "--json")))
 		if len(runs) != 2 || runs[0].Source != "normal" || runs[1].Source != "trigger" {
 			t.Errorf("history %+v", runs)
 		}

@@ -201,6 +201,7 @@ func (c *cli) backendNames(ctx context.Context, cmd *command, g globals, explici
 var argNames = map[string]func(*snapshot) []string{
 	"status":  func(s *snapshot) []string { return s.names() },
 	"history": func(s *snapshot) []string { return s.jobNames() },
+	"audit":   func(s *snapshot) []string { return sortedUnion(sortedUnion(s.names(), s.members()), opNames(s.ops)) },
 	"trigger": func(s *snapshot) []string { return s.jobNames() },
 	"disable": func(s *snapshot) []string { return s.names() },
 	"enable":  func(s *snapshot) []string { return sortedUnion(s.names(), trueKeys(s.ops.Disabled)) },

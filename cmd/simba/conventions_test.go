@@ -118,10 +118,10 @@ func TestOutputFormats(t *testing.T) {
 		}{
 			{[]string{"elections"},
 				regexp.MustCompile(`^ELECTION +STATE +HOLDER +TOKEN +SINCE +SCHEDULE +LAST RUN\n`),
-				regexp.MustCompile(`^ELECTION +STATE +HOLDER +TOKEN +SESSION +SINCE +SCHEDULE +NEXT START +LAST RUN\ningest +held +a +\d+ +a-\S+ +2000-01-01 00:00:00\.000 UTC +- +- +running for 2\.5s\n`)},
+				regexp.MustCompile(`^ELECTION +STATE +HOLDER +TOKEN +SESSION +SINCE +SCHEDULE +NEXT START +LAST RUN +DISABLED\ningest +held +a +\d+ +a-\S+ +2000-01-01 00:00:00\.000 UTC +- +- +running for 2\.5s +-\n`)},
 			{[]string{"jobs"},
 				regexp.MustCompile(`^JOB +KIND +SCHEDULE +STATE +HOLDERS +NEXT START +LAST RUN +OK +FAILED\n`),
-				regexp.MustCompile(`^JOB +KIND +SCHEDULE +STATE +HOLDERS +NEXT START +LAST RUN +LAST START +OK +FAILED\nreport +election +fixed rate 1s +scheduled +a \(token \d+\) +in 500ms \(2000-01-01 00:00:03\.000 UTC\) +succeeded 500ms ago +2000-01-01 00:00:02\.000 UTC +3 +0\n`)},
+				regexp.MustCompile(`^JOB +KIND +SCHEDULE +STATE +HOLDERS +NEXT START +LAST RUN +LAST START +OK +FAILED +DISABLED\nreport +election +fixed rate 1s +scheduled +a \(token \d+\) +in 500ms \(2000-01-01 00:00:03\.000 UTC\) +succeeded 500ms ago +2000-01-01 00:00:02\.000 UTC +3 +0 +-\n`)},
 			{[]string{"history", "report"},
 				regexp.MustCompile(`^SEQ +START +DURATION +RESULT +SOURCE +MEMBER +TOKEN +ERROR\n1 +2000-01-01 00:00:00\.000 UTC +0s +succeeded`),
 				regexp.MustCompile(`^SEQ +START +END +DURATION +RESULT +SOURCE +MEMBER +TOKEN +ERROR\n1 +2000-01-01 00:00:00\.000 UTC +2000-01-01 00:00:00\.000 UTC +0s +succeeded`)},

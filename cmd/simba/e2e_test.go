@@ -239,6 +239,7 @@ func runScenarios(t *testing.T, kind string, newCluster func(*testing.T) *cluste
 		{"HistoryRecordsAFailOver", testFailOver},
 		{"Errors", testErrors},
 		{"SkippedRecordsAreWarnedOf", testSkippedRecords},
+		{"AuditTrailShowsWhoWhyAndWhen", testAudit},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			c := newCluster(t)
@@ -342,7 +343,7 @@ func testTrigger(t *testing.T, c *cluster) {
 	}
 	var runs []runView
 	eventually(t, 5*time.Second, "history shows the triggered run", func() bool {
-		runs = decode[[]runView](t, c.ok(t, "history", "nightly", "--json"))
+		runs = runsOnly(decode[[]runView](t, c.ok(t, "history", "nightly", "--json")))
 		return len(runs) == 2 && runs[1].Result == "succeeded"
 	})
 	if runs[0].Source != "normal" || runs[1].Source != "trigger" || runs[1].Member != "a" {

@@ -227,3 +227,48 @@ func reasonSuffix(reason string) string {
 	}
 	return ": " + oneLine(reason)
 }
+
+// text is an operator's free text (a reason, what an operation changed)
+// in a table: on one line, and cut short unless the table is wide.
+func (p printer) text(s string) string {
+	if p.wide {
+		return strings.Join(strings.Fields(s), " ")
+	}
+	return oneLine(s)
+}
+
+// inForce says who asked for a disable or drain in force, since when and
+// why: "by alice@h1, since 16:02:03.120 UTC, 2h ago: maintenance".
+func (p printer) inForce(op *opInForce, now time.Time) string {
+	by := op.By
+	if by == "" {
+		by = "someone unnamed"
+	}
+	s := "by " + by
+	if !op.Since.IsZero() {
+		s += ", since " + p.clock(op.Since, now) + ", " + ago(op.Since, now)
+	}
+	if op.Reason != "" {
+		s += ": " + p.text(op.Reason)
+	}
+	return s
+}
+
+// disabledAs describes the disable in force of self, an election,
+// partition, job or group, as p.inForce does, saying so when it is its
+// group's; "-" when there is none.
+func (p printer) disabledAs(self string, op *opInForce, now time.Time) string {
+	switch {
+	case op == nil:
+		return "-"
+	case op.Name != self:
+		return "with its group " + op.Name + ", " + p.inForce(op, now)
+	}
+	return p.inForce(op, now)
+}
+
+// namedInForce describes an operation in force with what it names:
+// "report (by alice@h1, since 16:02:03.120 UTC, 2h ago: maintenance)".
+func (p printer) namedInForce(op opInForce, now time.Time) string {
+	return op.Name + " (" + p.inForce(&op, now) + ")"
+}

@@ -14,7 +14,7 @@ import (
 // them and reports them as problems. The command shows what it could read,
 // warns of each record skipped on standard error, lists them in the
 // "problems" field of the JSON objects it prints, and a command that shows
-// (status, elections, groups, jobs, history) exits with exitProblems.
+// (status, elections, groups, jobs, history, audit) exits with exitProblems.
 
 // maxWarnings bounds the warnings printed, one line per record skipped.
 const maxWarnings = 20

@@ -162,6 +162,7 @@ func requireOneLine(t *testing.T, what string, r result, code int, want ...strin
 // readCommands are the commands that only read.
 var readCommands = [][]string{
 	{"status"}, {"status", "report"}, {"elections"}, {"groups"}, {"groups", "billing"}, {"jobs"}, {"history", "report"},
+	{"audit"}, {"audit", "report"},
 }
 
 // Every command works against a secured etcd with the right TLS files and

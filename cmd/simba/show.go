@@ -32,14 +32,14 @@ func runStatus(ctx context.Context, inv *invocation, args []string) error {
 	if len(args) == 0 {
 		o := s.overview(inv.t.String())
 		o.Problems = inv.problemList()
-		return inv.show(o, func(w io.Writer, _ printer) { printOverview(w, o) })
+		return inv.show(o, func(w io.Writer, p printer) { printOverview(w, p, o, s.now) })
 	}
 	f, ok := s.find(args[0])
 	if !ok {
 		return &notFoundError{what: "election, job or group", name: args[0], known: s.names()}
 	}
 	if f.kind == kindGroup {
-		return showGroups(inv, []admin.Group{*f.group}, true)
+		return showGroups(inv, s, []admin.Group{*f.group}, true)
 	}
 	v := s.leaseView(f.election)
 	return inv.show(leaseWithProblems{v, inv.problemList()}, func(w io.Writer, p printer) {
@@ -47,7 +47,7 @@ func runStatus(ctx context.Context, inv *invocation, args []string) error {
 	})
 }
 
-func printOverview(w io.Writer, o overview) {
+func printOverview(w io.Writer, p printer, o overview, now time.Time) {
 	tw := newTable(w)
 	row(tw, "backend", o.Backend)
 	row(tw, "sessions", fmt.Sprintf("%d (seen holding leases or group memberships)", o.Sessions))
@@ -56,8 +56,8 @@ func printOverview(w io.Writer, o overview) {
 	row(tw, "groups", fmt.Sprintf("%d: %d member%s, %d partitions (%d held, %d vacant, %d in hand-off), %d mismatch%s",
 		g.Total, g.Members, plural(g.Members), g.Partitions, g.Held, g.Vacant, g.InHandOff, g.Mismatches, pluralEs(g.Mismatches)))
 	row(tw, "jobs", fmt.Sprintf("%d: %d running, %d disabled, %d whose last run failed", o.Jobs.Total, o.Jobs.Running, o.Jobs.Disabled, o.Jobs.LastFailed))
-	row(tw, "disabled", listOr(o.Ops.Disabled, "none"))
-	row(tw, "drained", listOr(o.Ops.Drained, "none"))
+	inForceRows(tw, p, "disabled", o.Ops.Disables, now)
+	inForceRows(tw, p, "drained", o.Ops.Drains, now)
 	row(tw, "triggers", pendingList(o.Ops.Triggers))
 	row(tw, "resigns", pendingList(o.Ops.Resigns))
 	if n := len(o.Problems); n > 0 {
@@ -69,6 +69,20 @@ func printOverview(w io.Writer, o overview) {
 		for _, a := range o.Attention {
 			fmt.Fprintln(w, "  "+a)
 		}
+	}
+}
+
+// inForceRows writes the disables or drains in force, one a row, or
+// "none".
+func inForceRows(tw io.Writer, p printer, label string, ops []opInForce, now time.Time) {
+	if len(ops) == 0 {
+		row(tw, label, "none")
+	}
+	for i, op := range ops {
+		if i > 0 {
+			label = ""
+		}
+		row(tw, label, p.namedInForce(op, now))
 	}
 }
 
@@ -92,6 +106,9 @@ func printLease(w io.Writer, p printer, kind string, v leaseView, now time.Time)
 	tw := newTable(w)
 	row(tw, kind, v.Name)
 	row(tw, "state", v.State)
+	if v.Disable != nil {
+		row(tw, "disabled", p.disabledAs(v.Name, v.Disable, now))
+	}
 	if h := v.Holder; h != nil {
 		row(tw, "holder", fmt.Sprintf("%s (token %d, session %s, since %s, %s)", h.Member, h.Token, h.Session, p.clock(h.Since, now), ago(h.Since, now)))
 	} else {
@@ -172,7 +189,7 @@ func runElections(ctx context.Context, inv *invocation, withPartitions bool) err
 func printElections(w io.Writer, p printer, views []leaseView, now time.Time) {
 	tw := newTable(w)
 	if p.wide {
-		row(tw, "ELECTION", "STATE", "HOLDER", "TOKEN", "SESSION", "SINCE", "SCHEDULE", "NEXT START", "LAST RUN")
+		row(tw, "ELECTION", "STATE", "HOLDER", "TOKEN", "SESSION", "SINCE", "SCHEDULE", "NEXT START", "LAST RUN", "DISABLED")
 	} else {
 		row(tw, "ELECTION", "STATE", "HOLDER", "TOKEN", "SINCE", "SCHEDULE", "LAST RUN")
 	}
@@ -192,7 +209,7 @@ func printElections(w io.Writer, p printer, views []leaseView, now time.Time) {
 		if v.NextPlanned != nil {
 			next = p.stamp(*v.NextPlanned)
 		}
-		row(tw, v.Name, v.State, holder, token, session, since, dash(v.Schedule), next, runSummary(v.LastRun.run(), now))
+		row(tw, v.Name, v.State, holder, token, session, since, dash(v.Schedule), next, runSummary(v.LastRun.run(), now), p.disabledAs(v.Name, v.Disable, now))
 	}
 	tw.Flush()
 	if len(views) == 0 {
@@ -228,15 +245,15 @@ func runGroups(ctx context.Context, inv *invocation, args []string) error {
 		}
 		groups = []admin.Group{*g}
 	}
-	return showGroups(inv, groups, one)
+	return showGroups(inv, s, groups, one)
 }
 
-// showGroups prints groups; one prints a single group as a JSON object
-// rather than a list.
-func showGroups(inv *invocation, groups []admin.Group, one bool) error {
+// showGroups prints groups of s; one prints a single group as a JSON
+// object rather than a list.
+func showGroups(inv *invocation, s *snapshot, groups []admin.Group, one bool) error {
 	views := make([]groupView, 0, len(groups))
 	for _, g := range groups {
-		views = append(views, groupViewOf(g))
+		views = append(views, groupViewOf(g, s.ops))
 	}
 	var doc any = views
 	if one {
@@ -247,7 +264,7 @@ func showGroups(inv *invocation, groups []admin.Group, one bool) error {
 			if i > 0 {
 				fmt.Fprintln(w)
 			}
-			printGroup(w, p, v)
+			printGroup(w, p, v, s.now)
 		}
 		if len(views) == 0 {
 			fmt.Fprintln(w, "(no groups)")
@@ -255,7 +272,7 @@ func showGroups(inv *invocation, groups []admin.Group, one bool) error {
 	})
 }
 
-func printGroup(w io.Writer, p printer, v groupView) {
+func printGroup(w io.Writer, p printer, v groupView, now time.Time) {
 	head := fmt.Sprintf("group %s: %d partitions, %s assignment, %d member%s", v.Name, v.PartitionCount, dash(v.Assignment), len(v.Members), plural(len(v.Members)))
 	if v.Disabled {
 		head += ", DISABLED"
@@ -290,6 +307,9 @@ func printGroup(w io.Writer, p printer, v groupView) {
 		if pv.State == "hand-off" {
 			state = fmt.Sprintf("hand-off to %s", dash(pv.Owner))
 		}
+		if pv.Disable != nil {
+			state += " (disabled)"
+		}
 		cells := []string{fmt.Sprintf("  %d", pv.Index), dash(pv.Owner), dash(pv.Holder), tokenString(pv.Token), state}
 		if p.wide {
 			cells = slices.Insert(cells, 1, pv.Lease)
@@ -299,6 +319,27 @@ func printGroup(w io.Writer, p printer, v groupView) {
 	tw.Flush()
 	fmt.Fprintf(w, "  vacant: %s; in hand-off: %s\n", listOr(intsToStrings(v.Vacant), "none"), listOr(intsToStrings(v.InHandOff), "none"))
 	fmt.Fprintf(w, "  mismatches: %s\n", listOr(v.Mismatches, "none"))
+	// The disables and drains that apply, with who, since when and why.
+	var disables, drains []opInForce
+	if v.Disable != nil {
+		disables = append(disables, *v.Disable)
+	}
+	for _, pv := range v.Partitions {
+		if d := pv.Disable; d != nil && d.Name != v.Name {
+			disables = append(disables, *d)
+		}
+	}
+	for _, m := range v.Members {
+		if m.Drain != nil {
+			drains = append(drains, *m.Drain)
+		}
+	}
+	for _, d := range disables {
+		fmt.Fprintf(w, "  disabled: %s\n", p.namedInForce(d, now))
+	}
+	for _, d := range drains {
+		fmt.Fprintf(w, "  drained: %s\n", p.namedInForce(d, now))
+	}
 }
 
 func intsToStrings(xs []int) []string {
@@ -334,7 +375,7 @@ func printJobs(w io.Writer, p printer, jobs []jobView, now time.Time) {
 	tw := newTable(w)
 	head := []string{"JOB", "KIND", "SCHEDULE", "STATE", "HOLDERS", "NEXT START", "LAST RUN", "OK", "FAILED"}
 	if p.wide {
-		head = slices.Insert(head, 7, "LAST START")
+		head = append(slices.Insert(head, 7, "LAST START"), "DISABLED")
 	}
 	row(tw, head...)
 	for _, j := range jobs {
@@ -362,7 +403,7 @@ func printJobs(w io.Writer, p printer, jobs []jobView, now time.Time) {
 			if r := j.LastRun.run(); r != nil {
 				start = p.stamp(r.Start)
 			}
-			cells = slices.Insert(cells, 7, start)
+			cells = append(slices.Insert(cells, 7, start), p.disabledAs(j.Name, j.Disable, now))
 		}
 		row(tw, cells...)
 	}
@@ -374,13 +415,18 @@ func printJobs(w io.Writer, p printer, jobs []jobView, now time.Time) {
 
 var historyCommand = &command{
 	name: "history", args: "JOB", minArgs: 1, maxArgs: 1, shows: true,
-	summary: "the runs of a job, oldest first",
+	summary: "the runs of a job, oldest first, and the operations on it",
 	doc: `The execution history of an election, a partition (group.p), or every
 partition of a group: start, duration, result (succeeded, failed,
 cancelled, running, interrupted), source (normal, misfire, trigger,
-fail-over), member and token. The last 50 runs of each lease are kept.`,
+fail-over), member and token. The last 50 runs of each lease are kept.
+After the runs, the operations on it from the audit trail (on a group,
+those on its partitions too; on a partition, those on its group), oldest
+first, since the first run shown: when, who, the operation, its reason
+and what it changed. With -o json or yaml, the list holds the runs (kind
+"run") and then the operations (kind "operation").`,
 	setup: func(fs *flag.FlagSet) action {
-		limit := fs.Int("limit", 20, "show the last `n` runs (0: all that are kept)")
+		limit := fs.Int("limit", 20, "show the last `n` runs, and at most n operations (0: all that are kept)")
 		return func(ctx context.Context, inv *invocation, args []string) error {
 			if *limit < 0 {
 				return usagef(nil, "--limit must not be negative")
@@ -403,10 +449,26 @@ func runHistory(ctx context.Context, inv *invocation, name string, limit int) er
 	if err != nil {
 		return err
 	}
-	if limit > 0 && len(runs) > limit {
+	cut := limit > 0 && len(runs) > limit
+	if cut {
 		runs = runs[len(runs)-limit:]
 	}
-	return inv.show(runs, func(w io.Writer, p printer) { printHistory(w, p, name, f.kind == kindGroup, runs) })
+	ops, err := inv.operationsOn(ctx, f)
+	if err != nil {
+		return err
+	}
+	ops = historyOps(ops, runs, cut, limit)
+	doc := make([]any, 0, len(runs)+len(ops))
+	for _, r := range runs {
+		doc = append(doc, r)
+	}
+	for _, o := range ops {
+		doc = append(doc, historyOp{Kind: "operation", auditView: o})
+	}
+	return inv.show(doc, func(w io.Writer, p printer) {
+		printHistory(w, p, name, f.kind == kindGroup, runs)
+		printHistoryOps(w, p, name, ops)
+	})
 }
 
 func printHistory(w io.Writer, p printer, name string, group bool, runs []runView) {
@@ -464,7 +526,7 @@ func (inv *invocation) history(ctx context.Context, f found) ([]runView, error) 
 			return nil, inv.backendErr(ctx, "reading the history of "+lease, err)
 		}
 		for _, r := range list {
-			runs = append(runs, runView{Lease: lease, runInfo: runInfoOf(r)})
+			runs = append(runs, runView{Kind: "run", Lease: lease, runInfo: runInfoOf(r)})
 		}
 	}
 	slices.SortStableFunc(runs, func(a, b runView) int { return a.Start.Compare(b.Start) })

@@ -24,6 +24,9 @@ type leaseView struct {
 	State    string `json:"state"`
 	Held     bool   `json:"held"`
 	Disabled bool   `json:"disabled"`
+	// Disable is the disable in force, of the lease itself or else of its
+	// group (its name says which): who asked, since when, why.
+	Disable *opInForce `json:"disable,omitempty"`
 	// Holder is the current holder, null when the lease is not held (or
 	// its new holder has not written its status yet).
 	Holder      *admin.Holder `json:"holder"`
@@ -44,7 +47,7 @@ func (s *snapshot) leaseView(e admin.Election) leaseView {
 	v := leaseView{
 		Name: e.Name, Group: st.Group, Held: e.Held, Disabled: e.Disabled,
 		Holder: holder(e), Schedule: st.Schedule, LastRun: lastRunOf(st.LastRun),
-		Succeeded: st.Succeeded, Failed: st.Failed,
+		Succeeded: st.Succeeded, Failed: st.Failed, Disable: s.disableOf(e.Name, st.Group),
 	}
 	if st.Group != "" {
 		v.Partition = &st.Partition
@@ -72,6 +75,42 @@ func (s *snapshot) leaseView(e admin.Election) leaseView {
 	return v
 }
 
+// opInForce is a disable or drain in force: what it names (an election,
+// job, group or partition; a member), who asked, since when and why.
+type opInForce struct {
+	Name   string    `json:"name"`
+	By     string    `json:"by"`
+	Since  time.Time `json:"since"`
+	Reason string    `json:"reason,omitempty"`
+}
+
+func inForce(name string, op admin.Op) *opInForce {
+	return &opInForce{Name: name, By: op.By, Since: op.At, Reason: op.Reason}
+}
+
+// disableOf returns the disable in force of name, or else of its group
+// (if any), or nil.
+func (s *snapshot) disableOf(name, group string) *opInForce {
+	return disableIn(s.ops, name, group)
+}
+
+func disableIn(ops admin.Ops, name, group string) *opInForce {
+	for _, n := range []string{name, group} {
+		if op, ok := ops.Disables[n]; ok && n != "" {
+			return inForce(n, op)
+		}
+	}
+	return nil
+}
+
+// drainIn returns the drain in force of member, or nil.
+func drainIn(ops admin.Ops, member string) *opInForce {
+	if op, ok := ops.Drains[member]; ok {
+		return inForce(member, op)
+	}
+	return nil
+}
+
 // nextPlanned returns the next planned start of a schedule, or zero when
 // it is not known: while a run is in flight, and for a moment after, the
 // status still shows that run's own planned start.
@@ -86,6 +125,8 @@ func nextPlanned(st admin.Status) time.Time {
 type groupView struct {
 	Name     string `json:"name"`
 	Disabled bool   `json:"disabled"`
+	// Disable is the group's disable in force: who asked, since when, why.
+	Disable *opInForce `json:"disable,omitempty"`
 	// PartitionCount and Assignment are what the members use (the largest
 	// count, when they disagree).
 	PartitionCount int             `json:"partitionCount"`
@@ -104,8 +145,10 @@ type memberView struct {
 	PartitionCount int    `json:"partitionCount"`
 	Assignment     string `json:"assignment"`
 	Drained        bool   `json:"drained"`
-	Owns           []int  `json:"owns"`  // assigned to it
-	Holds          []int  `json:"holds"` // held by it now
+	// Drain is the member's drain in force: who asked, since when, why.
+	Drain *opInForce `json:"drain,omitempty"`
+	Owns  []int      `json:"owns"`  // assigned to it
+	Holds []int      `json:"holds"` // held by it now
 }
 
 // partitionView is one partition of a group.
@@ -119,18 +162,22 @@ type partitionView struct {
 	// State is "held", "vacant" or "hand-off" (held by another member
 	// than its owner).
 	State string `json:"state"`
+	// Disable is the disable in force of the partition, or else of its
+	// group (its name says which).
+	Disable *opInForce `json:"disable,omitempty"`
 }
 
-func groupViewOf(g admin.Group) groupView {
+// groupViewOf builds the view of g, with the disables and drains of ops.
+func groupViewOf(g admin.Group, ops admin.Ops) groupView {
 	v := groupView{
-		Name: g.Name, Disabled: g.Disabled, PartitionCount: len(g.Partitions),
+		Name: g.Name, Disabled: g.Disabled, Disable: disableIn(ops, g.Name, ""), PartitionCount: len(g.Partitions),
 		Members: []memberView{}, Partitions: []partitionView{},
 		Vacant: []int{}, InHandOff: []int{}, Mismatches: append([]string{}, g.Mismatches...),
 	}
 	variants := map[string]int{}
 	for _, m := range g.Members {
 		variants[m.Assignment]++
-		mv := memberView{ID: m.ID, Session: m.Session, PartitionCount: m.Partitions, Assignment: m.Assignment, Drained: m.Drained, Owns: []int{}, Holds: []int{}}
+		mv := memberView{ID: m.ID, Session: m.Session, PartitionCount: m.Partitions, Assignment: m.Assignment, Drained: m.Drained, Drain: drainIn(ops, m.ID), Owns: []int{}, Holds: []int{}}
 		for _, p := range g.Partitions {
 			if p.Owner == m.ID {
 				mv.Owns = append(mv.Owns, p.Index)
@@ -148,6 +195,7 @@ func groupViewOf(g admin.Group) groupView {
 	}
 	for _, p := range g.Partitions {
 		pv := partitionView{Index: p.Index, Lease: partitionLease(g.Name, p.Index), Owner: p.Owner, Holder: p.Holder, Token: p.Token, Held: p.Held}
+		pv.Disable = disableIn(ops, pv.Lease, g.Name)
 		switch {
 		case p.Vacant():
 			pv.State = "vacant"
@@ -188,6 +236,8 @@ type jobView struct {
 	Succeeded uint64   `json:"succeeded"`
 	Failed    uint64   `json:"failed"`
 	Disabled  bool     `json:"disabled"`
+	// Disable is the job's disable in force: who asked, since when, why.
+	Disable *opInForce `json:"disable,omitempty"`
 }
 
 // jobs lists the scheduled elections and groups, sorted by name.
@@ -210,6 +260,9 @@ func (s *snapshot) jobs() []jobView {
 
 func (s *snapshot) jobOf(name, kind string, partitions int, disabled bool, leases []admin.Election) jobView {
 	j := jobView{Name: name, Kind: kind, Partitions: partitions, Disabled: disabled, Holders: []string{}}
+	if disabled {
+		j.Disable = s.disableOf(name, "") // a job is a plain election or a group
+	}
 	holders := map[string]bool{}
 	running := false
 	for _, e := range leases {
@@ -320,8 +373,12 @@ type jobCounts struct {
 
 // opsView is the operations in force.
 type opsView struct {
-	Disabled []string    `json:"disabled"`
-	Drained  []string    `json:"drained"`
+	Disabled []string `json:"disabled"`
+	Drained  []string `json:"drained"`
+	// Disables and Drains are the same, with who asked, since when and
+	// why.
+	Disables []opInForce `json:"disables"`
+	Drains   []opInForce `json:"drains"`
 	Triggers []pendingOp `json:"triggers"`
 	Resigns  []pendingOp `json:"resigns"`
 }
@@ -335,7 +392,14 @@ type pendingOp struct {
 func opsViewOf(ops admin.Ops) opsView {
 	v := opsView{
 		Disabled: trueKeys(ops.Disabled), Drained: trueKeys(ops.Drained),
+		Disables: []opInForce{}, Drains: []opInForce{},
 		Triggers: []pendingOp{}, Resigns: []pendingOp{},
+	}
+	for _, k := range slices.Sorted(maps.Keys(ops.Disables)) {
+		v.Disables = append(v.Disables, *inForce(k, ops.Disables[k]))
+	}
+	for _, k := range slices.Sorted(maps.Keys(ops.Drains)) {
+		v.Drains = append(v.Drains, *inForce(k, ops.Drains[k]))
 	}
 	for _, k := range slices.Sorted(maps.Keys(ops.Triggers)) {
 		v.Triggers = append(v.Triggers, pendingOp{Lease: k, Op: ops.Triggers[k]})
@@ -372,7 +436,7 @@ func (s *snapshot) overview(backend string) overview {
 	}
 	members := map[string]bool{}
 	for _, g := range s.groups {
-		gv := groupViewOf(g)
+		gv := groupViewOf(g, s.ops)
 		o.Groups.Total++
 		o.Groups.Partitions += gv.PartitionCount
 		o.Groups.Held += gv.PartitionCount - len(gv.Vacant)
@@ -411,6 +475,9 @@ func (s *snapshot) overview(backend string) overview {
 
 // runView is one run of a job's history.
 type runView struct {
+	// Kind is "run": simba history lists the operations on the job too
+	// (historyOp, of kind "operation").
+	Kind  string `json:"kind"`
 	Lease string `json:"lease"`
 	runInfo
 }
