@@ -422,8 +422,9 @@ cancelled, running, interrupted), source (normal, misfire, trigger,
 fail-over), member and token. The last 50 runs of each lease are kept.
 After the runs, the operations on it from the audit trail (on a group,
 those on its partitions too; on a partition, those on its group), oldest
-first, since the first run shown: when, who, the operation, its reason
-and what it changed. With -o json or yaml, the list holds the runs (kind
+first: when, who, the operation, its reason and what it changed; at most
+--limit of them, and when --limit leaves runs out, only those since the
+first run shown. With -o json or yaml, the list holds the runs (kind
 "run") and then the operations (kind "operation").`,
 	setup: func(fs *flag.FlagSet) action {
 		limit := fs.Int("limit", 20, "show the last `n` runs, and at most n operations (0: all that are kept)")
