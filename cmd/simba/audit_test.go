@@ -471,3 +471,49 @@ func testAudit(t *testing.T, c *cluster) {
 		t.Errorf("history report:\n%s", out)
 	}
 }
+
+// A user whose etcd role can only read the prefix reads the audit trail,
+// and the history and status that show it: the reads open no session.
+func TestAuditAsAReadOnlyEtcdUser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a real etcd")
+	}
+	s := startSecuredEtcd(t)
+	startNode(t, s.nodeBackend(t), "a", securedTTL, &recorder{}).schedule(t, "report", simba.FixedRate(time.Hour))
+	// Generous timeouts: every command authenticates with a bcrypt on the
+	// server, slow under the race detector on a loaded machine.
+	app := append(s.tlsArgs(), "--user", "app:"+appPassword, "--timeout", "30s")
+	viewer := append(s.tlsArgs(), "--user", "viewer:"+viewerPassword, "--timeout", "30s")
+	eventually(t, time.Minute, "report is held", func() bool {
+		r := runIn(t, nil, append([]string{"status", "report", "--json"}, app...)...)
+		return r.code == exitOK && decode[leaseView](t, r.stdout).Held
+	})
+	if r := runIn(t, nil, append([]string{"disable", "report", "--reason", "read-only audit"}, app...)...); r.code != exitOK {
+		t.Fatalf("disable as app: %v", r)
+	}
+	by := operator()
+	r := runIn(t, nil, append([]string{"audit", "--json"}, viewer...)...)
+	if r.code != exitOK {
+		t.Fatalf("audit as the read-only viewer: %v", r)
+	}
+	if e := decode[[]auditView](t, r.stdout); len(e) != 1 || e[0].Op != "disable" || e[0].By != by || e[0].Reason != "read-only audit" {
+		t.Errorf("audit as the read-only viewer: %+v", e)
+	}
+	r = runIn(t, nil, append([]string{"history", "report", "--json"}, viewer...)...)
+	if ops := historyOpsOf(t, r.stdout); r.code != exitOK || len(ops) != 1 || ops[0].Reason != "read-only audit" {
+		t.Errorf("history as the read-only viewer: %v", r)
+	}
+	r = runIn(t, nil, append([]string{"status", "report", "--json"}, viewer...)...)
+	if r.code != exitOK {
+		t.Fatalf("status as the read-only viewer: %v", r)
+	}
+	requireInForceBy(t, decode[leaseView](t, r.stdout).Disable, by, "read-only audit")
+}
+
+// requireInForceBy checks who and why of an operation in force.
+func requireInForceBy(t *testing.T, op *opInForce, by, reason string) {
+	t.Helper()
+	if op == nil || op.By != by || op.Reason != reason || op.Since.IsZero() {
+		t.Errorf("in force: %+v, want by %s: %s", op, by, reason)
+	}
+}
