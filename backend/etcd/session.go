@@ -252,9 +252,10 @@ func (s *session) watchSelf(rev int64) {
 // retryDelay is the pause before a watch is set up again after an error.
 const retryDelay = 100 * time.Millisecond
 
-// pause waits d unless the session ends first; it reports whether d passed.
+// pause waits d, jittered (see internal/backoff), unless the session ends
+// first; it reports whether the wait passed.
 func (s *session) pause(d time.Duration) bool {
-	t := time.NewTimer(d)
+	t := time.NewTimer(backoff.Jitter(d))
 	defer t.Stop()
 	select {
 	case <-t.C:

@@ -147,7 +147,7 @@ func (s *session) rewatch(l *lease) {
 			s.mu.Unlock()
 			return
 		}
-		if !s.sleep(s.ctx, time.Duration(attempt)*50*time.Millisecond) {
+		if !s.sleep(s.ctx, backoff.Jitter(time.Duration(attempt)*50*time.Millisecond)) {
 			return
 		}
 	}
@@ -443,7 +443,7 @@ func (a *acquisition) sweepAfter(create *request[string]) {
 					return
 				}
 			}
-			if !s.sleep(s.ctx, time.Duration(attempt)*50*time.Millisecond) {
+			if !s.sleep(s.ctx, backoff.Jitter(time.Duration(attempt)*50*time.Millisecond)) {
 				return
 			}
 		}
