@@ -196,6 +196,48 @@ func (e *e2e) post(token string) int {
 		body: JSON.stringify({target: 'report'})}).then(r => r.status)`)
 }
 
+// auditReason is the reason given with the trigger from the page: markup,
+// which the audit page must show as text.
+const auditReason = `<b>month end</b> <script>window.simbaInjected = 1</script>`
+
+// auditShows checks that the audit page shows the trigger of report that
+// carol did from the page with reason, and that its filter works.
+func (e *e2e) auditShows(reason string) {
+	t := e.t
+	t.Helper()
+	row := `table.audit tr[data-audit-op="trigger"][data-target="report"][data-by="carol"]`
+	e.do(10*time.Second,
+		chromedp.Navigate(e.url+"/audit"),
+		chromedp.WaitVisible(chromedp.CSS(`#live[data-state="live"]`)),
+		chromedp.WaitVisible(chromedp.CSS(row)),
+	)
+	type shown struct {
+		Who, Reason, Rel, When string
+		Markup                 int
+		Injected               bool
+	}
+	got := eval[shown](e, `(() => {
+		const r = document.querySelector('`+row+`');
+		return {who: r.querySelector('.who').textContent, reason: r.querySelector('td.reason').textContent,
+			rel: r.querySelector('time[data-rel]').textContent, when: r.querySelector('td.when time').textContent,
+			markup: r.querySelectorAll('td.reason *').length, injected: !!window.simbaInjected};
+	})()`)
+	assert.Equal(t, "carol", got.Who)
+	assert.Equal(t, reason, got.Reason, "the reason, as text")
+	assert.Zero(t, got.Markup, "no element from the reason")
+	assert.False(t, got.Injected, "no script from the reason ran")
+	assert.Regexp(t, `^(now|[0-9]+[smhd] ago)$`, got.Rel, "when, relative to now")
+	assert.Regexp(t, `^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2} UTC$`, got.When, "when, with its zone")
+	e.screenshot("audit")
+
+	e.do(10*time.Second,
+		chromedp.SendKeys(chromedp.CSS(`#audit-name`), "report\r"),
+		chromedp.WaitVisible(chromedp.CSS(`body[data-view="/audit?name=report"] #live[data-state="live"]`)),
+		chromedp.WaitVisible(chromedp.CSS(row)),
+	)
+	assert.Zero(t, eval[int](e, `document.querySelectorAll('table.audit tr[data-target]:not([data-target="report"])').length`), "only report's")
+}
+
 // scenario runs the end-to-end scenario with the nodes on node(id) and the
 // console's admin on adm. It returns false, having skipped the test, when
 // the backend keeps no records.
@@ -270,6 +312,7 @@ func scenario(t *testing.T, browserPath string, node func(id string) backend.Bac
 		chromedp.WaitVisible(chromedp.CSS(`#confirm #token`)),
 		chromedp.SendKeys(chromedp.CSS(`#confirm #token`), testToken),
 		chromedp.SendKeys(chromedp.CSS(`#confirm #operator`), "carol"),
+		chromedp.SendKeys(chromedp.CSS(`#confirm #reason`), auditReason),
 	)
 	e.viewport("confirm")
 	e.do(10*time.Second,
@@ -294,6 +337,15 @@ func scenario(t *testing.T, browserPath string, node func(id string) backend.Bac
 	time.Sleep(3 * time.Second)
 	assert.Len(t, f.runsOf("report"), 1, "one trigger, one run")
 	e.screenshot("jobs")
+
+	// The audit page shows the trigger done from the page: who, why (as
+	// text), when; its filter goes to the name's own, which stays live.
+	e.auditShows(auditReason)
+	e.do(10*time.Second,
+		chromedp.Navigate(e.url+"/jobs"),
+		chromedp.WaitVisible(chromedp.CSS(`#live[data-state="live"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`section[data-job="report"] button[data-op="trigger"]`)),
+	)
 
 	// A wrong token is refused, and the page asks for the token again.
 	eval[int](e, `sessionStorage.setItem('simba-console-token', 'wrong-token-0123456789'), 1`)

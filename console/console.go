@@ -177,7 +177,7 @@ func (s *Server) load(parent context.Context, v view) *page {
 
 // servePage serves a whole page.
 func (s *Server) servePage(w http.ResponseWriter, r *http.Request) {
-	v, ok := parseView(r.URL.Path)
+	v, ok := parseView(r.URL.RequestURI()) // the path, and the audit page's filter
 	if !ok {
 		http.NotFound(w, r)
 		return

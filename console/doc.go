@@ -28,6 +28,18 @@
 //     (normal, misfire, trigger, fail-over); /jobs/{lease} the whole history.
 //   - /members: every member (of a group, holding an election, or drained),
 //     its sessions, what it holds, and its drain state.
+//   - /audit: the audit trail (admin.Admin.Audit), newest first: every
+//     operation from the console or the simba command, with when, who, the
+//     operation and its target, whether it changed what is in force, the
+//     reason and what it did in words; /audit?name=report the operations
+//     on one name (an election, job, group, lease or member). It shows the
+//     newest 200; a job's page (/jobs/{lease}) shows its own newest 10.
+//
+// Wherever a disable or a drain applies (an election, a job, a group, a
+// group's partitions, a member) the page marks it, with who asked, since
+// when (in UTC, and relative to now) and why in a line beside the marker
+// and in its tooltip; a partition says when it is its group's disable.
+// Reasons are the operators' words and shown as text, never as markup.
 //
 // Pages are rendered on the server (html/template) and readable without
 // script. A small script keeps them live: it opens a server-sent event
@@ -38,7 +50,8 @@
 // open; admin offers no watch of the records yet.
 //
 // A record that cannot be used (a status that is not JSON, a key that names
-// nothing simba writes) does not stop a page: it shows everything else,
+// nothing simba writes, an audit entry of another version) does not stop
+// a page: it shows everything else,
 // answers 200, and lists the records skipped (at most 20, each key and
 // reason cut short) in a notice at its top; the log says when the set of
 // records skipped changes.

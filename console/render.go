@@ -45,7 +45,10 @@ var funcs = template.FuncMap{
 		o := operations[op]
 		return opButton{Op: op, Target: target, Token: token, What: what, Label: o.label, Explain: o.explain}
 	},
-	"short": short,
+	"short":    short,
+	"stamp":    stamp,
+	"describe": describe,
+	"what":     auditWhat,
 }
 
 // templates are the pages; "layout" is a whole page, "main" its part that
@@ -70,6 +73,43 @@ func clock(t time.Time) template.HTML {
 	t = t.UTC()
 	return template.HTML(fmt.Sprintf(`<time datetime="%s" title="%s">%s</time>`,
 		t.Format(time.RFC3339Nano), t.Format("2006-01-02 15:04:05.000 UTC"), t.Format("15:04:05 UTC")))
+}
+
+// stamp renders a time as a <time> element showing the date and time of
+// day in UTC, to the second, followed by the time relative to now that
+// the page's script keeps up to date (see when): "2025-03-04 16:02:00 UTC
+// (12m ago)".
+func stamp(t time.Time) template.HTML {
+	if t.IsZero() {
+		return "—"
+	}
+	u := t.UTC()
+	return template.HTML(fmt.Sprintf(`<time datetime="%s" title="%s">%s</time> <span class="rel">(%s)</span>`,
+		u.Format(time.RFC3339Nano), u.Format("2006-01-02 15:04:05.000 UTC"), u.Format("2006-01-02 15:04:05 UTC"), when(t)))
+}
+
+// describe says in words who asked for a disable or drain in force, since
+// when and why, for a tooltip: "by alice since 2025-03-04 16:02:00 UTC:
+// maintenance", with "with group billing, " first when the group's disable
+// applies to a partition.
+func describe(n *opNote) string {
+	if n == nil {
+		return ""
+	}
+	out := admin.DescribeOp(n.Op)
+	if n.Via != "" {
+		out = "with group " + n.Via + ", " + out
+	}
+	return out
+}
+
+// auditWhat names an audit entry's operation as the pages show it: the
+// operation, and the term a resign is of.
+func auditWhat(e admin.AuditEntry) string {
+	if e.Token != 0 {
+		return fmt.Sprintf("%s (token %d)", e.Op, e.Token)
+	}
+	return e.Op
 }
 
 // took renders how long a run took, or that it runs.

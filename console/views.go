@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/admin"
@@ -18,8 +21,9 @@ import (
 // view names what a page or an event stream shows: one of the pages, or
 // the history of one lease.
 type view struct {
-	Kind  string // "elections", "groups", "jobs", "members" or "job"
+	Kind  string // "elections", "groups", "jobs", "members", "audit" or "job"
 	Lease string // for "job": the election or partition
+	Name  string // for "audit": the name whose operations it shows ("": all)
 }
 
 // navItem is one entry of the navigation bar.
@@ -30,30 +34,56 @@ var nav = []navItem{
 	{"groups", "/groups", "Groups"},
 	{"jobs", "/jobs", "Jobs"},
 	{"members", "/members", "Members"},
+	{"audit", "/audit", "Audit"},
 }
 
-// Path is the page's path, which also names its event stream.
+// Path is the page's path, with the audit page's filter, which also names
+// its event stream.
 func (v view) Path() string {
-	if v.Kind == "job" {
+	switch {
+	case v.Kind == "job":
 		return "/jobs/" + v.Lease
+	case v.Kind == "audit" && v.Name != "":
+		return "/audit?" + url.Values{"name": {v.Name}}.Encode()
 	}
 	return "/" + v.Kind
 }
 
-// parseView returns the view of a page path.
-func parseView(path string) (view, bool) {
-	if lease, ok := strings.CutPrefix(path, "/jobs/"); ok {
+// parseView returns the view of a page's path and query ("/audit?name=x");
+// the query counts for the audit page only.
+func parseView(pathQuery string) (view, bool) {
+	u, err := url.ParseRequestURI(pathQuery)
+	if err != nil {
+		return view{}, false
+	}
+	if lease, ok := strings.CutPrefix(u.Path, "/jobs/"); ok {
 		if simba.CheckName(lease) != nil {
 			return view{}, false
 		}
 		return view{Kind: "job", Lease: lease}, true
 	}
 	for _, n := range nav {
-		if path == n.Path {
-			return view{Kind: n.Kind}, true
+		if u.Path != n.Path {
+			continue
 		}
+		v := view{Kind: n.Kind}
+		if n.Kind == "audit" {
+			v.Name = strings.TrimSpace(u.Query().Get("name"))
+			if !validFilter(v.Name) {
+				return view{}, false
+			}
+		}
+		return v, true
 	}
 	return view{}, false
+}
+
+// validFilter reports whether name may filter the audit page: "", or at
+// most simba.MaxNameLen bytes of UTF-8 without control characters (a name
+// no operation has cannot match, but is shown as asked).
+func validFilter(name string) bool {
+	return len(name) <= simba.MaxNameLen && utf8.ValidString(name) &&
+		!strings.ContainsFunc(name, unicode.IsControl)
 }
 
 // loader reads the backend through admin for one or more renderings: one
@@ -65,6 +95,29 @@ type loader struct {
 	snap    admin.Snapshot
 	snapErr error
 	snapOK  bool
+
+	audits map[admin.AuditFilter]auditRead // by filter, once each
+}
+
+// auditRead is one read of the audit trail.
+type auditRead struct {
+	entries  []admin.AuditEntry
+	problems []admin.Problem
+	err      error
+}
+
+// audit reads the entries of the audit trail that filter selects, once
+// per filter, and the problems of the entries that could not be used.
+func (l *loader) audit(filter admin.AuditFilter) ([]admin.AuditEntry, []admin.Problem, error) {
+	r, ok := l.audits[filter]
+	if !ok {
+		r.entries, r.problems, r.err = l.a.Audit(l.ctx, filter)
+		if l.audits == nil {
+			l.audits = map[admin.AuditFilter]auditRead{}
+		}
+		l.audits[filter] = r
+	}
+	return r.entries, r.problems, r.err
 }
 
 // snapshot reads the snapshot, once.
@@ -121,6 +174,11 @@ type page struct {
 	GroupJobs []groupJobs // scheduled groups, by partition
 	Members   []memberRow
 	Job       *jobRow // for "job"
+	// Audit is, for "audit", the newest entries of the audit trail (of
+	// View.Name if given); for "job", the newest of its lease.
+	Audit []admin.AuditEntry
+	// AuditMore reports that the trail holds older entries than Audit.
+	AuditMore bool
 
 	s *Server
 }
@@ -133,6 +191,36 @@ func (p *page) failed(err error, st health) {
 		p.DownSince = st.Since
 	}
 	p.Elections, p.Groups, p.Jobs, p.GroupJobs, p.Members, p.Job = nil, nil, nil, nil, nil, nil
+	p.Audit, p.AuditMore = nil, false
+}
+
+// opNote is a disable or a drain in force, as the pages show it: who
+// asked, since when and why.
+type opNote struct {
+	admin.Op
+	// Via is the group whose disable applies to a partition, when the
+	// partition is not disabled itself.
+	Via string
+}
+
+// disableNote returns the disable in force of name, or else of its
+// group, or nil.
+func disableNote(ops admin.Ops, name, group string) *opNote {
+	if op, ok := ops.Disables[name]; ok {
+		return &opNote{Op: op}
+	}
+	if op, ok := ops.Disables[group]; ok && group != "" {
+		return &opNote{Op: op, Via: group}
+	}
+	return nil
+}
+
+// drainNote returns the drain in force of member, or nil.
+func drainNote(ops admin.Ops, member string) *opNote {
+	if op, ok := ops.Drains[member]; ok {
+		return &opNote{Op: op}
+	}
+	return nil
 }
 
 // electionRow is one plain election (not a partition).
@@ -140,6 +228,7 @@ type electionRow struct {
 	Name      string
 	Held      bool
 	Disabled  bool
+	Disable   *opNote // the disable in force, when Disabled
 	Status    admin.Status
 	Holder    *admin.Holder // nil when nobody holds it
 	Scheduled bool
@@ -150,6 +239,7 @@ type electionRow struct {
 // groupView is one group with its grid.
 type groupView struct {
 	admin.Group
+	Note              *opNote // the group's disable, when Disabled
 	Members           []groupMember
 	Cells             []cell
 	Held, Vacant, Off int // partitions held by their owner, vacant, in hand-off
@@ -159,6 +249,7 @@ type groupView struct {
 // groupMember is one member of a group with what it owns and holds.
 type groupMember struct {
 	admin.Member
+	Note        *opNote // its drain, when Drained
 	Owns, Holds int
 }
 
@@ -176,6 +267,7 @@ type jobRow struct {
 	Name      string
 	Held      bool
 	Disabled  bool
+	Disable   *opNote // the disable in force, when Disabled
 	Status    admin.Status
 	Holder    *admin.Holder
 	Trigger   bool
@@ -188,6 +280,7 @@ type groupJobs struct {
 	Group    string
 	Schedule string
 	Disabled bool
+	Disable  *opNote // the group's disable, when Disabled
 	Rows     []jobRow
 }
 
@@ -198,7 +291,8 @@ type memberRow struct {
 	Groups    []memberGroup
 	Elections []string // plain elections it holds
 	Drained   bool
-	Live      bool // it has a live membership or holds a lease
+	Drain     *opNote // the drain in force, when Drained
+	Live      bool    // it has a live membership or holds a lease
 }
 
 // memberGroup is a member's share of one group.
@@ -209,6 +303,13 @@ type memberGroup struct {
 
 // historyInline is the number of runs the jobs page shows per job.
 const historyInline = 5
+
+// auditShown is the number of entries the audit page shows, the newest;
+// auditInline the number a job's page shows of its own.
+const (
+	auditShown  = 200
+	auditInline = 10
+)
 
 // maxShownProblems bounds the skipped records a page lists.
 const maxShownProblems = 20
@@ -255,6 +356,8 @@ func (p *page) buildView(l *loader) error {
 		return p.buildJobs(l)
 	case "members":
 		return p.buildMembers(l)
+	case "audit":
+		return p.buildAudit(l, p.View.Name, auditShown)
 	case "job":
 		return p.buildJob(l)
 	}
@@ -312,7 +415,8 @@ func (p *page) buildElections(l *loader) error {
 		_, trig := ops.Triggers[e.Name]
 		_, res := ops.Resigns[e.Name]
 		p.Elections = append(p.Elections, electionRow{
-			Name: e.Name, Held: e.Held, Disabled: e.Disabled, Status: e.Status, Holder: holder(e),
+			Name: e.Name, Held: e.Held, Disabled: e.Disabled, Disable: disableNote(ops, e.Name, e.Status.Group),
+			Status: e.Status, Holder: holder(e),
 			Scheduled: e.Status.Schedule != "", Trigger: trig, Resign: res,
 		})
 	}
@@ -339,7 +443,7 @@ func (p *page) buildGroups(l *loader) error {
 		}
 	}
 	for _, g := range gs {
-		gv := groupView{Group: g}
+		gv := groupView{Group: g, Note: disableNote(ops, g.Name, "")}
 		owns, holds := map[string]int{}, map[string]int{}
 		for _, part := range g.Partitions {
 			c := cell{Partition: part, Lease: g.Name + "." + strconv.Itoa(part.Index)}
@@ -366,7 +470,7 @@ func (p *page) buildGroups(l *loader) error {
 			gv.Cells = append(gv.Cells, c)
 		}
 		for _, m := range g.Members {
-			gv.Members = append(gv.Members, groupMember{Member: m, Owns: owns[m.ID], Holds: holds[m.ID]})
+			gv.Members = append(gv.Members, groupMember{Member: m, Note: drainNote(ops, m.ID), Owns: owns[m.ID], Holds: holds[m.ID]})
 		}
 		slices.SortStableFunc(gv.Members, func(a, b groupMember) int { return strings.Compare(a.ID, b.ID) })
 		p.Groups = append(p.Groups, gv)
@@ -377,7 +481,8 @@ func (p *page) buildGroups(l *loader) error {
 // jobRowOf makes the row of a scheduled election or partition.
 func jobRowOf(e admin.Election, ops admin.Ops) jobRow {
 	_, trig := ops.Triggers[e.Name]
-	return jobRow{Name: e.Name, Held: e.Held, Disabled: e.Disabled, Status: e.Status, Holder: holder(e), Trigger: trig}
+	return jobRow{Name: e.Name, Held: e.Held, Disabled: e.Disabled, Disable: disableNote(ops, e.Name, e.Status.Group),
+		Status: e.Status, Holder: holder(e), Trigger: trig}
 }
 
 // newestFirst returns at most n runs of h, newest first.
@@ -421,7 +526,8 @@ func (p *page) buildJobs(l *loader) error {
 		}
 		g := byGroup[e.Status.Group]
 		if g == nil {
-			g = &groupJobs{Group: e.Status.Group, Schedule: e.Status.Schedule, Disabled: ops.Disabled[e.Status.Group]}
+			g = &groupJobs{Group: e.Status.Group, Schedule: e.Status.Schedule, Disabled: ops.Disabled[e.Status.Group],
+				Disable: disableNote(ops, e.Status.Group, "")}
 			byGroup[e.Status.Group] = g
 			order = append(order, e.Status.Group)
 		}
@@ -453,7 +559,7 @@ func (p *page) buildMembers(l *loader) error {
 	row := func(id string) *memberRow {
 		r := rows[id]
 		if r == nil {
-			r = &memberRow{ID: id, Drained: ops.Drained[id]}
+			r = &memberRow{ID: id, Drained: ops.Drained[id], Drain: drainNote(ops, id)}
 			rows[id] = r
 		}
 		return r
@@ -535,5 +641,17 @@ func (p *page) buildJob(l *loader) error {
 	row := jobRowOf(e, ops)
 	row.History, row.HistoryOf = newestFirst(h, 0), len(h)
 	p.Job = &row
+	return p.buildAudit(l, p.View.Lease, auditInline)
+}
+
+// buildAudit fills the page's audit trail: the newest n entries of the
+// operations on name, or of all if name is "".
+func (p *page) buildAudit(l *loader, name string, n int) error {
+	entries, problems, err := l.audit(admin.AuditFilter{Name: name, Limit: n + 1})
+	if err != nil {
+		return err
+	}
+	p.addProblems(problems...)
+	p.Audit, p.AuditMore = entries[:min(len(entries), n)], len(entries) > n
 	return nil
 }

@@ -96,6 +96,17 @@
   }, 5000);
   connect();
 
+  // The audit page's filter: the policy allows no form submission, so the
+  // script goes to the filtered page itself.
+  const filter = document.getElementById('audit-filter');
+  if (filter) {
+    filter.addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      const name = filter.elements.name.value.trim();
+      location.assign('/audit' + (name ? '?name=' + encodeURIComponent(name) : ''));
+    });
+  }
+
   // Notices.
   const notice = document.getElementById('notice');
   let noticeTimer = 0;
