@@ -152,10 +152,23 @@ func (s *session) WatchMembers(ctx context.Context, group string) (<-chan struct
 
 // watch registers w on the server and arranges for it to end with ctx.
 func (s *session) watch(ctx context.Context, w *watcher, k op) (<-chan struct{}, error) {
-	b := s.b
-	err := s.n.exchange(ctx, k, s, func() (func(), error) {
+	return s.n.watch(ctx, w, k, s, func() error {
 		if !s.live {
-			return nil, sessionDone(k)
+			return sessionDone(k)
+		}
+		return nil
+	}, &s.watchers)
+}
+
+// watch carries the registration of w, for sess (nil for a view), to the
+// server: there, unless may says otherwise, w starts receiving the hints
+// of its group or of the records and is added to *owned, which the owner
+// closes when it ends. w also ends with ctx.
+func (n *Node) watch(ctx context.Context, w *watcher, k op, sess *session, may func() error, owned *[]*watcher) (<-chan struct{}, error) {
+	b := n.b
+	err := n.exchange(ctx, k, sess, func() (func(), error) {
+		if err := may(); err != nil {
+			return nil, err
 		}
 		w.registered = true
 		if w.records {
@@ -163,7 +176,7 @@ func (s *session) watch(ctx context.Context, w *watcher, k op) (<-chan struct{},
 		} else {
 			b.watchers[w.group] = append(b.watchers[w.group], w)
 		}
-		s.watchers = append(s.watchers, w)
+		*owned = append(*owned, w)
 		return func() { b.unwatch(w) }, nil
 	})
 	if err != nil {
@@ -179,6 +192,7 @@ func (s *session) watch(ctx context.Context, w *watcher, k op) (<-chan struct{},
 	defer b.mu.Unlock()
 	if !w.registered { // ended already
 		stop()
+		w.close()
 		return w.ch, nil
 	}
 	w.stop = stop

@@ -131,38 +131,12 @@ func (v *view) WatchMembers(ctx context.Context, group string) (<-chan struct{},
 
 // watch registers w on the server and arranges for it to end with ctx.
 func (v *view) watch(ctx context.Context, w *watcher, k op) (<-chan struct{}, error) {
-	b := v.n.b
-	err := v.n.exchange(ctx, k, nil, func() (func(), error) {
+	return v.n.watch(ctx, w, k, nil, func() error {
 		if v.closed {
-			return nil, fmt.Errorf("simba/memory: %v: view %w", k, backend.ErrClosed)
+			return fmt.Errorf("simba/memory: %v: view %w", k, backend.ErrClosed)
 		}
-		w.registered = true
-		if w.records {
-			b.recWatchers = append(b.recWatchers, w)
-		} else {
-			b.watchers[w.group] = append(b.watchers[w.group], w)
-		}
-		v.watchers = append(v.watchers, w)
-		return func() { b.unwatch(w) }, nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	stop := context.AfterFunc(ctx, func() {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		b.unwatch(w)
-		w.close()
-	})
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !w.registered { // ended already
-		stop()
-		w.close()
-		return w.ch, nil
-	}
-	w.stop = stop
-	return w.ch, nil
+		return nil
+	}, &v.watchers)
 }
 
 // Close closes the view and its watches. It always returns nil.
