@@ -67,6 +67,13 @@ const (
 	// so a write may be sent after its term ended: the write already on its
 	// way that a fenced resource exists to refuse.
 	minWork, maxWork = 20 * time.Millisecond, 50 * time.Millisecond
+	// cleanup is the work a run does once told to stop (its ctx
+	// cancelled), before it returns, without watching the term: what a
+	// task that flushes on cancellation does. It is what makes a lease
+	// released before the run exits (the release-before-exit control)
+	// show in every stop, rather than only when the stop fell early in a
+	// step: another member takes the lease within it.
+	cleanup = 150 * time.Millisecond
 )
 
 // leases returns the lease names of the workload.
@@ -316,6 +323,9 @@ func (w *writer) run(ctx context.Context, term *simba.Term) error {
 		}
 		time.Sleep(step) // work that does not watch the term
 		w.write(name, token)
+	}
+	if ctx.Err() != nil {
+		time.Sleep(cleanup)
 	}
 	<-term.Revoked()
 	why := "?"
