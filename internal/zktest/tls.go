@@ -49,14 +49,14 @@ func TLSConfig(port, keyStore, caFile string, auth ClientAuth) []string {
 
 // tlsJars are the jars, in Debian's /usr/share/java, that a server
 // serving TLS needs beyond those zookeeper.jar's manifest names: netty's
-// codec and resolver (its SSL handler's dependencies), and a logger, so
-// that the server's log says why it refused a handshake.
+// codec (without it the server drops every TLS connection, with
+// NoClassDefFoundError: io/netty/handler/codec/ByteToMessageDecoder), and
+// a logger, so that the server's log says why it refused a handshake.
 var tlsJars = []struct {
 	name     string
 	required bool
 }{
 	{"netty-codec.jar", true},
-	{"netty-resolver.jar", true},
 	{"slf4j-simple.jar", false},
 }
 
