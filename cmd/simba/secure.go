@@ -329,6 +329,15 @@ func probeTLS(ctx context.Context, t target) error {
 	if msg := tlsProblem(t.sec, refused.err); msg != "" {
 		return refusedf("%s: TLS handshake with %s failed: %s", t, refused.addr, msg)
 	}
+	if errors.Is(refused.err, io.EOF) {
+		// A plain ZooKeeper port reads the ClientHello as a request too
+		// long and hangs up, without a byte that tlsProblem would know.
+		port := "check the port"
+		if t.kind == "zookeeper" {
+			port = "ZooKeeper serves TLS on its secureClientPort, not its clientPort"
+		}
+		return refusedf("%s: TLS handshake with %s failed: the server hung up: does it serve TLS on this port? (%s; for a plain port, drop the TLS settings: --cacert, --cert, --key)", t, refused.addr, port)
+	}
 	return refusedf("%s: TLS handshake with %s failed: %v", t, refused.addr, refused.err)
 }
 

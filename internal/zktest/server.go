@@ -38,10 +38,15 @@ type Server struct {
 	// Addr is the server's address, host:port. It stays the same across
 	// Stop and Start.
 	Addr string
+	// SecureAddr is the address of the server's TLS port (its
+	// secureClientPort), host:port, for a server [StartTLSServer] started;
+	// "" otherwise. It stays the same across Stop and Start.
+	SecureAddr string
 
 	t       testing.TB
 	java    string
 	cp      string
+	jvm     []string // Java options after jvmFlags
 	dir     string
 	cmd     *exec.Cmd
 	exited  chan struct{}
@@ -79,28 +84,60 @@ func Installation() (java, classpath string, err error) {
 // under SIMBA_REQUIRE_SERVERS=1).
 func StartServer(t testing.TB, extra ...string) *Server {
 	t.Helper()
+	s := newServer(t)
+	s.configure(extra)
+	t.Cleanup(s.Stop)
+	s.Start()
+	return s
+}
+
+// newServer prepares a server of the test's own on a free port, with a
+// directory of its own; it skips the test (fails it under
+// SIMBA_REQUIRE_SERVERS=1) without an installed ZooKeeper.
+func newServer(t testing.TB) *Server {
+	t.Helper()
 	java, cp, err := Installation()
 	if err != nil {
 		Unavailable(t, "cannot start a ZooKeeper server of the test's own: %v", err)
 	}
 	dir := t.TempDir()
+	return &Server{Addr: freeAddr(t), t: t, java: java, cp: cp, dir: dir, logFile: filepath.Join(dir, "server.log")}
+}
+
+// freeAddr returns 127.0.0.1 and a port that was free a moment ago.
+func freeAddr(t testing.TB) string {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("zktest: finding a free port: %v", err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	cfg := Config + fmt.Sprintf("dataDir=%s\nclientPort=%d\nclientPortAddress=127.0.0.1\n", filepath.Join(dir, "data"), port)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// configure writes the server's zoo.cfg: [Config], its data directory and
+// port, then the extra lines.
+func (s *Server) configure(extra []string) {
+	s.t.Helper()
+	_, port, _ := net.SplitHostPort(s.Addr)
+	cfg := Config + fmt.Sprintf("dataDir=%s\nclientPort=%s\nclientPortAddress=127.0.0.1\n", filepath.Join(s.dir, "data"), port)
 	for _, line := range extra {
 		cfg += line + "\n"
 	}
-	if err := os.WriteFile(filepath.Join(dir, "zoo.cfg"), []byte(cfg), 0o644); err != nil {
-		t.Fatalf("zktest: %v", err)
+	if err := os.WriteFile(filepath.Join(s.dir, "zoo.cfg"), []byte(cfg), 0o644); err != nil {
+		s.t.Fatalf("zktest: %v", err)
 	}
-	s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), t: t, java: java, cp: cp, dir: dir, logFile: filepath.Join(dir, "server.log")}
-	t.Cleanup(s.Stop)
-	s.Start()
-	return s
+}
+
+// Log returns what the server has written to its log so far (for a
+// server [StartTLSServer] started, its warnings and errors, such as the
+// reason it refused a TLS handshake), for failure messages.
+func (s *Server) Log() string {
+	data, err := os.ReadFile(s.logFile)
+	if err != nil {
+		return fmt.Sprintf("(no log: %v)", err)
+	}
+	return string(data)
 }
 
 // Start starts the server again after Stop or Kill, on the same port and
@@ -115,7 +152,7 @@ func (s *Server) Start() {
 		s.t.Fatalf("zktest: %v", err)
 	}
 	defer out.Close()
-	args := append(append([]string{}, jvmFlags...), "-cp", s.cp, "org.apache.zookeeper.server.ZooKeeperServerMain", filepath.Join(s.dir, "zoo.cfg"))
+	args := append(append(append([]string{}, jvmFlags...), s.jvm...), "-cp", s.cp, "org.apache.zookeeper.server.ZooKeeperServerMain", filepath.Join(s.dir, "zoo.cfg"))
 	cmd := exec.Command(s.java, args...)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -129,7 +166,7 @@ func (s *Server) Start() {
 	s.cmd, s.exited = cmd, exited
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if reply, err := FourLetter(s.Addr, "srvr"); err == nil && strings.Contains(reply, "Mode:") {
+		if s.serving() {
 			return
 		}
 		select {
@@ -144,6 +181,23 @@ func (s *Server) Start() {
 			s.t.Fatalf("zktest: ZooKeeper on %s not serving after 30s", s.Addr)
 		}
 	}
+}
+
+// serving reports whether the server serves: srvr reports its mode, and
+// its TLS port, if any, accepts connections (it opens after the plain one).
+func (s *Server) serving() bool {
+	if reply, err := FourLetter(s.Addr, "srvr"); err != nil || !strings.Contains(reply, "Mode:") {
+		return false
+	}
+	if s.SecureAddr == "" {
+		return true
+	}
+	c, err := net.DialTimeout("tcp", s.SecureAddr, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
 }
 
 // Pause stops the server's process with SIGSTOP, as a machine that hangs:

@@ -6,7 +6,8 @@
 // SIMBA_REQUIRE_SERVERS=1 (as .ci/run sets). [Root] gives each test a znode
 // of its own and checks, when the test ends, that nothing but empty
 // container znodes is left under it. [StartServer] starts a server of the
-// test's own, for tests that stop or restart it.
+// test's own, for tests that stop or restart it; [StartTLSServer] one that
+// also serves TLS, with certificates from internal/certs.
 //
 // Records (backend.Records) outlive sessions by design: [Leftovers] and
 // the check of [Root] let them be, and Root deletes them with the rest.
