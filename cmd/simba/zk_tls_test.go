@@ -89,23 +89,10 @@ func (z *tlsZK) args(extra ...string) []string {
 	return append(a, extra...)
 }
 
-// tree returns every znode under the root that holds data (records,
-// leases, members), with its data version: what a write would create or
-// change. Empty directories are left out: the server deletes those of the
-// leases by itself once a closed node has left them.
+// tree returns the znodes under the root that hold data (see dataTree).
 func (z *tlsZK) tree(t *testing.T) string {
 	t.Helper()
-	nodes, err := zktest.Tree(zktest.Connect(t, z.srv.Addr), z.root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	for _, n := range nodes {
-		if !n.Directory() {
-			fmt.Fprintf(&b, "%s v%d\n", n.Path, n.Stat.Version)
-		}
-	}
-	return b.String()
+	return dataTree(t, zktest.Connect(t, z.srv.Addr), z.root)
 }
 
 // status, jobs, disable --force and audit work over TLS: with --cacert
