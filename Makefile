@@ -13,7 +13,7 @@ vet:
 	$(GO) vet ./...
 
 unit:
-	$(GO) test -race ./...
+	GO=$(GO) ./scripts/race-tests.sh
 
 # The long real-server fault run (docs/RELIABILITY.md): a 5-minute fault
 # schedule on a 3-member etcd cluster and on ZooKeeper, then the controls.

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# race-tests.sh: go test -race ./... (extra arguments are passed on), with one
+# exception to "a failure fails the run": a package whose only failure is the
+# race detector's own runtime crashing ("ThreadSanitizer: CHECK failed", an
+# open Go bug with testing/synctest, golang/go#78156) is run once more, and
+# the run says so. Any other failure, or the same crash twice, fails the run.
+set -uo pipefail
+GO=${GO:-go}
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
+"$GO" test -race "$@" ./... 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+[ "$status" -eq 0 ] && exit 0
+
+# go test prints each package's output as one block ending with its
+# "ok", "FAIL" or "?" line: sort the failed packages by what their block
+# holds.
+retry=() other=()
+while IFS=$'\t' read -r pkg kind; do
+	case $kind in
+	tsan) retry+=("$pkg") ;;
+	*) other+=("$pkg") ;;
+	esac
+done < <(awk '
+	/^(ok|FAIL|\?)[ \t]+[^ \t]+([ \t]|$)/ {
+		if ($1 == "FAIL") print $2 "\t" ((tsan && !failed) ? "tsan" : "test")
+		tsan = 0; failed = 0; next
+	}
+	/ThreadSanitizer: CHECK failed/ { tsan = 1 }
+	/^(--- FAIL|panic:|FAIL$)/ && !/ThreadSanitizer/ { if ($0 != "FAIL") failed = 1 }
+' "$log")
+
+if [ ${#other[@]} -gt 0 ] || [ ${#retry[@]} -eq 0 ]; then
+	echo "race-tests: failed: ${other[*]:-see above (go test exited $status)}" >&2
+	exit "$status"
+fi
+echo "race-tests: the race detector's runtime crashed in ${retry[*]} (ThreadSanitizer CHECK failed, golang/go#78156, not a failure of a test): running it once more" >&2
+exec "$GO" test -race -count=1 "$@" "${retry[@]}"
