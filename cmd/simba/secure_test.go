@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -165,6 +166,31 @@ var readCommands = [][]string{
 	{"audit"}, {"audit", "report"},
 }
 
+// everyCommand is readCommands and every operation, in an order that
+// leaves what the nodes run as it was; wait bounds the operations that
+// wait for the nodes.
+func everyCommand(wait string) [][]string {
+	return append(slices.Clone(readCommands),
+		[]string{"trigger", "report"},
+		[]string{"disable", "report", "--reason", "secured e2e"},
+		[]string{"enable", "report"},
+		[]string{"resign", "ingest", "--wait", "--timeout", wait},
+		[]string{"drain", "a", "--wait", "--timeout", wait},
+		[]string{"undrain", "a"},
+	)
+}
+
+// requireExitOK runs each of commands with creds (as who, for the
+// messages) and fails the test for each that does not exit 0.
+func requireExitOK(t *testing.T, who string, commands [][]string, creds []string) {
+	t.Helper()
+	for _, args := range commands {
+		if r := runIn(t, nil, append(args, creds...)...); r.code != exitOK {
+			t.Errorf("simba %s as %s: %v", strings.Join(args, " "), who, r)
+		}
+	}
+}
+
 // Every command works against a secured etcd with the right TLS files and
 // credentials given by flags, the environment or a config file, while
 // nodes run on the same server; the read-only user reads; a user without
@@ -191,21 +217,7 @@ func TestSecuredEtcd(t *testing.T) {
 	})
 
 	t.Run("ReadWriteUser", func(t *testing.T) {
-		for _, args := range append(readCommands,
-			// trigger before disable and enable: just after enable,
-			// trigger can find the job held with no holder recorded yet.
-			[]string{"trigger", "report"},
-			[]string{"disable", "report", "--reason", "secured e2e"},
-			[]string{"enable", "report"},
-			[]string{"resign", "ingest", "--wait", "--timeout", "20s"},
-			[]string{"drain", "a", "--wait", "--timeout", "20s"},
-			[]string{"undrain", "a"},
-		) {
-			r := runIn(t, nil, append(args, app...)...)
-			if r.code != exitOK {
-				t.Errorf("simba %s as app: %v", strings.Join(args, " "), r)
-			}
-		}
+		requireExitOK(t, "app", everyCommand("20s"), app)
 	})
 
 	t.Run("PasswordFromTheEnvironmentAndThePrompt", func(t *testing.T) {
@@ -261,16 +273,11 @@ password-file: password
 		requireOneLine(t, "jobs as other over the file's app", r, exitRefused, "permission denied")
 	})
 
-	// Needs the admin's session-less reads (another change): until then
-	// admin.Open writes a session key, which the viewer may not.
+	// The admin reads through a View: no session, no write, which the
+	// viewer's role would refuse.
 	t.Run("ReadOnlyUser", func(t *testing.T) {
 		viewer := append(s.tlsArgs(), "--user", "viewer:"+viewerPassword)
-		for _, args := range readCommands {
-			r := runIn(t, nil, append(args, viewer...)...)
-			if r.code != exitOK {
-				t.Errorf("simba %s as the read-only viewer: %v", strings.Join(args, " "), r)
-			}
-		}
+		requireExitOK(t, "the read-only viewer", readCommands, viewer)
 		r := runIn(t, nil, append([]string{"disable", "report", "--reason", "not allowed"}, viewer...)...)
 		requireOneLine(t, "disable as the read-only viewer", r, exitRefused, "user viewer", "permission denied")
 	})
@@ -347,18 +354,18 @@ func TestSecuredEtcdBadInput(t *testing.T) {
 			exitRefused, []string{"the server refused the connection without a client certificate"}},
 		{"no TLS", []string{"--user", "app:" + appPassword, "--timeout", "1s"},
 			exitUnreachable, []string{"no answer within 1s"}},
-		{"a wrong password", append(slicesClone(good), "--user", "app:wrong-password"),
+		{"a wrong password", append(slices.Clone(good), "--user", "app:wrong-password"),
 			exitRefused, []string{"refused user app", "wrong user name or password"}},
-		{"an unknown user", append(slicesClone(good), "--user", "nobody:wrong-password"),
+		{"an unknown user", append(slices.Clone(good), "--user", "nobody:wrong-password"),
 			exitRefused, []string{"refused user nobody"}},
 		{"no user: the certificate's", good,
 			exitRefused, []string{"user simba (the common name of the client certificate, no --user given)", "permission denied"}},
-		{"a user without a password, no terminal", append(slicesClone(good), "--user", "app"),
+		{"a user without a password, no terminal", append(slices.Clone(good), "--user", "app"),
 			exitUsage, []string{"no password for etcd user app"}},
-		{"a user without permission", append(slicesClone(good), "--user", "other:"+otherPassword),
+		{"a user without permission", append(slices.Clone(good), "--user", "other:"+otherPassword),
 			exitRefused, []string{"user other", "permission denied"}},
 		// --force: the read-only user reads fine, and sees no job here.
-		{"a read-only user operating", append(slicesClone(good), "--force", "--user", "viewer:"+viewerPassword),
+		{"a read-only user operating", append(slices.Clone(good), "--force", "--user", "viewer:"+viewerPassword),
 			exitRefused, []string{"user viewer", "permission denied"}},
 		{"a missing CA file", []string{"--cacert", filepath.Join(dir, "missing.crt")},
 			exitUsage, []string{"CA certificates from --cacert: " + filepath.Join(dir, "missing.crt") + ": no such file"}},
@@ -369,7 +376,7 @@ func TestSecuredEtcdBadInput(t *testing.T) {
 		{"a key that does not match", []string{"--cacert", s.files.CA, "--cert", s.files.ClientCert, "--key", foreignKey},
 			exitUsage, []string{"client certificate from --cert and key from --key"}},
 	} {
-		args := append([]string{"disable", "report", "--reason", "bad input"}, append(slicesClone(base), tc.args...)...)
+		args := append([]string{"disable", "report", "--reason", "bad input"}, append(slices.Clone(base), tc.args...)...)
 		r := runIn(t, nil, args...)
 		requireOneLine(t, tc.name, r, tc.code, tc.want...)
 		t.Logf("%s: exit %d: %s", tc.name, r.code, strings.TrimSpace(r.stderr))
@@ -379,7 +386,6 @@ func TestSecuredEtcdBadInput(t *testing.T) {
 	}
 }
 
-func slicesClone(s []string) []string { return append([]string(nil), s...) }
 
 // simba dev --tls --user serves TLS with the certificates it generates and
 // authentication with the user given, and prints what to export; the

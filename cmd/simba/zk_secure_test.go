@@ -125,30 +125,11 @@ func TestSecuredZooKeeper(t *testing.T) {
 	// its default ACL, app's alone (see docs/OPERATING.md), which the
 	// viewer cannot read.
 	t.Run("ReadOnlyUser", func(t *testing.T) {
-		for _, args := range readCommands {
-			r := runIn(t, nil, append(args, s.args(zkViewer)...)...)
-			if r.code != exitOK {
-				t.Errorf("simba %s as the viewer: %v", strings.Join(args, " "), r)
-			}
-		}
+		requireExitOK(t, "the viewer", readCommands, s.args(zkViewer))
 	})
 
 	t.Run("TheNodesCredentials", func(t *testing.T) {
-		for _, args := range append(readCommands,
-			// trigger before disable and enable: just after enable,
-			// trigger can find the job held with no holder recorded yet.
-			[]string{"trigger", "report"},
-			[]string{"disable", "report", "--reason", "secured e2e"},
-			[]string{"enable", "report"},
-			[]string{"resign", "ingest", "--wait", "--timeout", "10s"},
-			[]string{"drain", "a", "--wait", "--timeout", "10s"},
-			[]string{"undrain", "a"},
-		) {
-			r := runIn(t, nil, append(args, app...)...)
-			if r.code != exitOK {
-				t.Errorf("simba %s as app: %v", strings.Join(args, " "), r)
-			}
-		}
+		requireExitOK(t, "app", everyCommand("20s"), app)
 		if r := runIn(t, map[string]string{envZKAuth: zkApp}, append([]string{"jobs"}, s.args("")...)...); r.code != exitOK {
 			t.Errorf("jobs with $%s: %v", envZKAuth, r)
 		}
