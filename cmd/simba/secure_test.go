@@ -386,7 +386,6 @@ func TestSecuredEtcdBadInput(t *testing.T) {
 	}
 }
 
-
 // simba dev --tls --user serves TLS with the certificates it generates and
 // authentication with the user given, and prints what to export; the
 // command then works with those settings and is refused without them.
