@@ -9,7 +9,10 @@ GO ?= go
 test:
 	./scripts/with-zookeeper.sh ./scripts/with-postgres-redis.sh ./scripts/with-chromium.sh $(MAKE) --no-print-directory vet unit
 
+# vet also fails when go.mod or go.sum is not tidy, printing what tidy would
+# change.
 vet:
+	@$(GO) mod tidy -diff || { echo "go.mod is not tidy: run go mod tidy" >&2; exit 1; }
 	$(GO) vet ./...
 
 unit:
