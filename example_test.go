@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/simba-go/simba"
@@ -171,4 +172,141 @@ func ExampleLeaderTask_Shutdown() {
 	// true
 	// simba: shutdown of election "export" stopped waiting with its hand-off not complete (the lease not released yet) and 1 task function running (term 1 of election "export"); the hand-off goes on in the background: context deadline exceeded
 	// <nil>
+}
+
+// New starts a client on a backend: it opens its session in the background
+// (Ready waits for it), and Close hands every task off, then ends the
+// session. A bad option is an error, never a panic.
+func ExampleNew() {
+	b := memory.New()
+	defer b.Close()
+
+	_, err := simba.New(b, simba.WithTTL(time.Millisecond))
+	fmt.Println(errors.Is(err, simba.ErrInvalidArgument))
+
+	client, err := simba.New(b, simba.WithTTL(2*time.Second), simba.WithMemberID("node-a"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := client.Ready(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("session live:", client.SessionID() != "")
+	fmt.Println(client.Close())
+	fmt.Println("session after Close:", client.SessionID() == "")
+	// Output:
+	// true
+	// session live: true
+	// <nil>
+	// session after Close: true
+}
+
+// RunWhileLeader runs the function once per term won. WithClaim runs first
+// in every term, before the function reads anything: here it stands for a
+// fence's Claim (package fence), which raises the resource's token to the
+// term's so that no write of a deposed leader lands after the new leader's
+// reads.
+func ExampleElection_RunWhileLeader() {
+	b := memory.New()
+	defer b.Close()
+	client, err := simba.New(b)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer client.Close()
+
+	var claimed uint64 // the resource's highest token
+	running := make(chan struct{})
+	task, err := client.Election("ingest").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
+		fmt.Printf("term %d runs; the resource is claimed with token %d\n", term.Token(), claimed)
+		close(running)
+		<-ctx.Done() // work until the term ends
+		return nil
+	}, simba.WithClaim(func(ctx context.Context, term *simba.Term) error {
+		claimed = term.Token() // f.Claim(ctx, db, "ingest", term.Token())
+		return nil
+	}))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	<-running
+	<-task.Stop() // the function exits, then the lease is released
+	_, _, held := b.Holder("ingest")
+	fmt.Println("lease held after the hand-off:", held)
+	// Output:
+	// term 1 runs; the resource is claimed with token 1
+	// lease held after the hand-off: false
+}
+
+// A partition group: every partition is an election of its own, run by one
+// member at a time. On one client, all of them run here; members that join
+// take their share over.
+func ExampleGroup_Schedule() {
+	b := memory.New()
+	defer b.Close()
+	client, err := simba.New(b, simba.WithMemberID("node-a"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer client.Close()
+
+	ran := make(chan int, 4)
+	task, err := client.Group("billing", 4).Schedule(simba.FixedDelay(time.Hour),
+		func(ctx context.Context, term *simba.Term, partition int) error {
+			ran <- partition // bill the partition, passing term.Token() with every write
+			return nil
+		})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	seen := make([]bool, 4)
+	for range 4 {
+		seen[<-ran] = true
+	}
+	fmt.Println("every partition ran once:", !slices.Contains(seen, false))
+	fmt.Println("partitions held:", task.Partitions())
+	<-task.Stop() // every partition hands off
+	// Output:
+	// every partition ran once: true
+	// partitions held: [0 1 2 3]
+}
+
+// RunWhileLeader on a group runs the function once per term of every
+// partition this member holds, cancelled when that partition's term ends.
+func ExampleGroup_RunWhileLeader() {
+	b := memory.New()
+	defer b.Close()
+	client, err := simba.New(b)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer client.Close()
+
+	started := make(chan string, 2)
+	task, err := client.Group("orders", 2).RunWhileLeader(func(ctx context.Context, term *simba.Term, partition int) error {
+		started <- term.Name() // the partition's lease: "orders.0", "orders.1"
+		<-ctx.Done()           // consume the partition until its term ends
+		return nil
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	leases := []string{<-started, <-started}
+	slices.Sort(leases)
+	fmt.Println(leases)
+	<-task.Stop()
+	fmt.Println("partitions after Stop:", len(task.Partitions()))
+	// Output:
+	// [orders.0 orders.1]
+	// partitions after Stop: 0
 }
