@@ -43,13 +43,13 @@ func TestEtcdShutdownHandsOff(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
-			if err, late := await.Within(await.Returned(c.Close), etcdGroupWait, "%s: Close did not return", name); late != nil {
+			if err, late := await.Within(await.Returned(c.Close), groupWait, "%s: Close did not return", name); late != nil {
 				t.Error(late)
 			} else if err != nil {
 				t.Errorf("%s: Close: %v", name, err)
 			}
 		})
-		ctx, cancel := context.WithTimeout(t.Context(), etcdGroupWait)
+		ctx, cancel := context.WithTimeout(t.Context(), groupWait)
 		defer cancel()
 		if err := c.Ready(ctx); err != nil {
 			t.Fatalf("%s: no session: %v", name, err)
@@ -71,7 +71,7 @@ func TestEtcdShutdownHandsOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	await.For(t, leading, etcdGroupWait, "a did not lead")
+	await.For(t, leading, groupWait, "a did not lead")
 	zLeads := make(chan struct{})
 	_, err = z.Election("e").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
 		h.sawTerm("z", term)
@@ -84,7 +84,7 @@ func TestEtcdShutdownHandsOff(t *testing.T) {
 	}
 	session := a.SessionID()
 
-	ctx, cancel := context.WithTimeout(t.Context(), etcdGroupWait)
+	ctx, cancel := context.WithTimeout(t.Context(), groupWait)
 	defer cancel()
 	stopAt := time.Now()
 	if err := a.Shutdown(ctx); err != nil {
@@ -122,7 +122,7 @@ func TestEtcdShutdownHandsOff(t *testing.T) {
 		t.Errorf("z's session %s not among the server's leases %v: the check above is blind", z.SessionID(), open)
 	}
 
-	await.For(t, zLeads, etcdGroupWait, "z did not take over after a's Shutdown")
+	await.For(t, zLeads, groupWait, "z did not take over after a's Shutdown")
 	terms := h.Terms()
 	if len(terms) != 2 || h.Owner(terms[1]) != "z" {
 		t.Fatalf("terms %v, want a's then z's", terms)

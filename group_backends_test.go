@@ -1,0 +1,566 @@
+package simba_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/internal/await"
+	"github.com/simba-go/simba/internal/check"
+	"github.com/simba-go/simba/internal/faultproxy"
+)
+
+// The group scenarios of group_test.go, written once and run in real time
+// on every backend: memory (group_memory_test.go), etcd
+// (group_etcd_test.go) and ZooKeeper (group_zk_test.go). Each node is a
+// client with a backend of its own, reaching the server through a link of
+// its own that a scenario can cut and heal. They check what the memory
+// tests of group_test.go check, except timings, and above all that no
+// partition ever had two valid terms (internal/check, on the terms the
+// tasks saw, with each term's end its deadline after revocation; and, on a
+// backend that records its grants, against those).
+//
+// A backend added later plugs in with a [groupBackend] and a Test function
+// of its own calling [runGroupScenarios].
+//
+// A session lost to a slow machine (a renewal late past the deadline)
+// moves partitions that the scenario did not move; the checks of exactly
+// which partitions moved are then skipped, with a log line, and the safety
+// checks still run.
+
+// groupWait bounds every wait for a group to converge: generous, for a
+// shared machine under the race detector.
+const groupWait = 30 * time.Second
+
+// groupBackend is what the scenarios need of a backend.
+type groupBackend struct {
+	// ttl is the session TTL the clients ask for; the backend must grant it
+	// as asked.
+	ttl time.Duration
+	// cluster prepares one scenario: a server (or a prefix or root of its
+	// own on a shared one) that every node of the scenario reaches. It is
+	// called once per scenario, before any node is started, so that the
+	// clean-ups it registers run after the nodes' have closed them.
+	cluster func(t *testing.T) groupCluster
+}
+
+// groupCluster makes the nodes of one scenario.
+type groupCluster struct {
+	// node returns the backend node name uses and the link it reaches the
+	// server through (nil if it has none a scenario can cut). Both are
+	// closed when the test ends, after the node's client: the clean-ups
+	// are registered before node returns.
+	node func(t *testing.T, name string) (backend.Backend, groupLink)
+	// grants, if not nil, returns the server's record of every grant, for
+	// check.AgainstGrants once every node is closed.
+	grants func() []check.Grant
+}
+
+// groupLink is a node's link to the server, which a scenario cuts (every
+// byte or request held, as a partition or a frozen host would) and heals.
+type groupLink interface {
+	Cut()
+	Heal()
+}
+
+// proxyLink is a link through an internal/faultproxy proxy.
+type proxyLink struct{ *faultproxy.Proxy }
+
+func (l proxyLink) Cut()  { l.Blackhole() }
+func (l proxyLink) Heal() { l.Proxy.Heal() }
+
+// newProxyLink starts a proxy to target, closed when the test ends.
+func newProxyLink(t *testing.T, target string) proxyLink {
+	t.Helper()
+	px, err := faultproxy.New(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	return proxyLink{px}
+}
+
+// runGroupScenarios runs every group scenario on gb, in parallel.
+func runGroupScenarios(t *testing.T, gb groupBackend) {
+	if testing.Short() {
+		t.Skip("real time on a real server: skipped with -short")
+	}
+	for _, sc := range []struct {
+		name string
+		run  func(*testing.T, groupBackend)
+	}{
+		{"JoinAndGracefulLeave", testGroupJoinAndLeave},
+		{"CrashCutOff", testGroupCrashCutOff},
+		{"CrashWithoutRelease", testGroupCrashWithoutRelease},
+		{"DuplicateMemberID", testGroupDuplicateMemberID},
+		{"MismatchedCounts", testGroupMismatchedCounts},
+		{"StopDuringHandOff", testGroupStopDuringHandOff},
+	} {
+		t.Run(sc.name, func(t *testing.T) { t.Parallel(); sc.run(t, gb) })
+	}
+}
+
+// groupScenario is one scenario: its cluster, the terms the tasks saw and
+// the partitions they run.
+type groupScenario struct {
+	t       *testing.T
+	cluster groupCluster
+	h       *history
+	runs    *runTracker
+	ttl     time.Duration
+}
+
+func newGroupScenario(t *testing.T, gb groupBackend) *groupScenario {
+	return &groupScenario{t: t, cluster: gb.cluster(t), h: newHistory(), runs: newRunTracker(), ttl: gb.ttl}
+}
+
+// groupNode is one client of a scenario.
+type groupNode struct {
+	name    string
+	link    groupLink // nil if the node has none
+	backend backend.Backend
+	client  *simba.Client
+	task    *simba.GroupTask
+}
+
+// node starts a client called name (also its member id) on a backend and
+// a link of its own, and waits for its session. Everything is closed when
+// the test ends, the client first. If the test fails early, the link is
+// healed before the client is closed, and Close is given groupWait: a
+// client cut off from the server by a fault left in place would otherwise
+// wait for its session's deadline, for ever if that never ends it.
+func (g *groupScenario) node(name string, opts ...simba.Option) *groupNode {
+	t := g.t
+	t.Helper()
+	b, link := g.cluster.node(t, name)
+	opts = append([]simba.Option{
+		simba.WithTTL(g.ttl), simba.WithMemberID(name),
+		simba.WithEventHandler(g.h.event), simba.WithLogger(testLogger(t, name)),
+	}, opts...)
+	c, err := simba.New(b, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if link != nil {
+			link.Heal()
+		}
+		if err, late := await.Within(await.Returned(c.Close), groupWait, "%s: Close did not return", name); late != nil {
+			t.Error(late)
+		} else if err != nil {
+			t.Errorf("%s: Close: %v", name, err)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), groupWait)
+	defer cancel()
+	if err := c.Ready(ctx); err != nil {
+		t.Fatalf("%s: no session: %v", name, err)
+	}
+	return &groupNode{name: name, link: link, backend: b, client: c}
+}
+
+// join starts node n's group task with the given partition count, running
+// every partition it is assigned until its term ends.
+func (g *groupScenario) join(n *groupNode, partitions int, opts ...simba.GroupOption) *groupNode {
+	g.t.Helper()
+	task, err := n.client.Group(billing, partitions, opts...).RunWhileLeader(g.runs.task(n.name, g.h, nil))
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	n.task = task
+	return n
+}
+
+// member starts a node and joins it.
+func (g *groupScenario) member(name string, partitions int) *groupNode {
+	g.t.Helper()
+	return g.join(g.node(name), partitions)
+}
+
+// cut cuts n's link; n must have one.
+func (g *groupScenario) cut(n *groupNode) {
+	g.t.Helper()
+	if n.link == nil {
+		g.t.Fatalf("%s has no link to cut", n.name)
+	}
+	n.link.Cut()
+}
+
+// await waits until every partition runs on the owner want gives it, and
+// nowhere else; it returns how long that took.
+func (g *groupScenario) await(want []string, what string) time.Duration {
+	g.t.Helper()
+	return g.runs.await(g.t, func(owners []string) bool { return slices.Equal(owners[:len(want)], want) }, what, groupWait)
+}
+
+// sessionsLost returns the sessions lost so far, by any node.
+func (g *groupScenario) sessionsLost() []simba.SessionLost { return eventsOf[simba.SessionLost](g.h) }
+
+// steady reports whether no session was lost: only then do partitions move
+// exactly as the scenario moves them.
+func (g *groupScenario) steady() bool {
+	if lost := g.sessionsLost(); len(lost) > 0 {
+		g.t.Logf("%d sessions lost on a slow machine (first: %s, %v, %v): which partitions moved is not checked", len(lost), lost[0].Session, lost[0].Reason, lost[0].Err)
+		return false
+	}
+	return true
+}
+
+// checkTerms closes the nodes and runs the invariant checkers over every
+// term the tasks saw: at most one valid term per partition at any instant,
+// tokens increasing; and, if the backend records its grants, no term valid
+// past its grant.
+func (g *groupScenario) checkTerms(nodes ...*groupNode) {
+	t := g.t
+	t.Helper()
+	for _, n := range nodes {
+		if err := await.For(t, await.Returned(n.client.Close), groupWait, "%s: Close did not return", n.name); err != nil {
+			t.Errorf("%s: Close: %v", n.name, err)
+		}
+	}
+	var terms []check.Term
+	for _, term := range g.h.Terms() {
+		select {
+		case <-term.Revoked():
+		default:
+			t.Errorf("term %d of %q not revoked after Close", term.Token(), term.Name())
+		}
+		terms = append(terms, check.Term{Name: term.Name(), Token: term.Token(), Start: term.Start(), End: term.Deadline()})
+	}
+	if len(terms) == 0 {
+		t.Error("no term seen")
+	}
+	for _, err := range check.Terms(terms) {
+		t.Error(err)
+	}
+	if g.cluster.grants != nil {
+		_, errs := check.AgainstGrants(terms, g.cluster.grants())
+		for _, err := range errs {
+			t.Error(err)
+		}
+	}
+}
+
+// testGroupJoinAndLeave: a join moves exactly the partitions the new
+// member gains, one new term each; a graceful leave moves exactly the
+// partitions the member had.
+func testGroupJoinAndLeave(t *testing.T, gb groupBackend) {
+	g := newGroupScenario(t, gb)
+	const P = 16
+	a, c := g.member("a", P), g.member("c", P)
+	g.await(assignment(P, "a", "c"), "a and c run their partitions")
+	before := g.runs.owners(P)
+	terms := len(g.h.Terms())
+
+	d := g.member("d", P)
+	took := g.await(assignment(P, "a", "c", "d"), "after d joined")
+	after := g.runs.owners(P)
+	gained := indexes(after, "d")
+	t.Logf("join: %d partitions moved to d in %v", len(gained), took)
+	if g.steady() {
+		for _, p := range moved(before, after) {
+			if after[p] != "d" {
+				t.Errorf("partition %d moved from %s to %s, not to the new member", p, before[p], after[p])
+			}
+		}
+		if n := len(g.h.Terms()) - terms; n != len(gained) {
+			t.Errorf("%d new terms for %d partitions moved", n, len(gained))
+		}
+	}
+	if got := d.task.Partitions(); !slices.Equal(got, gained) {
+		t.Errorf("d.Partitions() = %v, want %v", got, gained)
+	}
+
+	before = after
+	await.For(t, c.task.Stop(), groupWait, "c's group Stop did not complete")
+	took = g.await(assignment(P, "a", "d"), "after c left")
+	after = g.runs.owners(P)
+	t.Logf("leave: %d partitions moved from c in %v", len(moved(before, after)), took)
+	if g.steady() {
+		for _, p := range moved(before, after) {
+			if before[p] != "c" {
+				t.Errorf("partition %d moved from %s, a remaining member", p, before[p])
+			}
+		}
+	}
+	if views := eventsOf[simba.ViewChanged](g.h); len(views) == 0 {
+		t.Error("no ViewChanged event")
+	}
+	g.checkTerms(a, c, d)
+}
+
+// testGroupCrashCutOff: a member whose link is cut (every byte or request
+// held, as a partition or a frozen host would) loses its partitions: its
+// terms end by its own clock, the others take over once the server expires
+// its session, never while its terms are valid. When the link heals, it
+// learns that its session is gone, opens a new one, and gets its
+// partitions back.
+func testGroupCrashCutOff(t *testing.T, gb groupBackend) {
+	g := newGroupScenario(t, gb)
+	const P = 12
+	a, b, c := g.member("a", P), g.member("b", P), g.member("c", P)
+	g.await(assignment(P, "a", "b", "c"), "a, b and c run their partitions")
+
+	old := b.client.SessionID()
+	g.cut(b)
+	took := g.await(assignment(P, "a", "c"), "after b's link was cut")
+	t.Logf("b cut off: its %d partitions ran on a and c again after %v (TTL %v)", len(indexes(assignment(P, "a", "b", "c"), "b")), took, g.ttl)
+	for _, term := range g.h.Terms() {
+		if g.h.Owner(term) == "b" && term.Valid() {
+			t.Errorf("b's term %d of %q still valid after a and c took over", term.Token(), term.Name())
+		}
+	}
+
+	b.link.Heal()
+	took = g.await(assignment(P, "a", "b", "c"), "after b's link healed")
+	t.Logf("b healed: back to the full assignment after %v", took)
+	if !slices.ContainsFunc(g.sessionsLost(), func(e simba.SessionLost) bool { return e.Session == old }) {
+		t.Errorf("b never reported its session %s lost", old)
+	}
+	if b.client.SessionID() == old {
+		t.Errorf("b still on session %s", old)
+	}
+	g.checkTerms(a, b, c)
+}
+
+// testGroupCrashWithoutRelease: a member whose backend goes away without
+// ending its session (Backend.Close abandons it, as a killed process
+// would: nothing is released on the server, and the client cannot open
+// another) loses its partitions once the server expires the session.
+func testGroupCrashWithoutRelease(t *testing.T, gb groupBackend) {
+	g := newGroupScenario(t, gb)
+	const P = 12
+	a, b, c := g.member("a", P), g.member("b", P), g.member("c", P)
+	g.await(assignment(P, "a", "b", "c"), "a, b and c run their partitions")
+
+	if err := b.backend.Close(); err != nil {
+		t.Fatal(err)
+	}
+	took := g.await(assignment(P, "a", "c"), "after b's backend was closed")
+	t.Logf("b abandoned its session: its partitions ran on a and c again after %v (TTL %v)", took, g.ttl)
+	for _, term := range g.h.Terms() {
+		if g.h.Owner(term) == "b" && term.Valid() {
+			t.Errorf("b's term %d of %q still valid after a and c took over", term.Token(), term.Name())
+		}
+	}
+	g.checkTerms(a, b, c)
+}
+
+// testGroupDuplicateMemberID: two live sessions with one member id are
+// reported, and every partition is still held by one of them at a time.
+func testGroupDuplicateMemberID(t *testing.T, gb groupBackend) {
+	g := newGroupScenario(t, gb)
+	const P = 8
+	x := g.member("x", P)
+	x2 := g.join(g.node("x2", simba.WithMemberID("x")), P)
+	g.runs.await(t, func(owners []string) bool {
+		for _, o := range owners[:P] {
+			if o != "x" && o != "x2" {
+				return false
+			}
+		}
+		return true
+	}, "every partition runs on x or x2", groupWait)
+	awaitEvent(t, g.h, "a duplicate member id reported", func(m simba.GroupMismatch) bool {
+		return strings.Contains(m.Detail, "used by 2 live sessions")
+	})
+	g.checkTerms(x, x2)
+}
+
+// testGroupMismatchedCounts: members with different partition counts
+// report each other, and the vacancy net fills the partitions nobody's
+// view gives them to.
+func testGroupMismatchedCounts(t *testing.T, gb groupBackend) {
+	g := newGroupScenario(t, gb)
+	a := g.member("a", 16)
+	z := g.member("z", 8) // misconfigured
+	for _, who := range []string{"a", "z"} {
+		awaitEvent(t, g.h, "the mismatch of "+who+" reported", func(m simba.GroupMismatch) bool {
+			return m.Member == who && strings.Contains(m.Detail, "partitions")
+		})
+	}
+	// a's view gives some of 8..15 to z, which never contends for them;
+	// after the grace (2×TTL) a stands in.
+	took := g.runs.await(t, func(owners []string) bool {
+		return !slices.Contains(owners[:16], "") && !slices.Contains(owners[:16], "*")
+	}, "every partition runs somewhere", groupWait)
+	t.Logf("every partition ran after %v", took)
+	g.checkTerms(a, z)
+}
+
+// testGroupStopDuringHandOff: a's tasks ignore cancellation; b joins, so a
+// hands partitions off, slowly (until each term's capped deadline). A
+// Stop meanwhile completes only when those hand-offs are done, and then
+// none of a's terms is valid, though its tasks still run.
+func testGroupStopDuringHandOff(t *testing.T, gb groupBackend) {
+	g := newGroupScenario(t, gb)
+	const P = 8
+	hold := make(chan struct{})
+	defer func() {
+		select {
+		case <-hold:
+		default:
+			close(hold)
+		}
+	}()
+	a := g.node("a")
+	task, err := a.client.Group(billing, P).RunWhileLeader(g.runs.task("a", g.h, hold))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.task = task
+	g.await(assignment(P, "a"), "a runs every partition")
+
+	joined := time.Now()
+	b := g.member("b", P)
+	deadline := time.Now().Add(groupWait)
+	for len(a.task.Partitions()) == P {
+		if time.Now().After(deadline) {
+			t.Fatal("a never saw b join")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	select {
+	case <-a.task.Stop():
+	case <-time.After(groupWait):
+		t.Fatal("a's Stop did not complete")
+	}
+	t.Logf("a's Stop completed %v after b joined (TTL %v)", time.Since(joined), g.ttl)
+	for _, term := range g.h.Terms() {
+		if g.h.Owner(term) == "a" && term.Valid() {
+			t.Errorf("a's term %d of %q valid after Stop completed", term.Token(), term.Name())
+		}
+	}
+	close(hold)
+	g.await(assignment(P, "b"), "b runs every partition")
+	g.checkTerms(a, b)
+}
+
+// awaitEvent waits until an event of type E satisfying ok was published.
+func awaitEvent[E simba.Event](t *testing.T, h *history, what string, ok func(E) bool) {
+	t.Helper()
+	deadline := time.Now().Add(groupWait)
+	for {
+		if slices.ContainsFunc(eventsOf[E](h), ok) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, groupWait)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// runTracker records which nodes run each partition.
+type runTracker struct {
+	mu      sync.Mutex
+	running map[int]map[string]int // partition → node → runs
+	changed chan struct{}          // a hint: something changed
+}
+
+func newRunTracker() *runTracker {
+	return &runTracker{running: map[int]map[string]int{}, changed: make(chan struct{}, 1)}
+}
+
+// task returns a group task for node that records its term and runs until
+// the term ends; then, if hold is not nil, it also waits for hold to be
+// closed (a task that ignores cancellation).
+func (r *runTracker) task(node string, h *history, hold <-chan struct{}) func(context.Context, *simba.Term, int) error {
+	return func(ctx context.Context, term *simba.Term, p int) error {
+		h.sawTerm(node, term)
+		r.add(p, node, 1)
+		defer r.add(p, node, -1)
+		<-ctx.Done()
+		if hold != nil {
+			<-hold
+		}
+		return nil
+	}
+}
+
+func (r *runTracker) add(p int, node string, d int) {
+	r.mu.Lock()
+	if r.running[p] == nil {
+		r.running[p] = map[string]int{}
+	}
+	r.running[p][node] += d
+	if r.running[p][node] == 0 {
+		delete(r.running[p], node)
+	}
+	r.mu.Unlock()
+	select {
+	case r.changed <- struct{}{}:
+	default:
+	}
+}
+
+// owners returns, per partition up to the highest seen, the node running
+// it: "" if none, "*" if several.
+func (r *runTracker) owners(partitions int) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, partitions)
+	for p := range out {
+		switch nodes := r.running[p]; len(nodes) {
+		case 0:
+		case 1:
+			for n := range nodes {
+				out[p] = n
+			}
+		default:
+			out[p] = "*"
+		}
+	}
+	return out
+}
+
+// await waits until ok holds for the owners of the first 1,024 partitions
+// and returns how long that took.
+func (r *runTracker) await(t testing.TB, ok func([]string) bool, what string, timeout time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		owners := r.owners(1024)
+		if ok(owners) {
+			return time.Since(start)
+		}
+		select {
+		case <-r.changed:
+		case <-timer.C:
+			t.Fatalf("%s: not within %v; running: %q", what, timeout, trimOwners(owners))
+			return 0
+		}
+	}
+}
+
+// trimOwners drops the trailing partitions nobody runs.
+func trimOwners(owners []string) []string {
+	for len(owners) > 0 && owners[len(owners)-1] == "" {
+		owners = owners[:len(owners)-1]
+	}
+	return owners
+}
+
+// assignment is PartitionAssignment for the members named.
+func assignment(partitions int, members ...string) []string {
+	return simba.PartitionAssignment(billing, members, partitions, simba.Rendezvous)
+}
+
+// moved returns the partitions whose owner differs between before and
+// after.
+func moved(before, after []string) []int {
+	var out []int
+	for p := range after {
+		if before[p] != after[p] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
