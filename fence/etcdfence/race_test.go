@@ -13,7 +13,7 @@ import (
 )
 
 // etcdRegister is one key of etcd, written in a transaction fenced with
-// Etcd.Guard next to a compare of the writer's own (which always holds).
+// Fence.Guard next to a compare of the writer's own (which always holds).
 type etcdRegister struct {
 	cli      *clientv3.Client
 	f        etcdfence.Fence
@@ -57,7 +57,7 @@ func (r *etcdRegister) Read(ctx context.Context) (string, error) {
 	return string(resp.Kvs[0].Value), nil
 }
 
-// TestEtcdRace is the race of race_test.go on the embedded etcd; the commit
+// TestEtcdRace is fencetest.Race on the embedded etcd; the commit
 // order is the transactions' revision.
 func TestEtcdRace(t *testing.T) {
 	cli := etcdClient(t)

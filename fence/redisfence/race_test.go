@@ -39,7 +39,7 @@ func (r *redisRegister) Read(ctx context.Context) (string, error) {
 	return r.c.Get(ctx, r.key).Result()
 }
 
-// TestRedisRace is the race of race_test.go on Redis, with fenced SET and
+// TestRedisRace is fencetest.Race on Redis, with fenced SET and
 // fenced HSET. Redis does not tell the commit order of two scripts: the
 // checks use the writes' times and the final value.
 func TestRedisRace(t *testing.T) {

@@ -329,7 +329,7 @@ var _ sqlfence.Handle = (*sql.DB)(nil)
 var _ sqlfence.Handle = (*sql.Tx)(nil)
 var _ sqlfence.Handle = (*sql.Conn)(nil)
 
-// TestPostgresRepeatableRead checks what SQL.Check says of the stricter
+// TestPostgresRepeatableRead checks what Fence.Check says of the stricter
 // isolation levels: a check whose snapshot predates another transaction's
 // committed check fails with a serialization error, recording nothing.
 func TestPostgresRepeatableRead(t *testing.T) {

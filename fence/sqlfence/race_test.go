@@ -105,7 +105,7 @@ func (r *sqlRegister) Read(ctx context.Context) (string, error) {
 	return v, err
 }
 
-// TestSQLRace is the race of race_test.go on SQLite (BEGIN IMMEDIATE and
+// TestSQLRace is fencetest.Race on SQLite (BEGIN IMMEDIATE and
 // BEGIN DEFERRED) and PostgreSQL, plus the overlapping transactions of
 // sqlOverlaps.
 func TestSQLRace(t *testing.T) {
