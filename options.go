@@ -170,8 +170,9 @@ func WithExecutor(e Executor) TaskOption {
 // nil. Use it to claim the fenced resources the task writes, with the
 // term's token, before the task reads anything from them: the fence then
 // orders every write of a deposed leader still in flight before the new
-// leader's reads, or rejects it (package fence: SQL.Claim, Redis.Claim,
-// Etcd.Claim; docs/FENCING.md explains the window it closes):
+// leader's reads, or rejects it (Fence.Claim of packages fence/sqlfence,
+// fence/redisfence and fence/etcdfence; docs/FENCING.md explains the
+// window it closes):
 //
 //	simba.WithClaim(func(ctx context.Context, term *simba.Term) error {
 //		return f.Claim(ctx, db, term.Name(), term.Token())

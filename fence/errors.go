@@ -37,8 +37,3 @@ func (e *StaleError) Error() string {
 
 // Unwrap returns [ErrStale].
 func (e *StaleError) Unwrap() error { return ErrStale }
-
-// invalid returns an error matching ErrInvalidArgument with detail.
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
-}

@@ -1,7 +1,7 @@
 // Command ingest is the seed's leader task: one node at a time polls a source
 // from a cursor and writes batches to a sink, passing its term's fencing
 // token with every write. The sink is a SQLite database (pure Go, nothing to
-// install) whose transactions are guarded by package fence: the records, the
+// install) whose transactions are guarded by package sqlfence: the records, the
 // cursor and the token check commit together. When the leader is paused (a
 // long GC pause, a frozen VM) its term ends on its own clock and another node
 // takes over; when the paused node wakes up and finishes the write it had
@@ -25,7 +25,7 @@ import (
 
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend/memory"
-	"github.com/simba-go/simba/fence"
+	"github.com/simba-go/simba/fence/sqlfence"
 )
 
 const (
@@ -44,16 +44,16 @@ func main() {
 // with the fence table that guards every write.
 type sink struct {
 	db    *sql.DB
-	fence fence.SQL
+	fence sqlfence.Fence
 }
 
 func openSink(ctx context.Context, path string) (*sink, error) {
-	// BEGIN IMMEDIATE and a busy timeout, as fence.SQL.Check advises.
+	// BEGIN IMMEDIATE and a busy timeout, as sqlfence.Fence.Check advises.
 	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(wal)&_txlock=immediate")
 	if err != nil {
 		return nil, err
 	}
-	s := &sink{db: db, fence: fence.SQL{Dialect: fence.SQLite}}
+	s := &sink{db: db, fence: sqlfence.Fence{Dialect: sqlfence.SQLite}}
 	if err := s.fence.CreateTable(ctx, db); err != nil {
 		db.Close()
 		return nil, err

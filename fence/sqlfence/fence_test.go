@@ -1,4 +1,4 @@
-package fence_test
+package sqlfence_test
 
 import (
 	"context"
@@ -9,13 +9,15 @@ import (
 	"testing"
 
 	"github.com/simba-go/simba/fence"
+	"github.com/simba-go/simba/fence/internal/fencetest"
+	"github.com/simba-go/simba/fence/sqlfence"
 )
 
 // checkTx runs Check in a transaction of its own and commits it when the
 // check passes.
 func checkTx(t *testing.T, d *sqlDB, resource string, token uint64) error {
 	t.Helper()
-	ctx := testCtx(t)
+	ctx := fencetest.Ctx(t)
 	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +36,7 @@ func checkTx(t *testing.T, d *sqlDB, resource string, token uint64) error {
 
 func highestSQL(t *testing.T, d *sqlDB, resource string) (uint64, bool) {
 	t.Helper()
-	tok, ok, err := d.fence.Highest(testCtx(t), d.db, resource)
+	tok, ok, err := d.fence.Highest(fencetest.Ctx(t), d.db, resource)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +98,7 @@ func TestSQLCheck(t *testing.T) {
 // transaction: rolled back with it, and committed with its writes.
 func TestSQLRollback(t *testing.T) {
 	sqlDialects(t, func(t *testing.T, d *sqlDB) {
-		ctx := testCtx(t)
+		ctx := fencetest.Ctx(t)
 		if _, err := d.db.ExecContext(ctx, "CREATE TABLE "+d.table+" (id INTEGER PRIMARY KEY, value TEXT NOT NULL)"); err != nil {
 			t.Fatal(err)
 		}
@@ -160,7 +162,7 @@ func TestSQLRollback(t *testing.T) {
 
 func TestSQLInvalid(t *testing.T) {
 	d := sqliteDB(t, "immediate")
-	ctx := testCtx(t)
+	ctx := fencetest.Ctx(t)
 	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -170,12 +172,12 @@ func TestSQLInvalid(t *testing.T) {
 		name string
 		err  error
 	}{
-		{"no dialect", fence.SQL{}.Check(ctx, tx, "r", 1)},
-		{"unknown dialect", fence.SQL{Dialect: 7}.Check(ctx, tx, "r", 1)},
-		{"injection", fence.SQL{Dialect: fence.SQLite, Table: "x; DROP TABLE y"}.Check(ctx, tx, "r", 1)},
-		{"three parts", fence.SQL{Dialect: fence.SQLite, Table: "a.b.c"}.Check(ctx, tx, "r", 1)},
-		{"leading digit", fence.SQL{Dialect: fence.SQLite, Table: "1fence"}.Check(ctx, tx, "r", 1)},
-		{"too long", fence.SQL{Dialect: fence.SQLite, Table: strings.Repeat("f", 64)}.Check(ctx, tx, "r", 1)},
+		{"no dialect", sqlfence.Fence{}.Check(ctx, tx, "r", 1)},
+		{"unknown dialect", sqlfence.Fence{Dialect: 7}.Check(ctx, tx, "r", 1)},
+		{"injection", sqlfence.Fence{Dialect: sqlfence.SQLite, Table: "x; DROP TABLE y"}.Check(ctx, tx, "r", 1)},
+		{"three parts", sqlfence.Fence{Dialect: sqlfence.SQLite, Table: "a.b.c"}.Check(ctx, tx, "r", 1)},
+		{"leading digit", sqlfence.Fence{Dialect: sqlfence.SQLite, Table: "1fence"}.Check(ctx, tx, "r", 1)},
+		{"too long", sqlfence.Fence{Dialect: sqlfence.SQLite, Table: strings.Repeat("f", 64)}.Check(ctx, tx, "r", 1)},
 		{"nil tx", d.fence.Check(ctx, nil, "r", 1)},
 		{"token above MaxInt64", d.fence.Check(ctx, tx, "r", math.MaxInt64+1)},
 		{"nil handle", d.fence.CreateTable(ctx, nil)},
@@ -185,10 +187,10 @@ func TestSQLInvalid(t *testing.T) {
 			t.Errorf("%s: %v, want ErrInvalidArgument", c.name, c.err)
 		}
 	}
-	if _, _, err := (fence.SQL{}).Highest(ctx, d.db, "r"); !errors.Is(err, fence.ErrInvalidArgument) {
+	if _, _, err := (sqlfence.Fence{}).Highest(ctx, d.db, "r"); !errors.Is(err, fence.ErrInvalidArgument) {
 		t.Errorf("Highest without a dialect: %v", err)
 	}
-	if _, err := (fence.SQL{}).DDL(); !errors.Is(err, fence.ErrInvalidArgument) {
+	if _, err := (sqlfence.Fence{}).DDL(); !errors.Is(err, fence.ErrInvalidArgument) {
 		t.Errorf("DDL without a dialect: %v", err)
 	}
 	// Nothing was recorded by the refused checks.
@@ -199,19 +201,19 @@ func TestSQLInvalid(t *testing.T) {
 
 func TestSQLDDL(t *testing.T) {
 	for _, c := range []struct {
-		f    fence.SQL
+		f    sqlfence.Fence
 		want string
 	}{
-		{fence.SQL{Dialect: fence.Postgres}, `CREATE TABLE IF NOT EXISTS "simba_fence" (resource text PRIMARY KEY, token bigint NOT NULL CHECK (token >= 0))`},
-		{fence.SQL{Dialect: fence.SQLite}, `CREATE TABLE IF NOT EXISTS "simba_fence" (resource TEXT NOT NULL PRIMARY KEY, token INTEGER NOT NULL CHECK (token >= 0))`},
-		{fence.SQL{Dialect: fence.Postgres, Table: "ops.Fences"}, `CREATE TABLE IF NOT EXISTS "ops"."Fences" (resource text PRIMARY KEY, token bigint NOT NULL CHECK (token >= 0))`},
+		{sqlfence.Fence{Dialect: sqlfence.Postgres}, `CREATE TABLE IF NOT EXISTS "simba_fence" (resource text PRIMARY KEY, token bigint NOT NULL CHECK (token >= 0))`},
+		{sqlfence.Fence{Dialect: sqlfence.SQLite}, `CREATE TABLE IF NOT EXISTS "simba_fence" (resource TEXT NOT NULL PRIMARY KEY, token INTEGER NOT NULL CHECK (token >= 0))`},
+		{sqlfence.Fence{Dialect: sqlfence.Postgres, Table: "ops.Fences"}, `CREATE TABLE IF NOT EXISTS "ops"."Fences" (resource text PRIMARY KEY, token bigint NOT NULL CHECK (token >= 0))`},
 	} {
 		got, err := c.f.DDL()
 		if err != nil || got != c.want {
 			t.Errorf("%+v: DDL() = %q, %v\nwant %q", c.f, got, err, c.want)
 		}
 	}
-	if fence.Postgres.String() != "postgres" || fence.SQLite.String() != "sqlite" || fence.Dialect(0).String() != "Dialect(0)" {
+	if sqlfence.Postgres.String() != "postgres" || sqlfence.SQLite.String() != "sqlite" || sqlfence.Dialect(0).String() != "Dialect(0)" {
 		t.Error("Dialect.String")
 	}
 }
@@ -225,7 +227,7 @@ func TestSQLQualifiedTable(t *testing.T) {
 	})
 	t.Run("postgres", func(t *testing.T) {
 		d := postgresDB(t)
-		ctx := testCtx(t)
+		ctx := fencetest.Ctx(t)
 		schema := d.table + "_S"
 		if _, err := d.db.ExecContext(ctx, `CREATE SCHEMA "`+schema+`"`); err != nil {
 			t.Fatal(err)
@@ -241,10 +243,10 @@ func TestSQLQualifiedTable(t *testing.T) {
 }
 
 func qualified(t *testing.T, d *sqlDB) {
-	if err := d.fence.CreateTable(testCtx(t), d.db); err != nil {
+	if err := d.fence.CreateTable(fencetest.Ctx(t), d.db); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.fence.CreateTable(testCtx(t), d.db); err != nil {
+	if err := d.fence.CreateTable(fencetest.Ctx(t), d.db); err != nil {
 		t.Fatalf("CreateTable again: %v", err)
 	}
 	if err := checkTx(t, d, "r", 2); err != nil {
@@ -264,7 +266,7 @@ func TestSQLiteDeferredBusy(t *testing.T) {
 	for _, mode := range []string{"deferred", "immediate"} {
 		t.Run(mode, func(t *testing.T) {
 			d := sqliteAt(t, path, mode)
-			ctx := testCtx(t)
+			ctx := fencetest.Ctx(t)
 			resource := "busy-" + mode
 			if err := checkTx(t, d, resource, 1); err != nil {
 				t.Fatal(err)
@@ -323,16 +325,16 @@ func TestSQLiteDeferredBusy(t *testing.T) {
 	}
 }
 
-var _ fence.Handle = (*sql.DB)(nil)
-var _ fence.Handle = (*sql.Tx)(nil)
-var _ fence.Handle = (*sql.Conn)(nil)
+var _ sqlfence.Handle = (*sql.DB)(nil)
+var _ sqlfence.Handle = (*sql.Tx)(nil)
+var _ sqlfence.Handle = (*sql.Conn)(nil)
 
-// TestPostgresRepeatableRead checks what SQL.Check says of the stricter
+// TestPostgresRepeatableRead checks what Fence.Check says of the stricter
 // isolation levels: a check whose snapshot predates another transaction's
 // committed check fails with a serialization error, recording nothing.
 func TestPostgresRepeatableRead(t *testing.T) {
 	d := postgresDB(t)
-	ctx := testCtx(t)
+	ctx := fencetest.Ctx(t)
 	for _, level := range []sql.IsolationLevel{sql.LevelRepeatableRead, sql.LevelSerializable} {
 		t.Run(level.String(), func(t *testing.T) {
 			resource := "rr-" + level.String()

@@ -1,4 +1,4 @@
-package fence_test
+package sqlfence_test
 
 import (
 	"bufio"
@@ -18,6 +18,7 @@ import (
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend/etcd"
 	"github.com/simba-go/simba/fence"
+	"github.com/simba-go/simba/fence/internal/fencetest"
 	"github.com/simba-go/simba/internal/etcdtest"
 )
 
@@ -125,7 +126,7 @@ func TestPausedLeader(t *testing.T) {
 	srv := etcdtest.Start(t)
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	d := sqliteAt(t, path, "immediate")
-	ctx := testCtx(t)
+	ctx := fencetest.Ctx(t)
 	table := d.table
 	if _, err := d.db.ExecContext(ctx, "CREATE TABLE "+table+" (id INTEGER PRIMARY KEY, value TEXT NOT NULL)"); err != nil {
 		t.Fatal(err)
@@ -175,7 +176,7 @@ func TestPausedLeader(t *testing.T) {
 	var parentToken uint64
 	select {
 	case parentToken = <-wrote:
-	case <-time.After(opTimeout):
+	case <-time.After(fencetest.OpTimeout):
 		t.Fatal("no new leader while the first one was paused")
 	}
 	t.Logf("the new leader wrote with token %d, %v after SIGSTOP of the leader with token %d",
@@ -280,7 +281,7 @@ func startLeaderProcess(t *testing.T, endpoints []string, prefix, db, table stri
 // await returns the next line starting with prefix, skipping others.
 func (p *leaderProcess) await(t *testing.T, prefix string) string {
 	t.Helper()
-	timer := time.NewTimer(opTimeout)
+	timer := time.NewTimer(fencetest.OpTimeout)
 	defer timer.Stop()
 	for {
 		select {
@@ -295,7 +296,7 @@ func (p *leaderProcess) await(t *testing.T, prefix string) string {
 				return line
 			}
 		case <-timer.C:
-			t.Fatalf("the leader process did not print %q within %v", prefix, opTimeout)
+			t.Fatalf("the leader process did not print %q within %v", prefix, fencetest.OpTimeout)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package fence
+package etcdfence
 
 import (
 	"context"
@@ -8,17 +8,20 @@ import (
 	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/simba-go/simba/fence"
+	"github.com/simba-go/simba/fence/internal/errs"
 )
 
-// DefaultEtcdPrefix is the prefix of token keys when [Etcd].Prefix is
+// DefaultPrefix is the prefix of token keys when [Fence].Prefix is
 // empty. simba's etcd backend keeps its own keys under "/simba/" too, in
 // other directories.
-const DefaultEtcdPrefix = "/simba/fence/"
+const DefaultPrefix = "/simba/fence/"
 
-// Etcd is the fence of data kept in etcd: a guard that goes into the
+// Fence is the fence of data kept in etcd: a guard that goes into the
 // caller's own transaction, so that the transaction applies only if no
 // higher token was recorded for the resource, and records its token when it
-// applies. The zero value uses [DefaultEtcdPrefix]. An Etcd is a plain value,
+// applies. The zero value uses [DefaultPrefix]. A Fence is a plain value,
 // safe for concurrent use.
 //
 // # Key layout
@@ -39,17 +42,17 @@ const DefaultEtcdPrefix = "/simba/fence/"
 // Keep the prefix apart from the transaction's other keys: the guard's
 // operations may not overlap the caller's in one transaction, which etcd
 // refuses.
-type Etcd struct {
+type Fence struct {
 	// Prefix is the prefix of the token keys. Empty means
-	// DefaultEtcdPrefix.
+	// DefaultPrefix.
 	Prefix string
 }
 
 // dir returns the directory of resource's token key, ending in "/".
-func (e Etcd) dir(resource string) string {
+func (e Fence) dir(resource string) string {
 	p := e.Prefix
 	if p == "" {
-		p = DefaultEtcdPrefix
+		p = DefaultPrefix
 	}
 	return p + url.PathEscape(resource) + "/"
 }
@@ -70,9 +73,9 @@ func tokenKey(dir string, token uint64) string { return fmt.Sprintf("%s%020d", d
 // The compare holds while no token higher than token is recorded; the
 // operations record token, replacing the lower one. A transaction whose
 // compare fails applies nothing. When resp.Succeeded is false and the
-// transaction has compares of its own, ask [Etcd.Stale] which failed;
-// [Etcd.Commit] does all of it for a transaction with no compares of its own.
-func (e Etcd) Guard(resource string, token uint64) ([]clientv3.Cmp, []clientv3.Op) {
+// transaction has compares of its own, ask [Fence.Stale] which failed;
+// [Fence.Commit] does all of it for a transaction with no compares of its own.
+func (e Fence) Guard(resource string, token uint64) ([]clientv3.Cmp, []clientv3.Op) {
 	dir := e.dir(resource)
 	key := tokenKey(dir, token)
 	// Nothing after key in dir: "\x00" makes the range start just after it.
@@ -85,14 +88,14 @@ func (e Etcd) Guard(resource string, token uint64) ([]clientv3.Cmp, []clientv3.O
 }
 
 // Commit runs ops in one transaction fenced with token for resource (see
-// [Etcd.Guard]). It returns the transaction's response, and a [*StaleError],
-// matching [ErrStale], when a higher token was recorded and nothing was
+// [Fence.Guard]). It returns the transaction's response, and a [*fence.StaleError],
+// matching [fence.ErrStale], when a higher token was recorded and nothing was
 // applied; the transaction reads the highest token in its Else branch, so
 // that takes no second request. Other errors are those of kv, wrapped; when
 // one comes back the transaction may or may not have been applied.
-func (e Etcd) Commit(ctx context.Context, kv clientv3.KV, resource string, token uint64, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
+func (e Fence) Commit(ctx context.Context, kv clientv3.KV, resource string, token uint64, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
 	if kv == nil {
-		return nil, invalid("nil etcd KV")
+		return nil, errs.Invalid("nil etcd KV")
 	}
 	cmps, guard := e.Guard(resource, token)
 	resp, err := kv.Txn(ctx).
@@ -109,7 +112,7 @@ func (e Etcd) Commit(ctx context.Context, kv clientv3.KV, resource string, token
 	if len(resp.Responses) == 1 {
 		if r := resp.Responses[0].GetResponseRange(); r != nil && len(r.Kvs) == 1 {
 			if highest, ok := e.parse(resource, string(r.Kvs[0].Key)); ok {
-				return resp, &StaleError{Resource: resource, Token: token, Highest: highest}
+				return resp, &fence.StaleError{Resource: resource, Token: token, Highest: highest}
 			}
 		}
 	}
@@ -117,27 +120,27 @@ func (e Etcd) Commit(ctx context.Context, kv clientv3.KV, resource string, token
 }
 
 // Stale reports whether token is stale for resource: it returns a
-// [*StaleError], matching [ErrStale], when a higher token is recorded, and
+// [*fence.StaleError], matching [fence.ErrStale], when a higher token is recorded, and
 // nil when none is. Use it after a transaction carrying the guard of
-// [Etcd.Guard] and compares of its own failed: recorded tokens only grow, so
+// [Fence.Guard] and compares of its own failed: recorded tokens only grow, so
 // if token is not stale now, it was not when the transaction ran, the
 // guard's compare held, and one of the caller's own compares failed.
-func (e Etcd) Stale(ctx context.Context, kv clientv3.KV, resource string, token uint64) error {
+func (e Fence) Stale(ctx context.Context, kv clientv3.KV, resource string, token uint64) error {
 	highest, ok, err := e.Highest(ctx, kv, resource)
 	if err != nil {
 		return err
 	}
 	if ok && highest > token {
-		return &StaleError{Resource: resource, Token: token, Highest: highest}
+		return &fence.StaleError{Resource: resource, Token: token, Highest: highest}
 	}
 	return nil
 }
 
 // Highest returns the highest token recorded for resource, with ok false
 // when none is.
-func (e Etcd) Highest(ctx context.Context, kv clientv3.KV, resource string) (token uint64, ok bool, err error) {
+func (e Fence) Highest(ctx context.Context, kv clientv3.KV, resource string) (token uint64, ok bool, err error) {
 	if kv == nil {
-		return 0, false, invalid("nil etcd KV")
+		return 0, false, errs.Invalid("nil etcd KV")
 	}
 	resp, err := kv.Get(ctx, e.dir(resource), clientv3.WithLastKey()...)
 	if err != nil {
@@ -154,11 +157,27 @@ func (e Etcd) Highest(ctx context.Context, kv clientv3.KV, resource string) (tok
 }
 
 // parse returns the token that key, a key in resource's directory, records.
-func (e Etcd) parse(resource, key string) (uint64, bool) {
+func (e Fence) parse(resource, key string) (uint64, bool) {
 	digits, found := strings.CutPrefix(key, e.dir(resource))
 	if !found || len(digits) != 20 {
 		return 0, false
 	}
 	token, err := strconv.ParseUint(digits, 10, 64)
 	return token, err == nil
+}
+
+// Claim records token as resource's highest in a transaction of its own
+// ([Fence.Commit] with no operations), so that from then on every guarded
+// transaction with a lower token fails; it returns a [*fence.StaleError],
+// matching [fence.ErrStale], when a higher token is recorded already. Call it at
+// the start of a term, before reading the keys the term's writes depend on
+// (see simba.WithClaim). etcd applies transactions one at a time, so a
+// deposed leader's transaction either was applied before the claim, and is
+// seen by what the new leader reads afterwards (at a later revision), or
+// fails its guard.
+//
+// Errors are those of [Fence.Commit].
+func (e Fence) Claim(ctx context.Context, kv clientv3.KV, resource string, token uint64) error {
+	_, err := e.Commit(ctx, kv, resource, token)
+	return err
 }

@@ -1,4 +1,4 @@
-package fence_test
+package fencetest
 
 import (
 	"context"
@@ -14,8 +14,8 @@ import (
 	"github.com/simba-go/simba/fence"
 )
 
-// The race tests: two writers, the deposed leader "old" with token oldToken
-// and the new leader "new" with oldToken+1, write one value of a resource in
+// The race tests (Race): two writers, the deposed leader "old" with token OldToken
+// and the new leader "new" with OldToken+1, write one value of a resource in
 // transactions of their own, interleaved in every order and concurrently.
 // Whatever the interleaving, with the fence:
 //
@@ -28,7 +28,7 @@ import (
 //
 // Without the fence (the negative control) the same checks find old's
 // stale writes winning, so the tests can fail.
-const oldToken = 41
+const OldToken = 41
 
 // Sizes of the concurrent race: rounds (given per resource) of
 // raceGoroutines goroutines per writer, each making raceWrites writes; the
@@ -39,84 +39,84 @@ const (
 	negativeRounds = 4
 )
 
-// register is one value of a resource under test.
-type register interface {
-	// write writes value with token in one transaction, through the fence
+// Register is one value of a resource under test.
+type Register interface {
+	// Write writes value with token in one transaction, through the fence
 	// when guarded. It returns the write's place in the resource's commit
 	// order when the resource tells it (else 0), and an error matching
 	// ErrStale when the fence rejected the write.
-	write(ctx context.Context, token uint64, value string, guarded bool) (order int64, err error)
-	// read returns the value.
-	read(ctx context.Context) (string, error)
+	Write(ctx context.Context, token uint64, value string, guarded bool) (order int64, err error)
+	// Read returns the value.
+	Read(ctx context.Context) (string, error)
 }
 
-// newRegister returns a register of its own: a resource name and a row or
-// key that no other register of the test uses.
-type newRegister func(t *testing.T) register
+// NewRegister returns a Register of its own: a resource name and a row or
+// key that no other Register of the test uses.
+type NewRegister func(t *testing.T) Register
 
-// result is the outcome of one write.
-type result struct {
-	writer   string // "old" or "new"
-	value    string
-	start    time.Time // when the write began
-	end      time.Time // when it returned
-	accepted bool
-	order    int64
-	err      error // neither nil nor ErrStale
+// Result is the outcome of one write.
+type Result struct {
+	Writer   string // "old" or "new"
+	Value    string
+	Start    time.Time // when the write began
+	End      time.Time // when it returned
+	Accepted bool
+	Order    int64
+	Err      error // neither nil nor ErrStale
 }
 
-func (r result) String() string {
-	return fmt.Sprintf("%s accepted=%v order=%d", r.value, r.accepted, r.order)
+func (r Result) String() string {
+	return fmt.Sprintf("%s accepted=%v order=%d", r.Value, r.Accepted, r.Order)
 }
 
-// tokenOf returns the token of writer.
-func tokenOf(writer string) uint64 {
+// TokenOf returns the token of writer.
+func TokenOf(writer string) uint64 {
 	if writer == "new" {
-		return oldToken + 1
+		return OldToken + 1
 	}
-	return oldToken
+	return OldToken
 }
 
-// doWrite makes one write of writer to reg and returns its result.
-func doWrite(ctx context.Context, reg register, writer, value string, guarded bool) result {
-	r := result{writer: writer, value: value, start: time.Now()}
-	order, err := reg.write(ctx, tokenOf(writer), value, guarded)
-	r.end = time.Now()
+// doWrite makes one write of writer to reg and returns its Result.
+func doWrite(ctx context.Context, reg Register, writer, value string, guarded bool) Result {
+	r := Result{Writer: writer, Value: value, Start: time.Now()}
+	order, err := reg.Write(ctx, TokenOf(writer), value, guarded)
+	r.End = time.Now()
 	switch {
 	case err == nil:
-		r.accepted, r.order = true, order
+		r.Accepted, r.Order = true, order
 	case !errors.Is(err, fence.ErrStale):
-		r.err = err
+		r.Err = err
 	}
 	return r
 }
 
-// violations returns what breaks the fencing rules in the results of one
-// register whose final value is final.
-func violations(rs []result, final string) []string {
+// Violations returns what breaks the fencing rules in the results of one
+// Register whose final value is final.
+func Violations(rs []Result, final string) []string {
 	var v []string
 	var recorded time.Time // the end of the first accepted write of new
 	newOrder := int64(math.MaxInt64)
 	for _, r := range rs {
-		if r.writer != "new" || !r.accepted {
+		if r.Writer != "new" || !r.Accepted {
 			continue
 		}
-		if recorded.IsZero() || r.end.Before(recorded) {
-			recorded = r.end
+		if recorded.IsZero() || r.End.Before(recorded) {
+			recorded = r.End
 		}
-		if r.order > 0 {
-			newOrder = min(newOrder, r.order)
+		if r.Order > 0 {
+			newOrder = min(newOrder, r.Order)
 		}
 	}
 	for _, r := range rs {
-		if r.writer != "old" || !r.accepted {
+		if r.Writer != "old" || !r.Accepted {
 			continue
 		}
-		if !recorded.IsZero() && r.start.After(recorded) {
-			v = append(v, fmt.Sprintf("write %s accepted, begun %v after token %d was recorded", r.value, r.start.Sub(recorded), oldToken+1))
+		if !recorded.IsZero() && r.Start.After(recorded) {
+			v = append(v, fmt.Sprintf("write %s accepted, begun %v after token %d was recorded", r.Value, r.Start.Sub(recorded), OldToken+1))
 		}
-		if r.order > newOrder {
-			v = append(v, fmt.Sprintf("write %s committed (order %d) after a write of token %d (order %d)", r.value, r.order, oldToken+1, newOrder))
+		if r.Order > newOrder {
+			v = append(v, fmt.Sprintf("write %s committed (order %d) after a write of token %d (order %d)", r.Value, r.Order, OldToken+1, newOrder))
 		}
 	}
 	if !recorded.IsZero() && !strings.HasPrefix(final, "new") {
@@ -125,32 +125,32 @@ func violations(rs []result, final string) []string {
 	return v
 }
 
-// failures reports the results that failed outright, and new writes that
+// Failures reports the results that failed outright, and new writes that
 // were rejected, as test errors.
-func failures(t *testing.T, rs []result) {
+func Failures(t *testing.T, rs []Result) {
 	t.Helper()
 	for _, r := range rs {
-		if r.err != nil {
-			t.Errorf("write %s: %v", r.value, r.err)
-		} else if r.writer == "new" && !r.accepted {
-			t.Errorf("write %s of the newest token was rejected", r.value)
+		if r.Err != nil {
+			t.Errorf("write %s: %v", r.Value, r.Err)
+		} else if r.Writer == "new" && !r.Accepted {
+			t.Errorf("write %s of the newest token was rejected", r.Value)
 		}
 	}
 }
 
-// interleavings returns every order of a writes by "old" and b by "new".
-func interleavings(a, b int) [][]string {
+// Interleavings returns every order of a writes by "old" and b by "new".
+func Interleavings(a, b int) [][]string {
 	if a == 0 && b == 0 {
 		return [][]string{nil}
 	}
 	var out [][]string
 	if a > 0 {
-		for _, rest := range interleavings(a-1, b) {
+		for _, rest := range Interleavings(a-1, b) {
 			out = append(out, append([]string{"old"}, rest...))
 		}
 	}
 	if b > 0 {
-		for _, rest := range interleavings(a, b-1) {
+		for _, rest := range Interleavings(a, b-1) {
 			out = append(out, append([]string{"new"}, rest...))
 		}
 	}
@@ -158,28 +158,28 @@ func interleavings(a, b int) [][]string {
 }
 
 // raceSequential writes in every order of 3 writes by each writer, one at a
-// time, on a register of its own per order, and checks the outcome of each
+// time, on a Register of its own per order, and checks the outcome of each
 // write exactly. It returns the number of orders whose results the checks
-// found violations in.
-func raceSequential(t *testing.T, reg newRegister, guarded bool) (violated, orders int) {
+// found Violations in.
+func raceSequential(t *testing.T, reg NewRegister, guarded bool) (violated, orders int) {
 	t.Helper()
-	ctx := testCtx(t)
-	for _, order := range interleavings(3, 3) {
+	ctx := Ctx(t)
+	for _, order := range Interleavings(3, 3) {
 		r := reg(t)
-		var rs []result
+		var rs []Result
 		newSeen := false
 		for i, w := range order {
 			res := doWrite(ctx, r, w, fmt.Sprintf("%s-%d", w, i), guarded)
 			rs = append(rs, res)
 			if guarded {
-				if want := w == "new" || !newSeen; res.accepted != want && res.err == nil {
-					t.Errorf("order %v, write %d (%s): accepted=%v, want %v", order, i, w, res.accepted, want)
+				if want := w == "new" || !newSeen; res.Accepted != want && res.Err == nil {
+					t.Errorf("order %v, write %d (%s): accepted=%v, want %v", order, i, w, res.Accepted, want)
 				}
 			}
 			newSeen = newSeen || w == "new"
 		}
-		failures(t, rs)
-		final, err := r.read(ctx)
+		Failures(t, rs)
+		final, err := r.Read(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -192,7 +192,7 @@ func raceSequential(t *testing.T, reg newRegister, guarded bool) (violated, orde
 		if guarded && final != last {
 			t.Errorf("order %v: final value %q, want %q", order, final, last)
 		}
-		if v := violations(rs, final); len(v) > 0 {
+		if v := Violations(rs, final); len(v) > 0 {
 			violated++
 			if guarded {
 				t.Errorf("order %v: %s", order, strings.Join(v, "; "))
@@ -203,16 +203,16 @@ func raceSequential(t *testing.T, reg newRegister, guarded bool) (violated, orde
 	return violated, orders
 }
 
-// raceConcurrent runs rounds rounds, each on a register of its own, of
+// raceConcurrent runs rounds rounds, each on a Register of its own, of
 // raceGoroutines goroutines per writer making raceWrites writes each. In
 // even rounds old leads and new starts once old has made k writes, in odd
 // rounds the other way round, with k going through 0..all; after that both
 // write at once; in the last two rounds the follower starts when the leader
-// is done. It returns the number of rounds with violations and the number
+// is done. It returns the number of rounds with Violations and the number
 // of writes.
-func raceConcurrent(t *testing.T, reg newRegister, rounds int, guarded bool) (violated, writes int) {
+func raceConcurrent(t *testing.T, reg NewRegister, rounds int, guarded bool) (violated, writes int) {
 	t.Helper()
-	ctx := testCtx(t)
+	ctx := Ctx(t)
 	perWriter := raceGoroutines * raceWrites
 	for round := range rounds {
 		r := reg(t)
@@ -226,7 +226,7 @@ func raceConcurrent(t *testing.T, reg newRegister, rounds int, guarded bool) (vi
 		}
 		var (
 			mu      sync.Mutex
-			rs      []result
+			rs      []Result
 			led     int
 			release = make(chan struct{})
 			once    sync.Once
@@ -256,15 +256,15 @@ func raceConcurrent(t *testing.T, reg newRegister, rounds int, guarded bool) (vi
 			}
 		}
 		wg.Wait()
-		failures(t, rs)
-		final, err := r.read(ctx)
+		Failures(t, rs)
+		final, err := r.Read(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v := violations(rs, final); len(v) > 0 {
+		if v := Violations(rs, final); len(v) > 0 {
 			violated++
 			if guarded {
-				slices.SortFunc(rs, func(a, b result) int { return a.start.Compare(b.start) })
+				slices.SortFunc(rs, func(a, b Result) int { return a.Start.Compare(b.Start) })
 				t.Errorf("round %d (%s leads, %s after %d writes): %s\nwrites: %v", round, leader, follower, k, strings.Join(v, "; "), rs)
 			}
 		}
@@ -273,13 +273,13 @@ func raceConcurrent(t *testing.T, reg newRegister, rounds int, guarded bool) (vi
 	return violated, writes
 }
 
-// race runs the sequential race and rounds rounds of the concurrent race on
+// Race runs the sequential race and rounds rounds of the concurrent race on
 // reg with the fence, and the negative control without it.
-func race(t *testing.T, reg newRegister, rounds int) {
+func Race(t *testing.T, reg NewRegister, rounds int) {
 	start := time.Now()
 	_, orders := raceSequential(t, reg, true)
 	violated, writes := raceConcurrent(t, reg, rounds, true)
-	t.Logf("fenced: %d orders of 3+3 writes, then %d rounds of %d concurrent writers, %d writes: %d rounds with violations (%v)",
+	t.Logf("fenced: %d orders of 3+3 writes, then %d rounds of %d concurrent writers, %d writes: %d rounds with Violations (%v)",
 		orders, rounds, 2*raceGoroutines, writes, violated, time.Since(start).Round(time.Millisecond))
 
 	// The negative control: without the fence, old's writes after new's
@@ -296,18 +296,4 @@ func race(t *testing.T, reg newRegister, rounds int) {
 	}
 	t.Logf("unfenced (negative control): stale writes won in %d of %d orders and %d of %d concurrent rounds (%d writes) (%v)",
 		violated, orders, cviolated, negativeRounds, writes, time.Since(start).Round(time.Millisecond))
-}
-
-func TestInterleavings(t *testing.T) {
-	all := interleavings(3, 3)
-	if len(all) != 20 {
-		t.Fatalf("%d interleavings of 3+3, want 20", len(all))
-	}
-	seen := map[string]bool{}
-	for _, o := range all {
-		seen[strings.Join(o, ",")] = true
-	}
-	if len(seen) != 20 {
-		t.Errorf("duplicate interleavings")
-	}
 }

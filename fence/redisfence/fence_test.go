@@ -1,4 +1,4 @@
-package fence_test
+package redisfence_test
 
 import (
 	"errors"
@@ -10,12 +10,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/simba-go/simba/fence"
+	"github.com/simba-go/simba/fence/internal/fencetest"
+	"github.com/simba-go/simba/fence/redisfence"
 )
 
 func TestRedisSet(t *testing.T) {
 	c, prefix := redisClient(t)
-	ctx := testCtx(t)
-	f := fence.Redis{Client: c, Prefix: prefix + "fence:"}
+	ctx := fencetest.Ctx(t)
+	f := redisfence.Fence{Client: c, Prefix: prefix + "fence:"}
 	key := prefix + "cursor"
 	if _, ok, err := f.Highest(ctx, "ingest"); err != nil || ok {
 		t.Fatalf("Highest before any write: %v, %v", ok, err)
@@ -72,15 +74,15 @@ func TestRedisSet(t *testing.T) {
 	if n, _ := c.Exists(ctx, prefix+"other").Result(); n != 0 {
 		t.Error("a stale Set created a key")
 	}
-	if (fence.Redis{}).TokenKey("x") != fence.DefaultRedisPrefix+"x" {
+	if (redisfence.Fence{}).TokenKey("x") != redisfence.DefaultPrefix+"x" {
 		t.Error("the default prefix")
 	}
 }
 
 func TestRedisTTL(t *testing.T) {
 	c, prefix := redisClient(t)
-	ctx := testCtx(t)
-	f := fence.Redis{Client: c, Prefix: prefix}
+	ctx := fencetest.Ctx(t)
+	f := redisfence.Fence{Client: c, Prefix: prefix}
 	key := prefix + "k"
 	pttl := func() time.Duration {
 		d, err := c.PTTL(ctx, key).Result()
@@ -142,8 +144,8 @@ func TestRedisTTL(t *testing.T) {
 
 func TestRedisHSet(t *testing.T) {
 	c, prefix := redisClient(t)
-	ctx := testCtx(t)
-	f := fence.Redis{Client: c, Prefix: prefix}
+	ctx := fencetest.Ctx(t)
+	f := redisfence.Fence{Client: c, Prefix: prefix}
 	key := prefix + "h"
 	if err := f.HSet(ctx, "r", 3, key, "a", "1"); err != nil {
 		t.Fatal(err)
@@ -176,8 +178,8 @@ func TestRedisHSet(t *testing.T) {
 // TestRedisLargeTokens compares tokens that Lua's doubles cannot tell apart.
 func TestRedisLargeTokens(t *testing.T) {
 	c, prefix := redisClient(t)
-	ctx := testCtx(t)
-	f := fence.Redis{Client: c, Prefix: prefix}
+	ctx := fencetest.Ctx(t)
+	f := redisfence.Fence{Client: c, Prefix: prefix}
 	for _, p := range [][2]uint64{
 		{1 << 53, 1<<53 + 1},
 		{math.MaxUint64 - 1, math.MaxUint64},
@@ -206,8 +208,8 @@ func TestRedisLargeTokens(t *testing.T) {
 
 func TestRedisErrors(t *testing.T) {
 	c, prefix := redisClient(t)
-	ctx := testCtx(t)
-	f := fence.Redis{Client: c, Prefix: prefix + "fence:"}
+	ctx := fencetest.Ctx(t)
+	f := redisfence.Fence{Client: c, Prefix: prefix + "fence:"}
 	// A write that Redis refuses records no token.
 	if err := c.Set(ctx, prefix+"str", "x", 0).Err(); err != nil {
 		t.Fatal(err)
@@ -230,11 +232,11 @@ func TestRedisErrors(t *testing.T) {
 		t.Error("Highest of a corrupt token key")
 	}
 	for name, err := range map[string]error{
-		"nil client":    fence.Redis{}.Set(ctx, "r", 1, "k", "v", 0),
-		"nil client h":  fence.Redis{}.HSet(ctx, "r", 1, "k", "f", "v"),
+		"nil client":    redisfence.Fence{}.Set(ctx, "r", 1, "k", "v", 0),
+		"nil client h":  redisfence.Fence{}.HSet(ctx, "r", 1, "k", "f", "v"),
 		"token key":     f.Set(ctx, "r", 1, f.TokenKey("r"), "v", 0),
 		"token key h":   f.HSet(ctx, "r", 1, f.TokenKey("r"), "f", "v"),
-		"nil client hi": func() error { _, _, err := (fence.Redis{}).Highest(ctx, "r"); return err }(),
+		"nil client hi": func() error { _, _, err := (redisfence.Fence{}).Highest(ctx, "r"); return err }(),
 	} {
 		if !errors.Is(err, fence.ErrInvalidArgument) {
 			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
@@ -246,8 +248,8 @@ func TestRedisErrors(t *testing.T) {
 // cached scripts.
 func TestRedisScriptFlush(t *testing.T) {
 	c, prefix := redisClient(t)
-	ctx := testCtx(t)
-	f := fence.Redis{Client: c, Prefix: prefix}
+	ctx := fencetest.Ctx(t)
+	f := redisfence.Fence{Client: c, Prefix: prefix}
 	if err := f.Set(ctx, "r", 1, prefix+"k", "v", 0); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package fence_test
+package sqlfence_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend/memory"
 	"github.com/simba-go/simba/fence"
+	"github.com/simba-go/simba/fence/internal/fencetest"
 	"github.com/simba-go/simba/internal/await"
 )
 
@@ -36,7 +37,7 @@ func TestWithClaimKeepsEveryUpdate(t *testing.T) {
 }
 
 func claimRun(t *testing.T, claimed bool) (lost int) {
-	ctx := testCtx(t)
+	ctx := fencetest.Ctx(t)
 	d := sqliteDB(t, "immediate")
 	counter := newSQLCounter(t, d)
 	server := memory.New()
@@ -52,7 +53,7 @@ func claimRun(t *testing.T, claimed bool) (lost int) {
 
 	task := func(node string) func(context.Context, *simba.Term) error {
 		return func(ctx context.Context, term *simba.Term) error {
-			v, err := counter.load(ctx)
+			v, err := counter.Load(ctx)
 			if err != nil {
 				return err
 			}
@@ -60,7 +61,7 @@ func claimRun(t *testing.T, claimed bool) (lost int) {
 				starting <- node // it has loaded its state
 			}
 			for i := 0; term.Valid(); i++ {
-				land, err := counter.begin(context.WithoutCancel(ctx), term.Token(), v+1)
+				land, err := counter.Begin(context.WithoutCancel(ctx), term.Token(), v+1)
 				if err != nil {
 					return err
 				}
@@ -92,7 +93,7 @@ func claimRun(t *testing.T, claimed bool) (lost int) {
 		if claimed {
 			opts = append(opts, simba.WithClaim(func(ctx context.Context, term *simba.Term) error {
 				starting <- node
-				return counter.claim(ctx, term.Token())
+				return counter.Claim(ctx, term.Token())
 			}))
 		}
 		c, err := simba.New(server.Node(node), simba.WithTTL(time.Second))
@@ -109,7 +110,7 @@ func claimRun(t *testing.T, claimed bool) (lost int) {
 		return c
 	}
 	a := start("a")
-	if got := await.For(t, starting, opTimeout, "a's first term did not begin"); got != "a" {
+	if got := await.For(t, starting, fencetest.OpTimeout, "a's first term did not begin"); got != "a" {
 		t.Fatalf("%s led first", got)
 	}
 	z := start("z")
@@ -119,7 +120,7 @@ func claimRun(t *testing.T, claimed bool) (lost int) {
 		t.Fatal("a never froze in its transaction")
 	}
 	server.Node("a").Partition() // a's renewals stop: its term ends, z's begins
-	if got := await.For(t, starting, opTimeout, "z's term did not begin"); got != "z" {
+	if got := await.For(t, starting, fencetest.OpTimeout, "z's term did not begin"); got != "z" {
 		t.Fatalf("%s led second", got)
 	}
 	if claimed {
@@ -130,7 +131,7 @@ func claimRun(t *testing.T, claimed bool) (lost int) {
 	server.Node("a").Heal()
 	z.Close()
 	a.Close()
-	final, err := counter.load(ctx)
+	final, err := counter.Load(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

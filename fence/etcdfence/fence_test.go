@@ -1,4 +1,4 @@
-package fence_test
+package etcdfence_test
 
 import (
 	"errors"
@@ -9,6 +9,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/simba-go/simba/fence"
+	"github.com/simba-go/simba/fence/etcdfence"
+	"github.com/simba-go/simba/fence/internal/fencetest"
 	"github.com/simba-go/simba/internal/etcdtest"
 )
 
@@ -21,8 +23,8 @@ func etcdClient(t *testing.T) *clientv3.Client {
 
 func TestEtcdGuard(t *testing.T) {
 	cli := etcdClient(t)
-	ctx := testCtx(t)
-	f := fence.Etcd{Prefix: "/test/fence/"}
+	ctx := fencetest.Ctx(t)
+	f := etcdfence.Fence{Prefix: "/test/fence/"}
 	// put writes value to /data/cursor in a transaction fenced with token,
 	// with the caller's own compare that holds while own is true.
 	put := func(token uint64, value string, own bool) (*clientv3.TxnResponse, error) {
@@ -89,8 +91,8 @@ func TestEtcdGuard(t *testing.T) {
 
 func TestEtcdCommit(t *testing.T) {
 	cli := etcdClient(t)
-	ctx := testCtx(t)
-	f := fence.Etcd{}
+	ctx := fencetest.Ctx(t)
+	f := etcdfence.Fence{}
 	if _, ok, err := f.Highest(ctx, cli, "r"); err != nil || ok {
 		t.Fatalf("Highest before any write: %v, %v", ok, err)
 	}
@@ -123,7 +125,7 @@ func TestEtcdCommit(t *testing.T) {
 			t.Errorf("step %d: Highest = %d, %v, %v", i, got, ok, err)
 		}
 	}
-	if got, _ := cli.Get(ctx, fence.DefaultEtcdPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); got.Count != 1 {
+	if got, _ := cli.Get(ctx, etcdfence.DefaultPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); got.Count != 1 {
 		t.Errorf("%d token keys, want 1", got.Count)
 	}
 }
@@ -132,8 +134,8 @@ func TestEtcdCommit(t *testing.T) {
 // prefixes do not see each other's tokens.
 func TestEtcdResourceNames(t *testing.T) {
 	cli := etcdClient(t)
-	ctx := testCtx(t)
-	f := fence.Etcd{Prefix: "/f/"}
+	ctx := fencetest.Ctx(t)
+	f := etcdfence.Fence{Prefix: "/f/"}
 	names := []string{"a", "a/b", "a/", "a%2Fb", "a0", "", "ü", "a\x00"}
 	for i, n := range names {
 		if _, err := f.Commit(ctx, cli, n, uint64(100-i)); err != nil {
@@ -151,8 +153,8 @@ func TestEtcdResourceNames(t *testing.T) {
 }
 
 func TestEtcdInvalid(t *testing.T) {
-	ctx := testCtx(t)
-	f := fence.Etcd{}
+	ctx := fencetest.Ctx(t)
+	f := etcdfence.Fence{}
 	if _, err := f.Commit(ctx, nil, "r", 1); !errors.Is(err, fence.ErrInvalidArgument) {
 		t.Errorf("Commit with nil KV: %v", err)
 	}

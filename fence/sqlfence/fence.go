@@ -1,4 +1,4 @@
-package fence
+package sqlfence
 
 import (
 	"context"
@@ -8,6 +8,9 @@ import (
 	"math"
 	"regexp"
 	"strings"
+
+	"github.com/simba-go/simba/fence"
+	"github.com/simba-go/simba/fence/internal/errs"
 )
 
 // Dialect is the SQL dialect of a fence table's database.
@@ -33,7 +36,7 @@ func (d Dialect) String() string {
 	return fmt.Sprintf("Dialect(%d)", int(d))
 }
 
-// DefaultTable is the fence table's name when [SQL].Table is empty.
+// DefaultTable is the fence table's name when [Fence].Table is empty.
 const DefaultTable = "simba_fence"
 
 // Handle is a database handle for the statements that run outside a
@@ -43,15 +46,15 @@ type Handle interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// SQL is the fence of resources kept in a SQL database: a table with one row
+// Fence is the fence of resources kept in a SQL database: a table with one row
 // per resource, holding the highest token recorded for it. Set Dialect; the
-// zero Table means [DefaultTable]. SQL values are plain values, safe for
+// zero Table means [DefaultTable]. Fence values are plain values, safe for
 // concurrent use.
 //
-// [SQL.Check] runs inside the caller's transaction, so the check, the
+// [Fence.Check] runs inside the caller's transaction, so the check, the
 // recorded token and the caller's writes commit or roll back together. The
-// table is made by [SQL.CreateTable], or by a migration running the
-// statement of [SQL.DDL]; with the default name:
+// table is made by [Fence.CreateTable], or by a migration running the
+// statement of [Fence.DDL]; with the default name:
 //
 //	-- PostgreSQL
 //	CREATE TABLE IF NOT EXISTS "simba_fence" (resource text PRIMARY KEY, token bigint NOT NULL CHECK (token >= 0))
@@ -59,9 +62,9 @@ type Handle interface {
 //	CREATE TABLE IF NOT EXISTS "simba_fence" (resource TEXT NOT NULL PRIMARY KEY, token INTEGER NOT NULL CHECK (token >= 0))
 //
 // Tokens are stored as signed 64-bit integers: a token above math.MaxInt64
-// is refused with [ErrInvalidArgument]. simba's backends hand out tokens far
+// is refused with [fence.ErrInvalidArgument]. simba's backends hand out tokens far
 // below that (etcd revisions and ZooKeeper zxids are themselves int64).
-type SQL struct {
+type Fence struct {
 	// Dialect is the database's dialect: Postgres or SQLite.
 	Dialect Dialect
 	// Table is the fence table's name, optionally qualified by a schema
@@ -74,10 +77,10 @@ type SQL struct {
 var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
 // table returns the table's quoted name, or an error matching
-// ErrInvalidArgument.
-func (s SQL) table() (string, error) {
+// fence.ErrInvalidArgument.
+func (s Fence) table() (string, error) {
 	if s.Dialect != Postgres && s.Dialect != SQLite {
-		return "", invalid("unknown SQL dialect %v", s.Dialect)
+		return "", errs.Invalid("unknown SQL dialect %v", s.Dialect)
 	}
 	name := s.Table
 	if name == "" {
@@ -85,11 +88,11 @@ func (s SQL) table() (string, error) {
 	}
 	parts := strings.Split(name, ".")
 	if len(parts) > 2 {
-		return "", invalid("table name %q has more than two parts", name)
+		return "", errs.Invalid("table name %q has more than two parts", name)
 	}
 	for i, p := range parts {
 		if !identifier.MatchString(p) {
-			return "", invalid("table name %q: want letters, digits and underscores, not starting with a digit, at most 63 per part", name)
+			return "", errs.Invalid("table name %q: want letters, digits and underscores, not starting with a digit, at most 63 per part", name)
 		}
 		parts[i] = `"` + p + `"`
 	}
@@ -98,8 +101,8 @@ func (s SQL) table() (string, error) {
 
 // DDL returns the statement that creates the fence table if it does not
 // exist, for migration tools. It returns an error matching
-// [ErrInvalidArgument] for an unknown dialect or a malformed table name.
-func (s SQL) DDL() (string, error) {
+// [fence.ErrInvalidArgument] for an unknown dialect or a malformed table name.
+func (s Fence) DDL() (string, error) {
 	t, err := s.table()
 	if err != nil {
 		return "", err
@@ -110,16 +113,16 @@ func (s SQL) DDL() (string, error) {
 	return "CREATE TABLE IF NOT EXISTS " + t + " (resource TEXT NOT NULL PRIMARY KEY, token INTEGER NOT NULL CHECK (token >= 0))", nil
 }
 
-// CreateTable creates the fence table if it does not exist (see [SQL.DDL]).
+// CreateTable creates the fence table if it does not exist (see [Fence.DDL]).
 // Run it once, when the application's schema is set up: concurrent CREATE
 // TABLE IF NOT EXISTS statements can fail on PostgreSQL.
-func (s SQL) CreateTable(ctx context.Context, db Handle) error {
+func (s Fence) CreateTable(ctx context.Context, db Handle) error {
 	ddl, err := s.DDL()
 	if err != nil {
 		return err
 	}
 	if db == nil {
-		return invalid("nil database handle")
+		return errs.Invalid("nil database handle")
 	}
 	if _, err := db.ExecContext(ctx, ddl); err != nil {
 		return fmt.Errorf("simba/fence: create the fence table: %w", err)
@@ -129,8 +132,8 @@ func (s SQL) CreateTable(ctx context.Context, db Handle) error {
 
 // Check fences the caller's transaction tx with token for resource: it
 // records token as the resource's highest if no higher token is recorded,
-// and returns nil; otherwise it records nothing and returns a [*StaleError],
-// matching [ErrStale]. The record is part of tx: it commits with the
+// and returns nil; otherwise it records nothing and returns a [*fence.StaleError],
+// matching [fence.ErrStale]. The record is part of tx: it commits with the
 // caller's writes, and a rollback undoes both. After a stale token, roll tx
 // back.
 //
@@ -139,7 +142,7 @@ func (s SQL) CreateTable(ctx context.Context, db Handle) error {
 // below).
 //
 // Other errors are those of the database, wrapped, and errors matching
-// [ErrInvalidArgument] for a nil tx, a token above math.MaxInt64 or a bad
+// [fence.ErrInvalidArgument] for a nil tx, a token above math.MaxInt64 or a bad
 // dialect or table name. A database error leaves tx in whatever state the
 // database put it in; roll it back.
 //
@@ -185,16 +188,16 @@ func (s SQL) CreateTable(ctx context.Context, db Handle) error {
 // timeout ("_pragma=busy_timeout(5000)"), for instance:
 //
 //	file:app.db?_pragma=busy_timeout(5000)&_pragma=journal_mode(wal)&_txlock=immediate
-func (s SQL) Check(ctx context.Context, tx *sql.Tx, resource string, token uint64) error {
+func (s Fence) Check(ctx context.Context, tx *sql.Tx, resource string, token uint64) error {
 	t, err := s.table()
 	if err != nil {
 		return err
 	}
 	if tx == nil {
-		return invalid("nil transaction")
+		return errs.Invalid("nil transaction")
 	}
 	if token > math.MaxInt64 {
-		return invalid("token %d does not fit the fence table's signed 64-bit column", token)
+		return errs.Invalid("token %d does not fit the fence table's signed 64-bit column", token)
 	}
 	var recorded int64
 	err = tx.QueryRowContext(ctx, s.upsert(t), resource, int64(token)).Scan(&recorded)
@@ -209,19 +212,19 @@ func (s SQL) Check(ctx context.Context, tx *sql.Tx, resource string, token uint6
 	if err := tx.QueryRowContext(ctx, s.selectToken(t), resource).Scan(&highest); err != nil {
 		return fmt.Errorf("simba/fence: check %q: token %d is stale; reading the highest token: %w", resource, token, err)
 	}
-	return &StaleError{Resource: resource, Token: token, Highest: uint64(highest)}
+	return &fence.StaleError{Resource: resource, Token: token, Highest: uint64(highest)}
 }
 
 // Highest returns the highest token recorded for resource, with ok false
 // when none is, as db sees it: outside a transaction that is the last
 // committed one.
-func (s SQL) Highest(ctx context.Context, db Handle, resource string) (token uint64, ok bool, err error) {
+func (s Fence) Highest(ctx context.Context, db Handle, resource string) (token uint64, ok bool, err error) {
 	t, err := s.table()
 	if err != nil {
 		return 0, false, err
 	}
 	if db == nil {
-		return 0, false, invalid("nil database handle")
+		return 0, false, errs.Invalid("nil database handle")
 	}
 	var highest int64
 	err = db.QueryRowContext(ctx, s.selectToken(t), resource).Scan(&highest)
@@ -235,7 +238,7 @@ func (s SQL) Highest(ctx context.Context, db Handle, resource string) (token uin
 }
 
 // upsert returns the statement of Check for the quoted table t.
-func (s SQL) upsert(t string) string {
+func (s Fence) upsert(t string) string {
 	p1, p2 := "$1", "$2"
 	if s.Dialect == SQLite {
 		p1, p2 = "?1", "?2"
@@ -246,10 +249,54 @@ func (s SQL) upsert(t string) string {
 }
 
 // selectToken returns the statement reading a resource's token in t.
-func (s SQL) selectToken(t string) string {
+func (s Fence) selectToken(t string) string {
 	p1 := "$1"
 	if s.Dialect == SQLite {
 		p1 = "?1"
 	}
 	return "SELECT token FROM " + t + " WHERE resource = " + p1
+}
+
+// TxBeginner begins transactions: *sql.DB and *sql.Conn.
+type TxBeginner interface {
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
+// Claim records token as resource's highest in a transaction of its own
+// and commits it, so that from then on every transaction checked with a
+// lower token is rejected; it returns a [*fence.StaleError], matching
+// [fence.ErrStale], when a higher token is recorded already. Call it at the
+// start of a term, before reading the state the term's writes depend on
+// (see simba.WithClaim).
+//
+// Claim waits for any transaction that has checked the same resource and
+// not ended yet (PostgreSQL: the fence row's lock; SQLite: the write lock,
+// within the busy timeout), so a deposed leader's transaction that had
+// passed its check commits before the claim, and is seen by what the new
+// leader reads afterwards, or fails its check after it. A leader paused
+// inside such a transaction delays the claim until it resumes or its
+// connection ends: on PostgreSQL bound that with the server's
+// idle_in_transaction_session_timeout, and bound the wait with ctx.
+//
+// Errors are those of [Fence.Check] and of the database's BeginTx and
+// Commit, wrapped, and [fence.ErrInvalidArgument] for a nil db.
+func (s Fence) Claim(ctx context.Context, db TxBeginner, resource string, token uint64) error {
+	if _, err := s.table(); err != nil {
+		return err
+	}
+	if db == nil {
+		return errs.Invalid("nil database handle")
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("simba/fence: claim %q: %w", resource, err)
+	}
+	defer tx.Rollback() // a no-op after Commit
+	if err := s.Check(ctx, tx, resource, token); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("simba/fence: claim %q: commit: %w", resource, err)
+	}
+	return nil
 }

@@ -1,4 +1,4 @@
-package fence_test
+package sqlfence_test
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/fence"
+	"github.com/simba-go/simba/fence/internal/fencetest"
+	"github.com/simba-go/simba/fence/sqlfence"
 )
 
 // sqlRegister is one row of a data table, fenced as resource.
@@ -21,7 +23,7 @@ type sqlRegister struct {
 
 // ph returns the n-th placeholder of the dialect.
 func ph(d *sqlDB, n int) string {
-	if d.fence.Dialect == fence.SQLite {
+	if d.fence.Dialect == sqlfence.SQLite {
 		return fmt.Sprintf("?%d", n)
 	}
 	return fmt.Sprintf("$%d", n)
@@ -29,15 +31,15 @@ func ph(d *sqlDB, n int) string {
 
 // sqlRegisters makes the data table and returns a constructor of
 // registers, one row each.
-func sqlRegisters(t *testing.T, d *sqlDB) newRegister {
-	ctx := testCtx(t)
+func sqlRegisters(t *testing.T, d *sqlDB) fencetest.NewRegister {
+	ctx := fencetest.Ctx(t)
 	if _, err := d.db.ExecContext(ctx, "CREATE TABLE "+d.table+" (id INTEGER PRIMARY KEY, value TEXT NOT NULL, version BIGINT NOT NULL)"); err != nil {
 		t.Fatal(err)
 	}
 	n := 0
-	return func(t *testing.T) register {
+	return func(t *testing.T) fencetest.Register {
 		n++
-		if _, err := d.db.ExecContext(testCtx(t), "INSERT INTO "+d.table+" (id, value, version) VALUES ("+ph(d, 1)+", '', 0)", n); err != nil {
+		if _, err := d.db.ExecContext(fencetest.Ctx(t), "INSERT INTO "+d.table+" (id, value, version) VALUES ("+ph(d, 1)+", '', 0)", n); err != nil {
 			t.Fatal(err)
 		}
 		return &sqlRegister{d: d, resource: fmt.Sprintf("race-%d", n), id: n}
@@ -89,7 +91,7 @@ func (x *sqlTxn) end() {
 	x.err = x.tx.Commit()
 }
 
-func (r *sqlRegister) write(ctx context.Context, token uint64, value string, guarded bool) (int64, error) {
+func (r *sqlRegister) Write(ctx context.Context, token uint64, value string, guarded bool) (int64, error) {
 	x := &sqlTxn{r: r, token: token, value: value, guarded: guarded}
 	x.begin(ctx)
 	x.write(ctx)
@@ -97,13 +99,13 @@ func (r *sqlRegister) write(ctx context.Context, token uint64, value string, gua
 	return x.order, x.err
 }
 
-func (r *sqlRegister) read(ctx context.Context) (string, error) {
+func (r *sqlRegister) Read(ctx context.Context) (string, error) {
 	var v string
 	err := r.d.db.QueryRowContext(ctx, "SELECT value FROM "+r.d.table+" WHERE id = "+ph(r.d, 1), r.id).Scan(&v)
 	return v, err
 }
 
-// TestSQLRace is the race of race_test.go on SQLite (BEGIN IMMEDIATE and
+// TestSQLRace is fencetest.Race on SQLite (BEGIN IMMEDIATE and
 // BEGIN DEFERRED) and PostgreSQL, plus the overlapping transactions of
 // sqlOverlaps.
 func TestSQLRace(t *testing.T) {
@@ -121,7 +123,7 @@ func TestSQLRace(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			d := c.open(t)
 			regs := sqlRegisters(t, d)
-			race(t, regs, c.rounds)
+			fencetest.Race(t, regs, c.rounds)
 			sqlOverlaps(t, regs)
 		})
 	}
@@ -137,7 +139,7 @@ type txStep struct {
 // two transactions.
 func stepOrders() [][]txStep {
 	var out [][]txStep
-	for _, o := range interleavings(3, 3) {
+	for _, o := range fencetest.Interleavings(3, 3) {
 		var steps []txStep
 		next := [2]int{}
 		for _, w := range o {
@@ -165,7 +167,7 @@ const blockedAfter = 20 * time.Millisecond
 // the order planned; the checks hold for whatever order was played. Each
 // write's start is the start of its write step, so an old write whose step
 // began after new committed must be rejected.
-func sqlOverlaps(t *testing.T, regs newRegister) {
+func sqlOverlaps(t *testing.T, regs fencetest.NewRegister) {
 	orders := stepOrders()
 	blocked := 0
 	for _, guarded := range []bool{true, false} {
@@ -174,12 +176,12 @@ func sqlOverlaps(t *testing.T, regs newRegister) {
 			reg := regs(t).(*sqlRegister)
 			rs, b := playSteps(t, reg, order, guarded)
 			blocked += b
-			failures(t, rs[:])
-			final, err := reg.read(testCtx(t))
+			fencetest.Failures(t, rs[:])
+			final, err := reg.Read(fencetest.Ctx(t))
 			if err != nil {
 				t.Fatal(err)
 			}
-			v := violations(rs[:], final)
+			v := fencetest.Violations(rs[:], final)
 			if len(v) > 0 {
 				caught++
 				if guarded {
@@ -199,23 +201,23 @@ func sqlOverlaps(t *testing.T, regs newRegister) {
 
 // playSteps plays order on two transactions and returns their results and
 // the number of steps that blocked.
-func playSteps(t *testing.T, reg *sqlRegister, order []txStep, guarded bool) ([2]result, int) {
+func playSteps(t *testing.T, reg *sqlRegister, order []txStep, guarded bool) ([2]fencetest.Result, int) {
 	t.Helper()
-	ctx := testCtx(t)
+	ctx := fencetest.Ctx(t)
 	type runner struct {
 		x       *sqlTxn
 		steps   chan string
 		done    chan struct{}
 		pending bool
-		res     result
+		res     fencetest.Result
 	}
 	var rn [2]*runner
 	for i, w := range []string{"old", "new"} {
 		r := &runner{
-			x:     &sqlTxn{r: reg, token: tokenOf(w), value: w, guarded: guarded},
+			x:     &sqlTxn{r: reg, token: fencetest.TokenOf(w), value: w, guarded: guarded},
 			steps: make(chan string),
 			done:  make(chan struct{}, 1),
-			res:   result{writer: w, value: w},
+			res:   fencetest.Result{Writer: w, Value: w},
 		}
 		rn[i] = r
 		go func() {
@@ -224,11 +226,11 @@ func playSteps(t *testing.T, reg *sqlRegister, order []txStep, guarded bool) ([2
 				case "begin":
 					r.x.begin(ctx)
 				case "write":
-					r.res.start = time.Now()
+					r.res.Start = time.Now()
 					r.x.write(ctx)
 				case "end":
 					r.x.end()
-					r.res.end = time.Now()
+					r.res.End = time.Now()
 				}
 				r.done <- struct{}{}
 			}
@@ -258,8 +260,8 @@ func playSteps(t *testing.T, reg *sqlRegister, order []txStep, guarded bool) ([2
 				rn[0].pending = false
 			case <-rn[1].done:
 				rn[1].pending = false
-			case <-time.After(opTimeout):
-				t.Fatalf("steps %v: both transactions blocked for %v", order, opTimeout)
+			case <-time.After(fencetest.OpTimeout):
+				t.Fatalf("steps %v: both transactions blocked for %v", order, fencetest.OpTimeout)
 			}
 			continue
 		}
@@ -272,18 +274,18 @@ func playSteps(t *testing.T, reg *sqlRegister, order []txStep, guarded bool) ([2
 			blocked++
 		}
 	}
-	var rs [2]result
+	var rs [2]fencetest.Result
 	for i, r := range rn {
-		if r.pending && !wait(r, opTimeout) {
-			t.Fatalf("steps %v: a step did not end within %v", order, opTimeout)
+		if r.pending && !wait(r, fencetest.OpTimeout) {
+			t.Fatalf("steps %v: a step did not end within %v", order, fencetest.OpTimeout)
 		}
 		close(r.steps)
-		r.res.order = r.x.order
+		r.res.Order = r.x.order
 		switch {
 		case r.x.err == nil:
-			r.res.accepted = true
+			r.res.Accepted = true
 		case !errors.Is(r.x.err, fence.ErrStale):
-			r.res.err = r.x.err
+			r.res.Err = r.x.err
 		}
 		rs[i] = r.res
 	}

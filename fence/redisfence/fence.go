@@ -1,4 +1,4 @@
-package fence
+package redisfence
 
 import (
 	"context"
@@ -8,25 +8,28 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/simba-go/simba/fence"
+	"github.com/simba-go/simba/fence/internal/errs"
 )
 
-// DefaultRedisPrefix is the prefix of token keys when [Redis].Prefix is
+// DefaultPrefix is the prefix of token keys when [Fence].Prefix is
 // empty.
-const DefaultRedisPrefix = "simba:fence:"
+const DefaultPrefix = "simba:fence:"
 
-// Redis is the fence of keys kept in Redis: every write is one server-side
+// Fence is the fence of keys kept in Redis: every write is one server-side
 // Lua script that compares the token with the highest one recorded for the
 // resource, and only if it is not lower, writes the key and records the
 // token. Redis runs a script alone, so nothing comes between the comparison
 // and the writes. The scripts are sent by EVALSHA, and by EVAL when the
 // server does not have them cached (after a restart or SCRIPT FLUSH).
 //
-// A Redis is a plain value, safe for concurrent use. Client is required.
+// A Fence is a plain value, safe for concurrent use. Client is required.
 //
 // # Where the token is
 //
 // The highest token of a resource is a decimal string in its token key,
-// Prefix + resource ([Redis.TokenKey]), for instance "simba:fence:ingest".
+// Prefix + resource ([Fence.TokenKey]), for instance "simba:fence:ingest".
 // One resource may fence any number of keys: fence every key a leader
 // writes with the same resource, so that once a new leader has written any
 // of them, a deposed one can write none. Tokens are compared as integers
@@ -44,19 +47,19 @@ const DefaultRedisPrefix = "simba:fence:"
 // leader. If the token key itself is deleted or evicted the fence forgets
 // the resource and accepts the next token, whatever it is: do not give it a
 // TTL, and run Redis with a maxmemory-policy that does not evict keys
-// without a TTL (noeviction or a volatile-* policy). [Redis.Set] sets the
-// key's TTL as SET does ([Redis.Set] explains its ttl), and [Redis.HSet]
+// without a TTL (noeviction or a volatile-* policy). [Fence.Set] sets the
+// key's TTL as SET does ([Fence.Set] explains its ttl), and [Fence.HSet]
 // leaves the hash's TTL as HSET does.
 //
 // Redis replicates asynchronously: after a fail-over the new primary may
 // have lost the latest writes, the token record with them, and accept an
 // older token again. The fence is as durable as the data it guards.
-type Redis struct {
+type Fence struct {
 	// Client runs the scripts: a *redis.Client, *redis.ClusterClient or
 	// *redis.Ring. Not a pipeline: the scripts' replies are read at once.
 	Client redis.Scripter
 	// Prefix is prepended to a resource's name to make its token key.
-	// Empty means DefaultRedisPrefix.
+	// Empty means DefaultPrefix.
 	Prefix string
 }
 
@@ -111,16 +114,16 @@ return {1, ARGV[1]}
 var getScript = redis.NewScript(`return redis.call('GET', KEYS[1])`)
 
 // TokenKey returns the key holding the highest token of resource.
-func (r Redis) TokenKey(resource string) string {
+func (r Fence) TokenKey(resource string) string {
 	if r.Prefix == "" {
-		return DefaultRedisPrefix + resource
+		return DefaultPrefix + resource
 	}
 	return r.Prefix + resource
 }
 
 // Set sets key to value, as SET does, if token is not lower than the
 // highest recorded for resource, and records token; otherwise it writes
-// nothing and returns a [*StaleError], matching [ErrStale].
+// nothing and returns a [*fence.StaleError], matching [fence.ErrStale].
 //
 // ttl is the key's new TTL: a positive duration (rounded up to a
 // millisecond), 0 for none (SET removes an earlier TTL), or redis.KeepTTL
@@ -129,10 +132,10 @@ func (r Redis) TokenKey(resource string) string {
 // encoding.BinaryMarshaler.
 //
 // Other errors are those of Redis, wrapped, and errors matching
-// [ErrInvalidArgument] for a nil Client, another negative ttl, or a key that
+// [fence.ErrInvalidArgument] for a nil Client, another negative ttl, or a key that
 // is the resource's token key. When Set returns a network error the script
 // may or may not have run.
-func (r Redis) Set(ctx context.Context, resource string, token uint64, key string, value any, ttl time.Duration) error {
+func (r Fence) Set(ctx context.Context, resource string, token uint64, key string, value any, ttl time.Duration) error {
 	if err := r.check(resource, key); err != nil {
 		return err
 	}
@@ -144,18 +147,18 @@ func (r Redis) Set(ctx context.Context, resource string, token uint64, key strin
 	case ttl == redis.KeepTTL:
 		mode = "KEEPTTL"
 	case ttl < 0:
-		return invalid("ttl %v: want a positive duration, 0 or redis.KeepTTL", ttl)
+		return errs.Invalid("ttl %v: want a positive duration, 0 or redis.KeepTTL", ttl)
 	}
 	return r.run(ctx, setScript, resource, token, key, value, mode, ms)
 }
 
 // HSet sets field of the hash key to value, as HSET does, if token is not
 // lower than the highest recorded for resource, and records token; otherwise
-// it writes nothing and returns a [*StaleError], matching [ErrStale]. The
+// it writes nothing and returns a [*fence.StaleError], matching [fence.ErrStale]. The
 // hash's TTL is left as it is.
 //
-// Other errors are those of [Redis.Set].
-func (r Redis) HSet(ctx context.Context, resource string, token uint64, key, field string, value any) error {
+// Other errors are those of [Fence.Set].
+func (r Fence) HSet(ctx context.Context, resource string, token uint64, key, field string, value any) error {
 	if err := r.check(resource, key); err != nil {
 		return err
 	}
@@ -164,9 +167,9 @@ func (r Redis) HSet(ctx context.Context, resource string, token uint64, key, fie
 
 // Highest returns the highest token recorded for resource, with ok false
 // when none is.
-func (r Redis) Highest(ctx context.Context, resource string) (token uint64, ok bool, err error) {
+func (r Fence) Highest(ctx context.Context, resource string) (token uint64, ok bool, err error) {
 	if r.Client == nil {
-		return 0, false, invalid("nil Redis client")
+		return 0, false, errs.Invalid("nil Redis client")
 	}
 	s, err := getScript.Run(ctx, r.Client, []string{r.TokenKey(resource)}).Text()
 	if errors.Is(err, redis.Nil) {
@@ -183,24 +186,24 @@ func (r Redis) Highest(ctx context.Context, resource string) (token uint64, ok b
 }
 
 // check validates the arguments of a write.
-func (r Redis) check(resource, key string) error {
+func (r Fence) check(resource, key string) error {
 	if r.Client == nil {
-		return invalid("nil Redis client")
+		return errs.Invalid("nil Redis client")
 	}
 	if key == r.TokenKey(resource) {
-		return invalid("key %q is the token key of resource %q", key, resource)
+		return errs.Invalid("key %q is the token key of resource %q", key, resource)
 	}
 	return nil
 }
 
 // run runs a write script of key and interprets its reply.
-func (r Redis) run(ctx context.Context, s *redis.Script, resource string, token uint64, key string, args ...any) error {
+func (r Fence) run(ctx context.Context, s *redis.Script, resource string, token uint64, key string, args ...any) error {
 	return r.runKeys(ctx, s, resource, token, []string{r.TokenKey(resource), key}, fmt.Sprintf("fenced write of %q", key), args...)
 }
 
 // runKeys runs a script whose first key is the token key and interprets
 // its reply {accepted, token}; what names the write in errors.
-func (r Redis) runKeys(ctx context.Context, s *redis.Script, resource string, token uint64, keys []string, what string, args ...any) error {
+func (r Fence) runKeys(ctx context.Context, s *redis.Script, resource string, token uint64, keys []string, what string, args ...any) error {
 	argv := append([]any{strconv.FormatUint(token, 10)}, args...)
 	reply, err := s.Run(ctx, r.Client, keys, argv...).Slice()
 	if err != nil {
@@ -221,5 +224,27 @@ func (r Redis) runKeys(ctx context.Context, s *redis.Script, resource string, to
 	if err != nil {
 		return fmt.Errorf("simba/fence: the token key %s holds %q, not a token", r.TokenKey(resource), recorded)
 	}
-	return &StaleError{Resource: resource, Token: token, Highest: highest}
+	return &fence.StaleError{Resource: resource, Token: token, Highest: highest}
+}
+
+// claimScript: KEYS[1] the token key; ARGV[1] the token.
+var claimScript = redis.NewScript(scriptPrelude + `
+redis.call('SET', KEYS[1], ARGV[1])
+return {1, ARGV[1]}
+`)
+
+// Claim records token as resource's highest, in one script, so that from
+// then on every write with a lower token is rejected; it returns a
+// [*fence.StaleError], matching [fence.ErrStale], when a higher token is recorded
+// already. Call it at the start of a term, before reading the keys the
+// term's writes depend on (see simba.WithClaim). Redis runs scripts one at
+// a time, so a deposed leader's write either ran before the claim, and is
+// seen by what the new leader reads afterwards, or is rejected.
+//
+// Errors are those of [Fence.Set].
+func (r Fence) Claim(ctx context.Context, resource string, token uint64) error {
+	if r.Client == nil {
+		return errs.Invalid("nil Redis client")
+	}
+	return r.runKeys(ctx, claimScript, resource, token, []string{r.TokenKey(resource)}, "claim")
 }
