@@ -4,32 +4,27 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // tokenBucket limits a rate of operations: up to burst at once, refilled at
-// rate per second. A nil *tokenBucket allows everything. The rate is finite
-// and at least MinHandOffRate (WithHandOffLimit checks it), so that no wait
-// is longer than maxTokenWait.
+// rate per second. It is a [rate.Limiter] asked at explicit instants
+// (time.Now, which is the bubble's clock under testing/synctest), plus the
+// two questions a group asks of it: how many of n changes may go now, and
+// how long until the next batch may. A nil *tokenBucket allows everything.
+// The rate is finite and at least MinHandOffRate (WithHandOffLimit checks
+// it), so that no wait is longer than maxTokenWait.
 type tokenBucket struct {
-	rate  float64
-	burst float64
+	rate  float64 // tokens a second, as given; the limiter's Limit
+	burst float64 // the limiter's Burst, as a float (a burst near the largest int does not convert back)
 
-	mu     sync.Mutex
-	tokens float64
-	last   time.Time
+	mu  sync.Mutex // makes take's look and take one step
+	lim *rate.Limiter
 }
 
-func newTokenBucket(rate float64, burst int) *tokenBucket {
-	return &tokenBucket{rate: rate, burst: float64(burst), tokens: float64(burst)}
-}
-
-// refill adds the tokens earned since the last call. b.mu is held.
-func (b *tokenBucket) refill() {
-	now := time.Now()
-	if !b.last.IsZero() {
-		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
-	}
-	b.last = now
+func newTokenBucket(r float64, burst int) *tokenBucket {
+	return &tokenBucket{rate: r, burst: float64(burst), lim: rate.NewLimiter(rate.Limit(r), burst)}
 }
 
 // take takes up to n tokens and returns how many it took.
@@ -39,14 +34,18 @@ func (b *tokenBucket) take(n int) int {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.refill()
+	now := time.Now()
 	got := n
-	if b.tokens < float64(n) {
+	if tokens := b.lim.TokensAt(now); tokens < float64(n) {
 		// Compared as floats first: a burst near the largest int is a
 		// float that would not convert back.
-		got = max(0, int(b.tokens))
+		got = max(0, int(tokens))
 	}
-	b.tokens -= float64(got)
+	if got > 0 && !b.lim.AllowN(now, got) {
+		// Not reached: got tokens were there at now, and only take
+		// takes them, under b.mu.
+		return 0
+	}
 	return got
 }
 
@@ -57,21 +56,23 @@ const maxTokenWait = time.Hour
 
 // wait returns the time until n tokens are there, or burst tokens when n
 // is larger: a caller that waits for a batch rather than for the next token
-// pays its own fixed cost once per batch, not once per token.
+// pays its own fixed cost once per batch, not once per token. It takes
+// nothing (a reservation would, and cancelling one restores its tokens
+// only as precisely as a float that holds the burst).
 func (b *tokenBucket) wait(n int) time.Duration {
 	if b == nil {
 		return 0
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.refill()
+	tokens := b.lim.TokensAt(time.Now())
 	want := max(1, min(float64(n), b.burst))
-	if b.tokens >= want {
+	if tokens >= want {
 		return 0
 	}
 	// Rounded up and at least a millisecond: a wait rounded down would
 	// retry before the token is earned. At most maxTokenWait, computed as a
 	// float: a large batch at a slow rate would overflow a Duration.
-	d := math.Ceil((want - b.tokens) / b.rate * float64(time.Second))
+	d := math.Ceil((want - tokens) / b.rate * float64(time.Second))
 	return time.Duration(min(max(d, float64(time.Millisecond)), float64(maxTokenWait)))
 }

@@ -147,9 +147,10 @@ type taskOptions struct {
 }
 
 // Executor runs a task function. It must run f exactly once, eventually,
-// on some goroutine; [Client.Close] waits until f has returned. By default
-// each term's function runs on a new goroutine, which is also the only
-// goroutine the held term costs.
+// on some goroutine; [Client.Close] and [Client.Shutdown] wait until f has
+// returned (Shutdown until its ctx ends; the client then goes on closing in
+// the background). By default each term's function runs on a new
+// goroutine, which is also the only goroutine the held term costs.
 type Executor func(f func())
 
 // WithExecutor runs each term's function through e instead of on a new

@@ -52,10 +52,13 @@ const (
 	// the next planned start, no catch-up runs are bunched.
 	MisfireSkip MisfirePolicy = iota
 	// MisfireRunOnce runs one catch-up run as soon as the overrun ends, then
-	// goes on with the planned starts. Across fail-over (a leader that missed
-	// a planned start before its successor took over) it needs the last
-	// planned start kept in the backend, which this version does not do: it
-	// applies within a term.
+	// goes on with the planned starts. It applies across fail-over too: the
+	// holder keeps its next planned start in the election's status record,
+	// and a new term that finds that start passed (missed by the holders
+	// before it) runs once at once, before its own initial delay and planned
+	// starts. Without status records
+	// ([WithStatus](false), or a backend without [backend.Records]) it
+	// applies within a term only.
 	MisfireRunOnce
 )
 
@@ -163,7 +166,8 @@ func (s Schedule) WithInitialDelay(d time.Duration) Schedule {
 }
 
 // WithMisfire returns s with the given misfire policy (default
-// [MisfireSkip]). It has no effect on [FixedDelay], which cannot overrun.
+// [MisfireSkip]). A [FixedDelay] schedule cannot overrun; the policy
+// matters to it only across fail-over (see [MisfireRunOnce]).
 func (s Schedule) WithMisfire(p MisfirePolicy) Schedule {
 	if (p < MisfireSkip || p > MisfireRunOnce) && s.err == nil {
 		s.err = fmt.Errorf("%w: unknown misfire policy %d", ErrInvalidSchedule, int(p))

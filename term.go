@@ -87,10 +87,40 @@ func (t *Term) leftNow() time.Duration {
 // Deadline is the current guaranteed horizon: the term is valid until then
 // unless revoked earlier. It moves later with every confirmed renewal while
 // the term lasts. After the term has ended it is the instant it stopped
-// being valid.
+// being valid; [Term.HandOffDeadline] then says how long the lease still
+// stays this term's.
 func (t *Term) Deadline() time.Time {
 	end := min(t.end.Load(), t.gen.deadline.Load())
 	return t.gen.base.Add(time.Duration(end))
+}
+
+// HandOffDeadline is the instant until which the lease stays this term's,
+// for a clean-up that runs after the cancellation (a final checkpoint with
+// [Term.PutRecord], a last fenced write) to bound itself by:
+//
+//	ctx, cancel := context.WithDeadline(context.Background(), term.HandOffDeadline())
+//
+// While the term is valid it is [Term.Deadline]. After the client ended the
+// term itself ([LeaderTask.Stop], [Client.Close] or [Client.Shutdown], a
+// yield, or an operator's disable, drain or resign), the lease is handed on
+// only once the function has returned, and at the latest at the deadline
+// the term had when it was ended, even if the function ignores the
+// cancellation (a Shutdown whose ctx ends first does not release it
+// earlier): HandOffDeadline is that deadline, fixed at the stop, until the
+// hand-off releases the lease. Once the lease is released, and when the
+// term ended by losing it (its deadline passed without a renewal, or the
+// session ended), it is Deadline again: an instant that has passed, after
+// which nothing is fenced by this term any more.
+func (t *Term) HandOffDeadline() time.Time {
+	if t.valid() {
+		return t.Deadline()
+	}
+	// Set by the revocation before the term stopped being valid, and
+	// cleared when the lease is released: the same test as PutRecord's.
+	if until := time.Duration(t.handOffUntil.Load()); until > t.gen.now() && !t.gen.ended.Load() {
+		return t.gen.base.Add(until)
+	}
+	return t.Deadline()
 }
 
 // Revoked is closed when the term ends.

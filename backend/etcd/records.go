@@ -87,8 +87,8 @@ func tokenAtMost(key string, token uint64) clientv3.Cmp {
 // [backend.ErrNoRecord]: one read. It implements [backend.Records], as the
 // other record methods do.
 func (s *session) GetRecord(ctx context.Context, key string) (backend.Record, error) {
-	if !backend.ValidKey(key) {
-		return backend.Record{}, recordKeyError(key)
+	if err := checkKey(key); err != nil {
+		return backend.Record{}, err
 	}
 	op := fmt.Sprintf("get record %q", key)
 	if err := s.overErr(op); err != nil {
@@ -222,8 +222,8 @@ func (s *session) fencedPut(rk string, value []byte, token uint64) clientv3.Op {
 // with the check (see PutRecord). Deleting a key with no record is not an
 // error, unless cond requires a version other than 0.
 func (s *session) DeleteRecord(ctx context.Context, key string, cond backend.Condition) error {
-	if !backend.ValidKey(key) {
-		return recordKeyError(key)
+	if err := checkKey(key); err != nil {
+		return err
 	}
 	op := fmt.Sprintf("delete record %q", key)
 	rk := s.b.recordKey(key)
@@ -343,18 +343,18 @@ func (s *session) WatchRecords(ctx context.Context, prefix string) (<-chan struc
 	return s.watchHints(ctx, fmt.Sprintf("watch records %q", prefix), s.b.recordKey(prefix))
 }
 
-// recordKeyError is the error for an invalid record key.
-// checkRecord reports an invalid key or a value over the size limit.
+// checkRecord is [backend.CheckRecord] with the package prefix.
 func checkRecord(key string, value []byte) error {
-	if !backend.ValidKey(key) {
-		return recordKeyError(key)
-	}
-	if len(value) > backend.MaxRecordValue {
-		return fmt.Errorf("simba/etcd: record %q: value of %d bytes exceeds %d", key, len(value), backend.MaxRecordValue)
+	if err := backend.CheckRecord(key, value); err != nil {
+		return fmt.Errorf("simba/etcd: %w", err)
 	}
 	return nil
 }
 
-func recordKeyError(key string) error {
-	return fmt.Errorf("simba/etcd: invalid record key %q: want 1-512 characters of A-Z a-z 0-9 . _ - /, starting and ending with a letter or digit, without //", key)
+// checkKey is [backend.CheckKey] with the package prefix.
+func checkKey(key string) error {
+	if err := backend.CheckKey(key); err != nil {
+		return fmt.Errorf("simba/etcd: %w", err)
+	}
+	return nil
 }

@@ -60,8 +60,8 @@ type view struct {
 
 // GetRecord returns the record at key: one Get.
 func (v *view) GetRecord(ctx context.Context, key string) (backend.Record, error) {
-	if !backend.ValidKey(key) {
-		return backend.Record{}, recordKeyError(key)
+	if err := checkKey(key); err != nil {
+		return backend.Record{}, err
 	}
 	op := fmt.Sprintf("get record %q", key)
 	if err := v.overErr(op); err != nil {

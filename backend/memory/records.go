@@ -24,8 +24,8 @@ func (r *record) public(key string) backend.Record {
 // GetRecord returns the record at key: the optional [backend.Records]
 // capability, like the other record methods.
 func (s *session) GetRecord(ctx context.Context, key string) (backend.Record, error) {
-	if !backend.ValidKey(key) {
-		return backend.Record{}, keyError(key)
+	if err := checkKey(key); err != nil {
+		return backend.Record{}, err
 	}
 	var out backend.Record
 	err := s.records(ctx, func(b *Backend) (err error) {
@@ -90,8 +90,8 @@ func (s *session) PutRecord(ctx context.Context, key string, value []byte, cond 
 
 // DeleteRecord removes the record at key if cond holds.
 func (s *session) DeleteRecord(ctx context.Context, key string, cond backend.Condition) error {
-	if !backend.ValidKey(key) {
-		return keyError(key)
+	if err := checkKey(key); err != nil {
+		return err
 	}
 	return s.records(ctx, func(b *Backend) error {
 		if err := b.check(s, key, cond); err != nil {
@@ -154,19 +154,20 @@ func (b *Backend) recordChanged(key string) {
 	}
 }
 
-// checkRecord reports an invalid key or a value over the size limit.
+// checkRecord is [backend.CheckRecord] with the package prefix.
 func checkRecord(key string, value []byte) error {
-	if !backend.ValidKey(key) {
-		return keyError(key)
-	}
-	if len(value) > backend.MaxRecordValue {
-		return fmt.Errorf("simba/memory: record %q: value of %d bytes exceeds %d", key, len(value), backend.MaxRecordValue)
+	if err := backend.CheckRecord(key, value); err != nil {
+		return fmt.Errorf("simba/memory: %w", err)
 	}
 	return nil
 }
 
-func keyError(key string) error {
-	return fmt.Errorf("simba/memory: invalid record key %q (1-512 of A-Z a-z 0-9 . _ - /, starting and ending with a letter or digit, no //)", key)
+// checkKey is [backend.CheckKey] with the package prefix.
+func checkKey(key string) error {
+	if err := backend.CheckKey(key); err != nil {
+		return fmt.Errorf("simba/memory: %w", err)
+	}
+	return nil
 }
 
 var _ backend.SkipReporter = (*session)(nil)

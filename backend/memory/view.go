@@ -67,8 +67,8 @@ func (v *view) read(ctx context.Context, k op, do func(b *Backend) error) error 
 
 // GetRecord returns the record at key.
 func (v *view) GetRecord(ctx context.Context, key string) (backend.Record, error) {
-	if !backend.ValidKey(key) {
-		return backend.Record{}, keyError(key)
+	if err := checkKey(key); err != nil {
+		return backend.Record{}, err
 	}
 	var out backend.Record
 	err := v.read(ctx, opRecords, func(b *Backend) (err error) {

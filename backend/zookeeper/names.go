@@ -80,24 +80,20 @@ func (p paths) group(group string) string { return p.root + groupDir + "/" + gro
 // member is the ephemeral znode of one session in group.
 func (p paths) member(group, session string) string { return p.group(group) + "/" + session }
 
-// validRecordKey reports whether key is a valid record key (see
-// [backend.ValidKey]).
-func validRecordKey(key string) bool { return backend.ValidKey(key) }
-
-// checkRecord reports an invalid key or a value over the size limit.
+// checkRecord is [backend.CheckRecord] with the package prefix.
 func checkRecord(key string, value []byte) error {
-	if !validRecordKey(key) {
-		return recordKeyError(key)
-	}
-	if len(value) > backend.MaxRecordValue {
-		return fmt.Errorf("simba/zookeeper: record %q: value of %d bytes exceeds %d", key, len(value), backend.MaxRecordValue)
+	if err := backend.CheckRecord(key, value); err != nil {
+		return fmt.Errorf("simba/zookeeper: %w", err)
 	}
 	return nil
 }
 
-// recordKeyError describes an invalid record key.
-func recordKeyError(key string) error {
-	return fmt.Errorf("simba/zookeeper: invalid record key %q: want 1-512 characters of A-Z a-z 0-9 . _ - /, starting and ending with a letter or digit, without //", key)
+// checkKey is [backend.CheckKey] with the package prefix.
+func checkKey(key string) error {
+	if err := backend.CheckKey(key); err != nil {
+		return fmt.Errorf("simba/zookeeper: %w", err)
+	}
+	return nil
 }
 
 // validSegment reports whether seg can be a segment of a record key.

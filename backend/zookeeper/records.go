@@ -79,8 +79,8 @@ func decodeRecord(key string, data []byte, st *zk.Stat) (backend.Record, *backen
 // [backend.ErrNoRecord]: one read. It implements [backend.Records], as the
 // other record methods do.
 func (s *session) GetRecord(ctx context.Context, key string) (backend.Record, error) {
-	if !validRecordKey(key) {
-		return backend.Record{}, recordKeyError(key)
+	if err := checkKey(key); err != nil {
+		return backend.Record{}, err
 	}
 	return call(s, ctx, fmt.Sprintf("get record %q", key), func(c *zk.Conn) (backend.Record, error) {
 		data, st, err := c.Get(s.p.record(key))
@@ -254,8 +254,8 @@ func (s *session) PutRecord(ctx context.Context, key string, value []byte, cond 
 // with no record is not an error, unless cond requires a version other
 // than 0 (or a lease not held).
 func (s *session) DeleteRecord(ctx context.Context, key string, cond backend.Condition) error {
-	if !validRecordKey(key) {
-		return recordKeyError(key)
+	if err := checkKey(key); err != nil {
+		return err
 	}
 	w := &recordWrite{s: s, op: fmt.Sprintf("delete record %q", key), key: key, cond: cond}
 	_, err := w.run(ctx)
