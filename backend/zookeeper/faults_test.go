@@ -24,7 +24,7 @@ import (
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/zookeeper"
 	"github.com/simba-go/simba/internal/check"
-	"github.com/simba-go/simba/internal/tcpfault"
+	"github.com/simba-go/simba/internal/faultproxy"
 	"github.com/simba-go/simba/internal/zktest"
 )
 
@@ -201,10 +201,10 @@ func blackholeRounds(t *testing.T, addr, root string, pairs, rounds int, wrap fu
 	for i := range pairs {
 		wg.Go(func() {
 			election := fmt.Sprintf("blackhole-%d", i)
-			proxies := make(map[string]*tcpfault.Proxy)
+			proxies := make(map[string]*faultproxy.Proxy)
 			ch := make(chan started, 4)
 			for _, who := range []string{"a", "b"} {
-				p, err := tcpfault.Start(addr)
+				p, err := faultproxy.New(addr)
 				if err != nil {
 					fail("%s: proxy: %v", election, err)
 					return
@@ -221,7 +221,7 @@ func blackholeRounds(t *testing.T, addr, root string, pairs, rounds int, wrap fu
 					return
 				}
 				t.Cleanup(func() {
-					p.Unblackhole() // a round that failed left it cut off
+					p.Heal() // a round that failed left it cut off
 					closeWithin(t, c)
 				})
 				if _, err := c.Election(election).RunWhileLeader(log.task(who, ch)); err != nil {
@@ -262,7 +262,7 @@ func blackholeRounds(t *testing.T, addr, root string, pairs, rounds int, wrap fu
 					fail("%s round %d: term %d valid until %v, %v after term %d began", election, round,
 						cur.term.Token(), cur.term.Deadline().Format(time.StampMicro), -gap, nxt.term.Token())
 				}
-				proxies[cur.who].Unblackhole()
+				proxies[cur.who].Heal()
 				cur = nxt
 			}
 		})
@@ -285,7 +285,7 @@ func TestServerRestartExpiresCutOffSession(t *testing.T) {
 	srv := zktest.StartServer(t)
 	root := zktest.Root(t, srv.Addr)
 	inspect := zktest.Connect(t, srv.Addr)
-	p, err := tcpfault.Start(srv.Addr)
+	p, err := faultproxy.New(srv.Addr)
 	require.NoError(t, err)
 	t.Cleanup(func() { p.Close() })
 
@@ -309,7 +309,7 @@ func TestServerRestartExpiresCutOffSession(t *testing.T) {
 	require.NoError(t, err)
 
 	p.Blackhole()
-	t.Cleanup(p.Unblackhole) // before the clients close, if the test fails while a is cut off
+	t.Cleanup(p.Heal) // before the clients close, if the test fails while a is cut off
 	srv.Stop()
 	srv.Start()
 	// The restarted server restores the sessions with a fresh timeout; a's
@@ -322,7 +322,7 @@ func TestServerRestartExpiresCutOffSession(t *testing.T) {
 	default:
 		t.Fatal("a's term still valid when b's began")
 	}
-	p.Unblackhole()
+	p.Heal()
 
 	// a recovers by itself: a new session, and nothing from the old one.
 	deadline := time.Now().Add(10 * time.Second)

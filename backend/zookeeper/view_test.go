@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/backend"
-	"github.com/simba-go/simba/internal/tcpfault"
+	"github.com/simba-go/simba/internal/faultproxy"
 	"github.com/simba-go/simba/internal/zktest"
 )
 
@@ -19,7 +19,7 @@ func TestViewAfterSessionExpired(t *testing.T) {
 	t.Parallel()
 	addr := zktest.Addr(t)
 	root := zktest.Root(t, addr)
-	p, err := tcpfault.Start(addr)
+	p, err := faultproxy.New(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestViewAfterSessionExpired(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(6 * time.Second) // past the largest session timeout the server grants
-	p.Unblackhole()
+	p.Heal()
 
 	closed := make(chan struct{})
 	go func() {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/zookeeper"
-	"github.com/simba-go/simba/internal/tcpfault"
+	"github.com/simba-go/simba/internal/faultproxy"
 	"github.com/simba-go/simba/internal/zktest"
 )
 
@@ -258,7 +258,7 @@ func TestAcquireCancelledDuringCreate(t *testing.T) {
 	addr := zktest.Addr(t)
 	root := zktest.Root(t, addr)
 	c := zktest.Connect(t, addr)
-	p, err := tcpfault.Start(addr)
+	p, err := faultproxy.New(addr)
 	require.NoError(t, err)
 	t.Cleanup(func() { p.Close() })
 	slow := newBackendAt(t, p.Addr(), root)

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/simba-go/simba/internal/tcpfault"
+	"github.com/simba-go/simba/internal/faultproxy"
 	"github.com/simba-go/simba/internal/zktest"
 )
 
@@ -36,7 +36,7 @@ type zooKeeper struct {
 	containersGo bool
 
 	mu    sync.Mutex
-	links []*tcpfault.Proxy
+	links []*faultproxy.Proxy
 }
 
 func startZooKeeper(t *testing.T) *zooKeeper {
@@ -102,7 +102,7 @@ func (z *zooKeeper) canRestart() bool { return z.srv != nil }
 func (z *zooKeeper) expiryLag() time.Duration { return 2 * zkTick }
 
 func (z *zooKeeper) newLink() (link, error) {
-	p, err := tcpfault.Start(z.addr)
+	p, err := faultproxy.New(z.addr)
 	if err != nil {
 		return nil, err
 	}
@@ -112,11 +112,11 @@ func (z *zooKeeper) newLink() (link, error) {
 	return zkLink{p}, nil
 }
 
-type zkLink struct{ p *tcpfault.Proxy }
+type zkLink struct{ p *faultproxy.Proxy }
 
 func (l zkLink) endpoints() []string { return []string{l.p.Addr()} }
 func (l zkLink) blackhole()          { l.p.Blackhole() }
-func (l zkLink) heal()               { l.p.Unblackhole() }
+func (l zkLink) heal()               { l.p.Heal() }
 func (l zkLink) close()              { l.p.Close() }
 
 // stopServer stops the server: SIGKILL for -1, SIGTERM otherwise.

@@ -1,7 +1,13 @@
-// Package faultproxy is a TCP proxy for tests that injects the network faults
-// a lease library must survive: a link that goes silent (a partition, with
-// TCP holding the bytes until it heals), a server that refuses connections
-// (down or restarting), and connections that are reset.
+// Package faultproxy is the TCP proxy for tests that injects the network
+// faults a lease library must survive:
+//
+//   - a link that goes silent both ways, a partition, with TCP holding the
+//     bytes until it heals ([Proxy.Blackhole], [Proxy.Heal]);
+//   - a server that gets requests but whose replies are held, a pause
+//     ([Proxy.StallReplies], [Proxy.Resume]);
+//   - a server that refuses connections, down or restarting ([Proxy.Refuse],
+//     [Proxy.Accept]);
+//   - connections that are reset ([Proxy.Reset]).
 //
 // A [Proxy] listens on 127.0.0.1 on a port of its own choosing and forwards
 // every accepted connection to its target:
@@ -34,6 +40,7 @@ type Proxy struct {
 	mu       sync.Mutex
 	target   string
 	healed   chan struct{} // non-nil while blackholed; closed by Heal
+	resumed  chan struct{} // non-nil while replies stall; closed by Resume
 	refusing bool
 	closed   bool
 	conns    map[*link]struct{}
@@ -83,8 +90,13 @@ func (p *Proxy) Accepted() int64 { return p.accepted.Load() }
 // bytes read from either side are held, not delivered, until [Proxy.Heal].
 // This is what a partition looks like to TCP: the sender's data waits in
 // buffers and retransmissions, and nothing arrives. New connections are
-// accepted and held in the same way. Blackhole does nothing if the link is
-// already blackholed.
+// accepted and held in the same way; the target is not dialled for them
+// until Heal, so it sees nothing of them, as behind a partition. A close is
+// not held as bytes are: when one side closes its connection, the proxy
+// closes the other side at once, unless it holds bytes read from the side
+// that closed (then after Heal, when it has delivered them). A server that
+// stops is thus seen to go even through a blackhole. Blackhole does nothing
+// if the link is already blackholed.
 func (p *Proxy) Blackhole() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -101,6 +113,30 @@ func (p *Proxy) Heal() {
 	if p.healed != nil {
 		close(p.healed)
 		p.healed = nil
+	}
+}
+
+// StallReplies holds the bytes the target sends back, until [Proxy.Resume]:
+// requests still reach the target, and its replies wait in the proxy, as
+// they would behind a server or a network that paused. It does nothing if
+// replies are stalled already. It and [Proxy.Blackhole] are independent:
+// bytes flow from the target only when neither holds them.
+func (p *Proxy) StallReplies() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.resumed == nil {
+		p.resumed = make(chan struct{})
+	}
+}
+
+// Resume ends a [Proxy.StallReplies]: held replies are delivered, in order.
+// It does nothing if replies are not stalled.
+func (p *Proxy) Resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.resumed != nil {
+		close(p.resumed)
+		p.resumed = nil
 	}
 }
 
@@ -175,10 +211,13 @@ func (p *Proxy) accept() {
 	}
 }
 
-// serve dials the target for l and pumps bytes both ways until either side
-// closes or the proxy drops the link.
+// serve dials the target for l, once the link is not blackholed, and pumps
+// bytes both ways until either side closes or the proxy drops the link.
 func (p *Proxy) serve(l *link, target string) {
 	defer p.wg.Done()
+	if !p.waitOpen(l, false) { // dropped while held
+		return
+	}
 	s, err := net.Dial("tcp", target)
 	if err != nil {
 		p.drop(l)
@@ -197,20 +236,21 @@ func (p *Proxy) serve(l *link, target string) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		p.pump(l, s, l.client)
+		p.pump(l, s, l.client, false)
 	}()
-	p.pump(l, l.client, s)
+	p.pump(l, l.client, s, true)
 }
 
 // pump copies from src to dst, holding the bytes while the link is
-// blackholed. It drops the link when either side fails.
-func (p *Proxy) pump(l *link, dst io.Writer, src io.Reader) {
+// blackholed and, for replies (from the target), while they stall. It drops
+// the link when either side fails.
+func (p *Proxy) pump(l *link, dst io.Writer, src io.Reader, replies bool) {
 	defer p.drop(l)
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			if !p.waitOpen(l) {
+			if !p.waitOpen(l, replies) {
 				return
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
@@ -223,14 +263,17 @@ func (p *Proxy) pump(l *link, dst io.Writer, src io.Reader) {
 	}
 }
 
-// waitOpen blocks while the link is blackholed; it reports false if l was
-// dropped meanwhile.
-func (p *Proxy) waitOpen(l *link) bool {
+// waitOpen blocks while the link is blackholed and, for replies, while
+// they stall; it reports false if l was dropped meanwhile.
+func (p *Proxy) waitOpen(l *link, replies bool) bool {
 	for {
 		p.mu.Lock()
-		healed := p.healed
+		held := p.healed
+		if held == nil && replies {
+			held = p.resumed
+		}
 		p.mu.Unlock()
-		if healed == nil {
+		if held == nil {
 			select {
 			case <-l.dropped:
 				return false
@@ -239,7 +282,7 @@ func (p *Proxy) waitOpen(l *link) bool {
 			}
 		}
 		select {
-		case <-healed:
+		case <-held:
 		case <-l.dropped:
 			return false
 		}
