@@ -194,7 +194,7 @@ func reply(w http.ResponseWriter, status int, r opReply) {
 // resignation of a term that is over. The page only offers operations that
 // suit, but it may be out of date.
 func (s *Server) checkTarget(ctx context.Context, op string, req opRequest) error {
-	snap, err := (&loader{ctx: ctx, a: s.admin}).snapshot()
+	snap, err := s.admin.Snapshot(ctx)
 	if err != nil {
 		return err
 	}
