@@ -235,7 +235,7 @@ func (t *LeaderTask) contend() {
 			}
 			failures++
 			t.c.log.Warn("acquiring a lease failed", "election", t.ref.Election, "err", err, "attempt", failures)
-			if !sleep(t.ctx, backoff.Wait(failures, g.ttl/3)) {
+			if !backoff.Sleep(t.ctx, backoff.Wait(failures, g.ttl/3)) {
 				t.finish()
 				return
 			}
@@ -293,7 +293,7 @@ func (t *LeaderTask) release(g *generation, lease backend.Lease, final []backend
 		if ctx.Err() == nil {
 			t.c.log.Warn("releasing a lease failed", "election", t.ref.Election, "token", lease.Token(), "err", err, "attempt", attempt)
 		}
-		if ctx.Err() != nil || !sleep(ctx, backoff.Wait(attempt, g.ttl/3)) {
+		if ctx.Err() != nil || !backoff.Sleep(ctx, backoff.Wait(attempt, g.ttl/3)) {
 			if g.ctx.Err() == nil {
 				t.giveUpRelease(g, lease, until, err, attempt)
 			}
@@ -318,7 +318,7 @@ func (c *Client) claimFirst(claim, body func(context.Context, *Term) error) func
 				return nil // the term ended: nothing ran in it
 			}
 			c.log.Warn("claim failed; the task waits for it", "election", t.ref.Election, "token", t.ref.Token, "err", err, "attempt", attempt)
-			if !sleep(ctx, backoff.Wait(attempt, t.gen.ttl/3)) {
+			if !backoff.Sleep(ctx, backoff.Wait(attempt, t.gen.ttl/3)) {
 				return nil
 			}
 		}

@@ -402,7 +402,7 @@ func (t *GroupTask) serve(g *generation) {
 				hints = nil // watch ended: the refresh ticker goes on
 			}
 			// Debounce: let a burst of changes settle into one view.
-			if !sleep(ctx, min(g.ttl/50, 20*time.Millisecond)) {
+			if !backoff.Sleep(ctx, min(g.ttl/50, 20*time.Millisecond)) {
 				return
 			}
 		case <-refresh.C:
@@ -424,7 +424,7 @@ func (t *GroupTask) join(ctx context.Context, g *generation, self string) bool {
 			return false
 		}
 		t.c.log.Warn("joining a group failed", "group", t.name, "err", err, "attempt", attempt)
-		if !sleep(ctx, backoff.Wait(attempt, g.ttl/3)) {
+		if !backoff.Sleep(ctx, backoff.Wait(attempt, g.ttl/3)) {
 			return false
 		}
 	}
@@ -447,7 +447,7 @@ func (t *GroupTask) awaitOthers(ctx context.Context, g *generation) bool {
 			t.c.log.Warn("listing held leases failed; waiting the initial rebalance delay", "group", t.name, "err", err)
 		}
 	}
-	return sleep(ctx, d)
+	return backoff.Sleep(ctx, d)
 }
 
 // joinOnce writes this member's record with view. A Stop does not cut it

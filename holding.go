@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/internal/backoff"
 	"github.com/simba-go/simba/internal/plant"
 	"github.com/simba-go/simba/internal/records"
 )
@@ -118,7 +119,7 @@ func (h *holding) next() {
 		h.t.finish()
 		return
 	}
-	if (reason == RevokeYielded || reason == RevokeResigned) && !sleep(h.t.ctx, h.g.ttl) {
+	if (reason == RevokeYielded || reason == RevokeResigned) && !backoff.Sleep(h.t.ctx, h.g.ttl) {
 		h.t.finish()
 		return
 	}

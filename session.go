@@ -152,7 +152,7 @@ func (c *Client) keep(ctx context.Context) {
 			}
 			failures++
 			c.log.Warn("opening a session failed", "err", err, "attempt", failures)
-			if !sleep(ctx, backoff.Wait(failures, c.opts.ttl/3)) {
+			if !backoff.Sleep(ctx, backoff.Wait(failures, c.opts.ttl/3)) {
 				return
 			}
 			continue
@@ -171,7 +171,7 @@ func (c *Client) keep(ctx context.Context) {
 			failures++
 			c.log.Error("session unusable: the backend granted a TTL that leaves no valid deadline; opening another", "session", sess.ID(),
 				"granted", ttl, "min", MinTTL, "margin", g.margin, "open", time.Since(sent), "attempt", failures)
-			if !sleep(ctx, backoff.Wait(failures, c.opts.ttl/3)) {
+			if !backoff.Sleep(ctx, backoff.Wait(failures, c.opts.ttl/3)) {
 				return
 			}
 			continue
@@ -305,20 +305,5 @@ func (c *Client) awaitGeneration(ctx context.Context) (*generation, error) {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-	}
-}
-
-// sleep waits for d or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }

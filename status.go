@@ -143,7 +143,7 @@ func (w *statusWriter) readPrevious(g *generation) (backend.Record, error) {
 		cancel()
 		var bad *backend.MalformedError
 		if err == nil || errors.Is(err, backend.ErrNoRecord) || errors.As(err, &bad) || w.revoked() ||
-			!sleep(all, backoff.Wait(attempt, g.ttl/3)) {
+			!backoff.Sleep(all, backoff.Wait(attempt, g.ttl/3)) {
 			return rec, err
 		}
 	}
@@ -230,7 +230,7 @@ func (w *statusWriter) step(ctx context.Context, waited *bool) bool {
 	default:
 		w.flush(ctx)
 		if w.failures > 0 { // some writes are to be tried again
-			sleep(ctx, backoff.Wait(w.failures, w.term.gen.ttl/3))
+			backoff.Sleep(ctx, backoff.Wait(w.failures, w.term.gen.ttl/3))
 		}
 	}
 	return true

@@ -672,17 +672,13 @@ func (a *Admin) Disable(ctx context.Context, name, reason string) error {
 	if err := checkName(name); err != nil {
 		return err
 	}
-	key := records.DisabledPrefix + name
-	return a.operate(ctx, records.OpDisable, name, 0, reason, func(ctx context.Context, w *session, at time.Time) (bool, string, error) {
-		prev, had := a.prevOp(ctx, w, key)
-		if err := a.put(ctx, w, key, Op{Reason: reason}, at); err != nil {
-			return false, "", err
-		}
-		if had {
-			return false, "disabled again; was disabled " + DescribeOp(prev), nil
-		}
-		return true, "disabled; was enabled", nil
-	})
+	return a.writeOp(ctx, records.OpDisable, name, 0, reason, records.DisabledPrefix+name, false,
+		func(_ context.Context, _ *session, prev Op, had bool) (bool, string) {
+			if had {
+				return false, "disabled again; was disabled " + DescribeOp(prev)
+			}
+			return true, "disabled; was enabled"
+		})
 }
 
 // Enable undoes Disable; reason says why, for the audit trail.
@@ -690,17 +686,13 @@ func (a *Admin) Enable(ctx context.Context, name, reason string) error {
 	if err := checkName(name); err != nil {
 		return err
 	}
-	key := records.DisabledPrefix + name
-	return a.operate(ctx, records.OpEnable, name, 0, reason, func(ctx context.Context, w *session, _ time.Time) (bool, string, error) {
-		prev, had := a.prevOp(ctx, w, key)
-		if err := a.del(ctx, w, key); err != nil {
-			return false, "", err
-		}
-		if had {
-			return true, "enabled; was disabled " + DescribeOp(prev), nil
-		}
-		return false, "enable of what was not disabled: nothing changed", nil
-	})
+	return a.writeOp(ctx, records.OpEnable, name, 0, reason, records.DisabledPrefix+name, true,
+		func(_ context.Context, _ *session, prev Op, had bool) (bool, string) {
+			if had {
+				return true, "enabled; was disabled " + DescribeOp(prev)
+			}
+			return false, "enable of what was not disabled: nothing changed"
+		})
 }
 
 // Trigger asks the holder of a scheduled election or partition to run it
@@ -710,17 +702,13 @@ func (a *Admin) Trigger(ctx context.Context, lease, reason string) error {
 	if err := checkName(lease); err != nil {
 		return err
 	}
-	key := records.TriggerPrefix + lease
-	return a.operate(ctx, records.OpTrigger, lease, 0, reason, func(ctx context.Context, w *session, at time.Time) (bool, string, error) {
-		prev, had := a.prevOp(ctx, w, key)
-		if err := a.put(ctx, w, key, Op{Reason: reason}, at); err != nil {
-			return false, "", err
-		}
-		if had {
-			return false, "trigger; one requested " + DescribeOp(prev) + " was pending still", nil
-		}
-		return true, "trigger requested", nil
-	})
+	return a.writeOp(ctx, records.OpTrigger, lease, 0, reason, records.TriggerPrefix+lease, false,
+		func(_ context.Context, _ *session, prev Op, had bool) (bool, string) {
+			if had {
+				return false, "trigger; one requested " + DescribeOp(prev) + " was pending still"
+			}
+			return true, "trigger requested"
+		})
 }
 
 // Resign asks the holder of lease to hand off gracefully and sit out one
@@ -732,67 +720,78 @@ func (a *Admin) Resign(ctx context.Context, lease string, token uint64, reason s
 	if err := checkName(lease); err != nil {
 		return err
 	}
-	key := records.ResignPrefix + lease
-	return a.operate(ctx, records.OpResign, lease, token, reason, func(ctx context.Context, w *session, at time.Time) (bool, string, error) {
-		prev, had := a.prevOp(ctx, w, key)
-		holder := a.holderOf(ctx, w, lease)
-		if err := a.put(ctx, w, key, Op{Token: token, Reason: reason}, at); err != nil {
-			return false, "", err
-		}
-		var change string
-		switch {
-		case token != 0 && holder != nil && holder.Token == token:
-			change = fmt.Sprintf("resign of token %d held by %s", token, holder.Member)
-		case token != 0:
-			change = fmt.Sprintf("resign of token %d", token)
-		case holder != nil:
-			change = fmt.Sprintf("resign of whichever term holds it (token %d held by %s when asked)", holder.Token, holder.Member)
-		default:
-			change = "resign of whichever term holds it (no holder in the status when asked)"
-		}
-		if had && prev.Token == token {
-			return false, change + "; the same request was pending still", nil
-		}
-		return true, change, nil
-	})
+	return a.writeOp(ctx, records.OpResign, lease, token, reason, records.ResignPrefix+lease, false,
+		func(ctx context.Context, w *session, prev Op, had bool) (bool, string) {
+			holder := a.holderOf(ctx, w, lease)
+			var change string
+			switch {
+			case token != 0 && holder != nil && holder.Token == token:
+				change = fmt.Sprintf("resign of token %d held by %s", token, holder.Member)
+			case token != 0:
+				change = fmt.Sprintf("resign of token %d", token)
+			case holder != nil:
+				change = fmt.Sprintf("resign of whichever term holds it (token %d held by %s when asked)", holder.Token, holder.Member)
+			default:
+				change = "resign of whichever term holds it (no holder in the status when asked)"
+			}
+			if had && prev.Token == token {
+				return false, change + "; the same request was pending still"
+			}
+			return true, change
+		})
 }
 
 // Drain makes a member hand off everything it holds and stop contending,
 // until Undrain. reason says why.
 func (a *Admin) Drain(ctx context.Context, member, reason string) error {
-	if !validMemberID(member) {
-		return fmt.Errorf("simba/admin: invalid member id %q", member)
+	if err := checkMember(member); err != nil {
+		return err
 	}
-	key := records.DrainPrefix + member
-	return a.operate(ctx, records.OpDrain, member, 0, reason, func(ctx context.Context, w *session, at time.Time) (bool, string, error) {
-		prev, had := a.prevOp(ctx, w, key)
-		held := a.heldBy(ctx, w, member)
-		if err := a.put(ctx, w, key, Op{Reason: reason}, at); err != nil {
-			return false, "", err
-		}
-		change := fmt.Sprintf("drain of %s, who held %s", member, held)
-		if had {
-			return false, change + "; was drained " + DescribeOp(prev) + " already", nil
-		}
-		return true, change, nil
-	})
+	return a.writeOp(ctx, records.OpDrain, member, 0, reason, records.DrainPrefix+member, false,
+		func(ctx context.Context, w *session, prev Op, had bool) (bool, string) {
+			change := fmt.Sprintf("drain of %s, who held %s", member, a.heldBy(ctx, w, member))
+			if had {
+				return false, change + "; was drained " + DescribeOp(prev) + " already"
+			}
+			return true, change
+		})
 }
 
 // Undrain undoes Drain; reason says why, for the audit trail.
 func (a *Admin) Undrain(ctx context.Context, member, reason string) error {
-	if !validMemberID(member) {
-		return fmt.Errorf("simba/admin: invalid member id %q", member)
+	if err := checkMember(member); err != nil {
+		return err
 	}
-	key := records.DrainPrefix + member
-	return a.operate(ctx, records.OpUndrain, member, 0, reason, func(ctx context.Context, w *session, _ time.Time) (bool, string, error) {
+	return a.writeOp(ctx, records.OpUndrain, member, 0, reason, records.DrainPrefix+member, true,
+		func(_ context.Context, _ *session, prev Op, had bool) (bool, string) {
+			if had {
+				return true, "undrained; was drained " + DescribeOp(prev)
+			}
+			return false, "undrain of a member that was not drained: nothing changed"
+		})
+}
+
+// writeOp performs the operation op on target (see operate) by writing its
+// operation record at key, with token and reason, or by deleting the
+// record when del is set. Before the write, describe says, from the
+// record the write replaces (had: there was one) and what else it reads
+// through w, whether the write changes what is in force and how, for the
+// audit trail.
+func (a *Admin) writeOp(ctx context.Context, op, target string, token uint64, reason, key string, del bool,
+	describe func(ctx context.Context, w *session, prev Op, had bool) (changed bool, change string)) error {
+	return a.operate(ctx, op, target, token, reason, func(ctx context.Context, w *session, at time.Time) (bool, string, error) {
 		prev, had := a.prevOp(ctx, w, key)
-		if err := a.del(ctx, w, key); err != nil {
+		changed, change := describe(ctx, w, prev, had)
+		var err error
+		if del {
+			err = a.del(ctx, w, key)
+		} else {
+			err = a.put(ctx, w, key, Op{Token: token, Reason: reason}, at)
+		}
+		if err != nil {
 			return false, "", err
 		}
-		if had {
-			return true, "undrained; was drained " + DescribeOp(prev), nil
-		}
-		return false, "undrain of a member that was not drained: nothing changed", nil
+		return changed, change, nil
 	})
 }
 
@@ -873,6 +872,14 @@ func (a *Admin) heldBy(ctx context.Context, w *session, member string) string {
 		return "1 lease"
 	}
 	return fmt.Sprintf("%d leases", n)
+}
+
+// checkMember checks a member id.
+func checkMember(member string) error {
+	if !validMemberID(member) {
+		return fmt.Errorf("simba/admin: invalid member id %q", member)
+	}
+	return nil
 }
 
 // checkName checks an election, job or group name.

@@ -194,15 +194,11 @@ func reply(w http.ResponseWriter, status int, r opReply) {
 // resignation of a term that is over. The page only offers operations that
 // suit, but it may be out of date.
 func (s *Server) checkTarget(ctx context.Context, op string, req opRequest) error {
-	l := &loader{ctx: ctx, a: s.admin}
-	es, err := l.Elections()
+	snap, err := s.admin.Snapshot(ctx)
 	if err != nil {
 		return err
 	}
-	ops, err := l.Ops()
-	if err != nil {
-		return err
-	}
+	es, ops, gs := snap.Elections, snap.Ops, snap.Groups
 	i := slices.IndexFunc(es, func(e admin.Election) bool { return e.Name == req.Target })
 	switch op {
 	case "trigger":
@@ -229,10 +225,6 @@ func (s *Server) checkTarget(ctx context.Context, op string, req opRequest) erro
 		if ops.Disabled[req.Target] && op == "enable" || ops.Drained[req.Target] && op == "undrain" {
 			return nil
 		}
-	}
-	gs, err := l.Groups()
-	if err != nil {
-		return err
 	}
 	switch op {
 	case "disable", "enable":

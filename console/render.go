@@ -36,19 +36,43 @@ var operations = map[string]struct{ label, explain string }{
 }
 
 var funcs = template.FuncMap{
-	"when":  when,
-	"clock": clock,
-	"took":  took,
-	"color": color,
-	"nav":   func() []navItem { return nav },
-	"op": func(op, target string, token uint64, what string) opButton {
-		o := operations[op]
-		return opButton{Op: op, Target: target, Token: token, What: what, Label: o.label, Explain: o.explain}
-	},
-	"short":    short,
-	"stamp":    stamp,
-	"describe": describe,
-	"what":     auditWhat,
+	"when":      when,
+	"clock":     clock,
+	"took":      took,
+	"color":     color,
+	"nav":       func() []navItem { return nav },
+	"op":        newOpButton,
+	"disableop": disableOp,
+	"drainop":   drainOp,
+	"short":     short,
+	"stamp":     stamp,
+	"describe":  describe,
+	"what":      auditWhat,
+}
+
+// newOpButton is the button asking for op on target (token: the term a
+// resign ends), what naming the target in words.
+func newOpButton(op, target string, token uint64, what string) opButton {
+	o := operations[op]
+	return opButton{Op: op, Target: target, Token: token, What: what, Label: o.label, Explain: o.explain}
+}
+
+// disableOp is the button that disables target, or enables it again when
+// it is disabled.
+func disableOp(disabled bool, target, what string) opButton {
+	if disabled {
+		return newOpButton("enable", target, 0, what)
+	}
+	return newOpButton("disable", target, 0, what)
+}
+
+// drainOp is the button that drains a member, or undrains it when it is
+// drained.
+func drainOp(drained bool, member string) opButton {
+	if drained {
+		return newOpButton("undrain", member, 0, "member "+member)
+	}
+	return newOpButton("drain", member, 0, "member "+member)
 }
 
 // templates are the pages; "layout" is a whole page, "main" its part that

@@ -129,21 +129,6 @@ func (l *loader) snapshot() (admin.Snapshot, error) {
 	return l.snap, l.snapErr
 }
 
-func (l *loader) Elections() ([]admin.Election, error) {
-	s, err := l.snapshot()
-	return s.Elections, err
-}
-
-func (l *loader) Groups() ([]admin.Group, error) {
-	s, err := l.snapshot()
-	return s.Groups, err
-}
-
-func (l *loader) Ops() (admin.Ops, error) {
-	s, err := l.snapshot()
-	return s.Ops, err
-}
-
 // problems returns the records the snapshot skipped, if it was read.
 func (l *loader) problems() []admin.Problem {
 	if !l.snapOK || l.snapErr != nil {
@@ -291,7 +276,7 @@ type memberRow struct {
 	Groups    []memberGroup
 	Elections []string // plain elections it holds
 	Drained   bool
-	Drain     *opNote // the drain in force, when Drained
+	Note      *opNote // the drain in force, when Drained
 	Live      bool    // it has a live membership or holds a lease
 }
 
@@ -402,15 +387,12 @@ func holder(e admin.Election) *admin.Holder {
 }
 
 func (p *page) buildElections(l *loader) error {
-	es, err := l.Elections()
+	snap, err := l.snapshot()
 	if err != nil {
 		return err
 	}
-	ops, err := l.Ops()
-	if err != nil {
-		return err
-	}
-	plain, _ := splitElections(es)
+	ops := snap.Ops
+	plain, _ := splitElections(snap.Elections)
 	for _, e := range plain {
 		_, trig := ops.Triggers[e.Name]
 		_, res := ops.Resigns[e.Name]
@@ -424,27 +406,20 @@ func (p *page) buildElections(l *loader) error {
 }
 
 func (p *page) buildGroups(l *loader) error {
-	gs, err := l.Groups()
+	snap, err := l.snapshot()
 	if err != nil {
 		return err
 	}
-	es, err := l.Elections()
-	if err != nil {
-		return err
-	}
-	ops, err := l.Ops()
-	if err != nil {
-		return err
-	}
+	ops := snap.Ops
 	scheduled := map[string]bool{}
-	for _, e := range es {
+	for _, e := range snap.Elections {
 		if e.Status.Schedule != "" {
 			scheduled[e.Name] = true
 		}
 	}
-	for _, g := range gs {
+	for _, g := range snap.Groups {
 		gv := groupView{Group: g, Note: disableNote(ops, g.Name, "")}
-		owns, holds := map[string]int{}, map[string]int{}
+		owns, holds := shares(g)
 		for _, part := range g.Partitions {
 			c := cell{Partition: part, Lease: g.Name + "." + strconv.Itoa(part.Index)}
 			switch {
@@ -463,10 +438,6 @@ func (p *page) buildGroups(l *loader) error {
 			c.Scheduled = scheduled[c.Lease]
 			_, c.Trigger = ops.Triggers[c.Lease]
 			gv.Scheduled = gv.Scheduled || c.Scheduled
-			owns[part.Owner]++
-			if part.Held && part.Holder != "" {
-				holds[part.Holder]++
-			}
 			gv.Cells = append(gv.Cells, c)
 		}
 		for _, m := range g.Members {
@@ -476,6 +447,19 @@ func (p *page) buildGroups(l *loader) error {
 		p.Groups = append(p.Groups, gv)
 	}
 	return nil
+}
+
+// shares counts, by member, the partitions of g it owns and those it
+// holds (a partition held by a holder not known counts for nobody).
+func shares(g admin.Group) (owns, holds map[string]int) {
+	owns, holds = map[string]int{}, map[string]int{}
+	for _, part := range g.Partitions {
+		owns[part.Owner]++
+		if part.Held && part.Holder != "" {
+			holds[part.Holder]++
+		}
+	}
+	return owns, holds
 }
 
 // jobRowOf makes the row of a scheduled election or partition.
@@ -496,15 +480,12 @@ func newestFirst(h []admin.Run, n int) []admin.Run {
 }
 
 func (p *page) buildJobs(l *loader) error {
-	es, err := l.Elections()
+	snap, err := l.snapshot()
 	if err != nil {
 		return err
 	}
-	ops, err := l.Ops()
-	if err != nil {
-		return err
-	}
-	plain, parts := splitElections(es)
+	ops := snap.Ops
+	plain, parts := splitElections(snap.Elections)
 	for _, e := range plain {
 		if e.Status.Schedule == "" {
 			continue
@@ -543,23 +524,16 @@ func (p *page) buildJobs(l *loader) error {
 }
 
 func (p *page) buildMembers(l *loader) error {
-	gs, err := l.Groups()
+	snap, err := l.snapshot()
 	if err != nil {
 		return err
 	}
-	es, err := l.Elections()
-	if err != nil {
-		return err
-	}
-	ops, err := l.Ops()
-	if err != nil {
-		return err
-	}
+	ops := snap.Ops
 	rows := map[string]*memberRow{}
 	row := func(id string) *memberRow {
 		r := rows[id]
 		if r == nil {
-			r = &memberRow{ID: id, Drained: ops.Drained[id], Drain: drainNote(ops, id)}
+			r = &memberRow{ID: id, Drained: ops.Drained[id], Note: drainNote(ops, id)}
 			rows[id] = r
 		}
 		return r
@@ -569,14 +543,8 @@ func (p *page) buildMembers(l *loader) error {
 			r.Sessions = append(r.Sessions, s)
 		}
 	}
-	for _, g := range gs {
-		owns, holds := map[string]int{}, map[string]int{}
-		for _, part := range g.Partitions {
-			owns[part.Owner]++
-			if part.Held && part.Holder != "" {
-				holds[part.Holder]++
-			}
-		}
+	for _, g := range snap.Groups {
+		owns, holds := shares(g)
 		seen := map[string]bool{}
 		for _, m := range g.Members {
 			r := row(m.ID)
@@ -588,7 +556,7 @@ func (p *page) buildMembers(l *loader) error {
 			}
 		}
 	}
-	plain, _ := splitElections(es)
+	plain, _ := splitElections(snap.Elections)
 	for _, e := range plain {
 		if h := holder(e); h != nil && h.Member != "" {
 			r := row(h.Member)
@@ -621,14 +589,11 @@ func (p *page) buildJob(l *loader) error {
 	case err != nil:
 		return err
 	}
-	es, err := l.Elections()
+	snap, err := l.snapshot()
 	if err != nil {
 		return err
 	}
-	ops, err := l.Ops()
-	if err != nil {
-		return err
-	}
+	es, ops := snap.Elections, snap.Ops
 	e := admin.Election{Name: p.View.Lease, Status: st, Disabled: ops.Disabled[st.Lease] || (st.Group != "" && ops.Disabled[st.Group])}
 	if i := slices.IndexFunc(es, func(x admin.Election) bool { return x.Name == p.View.Lease }); i >= 0 {
 		e = es[i]

@@ -11,14 +11,8 @@
 #   fails, otherwise it runs the command without one (the browser tests
 #   skip).
 set -euo pipefail
-
-if [[ $# -eq 0 ]]; then
-	echo "usage: $0 command [args...]" >&2
-	exit 2
-fi
-
-cmd=("$@")
-log() { echo "with-chromium: $*" >&2; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+with_init chromium "$@"
 browser=/usr/bin/chromium
 
 if [[ -n "${SIMBA_CHROMIUM:-}" ]]; then
@@ -27,15 +21,7 @@ if [[ -n "${SIMBA_CHROMIUM:-}" ]]; then
 fi
 
 # no_browser explains why there is no browser, then fails or runs without.
-no_browser() {
-	log "$1"
-	if [[ "${SIMBA_REQUIRE_SERVERS:-}" == "1" ]]; then
-		log "SIMBA_REQUIRE_SERVERS=1: failing"
-		exit 1
-	fi
-	log "running without a browser: the browser tests skip"
-	exec "${cmd[@]}"
-}
+no_browser() { run_without "$1" "a browser: the browser tests skip"; }
 
 if [[ ! -x "$browser" ]]; then
 	if [[ $(id -u) -ne 0 ]]; then
@@ -45,13 +31,7 @@ if [[ ! -x "$browser" ]]; then
 		no_browser "Chromium is not installed and apt-get is missing: install Chromium and set SIMBA_CHROMIUM"
 	fi
 	log "installing Debian's chromium package"
-	export DEBIAN_FRONTEND=noninteractive
-	if ! apt-get install -y -q --no-install-recommends chromium >&2; then
-		log "apt-get install failed; updating the package lists and trying again"
-		apt-get update -q >&2 || true
-		apt-get install -y -q --no-install-recommends chromium >&2 ||
-			no_browser "apt-get install chromium failed"
-	fi
+	apt_install chromium || no_browser "apt-get install chromium failed"
 	if [[ ! -x "$browser" ]]; then
 		no_browser "the chromium package is installed but $browser is missing"
 	fi

@@ -21,14 +21,8 @@
 #   fails, otherwise it runs the command without that server (the tests that
 #   need it skip).
 set -euo pipefail
-
-if [[ $# -eq 0 ]]; then
-	echo "usage: $0 command [args...]" >&2
-	exit 2
-fi
-
-cmd=("$@")
-log() { echo "with-postgres-redis: $*" >&2; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+with_init postgres-redis "$@"
 
 want_pg=1
 want_redis=1
@@ -43,16 +37,6 @@ fi
 if [[ -z "$want_pg$want_redis" ]]; then
 	exec "$@"
 fi
-
-# missing explains why a server cannot be had and fails under
-# SIMBA_REQUIRE_SERVERS=1; otherwise the command runs without that server.
-missing() {
-	log "$1"
-	if [[ "${SIMBA_REQUIRE_SERVERS:-}" == "1" ]]; then
-		log "SIMBA_REQUIRE_SERVERS=1: failing"
-		exit 1
-	fi
-}
 
 # pg_bindir prints the directory of initdb, pg_ctl and postgres: Debian keeps
 # them in /usr/lib/postgresql/<version>/bin, off the PATH.
@@ -80,7 +64,6 @@ install() {
 		return 1
 	fi
 	log "installing Debian's $* package(s)"
-	export DEBIAN_FRONTEND=noninteractive
 	local policy="" status=0
 	if [[ ! -e /usr/sbin/policy-rc.d ]]; then
 		# The packages would start their system-wide services: keep them
@@ -89,11 +72,7 @@ install() {
 		chmod 755 /usr/sbin/policy-rc.d
 		policy=1
 	fi
-	if ! apt-get install -y -q --no-install-recommends "$@" >&2; then
-		log "apt-get install failed; updating the package lists and trying again"
-		apt-get update -q >&2 || true
-		apt-get install -y -q --no-install-recommends "$@" >&2 || status=1
-	fi
+	apt_install "$@" || status=1
 	if [[ -n "$policy" ]]; then
 		rm -f /usr/sbin/policy-rc.d
 	fi
@@ -138,15 +117,7 @@ pgbin=""
 pgdata="$dir/pg"
 redis_pid=""
 cleanup() {
-	if [[ -n "$redis_pid" ]] && kill -0 "$redis_pid" 2>/dev/null; then
-		kill "$redis_pid" 2>/dev/null || true
-		for _ in $(seq 50); do
-			kill -0 "$redis_pid" 2>/dev/null || break
-			sleep 0.1
-		done
-		kill -9 "$redis_pid" 2>/dev/null || true
-		wait "$redis_pid" 2>/dev/null || true
-	fi
+	stop_pid "$redis_pid"
 	if [[ -n "$pgbin" && -f "$pgdata/postmaster.pid" ]]; then
 		local pid
 		pid=$(head -n 1 "$pgdata/postmaster.pid" 2>/dev/null || true)
@@ -157,22 +128,7 @@ cleanup() {
 	fi
 	rm -rf "$dir"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# free_port prints a port on which nothing listens.
-free_port() {
-	local p
-	for _ in $(seq 100); do
-		p=$((20000 + RANDOM % 40000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			echo "$p"
-			return
-		fi
-	done
-	return 1
-}
+on_exit cleanup
 
 # start_pg makes a cluster and starts it; it sets pg_port.
 start_pg() {
@@ -222,6 +178,9 @@ ping() {
 	timeout 2 bash -c 'exec 3<>/dev/tcp/127.0.0.1/'"$1"' && printf "PING\r\n" >&3 && head -c 5 <&3' 2>/dev/null || true
 }
 
+# pongs reports whether the Redis server on 127.0.0.1:$1 answers PING.
+pongs() { [[ "$(ping "$1")" == "+PONG" ]]; }
+
 # start_redis starts redis-server; it sets redis_port and redis_pid.
 start_redis() {
 	mkdir "$dir/redis"
@@ -231,15 +190,9 @@ start_redis() {
 			--save '' --appendonly no --dir "$dir/redis" --daemonize no \
 			--logfile "$dir/redis/server.log" &
 		redis_pid=$!
-		for _ in $(seq 100); do # 10s
-			if ! kill -0 "$redis_pid" 2>/dev/null; then
-				break
-			fi
-			if [[ "$(ping "$redis_port")" == "+PONG" ]]; then
-				return 0
-			fi
-			sleep 0.1
-		done
+		if wait_ready "$redis_pid" 100 pongs "$redis_port"; then # 10s
+			return 0
+		fi
 		log "Redis did not start on port $redis_port (attempt $attempt):"
 		tail -n 20 "$dir/redis/server.log" >&2 || true
 		kill -9 "$redis_pid" 2>/dev/null || true
@@ -271,6 +224,4 @@ without=()
 if [[ ${#without[@]} -gt 0 ]]; then
 	log "running without ${without[*]// / or }: the tests that need one skip"
 fi
-status=0
-"${cmd[@]}" || status=$?
-exit "$status"
+run_command

@@ -16,14 +16,8 @@
 #   fails, otherwise it runs the command without one (tests needing
 #   ZooKeeper skip).
 set -euo pipefail
-
-if [[ $# -eq 0 ]]; then
-	echo "usage: $0 command [args...]" >&2
-	exit 2
-fi
-
-cmd=("$@")
-log() { echo "with-zookeeper: $*" >&2; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+with_init zookeeper "$@"
 
 if [[ -n "${SIMBA_ZK_ADDR:-}" ]]; then
 	log "using the ZooKeeper server at $SIMBA_ZK_ADDR"
@@ -31,15 +25,7 @@ if [[ -n "${SIMBA_ZK_ADDR:-}" ]]; then
 fi
 
 # no_server explains why there is no server, then fails or runs without.
-no_server() {
-	log "$1"
-	if [[ "${SIMBA_REQUIRE_SERVERS:-}" == "1" ]]; then
-		log "SIMBA_REQUIRE_SERVERS=1: failing"
-		exit 1
-	fi
-	log "running without a ZooKeeper server: the tests that need one skip"
-	exec "${cmd[@]}"
-}
+no_server() { run_without "$1" "a ZooKeeper server: the tests that need one skip"; }
 
 classpath() {
 	if [[ -n "${SIMBA_ZK_CLASSPATH:-}" ]]; then
@@ -57,13 +43,7 @@ if [[ -z "$(classpath)" ]] || ! command -v java >/dev/null; then
 		no_server "ZooKeeper is not installed and apt-get is missing: install ZooKeeper (and set SIMBA_ZK_CLASSPATH) or set SIMBA_ZK_ADDR"
 	fi
 	log "installing Debian's zookeeper package"
-	export DEBIAN_FRONTEND=noninteractive
-	if ! apt-get install -y -q --no-install-recommends zookeeper >&2; then
-		log "apt-get install failed; updating the package lists and trying again"
-		apt-get update -q >&2 || true
-		apt-get install -y -q --no-install-recommends zookeeper >&2 ||
-			no_server "apt-get install zookeeper failed"
-	fi
+	apt_install zookeeper || no_server "apt-get install zookeeper failed"
 	if [[ -z "$(classpath)" ]] || ! command -v java >/dev/null; then
 		no_server "the zookeeper package is installed but /usr/share/java/zookeeper.jar or java is missing"
 	fi
@@ -72,38 +52,19 @@ fi
 dir=$(mktemp -d "${TMPDIR:-/tmp}/simba-zk.XXXXXX")
 pid=""
 cleanup() {
-	if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then
-		kill "$pid" 2>/dev/null || true
-		for _ in $(seq 50); do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.1
-		done
-		kill -9 "$pid" 2>/dev/null || true
-		wait "$pid" 2>/dev/null || true
-	fi
+	stop_pid "$pid"
 	rm -rf "$dir"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+on_exit cleanup
 
 # srvr sends the four-letter command srvr to 127.0.0.1:$1.
 srvr() {
 	timeout 2 bash -c 'exec 3<>/dev/tcp/127.0.0.1/'"$1"' && printf srvr >&3 && cat <&3' 2>/dev/null || true
 }
 
-# free_port prints a port on which nothing listens.
-free_port() {
-	local p
-	for _ in $(seq 100); do
-		p=$((20000 + RANDOM % 40000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			echo "$p"
-			return
-		fi
-	done
-	return 1
-}
+# serving reports whether the server on 127.0.0.1:$1 serves: srvr reports
+# its mode.
+serving() { srvr "$1" | grep -q '^Mode:'; }
 
 started=""
 for attempt in 1 2 3; do
@@ -123,17 +84,10 @@ CFG
 		-cp "$(classpath)" org.apache.zookeeper.server.ZooKeeperServerMain "$dir/zoo.cfg" \
 		>"$dir/server.log" 2>&1 &
 	pid=$!
-	for _ in $(seq 300); do # 30s
-		if ! kill -0 "$pid" 2>/dev/null; then
-			break
-		fi
-		if srvr "$port" | grep -q '^Mode:'; then
-			started=1
-			break
-		fi
-		sleep 0.1
-	done
-	[[ -n "$started" ]] && break
+	if wait_ready "$pid" 300 serving "$port"; then # 30s
+		started=1
+		break
+	fi
 	log "the server did not start on port $port (attempt $attempt):"
 	tail -n 20 "$dir/server.log" >&2 || true
 	kill -9 "$pid" 2>/dev/null || true
@@ -147,6 +101,4 @@ fi
 export SIMBA_ZK_ADDR="127.0.0.1:$port"
 export SIMBA_ZK_CONTAINER_CHECK_MS=1000
 log "ZooKeeper serving at $SIMBA_ZK_ADDR (pid $pid)"
-status=0
-"${cmd[@]}" || status=$?
-exit "$status"
+run_command

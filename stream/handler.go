@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/internal/backoff"
 )
 
 // Handler processes the messages of one partition in one term. A [Task]
@@ -103,23 +104,23 @@ func OnError(f func(ctx context.Context, term *simba.Term, msg Message, err erro
 }
 
 // Retry returns a Wrapper that calls Process up to attempts times while it
-// fails, waiting backoff after the first failure and twice as long after each
+// fails, waiting delay after the first failure and twice as long after each
 // next one. It stops early when ctx ends, and returns the last error. It
-// panics if attempts < 1 or backoff < 0. Mind [WithCallTimeout]: the
+// panics if attempts < 1 or delay < 0. Mind [WithCallTimeout]: the
 // attempts and waits together make one call.
-func Retry(attempts int, backoff time.Duration) Wrapper {
-	if attempts < 1 || backoff < 0 {
-		panic(fmt.Sprintf("simba/stream: Retry(%d, %v): want attempts ≥ 1 and backoff ≥ 0", attempts, backoff))
+func Retry(attempts int, delay time.Duration) Wrapper {
+	if attempts < 1 || delay < 0 {
+		panic(fmt.Sprintf("simba/stream: Retry(%d, %v): want attempts ≥ 1 and delay ≥ 0", attempts, delay))
 	}
 	return func(next Handler) Handler {
 		return HandlerFunc(func(ctx context.Context, term *simba.Term, msg Message) error {
-			wait := backoff
+			wait := delay
 			for i := 1; ; i++ {
 				err := next.Process(ctx, term, msg)
 				if err == nil || i == attempts || ctx.Err() != nil {
 					return err
 				}
-				if !sleep(ctx, wait) {
+				if !backoff.Sleep(ctx, wait) {
 					return err
 				}
 				wait *= 2
@@ -143,20 +144,5 @@ func Observe(f func(msg Message, took time.Duration, err error)) Wrapper {
 			f(msg, time.Since(start), err)
 			return err
 		})
-	}
-}
-
-// sleep waits d or until ctx ends, and reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+
+	"github.com/simba-go/simba/internal/backoff"
 )
 
 // batch is what the poller hands over: messages or the error that ended it.
@@ -21,7 +23,7 @@ func (l *loop) poll(ctx context.Context, from int64) {
 			return
 		}
 		if err == nil && len(msgs) == 0 {
-			if !sleep(ctx, l.o.pollInterval) {
+			if !backoff.Sleep(ctx, l.o.pollInterval) {
 				return
 			}
 			continue

@@ -186,35 +186,32 @@ func (s *snapshot) jobNames() []string {
 // members lists the member ids the backend shows: group members and the
 // holders of elections.
 func (s *snapshot) members() []string {
-	set := map[string]bool{}
-	for _, g := range s.groups {
-		for _, m := range g.Members {
-			set[m.ID] = true
-		}
-	}
-	for _, e := range s.leases {
-		if e.Held && e.Status.Holder != nil {
-			set[e.Status.Holder.Member] = true
-		}
-	}
-	return slices.Sorted(maps.Keys(set))
+	ids, _ := s.presence()
+	return slices.Sorted(maps.Keys(ids))
 }
 
 // sessions counts the distinct sessions seen holding a lease or a
 // membership.
 func (s *snapshot) sessions() int {
-	set := map[string]bool{}
+	_, sessions := s.presence()
+	return len(sessions)
+}
+
+// presence returns the member ids and the sessions seen holding a lease or
+// a group membership.
+func (s *snapshot) presence() (ids, sessions map[string]bool) {
+	ids, sessions = map[string]bool{}, map[string]bool{}
 	for _, g := range s.groups {
 		for _, m := range g.Members {
-			set[m.Session] = true
+			ids[m.ID], sessions[m.Session] = true, true
 		}
 	}
 	for _, e := range s.leases {
-		if e.Held && e.Status.Holder != nil {
-			set[e.Status.Holder.Session] = true
+		if h := e.Status.Holder; e.Held && h != nil {
+			ids[h.Member], sessions[h.Session] = true, true
 		}
 	}
-	return len(set)
+	return ids, sessions
 }
 
 // holder returns the holder of e as far as the backend shows it: nil when

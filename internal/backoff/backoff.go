@@ -11,6 +11,7 @@
 package backoff
 
 import (
+	"context"
 	"math/rand/v2"
 	"time"
 )
@@ -45,4 +46,21 @@ func Jitter(d time.Duration) time.Duration {
 	}
 	half := d / 2
 	return half + rand.N(d-half+1)
+}
+
+// Sleep waits for d, or until ctx ends; it reports whether d passed (for
+// d <= 0: whether ctx is still live). Every wait of the module's retry and
+// poll loops is one Sleep.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }

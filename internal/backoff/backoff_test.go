@@ -1,7 +1,9 @@
 package backoff_test
 
 import (
+	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/simba-go/simba/internal/backoff"
@@ -43,4 +45,31 @@ func TestWaitNeverExceedsTheUnjitteredStep(t *testing.T) {
 			t.Fatalf("Wait(%d) = %v, want in [%v, %v]", n, got, step/2, step)
 		}
 	}
+}
+
+func TestSleepWaitsOrEndsWithTheContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		start := time.Now()
+		if !backoff.Sleep(ctx, time.Second) {
+			t.Fatal("Sleep with a live context reported that the wait did not pass")
+		}
+		if took := time.Since(start); took != time.Second {
+			t.Errorf("Sleep(1s) took %v, want 1s", took)
+		}
+		if !backoff.Sleep(ctx, 0) {
+			t.Error("Sleep(0) with a live context reported false")
+		}
+		time.AfterFunc(time.Second, cancel)
+		start = time.Now()
+		if backoff.Sleep(ctx, time.Hour) {
+			t.Fatal("Sleep reported that an hour passed, but its context ended after a second")
+		}
+		if took := time.Since(start); took != time.Second {
+			t.Errorf("Sleep ended %v after the start, want 1s, when its context ended", took)
+		}
+		if backoff.Sleep(ctx, 0) || backoff.Sleep(ctx, -time.Second) {
+			t.Error("Sleep with an ended context reported true")
+		}
+	})
 }
