@@ -63,7 +63,10 @@ func TestErrorMessagesQuoteBoundedInput(t *testing.T) {
 		cfg  string
 		json bool
 		reg  func(*jobs.Registry)
+		warn bool // the problem is one of the Warnings
 	}{
+		"cron":                 {cfg: "scheduled:\n- name: x\n  cron: \"0 " + big + "\"\n"},
+		"misfire":              {cfg: "scheduled:\n- name: x\n  fixedDelay: 1s\n  misfire: " + big + "\n"},
 		"name":                 {cfg: "scheduled:\n- name: " + big + "\n  fixedDelay: 1s\n"},
 		"non-ASCII name":       {cfg: "scheduled:\n- name: " + bigRunes + "\n  fixedDelay: 1s\n"},
 		"group":                {cfg: "partitioned:\n- group: " + big + "\n  partitions: 2\n  fixedDelay: 1s\n"},
@@ -85,7 +88,7 @@ func TestErrorMessagesQuoteBoundedInput(t *testing.T) {
 			reg: func(r *jobs.Registry) { r.Scheduled("h"+big, noop); r.Scheduled("h"+big, noop) }},
 		"handler": {cfg: "scheduled:\n- name: x\n  handler: h" + big + "\n  fixedDelay: 1s\n",
 			reg: func(r *jobs.Registry) {}},
-		"unused handler": {cfg: "",
+		"unused handler": {cfg: "", warn: true,
 			reg: func(r *jobs.Registry) { r.Scheduled("h"+big, noop) }},
 	}
 	for name, tc := range cases {
@@ -102,6 +105,15 @@ func TestErrorMessagesQuoteBoundedInput(t *testing.T) {
 				reg := new(jobs.Registry)
 				tc.reg(reg)
 				err = jobs.Validate(reg, cfg)
+				if tc.warn {
+					if err != nil {
+						t.Fatalf("Validate: %.300v", err)
+					}
+					err = &jobs.ConfigError{Errs: jobs.Warnings(reg, cfg)}
+					if len(jobs.Warnings(reg, cfg)) == 0 {
+						err = nil
+					}
+				}
 			}
 			if err == nil {
 				t.Fatal("no error")

@@ -32,8 +32,8 @@ type Config struct {
 // leader of the election called Name, on a fixed delay or a fixed rate,
 // within each term (see [simba.Election.Schedule]).
 //
-// Exactly one of FixedDelay and FixedRate must be set (a zero value is
-// unset), and it must be positive.
+// Exactly one of FixedDelay, FixedRate and Cron must be set (a zero value
+// is unset); a duration must be positive.
 type ScheduledJob struct {
 	// Name is the election's (and the lease's) name, unique among the jobs
 	// of the application (key name).
@@ -47,9 +47,17 @@ type ScheduledJob struct {
 	// FixedRate is the period between planned starts; an overrunning run
 	// skips the starts it missed (key fixedRate).
 	FixedRate time.Duration
+	// Cron is a cron expression, as [simba.Cron] accepts: five fields, or
+	// six with leading seconds ("0 */5 * * * *"), descriptors such as
+	// "@hourly", and a time zone prefix "CRON_TZ=Asia/Shanghai " (key cron).
+	Cron string
 	// InitialDelay is the delay before the first run of every term (key
 	// initialDelay, default 0). It must not be negative.
 	InitialDelay time.Duration
+	// Misfire says what the schedule does with planned starts missed by an
+	// overrun or across fail-over (key misfire: skip, the default, or
+	// run-once; see [simba.Schedule.WithMisfire]).
+	Misfire simba.MisfirePolicy
 }
 
 // PartitionedJob is the Go form of the seed's @SimbaPartitioned: a partition
@@ -57,7 +65,7 @@ type ScheduledJob struct {
 // members, each run on its timing by the leader of the election
 // "{Group}.{p}" (see [simba.Group.Schedule]).
 //
-// Exactly one of FixedDelay and FixedRate must be set, as for
+// Exactly one of FixedDelay, FixedRate and Cron must be set, as for
 // [ScheduledJob]; they apply per partition.
 type PartitionedJob struct {
 	// Group is the group's name, unique among the jobs of the application
@@ -69,14 +77,25 @@ type PartitionedJob struct {
 	// Partitions is the number of partitions, the same on every member (key
 	// partitions). It must be positive and at most [simba.MaxPartitions].
 	Partitions int
-	// FixedDelay, FixedRate and InitialDelay are as in [ScheduledJob], per
-	// partition (keys fixedDelay, fixedRate, initialDelay).
+	// FixedDelay, FixedRate, Cron, InitialDelay and Misfire are as in
+	// [ScheduledJob], per partition (keys fixedDelay, fixedRate, cron,
+	// initialDelay, misfire).
 	FixedDelay, FixedRate, InitialDelay time.Duration
+	Cron                                string
+	Misfire                             simba.MisfirePolicy
 	// Params are the sharding-item parameters: a label per partition,
 	// handed to handlers registered with [Registry.PartitionedWithParam]
 	// (key shardingItemParameters). Partitions without one get "". Every key
 	// must be a partition number.
 	Params map[int]string
+}
+
+func (j ScheduledJob) timing() timing {
+	return timing{j.FixedDelay, j.FixedRate, j.InitialDelay, j.Cron, j.Misfire}
+}
+
+func (j PartitionedJob) timing() timing {
+	return timing{j.FixedDelay, j.FixedRate, j.InitialDelay, j.Cron, j.Misfire}
 }
 
 // Names of the kinds of job in errors.
@@ -147,14 +166,43 @@ func (c jobChecker) add(key string, err error) {
 }
 
 // timingKey is the key named by problems with the choice of timing.
-const timingKey = "fixedDelay/fixedRate"
+const timingKey = "fixedDelay/fixedRate/cron"
 
-func (c jobChecker) timing(delay, rate, initial time.Duration) {
-	switch {
-	case delay != 0 && rate != 0:
-		c.add(timingKey, fmt.Errorf("%w: both are set (fixedDelay %v, fixedRate %v)", ErrTiming, delay, rate))
-	case delay == 0 && rate == 0:
-		c.add(timingKey, fmt.Errorf("%w: neither is set", ErrTiming))
+// timing is what decides when a job runs.
+type timing struct {
+	delay, rate, initial time.Duration
+	cron                 string
+	misfire              simba.MisfirePolicy
+}
+
+func (c jobChecker) timing(t timing) {
+	delay, rate, initial := t.delay, t.rate, t.initial
+	var set []string
+	if delay != 0 {
+		set = append(set, fmt.Sprintf("fixedDelay %v", delay))
+	}
+	if rate != 0 {
+		set = append(set, fmt.Sprintf("fixedRate %v", rate))
+	}
+	if t.cron != "" {
+		set = append(set, "cron "+quote(t.cron))
+	}
+	switch len(set) {
+	case 0:
+		c.add(timingKey, fmt.Errorf("%w: neither fixedDelay, fixedRate nor cron is set", ErrTiming))
+	case 1:
+	case 2:
+		c.add(timingKey, fmt.Errorf("%w: both are set (%s)", ErrTiming, strings.Join(set, ", ")))
+	default:
+		c.add(timingKey, fmt.Errorf("%w: all three are set (%s)", ErrTiming, strings.Join(set, ", ")))
+	}
+	if t.cron != "" {
+		if err := simba.Cron(t.cron).Err(); err != nil {
+			c.add("cron", fmt.Errorf("%w: %w", ErrInvalidValue, cronError(t.cron, err)))
+		}
+	}
+	if t.misfire != simba.MisfireSkip && t.misfire != simba.MisfireRunOnce {
+		c.add("misfire", fmt.Errorf("%w: unknown misfire policy %d", ErrInvalidValue, int(t.misfire)))
 	}
 	if delay < 0 {
 		c.add("fixedDelay", fmt.Errorf("%w: must be positive, got %v", ErrDuration, delay))
@@ -166,6 +214,25 @@ func (c jobChecker) timing(delay, rate, initial time.Duration) {
 		c.add("initialDelay", fmt.Errorf("%w: must not be negative, got %v", ErrDuration, initial))
 	}
 }
+
+// cronError is simba's error for a bad cron expression, shown with the
+// expression and the parser's reason cut as every message of the package
+// cuts the values of the input (see [FieldError.Error]).
+func cronError(expr string, err error) error {
+	msg := strings.TrimPrefix(err.Error(), simba.ErrInvalidSchedule.Error()+": ")
+	msg = strings.TrimPrefix(msg, "cron expression "+strconv.Quote(expr))
+	msg = strings.TrimPrefix(msg, ": ")
+	return &shownError{msg: "cron expression " + quote(expr) + ": " + clip(msg), err: err}
+}
+
+// shownError is err with a message of its own.
+type shownError struct {
+	msg string
+	err error
+}
+
+func (e *shownError) Error() string { return e.msg }
+func (e *shownError) Unwrap() error { return e.err }
 
 // checkConfig adds the problems of cfg on its own, without handlers.
 func checkConfig(p *problems, cfg Config) {
@@ -187,7 +254,7 @@ func checkConfig(p *problems, cfg Config) {
 				c.add("name", fmt.Errorf("%w: %s is the lease of partition %d of partitioned job %s", ErrDuplicateName, quote(j.Name), part, quote(g)))
 			}
 		}
-		c.timing(j.FixedDelay, j.FixedRate, j.InitialDelay)
+		c.timing(j.timing())
 	}
 	for i, j := range cfg.Partitioned {
 		c := jobChecker{p: p, o: cfg.origin, kind: kindPartitioned, i: i, name: j.Group}
@@ -206,7 +273,7 @@ func checkConfig(p *problems, cfg Config) {
 		case j.Partitions > simba.MaxPartitions:
 			c.add("partitions", fmt.Errorf("%w: must be at most %d, got %d", ErrInvalidValue, simba.MaxPartitions, j.Partitions))
 		}
-		c.timing(j.FixedDelay, j.FixedRate, j.InitialDelay)
+		c.timing(j.timing())
 		for _, k := range sortedKeys(j.Params) {
 			if j.Partitions > 0 && (k < 0 || k >= j.Partitions) {
 				c.add("shardingItemParameters", fmt.Errorf("%w: partition %d out of range [0, %d)", ErrInvalidValue, k, j.Partitions))
@@ -277,13 +344,14 @@ func sortedKeys(m map[int]string) []int {
 
 // Validate checks cfg and reg together, and returns every problem found as
 // a [*ConfigError], or nil. It reports, naming the job and the key:
-// duplicate names; both or neither of FixedDelay and FixedRate; bad
-// durations and partition counts; names that break the lease-name rules;
-// sharding-item parameters of partitions that do not exist; a job whose
-// handler is not registered (or is registered for the other kind of job);
-// a registered handler no job uses; and the problems of registration (see
-// [Registry]). [Run] calls it before starting anything. A nil reg is an
-// empty Registry.
+// duplicate names; not exactly one of FixedDelay, FixedRate and Cron; bad
+// durations, cron expressions, misfire policies and partition counts; names
+// that break the lease-name rules; sharding-item parameters of partitions
+// that do not exist; a job whose handler is not registered (or is
+// registered for the other kind of job); and the problems of registration
+// (see [Registry]). A registered handler that no job uses is not a problem:
+// [Warnings] reports it. [Run] calls Validate before starting anything. A
+// nil reg is an empty Registry.
 func Validate(reg *Registry, cfg Config) error {
 	if reg == nil {
 		reg = new(Registry)
@@ -291,45 +359,80 @@ func Validate(reg *Registry, cfg Config) error {
 	return validate(reg.snapshot(), cfg)
 }
 
+// Warnings returns what is suspicious in cfg and reg together but does not
+// stop them from running, each a [*FieldError]: today, every registered
+// handler that no job uses (wrapping [ErrUnusedHandler]), in the order of
+// registration; usually a job left out of the configuration, or a misspelt
+// name. It returns nil when there is nothing to say. [Run] logs each at
+// Warn, and so do [Load] and [LoadFile] given [WithRegistry]. A nil reg is
+// an empty Registry.
+func Warnings(reg *Registry, cfg Config) []error {
+	if reg == nil {
+		reg = new(Registry)
+	}
+	return warnings(reg.snapshot(), cfg)
+}
+
 // validate is Validate on a snapshot of a registry.
 func validate(hs handlers, cfg Config) error {
 	var p problems
-	p.errs = append(p.errs, hs.errs...)
 	checkConfig(&p, cfg)
+	checkHandlers(&p, hs, cfg)
+	return p.err()
+}
 
-	used := map[string]bool{}
-	match := func(c jobChecker, name, handler, wantKind string) {
-		h, key := handlerName(name, handler)
-		if h == "" {
-			return // the missing name is reported already
-		}
-		if key == "" {
-			key = "name"
-			if c.kind == kindPartitioned {
-				key = "group"
-			}
-		}
-		got, ok := hs.byName[h]
-		switch {
-		case !ok:
-			c.add(key, fmt.Errorf("%w: no handler registered as %s", ErrNoHandler, quote(h)))
-		case got.kind() != wantKind:
-			used[h] = true
-			c.add(key, fmt.Errorf("%w: handler %s is registered for %s jobs", ErrNoHandler, quote(h), got.kind()))
-		default:
-			used[h] = true
-		}
-	}
+// checkHandlers adds the problems of registration and those of the jobs'
+// handlers.
+func checkHandlers(p *problems, hs handlers, cfg Config) {
+	p.errs = append(p.errs, hs.errs...)
 	for i, j := range cfg.Scheduled {
-		match(jobChecker{p: &p, o: cfg.origin, kind: kindScheduled, i: i, name: j.Name}, j.Name, j.Handler, "scheduled")
+		c := jobChecker{p: p, o: cfg.origin, kind: kindScheduled, i: i, name: j.Name}
+		if h, key := handlerName(j.Name, j.Handler); h != "" {
+			c.matchHandler(hs, h, key, "scheduled")
+		}
 	}
 	for i, j := range cfg.Partitioned {
-		match(jobChecker{p: &p, o: cfg.origin, kind: kindPartitioned, i: i, name: j.Group}, j.Group, j.Handler, "partitioned")
+		c := jobChecker{p: p, o: cfg.origin, kind: kindPartitioned, i: i, name: j.Group}
+		if h, key := handlerName(j.Group, j.Handler); h != "" {
+			c.matchHandler(hs, h, key, "partitioned")
+		}
 	}
+}
+
+// matchHandler reports a job's handler h that is missing or of the other
+// kind. key is the key that named it, "" for the job's name.
+func (c jobChecker) matchHandler(hs handlers, h, key, wantKind string) {
+	if key == "" {
+		key = "name"
+		if c.kind == kindPartitioned {
+			key = "group"
+		}
+	}
+	got, ok := hs.byName[h]
+	switch {
+	case !ok:
+		c.add(key, fmt.Errorf("%w: no handler registered as %s", ErrNoHandler, quote(h)))
+	case got.kind() != wantKind:
+		c.add(key, fmt.Errorf("%w: handler %s is registered for %s jobs", ErrNoHandler, quote(h), got.kind()))
+	}
+}
+
+// warnings is Warnings on a snapshot of a registry.
+func warnings(hs handlers, cfg Config) []error {
+	used := map[string]bool{}
+	for _, j := range cfg.Scheduled {
+		h, _ := handlerName(j.Name, j.Handler)
+		used[h] = true
+	}
+	for _, j := range cfg.Partitioned {
+		h, _ := handlerName(j.Group, j.Handler)
+		used[h] = true
+	}
+	var p problems
 	for _, name := range hs.order {
 		if !used[name] {
 			p.add(position{}, "handler", name, "", fmt.Errorf("%w: no %s job has the name %s or names it as its handler", ErrUnusedHandler, hs.byName[name].kind(), quote(name)))
 		}
 	}
-	return p.err()
+	return p.errs
 }

@@ -116,7 +116,7 @@
 // [ErrPlaceholder], [ErrNoHandler], [ErrUnusedHandler], …) for errors.Is:
 //
 //	simba/jobs: 2 problems in the job configuration:
-//		jobs.yaml:9: scheduled job "report": fixedDelay/fixedRate: exactly one of fixedDelay and fixedRate must be set: both are set (fixedDelay 1m0s, fixedRate 30s)
+//		jobs.yaml:9: scheduled job "report": fixedDelay/fixedRate/cron: exactly one of fixedDelay, fixedRate and cron must be set: both are set (fixedDelay 1m0s, fixedRate 30s)
 //		handler "bill": handler not used by any job: no partitioned job has the name "bill" or names it as its handler
 //
 // A registered handler that no job uses is a problem too: it is usually a

@@ -16,7 +16,8 @@ import (
 var (
 	// ErrSyntax reports a configuration file that cannot be read: malformed
 	// YAML or JSON, a value of the wrong shape (a list where a map is
-	// expected), an unknown or repeated key.
+	// expected), an unknown or repeated key (also one key given in two
+	// spellings, such as fixedDelay and fixed-delay).
 	ErrSyntax = errors.New("simba/jobs: syntax error")
 
 	// ErrPlaceholder reports a ${...} placeholder that cannot be resolved:
@@ -29,13 +30,14 @@ var (
 	// fixedRate must be positive, initialDelay must not be negative.
 	ErrDuration = errors.New("simba/jobs: invalid duration")
 
-	// ErrTiming reports a job with both fixedDelay and fixedRate, or neither:
-	// exactly one must be set.
-	ErrTiming = errors.New("simba/jobs: exactly one of fixedDelay and fixedRate must be set")
+	// ErrTiming reports a job with more than one of fixedDelay, fixedRate
+	// and cron, or none: exactly one must be set.
+	ErrTiming = errors.New("simba/jobs: exactly one of fixedDelay, fixedRate and cron must be set")
 
 	// ErrInvalidValue reports any other bad value: a missing or malformed
 	// name, partitions ≤ 0 or above [simba.MaxPartitions], a malformed
-	// boolean or sharding-item parameter, a nil handler.
+	// boolean, cron expression (the error wraps [simba.ErrInvalidSchedule]
+	// too), misfire policy or sharding-item parameter, a nil handler.
 	ErrInvalidValue = errors.New("simba/jobs: invalid value")
 
 	// ErrDuplicateName reports two jobs, or two handlers, with one name.
@@ -48,8 +50,9 @@ var (
 	// registered for the other kind of job.
 	ErrNoHandler = errors.New("simba/jobs: no such handler")
 
-	// ErrUnusedHandler reports a registered handler that no job uses:
-	// usually a job missing from the configuration, or a misspelt name.
+	// ErrUnusedHandler marks a warning, not a problem: a registered handler
+	// that no job uses, usually a job missing from the configuration or a
+	// misspelt name (see [Warnings]).
 	ErrUnusedHandler = errors.New("simba/jobs: handler not used by any job")
 )
 

@@ -115,7 +115,7 @@ partitioned:
 	fmt.Println(err)
 	// Output:
 	// simba/jobs: 5 problems in the job configuration:
-	// 	line 3: scheduled job "report": fixedDelay/fixedRate: exactly one of fixedDelay and fixedRate must be set: both are set (fixedDelay 1m0s, fixedRate 30s)
+	// 	line 3: scheduled job "report": fixedDelay/fixedRate/cron: exactly one of fixedDelay, fixedRate and cron must be set: both are set (fixedDelay 1m0s, fixedRate 30s)
 	// 	line 6: scheduled job "report": name: duplicate name: "report" is also the name of scheduled job #1, line 3
 	// 	line 7: scheduled job "report": fixedDelay: bad placeholder: ${REPORT_DELAY_THAT_IS_NOT_SET} is not set (neither in the environment nor in the properties) and has no default; write ${REPORT_DELAY_THAT_IS_NOT_SET:default} to give one
 	// 	line 10: partitioned job "billing": partitions: invalid value: must be positive, got 0
@@ -134,10 +134,12 @@ func ExampleValidate() {
 		Partitioned: []jobs.PartitionedJob{{Group: "billing", Partitions: 4, FixedRate: time.Minute}},
 	}
 	fmt.Println(jobs.Validate(reg, cfg))
+	for _, w := range jobs.Warnings(reg, cfg) {
+		fmt.Println("warning:", w)
+	}
 	// Output:
-	// simba/jobs: 2 problems in the job configuration:
-	// 	scheduled job "clean-up": name: no such handler: no handler registered as "clean-up"
-	// 	handler "cleanup": handler not used by any job: no scheduled job has the name "cleanup" or names it as its handler
+	// simba/jobs: scheduled job "clean-up": name: no such handler: no handler registered as "clean-up"
+	// warning: simba/jobs: handler "cleanup": handler not used by any job: no scheduled job has the name "cleanup" or names it as its handler
 }
 
 func ExampleParseDuration() {

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/simba-go/simba"
 )
 
 // EnabledEnv is the environment variable that turns every job on or off,
@@ -25,7 +27,9 @@ const EnabledEnv = "SIMBA_SCHEDULING_ENABLED"
 // [*FieldError] values that give the line, the job and the key.
 //
 // Placeholders are resolved from the environment (see [WithLookupEnv]) and
-// the file's properties; [WithLookupEnv] is the only option Load uses.
+// the file's properties. Given [WithRegistry], Load checks the jobs'
+// handlers too, in the same round, and logs the [Warnings] to the logger of
+// [WithLogger]; it uses no other option.
 // An empty input is an empty configuration; a nil r is an error matching
 // [ErrInvalidValue].
 func Load(r io.Reader, format Format, opts ...Option) (Config, error) {
@@ -90,8 +94,18 @@ func load(data []byte, format Format, source string, o options) (Config, error) 
 	cfg := l.config(t)
 	cfg.origin = l.origin
 	checkConfig(&l.p, cfg)
+	var hs handlers
+	if o.registry != nil {
+		hs = o.registry.snapshot()
+		checkHandlers(&l.p, hs, cfg)
+	}
 	if err := l.p.err(); err != nil {
 		return Config{}, err
+	}
+	if o.registry != nil {
+		for _, w := range warnings(hs, cfg) {
+			o.logger.Warn("job configuration", "warning", w.Error())
+		}
 	}
 	return cfg, nil
 }
@@ -100,8 +114,8 @@ func load(data []byte, format Format, source string, o options) (Config, error) 
 var (
 	topKeys         = []string{"scheduling", "properties", "scheduled", "partitioned"}
 	schedulingKeys  = []string{"enabled"}
-	scheduledKeys   = []string{"name", "handler", "fixedDelay", "fixedRate", "initialDelay"}
-	partitionedKeys = []string{"group", "handler", "partitions", "fixedDelay", "fixedRate", "initialDelay", "shardingItemParameters"}
+	scheduledKeys   = []string{"name", "handler", "fixedDelay", "fixedRate", "cron", "initialDelay", "misfire"}
+	partitionedKeys = []string{"group", "handler", "partitions", "fixedDelay", "fixedRate", "cron", "initialDelay", "misfire", "shardingItemParameters"}
 )
 
 // loader turns a tree into a Config, collecting problems.
@@ -153,7 +167,8 @@ func (l *loader) config(t *tree) Config {
 		l.p.add(l.pos(t.line), "", "", "", fmt.Errorf("%w: the top level must be a map with the keys %s, not %v", ErrSyntax, strings.Join(topKeys, ", "), t.kind))
 		return cfg
 	}
-	l.checkKeys(t, topKeys, "", "", "")
+	t, report := l.relax(t, topKeys, "")
+	report("", "")
 	if props := t.get("properties"); props != nil && props.kind != nullNode {
 		l.properties(props, "")
 	}
@@ -161,7 +176,9 @@ func (l *loader) config(t *tree) Config {
 		if s.kind != mapNode {
 			l.p.add(l.pos(s.line), "", "", "scheduling", fmt.Errorf("%w: want a map with the key enabled, not %v", ErrSyntax, s.kind))
 		} else {
-			l.checkKeys(s, schedulingKeys, "", "", "scheduling.")
+			var report func(kind, name string)
+			s, report = l.relax(s, schedulingKeys, "scheduling.")
+			report("", "")
 			if e := s.get("enabled"); e != nil {
 				if v, ok := l.scalar(e, "", "", "scheduling.enabled"); ok {
 					b, err := strconv.ParseBool(v)
@@ -224,20 +241,54 @@ func (l *loader) list(t *tree, key string) []*tree {
 	return t.items
 }
 
-// checkKeys reports the keys of map t not in known.
-func (l *loader) checkKeys(t *tree, known []string, kind, name, keyPrefix string) {
-	for _, k := range t.keys {
-		if slices.Contains(known, k.value) {
+// relax reports the keys of map t that are not in known, in any of the
+// spellings Spring Boot's relaxed binding accepts (fixedDelay, fixed-delay,
+// fixed_delay, FIXED_DELAY), and one key given in two spellings. It returns
+// t with each key in its known spelling, the keys reported left out; values
+// and lines are t's. The problems are added by the returned function, once
+// the name of the job they belong to is known.
+func (l *loader) relax(t *tree, known []string, keyPrefix string) (*tree, func(kind, name string)) {
+	type keyProblem struct {
+		pos position
+		key string
+		err error
+	}
+	var bad []keyProblem
+	out := &tree{kind: mapNode, line: t.line}
+	first := map[string]*tree{} // known spelling → the key as first written
+	for i, k := range t.keys {
+		want, ok := knownKey(known, k.value)
+		if !ok {
+			bad = append(bad, keyProblem{l.pos(k.line), keyPrefix + k.value, fmt.Errorf("%w: unknown key (known keys: %s)", ErrSyntax, strings.Join(known, ", "))})
 			continue
 		}
-		hint := "known keys: " + strings.Join(known, ", ")
-		for _, want := range known {
-			if normalKey(want) == normalKey(k.value) {
-				hint = "did you mean " + keyPrefix + want + "?"
-			}
+		if prev, dup := first[want]; dup {
+			bad = append(bad, keyProblem{l.pos(k.line), keyPrefix + want, fmt.Errorf("%w: given twice, as %s (line %d) and as %s (line %d)", ErrSyntax, clip(prev.value), prev.line, clip(k.value), k.line)})
+			continue
 		}
-		l.p.add(l.pos(k.line), kind, name, keyPrefix+k.value, fmt.Errorf("%w: unknown key (%s)", ErrSyntax, hint))
+		first[want] = k
+		out.keys = append(out.keys, &tree{kind: scalarNode, value: want, line: k.line})
+		out.vals = append(out.vals, t.vals[i])
 	}
+	return out, func(kind, name string) {
+		for _, b := range bad {
+			l.p.add(b.pos, kind, name, b.key, b.err)
+		}
+	}
+}
+
+// knownKey returns the known spelling of key, if it is one of known in a
+// relaxed spelling.
+func knownKey(known []string, key string) (string, bool) {
+	if slices.Contains(known, key) {
+		return key, true
+	}
+	for _, want := range known {
+		if normalKey(want) == normalKey(key) {
+			return want, true
+		}
+	}
+	return "", false
 }
 
 // normalKey folds the spellings of a key Spring's relaxed binding accepts:
@@ -284,6 +335,8 @@ func (l *loader) begin(i int, t *tree, kind, nameKey string, known []string) (*j
 		return j, ""
 	}
 	l.origin.lines[fieldRef{kind, i, ""}] = l.pos(t.line)
+	t, report := l.relax(t, known, "")
+	j.t = t
 	name := ""
 	if n := t.get(nameKey); n != nil {
 		l.origin.lines[fieldRef{kind, i, nameKey}] = l.pos(n.line)
@@ -297,7 +350,7 @@ func (l *loader) begin(i int, t *tree, kind, nameKey string, known []string) (*j
 		j.name = name
 	}
 	l.origin.names[fieldRef{kind, i, ""}] = name
-	l.checkKeys(t, known, kind, j.name, "")
+	report(kind, j.name)
 	return j, name
 }
 
@@ -347,6 +400,34 @@ func (j *job) duration(key string) time.Duration {
 	return 0
 }
 
+// cron returns the cron expression under key cron, "" when absent or bad;
+// checkConfig checks it.
+func (j *job) cron() string {
+	v, t, ok := j.str("cron")
+	if t != nil && !ok {
+		j.reported(timingKey)
+	}
+	return strings.TrimSpace(v)
+}
+
+// misfire returns the misfire policy under key misfire: skip or run-once
+// in any relaxed spelling (run_once, runOnce, RUN_ONCE), or ElasticJob's
+// boolean (true: run once, false: skip).
+func (j *job) misfire() simba.MisfirePolicy {
+	v, t, ok := j.str("misfire")
+	if t == nil || !ok {
+		return simba.MisfireSkip
+	}
+	switch normalKey(strings.TrimSpace(v)) {
+	case "", "skip", "false":
+		return simba.MisfireSkip
+	case "runonce", "true":
+		return simba.MisfireRunOnce
+	}
+	j.fail(t, "misfire", fmt.Errorf("%w: %s is not skip or run-once (or ElasticJob's true or false)", ErrInvalidValue, quote(v)))
+	return simba.MisfireSkip
+}
+
 func (l *loader) scheduled(i int, t *tree) ScheduledJob {
 	j, name := l.begin(i, t, kindScheduled, "name", scheduledKeys)
 	handler, _, _ := j.str("handler")
@@ -355,7 +436,9 @@ func (l *loader) scheduled(i int, t *tree) ScheduledJob {
 		Handler:      handler,
 		FixedDelay:   j.duration("fixedDelay"),
 		FixedRate:    j.duration("fixedRate"),
+		Cron:         j.cron(),
 		InitialDelay: j.duration("initialDelay"),
+		Misfire:      j.misfire(),
 	}
 }
 
@@ -367,7 +450,9 @@ func (l *loader) partitioned(i int, t *tree) PartitionedJob {
 		Handler:      handler,
 		FixedDelay:   j.duration("fixedDelay"),
 		FixedRate:    j.duration("fixedRate"),
+		Cron:         j.cron(),
 		InitialDelay: j.duration("initialDelay"),
+		Misfire:      j.misfire(),
 	}
 	switch v, pt, ok := j.str("partitions"); {
 	case pt == nil:

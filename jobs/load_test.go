@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/jobs"
 )
 
@@ -115,13 +116,13 @@ scheduled:
   - name: report
     fixedDelay: 1m
     fixedRate: 30s
-`, []problem{{"line 3", sched, "report", "fixedDelay/fixedRate", jobs.ErrTiming, "both are set (fixedDelay 1m0s, fixedRate 30s)"}}},
+`, []problem{{"line 3", sched, "report", "fixedDelay/fixedRate/cron", jobs.ErrTiming, "both are set (fixedDelay 1m0s, fixedRate 30s)"}}},
 		{"neither fixedDelay nor fixedRate", `
 partitioned:
   - group: billing
     partitions: 4
     initialDelay: 1s
-`, []problem{{"line 3", part, "billing", "fixedDelay/fixedRate", jobs.ErrTiming, "neither is set"}}},
+`, []problem{{"line 3", part, "billing", "fixedDelay/fixedRate/cron", jobs.ErrTiming, "neither fixedDelay, fixedRate nor cron is set"}}},
 		{"unresolved placeholder", `
 scheduled:
   - name: report
@@ -196,13 +197,13 @@ partitioned:
       0: a
       one: b
 `, []problem{{"line 8", part, "billing", "shardingItemParameters", jobs.ErrInvalidValue, `"one" is not a partition number`}}},
-		{"unknown key with a hint", `
+		{"unknown key", `
 scheduled:
   - name: report
-    fixed-delay: 1m
+    fixed-delai: 1m
 `, []problem{
-			{"line 3", sched, "report", "fixedDelay/fixedRate", jobs.ErrTiming, "neither"},
-			{"line 4", sched, "report", "fixed-delay", jobs.ErrSyntax, "did you mean fixedDelay?"},
+			{"line 3", sched, "report", "fixedDelay/fixedRate/cron", jobs.ErrTiming, "neither"},
+			{"line 4", sched, "report", "fixed-delai", jobs.ErrSyntax, "unknown key (known keys: name, handler, fixedDelay"},
 		}},
 		{"unknown top-level key", `
 jobs: []
@@ -249,7 +250,7 @@ partitioned:
   - {group: b, partitions: 0, fixedRate: "${RATE}"}
 `, []problem{
 			{"line 2", "", "", "scheduling.enabled", jobs.ErrInvalidValue, ""},
-			{"line 4", sched, "a", "fixedDelay/fixedRate", jobs.ErrTiming, "both"},
+			{"line 4", sched, "a", "fixedDelay/fixedRate/cron", jobs.ErrTiming, "both"},
 			{"line 5", sched, "a", "fixedDelay", jobs.ErrDuration, ""},
 			{"line 5", sched, "a", "name", jobs.ErrDuplicateName, ""},
 			{"line 7", part, "b", "fixedRate", jobs.ErrPlaceholder, ""},
@@ -463,5 +464,110 @@ func TestParseShardingItemParameters(t *testing.T) {
 		if _, err := jobs.ParseShardingItemParameters(in); !errors.Is(err, jobs.ErrInvalidValue) {
 			t.Errorf("ParseShardingItemParameters(%q): %v, want ErrInvalidValue", in, err)
 		}
+	}
+}
+
+func TestLoadReadsCronMisfireAndRelaxedNames(t *testing.T) {
+	cfg, err := jobs.Load(strings.NewReader(`
+scheduled:
+  - name: report
+    cron: "CRON_TZ=Asia/Shanghai 0 */5 * * * *"
+    misfire: run-once
+    initial-delay: 2s
+  - name: audit
+    fixed-delay: 1m
+    misfire: true          # ElasticJob's form
+  - name: tidy
+    fixed_rate: 30s
+    misfire: skip
+partitioned:
+  - group: billing
+    partitions: 2
+    fixedRate: 1s
+    sharding-item-parameters: 0=Beijing,1=Shanghai
+    misfire: RUN_ONCE
+`), jobs.YAML, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []jobs.ScheduledJob{
+		{Name: "report", Cron: "CRON_TZ=Asia/Shanghai 0 */5 * * * *", Misfire: simba.MisfireRunOnce, InitialDelay: 2 * time.Second},
+		{Name: "audit", FixedDelay: time.Minute, Misfire: simba.MisfireRunOnce},
+		{Name: "tidy", FixedRate: 30 * time.Second},
+	}
+	if !reflect.DeepEqual(cfg.Scheduled, want) {
+		t.Errorf("scheduled:\n%+v\nwant\n%+v", cfg.Scheduled, want)
+	}
+	p := cfg.Partitioned[0]
+	if p.FixedRate != time.Second || p.Misfire != simba.MisfireRunOnce || p.Params[1] != "Shanghai" {
+		t.Errorf("partitioned: %+v", p)
+	}
+}
+
+func TestLoadReportsCronMisfireAndSpellingProblems(t *testing.T) {
+	_, err := jobs.Load(strings.NewReader(`
+scheduled:
+  - name: a
+    cron: "61 * * * *"
+  - name: b
+    cron: "@hourly"
+    fixedRate: 1m
+  - name: c
+    fixedDelay: 1m
+    fixed-delay: 2m
+  - name: d
+    fixedDelay: 1m
+    misfire: sometimes
+  - name: e
+    cron: "0 0 30 2 *"
+`), jobs.YAML, noEnv)
+	checkProblems(t, err,
+		problem{"line 4", sched, "a", "cron", jobs.ErrInvalidValue, `cron expression "61 * * * *"`},
+		problem{"line 5", sched, "b", "fixedDelay/fixedRate/cron", jobs.ErrTiming, `both are set (fixedRate 1m0s, cron "@hourly")`},
+		problem{"line 10", sched, "c", "fixedDelay", jobs.ErrSyntax, "given twice, as fixedDelay (line 9) and as fixed-delay (line 10)"},
+		problem{"line 13", sched, "d", "misfire", jobs.ErrInvalidValue, `"sometimes" is not skip or run-once`},
+		problem{"line 15", sched, "e", "cron", jobs.ErrInvalidValue, "never fires"},
+	)
+	if !errors.Is(err, simba.ErrInvalidSchedule) {
+		t.Errorf("a bad cron expression does not match simba.ErrInvalidSchedule: %v", err)
+	}
+}
+
+func TestLoadFileWithRegistryReportsEverythingInOneRound(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "jobs.yaml")
+	if err := os.WriteFile(path, []byte(`scheduled:
+  - name: report
+    cron: "not a cron"
+  - name: audit
+    handler: audti
+    fixedDelay: soon
+    colour: blue
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reg := jobs.NewRegistry()
+	reg.Scheduled("report", noop)
+	reg.Scheduled("audit", noop)
+	_, err := jobs.LoadFile(path, noEnv, jobs.WithRegistry(reg))
+	checkProblems(t, err,
+		problem{path + ":3", sched, "report", "cron", jobs.ErrInvalidValue, `"not a cron"`},
+		problem{path + ":5", sched, "audit", "handler", jobs.ErrNoHandler, `no handler registered as "audti"`},
+		problem{path + ":6", sched, "audit", "fixedDelay", jobs.ErrDuration, ""},
+		problem{path + ":7", sched, "audit", "colour", jobs.ErrSyntax, "unknown key"},
+	)
+
+	// An unused handler is logged, not refused.
+	if err := os.WriteFile(path, []byte("scheduled:\n  - name: report\n    fixedDelay: 1m\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var log logBuffer
+	if _, err := jobs.LoadFile(path, noEnv, jobs.WithRegistry(reg), jobs.WithLogger(log.logger())); err != nil {
+		t.Fatalf("LoadFile refused an unused handler: %v", err)
+	}
+	if !strings.Contains(log.String(), "level=WARN") || !strings.Contains(log.String(), `handler \"audit\": handler not used`) {
+		t.Errorf("the unused handler is not logged at Warn:\n%s", log.String())
+	}
+	if _, err := jobs.LoadFile(path, jobs.WithRegistry(nil)); !errors.Is(err, jobs.ErrInvalidValue) {
+		t.Errorf("WithRegistry(nil): %v, want ErrInvalidValue", err)
 	}
 }

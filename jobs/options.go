@@ -18,6 +18,7 @@ type options struct {
 	lookupEnv func(string) (string, bool)
 	taskOpts  []simba.TaskOption
 	groupOpts []simba.GroupOption
+	registry  *Registry // for Load and LoadFile; nil: no handler checks
 }
 
 // buildOptions applies opts over the defaults.
@@ -38,7 +39,8 @@ func buildOptions(opts []Option) (options, error) {
 }
 
 // WithLogger sets the logger [Run] reports to: jobs started and stopped,
-// scheduling disabled (default: discard everything).
+// scheduling disabled, the [Warnings] (default: discard everything). [Load]
+// and [LoadFile] given [WithRegistry] log the warnings to it too.
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) error {
 		if l == nil {
@@ -77,6 +79,23 @@ func WithTaskOptions(opts ...simba.TaskOption) Option {
 func WithGroupOptions(opts ...simba.GroupOption) Option {
 	return func(o *options) error {
 		o.groupOpts = append(o.groupOpts, opts...)
+		return nil
+	}
+}
+
+// WithRegistry makes [Load] and [LoadFile] check the configuration against
+// reg's handlers as well, so that every problem of a file is reported in one
+// round: unknown keys, bad values and durations, bad cron expressions, jobs
+// whose handler is not registered, and the problems of registration, each
+// with its line. The [Warnings] (handlers no job uses) are logged at Warn to
+// the logger of [WithLogger], not returned as errors. Run ignores this
+// option: it checks its own registry.
+func WithRegistry(reg *Registry) Option {
+	return func(o *options) error {
+		if reg == nil {
+			return fmt.Errorf("%w: nil registry", ErrInvalidValue)
+		}
+		o.registry = reg
 		return nil
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/simba-go/simba"
 )
@@ -14,7 +13,7 @@ import (
 // as ctx lasts, in the seed's order:
 //
 //  1. It checks cfg and reg with [Validate] and returns every problem, before
-//     anything starts.
+//     anything starts; it logs each of the [Warnings] at Warn.
 //  2. If scheduling is disabled ([EnabledEnv] when set, else
 //     Config.Disabled), it logs so, starts nothing and returns nil when ctx
 //     ends.
@@ -49,6 +48,9 @@ func Run(ctx context.Context, client *simba.Client, reg *Registry, cfg Config, o
 		return err
 	}
 	log := o.logger
+	for _, w := range warnings(hs, cfg) {
+		log.Warn("job configuration", "warning", w.Error())
+	}
 	enabled, by, err := schedulingEnabled(cfg, o.lookupEnv)
 	if err != nil {
 		return err
@@ -110,7 +112,7 @@ func start(client *simba.Client, hs handlers, cfg Config, o options) ([]started,
 	var out []started
 	for _, j := range cfg.Scheduled {
 		h, _ := handlerName(j.Name, j.Handler)
-		s := schedule(j.FixedDelay, j.FixedRate, j.InitialDelay)
+		s := j.timing().schedule()
 		label := kindScheduled + " " + quote(j.Name)
 		t, err := client.Election(j.Name).Schedule(s, hs.byName[h].scheduled, o.taskOpts...)
 		if err != nil {
@@ -121,7 +123,7 @@ func start(client *simba.Client, hs handlers, cfg Config, o options) ([]started,
 	}
 	for _, j := range cfg.Partitioned {
 		h, _ := handlerName(j.Group, j.Handler)
-		s := schedule(j.FixedDelay, j.FixedRate, j.InitialDelay)
+		s := j.timing().schedule()
 		label := kindPartitioned + " " + quote(j.Group)
 		fn := hs.byName[h].partitioned
 		params := j.Params
@@ -138,12 +140,18 @@ func start(client *simba.Client, hs handlers, cfg Config, o options) ([]started,
 	return out, nil
 }
 
-func schedule(delay, rate, initial time.Duration) simba.Schedule {
-	s := simba.FixedRate(rate)
-	if delay != 0 {
-		s = simba.FixedDelay(delay)
+// schedule is the simba.Schedule of a checked timing.
+func (t timing) schedule() simba.Schedule {
+	var s simba.Schedule
+	switch {
+	case t.delay != 0:
+		s = simba.FixedDelay(t.delay)
+	case t.rate != 0:
+		s = simba.FixedRate(t.rate)
+	default:
+		s = simba.Cron(t.cron)
 	}
-	return s.WithInitialDelay(initial)
+	return s.WithInitialDelay(t.initial).WithMisfire(t.misfire)
 }
 
 // waitEnd waits until ctx ends, or until a job's task ends by itself, which

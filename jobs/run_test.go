@@ -221,14 +221,12 @@ func TestRunChecksEverythingBeforeStarting(t *testing.T) {
 		client, _ := simba.New(b)
 		defer client.Close()
 		reg := newRecorder(0).registry("a")
-		reg.Scheduled("spare", noop)
 		cfg := loadTestConfig(t)
 		cfg.Scheduled = append(cfg.Scheduled, jobs.ScheduledJob{Name: "audit", FixedDelay: time.Second})
 		// ctx never ends: Run must return by itself.
 		err := jobs.Run(context.Background(), client, reg, cfg)
 		checkProblems(t, err,
 			problem{"", sched, "audit", "name", jobs.ErrNoHandler, ""},
-			problem{"", "handler", "spare", "", jobs.ErrUnusedHandler, ""},
 		)
 		if s := b.Stats(); s.Acquire != 0 || s.Join != 0 {
 			t.Errorf("a refused configuration started jobs: %+v", s)
@@ -343,5 +341,77 @@ func TestRunPassesTaskAndGroupOptions(t *testing.T) {
 		}
 		r.stop(t)
 		r.client.Close()
+	})
+}
+
+func TestRunsACronJobAndWarnsOfAnUnusedHandler(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		rec := newRecorder(10 * time.Millisecond)
+		cfg, err := jobs.Load(strings.NewReader(`
+scheduled:
+  - name: report
+    cron: "CRON_TZ=Asia/Shanghai */2 * * * * *"   # every 2 seconds, with seconds and a time zone
+    initial-delay: 1s
+    misfire: run-once
+partitioned:
+  - group: billing
+    partitions: 2
+    fixed-rate: 1s
+    sharding-item-parameters: 0=Beijing,1=Shanghai
+`), jobs.YAML, noEnv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var log logBuffer
+		r := startRunner(t, "a", b.Node("a"), rec, cfg, jobs.WithLogger(log.logger()))
+		time.Sleep(10 * time.Second)
+		ran := map[string]int{}
+		for _, run := range rec.Runs() {
+			ran[run.lease]++
+		}
+		// Every 2 s over about 9 s after the initial delay: 4 or 5 runs.
+		if ran["report"] < 4 || ran["report"] > 5 {
+			t.Errorf("the cron job ran %d times in 10s, want 4 or 5 (every 2 s)", ran["report"])
+		}
+		if ran["billing.0"] < 9 || ran["billing.1"] < 9 {
+			t.Errorf("the partitions ran %v, want about 10 times each", ran)
+		}
+		r.stop(t)
+		r.client.Close()
+		if !strings.Contains(log.String(), `schedule="cron \"CRON_TZ=Asia/Shanghai */2 * * * * *\", initial delay 1s, misfire run-once"`) {
+			t.Errorf("the cron job's schedule is not in the log:\n%s", log.String())
+		}
+	})
+}
+
+func TestRunLogsTheWarningsAndStarts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		client, err := simba.New(b, simba.WithTTL(testTTL))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer client.Close()
+		reg := newRecorder(0).registry("a")
+		reg.Scheduled("spare", noop)
+		var log logBuffer
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- jobs.Run(ctx, client, reg, loadTestConfig(t), noEnv, jobs.WithLogger(log.logger())) }()
+		time.Sleep(time.Second)
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run refused to start over an unused handler: %v", err)
+		}
+		out := log.String()
+		if !strings.Contains(out, "level=WARN") || !strings.Contains(out, `handler \"spare\": handler not used by any job`) {
+			t.Errorf("the unused handler is not logged at Warn:\n%s", out)
+		}
+		if !strings.Contains(out, "jobs started") {
+			t.Errorf("the jobs did not start:\n%s", out)
+		}
 	})
 }

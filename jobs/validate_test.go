@@ -52,15 +52,6 @@ func TestValidateMatchesHandlersAndJobs(t *testing.T) {
 				{"", sched, "report", "name", jobs.ErrNoHandler, `handler "report" is registered for partitioned jobs`},
 				{"", part, "billing", "group", jobs.ErrNoHandler, `handler "billing" is registered for scheduled jobs`},
 			}},
-		{"a handler with no job", func(r *jobs.Registry) {
-			r.Scheduled("report", noop)
-			r.Scheduled("cleanup", noop)
-			r.PartitionedWithParam("billing", noopParam)
-		}, cfg([]jobs.ScheduledJob{every("report")}, nil),
-			[]problem{
-				{"", "handler", "cleanup", "", jobs.ErrUnusedHandler, `no scheduled job has the name "cleanup"`},
-				{"", "handler", "billing", "", jobs.ErrUnusedHandler, `no partitioned job has the name "billing"`},
-			}},
 		{"registration problems", func(r *jobs.Registry) {
 			r.Scheduled("report", noop)
 			r.ScheduledTerm("report", noopTerm)
@@ -87,9 +78,9 @@ func TestValidateMatchesHandlersAndJobs(t *testing.T) {
 			{Group: "h", Handler: "g"},
 		}),
 			[]problem{
-				{"", sched, "a", "fixedDelay/fixedRate", jobs.ErrTiming, "both"},
+				{"", sched, "a", "fixedDelay/fixedRate/cron", jobs.ErrTiming, "both"},
 				{"", sched, "a", "name", jobs.ErrDuplicateName, "scheduled job #1"},
-				{"", sched, "a", "fixedDelay/fixedRate", jobs.ErrTiming, "neither"},
+				{"", sched, "a", "fixedDelay/fixedRate/cron", jobs.ErrTiming, "neither"},
 				{"", sched, "#3", "name", jobs.ErrInvalidValue, "missing"},
 				{"", sched, "#3", "fixedRate", jobs.ErrDuration, "must be positive, got -1s"},
 				{"", sched, "#3", "initialDelay", jobs.ErrDuration, "must not be negative, got -1ns"},
@@ -97,7 +88,7 @@ func TestValidateMatchesHandlersAndJobs(t *testing.T) {
 				{"", part, "g", "shardingItemParameters", jobs.ErrInvalidValue, "partition -1 out of range [0, 1)"},
 				{"", part, "g", "shardingItemParameters", jobs.ErrInvalidValue, "partition 1 out of range [0, 1)"},
 				{"", part, "h", "partitions", jobs.ErrInvalidValue, "must be positive, got 0"},
-				{"", part, "h", "fixedDelay/fixedRate", jobs.ErrTiming, "neither"},
+				{"", part, "h", "fixedDelay/fixedRate/cron", jobs.ErrTiming, "neither"},
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -136,11 +127,33 @@ func TestConfigErrorListsEveryProblem(t *testing.T) {
 	var reg jobs.Registry // the zero Registry works
 	reg.Scheduled("x", noop)
 	err := jobs.Validate(&reg, jobs.Config{Scheduled: []jobs.ScheduledJob{{Name: "report"}}})
-	want := `simba/jobs: 3 problems in the job configuration:
-	scheduled job "report": fixedDelay/fixedRate: exactly one of fixedDelay and fixedRate must be set: neither is set
-	scheduled job "report": name: no such handler: no handler registered as "report"
-	handler "x": handler not used by any job: no scheduled job has the name "x" or names it as its handler`
+	want := `simba/jobs: 2 problems in the job configuration:
+	scheduled job "report": fixedDelay/fixedRate/cron: exactly one of fixedDelay, fixedRate and cron must be set: neither fixedDelay, fixedRate nor cron is set
+	scheduled job "report": name: no such handler: no handler registered as "report"`
 	if err == nil || err.Error() != want {
 		t.Errorf("got\n%v\nwant\n%s", err, want)
+	}
+}
+
+func TestAHandlerWithNoJobIsAWarning(t *testing.T) {
+	reg := jobs.NewRegistry()
+	reg.Scheduled("report", noop)
+	reg.Scheduled("cleanup", noop)
+	reg.PartitionedWithParam("billing", noopParam)
+	c := jobs.Config{Scheduled: []jobs.ScheduledJob{{Name: "report", FixedDelay: time.Second}}}
+	if err := jobs.Validate(reg, c); err != nil {
+		t.Fatalf("Validate refused a configuration whose only fault is an unused handler: %v", err)
+	}
+	checkProblems(t, &jobs.ConfigError{Errs: jobs.Warnings(reg, c)},
+		problem{"", "handler", "cleanup", "", jobs.ErrUnusedHandler, `no scheduled job has the name "cleanup"`},
+		problem{"", "handler", "billing", "", jobs.ErrUnusedHandler, `no partitioned job has the name "billing"`},
+	)
+	reg = jobs.NewRegistry()
+	reg.Scheduled("report", noop)
+	if w := jobs.Warnings(reg, c); w != nil {
+		t.Errorf("Warnings of a registry whose handlers are all used: %v", w)
+	}
+	if w := jobs.Warnings(nil, c); w != nil {
+		t.Errorf("Warnings of a nil registry: %v", w)
 	}
 }
