@@ -54,6 +54,9 @@
 //	  - name: report-${app.region}-audit
 //	    handler: report        # another job with the same handler
 //	    fixedRate: PT30S
+//	  - name: nightly
+//	    cron: "CRON_TZ=Asia/Shanghai 0 0 2 * * *"  # seconds first, a time zone
+//	    misfire: run-once      # default skip
 //	partitioned:               # @SimbaPartitioned
 //	  - group: billing         # group name, unique; partition p is lease "billing.p"
 //	    partitions: ${BILLING_PARTITIONS:4}
@@ -64,14 +67,23 @@
 //	    fixedDelay: 5000       # milliseconds
 //	    shardingItemParameters: {0: north, 1: south}
 //
-// A scheduled job has name, an optional handler, exactly one of fixedDelay
-// and fixedRate (positive), and an optional initialDelay (default 0s, not
-// negative). A partitioned job has group, an optional handler, partitions
+// A scheduled job has name, an optional handler, exactly one of fixedDelay,
+// fixedRate (positive durations) and cron, an optional initialDelay (default 0s,
+// not negative) and an optional misfire policy. cron takes what [simba.Cron]
+// takes: five fields, or six with leading seconds ("0 */5 * * * *"),
+// descriptors such as "@hourly", and a time zone prefix
+// ("CRON_TZ=Asia/Shanghai 0 0 2 * * *"); quote it in YAML. misfire is skip
+// (the default: starts missed by an overrun or across fail-over are skipped)
+// or run-once (one catch-up run; see [simba.MisfireRunOnce]); ElasticJob's
+// misfire: true and false mean run-once and skip. A partitioned job has group, an optional handler, partitions
 // (from 1 to [simba.MaxPartitions]), the same timing keys, applied per partition, and optional
 // shardingItemParameters: ElasticJob's "0=Beijing,1=Shanghai" string (see
 // [ParseShardingItemParameters]) or a map from partition numbers to labels.
-// The same file in JSON has the same keys. Keys are written exactly as shown;
-// an unknown key is an error.
+// The same file in JSON has the same keys. Keys are read as Spring Boot's
+// relaxed binding reads them: fixedDelay, fixed-delay, fixed_delay and
+// FIXED_DELAY are one key (errors name it in camel case). One key given in
+// two spellings in one map is an error naming both; an unknown key is an
+// error.
 //
 // Scheduled jobs and partitioned jobs share one space of names, as their
 // leases do: no two jobs may have one name, and a scheduled job must not be
@@ -102,7 +114,7 @@
 //
 // # Durations
 //
-// fixedDelay, fixedRate and initialDelay take the syntaxes of
+// fixedDelay, fixedRate and initialDelay (in any relaxed spelling) take the syntaxes of
 // [ParseDuration]: Go's ("1m30s"), Spring Boot's ("10s", "500ms", "1d"),
 // a plain integer in milliseconds ("5000"), and ISO-8601 ("PT1M", "PT0.5S",
 // "P1DT2H").
@@ -113,13 +125,16 @@
 // configuration at once, before anything starts, as a [*ConfigError]: one
 // [*FieldError] per problem, naming the position, the job, the key, and
 // wrapping a sentinel error ([ErrDuplicateName], [ErrTiming], [ErrDuration],
-// [ErrPlaceholder], [ErrNoHandler], [ErrUnusedHandler], …) for errors.Is:
+// [ErrPlaceholder], [ErrNoHandler], …) for errors.Is. Given [WithRegistry],
+// [Load] and [LoadFile] check the handlers too, so that one round shows the
+// problems of the file and of its handlers together:
 //
 //	simba/jobs: 2 problems in the job configuration:
 //		jobs.yaml:9: scheduled job "report": fixedDelay/fixedRate/cron: exactly one of fixedDelay, fixedRate and cron must be set: both are set (fixedDelay 1m0s, fixedRate 30s)
-//		handler "bill": handler not used by any job: no partitioned job has the name "bill" or names it as its handler
+//		jobs.yaml:14: partitioned job "billing": group: no such handler: no handler registered as "billing"
 //
-// A registered handler that no job uses is a problem too: it is usually a
+// A registered handler that no job uses is not a problem but a warning
+// ([Warnings]): [Run] logs it at Warn and starts. It is usually a
 // job left out of the configuration, or a misspelt name.
 //
 // # Lifecycle

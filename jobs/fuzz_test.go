@@ -108,6 +108,10 @@ func FuzzConfig(f *testing.F) {
 		`{"scheduled": [{"name": "a", "fixedRate": "PT1S"}], "partitioned": [{"group": "g", "partitions": 2, "fixedDelay": 1}]}`,
 		"a: &x [*x]", "scheduled:\n  - &j {name: a, fixedDelay: 1s}\n  - {<<: *j, name: b}\n",
 		"partitioned: [{group: g, partitions: 3, fixedRate: 1s, shardingItemParameters: {0: x, 2: y}}]",
+		"scheduled: [{name: a, cron: \"CRON_TZ=Asia/Shanghai */5 * * * * *\", misfire: run-once, initial-delay: 1s}]",
+		"scheduled: [{name: a, fixed-delay: 1s, fixedDelay: 2s, misfire: true}]",
+		"scheduled: [{name: a, cron: \"61 * * * *\"}, {name: b, cron: \"@every 1s\", FIXED_RATE: 1s}]",
+		`{"partitioned": [{"group": "g", "partitions": 2, "fixed_rate": "1s", "sharding-item-parameters": "0=a", "misfire": "skip"}]}`,
 	} {
 		f.Add([]byte(s), false)
 		f.Add([]byte(s), true)
