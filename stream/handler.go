@@ -15,7 +15,9 @@ import (
 // time, and every call, Window and checkpoint happens before the next (see
 // the package documentation for the exact guarantees).
 //
-// A Handler may also implement [Initializer], [Windower] and [Closer].
+// A Handler may also implement [Initializer], [Windower] and [Closer]. The
+// ctx of its calls carries the term's [Coordinator] (see [CoordinatorFrom]),
+// through which it can ask for a checkpoint now or for a hand-off.
 type Handler interface {
 	// Process handles msg. A nil error marks the message processed: a
 	// checkpoint may then cover it, so Process returns only once its
