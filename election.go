@@ -38,7 +38,8 @@ func (e *Election) Name() string { return e.name }
 // An error or a panic from fn is logged and published as [WorkCompleted]
 // with result [Failed] ([Cancelled] when the term had already ended); it
 // never affects the election. An error wrapping [ErrYield] gives the lease up
-// and sits out one lease term (published with result [Succeeded]).
+// and sits out one lease term (published with result [Succeeded], or
+// [Failed] when the error reports a failure: see [Failed]).
 //
 // It returns [ErrAlreadyStarted] when the election is already started on this
 // client, [ErrClosed] when the client is closing, and errors matching
@@ -368,17 +369,21 @@ func (c *Client) invoke(ctx context.Context, term *Term, fn func(context.Context
 			err = &PanicError{Value: v, Stack: debug.Stack()}
 		}
 		result := Succeeded
+		yield := errors.Is(err, ErrYield)
 		switch {
-		case err == nil, errors.Is(err, ErrYield):
+		case err == nil, yield && !failedYield(err):
 		case term.valid():
 			result = Failed
 		default:
 			result = Cancelled
 		}
 		d := time.Since(start)
-		if result == Failed {
+		switch {
+		case result == Failed && yield:
+			c.log.Warn("run failed: giving the lease up", "election", term.ref.Election, "token", term.ref.Token, "err", err, "duration", d)
+		case result == Failed:
 			c.log.Error("run failed", "election", term.ref.Election, "token", term.ref.Token, "err", err, "duration", d)
-		} else {
+		default:
 			c.log.Debug("run completed", "election", term.ref.Election, "token", term.ref.Token, "result", result, "err", err, "duration", d)
 		}
 		c.metrics.ran(term.ref, result, d)

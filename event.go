@@ -2,6 +2,7 @@ package simba
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -32,12 +33,22 @@ const (
 	// Succeeded: the function returned nil.
 	Succeeded Result = iota + 1
 	// Failed: the function returned an error or panicked while its term was
-	// valid.
+	// valid. An error wrapping [ErrYield] counts as Failed (logged at Warn,
+	// not Error) when it reports a failure all the same: when it, or an
+	// error it wraps, has a method Failed() bool that returns true, as a
+	// partition failure of package stream has.
 	Failed
 	// Cancelled: the function returned an error or panicked after its term
 	// had ended.
 	Cancelled
 )
+
+// failedYield reports whether err, an error wrapping [ErrYield], reports a
+// failure all the same (see [Failed]).
+func failedYield(err error) bool {
+	var f interface{ Failed() bool }
+	return errors.As(err, &f) && f.Failed()
+}
 
 // String returns "succeeded", "failed" or "cancelled".
 func (r Result) String() string {

@@ -55,5 +55,13 @@ func (e *PartitionError) Error() string {
 	return fmt.Sprintf("simba/stream: partition %d (token %d): %s: %v", e.Partition, e.Token, e.Op, e.Err)
 }
 
+// Failed returns true: a partition failure yields the partition's lease,
+// and the run is published as [simba.WorkCompleted] with result
+// [simba.Failed] (not [simba.Succeeded], as a plain yield is), logged at
+// Warn, counted in the metrics with simba.result "failed", and recorded as
+// a failed run in the status records that `simba status` and the console
+// show.
+func (e *PartitionError) Failed() bool { return true }
+
 // Unwrap returns [simba.ErrYield] and Err.
 func (e *PartitionError) Unwrap() []error { return []error{simba.ErrYield, e.Err} }

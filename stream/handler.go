@@ -2,7 +2,6 @@ package stream
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/simba-go/simba"
@@ -16,7 +15,9 @@ import (
 // time, and every call, Window and checkpoint happens before the next (see
 // the package documentation for the exact guarantees).
 //
-// A Handler may also implement [Initializer], [Windower] and [Closer].
+// A Handler may also implement [Initializer], [Windower] and [Closer]. The
+// ctx of its calls carries the term's [Coordinator] (see [CoordinatorFrom]),
+// through which it can ask for a checkpoint now or for a hand-off.
 type Handler interface {
 	// Process handles msg. A nil error marks the message processed: a
 	// checkpoint may then cover it, so Process returns only once its
@@ -72,7 +73,9 @@ type Closer interface {
 // Wrapper wraps a [Handler] with shared logic (error handling, retries,
 // metrics, tracing): middleware. A wrapper sees only Process; the optional
 // [Initializer], [Windower] and [Closer] are found on the handler the handler
-// function returned, whatever the wrappers.
+// function returned, whatever the wrappers. A Wrapper is called for every
+// term of every partition, and once by [WithWrappers] to check it: it
+// should only build the handler it returns.
 type Wrapper func(Handler) Handler
 
 // Chain returns h wrapped by ws, the first outermost: Chain(h, a, b) is
@@ -84,13 +87,44 @@ func Chain(h Handler, ws ...Wrapper) Handler {
 	return h
 }
 
+// refused is the handler of a Wrapper made with bad arguments: its Process
+// returns the error, and [WithWrappers] refuses the wrapper with it.
+type refused struct{ err error }
+
+func (r refused) Process(context.Context, *simba.Term, Message) error { return r.err }
+
+// refuse returns a Wrapper made with bad arguments: [WithWrappers] refuses
+// it with an error matching [simba.ErrInvalidArgument], and a handler it
+// wraps anyway (through [Chain]) fails every Process call with that error.
+func refuse(format string, args ...any) Wrapper {
+	err := invalid(format, args...)
+	return func(Handler) Handler { return refused{err} }
+}
+
+// refusal returns the error of a wrapper made with bad arguments, or nil.
+// It calls w once, on a handler that does nothing; a wrapper that panics
+// there is left for the loop to find.
+func refusal(w Wrapper) (err error) {
+	defer func() {
+		if recover() != nil {
+			err = nil
+		}
+	}()
+	if r, ok := w(HandlerFunc(func(context.Context, *simba.Term, Message) error { return nil })).(refused); ok {
+		return r.err
+	}
+	return nil
+}
+
 // OnError returns a Wrapper that calls f when Process fails (an error, not a
 // panic), and returns what f returns instead: nil marks the message processed
 // (skipped, sent to a dead-letter queue, logged), an error still fails the
 // partition. f is not called for failures after the term ended (ctx done).
+// A nil f makes a wrapper that [WithWrappers] refuses with an error matching
+// [simba.ErrInvalidArgument].
 func OnError(f func(ctx context.Context, term *simba.Term, msg Message, err error) error) Wrapper {
 	if f == nil {
-		panic("simba/stream: OnError: nil function")
+		return refuse("OnError: nil function")
 	}
 	return func(next Handler) Handler {
 		return HandlerFunc(func(ctx context.Context, term *simba.Term, msg Message) error {
@@ -105,12 +139,13 @@ func OnError(f func(ctx context.Context, term *simba.Term, msg Message, err erro
 
 // Retry returns a Wrapper that calls Process up to attempts times while it
 // fails, waiting delay after the first failure and twice as long after each
-// next one. It stops early when ctx ends, and returns the last error. It
-// panics if attempts < 1 or delay < 0. Mind [WithCallTimeout]: the
+// next one. It stops early when ctx ends, and returns the last error.
+// attempts < 1 or delay < 0 make a wrapper that [WithWrappers] refuses with
+// an error matching [simba.ErrInvalidArgument]. Mind [WithCallTimeout]: the
 // attempts and waits together make one call.
 func Retry(attempts int, delay time.Duration) Wrapper {
 	if attempts < 1 || delay < 0 {
-		panic(fmt.Sprintf("simba/stream: Retry(%d, %v): want attempts ≥ 1 and delay ≥ 0", attempts, delay))
+		return refuse("Retry(%d, %v): want attempts ≥ 1 and delay ≥ 0", attempts, delay)
 	}
 	return func(next Handler) Handler {
 		return HandlerFunc(func(ctx context.Context, term *simba.Term, msg Message) error {
@@ -132,10 +167,12 @@ func Retry(attempts int, delay time.Duration) Wrapper {
 // Observe returns a Wrapper that calls f after every Process call with the
 // message, how long the call took and what it returned (after the wrappers
 // inside it): a hook for metrics and traces. f runs on the call's goroutine
-// and delays the call's completion; keep it short.
+// and delays the call's completion; keep it short. A nil f makes a wrapper
+// that [WithWrappers] refuses with an error matching
+// [simba.ErrInvalidArgument].
 func Observe(f func(msg Message, took time.Duration, err error)) Wrapper {
 	if f == nil {
-		panic("simba/stream: Observe: nil function")
+		return refuse("Observe: nil function")
 	}
 	return func(next Handler) Handler {
 		return HandlerFunc(func(ctx context.Context, term *simba.Term, msg Message) error {

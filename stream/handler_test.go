@@ -112,20 +112,16 @@ func TestRetry(t *testing.T) {
 			t.Errorf("ctx ended: %v after %d calls, want boom after 2", err, *calls)
 		}
 	})
-	for _, bad := range []func(){
-		func() { stream.Retry(0, time.Second) },
-		func() { stream.Retry(1, -time.Second) },
-		func() { stream.OnError(nil) },
-		func() { stream.Observe(nil) },
+	for _, bad := range []stream.Wrapper{
+		stream.Retry(0, time.Second),
+		stream.Retry(1, -time.Second),
+		stream.OnError(nil),
+		stream.Observe(nil),
 	} {
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Error("bad wrapper arguments accepted")
-				}
-			}()
-			bad()
-		}()
+		h := stream.Chain(stream.HandlerFunc(func(context.Context, *simba.Term, stream.Message) error { return nil }), bad)
+		if err := h.Process(context.Background(), nil, stream.Message{}); !errors.Is(err, simba.ErrInvalidArgument) {
+			t.Errorf("bad wrapper arguments accepted: %v", err)
+		}
 	}
 }
 
@@ -224,6 +220,11 @@ func TestStartRefusesBadInput(t *testing.T) {
 			"nil store":     stream.WithCheckpointStore(nil),
 			"nil wrapper":   stream.WithWrappers(nil),
 			"nil logger":    stream.WithLogger(nil),
+			"OnError(nil)":  stream.WithWrappers(stream.OnError(nil)),
+			"Observe(nil)":  stream.WithWrappers(stream.Observe(nil)),
+			"Retry(0, 1s)":  stream.WithWrappers(stream.Retry(0, time.Second)),
+			"Retry(1, -1s)": stream.WithWrappers(stream.Retry(1, -time.Second)),
+			"second bad":    stream.WithWrappers(stream.Retry(1, 0), stream.Observe(nil)),
 		} {
 			cases[name] = func() (*stream.Task, error) { return stream.Start(g, src, h, opt) }
 		}
@@ -239,6 +240,40 @@ func TestStartRefusesBadInput(t *testing.T) {
 		if _, err := stream.Start(c.Group("bad name!", 2), src, h); !errors.Is(err, simba.ErrInvalidName) {
 			t.Errorf("bad group name: %v", err)
 		}
+	})
+}
+
+// TestBadWrapperArguments: OnError, Observe and Retry given bad arguments do
+// not panic; the wrapper they return fails every call with an error
+// matching ErrInvalidArgument that names the function, and good wrappers
+// pass WithWrappers' check.
+func TestBadWrapperArguments(t *testing.T) {
+	ok := stream.HandlerFunc(func(context.Context, *simba.Term, stream.Message) error { return nil })
+	for name, w := range map[string]stream.Wrapper{
+		"OnError": stream.OnError(nil),
+		"Observe": stream.Observe(nil),
+		"Retry":   stream.Retry(-1, 0),
+	} {
+		err := stream.Chain(ok, w).Process(context.Background(), nil, stream.Message{})
+		if !errors.Is(err, simba.ErrInvalidArgument) || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: Process returned %v, want ErrInvalidArgument naming %s", name, err, name)
+		}
+	}
+	good := stream.WithWrappers(stream.Retry(1, 0), stream.Observe(func(stream.Message, time.Duration, error) {}),
+		stream.OnError(func(context.Context, *simba.Term, stream.Message, error) error { return nil }))
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		c, err := simba.New(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		task, err := stream.Start(c.Group(group, 1), newNumbered(1, 1), func(int) stream.Handler { return ok }, good)
+		if err != nil {
+			t.Fatalf("good wrappers refused: %v", err)
+		}
+		task.Close()
 	})
 }
 

@@ -67,6 +67,7 @@ type loop struct {
 
 	horizon time.Time // the term's deadline, last seen while it was valid
 	failure *PartitionError
+	coord   *Coordinator // the handler's requests (coordinator.go)
 }
 
 // Signals, set in loop.sigs.
@@ -168,7 +169,7 @@ func (l *loop) start(from int64) {
 func (l *loop) events() {
 	for {
 		l.see()
-		if l.failure != nil {
+		if l.failure != nil || l.coordinate() {
 			return
 		}
 		if l.startWork() {

@@ -148,12 +148,18 @@ func WithCheckpointStore(s CheckpointStore) Option {
 
 // WithWrappers wraps every handler's Process with ws, the first outermost
 // (see [Chain]). It may be given several times; later wrappers go inside
-// earlier ones.
+// earlier ones. It refuses a nil wrapper and one that [OnError], [Retry] or
+// [Observe] made from bad arguments; to find those it calls every wrapper
+// once, on a handler that does nothing (a Wrapper should only build the
+// handler it returns).
 func WithWrappers(ws ...Wrapper) Option {
 	return func(o *options) error {
 		for i, w := range ws {
 			if w == nil {
 				return invalid("wrapper %d is nil", i)
+			}
+			if err := refusal(w); err != nil {
+				return fmt.Errorf("%w (wrapper %d)", err, i)
 			}
 		}
 		o.wrappers = append(o.wrappers, ws...)

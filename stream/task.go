@@ -209,9 +209,16 @@ func (t *Task) run(ctx context.Context, term *simba.Term, partition int) error {
 		return nil
 	}
 	defer t.leave()
-	l := &loop{t: t, o: &t.o, term: term, partition: partition, ctx: ctx,
+	l := &loop{t: t, o: &t.o, term: term, partition: partition,
 		log: t.o.logger.With("lease", term.Name(), "token", term.Token())}
-	return l.run()
+	l.coord = &Coordinator{l: l}
+	l.ctx = context.WithValue(ctx, coordinatorKey{}, l.coord)
+	err := l.run()
+	if err == nil && l.coord.handingOff() && ctx.Err() == nil && t.stopping.Err() == nil {
+		l.log.Info("handed off at the handler's request: giving the lease up", "offset", l.saved)
+		return fmt.Errorf("%w: stream: partition %d (token %d) handed off at its handler's request", simba.ErrYield, partition, term.Token())
+	}
+	return err
 }
 
 // String describes the task for logs.
