@@ -45,6 +45,7 @@ type outcome struct {
 	done     int // callSerial: messages processed, from the first
 	err      error
 	timedOut bool
+	skipped  bool // not run: the term had ended or the task was stopping (see loop.over)
 }
 
 // dispatch starts a Process call for the next message (concurrency > 1).
@@ -107,6 +108,7 @@ func (l *loop) completeWindow(o outcome) {
 	}
 	l.winRunning = false
 	switch {
+	case o.skipped:
 	case o.timedOut:
 		l.fail("window", -1, ErrTimeout)
 	case o.err != nil && l.callCtx.Err() == nil:
@@ -150,6 +152,8 @@ func (l *loop) completeProcess(o outcome) {
 	}
 	l.running--
 	switch {
+	case o.skipped:
+		e.state = failed // not processed; the hand-off follows
 	case o.timedOut:
 		e.state = failed
 		l.fail("process", e.offset, ErrTimeout)
@@ -240,32 +244,48 @@ func (l *loop) abandonAll() {
 	l.running, l.winRunning = 0, false
 }
 
-// caller runs calls until the loop closes calls.
+// caller runs calls until the loop closes calls. A call handed over
+// before the term ended or the task stopped, but taken after, is skipped
+// (see loop.over). The callers take calls and decide whether to skip them
+// one at a time, under loop.taking, so in dispatch order: once a call is
+// skipped, every later one is, and a term never processes a message while
+// an earlier one it was handed was skipped. (loop.taking is a channel, not
+// a mutex, so that a caller waiting for it is durably blocked in a
+// testing/synctest bubble.)
 func (l *loop) caller() {
-	for c := range l.calls {
+	for {
+		<-l.taking
+		c, ok := <-l.calls
+		skip := ok && c.kind != callSerial && l.over()
+		l.taking <- struct{}{}
+		if !ok {
+			return
+		}
 		var o outcome
-		switch c.kind {
-		case callSerial:
+		switch {
+		case skip:
+			o = outcome{kind: c.kind, seq: c.seq, skipped: true}
+		case c.kind == callSerial:
 			o = l.serial(c)
-		case callWindow:
+		case c.kind == callWindow:
 			o = outcome{kind: callWindow, err: protect(func() error { return l.win.Window(c.ctx, l.term) })}
 		default:
 			o = outcome{kind: callProcess, seq: c.seq, err: l.process(c.ctx, c.msg)}
 		}
 		if c.cancel != nil {
-			o.timedOut = c.ctx.Err() == context.DeadlineExceeded
+			o.timedOut = !o.skipped && c.ctx.Err() == context.DeadlineExceeded
 			c.cancel()
 		}
 		l.outcomes <- o
 	}
 }
 
-// serial processes a run of messages one after the other, until one fails
-// or the loop pauses the run.
+// serial processes a run of messages one after the other, until one fails,
+// the loop pauses the run, or the term ends or the task stops.
 func (l *loop) serial(c call) outcome {
 	o := outcome{kind: callSerial, seq: c.seq}
 	for i := range c.msgs {
-		if l.pause.Load() {
+		if l.pause.Load() || l.over() {
 			break
 		}
 		ctx := l.callCtx

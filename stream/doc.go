@@ -34,14 +34,30 @@
 // Delivery is at least once. A new owner resumes from the last checkpoint,
 // so it processes again the messages its predecessor processed after its
 // last checkpoint: after a crash, up to one commit interval of them; after
-// [Task.Stop], none. When the core ends a term first (the partition moved to
-// another member, the client's session was lost, the client closed), the
-// final checkpoint is written after the term's revocation, and
-// [simba.Term.PutRecord] refuses writes of a revoked term: the next owner
-// then resumes from the last periodic checkpoint. Process must therefore
-// tolerate seeing a message twice, for example by writing with the term's
-// token to a sink that rejects tokens lower than it has seen, or by keying
-// its writes on the offset.
+// [Task.Stop], none. When the core ends a term first, the final checkpoint
+// is written after the term's revocation, and whether it counts depends on
+// how the term ended:
+//
+//   - The client ended it itself (the partition moved to another member in
+//     a rebalance; also a yield, or an operator's disable, drain or
+//     resign): the client still holds the lease until the hand-off
+//     releases it, at most until the deadline the term had when it ended,
+//     and [simba.Term.PutRecord] accepts the term's writes until then,
+//     fenced by the backend. The final checkpoint is accepted, and the next
+//     owner resumes exactly there: after a rebalance, no message is
+//     processed again.
+//   - The term was lost (its deadline passed without a confirmed renewal,
+//     the session expired or was evicted): PutRecord refuses its writes
+//     with an error matching [simba.ErrTermExpired], and the next owner
+//     resumes from the last periodic checkpoint.
+//
+// A client closed before its Task ends every term the first way, but its
+// session may end before the loops' final checkpoints are written: close
+// the Task first ([Task.Close]).
+//
+// Process must therefore tolerate seeing a message twice, for example by
+// writing with the term's token to a sink that rejects tokens lower than it
+// has seen, or by keying its writes on the offset.
 //
 // # Concurrency, windows and checkpoints
 //
@@ -84,7 +100,11 @@
 // client's session was lost, the client closed) or the task stops, the loop
 // hands off:
 //
-//  1. it stops the intake: no new Process or Window call starts;
+//  1. it stops the intake: from the moment the term ends ([simba.Term.Revoked]
+//     is closed) or the task stops, no
+//     Process or Window call starts, not for the rest of the current batch,
+//     nor for the batch fetched ahead, nor, with concurrency 1, after a call
+//     that failed because the term ended (every call's start checks it);
 //  2. it waits for the calls in flight to return, at most until the term's
 //     deadline as it stood when the hand-off began (the last deadline seen
 //     while it was valid, if it has ended); calls still running then are

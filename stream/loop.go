@@ -28,6 +28,7 @@ type loop struct {
 	h   Handler  // the handler, wrapped
 	win Windower // nil: no Window calls
 
+	taking      chan struct{}   // its one token is held by the caller taking the next call: see loop.caller
 	callCtx     context.Context // the parent of every call's ctx
 	cancelCalls context.CancelFunc
 	stopPoll    context.CancelFunc
@@ -143,6 +144,8 @@ func (l *loop) start(from int64) {
 	n := l.o.maxConcurrency
 	l.polled = make(chan batch, 1)
 	l.calls = make(chan call, n)
+	l.taking = make(chan struct{}, 1)
+	l.taking <- struct{}{}
 	l.outcomes = make(chan outcome, n)
 	l.flight.init(n)
 	l.t.wg.Go(func() { l.poll(pollCtx, from) })
@@ -170,6 +173,10 @@ func (l *loop) events() {
 	for {
 		l.see()
 		if l.failure != nil || l.coordinate() {
+			return
+		}
+		if l.over() {
+			l.log.Debug("term ended or stream stopping: handing off")
 			return
 		}
 		if l.startWork() {
@@ -208,7 +215,7 @@ func (l *loop) startWork() bool {
 				l.dispatchSerial()
 			}
 		} else {
-			for l.running < l.o.maxConcurrency && l.next < len(l.batch) {
+			for l.running < l.o.maxConcurrency && l.next < len(l.batch) && !l.over() {
 				l.dispatch()
 			}
 		}
@@ -252,6 +259,32 @@ func (l *loop) signalled() bool {
 		l.log.Debug("stream stopping: handing off")
 	}
 	return true
+}
+
+// over reports whether the term has ended or the task is stopping: from
+// then on no Process or Window call starts, neither from the loop nor from
+// a caller holding a call or a serial run handed over before. The term's
+// Revoked is closed before its ctx is cancelled; both are looked at,
+// without blocking or locking, at every call's start. Once over, always
+// over. (A term's validity is not looked at: it can come back after a
+// late renewal, and the core revokes a term whose deadline passed.)
+func (l *loop) over() bool {
+	select {
+	case <-l.term.Revoked():
+		return true
+	default:
+	}
+	select {
+	case <-l.t.stopping.Done():
+		return true
+	default:
+	}
+	select {
+	case <-l.ctx.Done():
+		return true
+	default:
+	}
+	return false
 }
 
 // see keeps the latest deadline the term had while it was valid: the bound
