@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # race-tests.sh: go test -race ./... (extra arguments are passed on), with one
 # exception to "a failure fails the run": a package whose only failure is the
-# race detector's own runtime crashing ("ThreadSanitizer: CHECK failed", an
-# open Go bug with testing/synctest, golang/go#78156) is run once more, and
-# the run says so. Any other failure, or the same crash twice, fails the run.
+# runtime crashing under the race detector ("ThreadSanitizer: CHECK failed",
+# or a bare fatal "SIGSEGV: segmentation violation" with its PC outside Go
+# code, which is how a fault in the race runtime shows; a nil dereference
+# in Go code is a "panic: runtime error" instead), an open Go bug with
+# testing/synctest (golang/go#78156), is run once more, and the run says
+# so. Any other failure, or the same crash twice, fails the run.
 set -uo pipefail
 GO=${GO:-go}
 log=$(mktemp)
@@ -27,7 +30,7 @@ done < <(awk '
 		if ($1 == "FAIL") print $2 "\t" ((tsan && !failed) ? "tsan" : "test")
 		tsan = 0; failed = 0; next
 	}
-	/ThreadSanitizer: CHECK failed/ { tsan = 1 }
+	/ThreadSanitizer: CHECK failed/ || /^SIGSEGV: segmentation violation$/ { tsan = 1 }
 	/^(--- FAIL|panic:|FAIL$)/ && !/ThreadSanitizer/ { if ($0 != "FAIL") failed = 1 }
 ' "$log")
 
@@ -35,5 +38,5 @@ if [ ${#other[@]} -gt 0 ] || [ ${#retry[@]} -eq 0 ]; then
 	echo "race-tests: failed: ${other[*]:-see above (go test exited $status)}" >&2
 	exit "$status"
 fi
-echo "race-tests: the race detector's runtime crashed in ${retry[*]} (ThreadSanitizer CHECK failed, golang/go#78156, not a failure of a test): running it once more" >&2
+echo "race-tests: the race detector's runtime crashed in ${retry[*]} (ThreadSanitizer CHECK failed or SIGSEGV outside Go code, golang/go#78156, not a failure of a test): running it once more" >&2
 exec "$GO" test -race -count=1 "$@" "${retry[@]}"
