@@ -56,6 +56,38 @@ func stubborn(node string, h *history, obs *check.Observer, release <-chan struc
 	}
 }
 
+// standoff is the scene of the tests of a stubborn run: node a holds
+// election "e" with a stubborn task (the first term), and node z waits
+// for it with holdUntilRevoked. The backend is closed when the test ends.
+type standoff struct {
+	b       *memory.Backend
+	h       *history
+	obs     *check.Observer
+	release chan struct{} // lets a's run return
+	a, z    *simba.Client
+	task    *simba.LeaderTask // a's
+}
+
+// newStandoff sets up a standoff in a synctest bubble: a's task starts and
+// takes the lease, then settle passes, then z's task starts.
+func newStandoff(t *testing.T, settle time.Duration) *standoff {
+	t.Helper()
+	b := memory.New()
+	t.Cleanup(func() { b.Close() })
+	s := &standoff{b: b, h: newHistory(), obs: &check.Observer{}, release: make(chan struct{})}
+	s.a, _ = node(t, b, "a", s.h)
+	s.z, _ = node(t, b, "z", s.h)
+	var err error
+	s.task, err = s.a.Election("e").RunWhileLeader(stubborn("a", s.h, s.obs, s.release))
+	require.NoError(t, err)
+	synctest.Wait()
+	time.Sleep(settle)
+	synctest.Wait()
+	_, err = s.z.Election("e").RunWhileLeader(holdUntilRevoked("z", s.h))
+	require.NoError(t, err)
+	return s
+}
+
 // Shutdown returns once the graceful hand-off is done: the run has exited,
 // the lease is released, the session ended; the other node takes over with
 // a higher token, after the run exited.
@@ -116,18 +148,8 @@ func TestShutdownReturnsOnceHandedOff(t *testing.T) {
 // the run returns.
 func TestShutdownOfATaskIgnoringCancellationReturnsAtTheCtxDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := memory.New()
-		defer b.Close()
-		h := newHistory()
-		obs := &check.Observer{}
-		release := make(chan struct{})
-		a, _ := node(t, b, "a", h)
-		z, _ := node(t, b, "z", h)
-		_, err := a.Election("e").RunWhileLeader(stubborn("a", h, obs, release))
-		require.NoError(t, err)
-		synctest.Wait()
-		_, err = z.Election("e").RunWhileLeader(holdUntilRevoked("z", h))
-		require.NoError(t, err)
+		s := newStandoff(t, 0)
+		b, h, obs, release, a, z := s.b, s.h, s.obs, s.release, s.a, s.z
 		time.Sleep(2500 * time.Millisecond)
 		first := h.Terms()[0]
 		capAt := first.Deadline() // the term's deadline at the stop: 2s + 3s - 0.3s
@@ -136,7 +158,7 @@ func TestShutdownOfATaskIgnoringCancellationReturnsAtTheCtxDeadline(t *testing.T
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
 		stopAt := time.Now()
-		err = await.For(t, await.Returned(func() error { return a.Shutdown(ctx) }), time.Minute, "a's Shutdown did not return at its ctx's deadline")
+		err := await.For(t, await.Returned(func() error { return a.Shutdown(ctx) }), time.Minute, "a's Shutdown did not return at its ctx's deadline")
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		t.Logf("Shutdown: %v", err)
 		assert.Equal(t, stopAt.Add(time.Second), time.Now(), "Shutdown returns at its ctx's deadline")
@@ -199,23 +221,13 @@ func TestLeaderTaskShutdown(t *testing.T) {
 	})
 	t.Run("IgnoringCancellation", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			b := memory.New()
-			defer b.Close()
-			h := newHistory()
-			obs := &check.Observer{}
-			release := make(chan struct{})
-			a, _ := node(t, b, "a", h)
-			z, _ := node(t, b, "z", h)
-			ta, err := a.Election("e").RunWhileLeader(stubborn("a", h, obs, release))
-			require.NoError(t, err)
-			synctest.Wait()
-			_, err = z.Election("e").RunWhileLeader(holdUntilRevoked("z", h))
-			require.NoError(t, err)
+			s := newStandoff(t, 0)
+			b, h, obs, release, a, z, ta := s.b, s.h, s.obs, s.release, s.a, s.z, s.task
 			capAt := h.Terms()[0].Deadline()
 
 			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 			defer cancel()
-			err = ta.Shutdown(ctx)
+			err := ta.Shutdown(ctx)
 			require.ErrorIs(t, err, context.DeadlineExceeded)
 			t.Logf("before the term's deadline: %v", err)
 			assert.ErrorContains(t, err, `simba: shutdown of election "e" stopped waiting with its hand-off not complete (the lease not released yet) and 1 task function running (term 1 of election "e")`)

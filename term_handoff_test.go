@@ -13,7 +13,6 @@ import (
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend/memory"
 	"github.com/simba-go/simba/internal/await"
-	"github.com/simba-go/simba/internal/check"
 )
 
 // A stopped term's HandOffDeadline is the deadline it had at the stop,
@@ -23,19 +22,8 @@ import (
 func TestTermHandOffDeadline(t *testing.T) {
 	t.Run("StoppedIgnoringCancellation", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			b := memory.New()
-			defer b.Close()
-			h := newHistory()
-			obs := &check.Observer{}
-			release := make(chan struct{})
-			a, _ := node(t, b, "a", h)
-			z, _ := node(t, b, "z", h)
-			task, err := a.Election("e").RunWhileLeader(stubborn("a", h, obs, release))
-			require.NoError(t, err)
-			time.Sleep(2500 * time.Millisecond) // between renewals
-			synctest.Wait()
-			_, err = z.Election("e").RunWhileLeader(holdUntilRevoked("z", h))
-			require.NoError(t, err)
+			s := newStandoff(t, 2500*time.Millisecond) // z starts between renewals
+			b, h, obs, release, a, z, task := s.b, s.h, s.obs, s.release, s.a, s.z, s.task
 			term := h.Terms()[0]
 			capAt := term.Deadline()
 			assert.Equal(t, capAt, term.HandOffDeadline(), "a valid term's hand-off deadline is its Deadline")
