@@ -106,8 +106,29 @@ type Session interface {
 	// already holds name (a Release that failed, a reply that was lost),
 	// Acquire frees that holding and takes a new one with a new token.
 	//
+	// Acquire is queued candidacy: it first registers this session's
+	// candidacy for name on the server (etcd: a key of its own bound to the
+	// session; ZooKeeper: an ephemeral sequential znode; memory: an entry in
+	// the name's queue), and the oldest candidacy of a name holds the lease.
+	// When the holding ends (Release, the end of its session, an operator
+	// deleting it), the next-oldest candidacy holds the lease at once: its
+	// Acquire returns on the server's notification, with no write of its
+	// own, so that a hand-off costs one write (the holder's) and one
+	// notification. Candidacies are served in the order the server
+	// registered them; a re-Acquire of a name the session holds queues at
+	// the back. The token is the candidacy's creation (etcd's create
+	// revision, ZooKeeper's czxid, the memory server's counter): a holding
+	// starts only once every older candidacy is gone, and every candidacy
+	// registered later has a larger creation, so each holding's token is
+	// larger than every earlier holding's.
+	//
 	// When ctx ends first, Acquire returns an error wrapping ctx.Err() and
-	// leaves nothing behind: it holds nothing and waits for nothing.
+	// leaves nothing behind: it holds nothing and waits for nothing. Its
+	// candidacy is withdrawn before Acquire returns or, when the server
+	// cannot be reached (or a request's outcome is unknown), by the session
+	// as soon as it can, or with the session: until then the candidacy
+	// keeps its place in the queue, and may hold the lease, unused, which
+	// delays the candidacies behind it but never lets two hold it.
 	//
 	// Names are 1–128 characters of A–Z a–z 0–9 . _ - starting with a letter
 	// or a digit; the caller checks them.
@@ -195,13 +216,26 @@ type RecordReleaser interface {
 	ReleaseWithRecords(ctx context.Context, records []Record) error
 }
 
+// CandidateLister is an optional capability of a Session, found by type
+// assertion: the queue of a lease (see Session.Acquire), for tests and
+// for tools that show who waits for a lease.
+type CandidateLister interface {
+	// Candidates returns the session IDs of the candidacies for the lease
+	// name, oldest first: the first holds the lease (or is about to be
+	// told it does), the others wait in that order. A session with
+	// several candidacies for name (a withdrawal not yet done) appears
+	// once per candidacy. No candidacy: an empty list, not an error.
+	Candidates(ctx context.Context, name string) ([]string, error)
+}
+
 // LeaseLister is an optional capability of a Session, found by type
 // assertion: it lists the leases held now. Partition groups use it to find
 // partitions that nobody holds (see simba's vacancy grace); without it that
 // safety net is off.
 type LeaseLister interface {
 	// HeldLeases returns the names, sorted, of the leases held now by any
-	// session whose names start with prefix.
+	// session whose names start with prefix: those with at least one
+	// candidacy (see Session.Acquire), each name once.
 	HeldLeases(ctx context.Context, prefix string) ([]string, error)
 }
 
@@ -351,7 +385,9 @@ type Record struct {
 // Condition guards a write to a record. The zero Condition always holds.
 type Condition struct {
 	// Lease and Token, when Token is not zero, fence the write: it holds
-	// only while this session holds Lease with that token, and never
+	// only while this session holds Lease with that token (its candidacy
+	// with that token still exists: once a candidacy holds the lease, no
+	// older one can appear, so it holds the lease until it is gone), and never
 	// replaces a record written with a higher token, so a deposed holder
 	// can never overwrite what a newer one wrote. The memory and etcd
 	// backends check the lease atomically with the write; ZooKeeper checks
