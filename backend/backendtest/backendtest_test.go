@@ -39,7 +39,7 @@ var bugs = []struct {
 	{"members-unsorted", []string{"Membership"}},
 	{"close-keeps-leases", []string{"CloseEndsSession", "QueueLeaveOnClose"}},
 	{"candidates-reversed", []string{"QueueFIFO", "QueueLeaveOnContext", "Candidates"}},
-	{"withdrawal-lost", []string{"QueueLeaveOnContext", "QueueHeldLeases"}},
+	{"withdrawal-lost", []string{"QueueLeaveOnContext"}},
 	{"reacquire-keeps-holding", []string{"QueueReacquire", "TokensIncrease"}},
 	{"fence-unchecked", []string{"QueueFencing", "RecordsFenced"}},
 	{"held-per-candidacy", []string{"QueueHeldLeases"}},
@@ -277,11 +277,11 @@ func (s *faultySession) Acquire(ctx context.Context, name string) (backend.Lease
 }
 
 // acquireDetached runs the Acquire with a ctx that ignores the caller's
-// (bounded by three TTLs) and returns ctx.Err() when the caller's ends
+// (bounded by twenty TTLs) and returns ctx.Err() when the caller's ends
 // first, as if the withdrawal of the candidacy had been lost; a lease got
 // after that is released at once.
 func (s *faultySession) acquireDetached(ctx context.Context, name string) (backend.Lease, error) {
-	inner, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*s.Session.TTL())
+	inner, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*s.Session.TTL())
 	res := make(chan acquireOutcome, 1)
 	go func() {
 		defer cancel()

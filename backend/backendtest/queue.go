@@ -342,7 +342,9 @@ func testQueueHeldLeases(h *harness) {
 		})
 	}
 	la := h.acquire(a, "hq.1")
-	wb, wc := h.wait(b, "hq.1"), h.wait(c, "hq.1")
+	wb := h.wait(b, "hq.1")
+	h.wantQueue(cl, "hq.1", []backend.Session{a, b}, d, "with a holder and one waiter")
+	wc := h.wait(c, "hq.1")
 	if !h.wantQueue(cl, "hq.1", []backend.Session{a, b, c}, d, "with a holder and two waiters") {
 		return
 	}
