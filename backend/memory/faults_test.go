@@ -110,14 +110,20 @@ func TestPartitionWhileWaiting(t *testing.T) {
 		na.Partition()
 		require.NoError(t, lb.Release(t.Context()))
 		synctest.Wait()
-		_, _, held := srv.Holder("x")
-		assert.False(t, held, "a partitioned waiter cannot take the lease")
-		na.Heal()
-		la := <-got
+		// The server hands the lease to a's candidacy in the Release's
+		// step; a learns it only when the partition heals.
 		session, token, held := srv.Holder("x")
 		assert.True(t, held)
-		assert.Equal(t, a.ID(), session)
+		assert.Equal(t, a.ID(), session, "the waiting candidacy holds on the server")
+		select {
+		case <-got:
+			t.Fatal("a partitioned waiter's Acquire returned before Heal")
+		default:
+		}
+		na.Heal()
+		la := <-got
 		assert.Equal(t, la.Token(), token)
+		assert.Equal(t, memory.Stats{Open: 2, Acquire: 2, Release: 1}, srv.Stats(), "a hand-off costs the holder's Release and nothing else")
 	})
 }
 
@@ -153,8 +159,11 @@ func TestCrash(t *testing.T) {
 		assert.Equal(t, "a-1", session)
 		assert.Len(t, srv.Members("g"), 1)
 		require.NoError(t, lb.Release(t.Context()))
-		_, _, held = srv.Holder("y")
-		assert.False(t, held, "the crashed waiter took nothing")
+		// The crashed waiter's candidacy could not be withdrawn: it holds
+		// y, unused, until its session expires.
+		session, _, held = srv.Holder("y")
+		assert.True(t, held)
+		assert.Equal(t, "a-1", session, "the crashed waiter's candidacy holds y")
 
 		acquire(t, b, "x")
 		assert.Equal(t, ttl, time.Since(start))
@@ -162,8 +171,11 @@ func TestCrash(t *testing.T) {
 		assert.False(t, closed(a.Done()), "Done is never delivered to a crashed node")
 		assert.False(t, closed(la.Lost()), "Lost is never delivered to a crashed node")
 		h := srv.History()
-		require.Len(t, h, 3)
+		require.Len(t, h, 4)
 		assert.Equal(t, "expired", h[0].Reason)
+		assert.Equal(t, memory.Grant{Name: "y", Token: 3, Session: "a-1", Node: "a", Start: start, End: start.Add(ttl), Ended: true, Reason: "expired"}, h[2])
+		_, _, held = srv.Holder("y")
+		assert.False(t, held, "the orphan candidacy went with its session")
 		na.Heal() // no effect
 		_, err = a.KeepAlive(t.Context())
 		assert.ErrorIs(t, err, memory.ErrCrashed)

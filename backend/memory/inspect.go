@@ -36,13 +36,15 @@ type Grant struct {
 
 // Stats counts the requests the server received, by kind. A request that
 // never reached the server (its ctx ended on the way, or its node was
-// partitioned or crashed) is not counted; Acquire counts every attempt: one
-// per call, plus one each time a waiting call retries after the lease was
-// freed.
+// partitioned or crashed) is not counted. Acquire counts one request per
+// call: the registration of its candidacy. A waiting Acquire is served by
+// a notification, so a hand-off costs one request, the holder's Release
+// (or the end of its session); a waiting Acquire whose ctx ends costs a
+// Withdraw as well, when it reaches the server.
 type Stats struct {
 	Open         uint64 // Backend.Open
 	KeepAlive    uint64 // Session.KeepAlive
-	Acquire      uint64 // Session.Acquire attempts
+	Acquire      uint64 // Session.Acquire: registrations of a candidacy
 	Release      uint64 // Lease.Release
 	Join         uint64 // Session.Join
 	Leave        uint64 // Session.Leave
@@ -52,6 +54,8 @@ type Stats struct {
 	HeldLeases   uint64 // Session.HeldLeases
 	Records      uint64 // GetRecord, ListRecords, PutRecord, DeleteRecord
 	WatchRecords uint64 // Session.WatchRecords
+	Withdraw     uint64 // withdrawals of a candidacy whose Acquire's ctx ended while it waited
+	Candidates   uint64 // Session.Candidates
 }
 
 // count adds one request of kind k.
@@ -81,6 +85,10 @@ func (st *Stats) count(k op) {
 		st.Records++
 	case opWatchRecords:
 		st.WatchRecords++
+	case opWithdraw:
+		st.Withdraw++
+	case opCandidates:
+		st.Candidates++
 	}
 }
 

@@ -228,10 +228,12 @@ const (
 	opHeldLeases
 	opRecords
 	opWatchRecords
+	opWithdraw
+	opCandidates
 )
 
 func (k op) String() string {
-	return [...]string{"open", "keep-alive", "acquire", "release", "join", "leave", "members", "watch members", "close", "held leases", "records", "watch records"}[k]
+	return [...]string{"open", "keep-alive", "acquire", "release", "join", "leave", "members", "watch members", "close", "held leases", "records", "watch records", "withdraw", "candidates"}[k]
 }
 
 // exchange carries one request of kind k, for session s (nil for Open),
