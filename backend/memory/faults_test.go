@@ -373,3 +373,49 @@ func TestExpiredInFlight(t *testing.T) {
 		}
 	})
 }
+
+// TestWithdrawalLostWithTheLink: a waiting Acquire whose ctx ends while
+// its node is partitioned returns, but its withdrawal is lost with the
+// link: the candidacy keeps its place, holds the lease unused after the
+// holder releases, and goes with its session.
+func TestWithdrawalLostWithTheLink(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := memory.New()
+		defer srv.Close()
+		na := srv.Node("a")
+		a := open(t, na, time.Hour)
+		b := open(t, srv.Node("b"), time.Hour)
+		c := open(t, srv.Node("c"), time.Hour)
+		lb := acquire(t, b, "x")
+		ctx, cancel := context.WithCancel(t.Context())
+		waiting := call(func() error { _, err := a.Acquire(ctx, "x"); return err })
+		synctest.Wait()
+		na.Partition()
+		cancel()
+		assert.ErrorIs(t, <-waiting, context.Canceled)
+		na.Heal()
+		queue, err := c.(backend.CandidateLister).Candidates(t.Context(), "x")
+		require.NoError(t, err)
+		assert.Equal(t, []string{"b-1", "a-1"}, queue, "the lost withdrawal left a's candidacy queued")
+		assert.Zero(t, srv.Stats().Withdraw)
+
+		require.NoError(t, lb.Release(t.Context()))
+		session, _, _ := srv.Holder("x")
+		assert.Equal(t, "a-1", session, "the orphan candidacy holds, unused")
+		require.NoError(t, a.Close(t.Context()))
+		lc := acquire(t, c, "x")
+		assert.Equal(t, "closed", srv.History()[1].Reason)
+		assert.Greater(t, lc.Token(), srv.History()[1].Token)
+
+		// With the link up, the withdrawal reaches the server at once.
+		ctx, cancel = context.WithCancel(t.Context())
+		waiting = call(func() error { _, err := b.Acquire(ctx, "x"); return err })
+		synctest.Wait()
+		cancel()
+		assert.ErrorIs(t, <-waiting, context.Canceled)
+		queue, err = c.(backend.CandidateLister).Candidates(t.Context(), "x")
+		require.NoError(t, err)
+		assert.Equal(t, []string{"c-1"}, queue)
+		assert.Equal(t, uint64(1), srv.Stats().Withdraw)
+	})
+}

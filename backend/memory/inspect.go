@@ -18,7 +18,10 @@ type Grant struct {
 	Session string
 	// Node is the name of the node the session was opened through.
 	Node string
-	// Start is when the server granted the holding.
+	// Start is when the server granted the holding: when its candidacy
+	// became the oldest of the name's queue (at its Acquire's registration
+	// if the queue was empty, else when the holding before it ended), not
+	// when it registered.
 	Start time.Time
 	// End is when the holding ended, if Ended.
 	End time.Time
@@ -29,8 +32,10 @@ type Grant struct {
 	// expired early by [Node.Expire] or [Backend.ExpireSession]), "closed"
 	// (its session was closed),
 	// "reacquired" (its session acquired the name again) or "cancelled"
-	// (Acquire's ctx ended before the reply reached the caller, so the grant
-	// was undone). It is empty while the holding lasts.
+	// (Acquire's ctx ended before the reply or the notification of its
+	// turn reached the caller, so the candidacy was withdrawn). It is empty
+	// while the holding lasts. A candidacy withdrawn, or ended with its
+	// session, while it waited never held: it has no Grant.
 	Reason string
 }
 
@@ -92,8 +97,9 @@ func (st *Stats) count(k op) {
 	}
 }
 
-// Holder reports the session currently holding the lease called name, and
-// the token of its holding; ok is false if the lease is free.
+// Holder reports the session currently holding the lease called name (the
+// oldest candidacy of its queue, whether or not its node has been told),
+// and the token of its holding; ok is false if the lease is free.
 func (b *Backend) Holder(name string) (session string, token uint64, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -105,7 +111,8 @@ func (b *Backend) Holder(name string) (session string, token uint64, ok bool) {
 }
 
 // History returns every holding ever granted, of every lease name, in grant
-// order (and so in token order).
+// order, which is token order for each name (tokens are given at
+// registration, so holdings of different names may interleave).
 func (b *Backend) History() []Grant {
 	b.mu.Lock()
 	defer b.mu.Unlock()

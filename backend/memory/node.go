@@ -134,9 +134,11 @@ func (n *Node) Crash() {
 // response after the server applied it. A call whose ctx ends during the
 // request delay never reaches the server. One whose ctx ends during the
 // response delay returns an error wrapping ctx.Err() but has taken effect on
-// the server, except Acquire: its grant is undone (and recorded in
-// [Backend.History] with reason "cancelled"), so that it leaves nothing
-// behind. New delays apply to requests sent and replies sent after the call.
+// the server, except Acquire: its candidacy is withdrawn (a grant is
+// recorded in [Backend.History] with reason "cancelled"), so that it
+// leaves nothing behind. A waiting Acquire whose ctx ends sends the
+// withdrawal of its candidacy, which takes the request delay and is lost
+// if the link is cut. New delays apply to requests sent and replies sent after the call.
 // SetDelay panics if a delay is negative.
 func (n *Node) SetDelay(request, response time.Duration) {
 	if request < 0 || response < 0 {
