@@ -374,11 +374,11 @@ func TestExpiredInFlight(t *testing.T) {
 	})
 }
 
-// TestWithdrawalLostWithTheLink: a waiting Acquire whose ctx ends while
-// its node is partitioned returns, but its withdrawal is lost with the
-// link: the candidacy keeps its place, holds the lease unused after the
-// holder releases, and goes with its session.
-func TestWithdrawalLostWithTheLink(t *testing.T) {
+// TestWithdrawalAfterTheLink: a waiting Acquire whose ctx ends while its
+// node is partitioned returns, but its withdrawal waits for the link: the
+// candidacy keeps its place, and holds the lease unused after the holder
+// releases, until Heal; one whose node crashes goes with its session.
+func TestWithdrawalAfterTheLink(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := memory.New()
 		defer srv.Close()
@@ -393,29 +393,49 @@ func TestWithdrawalLostWithTheLink(t *testing.T) {
 		na.Partition()
 		cancel()
 		assert.ErrorIs(t, <-waiting, context.Canceled)
-		na.Heal()
 		queue, err := c.(backend.CandidateLister).Candidates(t.Context(), "x")
 		require.NoError(t, err)
-		assert.Equal(t, []string{"b-1", "a-1"}, queue, "the lost withdrawal left a's candidacy queued")
+		assert.Equal(t, []string{"b-1", "a-1"}, queue, "the withdrawal waits for the link: a's candidacy is still queued")
 		assert.Zero(t, srv.Stats().Withdraw)
 
 		require.NoError(t, lb.Release(t.Context()))
 		session, _, _ := srv.Holder("x")
 		assert.Equal(t, "a-1", session, "the orphan candidacy holds, unused")
-		require.NoError(t, a.Close(t.Context()))
+		na.Heal()
 		lc := acquire(t, c, "x")
-		assert.Equal(t, "closed", srv.History()[1].Reason)
+		assert.Equal(t, "cancelled", srv.History()[1].Reason, "withdrawn at Heal")
 		assert.Greater(t, lc.Token(), srv.History()[1].Token)
+		assert.Equal(t, uint64(1), srv.Stats().Withdraw)
+		require.NoError(t, lc.Release(t.Context()))
+
+		// A crashed node's withdrawal is never sent: the candidacy goes
+		// with its session.
+		la := acquire(t, a, "y")
+		ctx, cancel = context.WithCancel(t.Context())
+		waiting = call(func() error { _, err := c.Acquire(ctx, "y"); return err })
+		synctest.Wait()
+		srv.Node("c").Partition()
+		cancel()
+		assert.ErrorIs(t, <-waiting, context.Canceled)
+		srv.Node("c").Crash()
+		srv.Node("c").Heal()
+		require.NoError(t, la.Release(t.Context()))
+		session, _, _ = srv.Holder("y")
+		assert.Equal(t, "c-1", session, "the crashed node's candidacy holds, unused")
+		srv.ExpireSession("c-1")
+		_, _, held := srv.Holder("y")
+		assert.False(t, held, "the candidacy went with its session")
 
 		// With the link up, the withdrawal reaches the server at once.
+		acquire(t, a, "x")
 		ctx, cancel = context.WithCancel(t.Context())
 		waiting = call(func() error { _, err := b.Acquire(ctx, "x"); return err })
 		synctest.Wait()
 		cancel()
 		assert.ErrorIs(t, <-waiting, context.Canceled)
-		queue, err = c.(backend.CandidateLister).Candidates(t.Context(), "x")
+		queue, err = a.(backend.CandidateLister).Candidates(t.Context(), "x")
 		require.NoError(t, err)
-		assert.Equal(t, []string{"c-1"}, queue)
-		assert.Equal(t, uint64(1), srv.Stats().Withdraw)
+		assert.Equal(t, []string{"a-1"}, queue)
+		assert.Equal(t, uint64(2), srv.Stats().Withdraw)
 	})
 }

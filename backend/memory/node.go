@@ -30,6 +30,7 @@ type Node struct {
 	partitioned bool          // the link is cut
 	healed      chan struct{} // closed by Heal; set while partitioned
 	pending     []func()      // notifications withheld by the partition
+	withdrawals []*lease      // withdrawals of candidacies held back by the partition
 	crashed     bool          // Crash was called
 	closed      bool          // Close (or Backend.Close) was called
 	gone        chan struct{} // closed on Crash or Close
@@ -92,7 +93,9 @@ func (n *Node) Partition() {
 }
 
 // Heal restores the link cut by [Node.Partition]: withheld notifications are
-// delivered, in order, and blocked calls proceed. It does nothing if the node
+// delivered, in order, blocked calls proceed, and the withdrawals of
+// candidacies whose Acquire gave up during the partition reach the server
+// (as the session's own clean-up would send them once it can). It does nothing if the node
 // is not partitioned.
 func (n *Node) Heal() {
 	n.b.mu.Lock()
@@ -107,6 +110,14 @@ func (n *Node) Heal() {
 	n.pending = nil
 	for _, f := range pending {
 		f()
+	}
+	withdrawals := n.withdrawals
+	n.withdrawals = nil
+	for _, l := range withdrawals {
+		if l.s.live && !n.b.closed {
+			n.b.stats.count(opWithdraw)
+			n.b.withdraw(l, reasonCancelled)
+		}
 	}
 }
 
@@ -124,6 +135,7 @@ func (n *Node) Crash() {
 	}
 	n.crashed = true
 	n.pending = nil
+	n.withdrawals = nil
 	if !n.closed {
 		close(n.gone)
 	}

@@ -111,26 +111,35 @@ func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, erro
 
 // withdraw sends the withdrawal of the candidacy l, whose Acquire's ctx has
 // ended, and returns once it is sent: the request crosses the link after
-// the node's request delay, unless the link is cut (then it is lost, and
-// the candidacy goes with the session), the node crashes or closes, or the
-// session is over for the caller.
+// the node's request delay. While the link is cut the withdrawal waits for
+// [Node.Heal] (the session sends it as soon as it can; meanwhile the
+// candidacy keeps its place). It is dropped if the node crashes or closes,
+// or the session is over for the caller: the candidacy goes with the
+// session.
 func (s *session) withdraw(ctx context.Context, l *lease) {
 	n, b := s.n, s.b
 	send := context.WithoutCancel(ctx)
 	b.mu.Lock()
 	d := n.reqDelay
-	cut := n.partitioned || n.abortErrLocked(send, opWithdraw, s) != nil
+	gone := n.abortErrLocked(send, opWithdraw, s) != nil
+	if !gone && n.partitioned {
+		n.withdrawals = append(n.withdrawals, l)
+		gone = true
+	}
 	b.mu.Unlock()
-	if cut || n.sleep(send, opWithdraw, s, d) != nil {
+	if gone || n.sleep(send, opWithdraw, s, d) != nil {
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if n.partitioned || n.abortErrLocked(send, opWithdraw, s) != nil {
-		return
+	switch {
+	case n.abortErrLocked(send, opWithdraw, s) != nil:
+	case n.partitioned: // cut while in flight: sent again after Heal
+		n.withdrawals = append(n.withdrawals, l)
+	default:
+		b.stats.count(opWithdraw)
+		b.withdraw(l, reasonCancelled)
 	}
-	b.stats.count(opWithdraw)
-	b.withdraw(l, reasonCancelled)
 }
 
 // Candidates returns the IDs of the sessions of the candidacies for the
