@@ -33,9 +33,10 @@
 //     one request, the holder's. A waiting candidacy costs the server a
 //     queue entry and nothing else, however many there are;
 //   - a waiting Acquire whose ctx ends withdraws its candidacy with one
-//     request; if that request is lost (the link is cut, the node
-//     crashes) the candidacy keeps its place, and may hold the lease
-//     unused, until its session ends;
+//     request; while the link is cut the request waits for [Node.Heal],
+//     and if the node crashes it is never sent: until then the candidacy
+//     keeps its place, and may hold the lease unused (until Heal, or the
+//     end of its session);
 //   - Release compares tokens and never frees a newer holder;
 //   - every call that may block honours its ctx and leaves nothing behind.
 //

@@ -149,8 +149,8 @@ func (n *Node) Crash() {
 // the server, except Acquire: its candidacy is withdrawn (a grant is
 // recorded in [Backend.History] with reason "cancelled"), so that it
 // leaves nothing behind. A waiting Acquire whose ctx ends sends the
-// withdrawal of its candidacy, which takes the request delay and is lost
-// if the link is cut. New delays apply to requests sent and replies sent after the call.
+// withdrawal of its candidacy, which takes the request delay and, while
+// the link is cut, waits for Heal. New delays apply to requests sent and replies sent after the call.
 // SetDelay panics if a delay is negative.
 func (n *Node) SetDelay(request, response time.Duration) {
 	if request < 0 || response < 0 {
