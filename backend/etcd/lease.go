@@ -85,10 +85,13 @@ func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, erro
 				}
 			}
 			l, again, err := s.await(ctx, cctx, op, name, key, s.queue(name, token, older))
-			if again {
+			switch {
+			case again:
 				continue
+			case err != nil:
+				return nil, err // not a nil *lease in the interface
 			}
-			return l, err
+			return l, nil
 		}
 		// Why the compare failed: the session's key, then the candidacy key.
 		if err := s.checkEpoch(resp.Responses[1].GetResponseRange().Kvs, epoch); err != nil {

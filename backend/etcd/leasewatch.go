@@ -330,7 +330,9 @@ func (s *session) watchLeases(rev int64) {
 				s.end(errClientClosed)
 				return
 			}
-			resp, err := s.b.kv.KV.Get(s.ctx, base, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+			// Not keys only: etcd's keys-only ranges leave out the etcd
+			// lease a key is bound to.
+			resp, err := s.b.kv.KV.Get(s.ctx, base, clientv3.WithPrefix())
 			if err != nil {
 				continue
 			}
