@@ -137,7 +137,7 @@ func (s *session) await(ctx, cctx context.Context, op, name, key string, wt *wai
 		return l, false, nil
 	case s.ctx.Err() != nil:
 		s.dequeue(name, wt)
-		return nil, false, s.doneErr(op) // the candidacy goes with the session
+		return nil, false, s.failure(ctx, op, context.Cause(s.ctx)) // the candidacy goes with the session
 	case superseded:
 		s.dequeue(name, wt)
 		return nil, false, fmt.Errorf("simba/etcd: %s: superseded by a concurrent Acquire of the same name on session %s", op, s.id)
