@@ -183,7 +183,12 @@
 // 10,000 partitions on n nodes, each node contending for its own
 // partitions only, has 10,000 candidacies at rest, as many keys as
 // holdings; one election contended by every node has n. In a steady state
-// nothing is sent: the waiting costs no requests.
+// nothing is sent: the waiting costs no requests. Measured (TestScaleWaiting,
+// 2 cores, loopback): 10,000 Acquires of one session waiting behind another
+// session's 10,000 holdings cost the waiting client 2.5 KiB of heap and one
+// goroutine (the caller's) each, the server 0.8 KiB of RSS each, and no
+// request while waiting; the revocation of the holder's session handed all
+// 10,000 over in 177ms with no request from the waiter.
 //
 // # Records
 //
