@@ -444,8 +444,12 @@ func (b *Backend) unregister(s *session) {
 }
 
 // Key layout, under the prefix.
-func (b *Backend) sessionKey(id string) string   { return b.prefix + "session/" + id }
-func (b *Backend) leaseKey(name string) string   { return b.prefix + "lease/" + name }
-func (b *Backend) groupPrefix(g string) string   { return b.prefix + "group/" + g + "/" }
-func (b *Backend) memberKey(g, id string) string { return b.groupPrefix(g) + id }
-func (b *Backend) recordKey(key string) string   { return b.prefix + "rec/" + key }
+func (b *Backend) sessionKey(id string) string { return b.prefix + "session/" + id }
+func (b *Backend) leaseKey(name string) string { return b.prefix + "lease/" + name }
+func (b *Backend) candidacyPrefix(name string) string {
+	return b.leaseKey(name) + "/"
+}
+func (b *Backend) candidacyKey(name, sid string) string { return b.candidacyPrefix(name) + sid }
+func (b *Backend) groupPrefix(g string) string          { return b.prefix + "group/" + g + "/" }
+func (b *Backend) memberKey(g, id string) string        { return b.groupPrefix(g) + id }
+func (b *Backend) recordKey(key string) string          { return b.prefix + "rec/" + key }

@@ -137,7 +137,7 @@ func TestKeyLayout(t *testing.T) {
 	if err := s.Join(op(t), "billing", backend.Member{ID: "node-a", Data: []byte{1, 2}}); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"group/billing/" + s.ID(), "lease/ingest", "session/" + s.ID()}
+	want := []string{"group/billing/" + s.ID(), "lease/ingest/" + s.ID(), "session/" + s.ID()}
 	if got := keys(t, cli, prefix); !slices.Equal(got, want) {
 		t.Fatalf("keys %q, want %q", got, want)
 	}
@@ -150,7 +150,7 @@ func TestKeyLayout(t *testing.T) {
 			t.Errorf("key %s bound to lease %x, want the session's %s", kv.Key, kv.Lease, s.ID())
 		}
 		switch k := strings.TrimPrefix(string(kv.Key), prefix); k {
-		case "lease/ingest":
+		case "lease/ingest/" + s.ID():
 			if uint64(kv.CreateRevision) != l.Token() || string(kv.Value) != s.ID() {
 				t.Errorf("lease key: create revision %d value %q, want token %d and the session ID", kv.CreateRevision, kv.Value, l.Token())
 			}

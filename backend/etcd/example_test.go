@@ -67,7 +67,7 @@ func Example() {
 	fmt.Println("leading ingest, token above zero:", token > 0)
 
 	<-task.Stop() // hand-off: the task ends, then the key is deleted
-	resp, err := b.Client().Get(context.Background(), "/simba/lease/ingest")
+	resp, err := b.Client().Get(context.Background(), "/simba/lease/ingest/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -115,7 +115,7 @@ func ExampleNewFromClient() {
 		fmt.Println(err)
 		return
 	}
-	resp, err := cli.Get(ctx, "/jobs/lease/report")
+	resp, err := cli.Get(ctx, "/jobs/lease/report/"+s.ID())
 	if err != nil {
 		fmt.Println(err)
 		return

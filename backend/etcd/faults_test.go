@@ -249,11 +249,12 @@ func TestCloseLeavesNothing(t *testing.T) {
 			t.Fatalf("only %v running after %v", seen, opTimeout)
 		}
 	}
-	// Sessions, leases and members (the last members may join a little
+	// Sessions, candidacies (every node's for each election, the owner's
+	// for each partition) and members (the last members may join a little
 	// after the partitions run).
 	for deadline := time.Now().Add(opTimeout); ; time.Sleep(10 * time.Millisecond) {
 		got := sessionKeys(keys(t, cli, prefix))
-		if len(got) == 3+2+4+3 {
+		if len(got) == 3+2*3+4+3 {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -55,6 +55,17 @@ func (k *limitedKV) take(ctx context.Context) error {
 
 func (k *limitedKV) free() { <-k.slots }
 
+// tryTake takes a slot if one is free now, and reports whether it did; the
+// caller then sends its request on k.KV and frees the slot.
+func (k *limitedKV) tryTake() bool {
+	select {
+	case k.slots <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
 func (k *limitedKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
 	if err := k.take(ctx); err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -15,26 +16,35 @@ import (
 	"github.com/simba-go/simba/backend"
 )
 
-// Acquire takes the lease called name: the key <prefix>lease/<name>,
-// created by a transaction that succeeds only if the key does not exist, and
-// bound to the session's etcd lease. The token is the key's create revision.
+// Acquire takes the lease called name by queued candidacy: it registers
+// the session's candidacy, the key <prefix>lease/<name>/<session ID> bound
+// to the session's etcd lease, and the oldest candidacy of a name (the
+// lowest create revision under <prefix>lease/<name>/) holds the lease. The
+// token is the candidacy key's create revision.
 //
-// While another session holds the key, Acquire waits for the session's
-// shared watch of the lease keys (see leaseWatch) to see an event on the
-// key after the revision its transaction saw, and tries again: the shared
-// watch is synced, so the server sends the deletion as it happens, with no
-// catch-up delay. If this session holds the key already, Acquire deletes
-// it, conditionally on its create revision, and creates it again with a new
-// token.
+// One transaction creates the key, if the session has none for name, and
+// reads the name's candidacies at the same revision: those created before
+// it are the older ones. Acquire returns when the session's shared watch of
+// the lease keys (see leaseWatch) has seen each of them deleted, at once if
+// there were none: a hand-off costs the waiter no request of its own. If
+// the session has a candidacy for name already (it holds the lease, or a
+// Release failed or its reply was lost), Acquire deletes it, conditionally
+// on its create revision, so that the holding's Lost closes, and queues
+// again at the back.
 //
-// When ctx ends while a transaction is on its way, Acquire cannot know
-// whether it took effect: it returns at once, and a goroutine of the session
-// undoes it. The transaction also compares the session key's value, the
-// session's epoch; the undo bumps the epoch and deletes the lease key if
-// this session holds it, in one transaction, so the interrupted transaction
-// fails if etcd applies it later. The next Acquire of the same name on this
-// session waits for the undo. Concurrent calls of Acquire for one name on
-// one session free each other's holdings.
+// When ctx ends while Acquire waits, it withdraws its candidacy (a delete
+// conditional on its create revision) before it returns if a request slot
+// is free (see WithMaxRequests), within withdrawTimeout, and otherwise
+// leaves the delete to a goroutine of the session (as below). When ctx
+// ends while a transaction is on its way, Acquire cannot know whether it
+// took effect: it returns at once, and a goroutine of the session undoes
+// it. The transaction also compares the session key's value, the session's
+// epoch; the undo bumps the epoch and deletes the candidacy key if it is
+// this session's, in one transaction, so the interrupted transaction fails
+// if etcd applies it later. The next Acquire of the same name on this
+// session waits for the undo. Of concurrent calls of Acquire for one name
+// on one session, the later one frees the earlier one's holding, or makes
+// its wait fail.
 func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, error) {
 	if !backend.ValidName(name) {
 		return nil, nameError("lease", name)
@@ -48,15 +58,16 @@ func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, erro
 	}
 	cctx, release := s.bind(ctx)
 	defer release()
-	key := s.b.leaseKey(name)
-	defer s.expect(key)() // before the first transaction: see leaseWatch
+	key := s.b.candidacyKey(name, s.id)
+	defer s.expect(name, key)() // before the first transaction: see leaseWatch
 	free := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
-	take := clientv3.OpPut(key, s.id, clientv3.WithLease(s.lease))
+	put := clientv3.OpPut(key, s.id, clientv3.WithLease(s.lease))
+	queue := clientv3.OpGet(s.b.candidacyPrefix(name), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	for {
 		epoch := s.epoch.Load()
 		resp, err := s.b.kv.Txn(cctx).
 			If(free, s.epochIs(epoch)).
-			Then(take).
+			Then(put, queue).
 			Else(clientv3.OpGet(key), clientv3.OpGet(s.key)).
 			Commit()
 		if err != nil {
@@ -66,9 +77,23 @@ func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, erro
 			return nil, s.failure(ctx, op, err)
 		}
 		if resp.Succeeded {
-			return s.newLease(name, key, resp.Header.Revision), nil
+			token := resp.Header.Revision
+			older := make(map[string]int64)
+			for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+				if kv.CreateRevision < token {
+					older[string(kv.Key)] = kv.CreateRevision
+				}
+			}
+			l, again, err := s.await(ctx, cctx, op, name, key, s.queue(name, token, older))
+			switch {
+			case again:
+				continue
+			case err != nil:
+				return nil, err // not a nil *lease in the interface
+			}
+			return l, nil
 		}
-		// Why the compare failed: the session's key, then the lease key.
+		// Why the compare failed: the session's key, then the candidacy key.
 		if err := s.checkEpoch(resp.Responses[1].GetResponseRange().Kvs, epoch); err != nil {
 			if errors.Is(err, errEpochMoved) {
 				continue // an undo ran meanwhile
@@ -82,23 +107,75 @@ func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, erro
 			}
 			continue
 		}
-		if cur := kvs[0]; clientv3.LeaseID(cur.Lease) == s.lease {
-			// This session's own holding (a failed Release, a lost reply):
-			// free it, and only it, then take a new one.
-			mine := clientv3.Compare(clientv3.CreateRevision(key), "=", cur.CreateRevision)
-			if _, err := s.b.kv.Txn(cctx).If(mine).Then(clientv3.OpDelete(key)).Commit(); err != nil {
-				return nil, s.failure(ctx, op, err)
-			}
-			continue
-		}
-		if !s.awaitEvent(cctx, key, resp.Header.Revision) {
-			err := cctx.Err()
-			if err == nil {
-				err = errors.New("the session's watch of the lease keys ended")
-			}
+		// The session's own candidacy (a holding, a failed Release, a lost
+		// reply; or a key of another etcd lease written under this
+		// session's ID, which no one else's Acquire writes): free it, and
+		// only it, then queue again.
+		mine := clientv3.Compare(clientv3.CreateRevision(key), "=", kvs[0].CreateRevision)
+		if _, err := s.b.kv.Txn(cctx).If(mine).Then(clientv3.OpDelete(key)).Commit(); err != nil {
 			return nil, s.failure(ctx, op, err)
 		}
 	}
+}
+
+// await waits for the turn of the candidacy of name queued as wt, whose key
+// is key, between expect and its done: it returns the holding once every
+// older candidacy is gone, or, when ctx (the caller's; cctx is bound to
+// the session too) ends first, withdraws the candidacy and returns why.
+// again reports that the candidacy is gone (deleted by someone else) and
+// Acquire should queue again.
+func (s *session) await(ctx, cctx context.Context, op, name, key string, wt *waiter) (l *lease, again bool, err error) {
+	select {
+	case <-wt.done:
+	case <-cctx.Done():
+	}
+	holds, gone, superseded := s.turn(wt)
+	switch {
+	case cctx.Err() == nil && holds:
+		l = &lease{s: s, key: key, name: name, token: wt.token}
+		s.hold(l, wt)
+		return l, false, nil
+	case s.ctx.Err() != nil:
+		s.dequeue(name, wt)
+		return nil, false, s.failure(ctx, op, context.Cause(s.ctx)) // the candidacy goes with the session
+	case superseded:
+		s.dequeue(name, wt)
+		return nil, false, fmt.Errorf("simba/etcd: %s: superseded by a concurrent Acquire of the same name on session %s", op, s.id)
+	case gone && cctx.Err() == nil:
+		s.dequeue(name, wt)
+		return nil, true, nil
+	}
+	s.dequeue(name, wt)
+	if !gone {
+		s.withdraw(name, key, wt.token)
+	}
+	err = cctx.Err()
+	if err == nil { // not reached: the watch ends only with the session
+		err = errors.New("the session's watch of the lease keys ended")
+	}
+	return nil, false, s.failure(ctx, op, err)
+}
+
+// withdrawTimeout bounds the withdrawal of a candidacy before Acquire
+// returns; one that takes longer is left to the undo worker.
+const withdrawTimeout = time.Second
+
+// withdraw deletes the session's candidacy key of name created at token:
+// at once, within withdrawTimeout, if a request slot is free, and
+// otherwise, or if that fails, by the undo worker (cleanupLater), which
+// batches the withdrawals of many Acquires ending together.
+func (s *session) withdraw(name, key string, token int64) {
+	if s.b.kv.tryTake() {
+		ctx, cancel := context.WithTimeout(s.ctx, withdrawTimeout)
+		mine := clientv3.Compare(clientv3.CreateRevision(key), "=", token)
+		_, err := s.b.kv.KV.Txn(ctx).If(mine).Then(clientv3.OpDelete(key)).Commit()
+		cancel()
+		s.b.kv.free()
+		if err == nil || isLeaseNotFound(err) || s.ctx.Err() != nil {
+			return // withdrawn, or gone with the session
+		}
+	}
+	s.cleanupLater(name, key)
 }
 
 // epochIs compares the session key's value with epoch.
@@ -258,12 +335,13 @@ var (
 	_ backend.LostNotifier = (*lease)(nil)
 )
 
-// lease is one holding of a lease key. It implements [backend.Lease]. The
-// session's shared watch of the lease keys closes Lost (see leaseWatch).
+// lease is one holding: a candidacy whose turn came. It implements
+// [backend.Lease]. The session's shared watch of the lease keys closes
+// Lost (see leaseWatch).
 type lease struct {
 	s     *session
-	key   string
-	name  string // the end of key
+	key   string // the candidacy key, <prefix>lease/<name>/<session ID>
+	name  string
 	token int64
 
 	mu          sync.Mutex
@@ -282,22 +360,14 @@ type onLost struct {
 	f  func()
 }
 
-// newLease returns the holding of key created at revision token and
-// registers it with the session's watch of the lease keys.
-func (s *session) newLease(name, key string, token int64) *lease {
-	l := &lease{s: s, key: key, name: key[len(key)-len(name):], token: token}
-	s.hold(l)
-	return l
-}
-
 // Name returns the lease name.
 func (l *lease) Name() string { return l.name }
 
-// Token returns the create revision of the lease key.
+// Token returns the create revision of the candidacy key.
 func (l *lease) Token() uint64 { return uint64(l.token) }
 
-// Lost is closed when the key is deleted, recreated by another holding or
-// bound to another etcd lease (seen by the session's watch of the lease
+// Lost is closed when the candidacy key is deleted, recreated by another
+// candidacy or bound to another etcd lease (seen by the session's watch of the lease
 // keys), or when the session is over, unless the holding ended by its own
 // Release first.
 func (l *lease) Lost() <-chan struct{} {
@@ -312,19 +382,20 @@ func (l *lease) Lost() <-chan struct{} {
 	return l.lost
 }
 
-// Release deletes the key by a transaction conditional on its create
-// revision, so it never deletes a newer holding, and returns an error
-// wrapping [backend.ErrNotHeld] if the key is gone or belongs to another
-// holding.
+// Release deletes the candidacy key by a transaction conditional on its
+// create revision, so it never deletes a newer candidacy, and returns an
+// error wrapping [backend.ErrNotHeld] if the key is gone or belongs to
+// another candidacy. The next-oldest candidacy's session learns from its
+// watch that its turn has come: the hand-off needs no other request.
 func (l *lease) Release(ctx context.Context) error {
 	return l.release(ctx, fmt.Sprintf("release %q (token %d)", l.name, l.token), nil)
 }
 
 // ReleaseWithRecords writes records fenced by the holding and deletes its
-// key in one transaction: the optional [backend.RecordReleaser]
-// capability. Each record is written as PutRecord writes it (unless its
-// stored token is newer), inside the transaction that compares the key's
-// create revision.
+// candidacy key in one transaction, with no read before it: the optional
+// [backend.RecordReleaser] capability. Each record is written as PutRecord
+// writes it (unless its stored token is newer), inside the transaction
+// that compares the key's create revision.
 func (l *lease) ReleaseWithRecords(ctx context.Context, records []backend.Record) error {
 	ops := make([]clientv3.Op, 0, len(records))
 	for _, r := range records {
@@ -441,8 +512,8 @@ func (l *lease) OnLost(f func()) (stop func() bool) {
 	}
 }
 
-// HeldLeases lists, sorted, the names starting with prefix of the lease keys
-// that exist now, whoever holds them: one range request over
+// HeldLeases lists, sorted, the names starting with prefix that have at
+// least one candidacy now, whoever's, each once: one range request over
 // <prefix>lease/<prefix>, keys only. It implements [backend.LeaseLister].
 func (s *session) HeldLeases(ctx context.Context, prefix string) ([]string, error) {
 	op := fmt.Sprintf("held leases %q", prefix)
@@ -454,8 +525,10 @@ func (s *session) HeldLeases(ctx context.Context, prefix string) ([]string, erro
 	return s.b.heldLeases(cctx, prefix, func(err error) error { return s.failure(ctx, op, err) })
 }
 
-// heldLeases lists the lease keys under prefix, one range request of keys
-// only: the read of session.HeldLeases and view.HeldLeases.
+// heldLeases lists the names under prefix with at least one candidacy, one
+// range request of keys only: the read of session.HeldLeases and
+// view.HeldLeases. A key under lease/ that is not a candidacy's (no
+// "/<session ID>" after the name) is not listed.
 func (b *Backend) heldLeases(ctx context.Context, prefix string, fail func(error) error) ([]string, error) {
 	base := b.leaseKey("")
 	resp, err := b.kv.KV.Get(ctx, base+prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
@@ -463,9 +536,49 @@ func (b *Backend) heldLeases(ctx context.Context, prefix string, fail func(error
 	if err != nil {
 		return nil, fail(err)
 	}
-	names := make([]string, len(resp.Kvs))
-	for i, kv := range resp.Kvs {
-		names[i] = strings.TrimPrefix(string(kv.Key), base)
+	var names []string
+	for _, kv := range resp.Kvs {
+		name, ok := candidacyName(base, string(kv.Key))
+		if ok && (len(names) == 0 || names[len(names)-1] != name) {
+			names = append(names, name)
+		}
+	}
+	if names == nil {
+		names = []string{}
 	}
 	return names, nil
+}
+
+var _ backend.CandidateLister = (*session)(nil)
+
+// Candidates returns the session IDs of the candidacies for name, oldest
+// first: one range request of <prefix>lease/<name>/, keys only, sorted by
+// create revision. It implements [backend.CandidateLister].
+func (s *session) Candidates(ctx context.Context, name string) ([]string, error) {
+	if !backend.ValidName(name) {
+		return nil, nameError("lease", name)
+	}
+	op := fmt.Sprintf("candidates of %q", name)
+	if err := s.overErr(op); err != nil {
+		return nil, err
+	}
+	cctx, release := s.bind(ctx)
+	defer release()
+	return s.b.candidates(cctx, name, func(err error) error { return s.failure(ctx, op, err) })
+}
+
+// candidates reads the session IDs of the candidacies for name, oldest
+// first: the read of session.Candidates and view.Candidates.
+func (b *Backend) candidates(ctx context.Context, name string, fail func(error) error) ([]string, error) {
+	base := b.candidacyPrefix(name)
+	resp, err := b.kv.KV.Get(ctx, base, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return nil, fail(err)
+	}
+	ids := make([]string, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		ids = append(ids, strings.TrimPrefix(string(kv.Key), base))
+	}
+	return ids, nil
 }

@@ -29,10 +29,10 @@ func TestSharedWatchTellsEachHoldingAlone(t *testing.T) {
 		leases = append(leases, l)
 	}
 	// Another writer deletes p3 and rebinds p7 to no etcd lease.
-	if _, err := cli.Delete(op(t), prefix+"lease/p3"); err != nil {
+	if _, err := cli.Delete(op(t), prefix+"lease/p3/"+s.ID()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cli.Put(op(t), prefix+"lease/p7", s.ID()); err != nil {
+	if _, err := cli.Put(op(t), prefix+"lease/p7/"+s.ID(), s.ID()); err != nil {
 		t.Fatal(err)
 	}
 	for _, i := range []int{3, 7} {
@@ -94,7 +94,7 @@ func TestSharedWatchResyncsAfterCompaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	px.Refuse()
-	if _, err := cli.Delete(op(t), prefix+"lease/x"); err != nil {
+	if _, err := cli.Delete(op(t), prefix+"lease/x/"+s.ID()); err != nil {
 		t.Fatal(err)
 	}
 	put, err := cli.Put(op(t), prefix+"other", "1")

@@ -275,7 +275,7 @@ func (s *session) writeRecord(ctx context.Context, op, key string, cond backend.
 	defer release()
 	els := []clientv3.Op{clientv3.OpGet(rk)}
 	if cond.Token != 0 {
-		els = append(els, clientv3.OpGet(s.b.leaseKey(cond.Lease)))
+		els = append(els, clientv3.OpGet(s.b.candidacyKey(cond.Lease, s.id)))
 	}
 	resp, err := s.b.kv.Txn(cctx).If(cmps...).Then(then).Else(els...).Commit()
 	if err != nil {
@@ -297,7 +297,7 @@ func (s *session) fenceCmps(op string, cond backend.Condition) ([]clientv3.Cmp, 
 		// No such holding can exist: etcd's revisions are int64.
 		return nil, fmt.Errorf("simba/etcd: %s: lease %q is not held with token %d: %w", op, cond.Lease, cond.Token, backend.ErrConflict)
 	}
-	lk := s.b.leaseKey(cond.Lease)
+	lk := s.b.candidacyKey(cond.Lease, s.id)
 	return []clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(lk), "=", int64(cond.Token)),
 		clientv3.Compare(clientv3.LeaseValue(lk), "=", s.lease),

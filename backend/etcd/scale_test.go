@@ -16,9 +16,11 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
 	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/etcd"
 	"github.com/simba-go/simba/internal/etcdtest"
 )
@@ -360,4 +362,107 @@ func (s *timedStream) RecvMsg(m any) error {
 		s.r.mu.Unlock()
 	})
 	return err
+}
+
+// TestScaleWaiting measures what waiting candidacies cost (with
+// SIMBA_ETCD_SCALE=1, run as TestScale is, -run '^TestScaleWaiting$'): one
+// session holds n leases, another session's n Acquires queue behind them;
+// then the holder's session is revoked, which deletes its n keys in one
+// revision, and the waiters take over on the watch's events alone.
+func TestScaleWaiting(t *testing.T) {
+	if os.Getenv(scaleEnv) == "" {
+		t.Skipf("set %s=1 to measure", scaleEnv)
+	}
+	n := 10000
+	if v := os.Getenv(scaleEnv + "_SIZES"); v != "" {
+		f := strings.Split(v, ",")
+		var err error
+		if n, err = strconv.Atoi(strings.TrimSpace(f[len(f)-1])); err != nil || n <= 0 {
+			t.Fatalf("%s_SIZES: bad size %q", scaleEnv, v)
+		}
+	}
+	srv := startScaleServer(t)
+	prefix := fmt.Sprintf("/scale-waiting-%d/", n)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	openOn := func(counter *requestCounter) backend.Session {
+		b, err := etcd.NewFromClient(benchClient(t, []string{srv.endpoint}, counter), etcd.WithPrefix(prefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		s, err := b.Open(ctx, backend.SessionOptions{TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	holder := openOn(newRequestCounter())
+	counter := newRequestCounter()
+	waiter := openOn(counter)
+	acquireAll := func(s backend.Session) []backend.Lease {
+		out := make([]backend.Lease, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				l, err := s.Acquire(ctx, fmt.Sprintf("p%d", i))
+				if err != nil {
+					t.Error(err)
+				}
+				out[i] = l
+			})
+		}
+		wg.Wait()
+		return out
+	}
+	acquireAll(holder)
+	if t.Failed() {
+		t.FailNow()
+	}
+	heap0, g0 := settledHeap()
+	rss0 := srv.rss()
+	done := make(chan []backend.Lease, 1)
+	go func() { done <- acquireAll(waiter) }()
+	// Queued: 2n candidacy keys.
+	reader := benchClient(t, []string{srv.endpoint}, newRequestCounter())
+	count := func() int64 {
+		resp, err := reader.Get(ctx, prefix+"lease/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Count
+	}
+	for count() < int64(2*n) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(scaleSettle)
+	heap1, g1 := settledHeap()
+	rss1 := srv.rss()
+	t0 := counter.reset()
+	time.Sleep(scaleWindow)
+	restRate, restBy := counter.rate(t0)
+
+	counter.reset()
+	start := time.Now()
+	if err := holder.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	leases := <-done
+	handOff := time.Since(start)
+	sent := counter.total.Load()
+	for _, l := range leases {
+		if l == nil {
+			t.FailNow()
+		}
+	}
+	t.Logf("report:\n\n%d waiting candidacies (%d keys under lease/ with the holdings), %s:\n"+
+		"- client heap / waiting Acquire: %.1f KiB, goroutines / waiting Acquire: %.2f (the caller's own included)\n"+
+		"- server RSS / waiting candidacy: %.1f KiB\n"+
+		"- waiter's requests/s while waiting: %.2f (%s)\n"+
+		"- hand-off of all %d on the holder's revocation: %v, requests the waiter sent meanwhile: %d\n",
+		n, 2*n, machine(),
+		float64(int64(heap1)-int64(heap0))/float64(n)/1024, float64(g1-g0)/float64(n),
+		float64(rss1-rss0)/float64(n)/1024,
+		restRate, restBy,
+		n, handOff.Round(time.Millisecond), sent)
 }

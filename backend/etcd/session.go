@@ -68,7 +68,7 @@ func newSession(b *Backend, id clientv3.LeaseID, ttl time.Duration) *session {
 		ctx:    ctx,
 		cancel: cancel,
 		unsure: make(map[string]*undo),
-		lw:     leaseWatch{keys: make(map[string]*slot)},
+		lw:     leaseWatch{names: make(map[string]*slot)},
 	}
 }
 

@@ -99,8 +99,8 @@ func (v *view) MembersWithSkipped(ctx context.Context, group string) ([]backend.
 	return v.b.members(cctx, group, func(err error) error { return v.failure(ctx, op, err) })
 }
 
-// HeldLeases lists the lease keys under prefix: one range request, keys
-// only.
+// HeldLeases lists the names under prefix with at least one candidacy,
+// each once: one range request, keys only.
 func (v *view) HeldLeases(ctx context.Context, prefix string) ([]string, error) {
 	op := fmt.Sprintf("held leases %q", prefix)
 	if err := v.overErr(op); err != nil {
@@ -109,6 +109,22 @@ func (v *view) HeldLeases(ctx context.Context, prefix string) ([]string, error) 
 	cctx, release := v.bind(ctx)
 	defer release()
 	return v.b.heldLeases(cctx, prefix, func(err error) error { return v.failure(ctx, op, err) })
+}
+
+// Candidates returns the session IDs of the candidacies for name, oldest
+// first (as a session's [backend.CandidateLister] does): one range
+// request, keys only.
+func (v *view) Candidates(ctx context.Context, name string) ([]string, error) {
+	if !backend.ValidName(name) {
+		return nil, nameError("lease", name)
+	}
+	op := fmt.Sprintf("candidates of %q", name)
+	if err := v.overErr(op); err != nil {
+		return nil, err
+	}
+	cctx, release := v.bind(ctx)
+	defer release()
+	return v.b.candidates(cctx, name, func(err error) error { return v.failure(ctx, op, err) })
 }
 
 // WatchRecords watches the records under prefix.
