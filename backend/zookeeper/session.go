@@ -376,9 +376,9 @@ func (s *session) zkErr(op string, err error) error {
 func (s *session) onEvent(ev zk.Event) {
 	switch ev.Type {
 	case zk.EventNodeCreated, zk.EventNodeDeleted, zk.EventNodeDataChanged, zk.EventNodeChildrenChanged:
-		if name, ok := s.p.leaseName(ev.Path); ok {
+		if name, _, ok := s.p.leaseChild(ev.Path); ok {
 			if ev.Type == zk.EventNodeDeleted || ev.Type == zk.EventNodeDataChanged {
-				s.leaseEvent(name, ev.Type)
+				s.leaseEvent(name, ev.Path, ev.Type)
 			}
 		} else if recs := s.p.root + recordDir; ev.Path == recs || strings.HasPrefix(ev.Path, recs+"/") {
 			s.mu.Lock()
@@ -445,9 +445,10 @@ func (s *session) lockName(ctx context.Context, op, name string) (unlock func(),
 }
 
 var (
-	_ backend.Session      = (*session)(nil)
-	_ backend.Lease        = (*lease)(nil)
-	_ backend.LostNotifier = (*lease)(nil)
-	_ backend.LeaseLister  = (*session)(nil)
-	_ backend.Records      = (*session)(nil)
+	_ backend.Session         = (*session)(nil)
+	_ backend.Lease           = (*lease)(nil)
+	_ backend.LostNotifier    = (*lease)(nil)
+	_ backend.LeaseLister     = (*session)(nil)
+	_ backend.CandidateLister = (*session)(nil)
+	_ backend.Records         = (*session)(nil)
 )
