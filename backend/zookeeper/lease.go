@@ -646,12 +646,17 @@ func (l *lease) withName(ctx context.Context, op string, release func() error) e
 }
 
 // ReleaseWithRecords writes records fenced by the holding and deletes its
-// znode in one multi-operation: the optional [backend.RecordReleaser]
-// capability. The records, their directories and the lease znode are read
-// first (one round trip; a new key's directory is created then), and the
-// multi-operation checks that none of them changed, as PutRecord does; it
-// is tried again when one did. A record whose stored token is newer than
-// the holding's is left out.
+// candidacy znode in one multi-operation: the optional
+// [backend.RecordReleaser] capability. The multi-operation is built from
+// what the session last read or wrote of each record (its leaf's and its
+// directory's data versions, and the token stored), and the candidacy's
+// version known since Acquire: no read before it, one round trip in all.
+// It checks that none of them changed, as PutRecord does. When one did
+// (the cache was stale), or a record was never seen by the session, or
+// the token it last saw there is newer than the holding's, the records,
+// their directories and the candidacy are read first (one round trip; a
+// new key's directory is created then), and it is tried again. A record
+// whose stored token is newer than the holding's is left out.
 func (l *lease) ReleaseWithRecords(ctx context.Context, records []backend.Record) error {
 	s := l.s
 	const op = "release with records"
@@ -668,10 +673,19 @@ func (l *lease) ReleaseWithRecords(ctx context.Context, records []backend.Record
 	return l.withName(ctx, op, func() error { return s.releaseWith(ctx, op, l, l.recordOps(writes)) })
 }
 
-// recordOps returns, for releaseWith, the operations that write writes
-// (read first on c), leaving out those a newer token has written.
+// recordOps returns, for releaseWith, the operations that write writes:
+// built from the record cache on the first call when every record is in
+// it, else (and on every later call) from reads on c, leaving out those a
+// newer token has written.
 func (l *lease) recordOps(writes []*recordWrite) func(c *zk.Conn) (ops []any, again bool, err error) {
+	first := true
 	return func(c *zk.Conn) (ops []any, again bool, err error) {
+		if first {
+			first = false
+			if ops, ok := l.cachedOps(writes); ok {
+				return ops, false, nil
+			}
+		}
 		reads := make([]recordRead, len(writes))
 		if err := together(len(writes), func(i int) (err error) {
 			reads[i], err = writes[i].read(c)
@@ -694,6 +708,32 @@ func (l *lease) recordOps(writes []*recordWrite) func(c *zk.Conn) (ops []any, ag
 		}
 		return ops, false, nil
 	}
+}
+
+// cachedOps builds the operations of writes from the record cache, as
+// ops does from a read, and reports false when a record is not cached
+// or was last seen with a newer token than the holding's. The fence is
+// the delete of the candidacy that releaseWith puts last.
+func (l *lease) cachedOps(writes []*recordWrite) ([]any, bool) {
+	s := l.s
+	var ops []any
+	for _, w := range writes {
+		leaf := s.p.record(w.key)
+		cr, ok := s.cachedRecordAt(leaf)
+		if !ok || (cr.present && cr.token > l.token) {
+			return nil, false
+		}
+		stored := encodeRecord(l.token, w.value)
+		if cr.present {
+			ops = append(ops,
+				&zk.CheckVersionRequest{Path: s.p.recordDir(w.key), Version: cr.dir},
+				&zk.SetDataRequest{Path: leaf, Data: stored, Version: cr.leaf})
+		} else {
+			ops = append(ops, &zk.CreateRequest{Path: leaf, Data: stored, Acl: s.b.cfg.acl})
+		}
+		ops = append(ops, &zk.SetDataRequest{Path: s.p.recordTop(w.key), Version: -1})
+	}
+	return ops, true
 }
 
 // notHeld returns an error wrapping ErrNotHeld (and cause, if not nil).
@@ -757,6 +797,7 @@ func (s *session) releaseWith(ctx context.Context, op string, l *lease, before f
 			ops = append(ops, &zk.DeleteRequest{Path: l.path, Version: l.version})
 			res, err := c.Multi(ops...)
 			if err == nil {
+				s.noteMulti(ops, res)
 				return false, nil
 			}
 			if len(res) != len(ops) {

@@ -83,18 +83,36 @@ func (s *session) GetRecord(ctx context.Context, key string) (backend.Record, er
 		return backend.Record{}, err
 	}
 	return call(s, ctx, fmt.Sprintf("get record %q", key), func(c *zk.Conn) (backend.Record, error) {
-		data, st, err := c.Get(s.p.record(key))
+		// The directory is read too, in the same round trip, for the
+		// record cache (see ReleaseWithRecords).
+		var r recordRead
+		var err error
+		if derr := together(2, func(i int) error {
+			if i == 0 {
+				r.data, r.st, err = c.Get(s.p.record(key))
+				r.present = err == nil
+				return nil
+			}
+			var err error
+			r.dirOK, r.dir, err = c.Exists(s.p.recordDir(key))
+			return err
+		}); derr != nil {
+			return backend.Record{}, derr
+		} else if err == nil || errors.Is(err, zk.ErrNoNode) {
+			s.noteRead(s.p.record(key), r)
+		}
+		data, st := r.data, r.st
 		if errors.Is(err, zk.ErrNoNode) {
 			return backend.Record{}, backend.ErrNoRecord
 		}
 		if err != nil {
 			return backend.Record{}, err
 		}
-		r, bad := decodeRecord(key, data, st)
+		rec, bad := decodeRecord(key, data, st)
 		if bad != nil {
 			return backend.Record{}, bad
 		}
-		return r, nil
+		return rec, nil
 	})
 }
 
@@ -371,6 +389,9 @@ func (w *recordWrite) read(c *zk.Conn) (recordRead, error) {
 		}
 		return err
 	})
+	if err == nil {
+		s.noteRead(s.p.record(w.key), r)
+	}
 	return r, err
 }
 
@@ -410,6 +431,7 @@ func (w *recordWrite) write(c *zk.Conn, r recordRead) (writeResult, error) {
 	}
 	res, err := c.Multi(ops...)
 	if err == nil {
+		s.noteMulti(ops, res)
 		// Every znode a multi-operation writes gets its zxid as mzxid:
 		// the last operation's stat carries the leaf's new version.
 		written := backend.Record{Key: w.key, Value: slices.Clone(w.value), Version: uint64(res[len(res)-1].Stat.Mzxid), Token: cond.Token}

@@ -46,6 +46,9 @@ type session struct {
 	recWatches map[*recordWatch]struct{} // WatchRecords calls running
 	leaves     map[string]uint64         // Leave calls per group (see Join)
 
+	cacheMu  sync.Mutex
+	recCache map[string]cachedRecord // see reccache.go
+
 	// memberMu orders the member writes of Join and Leave on the server
 	// (held by their requests, not by the callers).
 	memberMu sync.Mutex
