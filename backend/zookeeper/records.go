@@ -368,6 +368,7 @@ type recordRead struct {
 // trip.
 func (w *recordWrite) read(c *zk.Conn) (recordRead, error) {
 	s := w.s
+	s.recordReads.Add(1)
 	var r recordRead
 	n := 2
 	if w.cond.Token != 0 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -48,6 +49,9 @@ type session struct {
 
 	cacheMu  sync.Mutex
 	recCache map[string]cachedRecord // see reccache.go
+	// recordReads counts the reads of record writes (for tests: a
+	// ReleaseWithRecords served from the cache makes none).
+	recordReads atomic.Int64
 
 	// memberMu orders the member writes of Join and Leave on the server
 	// (held by their requests, not by the callers).
