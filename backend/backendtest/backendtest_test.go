@@ -37,7 +37,12 @@ var bugs = []struct {
 	{"lost-never-closed", []string{"ReleaseNeverFreesNewer", "CloseEndsSession", "ExpiryEndsSession", "LostOnExpiry"}},
 	{"no-hints", []string{"Membership"}},
 	{"members-unsorted", []string{"Membership"}},
-	{"close-keeps-leases", []string{"CloseEndsSession"}},
+	{"close-keeps-leases", []string{"CloseEndsSession", "QueueLeaveOnClose"}},
+	{"candidates-reversed", []string{"QueueFIFO", "QueueLeaveOnContext", "Candidates"}},
+	{"withdrawal-lost", []string{"QueueLeaveOnContext"}},
+	{"reacquire-keeps-holding", []string{"QueueReacquire", "TokensIncrease"}},
+	{"fence-unchecked", []string{"QueueFencing", "RecordsFenced"}},
+	{"held-per-candidacy", []string{"QueueHeldLeases"}},
 	{"view-writes", []string{"ViewWritesNothing"}},
 	{"view-no-hints", []string{"ViewWatch"}},
 }
@@ -117,6 +122,8 @@ func TestPlanted(t *testing.T) {
 			return b
 		case strings.HasPrefix(bug, "view-"):
 			return faultyViewer{b, bug}
+		case bug == "fence-unchecked":
+			return fenceless{b}
 		}
 		return faulty{b, bug}
 	}, backendtest.WithSynctest(), backendtest.WithFingerprint(memoryFingerprint))
@@ -183,7 +190,7 @@ func (f faulty) Open(ctx context.Context, o backend.SessionOptions) (backend.Ses
 	if err != nil {
 		return nil, err
 	}
-	return &faultySession{Session: s, bug: f.bug, current: make(map[string]backend.Lease)}, nil
+	return &faultySession{Session: s, bug: f.bug, current: make(map[string]backend.Lease), held: make(map[string]*faultyLease)}, nil
 }
 
 type faultySession struct {
@@ -192,6 +199,35 @@ type faultySession struct {
 
 	mu      sync.Mutex
 	current map[string]backend.Lease // latest holding by name
+	held    map[string]*faultyLease  // holdings not released, by name
+}
+
+// Candidates lists the queue newest first, under candidates-reversed.
+func (s *faultySession) Candidates(ctx context.Context, name string) ([]string, error) {
+	ids, err := s.Session.(backend.CandidateLister).Candidates(ctx, name)
+	if s.bug == "candidates-reversed" {
+		slices.Reverse(ids)
+	}
+	return ids, err
+}
+
+// HeldLeases lists a name once per candidacy, under held-per-candidacy.
+func (s *faultySession) HeldLeases(ctx context.Context, prefix string) ([]string, error) {
+	names, err := s.Session.(backend.LeaseLister).HeldLeases(ctx, prefix)
+	if err != nil || s.bug != "held-per-candidacy" {
+		return names, err
+	}
+	var out []string
+	for _, name := range names {
+		ids, err := s.Candidates(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		for range ids {
+			out = append(out, name)
+		}
+	}
+	return out, nil
 }
 
 func (s *faultySession) TTL() time.Duration {
@@ -215,6 +251,15 @@ func (s *faultySession) Acquire(ctx context.Context, name string) (backend.Lease
 		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.Session.TTL()*3/2)
 		defer cancel()
 		ctx = c
+	case "reacquire-keeps-holding": // a holding not released is returned again
+		s.mu.Lock()
+		l := s.held[name]
+		s.mu.Unlock()
+		if l != nil && !isClosed(l.Lost()) {
+			return l, nil
+		}
+	case "withdrawal-lost": // the candidacy stays queued after ctx ends
+		return s.acquireDetached(ctx, name)
 	}
 	l, err := s.Session.Acquire(ctx, name)
 	if err != nil && s.bug == "no-name-check" && ctx.Err() == nil { // take another name instead
@@ -223,10 +268,51 @@ func (s *faultySession) Acquire(ctx context.Context, name string) (backend.Lease
 	if err != nil {
 		return nil, err
 	}
+	fl := &faultyLease{Lease: l, s: s, never: make(chan struct{})}
 	s.mu.Lock()
 	s.current[name] = l
+	s.held[name] = fl
 	s.mu.Unlock()
-	return &faultyLease{Lease: l, s: s, never: make(chan struct{})}, nil
+	return fl, nil
+}
+
+// acquireDetached runs the Acquire with a ctx that ignores the caller's
+// (bounded by twenty TTLs) and returns ctx.Err() when the caller's ends
+// first, as if the withdrawal of the candidacy had been lost; a lease got
+// after that is released at once.
+func (s *faultySession) acquireDetached(ctx context.Context, name string) (backend.Lease, error) {
+	inner, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*s.Session.TTL())
+	res := make(chan acquireOutcome, 1)
+	go func() {
+		defer cancel()
+		l, err := s.Session.Acquire(inner, name)
+		res <- acquireOutcome{l, err}
+	}()
+	select {
+	case r := <-res:
+		return r.l, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-res; r.l != nil {
+				_ = r.l.Release(context.WithoutCancel(ctx))
+			}
+		}()
+		return nil, ctx.Err()
+	}
+}
+
+type acquireOutcome struct {
+	l   backend.Lease
+	err error
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 func (s *faultySession) Members(ctx context.Context, group string) ([]backend.Member, error) {
@@ -272,6 +358,11 @@ func (l *faultyLease) Lost() <-chan struct{} {
 }
 
 func (l *faultyLease) Release(ctx context.Context) error {
+	l.s.mu.Lock()
+	if l.s.held[l.Name()] == l {
+		delete(l.s.held, l.Name())
+	}
+	l.s.mu.Unlock()
 	if l.s.bug == "stale-release-frees-newer" {
 		l.s.mu.Lock()
 		cur := l.s.current[l.Name()]
@@ -279,4 +370,36 @@ func (l *faultyLease) Release(ctx context.Context) error {
 		return cur.Release(ctx)
 	}
 	return l.Lease.Release(ctx)
+}
+
+// fenceless is the memory backend whose record writes ignore the lease
+// fence: the planted bug fence-unchecked.
+type fenceless struct{ *memory.Backend }
+
+func (f fenceless) Open(ctx context.Context, o backend.SessionOptions) (backend.Session, error) {
+	s, err := f.Backend.Open(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	return fencelessSession{s.(fullSession)}, nil
+}
+
+// fullSession is what a memory session implements.
+type fullSession interface {
+	backend.Session
+	backend.Records
+	backend.CandidateLister
+	backend.LeaseLister
+}
+
+type fencelessSession struct{ fullSession }
+
+func (s fencelessSession) PutRecord(ctx context.Context, key string, value []byte, cond backend.Condition) (backend.Record, error) {
+	cond.Lease, cond.Token = "", 0
+	return s.fullSession.PutRecord(ctx, key, value, cond)
+}
+
+func (s fencelessSession) DeleteRecord(ctx context.Context, key string, cond backend.Condition) error {
+	cond.Lease, cond.Token = "", 0
+	return s.fullSession.DeleteRecord(ctx, key, cond)
 }

@@ -48,6 +48,14 @@
 //   - the server never frees a lease before the granted TTL has passed since
 //     the start of the last KeepAlive, and does free it after;
 //   - Acquire honours its ctx and leaves nothing behind;
+//   - Acquire is queued candidacy (read through backend.CandidateLister,
+//     which the cases require): waiters are served oldest first, one
+//     hand-off at a time, with increasing tokens; a waiter whose ctx ends
+//     or whose session is closed leaves the queue, and a holder whose
+//     session is closed hands the lease to the oldest waiter; a re-Acquire
+//     by the holder ends its holding (Lost closes) and queues at the back;
+//     after a queued hand-off the deposed holder's token fences nothing;
+//     HeldLeases lists a lease with waiters once;
 //   - membership: records, ordering, member-watch hints, Leave;
 //   - invalid names and oversized member data are rejected with an error,
 //     never a panic;

@@ -20,8 +20,23 @@
 //   - a session expires when its granted TTL has passed since the server
 //     applied its last KeepAlive (or its Open): its leases end, its
 //     memberships go, and waiting calls wake;
-//   - tokens come from one counter per Backend, starting at 1, so they
-//     strictly increase for every lease name;
+//   - Acquire is queued candidacy (see backend.Session.Acquire): it
+//     registers a candidacy at the back of the name's queue on the
+//     server, with the next value of one counter per Backend (starting at
+//     1) as its token, and the oldest candidacy holds. A holding starts
+//     only once every older candidacy is gone, and every later candidacy
+//     has a larger counter value, so tokens strictly increase for every
+//     lease name;
+//   - a Release, a re-Acquire or the end of a session serves the next
+//     candidacy in the same server step, and the waiter's Acquire returns
+//     on the notification, with no request of its own: a hand-off costs
+//     one request, the holder's. A waiting candidacy costs the server a
+//     queue entry and nothing else, however many there are;
+//   - a waiting Acquire whose ctx ends withdraws its candidacy with one
+//     request; while the link is cut the request waits for [Node.Heal],
+//     and if the node crashes it is never sent: until then the candidacy
+//     keeps its place, and may hold the lease unused (until Heal, or the
+//     end of its session);
 //   - Release compares tokens and never frees a newer holder;
 //   - every call that may block honours its ctx and leaves nothing behind.
 //
@@ -51,7 +66,7 @@
 //   - [Node.SetDelay] delays requests on their way to the server and replies
 //     on their way back. A call whose ctx ends during the request delay never
 //     reaches the server; one whose ctx ends during the reply delay has taken
-//     effect, except Acquire, whose grant is undone.
+//     effect, except Acquire, whose candidacy is withdrawn.
 //   - [Node.Expire] and [Backend.ExpireSession] make the server expire
 //     sessions at once, as if their TTL had run out.
 //
@@ -70,7 +85,8 @@
 // [Backend.Holder], [Backend.History], [Backend.Sessions], [Backend.Members]
 // and [Backend.Stats] show the server's view, for tests and examples:
 // who holds what, every holding ever granted and how it ended, and how many
-// requests of each kind the server received.
+// requests of each kind the server received. Sessions implement
+// backend.CandidateLister: Candidates lists a lease's queue.
 //
 // [WithTTLBounds] makes the granted TTL differ from the requested one, as
 // etcd (which raises small TTLs) and ZooKeeper (which negotiates) do.

@@ -110,14 +110,20 @@ func TestPartitionWhileWaiting(t *testing.T) {
 		na.Partition()
 		require.NoError(t, lb.Release(t.Context()))
 		synctest.Wait()
-		_, _, held := srv.Holder("x")
-		assert.False(t, held, "a partitioned waiter cannot take the lease")
-		na.Heal()
-		la := <-got
+		// The server hands the lease to a's candidacy in the Release's
+		// step; a learns it only when the partition heals.
 		session, token, held := srv.Holder("x")
 		assert.True(t, held)
-		assert.Equal(t, a.ID(), session)
+		assert.Equal(t, a.ID(), session, "the waiting candidacy holds on the server")
+		select {
+		case <-got:
+			t.Fatal("a partitioned waiter's Acquire returned before Heal")
+		default:
+		}
+		na.Heal()
+		la := <-got
 		assert.Equal(t, la.Token(), token)
+		assert.Equal(t, memory.Stats{Open: 2, Acquire: 2, Release: 1}, srv.Stats(), "a hand-off costs the holder's Release and nothing else")
 	})
 }
 
@@ -153,8 +159,11 @@ func TestCrash(t *testing.T) {
 		assert.Equal(t, "a-1", session)
 		assert.Len(t, srv.Members("g"), 1)
 		require.NoError(t, lb.Release(t.Context()))
-		_, _, held = srv.Holder("y")
-		assert.False(t, held, "the crashed waiter took nothing")
+		// The crashed waiter's candidacy could not be withdrawn: it holds
+		// y, unused, until its session expires.
+		session, _, held = srv.Holder("y")
+		assert.True(t, held)
+		assert.Equal(t, "a-1", session, "the crashed waiter's candidacy holds y")
 
 		acquire(t, b, "x")
 		assert.Equal(t, ttl, time.Since(start))
@@ -162,8 +171,11 @@ func TestCrash(t *testing.T) {
 		assert.False(t, closed(a.Done()), "Done is never delivered to a crashed node")
 		assert.False(t, closed(la.Lost()), "Lost is never delivered to a crashed node")
 		h := srv.History()
-		require.Len(t, h, 3)
+		require.Len(t, h, 4)
 		assert.Equal(t, "expired", h[0].Reason)
+		assert.Equal(t, memory.Grant{Name: "y", Token: 3, Session: "a-1", Node: "a", Start: start, End: start.Add(ttl), Ended: true, Reason: "expired"}, h[2])
+		_, _, held = srv.Holder("y")
+		assert.False(t, held, "the orphan candidacy went with its session")
 		na.Heal() // no effect
 		_, err = a.KeepAlive(t.Context())
 		assert.ErrorIs(t, err, memory.ErrCrashed)
@@ -359,5 +371,71 @@ func TestExpiredInFlight(t *testing.T) {
 				assert.ErrorIs(t, err, backend.ErrSessionDone, name)
 			}
 		}
+	})
+}
+
+// TestWithdrawalAfterTheLink: a waiting Acquire whose ctx ends while its
+// node is partitioned returns, but its withdrawal waits for the link: the
+// candidacy keeps its place, and holds the lease unused after the holder
+// releases, until Heal; one whose node crashes goes with its session.
+func TestWithdrawalAfterTheLink(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := memory.New()
+		defer srv.Close()
+		na := srv.Node("a")
+		a := open(t, na, time.Hour)
+		b := open(t, srv.Node("b"), time.Hour)
+		c := open(t, srv.Node("c"), time.Hour)
+		lb := acquire(t, b, "x")
+		ctx, cancel := context.WithCancel(t.Context())
+		waiting := call(func() error { _, err := a.Acquire(ctx, "x"); return err })
+		synctest.Wait()
+		na.Partition()
+		cancel()
+		assert.ErrorIs(t, <-waiting, context.Canceled)
+		queue, err := c.(backend.CandidateLister).Candidates(t.Context(), "x")
+		require.NoError(t, err)
+		assert.Equal(t, []string{"b-1", "a-1"}, queue, "the withdrawal waits for the link: a's candidacy is still queued")
+		assert.Zero(t, srv.Stats().Withdraw)
+
+		require.NoError(t, lb.Release(t.Context()))
+		session, _, _ := srv.Holder("x")
+		assert.Equal(t, "a-1", session, "the orphan candidacy holds, unused")
+		na.Heal()
+		lc := acquire(t, c, "x")
+		assert.Equal(t, "cancelled", srv.History()[1].Reason, "withdrawn at Heal")
+		assert.Greater(t, lc.Token(), srv.History()[1].Token)
+		assert.Equal(t, uint64(1), srv.Stats().Withdraw)
+		require.NoError(t, lc.Release(t.Context()))
+
+		// A crashed node's withdrawal is never sent: the candidacy goes
+		// with its session.
+		la := acquire(t, a, "y")
+		ctx, cancel = context.WithCancel(t.Context())
+		waiting = call(func() error { _, err := c.Acquire(ctx, "y"); return err })
+		synctest.Wait()
+		srv.Node("c").Partition()
+		cancel()
+		assert.ErrorIs(t, <-waiting, context.Canceled)
+		srv.Node("c").Crash()
+		srv.Node("c").Heal()
+		require.NoError(t, la.Release(t.Context()))
+		session, _, _ = srv.Holder("y")
+		assert.Equal(t, "c-1", session, "the crashed node's candidacy holds, unused")
+		srv.ExpireSession("c-1")
+		_, _, held := srv.Holder("y")
+		assert.False(t, held, "the candidacy went with its session")
+
+		// With the link up, the withdrawal reaches the server at once.
+		acquire(t, a, "x")
+		ctx, cancel = context.WithCancel(t.Context())
+		waiting = call(func() error { _, err := b.Acquire(ctx, "x"); return err })
+		synctest.Wait()
+		cancel()
+		assert.ErrorIs(t, <-waiting, context.Canceled)
+		queue, err = a.(backend.CandidateLister).Candidates(t.Context(), "x")
+		require.NoError(t, err)
+		assert.Equal(t, []string{"a-1"}, queue)
+		assert.Equal(t, uint64(2), srv.Stats().Withdraw)
 	})
 }

@@ -18,7 +18,10 @@ type Grant struct {
 	Session string
 	// Node is the name of the node the session was opened through.
 	Node string
-	// Start is when the server granted the holding.
+	// Start is when the server granted the holding: when its candidacy
+	// became the oldest of the name's queue (at its Acquire's registration
+	// if the queue was empty, else when the holding before it ended), not
+	// when it registered.
 	Start time.Time
 	// End is when the holding ended, if Ended.
 	End time.Time
@@ -29,20 +32,24 @@ type Grant struct {
 	// expired early by [Node.Expire] or [Backend.ExpireSession]), "closed"
 	// (its session was closed),
 	// "reacquired" (its session acquired the name again) or "cancelled"
-	// (Acquire's ctx ended before the reply reached the caller, so the grant
-	// was undone). It is empty while the holding lasts.
+	// (Acquire's ctx ended before the reply or the notification of its
+	// turn reached the caller, so the candidacy was withdrawn). It is empty
+	// while the holding lasts. A candidacy withdrawn, or ended with its
+	// session, while it waited never held: it has no Grant.
 	Reason string
 }
 
 // Stats counts the requests the server received, by kind. A request that
 // never reached the server (its ctx ended on the way, or its node was
-// partitioned or crashed) is not counted; Acquire counts every attempt: one
-// per call, plus one each time a waiting call retries after the lease was
-// freed.
+// partitioned or crashed) is not counted. Acquire counts one request per
+// call: the registration of its candidacy. A waiting Acquire is served by
+// a notification, so a hand-off costs one request, the holder's Release
+// (or the end of its session); a waiting Acquire whose ctx ends costs a
+// Withdraw as well, when it reaches the server.
 type Stats struct {
 	Open         uint64 // Backend.Open
 	KeepAlive    uint64 // Session.KeepAlive
-	Acquire      uint64 // Session.Acquire attempts
+	Acquire      uint64 // Session.Acquire: registrations of a candidacy
 	Release      uint64 // Lease.Release
 	Join         uint64 // Session.Join
 	Leave        uint64 // Session.Leave
@@ -52,6 +59,8 @@ type Stats struct {
 	HeldLeases   uint64 // Session.HeldLeases
 	Records      uint64 // GetRecord, ListRecords, PutRecord, DeleteRecord
 	WatchRecords uint64 // Session.WatchRecords
+	Withdraw     uint64 // withdrawals of a candidacy whose Acquire's ctx ended while it waited
+	Candidates   uint64 // Session.Candidates
 }
 
 // count adds one request of kind k.
@@ -81,11 +90,16 @@ func (st *Stats) count(k op) {
 		st.Records++
 	case opWatchRecords:
 		st.WatchRecords++
+	case opWithdraw:
+		st.Withdraw++
+	case opCandidates:
+		st.Candidates++
 	}
 }
 
-// Holder reports the session currently holding the lease called name, and
-// the token of its holding; ok is false if the lease is free.
+// Holder reports the session currently holding the lease called name (the
+// oldest candidacy of its queue, whether or not its node has been told),
+// and the token of its holding; ok is false if the lease is free.
 func (b *Backend) Holder(name string) (session string, token uint64, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -97,7 +111,8 @@ func (b *Backend) Holder(name string) (session string, token uint64, ok bool) {
 }
 
 // History returns every holding ever granted, of every lease name, in grant
-// order (and so in token order).
+// order, which is token order for each name (tokens are given at
+// registration, so holdings of different names may interleave).
 func (b *Backend) History() []Grant {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -9,13 +9,17 @@ import (
 	"github.com/simba-go/simba/backend"
 )
 
-// lease is one holding of a lease name by a session. It implements
-// [backend.Lease].
+// lease is one candidacy of a session for a lease name (see
+// backend.Session.Acquire) and, once it is the head of its queue, its
+// holding. It implements [backend.Lease].
 type lease struct {
 	s     *session
 	name  string
-	token uint64
-	grant int // index of its Grant in Backend.history
+	token uint64 // the server's counter at registration
+	grant int    // index of its Grant in Backend.history; -1 while it waits
+
+	told       chan struct{} // closed when the node learns the candidacy holds; guarded by s.b.mu
+	toldClosed bool
 
 	lost       chan struct{} // guarded by s.b.mu
 	lostClosed bool
@@ -105,6 +109,15 @@ func (l *lease) closeLost() {
 			l.onLost[id]()
 		}
 		l.onLost = nil
+	}
+}
+
+// closeTold tells the node that the candidacy holds the lease, once.
+// b.mu is held.
+func (l *lease) closeTold() {
+	if !l.toldClosed {
+		l.toldClosed = true
+		close(l.told)
 	}
 }
 

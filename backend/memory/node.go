@@ -30,6 +30,7 @@ type Node struct {
 	partitioned bool          // the link is cut
 	healed      chan struct{} // closed by Heal; set while partitioned
 	pending     []func()      // notifications withheld by the partition
+	withdrawals []*lease      // withdrawals of candidacies held back by the partition
 	crashed     bool          // Crash was called
 	closed      bool          // Close (or Backend.Close) was called
 	gone        chan struct{} // closed on Crash or Close
@@ -92,7 +93,9 @@ func (n *Node) Partition() {
 }
 
 // Heal restores the link cut by [Node.Partition]: withheld notifications are
-// delivered, in order, and blocked calls proceed. It does nothing if the node
+// delivered, in order, blocked calls proceed, and the withdrawals of
+// candidacies whose Acquire gave up during the partition reach the server
+// (as the session's own clean-up would send them once it can). It does nothing if the node
 // is not partitioned.
 func (n *Node) Heal() {
 	n.b.mu.Lock()
@@ -107,6 +110,14 @@ func (n *Node) Heal() {
 	n.pending = nil
 	for _, f := range pending {
 		f()
+	}
+	withdrawals := n.withdrawals
+	n.withdrawals = nil
+	for _, l := range withdrawals {
+		if l.s.live && !n.b.closed {
+			n.b.stats.count(opWithdraw)
+			n.b.withdraw(l, reasonCancelled)
+		}
 	}
 }
 
@@ -124,6 +135,7 @@ func (n *Node) Crash() {
 	}
 	n.crashed = true
 	n.pending = nil
+	n.withdrawals = nil
 	if !n.closed {
 		close(n.gone)
 	}
@@ -134,9 +146,11 @@ func (n *Node) Crash() {
 // response after the server applied it. A call whose ctx ends during the
 // request delay never reaches the server. One whose ctx ends during the
 // response delay returns an error wrapping ctx.Err() but has taken effect on
-// the server, except Acquire: its grant is undone (and recorded in
-// [Backend.History] with reason "cancelled"), so that it leaves nothing
-// behind. New delays apply to requests sent and replies sent after the call.
+// the server, except Acquire: its candidacy is withdrawn (a grant is
+// recorded in [Backend.History] with reason "cancelled"), so that it
+// leaves nothing behind. A waiting Acquire whose ctx ends sends the
+// withdrawal of its candidacy, which takes the request delay and, while
+// the link is cut, waits for Heal. New delays apply to requests sent and replies sent after the call.
 // SetDelay panics if a delay is negative.
 func (n *Node) SetDelay(request, response time.Duration) {
 	if request < 0 || response < 0 {
@@ -228,10 +242,12 @@ const (
 	opHeldLeases
 	opRecords
 	opWatchRecords
+	opWithdraw
+	opCandidates
 )
 
 func (k op) String() string {
-	return [...]string{"open", "keep-alive", "acquire", "release", "join", "leave", "members", "watch members", "close", "held leases", "records", "watch records"}[k]
+	return [...]string{"open", "keep-alive", "acquire", "release", "join", "leave", "members", "watch members", "close", "held leases", "records", "watch records", "withdraw", "candidates"}[k]
 }
 
 // exchange carries one request of kind k, for session s (nil for Open),

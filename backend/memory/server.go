@@ -12,12 +12,13 @@ import (
 )
 
 var (
-	_ backend.Backend      = (*Backend)(nil)
-	_ backend.Backend      = (*Node)(nil)
-	_ backend.Session      = (*session)(nil)
-	_ backend.LeaseLister  = (*session)(nil)
-	_ backend.Lease        = (*lease)(nil)
-	_ backend.LostNotifier = (*lease)(nil)
+	_ backend.Backend         = (*Backend)(nil)
+	_ backend.Backend         = (*Node)(nil)
+	_ backend.Session         = (*session)(nil)
+	_ backend.LeaseLister     = (*session)(nil)
+	_ backend.CandidateLister = (*session)(nil)
+	_ backend.Lease           = (*lease)(nil)
+	_ backend.LostNotifier    = (*lease)(nil)
 )
 
 // defaultNode is the name of the node behind [Backend.Open].
@@ -30,7 +31,7 @@ const (
 	reasonEvicted    = "evicted"    // Node.Expire or Backend.ExpireSession: the server ended it early
 	reasonClosed     = "closed"     // Session.Close
 	reasonReacquired = "reacquired" // the same session acquired the name again
-	reasonCancelled  = "cancelled"  // Acquire's ctx ended before its reply arrived
+	reasonCancelled  = "cancelled"  // Acquire's ctx ended before its reply or its turn arrived
 )
 
 // Backend is the in-memory server: the shared state of every session, lease
@@ -46,9 +47,9 @@ type Backend struct {
 	nodes       map[string]*Node
 	def         *Node
 	sessions    map[string]*session                  // live sessions by ID
-	leases      map[string]*lease                    // current holding by lease name
-	freed       map[string]chan struct{}             // closed when the name is next freed
-	token       uint64                               // last token granted
+	leases      map[string]*lease                    // current holding by lease name: the head of its queue
+	queues      map[string][]*lease                  // candidacies by lease name, oldest (the holder) first
+	token       uint64                               // last token given to a candidacy
 	history     []Grant                              // every holding, in grant order
 	groups      map[string]map[string]backend.Member // group -> session ID -> member
 	watchers    map[string][]*watcher                // group -> watchers, in registration order
@@ -101,7 +102,7 @@ func New(opts ...Option) *Backend {
 		nodes:    make(map[string]*Node),
 		sessions: make(map[string]*session),
 		leases:   make(map[string]*lease),
-		freed:    make(map[string]chan struct{}),
+		queues:   make(map[string][]*lease),
 		groups:   make(map[string]map[string]backend.Member),
 		watchers: make(map[string][]*watcher),
 		records:  make(map[string]*record),
@@ -184,6 +185,7 @@ func (b *Backend) openSession(n *Node, requested time.Duration) *session {
 		expiresAt: time.Now().Add(ttl),
 		ended:     make(chan struct{}),
 		leases:    make(map[string]*lease),
+		cands:     make(map[*lease]struct{}),
 		groups:    make(map[string]struct{}),
 	}
 	s.timer = time.AfterFunc(ttl, func() { b.expireDue(s) })
@@ -222,6 +224,10 @@ func (b *Backend) endSession(s *session, reason string) {
 	delete(b.sessions, s.id)
 	close(s.ended)
 	s.n.notify(s.closeDone) // before the leases' Lost: a holder learns why
+	// Waiting candidacies first, so that none of them is served on the way.
+	for _, l := range s.waitingCandidacies() {
+		b.withdraw(l, reason)
+	}
 	for _, name := range slices.Sorted(maps.Keys(s.leases)) {
 		b.endHolding(s.leases[name], reason, true)
 	}
@@ -234,49 +240,90 @@ func (b *Backend) endSession(s *session, reason string) {
 	}
 }
 
-// grantLease makes s the holder of name, with the next token. The name must
-// be free. b.mu is held.
-func (b *Backend) grantLease(s *session, name string) *lease {
+// register queues a new candidacy of s for name, with the next token, and
+// serves it at once if the queue was empty. b.mu is held.
+func (b *Backend) register(s *session, name string) *lease {
 	b.token++
-	l := &lease{s: s, name: name, token: b.token, lost: make(chan struct{}), grant: len(b.history)}
-	b.leases[name] = l
-	s.leases[name] = l
+	l := &lease{s: s, name: name, token: b.token, lost: make(chan struct{}), told: make(chan struct{}), grant: -1}
+	b.queues[name] = append(b.queues[name], l)
+	s.cands[l] = struct{}{}
+	if len(b.queues[name]) == 1 {
+		b.serve(l)
+	}
+	return l
+}
+
+// serve makes l, the head of its queue, the holder of its name: its grant
+// starts now, and its session's node is told (its waiting Acquire
+// returns). b.mu is held.
+func (b *Backend) serve(l *lease) {
+	s := l.s
+	l.grant = len(b.history)
+	b.leases[l.name] = l
+	s.leases[l.name] = l
 	b.history = append(b.history, Grant{
-		Name:    name,
+		Name:    l.name,
 		Token:   l.token,
 		Session: s.id,
 		Node:    s.n.name,
 		Start:   time.Now(),
 	})
-	return l
+	s.n.notify(l.closeTold)
 }
 
-// endHolding ends the current holding l for the given reason and wakes the
-// waiters of its name; lost says whether l's Lost channel is to be closed.
-// b.mu is held.
+// dequeue removes the candidacy l from its queue and, if it was the head,
+// serves the next one, in the same step. b.mu is held.
+func (b *Backend) dequeue(l *lease) {
+	q := b.queues[l.name]
+	i := slices.Index(q, l)
+	if i < 0 {
+		return
+	}
+	q = slices.Delete(q, i, i+1)
+	delete(l.s.cands, l)
+	if len(q) == 0 {
+		delete(b.queues, l.name)
+		return
+	}
+	b.queues[l.name] = q
+	if i == 0 {
+		b.serve(q[0])
+	}
+}
+
+// withdraw removes the candidacy l, for the given reason, whether it holds
+// or waits; its Lost is not closed (its Acquire has returned an error, or
+// its session is over). It does nothing if l is gone already. b.mu is held.
+func (b *Backend) withdraw(l *lease, reason string) {
+	if b.leases[l.name] == l {
+		b.endHolding(l, reason, false)
+		return
+	}
+	b.dequeue(l)
+}
+
+// endHolding ends the current holding l for the given reason and serves
+// the next candidacy of its name; lost says whether l's Lost channel is to
+// be closed. b.mu is held.
 func (b *Backend) endHolding(l *lease, reason string, lost bool) {
 	g := &b.history[l.grant]
 	g.End, g.Ended, g.Reason = time.Now(), true, reason
 	delete(b.leases, l.name)
 	delete(l.s.leases, l.name)
-	if ch, ok := b.freed[l.name]; ok {
-		close(ch)
-		delete(b.freed, l.name)
-	}
 	if lost {
 		l.s.n.notify(l.closeLost)
 	}
+	b.dequeue(l)
 }
 
-// freedChan returns a channel closed when the current holding of name ends.
-// b.mu is held.
-func (b *Backend) freedChan(name string) <-chan struct{} {
-	ch, ok := b.freed[name]
-	if !ok {
-		ch = make(chan struct{})
-		b.freed[name] = ch
+// candidates returns the IDs of the sessions of the candidacies for name,
+// oldest first. b.mu is held.
+func (b *Backend) candidates(name string) []string {
+	ids := []string{}
+	for _, l := range b.queues[name] {
+		ids = append(ids, l.s.id)
 	}
-	return ch
+	return ids
 }
 
 // nameError describes an invalid lease or group name.
