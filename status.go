@@ -352,7 +352,7 @@ func (w *statusWriter) started(start time.Time, source string) *runHandle {
 		return nil
 	}
 	h := &runHandle{}
-	w.enqueue(func(context.Context) {
+	w.enqueue(func(ctx context.Context) {
 		if source == sourceFirst {
 			source = w.firstSource()
 		}
@@ -360,6 +360,10 @@ func (w *statusWriter) started(start time.Time, source string) *runHandle {
 		h.seq = w.st.HistorySeq
 		w.st.LastRun = &records.Run{Seq: h.seq, Token: w.term.ref.Token, Member: w.member, Start: start, Result: records.Running, Source: source}
 		w.dirty = true
+		// Read the history slot the run will end in, off the task's
+		// path: a backend that remembers what it read (ZooKeeper) then
+		// writes the run's end with the hand-off without reading first.
+		w.rec.GetRecord(ctx, records.HistoryKey(w.term.ref.Election, h.seq))
 	})
 	return h
 }

@@ -175,7 +175,7 @@ func populate(t *testing.T, b *zookeeper.Backend, s backend.Session) (l backend.
 	_, err = s.(backend.Records).PutRecord(t.Context(), "status/ingest", []byte("ok"), backend.Condition{Lease: "ingest", Token: l.Token()})
 	require.NoError(t, err)
 	root := b.Root()
-	return l, root + "/lease/ingest", root + "/group/workers/" + s.ID(), root + "/rec/status/ingest/="
+	return l, zookeeper.CandidacyPath(l), root + "/group/workers/" + s.ID(), root + "/rec/status/ingest/="
 }
 
 // aclOf reads the ACL of path on c.

@@ -45,8 +45,11 @@
 //
 // Under the root (default [DefaultRoot], "/simba"):
 //
-//	<root>/lease/<name>                  ephemeral: the holding of lease <name>;
-//	                                     data: a nonce of the Acquire attempt
+//	<root>/lease/<name>                  container: the queue of lease <name>
+//	<root>/lease/<name>/<sid>-<n>-<seq>  ephemeral sequential: a candidacy of
+//	                                     session <sid> (16 hex digits), made
+//	                                     by its Acquire attempt <n> (16 hex
+//	                                     digits); no data
 //	<root>/group/<group>/<session ID>    ephemeral: a member of <group>;
 //	                                     data: the member ID and data
 //	<root>/rec/<key>/=                   persistent: the record at <key>
@@ -68,7 +71,7 @@
 // Without credentials the ACL stays zk.WorldACL(zk.PermAll), anyone's.
 //
 // Anyone who can create or delete znodes under the root can break the
-// one-leader guarantee (delete a lease znode, so that a second session
+// one-leader guarantee (delete a candidacy znode, so that a second session
 // acquires while the holder still holds; create one, so that nobody
 // does), and can forge records: operations, statuses (docs/OPERATING.md,
 // "Who can break the one-leader guarantee"). So the default takes away
@@ -105,7 +108,7 @@
 //     the directories stay as long as something is under them (the records
 //     keep the root and <root>/rec for good): a deployment that configures
 //     credentials after running without them keeps world-writable
-//     directories, under which anyone can still delete lease znodes, and
+//     directories, under which anyone can still delete candidacy znodes, and
 //     world-writable records. Set the ACLs once, with the credentials the
 //     clients use, before relying on them: with zkCli.sh, "addauth digest
 //     user:password", then "setAcl -R <root> auth::cdrwa". Parents of the
@@ -120,30 +123,67 @@
 //
 // # Leases and tokens
 //
-// Acquire creates the lease's ephemeral znode; the fencing token is the
-// znode's czxid, the zxid of the transaction that created it, which is
-// larger than every earlier zxid on the server, so than the token of every
-// earlier holding (the sequence suffix of a sequential znode is an int32
-// per parent that overflows; it is never used). The create and a read of
-// the znode (getData with a watch) go out back to back, in one round trip:
-// the server answers a session's requests in order, so the read sees what
-// the create did; its reply gives the czxid and sets the watch that closes
-// Lost, before Acquire returns. The create carries a nonce of the attempt
-// as the znode's data, which tells the read that the znode is this
-// attempt's. While another session's znode is there, Acquire waits on that
-// watch and tries again when it fires. A znode of its own session that is
-// not a current holding, left by a create whose reply was lost (a
-// reconnection) or by an Acquire that gave up, is recognised by its owner
-// (the znode's ephemeralOwner is the session ID) and deleted: it never
-// blocks the lease. Release deletes the znode with the version seen. Leases
+// Acquire is queued candidacy (see [backend.Session]): it creates a
+// candidacy, an ephemeral sequential znode under the lease's container
+// (created on demand, and again when the server has reaped it between the
+// check and the create), and the oldest candidacy, the lowest sequence
+// number, holds the lease. The fencing token is the candidacy's czxid, the
+// zxid of the transaction that created it, never its sequence number (an
+// int32 per container that overflows). A candidacy holds only once every
+// older one is gone, and every candidacy created later has a larger czxid,
+// so tokens strictly increase from holding to holding. Ordering by
+// sequence number assumes the container's counter has not wrapped (2^31
+// creates and deletes of candidacies in one life of the container).
+//
+// Registration is two round trips. The create, with a listing of the
+// container's children sent right behind it (the server answers a
+// session's requests in order, so the listing sees the create): the older
+// candidacies are those listed with a lower sequence number, and none can
+// appear later. Then, sent together, an exists watch on the new znode (its
+// stat gives the token; the watch closes Lost), an exists watch on each
+// older candidacy, and a delete of any candidacy of this session's left by
+// an earlier attempt (found by the session ID in its name, the way
+// Curator's "protected" nodes are). The waiter counts the older ones'
+// delete events and holds the lease when the last is gone: a hand-off is
+// the holder's delete and one notification, with no read or write by the
+// waiter. Each waiter watches every candidacy older than its own rather
+// than its predecessor only: with the predecessor alone, a waiter behind a
+// withdrawn one would have to read on each notification to learn whether
+// older ones remain. A queue of n candidacies costs n(n-1)/2 watches on
+// the server and each delete n-1 events; contenders per lease are few
+// (the nodes that run the task: for a partition group, its owner and
+// perhaps the next), so at 10,000 leases with one waiter each that is
+// 10,000 watches and 20,000 znodes, a waiting candidacy costing one znode,
+// one watch on the server and one map entry in the client, no goroutine
+// and no request while it waits.
+//
+// When Acquire's ctx ends, it deletes its candidacy (by the version seen)
+// before it returns, waiting up to a second; after that, or when the
+// outcome of a create is unknown (a lost reply), a goroutine of the
+// session deletes what is left, finding it by name. Until then the
+// candidacy keeps its place in the queue and may hold the lease unused,
+// delaying the others, never letting two hold it. A re-Acquire by the
+// holder releases the holding (its Lost closes) and queues again at the
+// back. Release deletes the candidacy with the version seen. Leases
 // implement [backend.LostNotifier] (no goroutine per held lease: the watch
-// event runs the functions) and sessions [backend.LeaseLister]: the lease
-// znodes are the leases held.
+// event runs the functions), and sessions [backend.LeaseLister] and
+// [backend.CandidateLister].
+//
+// HeldLeases lists <root>/lease, then sends an exists request for each
+// container whose name matches (up to 256 in flight): a container with no
+// children is not a lease held, though it stays until the server's next
+// container check (znode.container.checkIntervalMs, a minute by default).
+// Candidates lists one container and sorts it by sequence number.
+//
+// The layout is not that of simba before queued candidacy, where a lease
+// was one ephemeral znode <root>/lease/<name>: clients of both versions
+// must not run against one root at once (an Acquire that finds such a
+// znode fails with zk.ErrNoChildrenForEphemerals until its session ends).
 //
 // # Records
 //
 // Sessions implement [backend.Records], and leases [backend.RecordReleaser]
-// (the records and the delete of the lease znode in one multi-operation).
+// (the records and the delete of the candidacy znode in one multi-operation).
 // The record at key is the
 // persistent znode <root>/rec/<key>/= under container directories, one per
 // key segment, so that "a" and "a/b" can both be records (a segment "." or
@@ -160,9 +200,10 @@
 // [backend.SkipReporter] methods list what was skipped.
 //
 // A write reads, then writes. The reads go out together, in one round
-// trip: the record, its directory, and for a fenced write the lease znode
-// <root>/lease/<Lease>. The condition is checked on what was read, and the
-// write is one multi-operation that applies only if, atomically:
+// trip: the record, its directory, and for a fenced write the session's
+// own candidacy znode that holds the lease. The condition is checked on
+// what was read, and the write is one multi-operation that applies only
+// if, atomically:
 //
 //   - the record is the one read: its data version and its directory's
 //     data version are unchanged (every delete of the record increases its
@@ -174,20 +215,31 @@
 //     deleting the record's directory between the read and the write,
 //     after the record was deleted, and the record created again in the
 //     same interval;
-//   - for a fenced write, the lease znode still exists with the data
+//   - for a fenced write, the candidacy znode still exists with the data
 //     version read.
 //
 // What is checked just before the write, in the reads, not atomically
-// with it: that the lease znode's czxid is the fence's token and its
+// with it: that the candidacy's czxid is the fence's token and its
 // ephemeralOwner this session. ZooKeeper's multi-operations compare data
-// versions only, and every lease znode starts at data version 0, so the
-// atomic check catches a lease deleted after the read (released, expired,
-// deleted by hand) but not one deleted and created again by another
-// session within that round trip: such a write lands with the old token.
-// It cannot undo what the new holder wrote before it (the token order is
-// atomic, above), and every later fenced write of the new holder replaces
-// it. A session that knows its holding is over refuses the write without
-// asking the server.
+// versions only; but a candidacy's name is its session's and its
+// attempt's alone, so only a client outside simba creating that very path
+// again could pass the check with another czxid. Once a candidacy holds
+// the lease no older one can appear, so its existence is the holding. A
+// session that knows its holding is over refuses the write without asking
+// the server.
+//
+// ReleaseWithRecords makes no read: the session remembers, per record
+// (up to 65,536 of them), the data versions of its leaf and directory and
+// the token stored, as it last read them (GetRecord reads the directory
+// too, in the same round trip) or wrote them, and builds the
+// multi-operation from those and from its candidacy's version: one round
+// trip in all. A stale entry fails the versions, and the release reads and
+// tries again, as it does for a record not remembered, or remembered with
+// a token newer than the holding's (left as it is, if it still is). The
+// core's status records hit it: the status record is written in the term,
+// and the core reads the history slot a run will end in when the run
+// starts. A record whose directory the session has not seen (the first
+// write of a key, and of each of the 50 history slots) costs the read.
 //
 // A write that finds, on writing, that something it read has changed reads
 // and checks again; it fails with [backend.ErrConflict] only when the

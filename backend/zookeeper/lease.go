@@ -1,9 +1,7 @@
 package zookeeper
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -16,40 +14,44 @@ import (
 	"github.com/simba-go/simba/internal/backoff"
 )
 
-// leaseState is where a holding stands.
+// leaseState is where a candidacy stands.
 type leaseState int
 
 const (
-	leasePending leaseState = iota // Acquire is creating it
+	leasePending leaseState = iota // Acquire is registering it, or it waits
 	leaseHeld
 	leaseEnded
 )
 
-// lease is one holding of a lease: the ephemeral znode <root>/lease/<name>
-// created by the session. It implements [backend.Lease].
+// lease is one candidacy of the session for a lease, and the holding it
+// becomes: the ephemeral sequential znode
+// <root>/lease/<name>/<sid>-<nonce>-<seq> created by Acquire. It implements
+// [backend.Lease].
 type lease struct {
 	s       *session
 	name    string
-	path    string
-	token   uint64 // the znode's czxid
-	version int32  // the znode's version when acquired
 	lost    chan struct{}
+	wake    chan struct{} // buffer of one: older emptied, or the znode went
+	path    string        // the candidacy znode, once created (guarded by s.mu until held)
+	token   uint64        // the znode's czxid (set before it is held)
+	version int32         // the znode's data version when read
 
 	// Guarded by s.mu.
 	state      leaseState
-	releasing  bool           // Release or a re-Acquire is deleting the znode
-	deleted    bool           // the znode was deleted while pending or releasing
-	onLost     map[int]func() // OnLost functions not yet called
+	older      map[string]bool // pending: older candidacies not known to be gone
+	releasing  bool            // Release or a re-Acquire is deleting the znode
+	deleted    bool            // the znode was deleted while pending or releasing
+	onLost     map[int]func()  // OnLost functions not yet called
 	nextOnLost int
 }
 
 // Name returns the lease name.
 func (l *lease) Name() string { return l.name }
 
-// Token returns the czxid of the lease's znode: the zxid of the
-// transaction that created it, which is larger than that of every earlier
-// transaction on the server, so larger than the token of every earlier
-// holding of the name.
+// Token returns the czxid of the candidacy's znode: the zxid of the
+// transaction that created it. The candidacy holds only once every older
+// candidacy of the name is gone, and every candidacy created later has a
+// larger czxid, so the token is larger than that of every earlier holding.
 func (l *lease) Token() uint64 { return l.token }
 
 // Lost is closed when the znode is deleted by anything but Release, or the
@@ -107,21 +109,47 @@ func (l *lease) endLocked(lost bool) {
 	}
 }
 
-// leaseEvent handles a watch event for the znode of lease name.
-func (s *session) leaseEvent(name string, typ zk.EventType) {
+// signalLocked wakes the Acquire waiting on l. s.mu is held.
+func (l *lease) signalLocked() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// leaseEvent handles a watch event for the candidacy znode path of lease
+// name: the session's own (Lost), or an older one a waiting Acquire counts.
+func (s *session) leaseEvent(name, path string, typ zk.EventType) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l := s.leases[name]
 	switch {
 	case l == nil:
+	case path != l.path:
+		if !l.older[path] || l.state != leasePending {
+			return
+		}
+		if typ == zk.EventNodeDeleted {
+			delete(l.older, path)
+			if len(l.older) == 0 {
+				l.signalLocked()
+			}
+		} else if !s.over {
+			// Its data changed (nothing of simba's changes it): the watch
+			// is used up; set another.
+			s.calls.Add(1)
+			go func() {
+				defer s.calls.Done()
+				s.rewatchOlder(l, path)
+			}()
+		}
 	case typ == zk.EventNodeDeleted && (l.state == leasePending || l.releasing):
 		l.deleted = true
+		l.signalLocked()
 	case typ == zk.EventNodeDeleted:
 		l.endLocked(true)
 		delete(s.leases, name)
 	case l.state == leaseHeld && !s.over:
-		// The data changed (nothing of simba's changes it): the watch is
-		// used up; set another.
 		s.calls.Add(1)
 		go func() {
 			defer s.calls.Done()
@@ -153,24 +181,52 @@ func (s *session) rewatch(l *lease) {
 	}
 }
 
+// rewatchOlder sets a new exists watch on an older candidacy a waiting
+// Acquire counts. If it cannot, the Acquire is woken to register again.
+func (s *session) rewatchOlder(l *lease, path string) {
+	for attempt := 1; attempt <= 5; attempt++ {
+		ok, _, _, err := s.conn.ExistsW(path)
+		if err == nil {
+			if !ok {
+				s.mu.Lock()
+				delete(l.older, path)
+				if len(l.older) == 0 {
+					l.signalLocked()
+				}
+				s.mu.Unlock()
+			}
+			return
+		}
+		if !s.sleep(s.ctx, backoff.Jitter(time.Duration(attempt)*50*time.Millisecond)) {
+			return
+		}
+	}
+	s.mu.Lock()
+	l.deleted = true // not what happened, but what Acquire does next: register again
+	l.signalLocked()
+	s.mu.Unlock()
+}
+
 // errLeaseGone is how a release step reports that the znode is not (or no
 // longer) the holding's.
 var errLeaseGone = errors.New("znode gone or not ours")
 
-// Acquire blocks until the session holds the lease called name: it creates
-// the ephemeral znode <root>/lease/<name> and, while another session's
-// znode is there, waits for a watch to report its deletion.
+// Acquire blocks until the session holds the lease called name: it
+// registers a candidacy, the ephemeral sequential znode
+// <root>/lease/<name>/<sid>-<nonce>-<seq> under the container
+// <root>/lease/<name>, and returns once every older candidacy (lower
+// sequence number) is gone, as the exists watches set on each of them at
+// registration tell: a hand-off costs the waiter no request.
 //
-// When it finds a znode of its own session that is not a current holding
-// (left by a create whose reply was lost, or by an Acquire that gave up),
-// it deletes it and creates a new one: such an orphan never blocks the
-// lease. A current holding of name by this session is first released (its
-// Lost channel closes), so that the new holding has a new token.
+// A current holding of name by this session is first released (its Lost
+// channel closes), so that the new holding has a new token. Candidacies of
+// this session's that are not the current one (left by a create whose
+// reply was lost) are found by their names and deleted.
 //
-// When ctx ends first, Acquire returns an error wrapping ctx.Err(). If a
-// create request was on its way, the znode it may have made is deleted as
-// soon as its reply arrives (or goes with the session): until then another
-// session may find the name held.
+// When ctx ends first, Acquire deletes its candidacy before it returns an
+// error wrapping ctx.Err() or, when the server does not answer in time (or
+// a create's outcome is unknown), the session does so as soon as it can:
+// until then the candidacy keeps its place in the queue.
 func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, error) {
 	if !validName(name) {
 		return nil, nameError("lease", name)
@@ -197,21 +253,21 @@ func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, erro
 		}
 	}
 
-	a := &acquisition{s: s, name: name, path: s.p.lease(name)}
+	a := &acquisition{s: s, name: name, dir: s.p.lease(name)}
 	l, err := a.run(ctx)
-	if err != nil && a.unsure {
-		a.sweepAfter(a.create)
+	if len(a.unknown) > 0 {
+		a.sweepAfter(a.unknown)
 	}
 	return l, err
 }
 
 // acquisition is the state of one Acquire call.
 type acquisition struct {
-	s          *session
-	name, path string
-	create     *request[string] // the last create request
-	unsure     bool             // a znode of this call may exist that is not a holding
-	earlier    bool             // an earlier create of this call was sent, its outcome unknown
+	s         *session
+	name, dir string
+	// unknown are the creates of this call whose outcome is unknown (no
+	// reply): each may have made a candidacy, to be swept.
+	unknown []*request[string]
 }
 
 // run tries until the lease is held or an error ends it.
@@ -219,27 +275,20 @@ func (a *acquisition) run(ctx context.Context) (backend.Lease, error) {
 	s := a.s
 	failures := 0
 	for {
-		l, wait, err := a.attempt(ctx)
+		l, err := a.attempt(ctx)
 		switch {
 		case l != nil:
 			return l, nil
 		case err != nil:
-			if ctx.Err() != nil || errors.Is(err, backend.ErrSessionDone) || refused(err) {
+			if ctx.Err() != nil || errors.Is(err, backend.ErrSessionDone) || refused(err) || errors.Is(err, zk.ErrNoChildrenForEphemerals) {
 				return nil, err
 			}
 			failures++
 			if !s.sleep(ctx, backoff.Wait(failures, s.link.granted()/10)) {
 				return nil, a.stopped(ctx)
 			}
-		case wait != nil:
+		default:
 			failures = 0
-			select {
-			case <-wait:
-			case <-ctx.Done():
-				return nil, a.stopped(ctx)
-			case <-s.ctx.Done():
-				return nil, a.stopped(ctx)
-			}
 		}
 	}
 }
@@ -262,31 +311,30 @@ func (a *acquisition) stopped(ctx context.Context) error {
 	return fmt.Errorf("simba/zookeeper: acquire %q: %w", a.name, ctx.Err())
 }
 
-// attempt tries once to create the znode. It returns the lease, or a watch
-// to wait on while another session holds the lease, or an error; or none of
-// these, to try again at once.
+// attempt registers a candidacy and waits until it holds the lease. It
+// returns the lease, or an error, or neither, to try again at once (the
+// candidacy was deleted while it waited, or the container was missing).
 //
-// One round trip: the create request carries a nonce of this attempt as
-// the znode's data, and a read of the znode (getData with a watch) is sent
-// right behind it, as soon as the create is on the wire; the server
-// answers a session's requests in order, so the read sees what the create
-// did. Its reply gives the token (the czxid) and sets the watch behind
-// Lost, both before Acquire returns, exactly as a read sent after the
-// create's reply would; the nonce proves that the znode read is this
-// attempt's. Should the read have gone out ahead of the create (a create
-// of an earlier attempt, still queued, announced itself first) or failed,
-// it is sent again once the create has returned.
-func (a *acquisition) attempt(ctx context.Context) (*lease, <-chan zk.Event, error) {
+// Registration is two round trips. The create, and a listing of the
+// container's children sent right behind it as soon as the create is on
+// the wire (the server answers a session's requests in order, so the
+// listing sees the create): the candidacies older than this one are those
+// listed with a lower sequence number; none can appear later. Then, sent
+// together: an exists watch on the new znode (its czxid is the token; the
+// watch closes Lost), an exists watch on each older candidacy (their
+// delete events are counted), and a delete of every candidacy of this
+// session's left by an earlier attempt.
+func (a *acquisition) attempt(ctx context.Context) (*lease, error) {
 	s := a.s
-	l := &lease{s: s, name: a.name, path: a.path, lost: make(chan struct{})}
+	l := &lease{s: s, name: a.name, lost: make(chan struct{}), wake: make(chan struct{}, 1)}
 	s.mu.Lock()
 	if s.over {
 		s.mu.Unlock()
-		return nil, nil, s.live("acquire")
+		return nil, s.live("acquire")
 	}
-	s.leases[a.name] = l // pending: deletion events are recorded from now on
+	s.leases[a.name] = l // pending: events are recorded from now on
 	s.nonce++
-	nonce := binary.BigEndian.AppendUint64(nil, s.nonce)
+	prefix := s.p.candidacyPrefix(a.name, s.sid, s.nonce)
 	s.mu.Unlock()
 	held := false
 	defer func() {
@@ -299,133 +347,207 @@ func (a *acquisition) attempt(ctx context.Context) (*lease, <-chan zk.Event, err
 		}
 	}()
 
-	read := func(c *zk.Conn) (seen, error) {
-		data, st, ev, err := c.GetW(a.path)
-		if errors.Is(err, zk.ErrNoNode) {
-			return seen{}, nil // no watch is set
-		}
-		return seen{true, data, st, ev}, err
+	type listing struct {
+		children []string
+		stat     *zk.Stat
 	}
-	sent, forget := s.link.awaitCreateSent(a.path)
+	list := func(c *zk.Conn) (listing, error) {
+		ch, st, err := c.Children(a.dir)
+		return listing{ch, st}, err
+	}
+	sent, forget := s.link.awaitCreateSent(prefix)
 	defer forget()
 	create := start(s, ctx, func(c *zk.Conn) (string, error) {
-		return c.Create(a.path, nonce, zk.FlagEphemeral, s.b.cfg.acl)
+		return c.Create(prefix, nil, zk.FlagEphemeralSequential, s.b.cfg.acl)
 	})
 	if create == nil {
-		a.unsure = false
-		return nil, nil, s.live("acquire")
+		return nil, s.live("acquire")
 	}
-	// create.done is closed when the create has returned, or will not be sent.
-	if a.unsure && a.create != nil {
-		select {
-		case <-a.create.done:
-			a.earlier = a.earlier || a.create.sent
-		default:
-			a.earlier = true
-		}
-	}
-	a.create, a.unsure = create, true
-	var behind *request[seen]
+	var behind *request[listing]
 	select {
 	case <-sent:
-		behind = start(s, ctx, read)
+		behind = start(s, ctx, list)
 	case <-create.done:
 	case <-ctx.Done():
 	case <-s.ctx.Done():
 	}
-	_, err := create.wait(ctx, "acquire: create")
-	exists := errors.Is(err, zk.ErrNodeExists)
+	path, err := create.wait(ctx, "acquire: create")
 	switch {
 	case err == nil:
-	case exists:
-		a.unsure = false // answered: this request created nothing
 	case refused(err):
-		a.unsure = false // answered: nothing was created
-		return nil, nil, err
+		return nil, err // answered: nothing was created
 	case errors.Is(err, zk.ErrNoNode):
-		a.unsure = false
-		_, err := call(s, ctx, "acquire: create parents", func(c *zk.Conn) (struct{}, error) {
-			return struct{}{}, s.ensureDir(c, s.p.root+leaseDir)
+		_, err := call(s, ctx, "acquire: create the lease's container", func(c *zk.Conn) (struct{}, error) {
+			return struct{}{}, s.ensureDir(c, a.dir)
 		})
-		return nil, nil, err
+		return nil, err
+	case errors.Is(err, zk.ErrNoChildrenForEphemerals):
+		return nil, fmt.Errorf("simba/zookeeper: acquire %q: %s is an ephemeral znode, the lease layout of an earlier simba version; it goes with its session: %w", a.name, a.dir, err)
 	default:
-		return nil, nil, err // maybe applied: the next attempt finds out
+		if !errors.Is(err, zk.ErrNodeExists) {
+			a.unknown = append(a.unknown, create) // maybe applied: swept once answered
+		}
+		return nil, err
 	}
-
-	var r seen
-	rerr := errors.New("not read")
+	own := path[len(a.dir)+1:]
+	me, ok := parseCandidacy(own)
+	if !ok {
+		return nil, fmt.Errorf("simba/zookeeper: acquire %q: the server named the candidacy %q", a.name, path)
+	}
+	var ls listing
+	lerr := errors.New("not listed")
 	if behind != nil {
-		r, rerr = behind.wait(ctx, "acquire: read")
+		ls, lerr = behind.wait(ctx, "acquire: list")
 	}
-	if rerr != nil || (!exists && !r.mine(s.id, nonce)) {
-		if ctx.Err() != nil {
-			return nil, nil, rerr
-		}
-		r, rerr = call(s, ctx, "acquire: read", read)
+	if lerr == nil && !slices.Contains(ls.children, own) {
+		lerr = errors.New("listed before the create") // an earlier create was the one sent
 	}
-	switch {
-	case rerr != nil:
-		return nil, nil, rerr
-	case !r.ok:
-		return nil, nil, nil // deleted meanwhile
-	case r.stat.EphemeralOwner != s.id:
-		return nil, r.ev, nil // another session holds the lease
-	case exists || !r.mine(s.id, nonce):
-		// An orphan of this session's own (see Acquire).
-		_, err := call(s, ctx, "acquire: delete orphan", func(c *zk.Conn) (struct{}, error) {
-			err := c.Delete(a.path, r.stat.Version)
-			if errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) {
-				err = nil
+	if lerr != nil {
+		ls, lerr = call(s, ctx, "acquire: list", list)
+	}
+	if lerr != nil {
+		a.withdraw(path, -1)
+		return nil, lerr
+	}
+	var older, orphans []string
+	for _, c := range queue(ls.children) {
+		switch {
+		case c.name == own:
+		case c.sid == s.sid:
+			orphans = append(orphans, a.dir+"/"+c.name)
+			if c.seq < me.seq {
+				older = append(older, a.dir+"/"+c.name)
 			}
-			return struct{}{}, err
-		})
-		if err == nil {
-			a.unsure = false
+		case c.seq < me.seq:
+			older = append(older, a.dir+"/"+c.name)
 		}
-		return nil, nil, err
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case s.over:
-		return nil, nil, fmt.Errorf("simba/zookeeper: acquire: %w", s.cause)
-	case l.deleted:
-		return nil, nil, nil // deleted again since: try again
+	l.path = path
+	l.older = make(map[string]bool, len(older))
+	for _, o := range older {
+		l.older[o] = true
 	}
-	l.token, l.version = uint64(r.stat.Czxid), r.stat.Version
-	l.state = leaseHeld
-	held, a.unsure = true, false
-	return l, nil, nil
+	s.mu.Unlock()
+
+	// The watches and deletes, together.
+	var st *zk.Stat
+	present := false
+	_, err = call(s, ctx, "acquire: watch", func(c *zk.Conn) (struct{}, error) {
+		return struct{}{}, together(1+len(older)+len(orphans), func(i int) error {
+			switch {
+			case i == 0:
+				var err error
+				present, st, _, err = c.ExistsW(path)
+				return err
+			case i <= len(older):
+				ok, _, _, err := c.ExistsW(older[i-1])
+				if err == nil && !ok {
+					s.mu.Lock()
+					delete(l.older, older[i-1])
+					s.mu.Unlock()
+				}
+				return err
+			default:
+				err := c.Delete(orphans[i-1-len(older)], -1)
+				if errors.Is(err, zk.ErrNoNode) {
+					err = nil
+				}
+				return err
+			}
+		})
+	})
+	if err != nil {
+		a.withdraw(path, -1)
+		return nil, err
+	}
+	if !present {
+		return nil, nil // deleted meanwhile: register again
+	}
+	l.token, l.version = uint64(st.Czxid), st.Version
+
+	for {
+		s.mu.Lock()
+		switch {
+		case s.over:
+			s.mu.Unlock()
+			return nil, s.live("acquire")
+		case l.deleted:
+			s.mu.Unlock()
+			return nil, nil // deleted while it waited: register again
+		case len(l.older) == 0:
+			l.state = leaseHeld
+			held = true
+			s.mu.Unlock()
+			return l, nil
+		}
+		s.mu.Unlock()
+		select {
+		case <-l.wake:
+		case <-ctx.Done():
+			a.withdraw(path, l.version)
+			return nil, a.stopped(ctx)
+		case <-s.ctx.Done():
+			return nil, s.live("acquire")
+		}
+	}
 }
 
-// seen is a read of a lease znode: whether it exists, its data and stat,
-// and the watch set on it (a data watch: it fires when the znode is
-// deleted or its data changes).
-type seen struct {
-	ok   bool
-	data []byte
-	stat *zk.Stat
-	ev   <-chan zk.Event
+// withdrawWait bounds how long an Acquire whose ctx has ended waits for
+// the delete of its candidacy before it returns, leaving the rest to the
+// session.
+const withdrawWait = time.Second
+
+// withdraw deletes the candidacy at path (with version, or -1 for any),
+// waiting for the server's answer for at most withdrawWait; until it is
+// answered, and after a failure, a goroutine of the session tries again.
+func (a *acquisition) withdraw(path string, version int32) {
+	s := a.s
+	done := make(chan struct{})
+	if !s.goCall(func() {
+		defer close(done)
+		for attempt := 1; attempt <= 5; attempt++ {
+			err := s.conn.Delete(path, version)
+			if errors.Is(err, zk.ErrBadVersion) {
+				version = -1 // its data was changed by hand: still this attempt's
+				continue
+			}
+			if err == nil || errors.Is(err, zk.ErrNoNode) {
+				return
+			}
+			if !s.sleep(s.ctx, backoff.Jitter(time.Duration(attempt)*50*time.Millisecond)) {
+				return
+			}
+		}
+	}) {
+		return
+	}
+	t := time.NewTimer(withdrawWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	case <-s.ctx.Done():
+	}
 }
 
-// mine reports whether the znode read is the one created by the attempt
-// with nonce of session id.
-func (r seen) mine(id int64, nonce []byte) bool {
-	return r.ok && r.stat.EphemeralOwner == id && bytes.Equal(r.data, nonce)
-}
-
-// sweepAfter deletes, once create has returned (if it was sent at all),
-// any znode of name owned by this session that is not its current holding.
-func (a *acquisition) sweepAfter(create *request[string]) {
+// sweepAfter deletes, once the creates have returned, every candidacy of
+// this session for the name that is not its current one: the ones those
+// creates may have made.
+func (a *acquisition) sweepAfter(creates []*request[string]) {
 	s := a.s
 	s.goCall(func() {
-		select {
-		case <-create.done:
-		case <-s.ctx.Done():
-			return
+		sent := false
+		for _, c := range creates {
+			select {
+			case <-c.done:
+				sent = sent || c.sent
+			case <-s.ctx.Done():
+				return
+			}
 		}
-		if !create.sent && !a.earlier {
-			return // it ended while it waited for a slot: nothing to sweep
+		if !sent {
+			return // they ended while they waited for a slot: nothing to sweep
 		}
 		unlock, err := s.lockName(s.ctx, "acquire: clean up", a.name)
 		if err != nil {
@@ -433,13 +555,31 @@ func (a *acquisition) sweepAfter(create *request[string]) {
 		}
 		defer unlock()
 		for attempt := 1; attempt <= 5; attempt++ {
-			ok, st, err := s.conn.Exists(a.path)
+			children, _, err := s.conn.Children(a.dir)
+			if errors.Is(err, zk.ErrNoNode) {
+				return
+			}
 			if err == nil {
-				if !ok || st.EphemeralOwner != s.id || s.holds(a.name, uint64(st.Czxid)) {
-					return
+				s.mu.Lock()
+				var keep string
+				if l := s.leases[a.name]; l != nil {
+					keep = l.path
 				}
-				err = s.conn.Delete(a.path, st.Version)
-				if err == nil || errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) {
+				s.mu.Unlock()
+				var mine []string
+				for _, c := range queue(children) {
+					if p := a.dir + "/" + c.name; c.sid == s.sid && p != keep {
+						mine = append(mine, p)
+					}
+				}
+				err = together(len(mine), func(i int) error {
+					err := s.conn.Delete(mine[i], -1)
+					if errors.Is(err, zk.ErrNoNode) {
+						err = nil
+					}
+					return err
+				})
+				if err == nil {
 					return
 				}
 			}
@@ -450,13 +590,20 @@ func (a *acquisition) sweepAfter(create *request[string]) {
 	})
 }
 
-// holds reports whether token is the session's current holding of name.
-func (s *session) holds(name string, token uint64) bool {
+// holding returns the session's current holding of name with token, or
+// nil.
+func (s *session) holding(name string, token uint64) *lease {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l := s.leases[name]
-	return l != nil && l.state == leaseHeld && l.token == token
+	if l != nil && l.state == leaseHeld && l.token == token {
+		return l
+	}
+	return nil
 }
+
+// holds reports whether token is the session's current holding of name.
+func (s *session) holds(name string, token uint64) bool { return s.holding(name, token) != nil }
 
 // Release deletes the lease's znode with the version seen when it was
 // acquired, if it is still this holding: the czxid (the token) and the
@@ -499,12 +646,17 @@ func (l *lease) withName(ctx context.Context, op string, release func() error) e
 }
 
 // ReleaseWithRecords writes records fenced by the holding and deletes its
-// znode in one multi-operation: the optional [backend.RecordReleaser]
-// capability. The records, their directories and the lease znode are read
-// first (one round trip; a new key's directory is created then), and the
-// multi-operation checks that none of them changed, as PutRecord does; it
-// is tried again when one did. A record whose stored token is newer than
-// the holding's is left out.
+// candidacy znode in one multi-operation: the optional
+// [backend.RecordReleaser] capability. The multi-operation is built from
+// what the session last read or wrote of each record (its leaf's and its
+// directory's data versions, and the token stored), and the candidacy's
+// version known since Acquire: no read before it, one round trip in all.
+// It checks that none of them changed, as PutRecord does. When one did
+// (the cache was stale), or a record was never seen by the session, or
+// the token it last saw there is newer than the holding's, the records,
+// their directories and the candidacy are read first (one round trip; a
+// new key's directory is created then), and it is tried again. A record
+// whose stored token is newer than the holding's is left out.
 func (l *lease) ReleaseWithRecords(ctx context.Context, records []backend.Record) error {
 	s := l.s
 	const op = "release with records"
@@ -516,15 +668,24 @@ func (l *lease) ReleaseWithRecords(ctx context.Context, records []backend.Record
 	cond := backend.Condition{Lease: l.name, Token: l.token}
 	writes := make([]*recordWrite, len(records))
 	for i, r := range records {
-		writes[i] = &recordWrite{s: s, op: op, key: r.Key, put: true, value: r.Value, cond: cond}
+		writes[i] = &recordWrite{s: s, op: op, key: r.Key, put: true, value: r.Value, cond: cond, fence: l.path}
 	}
 	return l.withName(ctx, op, func() error { return s.releaseWith(ctx, op, l, l.recordOps(writes)) })
 }
 
-// recordOps returns, for releaseWith, the operations that write writes
-// (read first on c), leaving out those a newer token has written.
+// recordOps returns, for releaseWith, the operations that write writes:
+// built from the record cache on the first call when every record is in
+// it, else (and on every later call) from reads on c, leaving out those a
+// newer token has written.
 func (l *lease) recordOps(writes []*recordWrite) func(c *zk.Conn) (ops []any, again bool, err error) {
+	first := true
 	return func(c *zk.Conn) (ops []any, again bool, err error) {
+		if first {
+			first = false
+			if ops, ok := l.cachedOps(writes); ok {
+				return ops, false, nil
+			}
+		}
 		reads := make([]recordRead, len(writes))
 		if err := together(len(writes), func(i int) (err error) {
 			reads[i], err = writes[i].read(c)
@@ -547,6 +708,32 @@ func (l *lease) recordOps(writes []*recordWrite) func(c *zk.Conn) (ops []any, ag
 		}
 		return ops, false, nil
 	}
+}
+
+// cachedOps builds the operations of writes from the record cache, as
+// ops does from a read, and reports false when a record is not cached
+// or was last seen with a newer token than the holding's. The fence is
+// the delete of the candidacy that releaseWith puts last.
+func (l *lease) cachedOps(writes []*recordWrite) ([]any, bool) {
+	s := l.s
+	var ops []any
+	for _, w := range writes {
+		leaf := s.p.record(w.key)
+		cr, ok := s.cachedRecordAt(leaf)
+		if !ok || (cr.present && cr.token > l.token) {
+			return nil, false
+		}
+		stored := encodeRecord(l.token, w.value)
+		if cr.present {
+			ops = append(ops,
+				&zk.CheckVersionRequest{Path: s.p.recordDir(w.key), Version: cr.dir},
+				&zk.SetDataRequest{Path: leaf, Data: stored, Version: cr.leaf})
+		} else {
+			ops = append(ops, &zk.CreateRequest{Path: leaf, Data: stored, Acl: s.b.cfg.acl})
+		}
+		ops = append(ops, &zk.SetDataRequest{Path: s.p.recordTop(w.key), Version: -1})
+	}
+	return ops, true
 }
 
 // notHeld returns an error wrapping ErrNotHeld (and cause, if not nil).
@@ -610,6 +797,7 @@ func (s *session) releaseWith(ctx context.Context, op string, l *lease, before f
 			ops = append(ops, &zk.DeleteRequest{Path: l.path, Version: l.version})
 			res, err := c.Multi(ops...)
 			if err == nil {
+				s.noteMulti(ops, res)
 				return false, nil
 			}
 			if len(res) != len(ops) {
@@ -678,17 +866,64 @@ func (s *session) ensureDir(c *zk.Conn, dir string) error {
 	}
 }
 
-// HeldLeases lists, sorted, the names starting with prefix of the lease
-// znodes that exist now, whoever holds them. It implements
-// [backend.LeaseLister].
+// HeldLeases lists, sorted, the names starting with prefix of the leases
+// with at least one candidacy now, whoever holds them. It implements
+// [backend.LeaseLister]. One listing of <root>/lease, then an exists
+// request per container whose name starts with prefix, sent together:
+// its stat's child count tells a lease with candidacies from an empty
+// container, which the server deletes only at its next container check
+// (znode.container.checkIntervalMs, a minute by default).
 func (s *session) HeldLeases(ctx context.Context, prefix string) ([]string, error) {
 	return callWith(s, ctx, "held leases", false, func(c *zk.Conn) ([]string, error) {
 		names, _, err := c.Children(s.p.root + leaseDir)
 		if errors.Is(err, zk.ErrNoNode) {
 			return nil, nil
 		}
+		if err != nil {
+			return nil, err
+		}
 		names = slices.DeleteFunc(names, func(n string) bool { return !strings.HasPrefix(n, prefix) || !validName(n) })
-		slices.Sort(names)
-		return names, err
+		held := make([]bool, len(names))
+		if err := togetherN(len(names), heldLeasesInFlight, func(i int) error {
+			ok, st, err := c.Exists(s.p.lease(names[i]))
+			held[i] = ok && st.NumChildren > 0
+			return err
+		}); err != nil {
+			return nil, err
+		}
+		out := names[:0]
+		for i, n := range names {
+			if held[i] {
+				out = append(out, n)
+			}
+		}
+		slices.Sort(out)
+		return out, nil
+	})
+}
+
+// heldLeasesInFlight bounds the exists requests HeldLeases has in flight.
+const heldLeasesInFlight = 256
+
+// Candidates returns the session IDs of the candidacies for the lease
+// name, oldest first: one listing of its container. It implements
+// [backend.CandidateLister].
+func (s *session) Candidates(ctx context.Context, name string) ([]string, error) {
+	if !validName(name) {
+		return nil, nameError("lease", name)
+	}
+	return call(s, ctx, "candidates", func(c *zk.Conn) ([]string, error) {
+		children, _, err := c.Children(s.p.lease(name))
+		if errors.Is(err, zk.ErrNoNode) {
+			return []string{}, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		out := []string{}
+		for _, c := range queue(children) {
+			out = append(out, c.sid)
+		}
+		return out, nil
 	})
 }

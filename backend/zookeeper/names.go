@@ -1,7 +1,10 @@
 package zookeeper
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/simba-go/simba/backend"
@@ -65,13 +68,67 @@ func checkRoot(p string) error {
 // paths builds the znode paths of one backend.
 type paths struct{ root string }
 
-// lease is the ephemeral znode of lease name.
+// lease is the container znode of lease name's candidacies.
 func (p paths) lease(name string) string { return p.root + leaseDir + "/" + name }
 
-// leaseName returns the lease name of a lease znode path.
-func (p paths) leaseName(path string) (string, bool) {
-	name, ok := strings.CutPrefix(path, p.root+leaseDir+"/")
-	return name, ok && validName(name)
+// candidacyPrefix is the path of a candidacy of session sid for lease name,
+// made by the attempt nonce, without the sequence number the server
+// appends: <root>/lease/<name>/<sid>-<nonce>-.
+func (p paths) candidacyPrefix(name, sid string, nonce uint64) string {
+	return fmt.Sprintf("%s/%s-%016x-", p.lease(name), sid, nonce)
+}
+
+// leaseChild splits the path of a candidacy znode into its lease name and
+// its own name.
+func (p paths) leaseChild(path string) (name, child string, ok bool) {
+	rest, ok := strings.CutPrefix(path, p.root+leaseDir+"/")
+	if !ok {
+		return "", "", false
+	}
+	name, child, ok = strings.Cut(rest, "/")
+	return name, child, ok && validName(name) && !strings.Contains(child, "/")
+}
+
+// candidacy is the name of a candidacy znode, split: <sid>-<nonce>-<seq>,
+// the session ID and the attempt's nonce as 16 hexadecimal digits each, and
+// the server's sequence number (10 digits, or a sign and 10 digits once the
+// container's counter has wrapped past 2^31).
+type candidacy struct {
+	name, sid, nonce string
+	seq              int64
+}
+
+// parseCandidacy splits a candidacy znode's name; false for a name that is
+// not one (a znode made by hand).
+func parseCandidacy(child string) (candidacy, bool) {
+	const hex = 16
+	if len(child) < hex+1+hex+1+10 || child[hex] != '-' || child[2*hex+1] != '-' {
+		return candidacy{}, false
+	}
+	seq, err := strconv.ParseInt(child[2*hex+2:], 10, 32)
+	if err != nil {
+		return candidacy{}, false
+	}
+	c := candidacy{name: child, sid: child[:hex], nonce: child[hex+1 : 2*hex+1], seq: seq}
+	for _, r := range c.sid + c.nonce {
+		if !('0' <= r && r <= '9' || 'a' <= r && r <= 'f') {
+			return candidacy{}, false
+		}
+	}
+	return c, true
+}
+
+// queue returns the candidacies among children, oldest (lowest sequence
+// number) first; names that are not candidacies are left out.
+func queue(children []string) []candidacy {
+	var q []candidacy
+	for _, ch := range children {
+		if c, ok := parseCandidacy(ch); ok {
+			q = append(q, c)
+		}
+	}
+	slices.SortFunc(q, func(x, y candidacy) int { return cmp.Compare(x.seq, y.seq) })
+	return q
 }
 
 // group is the container znode of group's members.

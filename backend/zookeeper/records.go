@@ -83,18 +83,36 @@ func (s *session) GetRecord(ctx context.Context, key string) (backend.Record, er
 		return backend.Record{}, err
 	}
 	return call(s, ctx, fmt.Sprintf("get record %q", key), func(c *zk.Conn) (backend.Record, error) {
-		data, st, err := c.Get(s.p.record(key))
+		// The directory is read too, in the same round trip, for the
+		// record cache (see ReleaseWithRecords).
+		var r recordRead
+		var err error
+		if derr := together(2, func(i int) error {
+			if i == 0 {
+				r.data, r.st, err = c.Get(s.p.record(key))
+				r.present = err == nil
+				return nil
+			}
+			var err error
+			r.dirOK, r.dir, err = c.Exists(s.p.recordDir(key))
+			return err
+		}); derr != nil {
+			return backend.Record{}, derr
+		} else if err == nil || errors.Is(err, zk.ErrNoNode) {
+			s.noteRead(s.p.record(key), r)
+		}
+		data, st := r.data, r.st
 		if errors.Is(err, zk.ErrNoNode) {
 			return backend.Record{}, backend.ErrNoRecord
 		}
 		if err != nil {
 			return backend.Record{}, err
 		}
-		r, bad := decodeRecord(key, data, st)
+		rec, bad := decodeRecord(key, data, st)
 		if bad != nil {
 			return backend.Record{}, bad
 		}
-		return r, nil
+		return rec, nil
 	})
 }
 
@@ -221,12 +239,15 @@ func (s *session) listRecords(c *zk.Conn, prefix string) ([]backend.Record, []ba
 
 // together runs f(0), …, f(n-1) on goroutines, at most 32 at a time, so
 // that their requests go out together, and returns their errors joined.
-func together(n int, f func(i int) error) error {
+func together(n int, f func(i int) error) error { return togetherN(n, 32, f) }
+
+// togetherN is together with at most k at a time.
+func togetherN(n, k int, f func(i int) error) error {
 	if n == 1 {
 		return f(0)
 	}
 	errs := make([]error, n)
-	sem := make(chan struct{}, 32)
+	sem := make(chan struct{}, k)
 	var wg sync.WaitGroup
 	for i := range n {
 		sem <- struct{}{}
@@ -270,6 +291,7 @@ type recordWrite struct {
 	put   bool // put value; else delete
 	value []byte
 	cond  backend.Condition
+	fence string // a fenced write: the path of the session's candidacy that holds cond.Lease
 }
 
 // writeResult is the outcome of one try of a record write: the record
@@ -288,10 +310,15 @@ func (w *recordWrite) run(ctx context.Context) (backend.Record, error) {
 	if err := s.live(w.op); err != nil {
 		return backend.Record{}, err
 	}
-	if w.cond.Token != 0 && !s.holds(w.cond.Lease, w.cond.Token) {
-		// The holding is not (or no longer) this session's: its znode,
-		// whose czxid is the token, is gone or was never ours.
-		return backend.Record{}, fmt.Errorf("simba/zookeeper: %s: %w", w.op, w.leaseConflict())
+	if w.cond.Token != 0 {
+		l := s.holding(w.cond.Lease, w.cond.Token)
+		if l == nil {
+			// The holding is not (or no longer) this session's: its
+			// candidacy, whose czxid is the token, is gone or was never
+			// ours.
+			return backend.Record{}, fmt.Errorf("simba/zookeeper: %s: %w", w.op, w.leaseConflict())
+		}
+		w.fence = l.path
 	}
 	for attempt := 1; ; attempt++ {
 		res, err := call(s, ctx, w.op, func(c *zk.Conn) (writeResult, error) { return w.try(ctx, c) })
@@ -336,10 +363,12 @@ type recordRead struct {
 	leaseOK        bool // the fence's lease znode exists
 }
 
-// read reads the record, its directory and, for a fenced write, the lease
-// znode, together: one round trip.
+// read reads the record, its directory and, for a fenced write, the
+// session's candidacy znode that holds the lease, together: one round
+// trip.
 func (w *recordWrite) read(c *zk.Conn) (recordRead, error) {
 	s := w.s
+	s.recordReads.Add(1)
 	var r recordRead
 	n := 2
 	if w.cond.Token != 0 {
@@ -357,10 +386,13 @@ func (w *recordWrite) read(c *zk.Conn) (recordRead, error) {
 		case 1:
 			r.dirOK, r.dir, err = c.Exists(s.p.recordDir(w.key))
 		case 2:
-			r.leaseOK, r.lease, err = c.Exists(s.p.lease(w.cond.Lease))
+			r.leaseOK, r.lease, err = c.Exists(w.fence)
 		}
 		return err
 	})
+	if err == nil {
+		s.noteRead(s.p.record(w.key), r)
+	}
 	return r, err
 }
 
@@ -400,6 +432,7 @@ func (w *recordWrite) write(c *zk.Conn, r recordRead) (writeResult, error) {
 	}
 	res, err := c.Multi(ops...)
 	if err == nil {
+		s.noteMulti(ops, res)
 		// Every znode a multi-operation writes gets its zxid as mzxid:
 		// the last operation's stat carries the leaf's new version.
 		written := backend.Record{Key: w.key, Value: slices.Clone(w.value), Version: uint64(res[len(res)-1].Stat.Mzxid), Token: cond.Token}
@@ -443,7 +476,7 @@ func (w *recordWrite) ops(c *zk.Conn, r recordRead) (ops []any, again bool, err 
 		}
 	}
 	if fenced {
-		ops = append(ops, &zk.CheckVersionRequest{Path: s.p.lease(cond.Lease), Version: r.lease.Version})
+		ops = append(ops, &zk.CheckVersionRequest{Path: w.fence, Version: r.lease.Version})
 	}
 	stored := encodeRecord(cond.Token, w.value)
 	switch {

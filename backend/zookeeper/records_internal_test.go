@@ -2,6 +2,7 @@ package zookeeper
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,13 +89,13 @@ func TestRecordWriteSeesChangesSinceItsRead(t *testing.T) {
 		fence := backend.Condition{Lease: "fenced", Token: l.Token()}
 		_, err = s.PutRecord(ctx, "st/fenced", []byte("one"), fence)
 		require.NoError(t, err)
-		w := &recordWrite{s: s, op: "test", key: "st/fenced", put: put, value: []byte("two"), cond: fence}
+		w := &recordWrite{s: s, op: "test", key: "st/fenced", put: put, value: []byte("two"), cond: fence, fence: l.(*lease).path}
 		r, err := w.read(s.conn)
 		require.NoError(t, err)
 		done, err := w.check(r)
 		require.NoError(t, err)
 		require.False(t, done)
-		require.NoError(t, s.conn.Delete(s.p.lease("fenced"), -1))
+		require.NoError(t, s.conn.Delete(l.(*lease).path, -1))
 		_, err = w.write(s.conn, r)
 		assert.ErrorIs(t, err, backend.ErrConflict, "put %v", put)
 		got, err := s.GetRecord(ctx, "st/fenced")
@@ -105,10 +106,11 @@ func TestRecordWriteSeesChangesSinceItsRead(t *testing.T) {
 	require.NoError(t, s.DeleteRecord(ctx, "st/fenced", backend.Condition{}))
 }
 
-// The read that Acquire sends right behind its create sees the create: the
-// token is the czxid of the znode created, and the watch behind Lost is
-// set before Acquire returns.
-func TestAcquireReadsBehindItsCreate(t *testing.T) {
+// The listing that Acquire sends right behind its create sees the create,
+// and the watch behind Lost is set before Acquire returns: the token is
+// the czxid of the candidacy created, whose name starts with the session
+// ID.
+func TestAcquireListsBehindItsCreate(t *testing.T) {
 	addr := zktest.Addr(t)
 	root := zktest.Root(t, addr)
 	s := openInternal(t, addr, root)
@@ -117,12 +119,16 @@ func TestAcquireReadsBehindItsCreate(t *testing.T) {
 		bl, err := s.Acquire(t.Context(), "x")
 		require.NoError(t, err)
 		l := bl.(*lease)
-		data, st, err := c.Get(root + "/lease/x")
+		children, _, err := c.Children(root + "/lease/x")
+		require.NoError(t, err)
+		require.Len(t, children, 1)
+		assert.Equal(t, root+"/lease/x/"+children[0], l.path)
+		assert.True(t, strings.HasPrefix(children[0], s.sid+"-"), children[0])
+		_, st, err := c.Get(l.path)
 		require.NoError(t, err)
 		assert.Equal(t, uint64(st.Czxid), l.Token())
 		assert.Equal(t, s.id, st.EphemeralOwner)
-		assert.Len(t, data, 8, "the attempt's nonce")
-		require.NoError(t, c.Delete(root+"/lease/x", -1)) // no read after Acquire: the watch was set by then
+		require.NoError(t, c.Delete(l.path, -1)) // no read after Acquire: the watch was set by then
 		select {
 		case <-l.Lost():
 		case <-time.After(10 * time.Second):

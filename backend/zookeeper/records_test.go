@@ -15,6 +15,7 @@ import (
 
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/backend/zookeeper"
 	"github.com/simba-go/simba/internal/zktest"
 )
 
@@ -276,7 +277,7 @@ func TestFencedRecordAfterLoss(t *testing.T) {
 	fence := backend.Condition{Lease: "x", Token: l.Token()}
 	_, err = r.PutRecord(t.Context(), "st/x", []byte("1"), fence)
 	require.NoError(t, err)
-	require.NoError(t, c.Delete(root+"/lease/x", -1))
+	require.NoError(t, c.Delete(zookeeper.CandidacyPath(l), -1))
 	<-l.Lost()
 	_, err = r.PutRecord(t.Context(), "st/x", []byte("2"), fence)
 	assert.ErrorIs(t, err, backend.ErrConflict)
@@ -305,7 +306,7 @@ func TestLeaseOnLost(t *testing.T) {
 	n.OnLost(func() { called <- "a" })
 	stop := n.OnLost(func() { called <- "b" })
 	assert.True(t, stop(), "stopped before the loss")
-	require.NoError(t, c.Delete(root+"/lease/x", -1))
+	require.NoError(t, c.Delete(zookeeper.CandidacyPath(l), -1))
 	select {
 	case who := <-called:
 		assert.Equal(t, "a", who)

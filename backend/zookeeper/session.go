@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -45,6 +46,12 @@ type session struct {
 	nonce      uint64                    // of the last Acquire attempt (see acquisition.attempt)
 	recWatches map[*recordWatch]struct{} // WatchRecords calls running
 	leaves     map[string]uint64         // Leave calls per group (see Join)
+
+	cacheMu  sync.Mutex
+	recCache map[string]cachedRecord // see reccache.go
+	// recordReads counts the reads of record writes (for tests: a
+	// ReleaseWithRecords served from the cache makes none).
+	recordReads atomic.Int64
 
 	// memberMu orders the member writes of Join and Leave on the server
 	// (held by their requests, not by the callers).
@@ -376,9 +383,9 @@ func (s *session) zkErr(op string, err error) error {
 func (s *session) onEvent(ev zk.Event) {
 	switch ev.Type {
 	case zk.EventNodeCreated, zk.EventNodeDeleted, zk.EventNodeDataChanged, zk.EventNodeChildrenChanged:
-		if name, ok := s.p.leaseName(ev.Path); ok {
+		if name, _, ok := s.p.leaseChild(ev.Path); ok {
 			if ev.Type == zk.EventNodeDeleted || ev.Type == zk.EventNodeDataChanged {
-				s.leaseEvent(name, ev.Type)
+				s.leaseEvent(name, ev.Path, ev.Type)
 			}
 		} else if recs := s.p.root + recordDir; ev.Path == recs || strings.HasPrefix(ev.Path, recs+"/") {
 			s.mu.Lock()
@@ -445,9 +452,10 @@ func (s *session) lockName(ctx context.Context, op, name string) (unlock func(),
 }
 
 var (
-	_ backend.Session      = (*session)(nil)
-	_ backend.Lease        = (*lease)(nil)
-	_ backend.LostNotifier = (*lease)(nil)
-	_ backend.LeaseLister  = (*session)(nil)
-	_ backend.Records      = (*session)(nil)
+	_ backend.Session         = (*session)(nil)
+	_ backend.Lease           = (*lease)(nil)
+	_ backend.LostNotifier    = (*lease)(nil)
+	_ backend.LeaseLister     = (*session)(nil)
+	_ backend.CandidateLister = (*session)(nil)
+	_ backend.Records         = (*session)(nil)
 )

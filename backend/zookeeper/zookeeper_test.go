@@ -203,7 +203,9 @@ func TestLeaseZnode(t *testing.T) {
 	s := open(t, b)
 	l, err := s.Acquire(t.Context(), "ingest")
 	require.NoError(t, err)
-	_, st, err := c.Get(root + "/lease/ingest")
+	path := zookeeper.CandidacyPath(l)
+	assert.True(t, strings.HasPrefix(path, root+"/lease/ingest/"+s.ID()+"-"), "%s: the candidacy's name starts with the session ID", path)
+	_, st, err := c.Get(path)
 	require.NoError(t, err)
 	assert.Equal(t, uint64(st.Czxid), l.Token())
 	assert.Equal(t, s.ID(), fmt.Sprintf("%016x", uint64(st.EphemeralOwner)))
@@ -212,9 +214,15 @@ func TestLeaseZnode(t *testing.T) {
 	assert.Equal(t, []string{"ingest"}, held)
 
 	require.NoError(t, l.Release(t.Context()))
-	ok, _, err := c.Exists(root + "/lease/ingest")
+	ok, _, err := c.Exists(path)
 	require.NoError(t, err)
 	assert.False(t, ok, "Release deletes the znode")
+	ok, _, err = c.Exists(root + "/lease/ingest")
+	require.NoError(t, err)
+	assert.True(t, ok, "the empty container stays until the server reaps it")
+	held, err = s.(backend.LeaseLister).HeldLeases(t.Context(), "")
+	require.NoError(t, err)
+	assert.Empty(t, held, "an empty container is no lease held")
 }
 
 // A lease znode deleted behind the holder's back: Lost closes, and Release
@@ -230,7 +238,7 @@ func TestLostOnExternalDelete(t *testing.T) {
 	keepAlive(t, other)
 	l, err := s.Acquire(t.Context(), "x")
 	require.NoError(t, err)
-	require.NoError(t, c.Delete(root+"/lease/x", -1))
+	require.NoError(t, c.Delete(zookeeper.CandidacyPath(l), -1))
 	select {
 	case <-l.Lost():
 	case <-time.After(5 * time.Second):
@@ -240,7 +248,7 @@ func TestLostOnExternalDelete(t *testing.T) {
 	require.NoError(t, err)
 	assert.Greater(t, lo.Token(), l.Token())
 	assert.ErrorIs(t, l.Release(t.Context()), backend.ErrNotHeld)
-	ok, _, err := c.Exists(root + "/lease/x")
+	ok, _, err := c.Exists(zookeeper.CandidacyPath(lo))
 	require.NoError(t, err)
 	assert.True(t, ok, "a stale Release must not delete the new holder's znode")
 	select {
@@ -251,8 +259,10 @@ func TestLostOnExternalDelete(t *testing.T) {
 }
 
 // An Acquire that gives up while its create request is on its way leaves
-// nothing behind: the proxy holds the server's replies, so the znode is
-// created on the server after the caller has gone.
+// nothing behind: the proxy holds the server's replies, so the candidacy
+// is created on the server after the caller has gone, and the session
+// deletes it once the reply arrives. Another session holds the lease
+// meanwhile, so that the container is not reaped.
 func TestAcquireCancelledDuringCreate(t *testing.T) {
 	t.Parallel()
 	addr := zktest.Addr(t)
@@ -266,26 +276,30 @@ func TestAcquireCancelledDuringCreate(t *testing.T) {
 	s := open(t, slow)
 	other := open(t, direct)
 	keepAlive(t, other)
-	// Make the lease directory exist, so that the create is one request.
 	l, err := other.Acquire(t.Context(), "x")
 	require.NoError(t, err)
-	require.NoError(t, l.Release(t.Context()))
 
 	p.StallReplies()
 	ctx, cancel := context.WithTimeout(t.Context(), 150*time.Millisecond)
 	defer cancel()
 	_, err = s.Acquire(ctx, "x")
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
-	ok, st, err := c.Exists(root + "/lease/x")
-	require.NoError(t, err)
-	if assert.True(t, ok, "the create reached the server") {
-		assert.Equal(t, s.ID(), fmt.Sprintf("%016x", uint64(st.EphemeralOwner)))
+	queue := func() []string {
+		q, err := other.(backend.CandidateLister).Candidates(t.Context(), "x")
+		require.NoError(t, err)
+		return q
 	}
+	assert.Equal(t, []string{other.ID(), s.ID()}, queue(), "the create reached the server")
 	p.Resume()
-
-	lo, err := other.Acquire(t.Context(), "x")
-	require.NoError(t, err, "the orphan was deleted")
-	require.NoError(t, lo.Release(t.Context()))
+	deadline := time.Now().Add(10 * time.Second)
+	for len(queue()) > 1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	assert.Equal(t, []string{other.ID()}, queue(), "the orphan candidacy was not deleted")
+	children, _, err := c.Children(root + "/lease/x")
+	require.NoError(t, err)
+	assert.Len(t, children, 1)
+	require.NoError(t, l.Release(t.Context()))
 	s.KeepAlive(t.Context())
 }
 
@@ -339,13 +353,15 @@ func TestBackendCloseAbandons(t *testing.T) {
 	_, err = s.KeepAlive(t.Context())
 	assert.ErrorIs(t, err, backend.ErrSessionDone)
 	assert.ErrorIs(t, err, backend.ErrClosed)
-	ok, _, err := c.Exists(root + "/lease/a")
+	children, _, err := c.Children(root + "/lease/a")
 	require.NoError(t, err)
+	ok := len(children) > 0
 	assert.True(t, ok, "an abandoned session's znode stays until it expires")
 	deadline := time.Now().Add(6 * time.Second)
 	for ok && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
-		ok, _, err = c.Exists(root + "/lease/a")
+		children, _, err = c.Children(root + "/lease/a")
+		ok = len(children) > 0
 		require.NoError(t, err)
 	}
 	assert.False(t, ok, "the abandoned session did not expire")

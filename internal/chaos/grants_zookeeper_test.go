@@ -1,50 +1,63 @@
 package chaos
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"log"
 	"reflect"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 )
 
-// ZooKeeper lays a lease out as the ephemeral znode <root>/lease/<name>,
-// created by the Acquire that takes it and deleted by its Release or by
-// the server when the holder's session ends; the token is the znode's
-// czxid (backend/zookeeper's package documentation). <root>/lease is a
-// container znode, which the server deletes once it is empty (every
-// second on the test servers), and a later Acquire creates again.
+// ZooKeeper lays a lease out as a queue of candidacies: ephemeral
+// sequential znodes <root>/lease/<name>/<session>-<nonce>-<seq> under the
+// container <root>/lease/<name>, created by Acquire when it starts waiting
+// and deleted by its Release, by its withdrawal, or by the server when the
+// session ends; the oldest candidacy (lowest sequence number) holds the
+// lease, and the token is the znode's czxid (backend/zookeeper's package
+// documentation). The containers, and <root>/lease, are deleted by the
+// server once empty (every second on the test servers), and created again
+// by a later Acquire.
 //
 // The watcher of the test process has a session of its own on the server,
-// not through any client's proxy, and watches the lease directory's
-// children and each lease znode (an exists watch, which fires on its
-// delete):
+// not through any client's proxy, and sets a child watch on <root>/lease
+// and on each container; each time one fires it lists the container again,
+// and reads the czxid and ctime of each candidacy it has not seen (exists,
+// no watch). A grant of candidacy Z begins when every older candidacy of
+// its name is deleted, and ends when Z is deleted:
 //
-//   - a grant starts at the znode's ctime, the server's wall clock when it
-//     prepared the create, before the create was applied and answered
-//     (cut to the millisecond: earlier still);
-//   - it ends when the watcher receives the delete event of its znode (or
-//     finds it gone): at or after the delete.
+//   - a grant's Start is the later of Z's ctime (the server's wall clock
+//     when it prepared the create, cut to the millisecond: earlier still)
+//     and the instant the watcher sent the last listing that still showed
+//     a candidacy older than Z (the older one's delete was applied after
+//     that listing was served, so after it was sent); both are at or
+//     before the grant's true start. Seen is when the watcher received the
+//     listing in which Z is the oldest: at or after it;
+//   - it ends when the watcher receives a listing without Z: at or after
+//     the delete.
 //
-// ZooKeeper's watches fire once: a znode created and deleted between the
-// watcher's looks is never seen. The directory's stat tells how many
-// creates it has seen, (cversion + children)/2, since cversion counts
-// creates and deletes of children; when the watcher has seen fewer znodes
-// than that, the tokens between its last look and this one (pzxid, the
-// zxid of the last change of children) are a blind range: an observation
-// of a token without a grant there cannot be checked. The same holds for
-// the end of a directory's life (deleted, created again), and for a
-// session of the watcher's own that expired (its watches are lost; it
-// looks again).
+// ZooKeeper's watches fire once, and a listing shows the children as they
+// are when it is served: a candidacy created and deleted between two
+// listings is never seen. A container's stat tells how many creates it
+// has seen in its life, (cversion + children)/2, since cversion counts the
+// creates and deletes of its children; when the watcher has seen fewer
+// candidacies than that, the tokens between its last listing and this one
+// (pzxid, the zxid of the last change of children) are a blind range: an
+// observation of a token without a grant there cannot be checked. A
+// candidacy seen waiting and gone by the next listing, whose older ones
+// are gone too, may have held in between: its token is a blind range of
+// one. The same holds for the end of a container's life (deleted, created
+// again), and for a session of the watcher's own that expired (its
+// watches are lost; it looks again).
 //
 // The events of a session come in order with its replies: an event that
-// happened before a reply was sent is delivered first (go-zookeeper hands
-// it to the watch's channel before it hands over the reply), so once a
-// listing returns, the delete events of the znodes it no longer lists are
-// in their channels.
+// happened before a reply was sent is delivered first, so once a listing
+// returns, the events of the changes it shows are in their channels.
 
 // neverFires stands for a watch that could not be set.
 var neverFires = make(chan zk.Event)
@@ -55,7 +68,7 @@ func (z *zooKeeper) watchGrants(root string) (*grantWatch, error) {
 		return nil, fmt.Errorf("the grant watch: %w", err)
 	}
 	w := &zkGrantWatch{conn: conn, dir: root + "/lease", log: newGrantLog(), quit: make(chan struct{}), done: make(chan struct{}),
-		held: map[string]*zkHolding{}, seen: map[int64]bool{}}
+		leases: map[string]*zkLease{}}
 	go w.loop()
 	return &grantWatch{log: w.log, stop: func() {
 		close(w.quit)
@@ -96,32 +109,38 @@ type zkGrantWatch struct {
 	done chan struct{}
 
 	// Owned by loop.
-	held map[string]*zkHolding // by lease name: the znode watched
-	seen map[int64]bool        // the czxids of every znode seen
-	inc  *zkDir                // the lease directory as last listed
+	leases map[string]*zkLease // by lease name: its container as last listed
+	dirCh  <-chan zk.Event     // the watch on <root>/lease; nil: list it
 }
 
-// zkHolding is a lease znode being watched.
-type zkHolding struct {
+// zkLease is one life of a lease's container, as listed last.
+type zkLease struct {
 	name  string
-	czxid int64
-	ch    <-chan zk.Event // its exists watch
-	// stale: the watch could not be set again (the session failed); the
-	// next listing looks at the znode again.
-	stale bool
-}
-
-// zkDir is one life of the lease directory, as listed last.
-type zkDir struct {
-	czxid  int64 // its create zxid: every child's czxid is larger
-	pzxid  int64 // at the last listing: creates up to it are accounted for
-	missed int64 // creates up to pzxid never seen
-	// gone is the blind range left open when the directory was found
+	ch    <-chan zk.Event // its child watch; nil: list it
+	czxid int64           // the container's: every child's czxid is larger
+	pzxid int64           // at the last listing: creates up to it are accounted for
+	// missed: creates up to pzxid never seen.
+	missed int64
+	count  int64                   // candidacies seen in this life
+	seen   map[string]*zkCandidacy // those listed last, and the holding, by name
+	head   *zkCandidacy            // the holding, as last listed
+	// gone is the blind range left open when the container was found
 	// gone (its end bounded by the next life's czxid), or -1.
 	gone int
-	// deleted: the watch of the last listing fired for the directory's
+	// deleted: the watch of the last listing fired for the container's
 	// delete, so no child changed since that listing.
 	deleted bool
+}
+
+// zkCandidacy is a candidacy seen.
+type zkCandidacy struct {
+	name         string
+	seq          int64
+	czxid        int64
+	ctime        time.Time
+	olderAliveAt time.Time // the send time of the last listing with an older candidacy
+	listed       bool      // in the last listing
+	held         bool      // taken as the holding
 }
 
 func (w *zkGrantWatch) stopped() bool {
@@ -144,189 +163,199 @@ func (w *zkGrantWatch) pause() {
 func (w *zkGrantWatch) loop() {
 	defer close(w.done)
 	for !w.stopped() {
-		children, st, dirCh, err := w.conn.ChildrenW(w.dir)
-		w.drain()
-		if errors.Is(err, zk.ErrNoNode) {
-			w.dirGone()
-			ok, _, ch, err := w.conn.ExistsW(w.dir)
-			switch {
-			case err != nil:
-				w.pause()
-			case !ok:
-				w.wait(ch)
+		if w.dirCh == nil {
+			w.listDir()
+		}
+		for _, l := range w.leases {
+			if l.ch == nil {
+				w.listLease(l)
 			}
-			continue
 		}
-		if err != nil {
+		if w.stopped() {
+			return
+		}
+		w.wait()
+	}
+}
+
+// listDir lists <root>/lease and watches it; a name not known yet is
+// listed next.
+func (w *zkGrantWatch) listDir() {
+	names, _, ch, err := w.conn.ChildrenW(w.dir)
+	switch {
+	case errors.Is(err, zk.ErrNoNode):
+		ok, _, ech, err := w.conn.ExistsW(w.dir)
+		switch {
+		case err != nil:
 			w.pause()
-			continue
+		case ok:
+			// Created meanwhile: list again.
+		default:
+			w.dirCh = ech
 		}
-		w.list(children, st)
-		if ev, ok := w.wait(dirCh); ok && ev.Type == zk.EventNodeDeleted {
-			w.inc.deleted = true
+		return
+	case err != nil:
+		w.pause()
+		return
+	}
+	w.dirCh = ch
+	for _, n := range names {
+		if w.leases[n] == nil {
+			w.leases[n] = &zkLease{name: n, gone: -1}
 		}
 	}
 }
 
-// list takes in a listing of the lease directory: it watches the znodes
-// not watched yet, and accounts for the creates it may have missed.
-func (w *zkGrantWatch) list(children []string, st *zk.Stat) {
-	if w.inc == nil || w.inc.czxid != st.Czxid {
-		// What the previous life created since its last listing is
-		// unknown: the creates before this life began.
+// parseSeq returns the sequence number of a candidacy's name
+// (<16 hex>-<16 hex>-<seq>).
+func parseSeq(name string) (int64, bool) {
+	if len(name) < 35 || name[16] != '-' || name[33] != '-' {
+		return 0, false
+	}
+	seq, err := strconv.ParseInt(name[34:], 10, 64)
+	return seq, err == nil
+}
+
+// listLease lists a lease's container and watches it, and takes in what
+// changed since the last listing: the grants that ended and began.
+func (w *zkGrantWatch) listLease(l *zkLease) {
+	path := w.dir + "/" + l.name
+	sent := time.Now()
+	children, st, ch, err := w.conn.ChildrenW(path)
+	got := time.Now()
+	if errors.Is(err, zk.ErrNoNode) {
+		w.leaseGone(l, got)
+		delete(w.leases, l.name) // listed again once <root>/lease shows it
+		return
+	}
+	if err != nil {
+		w.pause()
+		return
+	}
+	l.ch = ch
+	if l.seen == nil || l.czxid != st.Czxid {
+		// A new life: what the previous one created after its last
+		// listing is unknown, until this life's czxid bounds it.
+		if l.seen != nil {
+			w.leaseGone(l, got)
+		}
+		gone := l.gone
+		*l = zkLease{name: l.name, ch: ch, czxid: st.Czxid, pzxid: st.Czxid, seen: map[string]*zkCandidacy{}, gone: -1}
+		if gone >= 0 {
+			w.log.bound(gone, uint64(st.Czxid))
+		}
+	}
+	l.deleted = false
+	for _, c := range l.seen {
+		c.listed = false
+	}
+	for _, n := range children {
+		c := l.seen[n]
+		if c == nil {
+			seq, ok := parseSeq(n)
+			if !ok {
+				continue
+			}
+			ok, cst, err := w.conn.Exists(path + "/" + n)
+			if err != nil || !ok {
+				continue // gone already (the accounting sees it), or the session failed
+			}
+			c = &zkCandidacy{name: n, seq: seq, czxid: cst.Czxid, ctime: time.UnixMilli(cst.Ctime)}
+			l.seen[n] = c
+			l.count++
+		}
+		c.listed = true
+	}
+	var queue []*zkCandidacy
+	for _, c := range l.seen {
+		if c.listed {
+			queue = append(queue, c)
+		}
+	}
+	slices.SortFunc(queue, func(a, b *zkCandidacy) int { return cmp.Compare(a.seq, b.seq) })
+	for _, c := range l.seen {
 		switch {
-		case w.inc == nil, w.inc.deleted:
-		case w.inc.gone >= 0:
-			w.log.bound(w.inc.gone, uint64(st.Czxid))
-		default:
-			w.log.missed(uint64(w.inc.pzxid), uint64(st.Czxid), "the lease directory was deleted and created again")
-		}
-		w.inc = &zkDir{czxid: st.Czxid, pzxid: st.Czxid, gone: -1}
-	}
-	listed := map[string]bool{}
-	for _, name := range children {
-		listed[name] = true
-		switch h := w.held[name]; {
-		case h == nil:
-			w.watchZnode(name)
-		case h.stale:
-			w.recheck(h)
+		case c.listed:
+		case c.held:
+			w.log.end(l.name, uint64(c.czxid), got)
+			c.held = false
+			l.head = nil
+		case len(queue) == 0 || c.seq < queue[0].seq:
+			// Gone unseen as the holding, and so are its older ones: it
+			// may have held in between.
+			w.log.missed(uint64(c.czxid)-1, uint64(c.czxid), "a candidacy seen waiting was gone by the next listing, with the ones before it")
 		}
 	}
-	for name, h := range w.held {
-		if !listed[name] {
-			// Gone before the listing, its delete event lost (the
-			// watcher's session ended): it ended by now.
-			w.log.end(name, uint64(h.czxid), time.Now())
-			delete(w.held, name)
+	for n, c := range l.seen {
+		if !c.listed {
+			delete(l.seen, n)
+		}
+	}
+	if len(queue) > 0 {
+		h := queue[0]
+		if !h.held {
+			h.held = true
+			l.head = h
+			start := h.ctime
+			if h.olderAliveAt.After(start) {
+				start = h.olderAliveAt
+			}
+			w.log.begin(l.name, uint64(h.czxid), start, got)
+		}
+		for _, c := range queue[1:] {
+			c.olderAliveAt = sent
 		}
 	}
 	creates := (int64(st.Cversion) + int64(len(children))) / 2
-	var seen int64
-	for z := range w.seen {
-		if z > w.inc.czxid && z <= st.Pzxid {
-			seen++
-		}
+	if missed := creates - l.count; missed > l.missed {
+		w.log.missed(uint64(l.pzxid), uint64(st.Pzxid), fmt.Sprintf("%d candidacies of %s created and deleted between two listings", missed-l.missed, l.name))
+		l.missed = missed
 	}
-	if missed := creates - seen; missed > w.inc.missed {
-		w.log.missed(uint64(w.inc.pzxid), uint64(st.Pzxid), fmt.Sprintf("%d lease znodes created and deleted between two listings", missed-w.inc.missed))
-		w.inc.missed = missed
-	}
-	w.inc.pzxid = max(w.inc.pzxid, st.Pzxid)
+	l.pzxid = max(l.pzxid, st.Pzxid)
 }
 
-// dirGone takes in that the lease directory is not there: what its last
-// life created after its last listing is unknown, until the next life's
-// first listing bounds it.
-func (w *zkGrantWatch) dirGone() {
-	for name, h := range w.held { // a directory is deleted empty only
-		w.log.end(name, uint64(h.czxid), time.Now())
-		delete(w.held, name)
+// leaseGone takes in that a life of a lease's container is over: its
+// holding ended, and what it created after its last listing is unknown,
+// until the next life's first listing bounds it.
+func (w *zkGrantWatch) leaseGone(l *zkLease, at time.Time) {
+	if l.head != nil { // a container is deleted empty only
+		w.log.end(l.name, uint64(l.head.czxid), at)
+		l.head.held = false
+		l.head = nil
 	}
-	if w.inc != nil && w.inc.gone < 0 && !w.inc.deleted {
-		w.inc.gone = w.log.missed(uint64(w.inc.pzxid), 1<<64-1, "the lease directory was deleted")
+	if l.seen != nil && l.gone < 0 && !l.deleted {
+		l.gone = w.log.missed(uint64(l.pzxid), 1<<64-1, fmt.Sprintf("the container of %s was deleted", l.name))
 	}
 }
 
-// watchZnode looks at the lease znode called name and watches it.
-func (w *zkGrantWatch) watchZnode(name string) {
-	ok, st, ch, err := w.conn.ExistsW(w.dir + "/" + name)
-	if err != nil || !ok {
-		// Gone already (the accounting of the next listing sees it), or
-		// the session failed (the next listing looks again).
-		return
-	}
-	w.seen[st.Czxid] = true
-	w.log.begin(name, uint64(st.Czxid), time.UnixMilli(st.Ctime), time.Now())
-	w.held[name] = &zkHolding{name: name, czxid: st.Czxid, ch: ch}
-}
-
-// event takes in an event of the watch of h, received at the instant at.
-func (w *zkGrantWatch) event(h *zkHolding, ev zk.Event, at time.Time) {
-	if ev.Type == zk.EventNodeDeleted {
-		delete(w.held, h.name)
-		w.log.end(h.name, uint64(h.czxid), at)
-		return
-	}
-	w.recheck(h) // its data changed, or the watch was lost: look again
-}
-
-// recheck looks at h's znode again and watches it, or whatever holding
-// has replaced it.
-func (w *zkGrantWatch) recheck(h *zkHolding) {
-	delete(w.held, h.name)
-	ok, st, ch, err := w.conn.ExistsW(w.dir + "/" + h.name)
-	switch {
-	case err != nil:
-		// The session failed: the next listing looks again, and ends
-		// the grant then if the znode is gone.
-		w.held[h.name] = &zkHolding{name: h.name, czxid: h.czxid, ch: neverFires, stale: true}
-	case ok && st.Czxid == h.czxid:
-		w.held[h.name] = &zkHolding{name: h.name, czxid: h.czxid, ch: ch}
-	default:
-		w.log.end(h.name, uint64(h.czxid), time.Now())
-		if ok {
-			w.seen[st.Czxid] = true
-			w.log.begin(h.name, uint64(st.Czxid), time.UnixMilli(st.Ctime), time.Now())
-			w.held[h.name] = &zkHolding{name: h.name, czxid: st.Czxid, ch: ch}
-		}
-	}
-}
-
-// drain takes in the events already delivered to the znodes' watches.
-func (w *zkGrantWatch) drain() {
-	for {
-		h, ev, ok := w.next(nil, false)
-		if !ok {
-			return
-		}
-		w.event(h, ev, time.Now())
-	}
-}
-
-// wait takes in the znodes' events until ch (the directory's watch)
-// fires, and returns its event, or until the watcher stops (false).
-func (w *zkGrantWatch) wait(ch <-chan zk.Event) (zk.Event, bool) {
-	for !w.stopped() {
-		h, ev, ok := w.next(ch, true)
-		if !ok {
-			return ev, !w.stopped() // ch fired, or stop
-		}
-		w.event(h, ev, time.Now())
-	}
-	return zk.Event{}, false
-}
-
-// next returns the next event of a znode's watch; with block it waits for
-// one, for ch, or for the stop, and reports false for the last two (with
-// ch's event); without, it reports false when none is ready.
-func (w *zkGrantWatch) next(ch <-chan zk.Event, block bool) (*zkHolding, zk.Event, bool) {
+// wait waits for a watch to fire, or the stop, and marks what is to be
+// listed again.
+func (w *zkGrantWatch) wait() {
 	cases := []reflect.SelectCase{{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w.quit)}}
-	if ch != nil {
+	dir := w.dirCh
+	if dir == nil {
+		dir = neverFires
+	}
+	cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(dir)})
+	var ls []*zkLease
+	for _, l := range w.leases {
+		ch := l.ch
+		if ch == nil {
+			ch = neverFires
+		}
+		ls = append(ls, l)
 		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
 	}
-	first := len(cases)
-	var hs []*zkHolding
-	for _, h := range w.held {
-		hs = append(hs, h)
-		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(h.ch)})
-	}
-	if !block {
-		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectDefault})
-	}
-	i, v, recvOK := reflect.Select(cases)
-	if i < first || i >= first+len(hs) {
-		var ev zk.Event
-		if i == 1 && ch != nil && recvOK {
-			ev = v.Interface().(zk.Event)
+	i, v, ok := reflect.Select(cases)
+	switch {
+	case i == 0:
+	case i == 1:
+		w.dirCh = nil
+	default:
+		l := ls[i-2]
+		l.ch = nil
+		if ok && v.Interface().(zk.Event).Type == zk.EventNodeDeleted {
+			l.deleted = true
 		}
-		return nil, ev, false
 	}
-	var ev zk.Event
-	if recvOK {
-		ev = v.Interface().(zk.Event)
-	} else {
-		ev = zk.Event{Type: zk.EventNotWatching} // closed after its event: taken in already
-	}
-	return hs[i-first], ev, true
 }

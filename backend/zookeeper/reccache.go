@@ -1,0 +1,151 @@
+package zookeeper
+
+import (
+	"encoding/binary"
+	"strings"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// The record cache: what the session last read or wrote of each record's
+// leaf and directory, by leaf path, so that ReleaseWithRecords can build
+// its multi-operation without reading first (see lease.recordOps). An
+// entry is a true observation that may be stale, never a guess: a stale
+// one fails the multi-operation's version checks, which then reads and
+// tries again.
+
+// cachedRecord is what the session last saw of a record's znodes.
+type cachedRecord struct {
+	present bool   // the leaf exists
+	leaf    int32  // its data version (present)
+	token   uint64 // the token stored in it (present)
+	dir     int32  // the directory's data version
+}
+
+// maxCachedRecords bounds the cache; past it, arbitrary entries go.
+const maxCachedRecords = 1 << 16
+
+// cacheRecord records what was seen of the record at leaf.
+func (s *session) cacheRecord(leaf string, c cachedRecord) {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	if s.recCache == nil {
+		s.recCache = make(map[string]cachedRecord)
+	}
+	if _, ok := s.recCache[leaf]; !ok && len(s.recCache) >= maxCachedRecords {
+		n := 0
+		for k := range s.recCache { // map order: arbitrary entries
+			delete(s.recCache, k)
+			if n++; n >= maxCachedRecords/8 {
+				break
+			}
+		}
+	}
+	s.recCache[leaf] = c
+}
+
+// forgetRecord drops the entry of the record at leaf.
+func (s *session) forgetRecord(leaf string) {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	delete(s.recCache, leaf)
+}
+
+// cachedRecordAt returns the entry of the record at leaf.
+func (s *session) cachedRecordAt(leaf string) (cachedRecord, bool) {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	c, ok := s.recCache[leaf]
+	return c, ok
+}
+
+// noteRead caches what a record write's read saw.
+func (s *session) noteRead(leaf string, r recordRead) {
+	if !r.dirOK {
+		s.forgetRecord(leaf)
+		return
+	}
+	c := cachedRecord{present: r.present, dir: r.dir.Version}
+	if r.present {
+		c.leaf = r.st.Version
+		if len(r.data) >= tokenLen {
+			c.token = binary.BigEndian.Uint64(r.data)
+		}
+	}
+	s.cacheRecord(leaf, c)
+}
+
+// noteMulti caches what a successful multi-operation wrote to record
+// znodes: the leaves it set, created or deleted, and the directories it
+// checked or set. A leaf whose directory's version the operations do not
+// tell keeps the directory's version cached before, or is forgotten.
+func (s *session) noteMulti(ops []any, res []zk.MultiResponse) {
+	recs := s.p.root + recordDir + "/"
+	type seen struct {
+		c             cachedRecord
+		leafOK, dirOK bool
+	}
+	byLeaf := map[string]*seen{}
+	entry := func(leaf string) *seen {
+		e := byLeaf[leaf]
+		if e == nil {
+			e = &seen{}
+			if c, ok := s.cachedRecordAt(leaf); ok {
+				e.c, e.dirOK = c, true
+			}
+			byLeaf[leaf] = e
+		}
+		return e
+	}
+	isLeaf := func(p string) bool { return strings.HasPrefix(p, recs) && strings.HasSuffix(p, "/"+recordLeaf) }
+	for i, op := range ops {
+		var st *zk.Stat
+		if i < len(res) {
+			st = res[i].Stat
+		}
+		switch op := op.(type) {
+		case *zk.SetDataRequest:
+			switch {
+			case isLeaf(op.Path) && st != nil:
+				e := entry(op.Path)
+				e.c.present, e.c.leaf, e.leafOK = true, st.Version, true
+				e.c.token = storedToken(op.Data)
+			case strings.HasPrefix(op.Path, recs) && st != nil:
+				e := entry(op.Path + "/" + recordLeaf)
+				e.c.dir, e.dirOK = st.Version, true
+			}
+		case *zk.CreateRequest:
+			if isLeaf(op.Path) {
+				e := entry(op.Path)
+				e.c.present, e.c.leaf, e.leafOK = true, 0, true
+				e.c.token = storedToken(op.Data)
+			}
+		case *zk.DeleteRequest:
+			if isLeaf(op.Path) {
+				e := entry(op.Path)
+				e.c.present, e.c.leaf, e.c.token, e.leafOK = false, 0, 0, true
+			}
+		case *zk.CheckVersionRequest:
+			if strings.HasPrefix(op.Path, recs) && !isLeaf(op.Path) {
+				e := entry(op.Path + "/" + recordLeaf)
+				e.c.dir, e.dirOK = op.Version, true
+			}
+		}
+	}
+	for leaf, e := range byLeaf {
+		switch {
+		case e.leafOK && e.dirOK:
+			s.cacheRecord(leaf, e.c)
+		case e.leafOK:
+			s.forgetRecord(leaf)
+		}
+	}
+}
+
+// storedToken is the token in front of a leaf's data.
+func storedToken(data []byte) uint64 {
+	if len(data) < tokenLen {
+		return 0
+	}
+	return binary.BigEndian.Uint64(data)
+}
