@@ -3,6 +3,8 @@ package handoffbench
 import (
 	"fmt"
 	"io"
+	"os"
+	"strconv"
 	"time"
 )
 
@@ -165,4 +167,17 @@ func (r *Results) Markdown(w io.Writer) {
 			fmt.Fprintln(w)
 		}
 	}
+}
+
+// RoundsEnv, set to a number, replaces the counted rounds (and the
+// warm-up, by a tenth of it) of a run, for a quick try of a benchmark.
+const RoundsEnv = "SIMBA_BENCH_ROUNDS"
+
+// Sized returns cfg with Rounds and Warmup from $SIMBA_BENCH_ROUNDS if it
+// is set to a positive number.
+func Sized(cfg Config) Config {
+	if n, err := strconv.Atoi(os.Getenv(RoundsEnv)); err == nil && n > 0 {
+		cfg.Rounds, cfg.Warmup = n, max(1, n/10)
+	}
+	return cfg
 }
