@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log"
 	"math/rand/v2"
 	"os"
 	"path"
@@ -18,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/simba-go/simba"
+	bounded "github.com/simba-go/simba/internal/await"
 	"github.com/simba-go/simba/internal/faultproxy"
 	"github.com/simba-go/simba/internal/handoffbench"
 	"github.com/simba-go/simba/internal/zktest"
@@ -299,11 +302,14 @@ func benchBlackhole(t *testing.T, addr, root string, report *strings.Builder) {
 	fmt.Fprintf(report, "### Blackholed holder: overlap and fail-over (session timeout 1s, %d pairs × %d rounds)\n\n", blackholePairs, blackholePerPair)
 	fmt.Fprintln(report, "The holder's link is blackholed (the server stops hearing it, as after a crash) at a random phase of its renewals. "+
 		"A round overlaps when the old holder still believes it leads after the new one started: "+
-		"the old term's `Valid()` (its `Deadline`), and its task's ctx end, against the new term's `Start`. "+
-		"Fail-over: the cut → the new term's start.")
+		"simba: the old term's `Valid()` (its `Deadline`), and its task's ctx end, against the new term's `Start`; "+
+		"plain recipe (go-zookeeper, 1s session timeout): the old leader stepping down on its connection's first `StateDisconnected` event "+
+		"(as Curator's recipes do on SUSPENDED), against the new leader's create succeeding. "+
+		"Fail-over: the cut → the new leader.")
 	fmt.Fprintln(report)
 	valid := &handoffbench.Overlap{Side: "simba, old term's Valid()"}
 	ctxEnd := &handoffbench.Overlap{Side: "simba, old task's ctx end"}
+	peer := &handoffbench.Overlap{Side: "plain ephemeral-node recipe, old leader's Disconnected event"}
 	var wg sync.WaitGroup
 	for p := range blackholePairs {
 		wg.Go(func() {
@@ -313,7 +319,15 @@ func benchBlackhole(t *testing.T, addr, root string, report *strings.Builder) {
 		})
 	}
 	wg.Wait()
-	handoffbench.OverlapMarkdown(report, valid, ctxEnd)
+	for p := range blackholePairs {
+		wg.Go(func() {
+			if err := peerBlackhole(t, addr, root, p, peer); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	handoffbench.OverlapMarkdown(report, valid, ctxEnd, peer)
 	fmt.Fprintln(report)
 	if _, over := valid.Rounds(); over > 0 {
 		t.Errorf("simba: %d blackhole rounds overlapped", over)
@@ -392,6 +406,95 @@ func simbaBlackhole(t *testing.T, addr, root string, p int, valid, ctxEnd *hando
 	}
 	log.check(t)
 	return nil
+}
+
+// peerBlackhole plays one pair's blackhole rounds of the plain recipe, on
+// two connections through proxies, with 1s session timeouts.
+func peerBlackhole(t *testing.T, addr, root string, p int, o *handoffbench.Overlap) error {
+	dir := fmt.Sprintf("%s/peer-blackhole-%d", root, p)
+	h := &peerHandOff{path: dir + "/leader", won: make(chan time.Time, 1), errs: make(chan error, 2)}
+	var proxies [2]*faultproxy.Proxy
+	var disconnected, session [2]chan time.Time
+	for i := range h.conns {
+		px, err := faultproxy.New(addr)
+		if err != nil {
+			return fmt.Errorf("pair %d: proxy: %w", p, err)
+		}
+		t.Cleanup(func() { px.Close() })
+		proxies[i] = px
+		c, events, err := zk.Connect([]string{px.Addr()}, time.Second, zk.WithLogger(log.New(io.Discard, "", 0)), zk.WithLogInfo(false))
+		if err != nil {
+			return fmt.Errorf("pair %d: connect: %w", p, err)
+		}
+		disconnected[i], session[i] = make(chan time.Time, 16), make(chan time.Time, 16)
+		drained := make(chan struct{})
+		go func() {
+			defer close(drained)
+			for e := range events {
+				ch := map[zk.State]chan time.Time{zk.StateDisconnected: disconnected[i], zk.StateHasSession: session[i]}[e.State]
+				if e.Type == zk.EventSession && ch != nil {
+					select {
+					case ch <- time.Now():
+					default:
+					}
+				}
+			}
+		}()
+		t.Cleanup(func() { px.Heal(); c.Close(); <-drained })
+		h.conns[i] = c
+		if _, err := within(session[i], benchWait); err != nil {
+			return fmt.Errorf("pair %d: no session: %w", p, err)
+		}
+	}
+	mkdirs(t, h.conns[0], dir)
+	wonOrErr := func(what string) (time.Time, error) {
+		select {
+		case at := <-h.won:
+			return at, nil
+		case err := <-h.errs:
+			return time.Time{}, fmt.Errorf("pair %d: %s: %w", p, what, err)
+		case <-time.After(30 * time.Second):
+			return time.Time{}, fmt.Errorf("pair %d: %s within 30s", p, what)
+		}
+	}
+	go h.campaign(h.conns[0])
+	if _, err := wonOrErr("no first leader"); err != nil {
+		return err
+	}
+	go h.campaign(h.conns[1])
+	holder := 0
+	for round := range blackholePerPair {
+		time.Sleep(400*time.Millisecond + rand.N(400*time.Millisecond))
+		for range len(disconnected[holder]) {
+			<-disconnected[holder] // none of this round's
+		}
+		cut := time.Now()
+		proxies[holder].Blackhole()
+		won, err := wonOrErr(fmt.Sprintf("round %d: no take-over", round))
+		if err != nil {
+			return err
+		}
+		gone, err := within(disconnected[holder], 30*time.Second)
+		if err != nil {
+			return fmt.Errorf("pair %d round %d: the cut leader saw no disconnection: %w", p, round, err)
+		}
+		o.Add(cut, won, gone)
+		for range len(session[holder]) {
+			<-session[holder]
+		}
+		proxies[holder].Heal()
+		if _, err := within(session[holder], 30*time.Second); err != nil {
+			return fmt.Errorf("pair %d round %d: the cut leader got no new session: %w", p, round, err)
+		}
+		go h.campaign(h.conns[holder])
+		holder = 1 - holder
+	}
+	return h.conns[holder].Delete(h.path, -1)
+}
+
+// within waits up to d for a time on ch.
+func within(ch <-chan time.Time, d time.Duration) (time.Time, error) {
+	return bounded.Within(ch, d, "nothing")
 }
 
 // benchCrash measures simba's fail-over after the holder, a process of its
