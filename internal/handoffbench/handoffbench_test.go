@@ -43,13 +43,22 @@ func TestQuantile(t *testing.T) {
 func TestWrapForwardsCapabilities(t *testing.T) {
 	ctx := t.Context()
 	var p handoffbench.Probe
-	b := handoffbench.Wrap(memory.New(), &p)
+	mem := memory.New()
+	b := handoffbench.Wrap(mem, &p)
 	defer b.Close()
 	s, err := b.Open(ctx, backend.SessionOptions{TTL: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close(context.Background())
+	bare, err := mem.Open(ctx, backend.SessionOptions{TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bare.Close(context.Background())
+	if is[backend.CandidateLister](s) != is[backend.CandidateLister](bare) {
+		t.Errorf("the wrapped session is a CandidateLister: %v; the bare one: %v", is[backend.CandidateLister](s), is[backend.CandidateLister](bare))
+	}
 	for name, ok := range map[string]bool{
 		"Records":      is[backend.Records](s),
 		"SkipReporter": is[backend.SkipReporter](s),
