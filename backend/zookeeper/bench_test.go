@@ -183,7 +183,7 @@ func deleteWatcher(t *testing.T, addr, root string) handoffbench.Notice {
 // mkdirs creates the persistent znode dir and its parents, those missing:
 // the recipes' parents are their own, as the backend's directories are
 // containers, which the server deletes once empty.
-func mkdirs(t *testing.T, c *zk.Conn, dir string) {
+func mkdirs(c *zk.Conn, dir string) error {
 	for i := 1; i <= len(dir); i++ {
 		if i == len(dir) || dir[i] == '/' {
 			_, err := c.Create(dir[:i], nil, 0, zk.WorldACL(zk.PermAll))
@@ -192,10 +192,11 @@ func mkdirs(t *testing.T, c *zk.Conn, dir string) {
 				continue
 			}
 			if err != nil && !errors.Is(err, zk.ErrNodeExists) {
-				t.Fatalf("creating %s: %v", dir[:i], err)
+				return fmt.Errorf("creating %s: %w", dir[:i], err)
 			}
 		}
 	}
+	return nil
 }
 
 // seqHandOff hands over by the sequential-node recipe of Curator's
@@ -221,7 +222,7 @@ type seqWon struct {
 func newSeqHandOff(t *testing.T, addr, root string) *seqHandOff {
 	h := &seqHandOff{dir: root + "/peer-seq", won: make(chan seqWon, 1)}
 	h.conns = [2]*zk.Conn{zktest.Connect(t, addr), zktest.Connect(t, addr)}
-	mkdirs(t, h.conns[0], h.dir)
+	require.NoError(t, mkdirs(h.conns[0], h.dir))
 	go h.campaign(h.conns[0])
 	w := <-h.won
 	require.NoError(t, w.err)
@@ -377,7 +378,7 @@ func simbaBlackhole(t *testing.T, addr, root string, p int, valid, ctxEnd *hando
 			return nil, fmt.Errorf("%s round %d: %s within %v", election, round, what, benchWait)
 		}
 	}
-	cur, err := wait("no first term", -1)
+	cur, err := wait("no first term", 0)
 	if err != nil {
 		return err
 	}
@@ -446,7 +447,9 @@ func peerBlackhole(t *testing.T, addr, root string, p int, o *handoffbench.Overl
 			return fmt.Errorf("pair %d: no session: %w", p, err)
 		}
 	}
-	mkdirs(t, h.conns[0], dir)
+	if err := mkdirs(h.conns[0], dir); err != nil {
+		return err
+	}
 	wonOrErr := func(what string) (time.Time, error) {
 		select {
 		case at := <-h.won:
@@ -538,7 +541,7 @@ func newPeerHandOff(t *testing.T, addr, root string) *peerHandOff {
 	dir := root + "/peer-plain"
 	h := &peerHandOff{path: dir + "/leader", won: make(chan time.Time, 1), errs: make(chan error, 1)}
 	h.conns = [2]*zk.Conn{zktest.Connect(t, addr), zktest.Connect(t, addr)}
-	mkdirs(t, h.conns[0], dir)
+	require.NoError(t, mkdirs(h.conns[0], dir))
 	go h.campaign(h.conns[0])
 	h.wait(t)
 	return h
