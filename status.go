@@ -361,9 +361,11 @@ func (w *statusWriter) started(start time.Time, source string) *runHandle {
 		w.st.LastRun = &records.Run{Seq: h.seq, Token: w.term.ref.Token, Member: w.member, Start: start, Result: records.Running, Source: source}
 		w.dirty = true
 		// Read the history slot the run will end in, off the task's
-		// path: a backend that remembers what it read (ZooKeeper) then
-		// writes the run's end with the hand-off without reading first.
-		w.rec.GetRecord(ctx, records.HistoryKey(w.term.ref.Election, h.seq))
+		// path, where the backend remembers what it read (ZooKeeper): it
+		// then writes the run's end with the hand-off without reading.
+		if pf, ok := w.rec.(backend.RecordPrefetcher); ok {
+			pf.PrefetchRecords(ctx, records.HistoryKey(w.term.ref.Election, h.seq))
+		}
 	})
 	return h
 }

@@ -216,6 +216,20 @@ type RecordReleaser interface {
 	ReleaseWithRecords(ctx context.Context, records []Record) error
 }
 
+// RecordPrefetcher is an optional capability of a Session that implements
+// Records and whose leases implement RecordReleaser, found by type
+// assertion: a session that builds ReleaseWithRecords from the versions it
+// remembers (ZooKeeper's multi-operations compare versions, which the
+// session must know) rather than reading the records first. The caller
+// prefetches, off its hand-off's path, the records a later release will
+// write; a session without it is not asked to read anything ahead.
+type RecordPrefetcher interface {
+	// PrefetchRecords reads the records at keys, or their absence, into
+	// what the session remembers. An error is no harm: the release reads
+	// what it does not know.
+	PrefetchRecords(ctx context.Context, keys ...string) error
+}
+
 // CandidateLister is an optional capability of a Session, found by type
 // assertion: the queue of a lease (see Session.Acquire), for tests and
 // for tools that show who waits for a lease.

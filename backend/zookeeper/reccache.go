@@ -1,10 +1,14 @@
 package zookeeper
 
 import (
+	"context"
 	"encoding/binary"
+	"errors"
 	"strings"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/simba-go/simba/backend"
 )
 
 // The record cache: what the session last read or wrote of each record's
@@ -148,4 +152,19 @@ func storedToken(data []byte) uint64 {
 		return 0
 	}
 	return binary.BigEndian.Uint64(data)
+}
+
+// PrefetchRecords reads the records at keys (and their directories) into
+// the session's record cache, all at once: the optional
+// [backend.RecordPrefetcher] capability. simba calls it for the history
+// slot a run will end in, when the run starts, so that the hand-off's
+// ReleaseWithRecords needs no read.
+func (s *session) PrefetchRecords(ctx context.Context, keys ...string) error {
+	return together(len(keys), func(i int) error {
+		_, err := s.GetRecord(ctx, keys[i])
+		if errors.Is(err, backend.ErrNoRecord) {
+			return nil
+		}
+		return err
+	})
 }

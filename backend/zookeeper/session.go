@@ -452,10 +452,11 @@ func (s *session) lockName(ctx context.Context, op, name string) (unlock func(),
 }
 
 var (
-	_ backend.Session         = (*session)(nil)
-	_ backend.Lease           = (*lease)(nil)
-	_ backend.LostNotifier    = (*lease)(nil)
-	_ backend.LeaseLister     = (*session)(nil)
-	_ backend.CandidateLister = (*session)(nil)
-	_ backend.Records         = (*session)(nil)
+	_ backend.Session          = (*session)(nil)
+	_ backend.Lease            = (*lease)(nil)
+	_ backend.LostNotifier     = (*lease)(nil)
+	_ backend.LeaseLister      = (*session)(nil)
+	_ backend.CandidateLister  = (*session)(nil)
+	_ backend.Records          = (*session)(nil)
+	_ backend.RecordPrefetcher = (*session)(nil)
 )

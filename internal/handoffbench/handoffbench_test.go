@@ -56,13 +56,17 @@ func TestWrapForwardsCapabilities(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer bare.Close(context.Background())
-	if is[backend.CandidateLister](s) != is[backend.CandidateLister](bare) {
-		t.Errorf("the wrapped session is a CandidateLister: %v; the bare one: %v", is[backend.CandidateLister](s), is[backend.CandidateLister](bare))
+	if is[backend.RecordPrefetcher](bare) {
+		t.Error("the memory backend prefetches records now: test the forwarding of RecordPrefetcher with it")
+	}
+	if err := s.(backend.RecordPrefetcher).PrefetchRecords(ctx, "status/x"); err != nil {
+		t.Errorf("PrefetchRecords without the capability underneath: %v, want nil (nothing done)", err)
 	}
 	for name, ok := range map[string]bool{
-		"Records":      is[backend.Records](s),
-		"SkipReporter": is[backend.SkipReporter](s),
-		"LeaseLister":  is[backend.LeaseLister](s),
+		"Records":         is[backend.Records](s),
+		"SkipReporter":    is[backend.SkipReporter](s),
+		"LeaseLister":     is[backend.LeaseLister](s),
+		"CandidateLister": is[backend.CandidateLister](s),
 	} {
 		if !ok {
 			t.Errorf("the wrapped session is no backend.%s", name)

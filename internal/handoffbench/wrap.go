@@ -74,10 +74,11 @@ func (p *Probe) released() {
 // backend.Records, SkipReporter, LeaseLister and CandidateLister on the
 // session, LostNotifier and RecordReleaser on the lease, so that the core
 // takes the same paths as on b. Open fails, saying which, when a session or
-// a lease of b lacks one of them other than CandidateLister (which is
-// forwarded when present): a wrapper that hid it would measure another
-// path. backend.Viewer on the Backend is not forwarded: the core does not
-// use it.
+// a lease of b lacks one of them: a wrapper that hid it would measure
+// another path. RecordPrefetcher is forwarded when the session has it, and
+// does nothing when it has not (what the core's call of it then costs is
+// nothing). backend.Viewer on the Backend is not forwarded: the core does
+// not use it.
 func Wrap(b backend.Backend, p *Probe) backend.Backend { return &wrapped{Backend: b, p: p} }
 
 type wrapped struct {
@@ -93,15 +94,13 @@ func (w *wrapped) Open(ctx context.Context, o backend.SessionOptions) (backend.S
 	rec, ok1 := s.(backend.Records)
 	skip, ok2 := s.(backend.SkipReporter)
 	list, ok3 := s.(backend.LeaseLister)
-	if !ok1 || !ok2 || !ok3 {
+	cand, ok4 := s.(backend.CandidateLister)
+	if !ok1 || !ok2 || !ok3 || !ok4 {
 		_ = s.Close(ctx)
-		return nil, fmt.Errorf("simba/handoffbench: session %T lacks a capability (Records %v, SkipReporter %v, LeaseLister %v): the wrapper would hide the core's path", s, ok1, ok2, ok3)
+		return nil, fmt.Errorf("simba/handoffbench: session %T lacks a capability (Records %v, SkipReporter %v, LeaseLister %v, CandidateLister %v): the wrapper would hide the core's path", s, ok1, ok2, ok3, ok4)
 	}
-	ws := &session{Session: s, rec: rec, skip: skip, list: list, p: w.p}
-	if c, ok := s.(backend.CandidateLister); ok {
-		return &candidateSession{session: ws, c: c}, nil
-	}
-	return ws, nil
+	pf, _ := s.(backend.RecordPrefetcher)
+	return &session{Session: s, rec: rec, skip: skip, list: list, cand: cand, pf: pf, p: w.p}, nil
 }
 
 type session struct {
@@ -109,16 +108,19 @@ type session struct {
 	rec  backend.Records
 	skip backend.SkipReporter
 	list backend.LeaseLister
+	cand backend.CandidateLister
+	pf   backend.RecordPrefetcher // nil: PrefetchRecords does nothing
 	p    *Probe
 }
 
 var (
-	_ backend.Records         = (*session)(nil)
-	_ backend.SkipReporter    = (*session)(nil)
-	_ backend.LeaseLister     = (*session)(nil)
-	_ backend.CandidateLister = (*candidateSession)(nil)
-	_ backend.LostNotifier    = (*lease)(nil)
-	_ backend.RecordReleaser  = (*lease)(nil)
+	_ backend.Records          = (*session)(nil)
+	_ backend.SkipReporter     = (*session)(nil)
+	_ backend.LeaseLister      = (*session)(nil)
+	_ backend.CandidateLister  = (*session)(nil)
+	_ backend.RecordPrefetcher = (*session)(nil)
+	_ backend.LostNotifier     = (*lease)(nil)
+	_ backend.RecordReleaser   = (*lease)(nil)
 )
 
 func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, error) {
@@ -169,13 +171,15 @@ func (s *session) HeldLeases(ctx context.Context, prefix string) ([]string, erro
 	return s.list.HeldLeases(ctx, prefix)
 }
 
-type candidateSession struct {
-	*session
-	c backend.CandidateLister
+func (s *session) Candidates(ctx context.Context, name string) ([]string, error) {
+	return s.cand.Candidates(ctx, name)
 }
 
-func (s *candidateSession) Candidates(ctx context.Context, name string) ([]string, error) {
-	return s.c.Candidates(ctx, name)
+func (s *session) PrefetchRecords(ctx context.Context, keys ...string) error {
+	if s.pf == nil {
+		return nil
+	}
+	return s.pf.PrefetchRecords(ctx, keys...)
 }
 
 type lease struct {
