@@ -186,16 +186,21 @@ func TestReleaseWithRecordsCache(t *testing.T) {
 	_, err = s.PutRecord(ctx, "history/x/8", []byte("old"), backend.Condition{})
 	require.NoError(t, err)
 	// What simba does when a run starts (backend.RecordPrefetcher): the
-	// slots it may end in, one absent (7), one present (8).
-	require.NoError(t, s.PrefetchRecords(ctx, "history/x/7", "history/x/8"))
+	// slots it may end in, one absent (7), one present (8), one never
+	// used, whose directory does not exist (9): prefetching creates it.
+	require.NoError(t, s.PrefetchRecords(ctx, "history/x/7", "history/x/8", "history/x/9"))
+	ok, _, err := c.Exists(s.p.recordDir("history/x/9"))
+	require.NoError(t, err)
+	require.True(t, ok, "PrefetchRecords created the directory of a slot never used")
 	before := s.recordReads.Load()
 	require.NoError(t, l.(backend.RecordReleaser).ReleaseWithRecords(ctx, []backend.Record{
 		{Key: "status/x", Value: []byte("idle")},
 		{Key: "history/x/7", Value: []byte("run 7")},
 		{Key: "history/x/8", Value: []byte("run 8")},
+		{Key: "history/x/9", Value: []byte("run 9")},
 	}))
 	assert.Equal(t, before, s.recordReads.Load(), "a release served from the cache reads nothing")
-	for key, want := range map[string]string{"status/x": "idle", "history/x/7": "run 7", "history/x/8": "run 8"} {
+	for key, want := range map[string]string{"status/x": "idle", "history/x/7": "run 7", "history/x/8": "run 8", "history/x/9": "run 9"} {
 		r, err := s.GetRecord(ctx, key)
 		require.NoError(t, err)
 		assert.Equal(t, want, string(r.Value), key)

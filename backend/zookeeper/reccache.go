@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/go-zookeeper/zk"
@@ -158,13 +159,30 @@ func storedToken(data []byte) uint64 {
 // the session's record cache, all at once: the optional
 // [backend.RecordPrefetcher] capability. simba calls it for the history
 // slot a run will end in, when the run starts, so that the hand-off's
-// ReleaseWithRecords needs no read.
+// ReleaseWithRecords needs no request before its multi-operation. A record
+// whose directory does not exist yet (a slot's first use) has its
+// directory created now, rather than on the hand-off's path: the server
+// reaps a container only once it has had a child, so the empty directory
+// stays until the record is written.
 func (s *session) PrefetchRecords(ctx context.Context, keys ...string) error {
 	return together(len(keys), func(i int) error {
-		_, err := s.GetRecord(ctx, keys[i])
-		if errors.Is(err, backend.ErrNoRecord) {
-			return nil
+		key := keys[i]
+		if err := checkKey(key); err != nil {
+			return err
 		}
-		return err
+		for attempt := 0; ; attempt++ {
+			_, err := s.GetRecord(ctx, key)
+			if err != nil && !errors.Is(err, backend.ErrNoRecord) {
+				return err
+			}
+			if _, ok := s.cachedRecordAt(s.p.record(key)); ok || attempt == 1 {
+				return nil
+			}
+			if _, err := call(s, ctx, fmt.Sprintf("prefetch record %q", key), func(c *zk.Conn) (struct{}, error) {
+				return struct{}{}, s.ensureDir(c, s.p.recordDir(key))
+			}); err != nil {
+				return err
+			}
+		}
 	})
 }
