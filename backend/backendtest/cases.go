@@ -105,23 +105,23 @@ func testOneHolder(h *harness) {
 	h.wantBlocked(b, "x", ttl/4, "another session holds it")
 
 	// A waiting Acquire gets the lease when it is released.
-	res := goAcquire(h.op(), b, "x")
+	res := AcquireAsync(h.op(), b, "x")
 	time.Sleep(ttl / 4)
 	select {
 	case r := <-res:
-		h.Errorf("session %s: Acquire returned (%v, %v) while another session holds the lease", b.ID(), r.l, r.err)
+		h.Errorf("session %s: Acquire returned (%v, %v) while another session holds the lease", b.ID(), r.Lease, r.Err)
 		return
 	default:
 	}
 	h.wantNoErr("Release", la.Release(h.op()))
 	r := <-res
-	if !h.wantNoErr("waiting Acquire after Release", r.err) {
+	if !h.wantNoErr("waiting Acquire after Release", r.Err) {
 		return
 	}
-	if r.l.Token() <= la.Token() {
-		h.Errorf("token %d after hand-off, want > %d", r.l.Token(), la.Token())
+	if r.Lease.Token() <= la.Token() {
+		h.Errorf("token %d after hand-off, want > %d", r.Lease.Token(), la.Token())
 	}
-	h.wantNoErr("Release", r.l.Release(h.op()))
+	h.wantNoErr("Release", r.Lease.Release(h.op()))
 }
 
 func testStaleRelease(h *harness) {
@@ -250,8 +250,8 @@ func testKeepAlive(h *harness) {
 	la := h.acquire(a, "x")
 
 	// B waits 3×TTL while A renews every TTL/3: B must not get the lease.
-	res := goAcquire(h.timeout(3*ttl), b, "x")
-	var r acquireResult
+	res := AcquireAsync(h.timeout(3*ttl), b, "x")
+	var r Acquired
 renew:
 	for {
 		got, err := a.KeepAlive(h.op())
@@ -268,11 +268,11 @@ renew:
 		case <-t.C:
 		}
 	}
-	if r.l != nil {
-		h.Errorf("session %s acquired x (token %d) while its holder renewed every TTL/3", b.ID(), r.l.Token())
+	if r.Lease != nil {
+		h.Errorf("session %s acquired x (token %d) while its holder renewed every TTL/3", b.ID(), r.Lease.Token())
 		return
 	}
-	h.wantErr("Acquire while the holder renews", r.err, context.DeadlineExceeded)
+	h.wantErr("Acquire while the holder renews", r.Err, context.DeadlineExceeded)
 	h.wantOpen(a.Done(), "Done of a renewed session")
 	h.wantOpen(la.Lost(), "Lost of a renewed session's lease")
 
@@ -290,11 +290,11 @@ func testAcquireContext(h *harness) {
 	la := h.acquire(a, "x")
 
 	ctx, cancel := context.WithCancel(h.Context())
-	res := goAcquire(ctx, b, "x")
+	res := AcquireAsync(ctx, b, "x")
 	time.Sleep(ttl / 10)
 	cancel()
 	t := time.NewTimer(ttl / 2)
-	var r acquireResult
+	var r Acquired
 	select {
 	case r = <-res:
 		t.Stop()
@@ -302,10 +302,10 @@ func testAcquireContext(h *harness) {
 		h.Errorf("Acquire did not return within TTL/2 (%v) of its ctx being cancelled", ttl/2)
 		r = <-res
 	}
-	if r.l != nil {
-		h.Errorf("Acquire with a cancelled ctx returned a lease (token %d)", r.l.Token())
+	if r.Lease != nil {
+		h.Errorf("Acquire with a cancelled ctx returned a lease (token %d)", r.Lease.Token())
 	}
-	h.wantErr("Acquire with a cancelled ctx", r.err, context.Canceled)
+	h.wantErr("Acquire with a cancelled ctx", r.Err, context.Canceled)
 
 	// B left nothing behind: once A releases, C gets the lease at once.
 	h.wantNoErr("Release", la.Release(h.op()))

@@ -54,7 +54,7 @@ func (h *harness) wantQueue(cl backend.CandidateLister, name string, want []back
 type waiter struct {
 	s      backend.Session
 	name   string
-	res    <-chan acquireResult
+	res    <-chan Acquired
 	cancel context.CancelFunc
 }
 
@@ -63,7 +63,7 @@ type waiter struct {
 func (h *harness) wait(s backend.Session, name string) *waiter {
 	ctx, cancel := context.WithTimeout(h.Context(), 6*opTimeout)
 	h.Cleanup(cancel)
-	return &waiter{s: s, name: name, res: goAcquire(ctx, s, name), cancel: cancel}
+	return &waiter{s: s, name: name, res: AcquireAsync(ctx, s, name), cancel: cancel}
 }
 
 // wantWaiting reports if w's Acquire has returned; a lease it got is
@@ -72,11 +72,11 @@ func (h *harness) wantWaiting(w *waiter, why string) bool {
 	h.Helper()
 	select {
 	case r := <-w.res:
-		if r.l != nil {
-			h.Errorf("session %s: Acquire(%q) returned a lease (token %d) although %s", w.s.ID(), w.name, r.l.Token(), why)
-			_ = r.l.Release(h.op())
+		if r.Lease != nil {
+			h.Errorf("session %s: Acquire(%q) returned a lease (token %d) although %s", w.s.ID(), w.name, r.Lease.Token(), why)
+			_ = r.Lease.Release(h.op())
 		} else {
-			h.Errorf("session %s: Acquire(%q) returned (error %v) although %s and it should still wait", w.s.ID(), w.name, r.err, why)
+			h.Errorf("session %s: Acquire(%q) returned (error %v) although %s and it should still wait", w.s.ID(), w.name, r.Err, why)
 		}
 		return false
 	default:
@@ -93,16 +93,16 @@ func (h *harness) wantHolds(w *waiter, d time.Duration, after uint64, when strin
 	select {
 	case r := <-w.res:
 		switch {
-		case r.err != nil:
-			h.Errorf("session %s: waiting Acquire(%q) %s: %v", w.s.ID(), w.name, when, r.err)
+		case r.Err != nil:
+			h.Errorf("session %s: waiting Acquire(%q) %s: %v", w.s.ID(), w.name, when, r.Err)
 			return nil
-		case r.l == nil:
+		case r.Lease == nil:
 			h.Errorf("session %s: waiting Acquire(%q) %s returned a nil lease and no error", w.s.ID(), w.name, when)
 			return nil
-		case r.l.Token() <= after:
-			h.Errorf("session %s: waiting Acquire(%q) %s: token %d, want > %d (the previous holding's)", w.s.ID(), w.name, when, r.l.Token(), after)
+		case r.Lease.Token() <= after:
+			h.Errorf("session %s: waiting Acquire(%q) %s: token %d, want > %d (the previous holding's)", w.s.ID(), w.name, when, r.Lease.Token(), after)
 		}
-		return r.l
+		return r.Lease
 	case <-t.C:
 		h.Errorf("session %s: waiting Acquire(%q) did not return within %v %s", w.s.ID(), w.name, d, when)
 		return nil
@@ -118,13 +118,13 @@ func (h *harness) wantGaveUp(w *waiter, d time.Duration, target error, when stri
 	select {
 	case r := <-w.res:
 		switch {
-		case r.l != nil:
-			h.Errorf("session %s: waiting Acquire(%q) %s returned a lease (token %d), want an error", w.s.ID(), w.name, when, r.l.Token())
-			_ = r.l.Release(h.op())
-		case r.err == nil:
+		case r.Lease != nil:
+			h.Errorf("session %s: waiting Acquire(%q) %s returned a lease (token %d), want an error", w.s.ID(), w.name, when, r.Lease.Token())
+			_ = r.Lease.Release(h.op())
+		case r.Err == nil:
 			h.Errorf("session %s: waiting Acquire(%q) %s returned neither a lease nor an error", w.s.ID(), w.name, when)
-		case target != nil && !errors.Is(r.err, target):
-			h.Errorf("session %s: waiting Acquire(%q) %s: error %v, want one wrapping %v", w.s.ID(), w.name, when, r.err, target)
+		case target != nil && !errors.Is(r.Err, target):
+			h.Errorf("session %s: waiting Acquire(%q) %s: error %v, want one wrapping %v", w.s.ID(), w.name, when, r.Err, target)
 		}
 	case <-t.C:
 		h.Errorf("session %s: waiting Acquire(%q) did not return within %v %s", w.s.ID(), w.name, d, when)

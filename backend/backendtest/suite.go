@@ -317,19 +317,20 @@ func catch(f func() error) (err error) {
 	return f()
 }
 
-// acquireResult is the outcome of an Acquire run on another goroutine.
-type acquireResult struct {
-	l   backend.Lease
-	err error
+// Acquired is the outcome of an Acquire run by AcquireAsync.
+type Acquired struct {
+	Lease backend.Lease
+	Err   error
 }
 
-// goAcquire runs s.Acquire(ctx, name) on a new goroutine and delivers its
-// outcome on the returned channel.
-func goAcquire(ctx context.Context, s backend.Session, name string) <-chan acquireResult {
-	ch := make(chan acquireResult, 1)
+// AcquireAsync runs s.Acquire(ctx, name) on a new goroutine and delivers
+// its outcome on the returned channel (buffered: the goroutine never
+// blocks on it). For a backend's own tests of waiting Acquires.
+func AcquireAsync(ctx context.Context, s backend.Session, name string) <-chan Acquired {
+	ch := make(chan Acquired, 1)
 	go func() {
 		l, err := s.Acquire(ctx, name)
-		ch <- acquireResult{l, err}
+		ch <- Acquired{l, err}
 	}()
 	return ch
 }

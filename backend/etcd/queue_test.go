@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/backend/backendtest"
 	"github.com/simba-go/simba/backend/etcd"
 	"github.com/simba-go/simba/internal/await"
 )
@@ -41,22 +42,6 @@ func awaitCandidates(t testing.TB, s backend.Session, name string, want ...strin
 	}
 }
 
-// acquireAsync runs Acquire on a goroutine; the channel delivers its
-// outcome.
-func acquireAsync(ctx context.Context, s backend.Session, name string) <-chan acquired {
-	ch := make(chan acquired, 1)
-	go func() {
-		l, err := s.Acquire(ctx, name)
-		ch <- acquired{l, err}
-	}()
-	return ch
-}
-
-type acquired struct {
-	l   backend.Lease
-	err error
-}
-
 // TestQueuedCandidacy: waiting candidacies are keys of their own, in the
 // order of their creation; the holder's Release hands the lease to the
 // next-oldest, whose fenced writes then pass and the former holder's
@@ -72,9 +57,9 @@ func TestQueuedCandidacy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wb := acquireAsync(op(t), b, "x")
+	wb := backendtest.AcquireAsync(op(t), b, "x")
 	awaitCandidates(t, a, "x", a.ID(), b.ID())
-	wc := acquireAsync(op(t), c, "x")
+	wc := backendtest.AcquireAsync(op(t), c, "x")
 	awaitCandidates(t, a, "x", a.ID(), b.ID(), c.ID())
 	if got := keys(t, cli, prefix+"lease/"); !slices.Equal(got, sorted("x/"+a.ID(), "x/"+b.ID(), "x/"+c.ID())) {
 		t.Errorf("lease keys %q", got)
@@ -89,15 +74,15 @@ func TestQueuedCandidacy(t *testing.T) {
 		t.Fatal(err)
 	}
 	rb := await.For(t, wb, opTimeout, "b's Acquire after a's Release")
-	if rb.err != nil {
-		t.Fatal(rb.err)
+	if rb.Err != nil {
+		t.Fatal(rb.Err)
 	}
-	if rb.l.Token() <= la.Token() {
-		t.Errorf("b's token %d after a's %d", rb.l.Token(), la.Token())
+	if rb.Lease.Token() <= la.Token() {
+		t.Errorf("b's token %d after a's %d", rb.Lease.Token(), la.Token())
 	}
 	select {
 	case r := <-wc:
-		t.Fatalf("c's Acquire returned before b's release: %v, %v", r.l, r.err)
+		t.Fatalf("c's Acquire returned before b's release: %v, %v", r.Lease, r.Err)
 	default:
 	}
 	// Fenced by b's holding, not by c's waiting candidacy.
@@ -105,23 +90,23 @@ func TestQueuedCandidacy(t *testing.T) {
 	if !ok {
 		t.Fatal("no Records")
 	}
-	if _, err := rec.PutRecord(op(t), "r", []byte("b"), backend.Condition{Lease: "x", Token: rb.l.Token()}); err != nil {
+	if _, err := rec.PutRecord(op(t), "r", []byte("b"), backend.Condition{Lease: "x", Token: rb.Lease.Token()}); err != nil {
 		t.Errorf("fenced write of the holder: %v", err)
 	}
-	if err := rb.l.(backend.RecordReleaser).ReleaseWithRecords(op(t), []backend.Record{{Key: "r", Value: []byte("b, last")}}); err != nil {
+	if err := rb.Lease.(backend.RecordReleaser).ReleaseWithRecords(op(t), []backend.Record{{Key: "r", Value: []byte("b, last")}}); err != nil {
 		t.Fatal(err)
 	}
 	rc := await.For(t, wc, opTimeout, "c's Acquire after b's Release")
-	if rc.err != nil {
-		t.Fatal(rc.err)
+	if rc.Err != nil {
+		t.Fatal(rc.Err)
 	}
-	if rc.l.Token() <= rb.l.Token() {
-		t.Errorf("c's token %d after b's %d", rc.l.Token(), rb.l.Token())
+	if rc.Lease.Token() <= rb.Lease.Token() {
+		t.Errorf("c's token %d after b's %d", rc.Lease.Token(), rb.Lease.Token())
 	}
-	if _, err := rec.PutRecord(op(t), "r", []byte("b, stale"), backend.Condition{Lease: "x", Token: rb.l.Token()}); !errors.Is(err, backend.ErrConflict) {
+	if _, err := rec.PutRecord(op(t), "r", []byte("b, stale"), backend.Condition{Lease: "x", Token: rb.Lease.Token()}); !errors.Is(err, backend.ErrConflict) {
 		t.Errorf("fenced write of the former holder: %v, want ErrConflict", err)
 	}
-	if err := rc.l.Release(op(t)); err != nil {
+	if err := rc.Lease.Release(op(t)); err != nil {
 		t.Fatal(err)
 	}
 	if got := keys(t, cli, prefix+"lease/"); len(got) != 0 {
@@ -143,12 +128,12 @@ func TestWithdrawnOnCtxEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	wb := acquireAsync(ctx, b, "x")
+	wb := backendtest.AcquireAsync(ctx, b, "x")
 	awaitCandidates(t, a, "x", a.ID(), b.ID())
 	cancel()
 	r := await.For(t, wb, opTimeout, "b's Acquire after its ctx ended")
-	if !errors.Is(r.err, context.Canceled) || r.l != nil {
-		t.Fatalf("Acquire = %v, %v; want context.Canceled", r.l, r.err)
+	if !errors.Is(r.Err, context.Canceled) || r.Lease != nil {
+		t.Fatalf("Acquire = %v, %v; want context.Canceled", r.Lease, r.Err)
 	}
 	if got := candidates(t, a, "x"); !slices.Equal(got, []string{a.ID()}) {
 		t.Errorf("candidates after the withdrawal: %q, want only a's", got)
@@ -219,7 +204,7 @@ func TestQueuedWaiterResyncs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wb := acquireAsync(op(t), b, "x")
+	wb := backendtest.AcquireAsync(op(t), b, "x")
 	awaitCandidates(t, a, "x", a.ID(), b.ID())
 	px.Refuse()
 	if err := la.Release(op(t)); err != nil {
@@ -234,10 +219,10 @@ func TestQueuedWaiterResyncs(t *testing.T) {
 	}
 	px.Accept()
 	r := await.For(t, wb, opTimeout, "b's Acquire after the resync")
-	if r.err != nil {
-		t.Fatal(r.err)
+	if r.Err != nil {
+		t.Fatal(r.Err)
 	}
-	if r.l.Token() <= la.Token() || closed(r.l.Lost()) {
-		t.Errorf("token %d after %d, lost %v", r.l.Token(), la.Token(), closed(r.l.Lost()))
+	if r.Lease.Token() <= la.Token() || closed(r.Lease.Lost()) {
+		t.Errorf("token %d after %d, lost %v", r.Lease.Token(), la.Token(), closed(r.Lease.Lost()))
 	}
 }

@@ -9,24 +9,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/backend/backendtest"
 	"github.com/simba-go/simba/internal/faultproxy"
 	"github.com/simba-go/simba/internal/zktest"
 )
-
-// acquireAsync runs Acquire on a goroutine.
-func acquireAsync(ctx context.Context, s *session, name string) <-chan acquired {
-	ch := make(chan acquired, 1)
-	go func() {
-		l, err := s.Acquire(ctx, name)
-		ch <- acquired{l, err}
-	}()
-	return ch
-}
-
-type acquired struct {
-	l   backend.Lease
-	err error
-}
 
 // waitQueue waits until the candidacies of name are those of want, in
 // order, and fails the test after 10s.
@@ -75,9 +61,9 @@ func TestQueueOlderSetAndWithdrawal(t *testing.T) {
 	require.NoError(t, err)
 	ctx2, cancel2 := context.WithCancel(t.Context())
 	defer cancel2()
-	a2 := acquireAsync(ctx2, s2, "q")
+	a2 := backendtest.AcquireAsync(ctx2, s2, "q")
 	waitQueue(t, s1, "q", s1.sid, s2.sid)
-	a3 := acquireAsync(t.Context(), s3, "q")
+	a3 := backendtest.AcquireAsync(t.Context(), s3, "q")
 	waitQueue(t, s1, "q", s1.sid, s2.sid, s3.sid)
 	require.Eventually(t, func() bool { return len(pendingOlder(s3, "q")) == 2 }, 10*time.Second, 5*time.Millisecond,
 		"the third counts two older candidacies")
@@ -85,23 +71,23 @@ func TestQueueOlderSetAndWithdrawal(t *testing.T) {
 
 	cancel2() // the middle one leaves
 	r2 := <-a2
-	require.ErrorIs(t, r2.err, context.Canceled)
+	require.ErrorIs(t, r2.Err, context.Canceled)
 	q, err := s1.Candidates(t.Context(), "q")
 	require.NoError(t, err)
 	assert.Equal(t, []string{s1.sid, s3.sid}, q, "withdrawn before Acquire returned")
 	require.Eventually(t, func() bool { return len(pendingOlder(s3, "q")) == 1 }, 10*time.Second, 5*time.Millisecond)
 	select {
 	case r := <-a3:
-		t.Fatalf("the third holds while the first does: %v", r.err)
+		t.Fatalf("the third holds while the first does: %v", r.Err)
 	default:
 	}
 
 	require.NoError(t, l1.Release(t.Context()))
 	r3 := <-a3
-	require.NoError(t, r3.err)
-	assert.Greater(t, r3.l.Token(), l1.Token())
+	require.NoError(t, r3.Err)
+	assert.Greater(t, r3.Lease.Token(), l1.Token())
 	waitQueue(t, s1, "q", s3.sid)
-	require.NoError(t, r3.l.Release(t.Context()))
+	require.NoError(t, r3.Lease.Release(t.Context()))
 }
 
 // CandidacyPathOf is CandidacyPath, inside the package.
@@ -124,21 +110,21 @@ func TestLostReplyOfSequentialCreate(t *testing.T) {
 	require.NoError(t, err)
 
 	p.StallReplies()
-	a := acquireAsync(t.Context(), s, "q")
+	a := backendtest.AcquireAsync(t.Context(), s, "q")
 	waitQueue(t, watcher, "q", watcher.sid, s.sid) // the create was applied
 	p.Reset()
 	p.Resume()
 	require.NoError(t, lw.Release(t.Context()))
-	var r acquired
+	var r backendtest.Acquired
 	select {
 	case r = <-a:
 	case <-time.After(20 * time.Second):
 		t.Fatal("Acquire did not return after the connection came back")
 	}
-	require.NoError(t, r.err)
+	require.NoError(t, r.Err)
 	waitQueue(t, watcher, "q", s.sid)
-	assert.Equal(t, []string{CandidacyPathOf(r.l)}, children(t, watcher, "q"))
-	require.NoError(t, r.l.Release(t.Context()))
+	assert.Equal(t, []string{CandidacyPathOf(r.Lease)}, children(t, watcher, "q"))
+	require.NoError(t, r.Lease.Release(t.Context()))
 }
 
 // children returns the paths of the candidacy znodes of name.
