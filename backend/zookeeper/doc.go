@@ -169,10 +169,14 @@
 // event runs the functions), and sessions [backend.LeaseLister] and
 // [backend.CandidateLister].
 //
-// HeldLeases lists <root>/lease, then sends an exists request for each
-// container whose name matches (up to 256 in flight): a container with no
-// children is not a lease held, though it stays until the server's next
-// container check (znode.container.checkIntervalMs, a minute by default).
+// HeldLeases lists <root>/lease, then lists each container whose name
+// matches (up to 256 in flight) with a child watch, and caches whether it
+// has candidacies until that watch fires: a later call lists only the
+// containers that changed, so a group's members, which list their held
+// leases every half grace period, pay one request per call while the
+// holders stay, whatever the group's size. A container with no children is
+// not a lease held, though it stays until the server's next container
+// check (znode.container.checkIntervalMs, a minute by default).
 // Candidates lists one container and sorts it by sequence number.
 //
 // The layout is not that of simba before queued candidacy, where a lease

@@ -868,11 +868,15 @@ func (s *session) ensureDir(c *zk.Conn, dir string) error {
 
 // HeldLeases lists, sorted, the names starting with prefix of the leases
 // with at least one candidacy now, whoever holds them. It implements
-// [backend.LeaseLister]. One listing of <root>/lease, then an exists
-// request per container whose name starts with prefix, sent together:
-// its stat's child count tells a lease with candidacies from an empty
-// container, which the server deletes only at its next container check
-// (znode.container.checkIntervalMs, a minute by default).
+// [backend.LeaseLister].
+//
+// One listing of <root>/lease gives the containers; an empty container
+// waits to be reaped by the server (containerCheckIntervalMs, 60 s by
+// default) and is not held. Whether a container has candidacies is read
+// once (a listing with a child watch) and cached until its watch fires, so
+// that a group of 10,000 partitions, which lists its held leases every
+// half grace period on every member, costs one request each time while its
+// holders stay, and one listing per container that changed since.
 func (s *session) HeldLeases(ctx context.Context, prefix string) ([]string, error) {
 	return callWith(s, ctx, "held leases", false, func(c *zk.Conn) ([]string, error) {
 		names, _, err := c.Children(s.p.root + leaseDir)
@@ -884,10 +888,31 @@ func (s *session) HeldLeases(ctx context.Context, prefix string) ([]string, erro
 		}
 		names = slices.DeleteFunc(names, func(n string) bool { return !strings.HasPrefix(n, prefix) || !validName(n) })
 		held := make([]bool, len(names))
-		if err := togetherN(len(names), heldLeasesInFlight, func(i int) error {
-			ok, st, err := c.Exists(s.p.lease(names[i]))
-			held[i] = ok && st.NumChildren > 0
-			return err
+		var unknown []int
+		epochs := make(map[string]uint64)
+		s.heldMu.Lock()
+		for i, n := range names {
+			if h, ok := s.held[n]; ok {
+				held[i] = h
+			} else {
+				unknown = append(unknown, i)
+				epochs[n] = s.heldEpoch[n]
+			}
+		}
+		s.heldMu.Unlock()
+		if err := togetherN(len(unknown), heldLeasesInFlight, func(j int) error {
+			n := names[unknown[j]]
+			s.heldReads.Add(1)
+			children, _, _, err := c.ChildrenW(s.p.lease(n))
+			if errors.Is(err, zk.ErrNoNode) {
+				return nil // reaped meanwhile: no watch is set
+			}
+			if err != nil {
+				return err
+			}
+			held[unknown[j]] = len(children) > 0
+			s.noteHeld(n, len(children) > 0, epochs[n])
+			return nil
 		}); err != nil {
 			return nil, err
 		}
@@ -902,7 +927,34 @@ func (s *session) HeldLeases(ctx context.Context, prefix string) ([]string, erro
 	})
 }
 
-// heldLeasesInFlight bounds the exists requests HeldLeases has in flight.
+// noteHeld caches whether the container of name has candidacies, as a
+// listing sent when the name's watch epoch was epoch read it, unless a
+// watch event came since (the listing's own watch may already have fired).
+func (s *session) noteHeld(name string, held bool, epoch uint64) {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	if s.heldEpoch[name] != epoch {
+		return
+	}
+	if s.held == nil {
+		s.held = make(map[string]bool)
+	}
+	s.held[name] = held
+}
+
+// heldChanged forgets what HeldLeases cached of name: a child watch on its
+// container fired (a candidacy came or went, or the container was deleted).
+func (s *session) heldChanged(name string) {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	delete(s.held, name)
+	if s.heldEpoch == nil {
+		s.heldEpoch = make(map[string]uint64)
+	}
+	s.heldEpoch[name]++
+}
+
+// heldLeasesInFlight bounds the listings HeldLeases has in flight.
 const heldLeasesInFlight = 256
 
 // Candidates returns the session IDs of the candidacies for the lease

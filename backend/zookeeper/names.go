@@ -78,6 +78,13 @@ func (p paths) candidacyPrefix(name, sid string, nonce uint64) string {
 	return fmt.Sprintf("%s/%s-%016x-", p.lease(name), sid, nonce)
 }
 
+// leaseContainer returns the lease name of the path of a lease's
+// container.
+func (p paths) leaseContainer(path string) (name string, ok bool) {
+	name, ok = strings.CutPrefix(path, p.root+leaseDir+"/")
+	return name, ok && validName(name)
+}
+
 // leaseChild splits the path of a candidacy znode into its lease name and
 // its own name.
 func (p paths) leaseChild(path string) (name, child string, ok bool) {

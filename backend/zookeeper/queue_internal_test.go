@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -236,4 +237,48 @@ func TestReleaseWithRecordsCache(t *testing.T) {
 		_, err = c.Set(s.p.record("status/x"), encodeRecord(0, []byte("reset")), -1)
 		require.NoError(t, err)
 	}
+}
+
+// TestHeldLeasesCachedByWatches: HeldLeases lists each container once and
+// then only those whose child watch fired, so that listing the held
+// leases of a large group costs one request while its holders stay; an
+// empty container is not held, and a change made by another session is
+// seen at the next call after its event.
+func TestHeldLeasesCachedByWatches(t *testing.T) {
+	addr := zktest.Addr(t)
+	root := zktest.Root(t, addr)
+	s := openInternal(t, addr, root)
+	other := openInternal(t, addr, root)
+	ctx := t.Context()
+	var leases []backend.Lease
+	for _, n := range []string{"g.0", "g.1", "g.2"} {
+		l, err := s.Acquire(ctx, n)
+		require.NoError(t, err)
+		leases = append(leases, l)
+	}
+	c := zktest.Connect(t, addr)
+	_, err := c.CreateContainer(s.p.lease("g.3"), nil, zk.FlagContainer, s.b.cfg.acl) // empty: not held
+	require.NoError(t, err)
+
+	list := func(want ...string) (reads int64) {
+		t.Helper()
+		before := s.heldReads.Load()
+		got, err := s.HeldLeases(ctx, "g.")
+		require.NoError(t, err)
+		assert.Equal(t, want, got)
+		return s.heldReads.Load() - before
+	}
+	assert.Equal(t, int64(4), list("g.0", "g.1", "g.2"), "the first call lists every container")
+	assert.Equal(t, int64(0), list("g.0", "g.1", "g.2"), "unchanged containers are not listed again")
+
+	// Another session's candidacy in the empty container, and a release.
+	lo, err := other.Acquire(ctx, "g.3")
+	require.NoError(t, err)
+	require.NoError(t, leases[1].Release(ctx))
+	require.Eventually(t, func() bool {
+		got, err := s.HeldLeases(ctx, "g.")
+		return err == nil && assert.ObjectsAreEqual([]string{"g.0", "g.2", "g.3"}, got)
+	}, 10*time.Second, 5*time.Millisecond, "HeldLeases sees the changes of the watched containers")
+	assert.Equal(t, int64(0), list("g.0", "g.2", "g.3"), "settled again: nothing listed")
+	require.NoError(t, lo.Release(ctx))
 }

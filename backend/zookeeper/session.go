@@ -53,6 +53,15 @@ type session struct {
 	// ReleaseWithRecords served from the cache makes none).
 	recordReads atomic.Int64
 
+	// held caches, by lease name, whether its container has candidacies,
+	// kept true by a child watch on the container (see HeldLeases);
+	// heldEpoch counts the watch events of each name, so that a reading
+	// overtaken by an event is not cached. Guarded by heldMu.
+	heldMu    sync.Mutex
+	held      map[string]bool
+	heldEpoch map[string]uint64
+	heldReads atomic.Int64 // container listings by HeldLeases (for tests)
+
 	// memberMu orders the member writes of Join and Leave on the server
 	// (held by their requests, not by the callers).
 	memberMu sync.Mutex
@@ -383,7 +392,9 @@ func (s *session) zkErr(op string, err error) error {
 func (s *session) onEvent(ev zk.Event) {
 	switch ev.Type {
 	case zk.EventNodeCreated, zk.EventNodeDeleted, zk.EventNodeDataChanged, zk.EventNodeChildrenChanged:
-		if name, _, ok := s.p.leaseChild(ev.Path); ok {
+		if name, ok := s.p.leaseContainer(ev.Path); ok {
+			s.heldChanged(name)
+		} else if name, _, ok := s.p.leaseChild(ev.Path); ok {
 			if ev.Type == zk.EventNodeDeleted || ev.Type == zk.EventNodeDataChanged {
 				s.leaseEvent(name, ev.Path, ev.Type)
 			}
