@@ -40,12 +40,15 @@ func joinGroup(t *testing.T, b *memory.Backend, name string, h *history, partiti
 	return &member{name: name, client: c, node: n, task: task}
 }
 
+// nodeOf returns the memory node of a session ID ("<node>-<n>").
+func nodeOf(session string) string { return session[:strings.LastIndex(session, "-")] }
+
 // holders maps each partition to the node holding its lease ("" if none).
 func holders(b *memory.Backend, partitions int) []string {
 	out := make([]string, partitions)
 	for p := range out {
 		if s, _, ok := b.Holder(fmt.Sprintf("%s.%d", billing, p)); ok {
-			out[p] = s[:strings.LastIndex(s, "-")] // session ids are "<node>-<n>"
+			out[p] = nodeOf(s)
 		}
 	}
 	return out

@@ -3,7 +3,6 @@ package simba_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -29,7 +28,7 @@ func queueOf(t *testing.T, b *memory.Backend) func(name string) []string {
 		require.NoError(t, err)
 		nodes := []string{}
 		for _, id := range ids {
-			nodes = append(nodes, id[:strings.LastIndex(id, "-")]) // session ids are "<node>-<n>"
+			nodes = append(nodes, nodeOf(id))
 		}
 		return nodes
 	}
