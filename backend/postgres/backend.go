@@ -171,9 +171,7 @@ func (b *Backend) prepare(ctx context.Context) error {
 		return err
 	}
 	b.ready = true
-	if !b.noListen {
-		b.hub.start()
-	}
+	b.hub.start()
 	return nil
 }
 

@@ -26,16 +26,16 @@ CREATE TABLE %[1]s.meta (
 CREATE SEQUENCE %[1]s.session_ids;
 CREATE TABLE %[1]s.sessions (
 	id         bigint PRIMARY KEY DEFAULT nextval('%[1]s.session_ids'),
-	ttl        interval NOT NULL,
+	ttl        interval NOT NULL CHECK (ttl > interval '0'),
 	expires_at timestamptz NOT NULL
 );
 CREATE TABLE %[1]s.lease_names (
 	name text COLLATE "C" PRIMARY KEY,
-	last bigint NOT NULL
+	last bigint NOT NULL CHECK (last > 0)
 );
 CREATE TABLE %[1]s.candidacies (
 	name    text COLLATE "C" NOT NULL,
-	token   bigint NOT NULL,
+	token   bigint NOT NULL CHECK (token > 0),
 	session bigint NOT NULL REFERENCES %[1]s.sessions (id) ON DELETE CASCADE,
 	PRIMARY KEY (name, token)
 );
@@ -44,16 +44,16 @@ CREATE TABLE %[1]s.members (
 	grp     text COLLATE "C" NOT NULL,
 	session bigint NOT NULL REFERENCES %[1]s.sessions (id) ON DELETE CASCADE,
 	id      text NOT NULL,
-	data    bytea NOT NULL,
+	data    bytea NOT NULL CHECK (octet_length(data) <= 1024),
 	PRIMARY KEY (grp, session)
 );
 CREATE INDEX members_session ON %[1]s.members (session);
 CREATE SEQUENCE %[1]s.record_versions;
 CREATE TABLE %[1]s.records (
 	key     text COLLATE "C" PRIMARY KEY,
-	value   bytea NOT NULL,
-	version bigint NOT NULL,
-	token   bigint NOT NULL
+	value   bytea NOT NULL CHECK (octet_length(value) <= 65536),
+	version bigint NOT NULL CHECK (version > 0),
+	token   bigint NOT NULL CHECK (token >= 0)
 );
 CREATE FUNCTION %[1]s.notify() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE r record;

@@ -93,4 +93,3 @@ func (v *view) Close() error {
 	v.cancel()
 	return nil
 }
-
