@@ -209,7 +209,11 @@ func (b *Backend) Open(ctx context.Context, o backend.SessionOptions) (backend.S
 	}
 	start := time.Now()
 	var id int64
-	err := b.pool.QueryRow(ctx, "INSERT INTO "+b.q+".sessions (ttl, expires_at) VALUES ($1, clock_timestamp() + $1) RETURNING id", ttl).Scan(&id)
+	// The statement also deletes a few expired sessions (with their
+	// candidacies and members), skipping rows another statement locks.
+	err := b.pool.QueryRow(ctx, `WITH gc AS (DELETE FROM `+b.q+`.sessions WHERE id IN (
+			SELECT id FROM `+b.q+`.sessions WHERE expires_at <= clock_timestamp() LIMIT 8 FOR UPDATE SKIP LOCKED))
+		INSERT INTO `+b.q+`.sessions (ttl, expires_at) VALUES ($1, clock_timestamp() + $1) RETURNING id`, ttl).Scan(&id)
 	if err != nil {
 		return nil, b.connErr("opening a session", err)
 	}
