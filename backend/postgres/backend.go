@@ -146,7 +146,6 @@ func (b *Backend) Pool() *pgxpool.Pool { return b.pool }
 func (b *Backend) Close() error {
 	b.closeOnce.Do(func() {
 		b.cancel()
-		b.hub.close()
 		b.wg.Wait()
 		if b.ownsPool {
 			b.pool.Close()

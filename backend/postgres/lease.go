@@ -99,10 +99,15 @@ func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, erro
 			if s.over {
 				s.mu.Unlock()
 				l.unsub()
-				return nil, s.overErr(op)
+				return nil, fmt.Errorf("simba/postgres: %s: session %s: %w", op, s.sid, backend.ErrSessionDone)
 			}
 			s.held[l] = struct{}{}
 			s.mu.Unlock()
+			select {
+			case <-wake: // a change since the read: the monitor reads again
+				poke(s.check)
+			default:
+			}
 			return l, nil
 		}
 		attempt = 0
@@ -116,9 +121,9 @@ func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, erro
 			t.Stop()
 			s.withdraw(name, token)
 			return nil, fmt.Errorf("simba/postgres: %s: %w", op, context.Cause(ctx))
-		case <-s.ctx.Done():
+		case <-s.ctx.Done(): // the session is over, or the backend closed
 			t.Stop()
-			return nil, s.overErr(op)
+			return nil, fmt.Errorf("simba/postgres: %s: session %s: %w", op, s.sid, backend.ErrSessionDone)
 		case <-wake:
 		case <-t.C:
 		}
