@@ -354,3 +354,49 @@ func TestWithoutListenReadsAtExpiry(t *testing.T) {
 		t.Errorf("token %d, want > %d", lc.Token(), la.Token())
 	}
 }
+
+// TestCloseWithWaiter: Backend.Close ends a waiting Acquire with an error
+// wrapping ErrSessionDone, and Open after Close returns ErrClosed.
+func TestCloseWithWaiter(t *testing.T) {
+	b, err := postgres.New(pgtest.DSN(t), postgres.WithSchema(pgtest.Schema(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, c := open(t, b, 10*time.Second), open(t, b, 10*time.Second)
+	if _, err := a.Acquire(ctxT(t), "x"); err != nil {
+		t.Fatal(err)
+	}
+	res := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(ctxT(t), "x")
+		res <- err
+	}()
+	for end := time.Now().Add(opTimeout); ; { // until C waits in the queue
+		ids, err := c.(backend.CandidateLister).Candidates(ctxT(t), "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ids) == 2 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("C not queued within %v: candidates %q", opTimeout, ids)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b.Close()
+	select {
+	case err := <-res:
+		if !errors.Is(err, backend.ErrSessionDone) {
+			t.Errorf("waiting Acquire after Backend.Close: error %v, want one wrapping ErrSessionDone", err)
+		}
+	case <-time.After(opTimeout):
+		t.Fatalf("waiting Acquire did not return within %v of Backend.Close", opTimeout)
+	}
+	if _, err := b.Open(ctxT(t), backend.SessionOptions{TTL: time.Second}); !errors.Is(err, backend.ErrClosed) {
+		t.Errorf("Open after Close: error %v, want one wrapping ErrClosed", err)
+	}
+	if _, err := b.View(ctxT(t)); !errors.Is(err, backend.ErrClosed) {
+		t.Errorf("View after Close: error %v, want one wrapping ErrClosed", err)
+	}
+}

@@ -79,6 +79,8 @@ func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, erro
 		case err != nil && ctx.Err() != nil:
 			s.withdraw(name, token)
 			return nil, fmt.Errorf("simba/postgres: %s: %w", op, context.Cause(ctx))
+		case err != nil && s.ctx.Err() != nil: // the session is over, or the backend closed
+			return nil, fmt.Errorf("simba/postgres: %s: session %s: %w", op, s.sid, backend.ErrSessionDone)
 		case err != nil:
 			attempt++
 			s.b.log.Debug("simba/postgres: reading the queue", "lease", name, "err", err)
