@@ -400,3 +400,86 @@ func TestCloseWithWaiter(t *testing.T) {
 		t.Errorf("View after Close: error %v, want one wrapping ErrClosed", err)
 	}
 }
+
+// TestCancelledAcquireLeavesNothing: Acquires whose ctx ends at any point
+// of their registration (a few milliseconds) leave no candidacy behind:
+// the name is free for another session at once.
+func TestCancelledAcquireLeavesNothing(t *testing.T) {
+	b := newBackend(t)
+	a, c := open(t, b, 10*time.Second), open(t, b, 10*time.Second)
+	var got, cancelled int
+	for i := range 60 {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Duration(i%6)*time.Millisecond/2)
+		l, err := a.Acquire(ctx, "x")
+		cancel()
+		switch {
+		case err == nil:
+			got++
+			if err := l.Release(ctxT(t)); err != nil {
+				t.Fatal(err)
+			}
+		case errors.Is(err, context.DeadlineExceeded):
+			cancelled++
+		default:
+			t.Fatalf("Acquire: %v", err)
+		}
+	}
+	t.Logf("%d acquired, %d cancelled", got, cancelled)
+	ids, err := c.(backend.CandidateLister).Candidates(ctxT(t), "x")
+	if err != nil || len(ids) != 0 {
+		t.Errorf("candidacies left after cancelled Acquires: %q, %v", ids, err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), a.TTL()/2)
+	defer cancel()
+	if _, err := c.Acquire(ctx, "x"); err != nil {
+		t.Errorf("Acquire by another session after the cancelled ones: %v", err)
+	}
+}
+
+// TestOnLost: OnLost runs once when the lease is lost (here: its
+// candidacy deleted by hand, which the NOTIFY trigger reports), its stop
+// reports whether it ran, and a function registered after the loss runs
+// at once.
+func TestOnLost(t *testing.T) {
+	b := newBackend(t)
+	a := open(t, b, 10*time.Second)
+	l, err := a.Acquire(ctxT(t), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := l.(backend.LostNotifier)
+	ran := make(chan struct{}, 2)
+	stop := ln.OnLost(func() { ran <- struct{}{} })
+	stopped := ln.OnLost(func() { t.Error("a stopped OnLost function ran") })
+	if !stopped() {
+		t.Error("stop of a pending OnLost reported false")
+	}
+	pgtest.Exec(t, `DELETE FROM "`+b.Schema()+`".candidacies WHERE name = 'x'`)
+	select {
+	case <-ran:
+	case <-time.After(opTimeout):
+		t.Fatalf("OnLost did not run within %v of the candidacy's deletion", opTimeout)
+	}
+	select {
+	case <-l.Lost():
+	default:
+		t.Error("Lost is open after OnLost ran")
+	}
+	if stop() {
+		t.Error("stop after OnLost ran reported true")
+	}
+	ln.OnLost(func() { ran <- struct{}{} })
+	select {
+	case <-ran:
+	default:
+		t.Error("OnLost of a lost lease did not run before returning")
+	}
+	if err := l.Release(ctxT(t)); !errors.Is(err, backend.ErrNotHeld) {
+		t.Errorf("Release of a lost lease: error %v, want one wrapping ErrNotHeld", err)
+	}
+	select {
+	case <-a.Done():
+		t.Error("the session ended with the loss of one lease")
+	default:
+	}
+}

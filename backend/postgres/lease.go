@@ -183,22 +183,38 @@ func (s *session) replaced(name string, token uint64) {
 // now or, when the server cannot be reached, in the background until it
 // can or the session is over.
 func (s *session) withdraw(name string, token int64) {
-	s.retry(fmt.Sprintf("withdrawing the candidacy %q/%d", name, token),
-		"DELETE FROM "+s.b.q+".candidacies WHERE name = $1 AND token = $2 AND session = $3", name, token, s.id)
+	s.retry(fmt.Sprintf("withdrawing the candidacy %q/%d", name, token), func(ctx context.Context) error {
+		_, err := s.b.pool.Exec(ctx, "DELETE FROM "+s.b.q+".candidacies WHERE name = $1 AND token = $2 AND session = $3", name, token, s.id)
+		return err
+	})
 }
 
-// withdrawAll deletes every candidacy of this session for name, as
-// withdraw does.
+// withdrawAll deletes every candidacy of this session for name, after a
+// registration whose outcome is unknown (its ctx ended, its connection
+// broke: the server may still commit it). It first takes the lock of the
+// name's counter row, with a write that changes nothing, so that it waits
+// for a registration still in flight; the DELETE, a later statement of the
+// same transaction, then sees that registration's candidacy if it
+// committed. Retried in the background as withdraw is.
 func (s *session) withdrawAll(name string) {
-	s.retry(fmt.Sprintf("withdrawing the candidacies for %q", name),
-		"DELETE FROM "+s.b.q+".candidacies WHERE name = $1 AND session = $2", name, s.id)
+	q := s.b.q
+	s.retry(fmt.Sprintf("withdrawing the candidacies for %q", name), func(ctx context.Context) error {
+		return pgx.BeginFunc(ctx, s.b.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO `+q+`.lease_names AS l (name, last) VALUES ($1, 1)
+				ON CONFLICT (name) DO UPDATE SET last = l.last`, name); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "DELETE FROM "+q+".candidacies WHERE name = $1 AND session = $2", name, s.id)
+			return err
+		})
+	})
 }
 
-// retry runs a statement now, and retries it with backoff in the
-// background until it succeeds or the session is over.
-func (s *session) retry(what, sql string, args ...any) {
+// retry runs f now, and retries it with backoff in the background until
+// it succeeds or the session is over.
+func (s *session) retry(what string, f func(context.Context) error) {
 	ctx, cancel := context.WithTimeout(s.ctx, lookTimeout)
-	_, err := s.b.pool.Exec(ctx, sql, args...)
+	err := f(ctx)
 	cancel()
 	if err == nil || s.ctx.Err() != nil {
 		return
@@ -212,7 +228,7 @@ func (s *session) retry(what, sql string, args ...any) {
 				return
 			}
 			ctx, cancel := context.WithTimeout(s.ctx, lookTimeout)
-			_, err := s.b.pool.Exec(ctx, sql, args...)
+			err := f(ctx)
 			cancel()
 			if err == nil {
 				return
