@@ -184,8 +184,6 @@ func (b *Backend) connErr(what string, err error) error {
 		switch pe.Code {
 		case "28P01", "28000":
 			return fmt.Errorf("simba/postgres: %s: the server refused the login: %w", what, describe(err))
-		case "42501":
-			return fmt.Errorf("simba/postgres: %s: permission denied: %w", what, describe(err))
 		}
 		return fmt.Errorf("simba/postgres: %s: %w", what, describe(err))
 	}

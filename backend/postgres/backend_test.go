@@ -483,3 +483,69 @@ func TestOnLost(t *testing.T) {
 	default:
 	}
 }
+
+// TestMemberExpiryHint: a member whose session stops renewing leaves the
+// group at its expiry, which writes nothing: the member watch wakes at
+// that expiry by itself, and Members no longer lists it.
+func TestMemberExpiryHint(t *testing.T) {
+	b := newBackend(t)
+	a, c := open(t, b, 700*time.Millisecond), open(t, b, 10*time.Second)
+	if err := a.Join(ctxT(t), "g", backend.Member{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	watch, err := c.WatchMembers(ctxT(t), "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := time.Now().Add(opTimeout)
+	for {
+		select {
+		case <-watch:
+		case <-time.After(time.Until(end)):
+			t.Fatalf("member of an expired session still listed after %v", opTimeout)
+		}
+		ms, err := c.Members(ctxT(t), "g")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ms) == 0 {
+			return
+		}
+	}
+}
+
+// TestReadOnlyUser: a user who may only read the tables gets a working
+// View (it writes nothing), and a clear error from Open.
+func TestReadOnlyUser(t *testing.T) {
+	b := newBackend(t)
+	s := open(t, b, 10*time.Second)
+	if _, err := s.(backend.Records).PutRecord(ctxT(t), "st/a", []byte("a"), backend.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+	role := pgtest.UniqueName(t)
+	pgtest.Exec(t, "CREATE ROLE "+role+" LOGIN")
+	t.Cleanup(func() {
+		pgtest.Exec(t, `DROP OWNED BY `+role)
+		pgtest.Exec(t, "DROP ROLE IF EXISTS "+role)
+	})
+	q := `"` + b.Schema() + `"`
+	pgtest.Exec(t, "GRANT USAGE ON SCHEMA "+q+" TO "+role)
+	pgtest.Exec(t, "GRANT SELECT ON ALL TABLES IN SCHEMA "+q+" TO "+role)
+	ro, err := postgres.New(withUser(t, pgtest.DSN(t), role, ""), postgres.WithSchema(b.Schema()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	v, err := ro.View(ctxT(t))
+	if err != nil {
+		t.Fatalf("View of a read-only user: %v", err)
+	}
+	defer v.Close()
+	if r, err := v.GetRecord(ctxT(t), "st/a"); err != nil || string(r.Value) != "a" {
+		t.Errorf("View.GetRecord = %+v, %v", r, err)
+	}
+	_, err = ro.Open(ctxT(t), backend.SessionOptions{TTL: time.Second})
+	if err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Errorf("Open by a read-only user: error %v, want permission denied", err)
+	}
+}
