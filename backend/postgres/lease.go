@@ -210,10 +210,14 @@ func (s *session) withdrawAll(name string) {
 	})
 }
 
+// withdrawTimeout bounds the withdrawal an Acquire makes before it
+// returns; past it, the withdrawal goes on in the background.
+const withdrawTimeout = time.Second
+
 // retry runs f now, and retries it with backoff in the background until
 // it succeeds or the session is over.
 func (s *session) retry(what string, f func(context.Context) error) {
-	ctx, cancel := context.WithTimeout(s.ctx, lookTimeout)
+	ctx, cancel := context.WithTimeout(s.ctx, withdrawTimeout)
 	err := f(ctx)
 	cancel()
 	if err == nil || s.ctx.Err() != nil {
