@@ -29,9 +29,10 @@ const (
 
 // Environment variables that give the global flags their defaults.
 const (
-	envEtcd   = "SIMBA_ETCD"
-	envZK     = "SIMBA_ZK"
-	envPrefix = "SIMBA_PREFIX"
+	envEtcd     = "SIMBA_ETCD"
+	envZK       = "SIMBA_ZK"
+	envPostgres = "SIMBA_POSTGRES"
+	envPrefix   = "SIMBA_PREFIX"
 )
 
 // defaultTimeout bounds a command that does not say otherwise.
@@ -53,6 +54,9 @@ type cli struct {
 	open func(target) (backend.Backend, error)
 	// terminal reports whether w is a terminal (watch.go); nil: never.
 	terminal func(w io.Writer) bool
+	// secrets are the passwords the command was given (--password, the
+	// DSN's), which fail removes from every message it prints.
+	secrets []string
 	// hinted records that the default-prefix hint was considered
 	// (model.go), so that it costs one read at most.
 	hinted bool
@@ -61,6 +65,7 @@ type cli struct {
 // globals are the flags every command accepts, before or after its name.
 type globals struct {
 	etcd, zk, prefix string
+	postgres         string // a DSN
 	// output is the -o format (see outputs); json is --json, its synonym
 	// for -o json, and is true after parsing whenever output is "json".
 	output  string
@@ -76,7 +81,8 @@ type globals struct {
 func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.etcd, "etcd", g.etcd, "etcd `endpoints`, comma-separated (default $"+envEtcd+")")
 	fs.StringVar(&g.zk, "zk", g.zk, "ZooKeeper `servers`, comma-separated (default $"+envZK+")")
-	fs.StringVar(&g.prefix, "prefix", g.prefix, "etcd key `prefix` or ZooKeeper root the nodes use (default $"+envPrefix+", else the backend's default)")
+	fs.StringVar(&g.postgres, "postgres", g.postgres, "PostgreSQL `DSN`, a URL or key=value string as libpq takes it, with its TLS settings (sslmode, sslrootcert, sslcert, sslkey); never printed with its password (default $"+envPostgres+")")
+	fs.StringVar(&g.prefix, "prefix", g.prefix, "etcd key `prefix`, ZooKeeper root or PostgreSQL schema the nodes use; for PostgreSQL the slashes at its ends are dropped: /simba/ is the schema simba (default $"+envPrefix+", else the backend's default)")
 	fs.StringVar(&g.output, "o", g.output, "output `format`: table, wide (more columns: sessions, full times), json or yaml")
 	fs.StringVar(&g.output, "output", g.output, "output `format` (as -o)")
 	fs.BoolVar(&g.json, "json", g.json, "print JSON for scripts instead of tables (as -o json)")
@@ -210,11 +216,12 @@ type parsed struct {
 // or a usage error reported) and code is the exit status.
 func (c *cli) parse(args []string) (p parsed, code int, done bool) {
 	p.g = globals{
-		etcd:    c.getenv(envEtcd),
-		zk:      c.getenv(envZK),
-		prefix:  c.getenv(envPrefix),
-		output:  outTable,
-		timeout: defaultTimeout,
+		etcd:     c.getenv(envEtcd),
+		zk:       c.getenv(envZK),
+		postgres: c.getenv(envPostgres),
+		prefix:   c.getenv(envPrefix),
+		output:   outTable,
+		timeout:  defaultTimeout,
 	}
 	p.w = watchFlags{interval: defaultInterval}
 	top := flag.NewFlagSet("simba", flag.ContinueOnError)
@@ -333,8 +340,12 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// fail prints err and returns its exit status.
+// fail prints err, without the passwords of c.secrets, and returns its
+// exit status.
 func (c *cli) fail(err error) int {
+	stderr := c.stderr
+	c.stderr = &redactingWriter{w: stderr, secrets: c.secrets}
+	defer func() { c.stderr = stderr }()
 	var ue *usageError
 	var be *backendError
 	var se interface{ exitStatus() int }
@@ -422,7 +433,7 @@ func (c *cli) help(args []string) int {
 // usage prints the overview of the commands.
 func (c *cli) usage(w io.Writer) {
 	fmt.Fprint(w, `simba shows and operates the elections, partition groups and scheduled jobs
-that simba's nodes keep in etcd or ZooKeeper.
+that simba's nodes keep in etcd, ZooKeeper or PostgreSQL.
 
 usage: simba [global flags] command [flags] [arguments]
 

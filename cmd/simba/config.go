@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -59,10 +60,19 @@ func (c *cli) settle(p *parsed) error {
 	if err != nil {
 		return nil // reported when the command opens the backend
 	}
+	if t.kind == "postgres" {
+		c.secrets = append(c.secrets, dsnPasswords(t.dsn)...)
+		cfg, err := pgconn.ParseConfig(t.dsn)
+		if err != nil {
+			return configErrorf("%s: %s", p.g.conn.postgresLabel(p.explicit, c.getenv), dsnError(t.dsn, err))
+		}
+		c.secrets = append(c.secrets, cfg.Password)
+	}
 	sec, err := p.g.conn.security(t.kind, t.addrs, c.stderr, p.explicit)
 	if err != nil {
 		return err
 	}
+	c.secrets = append(c.secrets, sec.password)
 	p.g.conn.sec = sec
 	return nil
 }
@@ -80,6 +90,19 @@ func (c *connFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.zkAuth, "zk-auth", c.zkAuth, "ZooKeeper digest credentials, `user:password` (default $"+envZKAuth+")")
 }
 
+// postgresLabel says where the DSN came from, for messages.
+func (c *connFlags) postgresLabel(explicit map[string]bool, getenv func(string) string) string {
+	switch {
+	case explicit["postgres"]:
+		return "--postgres"
+	case getenv(envPostgres) != "":
+		return "$" + envPostgres
+	case c.file != "":
+		return "config file " + c.file + " (postgres)"
+	}
+	return "--postgres"
+}
+
 // configError is a config file that cannot be used, or a setting whose
 // file cannot be read: exit status 2, one line.
 type configError struct{ msg string }
@@ -94,8 +117,9 @@ func configErrorf(format string, args ...any) error {
 // fileConfig is what a config file holds. Passwords are not kept in it:
 // password-file and zk-auth-file name files that hold them.
 type fileConfig struct {
-	Backend               string     `yaml:"backend"` // "etcd" or "zookeeper"
+	Backend               string     `yaml:"backend"` // "etcd", "zookeeper" or "postgres"
 	Endpoints             stringList `yaml:"endpoints"`
+	Postgres              string     `yaml:"postgres"` // a DSN, without a password
 	Prefix                string     `yaml:"prefix"`
 	Timeout               string     `yaml:"timeout"`
 	CACert                string     `yaml:"cacert"`
@@ -175,11 +199,19 @@ func readConfig(path string) (*fileConfig, error) {
 	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
 		return nil, configErrorf("%s: more than one YAML document", path)
 	}
-	if cfg.Backend != "" && cfg.Backend != "etcd" && cfg.Backend != "zookeeper" {
-		return nil, configErrorf("%s:%d: backend %q: want etcd or zookeeper", path, keyLine(data, "backend"), cfg.Backend)
+	if cfg.Backend != "" && cfg.Backend != "etcd" && cfg.Backend != "zookeeper" && cfg.Backend != "postgres" {
+		return nil, configErrorf("%s:%d: backend %q: want etcd, zookeeper or postgres", path, keyLine(data, "backend"), cfg.Backend)
 	}
 	if len(cfg.Endpoints) > 0 && cfg.Backend == "" {
 		return nil, configErrorf("%s:%d: endpoints without a backend: add backend: etcd or backend: zookeeper", path, keyLine(data, "endpoints"))
+	}
+	switch {
+	case cfg.Postgres != "" && cfg.Backend != "postgres":
+		return nil, configErrorf("%s:%d: postgres (a DSN) is for backend: postgres", path, keyLine(data, "postgres"))
+	case len(cfg.Endpoints) > 0 && cfg.Backend == "postgres":
+		return nil, configErrorf("%s:%d: endpoints are for etcd and ZooKeeper: backend postgres takes postgres: DSN", path, keyLine(data, "endpoints"))
+	case len(dsnPasswords(cfg.Postgres)) > 0:
+		return nil, configErrorf("%s:%d: postgres: the DSN holds a password, and a config file holds no secrets: use password-file (a file holding it) or $%s", path, keyLine(data, "postgres"), envPassword)
 	}
 	if cfg.Timeout != "" {
 		if d, err := time.ParseDuration(cfg.Timeout); err != nil || d <= 0 {
@@ -226,7 +258,7 @@ func yamlError(path string, data []byte, err error) error {
 
 // knownKeys returns the keys of a config file.
 func knownKeys() []string {
-	return []string{"backend", "endpoints", "prefix", "timeout", "cacert", "cert", "key", "insecure-skip-tls-verify", "user", "password-file", "zk-auth-file"}
+	return []string{"backend", "endpoints", "postgres", "prefix", "timeout", "cacert", "cert", "key", "insecure-skip-tls-verify", "user", "password-file", "zk-auth-file"}
 }
 
 // keyLine returns the line of the first top-level key named key in data,
@@ -312,12 +344,14 @@ func (c *connFlags) resolve(g *globals, getenv func(string) string, explicit map
 	}
 
 	// The backend: flags and environment (g, as parsed), else the file.
-	if g.etcd == "" && g.zk == "" && !explicit["etcd"] && !explicit["zk"] {
+	if g.etcd == "" && g.zk == "" && g.postgres == "" && !explicit["etcd"] && !explicit["zk"] && !explicit["postgres"] {
 		switch file.Backend {
 		case "etcd":
 			g.etcd = strings.Join(file.Endpoints, ",")
 		case "zookeeper":
 			g.zk = strings.Join(file.Endpoints, ",")
+		case "postgres":
+			g.postgres = file.Postgres
 		}
 	}
 	if g.prefix == "" && !explicit["prefix"] {

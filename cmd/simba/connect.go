@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/user"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,13 +24,21 @@ const closeGrace = 300 * time.Millisecond
 
 // target is the backend the global flags name.
 type target struct {
-	kind   string // "etcd" or "zookeeper"
+	kind   string // "etcd", "zookeeper" or "postgres"
 	addrs  []string
-	prefix string    // "" for the backend's default
+	dsn    string    // PostgreSQL's DSN, as given (it may hold a password)
+	prefix string    // "" for the backend's default; PostgreSQL's schema
 	sec    *security // TLS and credentials; never nil
 }
 
 func (t target) String() string {
+	if t.kind == "postgres" {
+		s := "postgres at " + describeDSN(t.dsn)
+		if t.prefix != "" {
+			s += " (schema " + schemaOf(t.prefix) + ")"
+		}
+		return s
+	}
 	s := t.kind + " at " + strings.Join(t.addrs, ",")
 	if t.prefix != "" {
 		s += " (prefix " + t.prefix + ")"
@@ -37,31 +46,74 @@ func (t target) String() string {
 	return s
 }
 
-// resolveTarget picks the backend from the flags, which the environment
+// backendFlags are the flags that each name a backend, in the order
+// messages list them, with their environment variables and kinds.
+var backendFlags = []struct{ flag, env, kind string }{
+	{"etcd", envEtcd, "etcd"},
+	{"zk", envZK, "zookeeper"},
+	{"postgres", envPostgres, "postgres"},
+}
+
+// target picks the backend from the flags, which the environment
 // defaults: a flag given on the command line wins over the environment.
+// --etcd, --zk and --postgres exclude each other.
 func (g globals) target(explicit map[string]bool) (target, error) {
-	etcdAddrs, zkAddrs := splitList(g.etcd), splitList(g.zk)
+	vals := map[string]string{"etcd": g.etcd, "zk": g.zk, "postgres": strings.TrimSpace(g.postgres)}
+	set := func(flag string) bool {
+		if flag == "postgres" {
+			return vals[flag] != ""
+		}
+		return len(splitList(vals[flag])) > 0
+	}
+	var given, fromEnv []string
+	for _, b := range backendFlags {
+		switch {
+		case !set(b.flag):
+		case explicit[b.flag]:
+			given = append(given, b.flag)
+		default:
+			fromEnv = append(fromEnv, b.flag)
+		}
+	}
+	var chosen string
 	switch {
-	case explicit["etcd"] && explicit["zk"] && len(etcdAddrs) > 0 && len(zkAddrs) > 0:
-		return target{}, usagef(nil, "--etcd and --zk both given: name one backend")
-	case explicit["etcd"] && len(etcdAddrs) > 0:
-		zkAddrs = nil
-	case explicit["zk"] && len(zkAddrs) > 0:
-		etcdAddrs = nil
+	case len(given) > 1:
+		return target{}, usagef(nil, "%s both given: name one backend", joinFlags(given, "--", " and "))
+	case len(given) == 1:
+		chosen = given[0]
+	case len(fromEnv) > 1:
+		var envs []string
+		for _, b := range backendFlags {
+			if slices.Contains(fromEnv, b.flag) {
+				envs = append(envs, b.env)
+			}
+		}
+		return target{}, usagef(nil, "both %s are set: pass %s to choose", joinFlags(envs, "$", " and "), joinFlags(fromEnv, "--", " or "))
+	case len(fromEnv) == 1:
+		chosen = fromEnv[0]
 	}
 	sec := g.conn.sec
 	if sec == nil {
 		sec = &security{}
 	}
-	switch {
-	case len(etcdAddrs) > 0 && len(zkAddrs) > 0:
-		return target{}, usagef(nil, "both $%s and $%s are set: pass --etcd or --zk to choose", envEtcd, envZK)
-	case len(etcdAddrs) > 0:
-		return target{kind: "etcd", addrs: etcdAddrs, prefix: g.prefix, sec: sec}, nil
-	case len(zkAddrs) > 0:
-		return target{kind: "zookeeper", addrs: zkAddrs, prefix: g.prefix, sec: sec}, nil
+	switch chosen {
+	case "etcd":
+		return target{kind: "etcd", addrs: splitList(g.etcd), prefix: g.prefix, sec: sec}, nil
+	case "zk":
+		return target{kind: "zookeeper", addrs: splitList(g.zk), prefix: g.prefix, sec: sec}, nil
+	case "postgres":
+		return target{kind: "postgres", dsn: vals["postgres"], prefix: g.prefix, sec: sec}, nil
 	}
-	return target{}, usagef(nil, "no backend: pass --etcd ENDPOINTS or --zk SERVERS, set $%s or $%s, or name one in a config file (--config) ('simba dev' runs a local etcd)", envEtcd, envZK)
+	return target{}, usagef(nil, "no backend: pass --etcd ENDPOINTS, --zk SERVERS or --postgres DSN, set $%s, $%s or $%s, or name one in a config file (--config) ('simba dev' runs a local etcd)", envEtcd, envZK, envPostgres)
+}
+
+// joinFlags joins names, each after mark, with sep: "--etcd and --zk".
+func joinFlags(names []string, mark, sep string) string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = mark + n
+	}
+	return strings.Join(out, sep)
 }
 
 func splitList(s string) []string {
@@ -74,10 +126,12 @@ func splitList(s string) []string {
 	return out
 }
 
-// openBackend opens the backend of t. Neither backend connects before a
-// session is opened.
+// openBackend opens the backend of t. No backend connects before a
+// session or a View is opened.
 func openBackend(t target) (backend.Backend, error) {
 	switch t.kind {
+	case "postgres":
+		return openPostgres(t)
 	case "etcd":
 		var opts []etcd.Option
 		if t.prefix != "" {
@@ -127,17 +181,21 @@ func (e *backendError) Error() string {
 func (e *backendError) Unwrap() error { return e.err }
 
 func flagOf(t target) string {
-	if t.kind == "etcd" {
-		return "etcd"
+	for _, b := range backendFlags {
+		if b.kind == t.kind {
+			return b.flag
+		}
 	}
-	return "zk"
+	return ""
 }
 
 func envOf(t target) string {
-	if t.kind == "etcd" {
-		return envEtcd
+	for _, b := range backendFlags {
+		if b.kind == t.kind {
+			return b.env
+		}
 	}
-	return envZK
+	return ""
 }
 
 // invocation is one run of a command: its flags, and the backend and admin

@@ -296,6 +296,8 @@ func defaultPrefix(kind string) string {
 		return etcd.DefaultPrefix
 	case "zookeeper":
 		return zookeeper.DefaultRoot
+	case "postgres":
+		return defaultSchema
 	}
 	return ""
 }

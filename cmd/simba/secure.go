@@ -88,6 +88,9 @@ func (c *connFlags) label(name string) string {
 // asking for the etcd password on the terminal when it is needed and
 // nothing else gives it.
 func (c *connFlags) security(kind string, addrs []string, stderr io.Writer, explicit map[string]bool) (*security, error) {
+	if kind == "postgres" {
+		return c.postgresSecurity(explicit)
+	}
 	s := &security{}
 	tlsOn := c.cacert != "" || c.cert != "" || c.key != "" || c.insecure
 	for _, a := range addrs {
@@ -185,6 +188,39 @@ func (c *connFlags) security(kind string, addrs []string, stderr io.Writer, expl
 	return s, nil
 }
 
+// postgresSecurity returns the credentials of a connection to
+// PostgreSQL: a password for a DSN without one. TLS and the user are the
+// DSN's: the TLS settings and --user are refused, whatever gives them, so
+// that none is silently ignored.
+func (c *connFlags) postgresSecurity(explicit map[string]bool) (*security, error) {
+	for _, name := range []string{"cacert", "cert", "key"} {
+		if v := map[string]string{"cacert": c.cacert, "cert": c.cert, "key": c.key}[name]; v != "" {
+			return nil, usagef(nil, "--%s (from %s) is for etcd and ZooKeeper: PostgreSQL takes its TLS settings in the DSN (sslmode=verify-full, sslrootcert, sslcert, sslkey)", name, c.label(name))
+		}
+	}
+	if c.insecure {
+		return nil, usagef(nil, "--insecure-skip-tls-verify is for etcd and ZooKeeper: PostgreSQL takes its TLS settings in the DSN (sslmode=require encrypts without verifying)")
+	}
+	switch {
+	case explicit["zk-auth"]:
+		return nil, usagef(nil, "--zk-auth is for ZooKeeper; PostgreSQL takes the user in the DSN and --password")
+	case explicit["user"] || c.from["user"] == "config file "+c.file:
+		return nil, usagef(nil, "--user (from %s) is for etcd: PostgreSQL takes the user in the DSN (postgres://USER@host/db)", c.label("user"))
+	}
+	s := &security{}
+	switch {
+	case c.password != "":
+		s.password = c.password
+	case c.passwordFile != "":
+		p, err := readSecret(c.passwordFile)
+		if err != nil {
+			return nil, configErrorf("password from config file %s (password-file): %s", c.file, pathError(err))
+		}
+		s.password = p
+	}
+	return s, nil
+}
+
 func (c *connFlags) zkAuthLabel() string {
 	if c.zkAuth == "" && c.zkAuthFile != "" {
 		return "config file " + c.file + " (zk-auth-file)"
@@ -206,6 +242,11 @@ func readSecret(path string) (string, error) {
 // refusal returns the refusedError that err is, if the backend refused
 // the command's credentials, permissions or TLS handshake; else nil.
 func refusal(t target, doing string, err error) error {
+	if t.kind == "postgres" {
+		if r := pgRefusal(t, doing, err); r != nil {
+			return r
+		}
+	}
 	where := t.String()
 	switch {
 	case errors.Is(err, rpctypes.ErrAuthFailed):
