@@ -72,7 +72,7 @@ func build(t *testing.T, dir string) binaries {
 func cleanEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, envEtcd+"=") && !strings.HasPrefix(kv, envZK+"=") && !strings.HasPrefix(kv, envPrefix+"=") {
+		if !strings.HasPrefix(kv, envEtcd+"=") && !strings.HasPrefix(kv, envZK+"=") && !strings.HasPrefix(kv, envPostgres+"=") && !strings.HasPrefix(kv, envPrefix+"=") {
 			env = append(env, kv)
 		}
 	}
@@ -225,22 +225,33 @@ func TestEndToEnd(t *testing.T) {
 	t.Run("dev", func(t *testing.T) { testDev(t, bins) })
 }
 
+// scenario is one end-to-end test, run on each backend.
+type scenario struct {
+	name string
+	run  func(*testing.T, *cluster)
+}
+
+// scenarios are the end-to-end tests, in the order they run.
+var scenarios = []scenario{
+	{"StatusShowsTheTrueHolderAndToken", testStatus},
+	{"DisableStopsRunsEverywhereWithinARenewalPeriod", testDisable},
+	{"TriggerRunsOnce", testTrigger},
+	{"ResignMovesTheTermWithAHigherToken", testResign},
+	{"DrainEmptiesAMember", testDrain},
+	{"HistoryRecordsAFailOver", testFailOver},
+	{"Errors", testErrors},
+	{"SkippedRecordsAreWarnedOf", testSkippedRecords},
+	{"AuditTrailShowsWhoWhyAndWhen", testAudit},
+}
+
 // runScenarios runs every scenario on a cluster of its own from newCluster.
 func runScenarios(t *testing.T, kind string, newCluster func(*testing.T) *cluster) {
-	for _, sc := range []struct {
-		name string
-		run  func(*testing.T, *cluster)
-	}{
-		{"StatusShowsTheTrueHolderAndToken", testStatus},
-		{"DisableStopsRunsEverywhereWithinARenewalPeriod", testDisable},
-		{"TriggerRunsOnce", testTrigger},
-		{"ResignMovesTheTermWithAHigherToken", testResign},
-		{"DrainEmptiesAMember", testDrain},
-		{"HistoryRecordsAFailOver", testFailOver},
-		{"Errors", testErrors},
-		{"SkippedRecordsAreWarnedOf", testSkippedRecords},
-		{"AuditTrailShowsWhoWhyAndWhen", testAudit},
-	} {
+	runSome(t, scenarios, newCluster)
+}
+
+// runSome runs each of list on a cluster of its own from newCluster.
+func runSome(t *testing.T, list []scenario, newCluster func(*testing.T) *cluster) {
+	for _, sc := range list {
 		t.Run(sc.name, func(t *testing.T) {
 			c := newCluster(t)
 			c.requireRecords(t) // skips every scenario, not only the first

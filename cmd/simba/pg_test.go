@@ -1,0 +1,250 @@
+package main
+
+import (
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/backend/postgres"
+	"github.com/simba-go/simba/internal/pgtest"
+)
+
+// The tests of the command against a real PostgreSQL, the one
+// scripts/with-postgres-redis.sh starts ($SIMBA_PG_DSN), each in a schema
+// of its own (--prefix).
+
+// pgSecret is the password the tests put in DSNs: the test server trusts
+// every login, so it logs in anyway, and it must never be printed.
+const pgSecret = "pg-s3cret-Passw0rd"
+
+// pgDSNAs returns dsn with its user, and password if not "", replaced.
+func pgDSNAs(t *testing.T, dsn, user, password string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatalf("the test server's DSN %q: %v", dsn, err)
+	}
+	u.User = url.User(user)
+	if password != "" {
+		u.User = url.UserPassword(user, password)
+	}
+	return u.String()
+}
+
+// requireNoPGSecret fails the test if r printed pgSecret.
+func requireNoPGSecret(t *testing.T, what string, r result) {
+	t.Helper()
+	if strings.Contains(r.stdout+r.stderr, pgSecret) {
+		t.Errorf("%s: the DSN's password is printed\n%v", what, r)
+	}
+}
+
+// The end-to-end scenarios, with the built command, on PostgreSQL; the
+// nodes are in-process clients (opsdemo takes -etcd and -zk only, so the
+// fail-over of a crashed process is not among them).
+func TestEndToEndPostgres(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the command and uses a real PostgreSQL")
+	}
+	dsn := pgtest.DSN(t)
+	bins := build(t, t.TempDir())
+	var list []scenario
+	for _, sc := range scenarios {
+		switch sc.name {
+		case "HistoryRecordsAFailOver": // opsdemo processes: etcd and ZooKeeper only
+		case "Errors": // etcd's and ZooKeeper's flags; TestPostgresBadInput
+		default:
+			list = append(list, sc)
+		}
+	}
+	runSome(t, list, func(t *testing.T) *cluster {
+		schema := pgtest.Schema(t)
+		return &cluster{
+			bins: bins, kind: "postgres",
+			args: []string{"--postgres", dsn, "--prefix", schema},
+			newBackend: func() (backend.Backend, error) {
+				return postgres.New(dsn, postgres.WithSchema(schema))
+			},
+		}
+	})
+}
+
+// Every command works against PostgreSQL while nodes run on it, with the
+// DSN from the flag, the environment or a config file; a read-only role
+// reads and is refused an operation; a role without permission, or none,
+// is refused; a password in the DSN is never printed.
+func TestPostgres(t *testing.T) {
+	if testing.Short() {
+		t.Skip("uses a real PostgreSQL")
+	}
+	dsn := pgtest.DSN(t)
+	schema := pgtest.Schema(t)
+	nodeBackend := func() backend.Backend {
+		b, err := postgres.New(dsn, postgres.WithSchema(schema))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() }) // after the node
+		return b
+	}
+	rec := &recorder{}
+	a := startNode(t, nodeBackend(), "a", securedTTL, rec)
+	a.schedule(t, "report", simba.FixedRate(time.Hour))
+	a.whileLeader(t, "ingest")
+	a.group(t, "billing", 4)
+	startNode(t, nodeBackend(), "z", securedTTL, rec).whileLeader(t, "ingest")
+	pg := []string{"--postgres", pgDSNAs(t, dsn, "postgres", pgSecret), "--prefix", schema}
+	eventually(t, 30*time.Second, "report has run and billing is held", func() bool {
+		r := runIn(t, nil, append([]string{"status", "--json"}, pg...)...)
+		requireNoPGSecret(t, "status", r)
+		if r.code != exitOK {
+			return false
+		}
+		o := decode[overview](t, r.stdout)
+		return o.Jobs.Total == 1 && o.Groups.Held == 4
+	})
+
+	t.Run("EveryCommand", func(t *testing.T) {
+		for _, args := range everyCommand("20s") {
+			r := runIn(t, nil, append(args, pg...)...)
+			requireNoPGSecret(t, "simba "+strings.Join(args, " "), r)
+			if r.code != exitOK {
+				t.Errorf("simba %s: %v", strings.Join(args, " "), r)
+			}
+		}
+		r := runIn(t, nil, append([]string{"status", "report", "--json"}, pg...)...)
+		v := decode[leaseView](t, r.stdout)
+		terms := rec.elected("report")
+		if last := terms[len(terms)-1]; r.code != exitOK || v.Holder == nil || v.Holder.Token != last.Token {
+			t.Errorf("status report: %+v, want the holder of the last term, token %d\n%v", v.Holder, last.Token, r)
+		}
+		out := runIn(t, nil, append([]string{"status"}, pg...)...).stdout
+		if want := "postgres at postgres@"; !strings.Contains(out, want) || !strings.Contains(out, "(schema "+schema+")") {
+			t.Errorf("status does not name the backend as %q... (schema %s):\n%s", want, schema, out)
+		}
+	})
+
+	t.Run("DisableAndEnable", func(t *testing.T) {
+		r := runIn(t, nil, append([]string{"disable", "report", "--reason", "pg e2e"}, pg...)...)
+		if r.code != exitOK || !strings.Contains(r.stdout, "disabled report") {
+			t.Fatalf("disable: %v", r)
+		}
+		v := decode[leaseView](t, runIn(t, nil, append([]string{"status", "report", "--json"}, pg...)...).stdout)
+		if v.State != "disabled" || v.Held {
+			t.Errorf("status while disabled: %+v", v)
+		}
+		if r := runIn(t, nil, append([]string{"enable", "report"}, pg...)...); r.code != exitOK {
+			t.Fatalf("enable: %v", r)
+		}
+		eventually(t, 20*time.Second, "report is held again", func() bool {
+			v := decode[leaseView](t, runIn(t, nil, append([]string{"status", "report", "--json"}, pg...)...).stdout)
+			return v.State == "held"
+		})
+		audit := runIn(t, nil, append([]string{"audit", "report"}, pg...)...)
+		if audit.code != exitOK || !strings.Contains(audit.stdout, "pg e2e") {
+			t.Errorf("audit report lacks the disable's reason: %v", audit)
+		}
+	})
+
+	t.Run("EnvironmentAndConfigFile", func(t *testing.T) {
+		env := map[string]string{envPostgres: dsn, envPrefix: "/" + schema + "/"}
+		if r := runIn(t, env, "jobs"); r.code != exitOK || !strings.Contains(r.stdout, "report") {
+			t.Errorf("jobs from $%s and $%s=/%s/: %v", envPostgres, envPrefix, schema, r)
+		}
+		dir := t.TempDir()
+		cfg := writeFile(t, filepath.Join(dir, "config.yaml"), fmt.Sprintf("backend: postgres\npostgres: %s\nprefix: %s\ntimeout: 8s\npassword-file: password\n", dsn, schema))
+		writeFile(t, filepath.Join(dir, "password"), pgSecret+"\n")
+		r := runIn(t, nil, "elections", "--config", cfg)
+		requireNoPGSecret(t, "elections from --config", r)
+		if r.code != exitOK || !strings.Contains(r.stdout, "ingest") {
+			t.Errorf("elections from --config: %v", r)
+		}
+		// The environment wins over the file.
+		if r := runIn(t, map[string]string{envZK: "127.0.0.1:1"}, "jobs", "--config", cfg); r.code == exitOK || !strings.Contains(r.stderr, "zookeeper at 127.0.0.1:1") {
+			t.Errorf("jobs with $%s over a config file naming postgres: %v", envZK, r)
+		}
+	})
+
+	// The admin reads through a View: no session, no write.
+	t.Run("ReadOnlyRole", func(t *testing.T) {
+		role := pgtest.UniqueName(t)
+		pgtest.Exec(t, "CREATE ROLE "+role+" LOGIN")
+		t.Cleanup(func() {
+			pgtest.Exec(t, "DROP OWNED BY "+role)
+			pgtest.Exec(t, "DROP ROLE "+role)
+		})
+		pgtest.Exec(t, fmt.Sprintf("GRANT USAGE ON SCHEMA %s TO %s", schema, role))
+		pgtest.Exec(t, fmt.Sprintf("GRANT SELECT ON ALL TABLES IN SCHEMA %s TO %s", schema, role))
+		viewer := []string{"--postgres", pgDSNAs(t, dsn, role, pgSecret), "--prefix", schema}
+		for _, args := range readCommands {
+			r := runIn(t, nil, append(args, viewer...)...)
+			requireNoPGSecret(t, "simba "+strings.Join(args, " "), r)
+			if r.code != exitOK {
+				t.Errorf("simba %s as the read-only role: %v", strings.Join(args, " "), r)
+			}
+		}
+		r := runIn(t, nil, append([]string{"disable", "report", "--reason", "not allowed"}, viewer...)...)
+		requireOneLine(t, "disable as the read-only role", r, exitRefused, "user "+role, "permission denied")
+		requireNoPGSecret(t, "disable as the read-only role", r)
+	})
+
+	t.Run("RoleWithoutPermission", func(t *testing.T) {
+		role := pgtest.UniqueName(t)
+		pgtest.Exec(t, "CREATE ROLE "+role+" LOGIN")
+		t.Cleanup(func() { pgtest.Exec(t, "DROP ROLE "+role) })
+		r := runIn(t, nil, "status", "--postgres", pgDSNAs(t, dsn, role, pgSecret), "--prefix", schema)
+		requireOneLine(t, "status as a role without permission", r, exitRefused, "user "+role, "permission denied")
+		requireNoPGSecret(t, "status as a role without permission", r)
+	})
+
+	t.Run("UnknownRole", func(t *testing.T) {
+		role := pgtest.UniqueName(t)
+		r := runIn(t, nil, "status", "--postgres", pgDSNAs(t, dsn, role, pgSecret), "--prefix", schema)
+		requireOneLine(t, "status as a role that does not exist", r, exitRefused, "refused the login of user "+role, "does not exist")
+		requireNoPGSecret(t, "status as a role that does not exist", r)
+	})
+}
+
+// A DSN that does not parse, settings that are not PostgreSQL's, and a
+// config file holding a password: exit 2, one line, no password.
+func TestPostgresBadInput(t *testing.T) {
+	dir := t.TempDir()
+	withPassword := writeFile(t, filepath.Join(dir, "secret.yaml"), "backend: postgres\npostgres: postgres://simba:"+pgSecret+"@db/app\n")
+	noBackend := writeFile(t, filepath.Join(dir, "nobackend.yaml"), "postgres: postgres://simba@db/app\n")
+	for _, tc := range []struct {
+		what string
+		args []string
+		code int
+		want []string
+	}{
+		{"a URL with a bad port", []string{"--postgres", "postgres://simba:" + pgSecret + "@db:x/app"}, exitUsage, []string{"--postgres: the PostgreSQL DSN does not parse"}},
+		{"a URL that does not parse", []string{"--postgres", "postgres://simba:" + pgSecret + "@[db/app"}, exitUsage, []string{"does not parse"}},
+		{"key=value with a bad port", []string{"--postgres", "host=db password=" + pgSecret + " port=x"}, exitUsage, []string{"does not parse"}},
+		{"quoted key=value, unterminated", []string{"--postgres", "host=db password='" + pgSecret}, exitUsage, []string{"does not parse"}},
+		{"--postgres and --etcd", []string{"--postgres", "postgres://db/app", "--etcd", "127.0.0.1:1"}, exitUsage, []string{"--etcd and --postgres both given"}},
+		{"--cacert", []string{"--postgres", "postgres://db/app", "--cacert", "ca.pem"}, exitUsage, []string{"--cacert (from --cacert) is for etcd and ZooKeeper", "sslrootcert"}},
+		{"--user", []string{"--postgres", "postgres://db/app", "--user", "simba"}, exitUsage, []string{"PostgreSQL takes the user in the DSN"}},
+		{"a bad schema", []string{"--postgres", "postgres://db/app", "--prefix", "/simba/jobs/"}, exitUsage, []string{`--prefix "/simba/jobs/"`, "want 1-57 characters"}},
+		{"a password in the config file", []string{"--config", withPassword}, exitUsage, []string{"the DSN holds a password, and a config file holds no secrets"}},
+		{"postgres without backend", []string{"--config", noBackend}, exitUsage, []string{"postgres (a DSN) is for backend: postgres"}},
+	} {
+		r := runIn(t, nil, append([]string{"status"}, tc.args...)...)
+		if r.code != tc.code {
+			t.Errorf("%s: exit %d, want %d\n%v", tc.what, r.code, tc.code, r)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(r.stderr, w) {
+				t.Errorf("%s: stderr lacks %q\n%v", tc.what, w, r)
+			}
+		}
+		if first, _, _ := strings.Cut(r.stderr, "\n"); strings.Count(first, "simba: ") != 1 {
+			t.Errorf("%s: want one message line\n%v", tc.what, r)
+		}
+		requireNoPGSecret(t, tc.what, r)
+	}
+}
