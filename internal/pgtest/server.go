@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -23,8 +24,7 @@ import (
 // made by initdb in a temporary directory (trust authentication, no
 // fsync, as scripts/with-postgres-redis.sh makes the shared one) and it
 // listens on 127.0.0.1 only, on a port that stays the same across
-// restarts. Its processes run in a process group of their own, so that
-// Pause stops the postmaster and every backend at once.
+// restarts.
 type Server struct {
 	t      testing.TB
 	bin    string
@@ -149,7 +149,7 @@ func (s *Server) start() error {
 		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=",
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=100")
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting postgres: %w", err)
 	}
@@ -184,12 +184,47 @@ func (s *Server) logTail() string {
 	return string(b)
 }
 
-// signal sends sig to the server's process group.
+// signal sends sig to the postmaster.
 func (s *Server) signal(sig syscall.Signal) error {
 	if s.cmd == nil {
 		return errors.New("pgtest: the server is not running")
 	}
-	return syscall.Kill(-s.cmd.Process.Pid, sig)
+	return s.cmd.Process.Signal(sig)
+}
+
+// signalAll sends sig to the postmaster and then to each of its children:
+// the backends and auxiliary processes, which PostgreSQL puts in sessions
+// (and so process groups) of their own, out of reach of a signal to the
+// postmaster's group.
+func (s *Server) signalAll(sig syscall.Signal) error {
+	if err := s.signal(sig); err != nil {
+		return err
+	}
+	pid := s.cmd.Process.Pid
+	procs, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil {
+		return err
+	}
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // gone
+		}
+		// pid (comm) state ppid ...; comm may hold spaces and parentheses.
+		i := strings.LastIndexByte(string(b), ')')
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 2 || f[1] != strconv.Itoa(pid) {
+			continue
+		}
+		child, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		if err != nil {
+			continue
+		}
+		if err := syscall.Kill(child, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("signalling process %d of the server: %w", child, err)
+		}
+	}
+	return nil
 }
 
 // Stop shuts the server down fast (SIGINT: sessions are ended, in-flight
@@ -221,12 +256,13 @@ func (s *Server) Start() {
 	}
 }
 
-// Pause stops every process of the server with SIGSTOP: connections stay
-// open, and nothing answers, until Resume. The clean-up resumes a server
-// that a failing test left paused.
+// Pause stops every process of the server with SIGSTOP, the postmaster
+// first (so that it starts no other): connections stay open, and nothing
+// answers, until Resume. The clean-up resumes a server that a failing test
+// left paused.
 func (s *Server) Pause() {
 	s.t.Helper()
-	if err := s.signal(syscall.SIGSTOP); err != nil {
+	if err := s.signalAll(syscall.SIGSTOP); err != nil {
 		s.t.Fatalf("pgtest: pausing the server: %v", err)
 	}
 }
@@ -234,7 +270,7 @@ func (s *Server) Pause() {
 // Resume continues a paused server (SIGCONT).
 func (s *Server) Resume() {
 	s.t.Helper()
-	if err := s.signal(syscall.SIGCONT); err != nil {
+	if err := s.signalAll(syscall.SIGCONT); err != nil {
 		s.t.Fatalf("pgtest: resuming the server: %v", err)
 	}
 }
@@ -244,12 +280,12 @@ func (s *Server) kill() {
 	if s.cmd == nil {
 		return
 	}
-	s.signal(syscall.SIGCONT)
+	s.signalAll(syscall.SIGCONT)
 	s.signal(syscall.SIGQUIT) // immediate shutdown
 	select {
 	case <-s.exited:
 	case <-time.After(10 * time.Second):
-		s.signal(syscall.SIGKILL)
+		s.signalAll(syscall.SIGKILL)
 		<-s.exited
 	}
 	s.cmd = nil
