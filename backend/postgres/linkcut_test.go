@@ -1,0 +1,202 @@
+package postgres_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/backend/postgres"
+	"github.com/simba-go/simba/internal/await"
+	"github.com/simba-go/simba/internal/check"
+	"github.com/simba-go/simba/internal/faultproxy"
+	"github.com/simba-go/simba/internal/pgtest"
+)
+
+// linkCutTTL is the session TTL of the link-cut rounds: renewals every
+// 333ms, the default drift margin 100ms.
+const linkCutTTL = time.Second
+
+// TestLinkCutRevokesBeforeTakeover cuts the holder's link to the server
+// (every connection of its pool, its listening connection included,
+// blackholed in a proxy of its own), again and again: its term must end,
+// on its own clock, strictly before the other client's term begins, and
+// before the server's expiry of its session (I4, with the holding's end
+// the expires_at the server had for the session when the waiter deleted
+// it); no two terms overlap and tokens increase (I1, I2); and the fenced
+// write the cut holder had in flight, held by the proxy and delivered
+// when the link heals, is refused (I3). Four pairs of clients play three
+// rounds each, concurrently.
+func TestLinkCutRevokesBeforeTakeover(t *testing.T) {
+	const pairs, rounds = 4, 3
+	r := linkCutRounds(t, pairs, rounds, 0)
+	for _, err := range r.errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		return
+	}
+	if len(r.gaps) != pairs*rounds {
+		t.Fatalf("%d rounds completed, want %d", len(r.gaps), pairs*rounds)
+	}
+	slices.Sort(r.gaps)
+	t.Logf("%d take-overs after a cut link (TTL %v): the old term ended before the new one began by min %v, median %v, max %v; "+
+		"before the server's expiry of its session by min %v; register writes: %d accepted, %d refused",
+		len(r.gaps), linkCutTTL, r.gaps[0].Round(time.Microsecond), r.gaps[len(r.gaps)/2].Round(time.Millisecond),
+		r.gaps[len(r.gaps)-1].Round(time.Millisecond), r.minExpiryGap.Round(time.Microsecond), r.accepted, r.refused)
+}
+
+// TestLinkCutCatchesOverstatedTTL plants a bug, a backend whose sessions
+// report 400ms more than the TTL the server granted, and checks that the
+// link-cut rounds catch it: a checker that cannot fail proves nothing.
+func TestLinkCutCatchesOverstatedTTL(t *testing.T) {
+	r := linkCutRounds(t, 2, 2, 400*time.Millisecond)
+	if len(r.errs) == 0 {
+		t.Fatal("the link-cut rounds found no violation with the TTL overstated by 400ms")
+	}
+	for _, err := range r.errs {
+		t.Logf("caught: %v", err)
+	}
+}
+
+// linkCutResult is what linkCutRounds saw.
+type linkCutResult struct {
+	gaps              []time.Duration // new term's start - cut term's end
+	minExpiryGap      time.Duration   // server's expiry - cut term's end, the smallest
+	errs              []error         // violations, and rounds that could not run
+	accepted, refused int             // register writes
+}
+
+// linkCutRounds runs pairs of clients on linkCutTTL sessions, each client
+// through a proxy of its own, for rounds take-overs each: the holder's link
+// is blackholed until the other client's term begins, then healed. extra
+// overstates the TTL the clients are told (the planted bug; 0 for none).
+func linkCutRounds(t *testing.T, pairs, rounds int, extra time.Duration) linkCutResult {
+	dsn, schema, logSchema := pgtest.DSN(t), pgtest.Schema(t), pgtest.Schema(t)
+	exp := logExpiries(t, dsn, schema, logSchema)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatalf("%s: %v", pgtest.EnvDSN, err)
+	}
+	var (
+		mu     sync.Mutex
+		res    linkCutResult
+		cut    []check.Term
+		grants []check.Grant
+		wg     sync.WaitGroup
+	)
+	res.minExpiryGap = time.Duration(1<<63 - 1)
+	fail := func(format string, args ...any) {
+		mu.Lock()
+		res.errs = append(res.errs, fmt.Errorf(format, args...))
+		mu.Unlock()
+	}
+	type node struct {
+		name  string
+		proxy *faultproxy.Proxy
+		tap   *tap
+		c     *simba.Client
+	}
+	for p := range pairs {
+		election := fmt.Sprintf("cut-%d", p)
+		log := newTermLog()
+		var nodes [2]*node
+		for i := range nodes {
+			n := &node{name: fmt.Sprintf("p%d%c", p, 'a'+i)}
+			if n.proxy, err = faultproxy.New(u.Host); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { n.proxy.Close() })
+			pu := *u
+			pu.Host = n.proxy.Addr()
+			b, err := postgres.New(pu.String(), postgres.WithSchema(schema))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Close() })
+			n.tap = &tap{Backend: b, extra: extra}
+			if n.c, err = simba.New(n.tap, simba.WithTTL(linkCutTTL)); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				n.proxy.Heal() // a round that failed left it cut off
+				await.For(t, await.Returned(n.c.Close), closeWait, "client %s: Close did not return", n.name)
+			})
+			if _, err := n.c.Election(election).RunWhileLeader(log.task(n.name, n.c)); err != nil {
+				t.Fatal(err)
+			}
+			nodes[i] = n
+		}
+		index := map[string]int{nodes[0].name: 0, nodes[1].name: 1}
+		wg.Go(func() {
+			defer func() {
+				for _, err := range log.checkTerms() {
+					fail("%s: %v", election, err)
+				}
+				errs, acc, ref := staleWrites(log, nodes[0].tap, nodes[1].tap)
+				mu.Lock()
+				res.errs = append(res.errs, errs...)
+				res.accepted += acc
+				res.refused += ref
+				mu.Unlock()
+			}()
+			holder := log.next("", opTimeout)
+			if holder == nil {
+				fail("%s: no first term within %v", election, opTimeout)
+				return
+			}
+			for round := range rounds {
+				h := index[holder.node]
+				// Cut at a random phase of the holder's renewals, once its
+				// last request is a renewal rather than the Acquire.
+				time.Sleep(linkCutTTL/3 + rand.N(linkCutTTL/3))
+				nodes[h].proxy.Blackhole()
+				next := log.next(nodes[1-h].name, opTimeout)
+				if next == nil {
+					fail("%s round %d: no take-over by %s within %v of the cut", election, round, nodes[1-h].name, opTimeout)
+					return
+				}
+				select {
+				case <-holder.term.Revoked():
+				case <-time.After(5 * time.Second):
+					fail("%s round %d: the cut holder's term %d was not revoked 5s after term %d began", election, round, holder.term.Token(), next.term.Token())
+					return
+				}
+				end := holder.term.Deadline()
+				gap := next.term.Start().Sub(end)
+				if gap <= 0 {
+					fail("%s round %d: term %d of %s began at %v, %v before term %d of the cut %s ended",
+						election, round, next.term.Token(), next.node, next.term.Start().Format(time.StampMicro), -gap, holder.term.Token(), holder.node)
+				}
+				expiresAt, ok := exp.expired(t, holder.session)
+				if !ok {
+					fail("%s round %d: session %s of the cut holder was not deleted past its expiry before term %d began", election, round, holder.session, next.term.Token())
+					return
+				}
+				mu.Lock()
+				res.gaps = append(res.gaps, gap)
+				res.minExpiryGap = min(res.minExpiryGap, expiresAt.Sub(end))
+				cut = append(cut, check.Term{Name: election, Token: holder.term.Token(), Start: holder.term.Start(), End: end})
+				grants = append(grants, check.Grant{Name: election, Token: holder.term.Token(), Start: holder.term.Start(), End: expiresAt, Ended: true, Expired: true})
+				mu.Unlock()
+				// Heal; the cut client learns its session expired and opens
+				// another before its turn comes.
+				nodes[h].proxy.Heal()
+				if !eventually(opTimeout, func() bool { id := nodes[h].c.SessionID(); return id != "" && id != holder.session }) {
+					fail("%s round %d: %s has no new session %v after the link healed", election, round, holder.node, opTimeout)
+					return
+				}
+				holder = next
+			}
+		})
+	}
+	wg.Wait()
+	if _, errs := check.AgainstGrants(cut, grants); len(errs) > 0 {
+		res.errs = append(res.errs, errs...)
+	}
+	return res
+}

@@ -1,0 +1,292 @@
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Server is a PostgreSQL server of one test's own, for the faults that
+// the shared server must not suffer: a restart, a pause. Its cluster is
+// made by initdb in a temporary directory (trust authentication, no
+// fsync, as scripts/with-postgres-redis.sh makes the shared one) and it
+// listens on 127.0.0.1 only, on a port that stays the same across
+// restarts.
+type Server struct {
+	t      testing.TB
+	bin    string
+	data   string
+	port   int
+	cred   *syscall.Credential
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// waitServer bounds a start or a stop of a Server.
+const waitServer = 30 * time.Second
+
+// bindir returns the directory of initdb and postgres: Debian keeps them
+// in /usr/lib/postgresql/<version>/bin, off the PATH.
+func bindir() string {
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool {
+		vi, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[i])))
+		vj, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[j])))
+		return vi < vj
+	})
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if _, err := os.Stat(filepath.Join(dirs[i], "initdb")); err == nil {
+			return dirs[i]
+		}
+	}
+	if p, err := exec.LookPath("initdb"); err == nil {
+		return filepath.Dir(p)
+	}
+	return ""
+}
+
+// StartServer makes a cluster and starts its server; the test's clean-up
+// stops it and removes the directory. It skips t (fails it under
+// SIMBA_REQUIRE_SERVERS=1) when PostgreSQL is not installed, and fails t
+// when the server does not start.
+func StartServer(t testing.TB) *Server {
+	t.Helper()
+	bin := bindir()
+	if bin == "" {
+		if os.Getenv(EnvRequire) == "1" {
+			t.Fatalf("pgtest: PostgreSQL is not installed (no initdb) and %s=1: install Debian's postgresql package", EnvRequire)
+		}
+		t.Skip("pgtest: PostgreSQL is not installed (no initdb): install Debian's postgresql package")
+	}
+	s := &Server{t: t, bin: bin}
+	dir, err := os.MkdirTemp("", "simba-pgtest-")
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	s.data = filepath.Join(dir, "data")
+	if err := os.Mkdir(s.data, 0o700); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	if os.Geteuid() == 0 {
+		// The server refuses to run as root: run it as the postgres user,
+		// who reaches its data directory through dir.
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			t.Fatalf("pgtest: running as root, and no postgres user to run PostgreSQL as: %v", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		s.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		if err := os.Chown(s.data, uid, gid); err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+	}
+	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", s.data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
+	if out, err := initdb.CombinedOutput(); err != nil {
+		t.Fatalf("pgtest: initdb: %v\n%s", err, out)
+	}
+	t.Cleanup(s.kill)
+	for attempt := 1; ; attempt++ {
+		s.port, err = freePort()
+		if err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		err = s.start()
+		if err == nil {
+			return s
+		}
+		s.kill()
+		if attempt == 3 {
+			t.Fatalf("pgtest: the server did not start: %v", err)
+		}
+	}
+}
+
+// freePort returns a port that was free on 127.0.0.1 a moment ago.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Addr returns the server's address, "127.0.0.1:port".
+func (s *Server) Addr() string { return fmt.Sprintf("127.0.0.1:%d", s.port) }
+
+// DSN returns the DSN of the server's postgres database.
+func (s *Server) DSN() string {
+	return fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", s.Addr())
+}
+
+// start starts the server and waits until it accepts connections.
+func (s *Server) start() error {
+	logf, err := os.OpenFile(filepath.Join(filepath.Dir(s.data), "server.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command(filepath.Join(s.bin, "postgres"), "-D", s.data, "-p", strconv.Itoa(s.port),
+		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=",
+		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=100")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting postgres: %w", err)
+	}
+	s.cmd, s.exited = cmd, make(chan struct{})
+	go func(exited chan struct{}) { cmd.Wait(); close(exited) }(s.exited)
+	end := time.Now().Add(waitServer)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		conn, err := pgx.Connect(ctx, s.DSN())
+		cancel()
+		if err == nil {
+			conn.Close(context.Background())
+			return nil
+		}
+		select {
+		case <-s.exited:
+			return fmt.Errorf("postgres exited: %s", s.logTail())
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(end) {
+			return fmt.Errorf("not accepting connections after %v: %v", waitServer, err)
+		}
+	}
+}
+
+// logTail returns the end of the server's log.
+func (s *Server) logTail() string {
+	b, _ := os.ReadFile(filepath.Join(filepath.Dir(s.data), "server.log"))
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}
+
+// signal sends sig to the postmaster.
+func (s *Server) signal(sig syscall.Signal) error {
+	if s.cmd == nil {
+		return errors.New("pgtest: the server is not running")
+	}
+	return s.cmd.Process.Signal(sig)
+}
+
+// signalAll sends sig to the postmaster and then to each of its children:
+// the backends and auxiliary processes, which PostgreSQL puts in sessions
+// (and so process groups) of their own, out of reach of a signal to the
+// postmaster's group.
+func (s *Server) signalAll(sig syscall.Signal) error {
+	if err := s.signal(sig); err != nil {
+		return err
+	}
+	pid := s.cmd.Process.Pid
+	procs, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil {
+		return err
+	}
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // gone
+		}
+		// pid (comm) state ppid ...; comm may hold spaces and parentheses.
+		i := strings.LastIndexByte(string(b), ')')
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 2 || f[1] != strconv.Itoa(pid) {
+			continue
+		}
+		child, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		if err != nil {
+			continue
+		}
+		if err := syscall.Kill(child, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("signalling process %d of the server: %w", child, err)
+		}
+	}
+	return nil
+}
+
+// Stop shuts the server down fast (SIGINT: sessions are ended, in-flight
+// transactions rolled back, a checkpoint written, so that everything
+// committed is there after Start), failing the test if it is still up
+// after 30 seconds.
+func (s *Server) Stop() {
+	s.t.Helper()
+	if err := s.signal(syscall.SIGINT); err != nil {
+		s.t.Fatalf("pgtest: stopping the server: %v", err)
+	}
+	select {
+	case <-s.exited:
+		s.cmd = nil
+	case <-time.After(waitServer):
+		s.t.Fatalf("pgtest: the server did not stop within %v", waitServer)
+	}
+}
+
+// Start starts the stopped server again, on the same port, failing the
+// test if it does not accept connections within 30 seconds.
+func (s *Server) Start() {
+	s.t.Helper()
+	if s.cmd != nil {
+		s.t.Fatal("pgtest: the server is running")
+	}
+	if err := s.start(); err != nil {
+		s.t.Fatalf("pgtest: restarting the server: %v", err)
+	}
+}
+
+// Pause stops every process of the server with SIGSTOP, the postmaster
+// first (so that it starts no other): connections stay open, and nothing
+// answers, until Resume. The clean-up resumes a server that a failing test
+// left paused.
+func (s *Server) Pause() {
+	s.t.Helper()
+	if err := s.signalAll(syscall.SIGSTOP); err != nil {
+		s.t.Fatalf("pgtest: pausing the server: %v", err)
+	}
+}
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() {
+	s.t.Helper()
+	if err := s.signalAll(syscall.SIGCONT); err != nil {
+		s.t.Fatalf("pgtest: resuming the server: %v", err)
+	}
+}
+
+// kill ends the server at once, if it runs (a clean-up).
+func (s *Server) kill() {
+	if s.cmd == nil {
+		return
+	}
+	s.signalAll(syscall.SIGCONT)
+	s.signal(syscall.SIGQUIT) // immediate shutdown
+	select {
+	case <-s.exited:
+	case <-time.After(10 * time.Second):
+		s.signalAll(syscall.SIGKILL)
+		<-s.exited
+	}
+	s.cmd = nil
+}
