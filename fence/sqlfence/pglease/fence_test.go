@@ -205,6 +205,9 @@ func stale(t *testing.T, err error, token, highest uint64) {
 	if *se != want {
 		t.Fatalf("the check of token %d: got %+v, want %+v", token, *se, want)
 	}
+	if token == highest && !strings.Contains(err.Error(), "the term no longer holds its lease") {
+		t.Fatalf("the check of token %d, with no later candidate: %q does not say that the term no longer holds its lease", token, err)
+	}
 }
 
 // TestHeldTermCommits: a transaction fenced by a held term commits, on
