@@ -19,13 +19,15 @@ func TestImports(t *testing.T) {
 		grpc  = "google.golang.org/grpc"
 		redis = "github.com/redis/go-redis"
 		etcd  = "go.etcd.io/etcd"
+		pgx   = "github.com/jackc/pgx" // sqlfence serves SQLite too; pglease is for PostgreSQL's backend
 	)
 	for _, c := range []struct {
 		pkg       string
 		forbidden []string
 	}{
 		{"github.com/simba-go/simba/fence", []string{grpc, redis, etcd, "database/sql"}},
-		{"github.com/simba-go/simba/fence/sqlfence", []string{grpc, redis, etcd}},
+		{"github.com/simba-go/simba/fence/sqlfence", []string{grpc, redis, etcd, pgx}},
+		{"github.com/simba-go/simba/fence/sqlfence/pglease", []string{grpc, redis, etcd}},
 		{"github.com/simba-go/simba/fence/redisfence", []string{grpc, etcd, "database/sql"}},
 		{"github.com/simba-go/simba/fence/etcdfence", []string{redis, "database/sql"}},
 	} {

@@ -7,7 +7,9 @@ import (
 
 var (
 	// ErrStale reports a token lower than the highest one recorded for the
-	// resource: the writer's term has ended and a later term has written.
+	// resource: the writer's term has ended and a later term has written
+	// (or, for a check of the lease itself, package sqlfence/pglease: the
+	// term no longer holds its lease).
 	// Every check that rejects a token returns a [*StaleError], which
 	// matches ErrStale; test with errors.Is.
 	ErrStale = errors.New("simba/fence: stale token")
@@ -26,12 +28,17 @@ type StaleError struct {
 	// Token is the token that was rejected.
 	Token uint64
 	// Highest is the highest token recorded for Resource when the check
-	// ran.
+	// ran. For a check of the lease itself (package sqlfence/pglease) it
+	// is the lease's last granted token, which is Token itself when the
+	// term's session expired and no candidate came after it.
 	Highest uint64
 }
 
 // Error describes the rejection.
 func (e *StaleError) Error() string {
+	if e.Highest <= e.Token {
+		return fmt.Sprintf("simba/fence: stale token %d for resource %q: the term no longer holds its lease", e.Token, e.Resource)
+	}
 	return fmt.Sprintf("simba/fence: stale token %d for resource %q: token %d was recorded", e.Token, e.Resource, e.Highest)
 }
 
