@@ -1,0 +1,221 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/simba-go/simba/backend"
+)
+
+var (
+	_ backend.Backend = (*Backend)(nil)
+	_ backend.Viewer  = (*Backend)(nil)
+)
+
+// Backend is the PostgreSQL backend: sessions, leases, memberships and
+// records as rows of the tables of one schema. It is safe for concurrent
+// use by multiple goroutines.
+type Backend struct {
+	pool     *pgxpool.Pool
+	ownsPool bool
+	schema   string
+	q        string // the quoted schema name
+	log      *slog.Logger
+	noListen bool
+	poll     time.Duration
+
+	ctx    context.Context // ends with Close
+	cancel context.CancelFunc
+
+	readyMu sync.Mutex
+	ready   bool
+
+	hub *hub
+
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+}
+
+// Option configures a Backend.
+type Option func(*Backend)
+
+// WithSchema names the schema of the backend's tables (default "simba").
+// They are created on first use when the schema has none (see the package
+// documentation for their SQL). Backends that share a schema share
+// leases, groups and records.
+func WithSchema(name string) Option { return func(b *Backend) { b.schema = name } }
+
+// WithLogger sets the logger of the backend's own events (its listening
+// connection lost and regained, a withdrawal retried); default: none.
+func WithLogger(l *slog.Logger) Option { return func(b *Backend) { b.log = l } }
+
+// WithoutListen makes the backend never LISTEN, for a pool behind a
+// connection pooler in transaction mode (where a LISTEN does not last
+// beyond its transaction): waiting Acquires read the queue at the expiry
+// times of the candidacies ahead and at least every interval, and watches
+// send a hint every interval. Without this option the backend LISTENs, and
+// falls back to the same reading while its listening connection is down.
+func WithoutListen(interval time.Duration) Option {
+	return func(b *Backend) {
+		b.noListen = true
+		if interval > 0 {
+			b.poll = interval
+		}
+	}
+}
+
+// validSchema is the form of a schema name: one that needs no quoting in
+// SQL text and in the NOTIFY channel's name.
+var validSchema = regexp.MustCompile(`^[a-z][a-z0-9_]{0,56}$`)
+
+// defaultPoll is the interval of the fallback reads (see WithoutListen).
+const defaultPoll = time.Second
+
+// New returns a backend on a pool of its own, made from dsn (a URL or
+// keyword/value string, as pgx parses it). It does not connect: the first
+// Open or View does, and creates the tables. Close closes the pool.
+func New(dsn string, opts ...Option) (*Backend, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("simba/postgres: the DSN does not parse: %w", err)
+	}
+	b, err := newBackend(opts)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		b.cancel()
+		return nil, fmt.Errorf("simba/postgres: making the pool: %w", err)
+	}
+	b.pool, b.ownsPool = pool, true
+	b.hub = newHub(b)
+	return b, nil
+}
+
+// NewFromPool returns a backend on the caller's pool, which Close leaves
+// open. The backend takes one of its connections for LISTEN (unless
+// WithoutListen).
+func NewFromPool(pool *pgxpool.Pool, opts ...Option) (*Backend, error) {
+	if pool == nil {
+		return nil, errors.New("simba/postgres: NewFromPool: nil pool")
+	}
+	b, err := newBackend(opts)
+	if err != nil {
+		return nil, err
+	}
+	b.pool = pool
+	b.hub = newHub(b)
+	return b, nil
+}
+
+func newBackend(opts []Option) (*Backend, error) {
+	b := &Backend{schema: "simba", poll: defaultPoll}
+	for _, o := range opts {
+		o(b)
+	}
+	if !validSchema.MatchString(b.schema) {
+		return nil, fmt.Errorf("simba/postgres: schema name %q: want 1-57 characters of a-z 0-9 _, starting with a letter", b.schema)
+	}
+	b.q = pgx.Identifier{b.schema}.Sanitize()
+	if b.log == nil {
+		b.log = slog.New(slog.DiscardHandler)
+	}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	return b, nil
+}
+
+// Schema returns the name of the backend's schema.
+func (b *Backend) Schema() string { return b.schema }
+
+// Pool returns the backend's pool (for tests and tools).
+func (b *Backend) Pool() *pgxpool.Pool { return b.pool }
+
+// Close stops the backend's goroutines and closes its pool if it made it.
+// Sessions still open are abandoned: they expire by the database's clock.
+// Close is idempotent.
+func (b *Backend) Close() error {
+	b.closeOnce.Do(func() {
+		b.cancel()
+		b.hub.close()
+		b.wg.Wait()
+		if b.ownsPool {
+			b.pool.Close()
+		}
+	})
+	return nil
+}
+
+func (b *Backend) closed() bool { return b.ctx.Err() != nil }
+
+// prepare makes sure, once, that the schema exists and the listener runs.
+func (b *Backend) prepare(ctx context.Context) error {
+	if b.closed() {
+		return backend.ErrClosed
+	}
+	b.readyMu.Lock()
+	defer b.readyMu.Unlock()
+	if b.ready {
+		return nil
+	}
+	if err := b.ensureSchema(ctx); err != nil {
+		return err
+	}
+	b.ready = true
+	b.hub.start()
+	return nil
+}
+
+// connErr wraps an error of the pool or the server for what.
+func (b *Backend) connErr(what string, err error) error {
+	if ctxErr := context.Cause(b.ctx); ctxErr != nil && errors.Is(err, context.Canceled) {
+		return fmt.Errorf("simba/postgres: %s: %w", what, backend.ErrClosed)
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "28P01", "28000":
+			return fmt.Errorf("simba/postgres: %s: the server refused the login: %w", what, describe(err))
+		case "42501":
+			return fmt.Errorf("simba/postgres: %s: permission denied: %w", what, describe(err))
+		}
+		return fmt.Errorf("simba/postgres: %s: %w", what, describe(err))
+	}
+	return fmt.Errorf("simba/postgres: %s: %w", what, err)
+}
+
+// Open inserts a session row that expires TTL after the statement, by the
+// database's clock.
+func (b *Backend) Open(ctx context.Context, o backend.SessionOptions) (backend.Session, error) {
+	if err := b.prepare(ctx); err != nil {
+		return nil, err
+	}
+	ttl := o.TTL
+	if ttl <= 0 {
+		return nil, fmt.Errorf("simba/postgres: Open: TTL %v: want a positive TTL", ttl)
+	}
+	ttl = ttl.Round(time.Millisecond)
+	if ttl < time.Millisecond {
+		ttl = time.Millisecond
+	}
+	start := time.Now()
+	var id int64
+	// The statement also deletes a few expired sessions (with their
+	// candidacies and members), skipping rows another statement locks.
+	err := b.pool.QueryRow(ctx, `WITH gc AS (DELETE FROM `+b.q+`.sessions WHERE id IN (
+			SELECT id FROM `+b.q+`.sessions WHERE expires_at <= clock_timestamp() LIMIT 8 FOR UPDATE SKIP LOCKED))
+		INSERT INTO `+b.q+`.sessions (ttl, expires_at) VALUES ($1, clock_timestamp() + $1) RETURNING id`, ttl).Scan(&id)
+	if err != nil {
+		return nil, b.connErr("opening a session", err)
+	}
+	return newSession(b, id, ttl, start), nil
+}

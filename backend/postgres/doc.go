@@ -1,0 +1,173 @@
+// Package postgres implements [backend.Backend] on PostgreSQL, with
+// github.com/jackc/pgx/v5: simba's sessions, named leases with fencing
+// tokens, group membership and records, as rows of the tables of one
+// schema, for teams that have a database and no etcd.
+//
+//	b, err := postgres.New("postgres://simba@db:5432/app?sslmode=verify-full")
+//	...
+//	client, err := simba.New(b)
+//	...
+//	defer b.Close() // after client.Close
+//
+// [New] parses the DSN (an error if it does not parse) and owns its pool;
+// [NewFromPool] uses the caller's *pgxpool.Pool and leaves it open on
+// [Backend.Close]. Neither connects: the first Open or View does, creates
+// the tables if the schema ([WithSchema], default "simba") has none, and
+// checks them.
+//
+// # Why it is safe
+//
+// An advisory lock is not a lease: the server frees it when the
+// connection ends, while the old holder may still believe it leads, and
+// nothing fences its writes. This backend keeps no state in connections.
+// A session is a row; a lease is the oldest live candidacy row of a name;
+// a connection that drops (pg_terminate_backend, a pooler's cull, a
+// network cut) loses nothing: the pool opens another and the next
+// statement carries on. Each choice below keeps one invariant of package
+// backend:
+//
+//   - Sessions expire by the database's clock, never the client's:
+//     Open inserts expires_at = clock_timestamp() + ttl, and KeepAlive is
+//     one statement, UPDATE … SET expires_at = clock_timestamp() + ttl
+//     WHERE id = $1 AND expires_at > clock_timestamp(). The statement runs
+//     after the call began, so the server never expires the session before
+//     the call's start plus the TTL (the contract of Session.KeepAlive);
+//     and it extends only a live session, so an expired session never
+//     comes back: once a waiter has seen it expire, no write of its can
+//     succeed again. Every query tests liveness with clock_timestamp(),
+//     never now() (the transaction's start, which can be long past).
+//     Expired rows are dead everywhere and are deleted lazily (by a waiter
+//     whose queue they block, and a few by each Open). One renewal
+//     statement per client per TTL/3, whatever it holds.
+//   - Tokens strictly increase per name and are never reused: Acquire
+//     bumps the name's counter, INSERT INTO lease_names … ON CONFLICT DO
+//     UPDATE SET last = last + 1 RETURNING last, and inserts its candidacy
+//     with that token in the same statement. The counter's row lock
+//     serialises registrations of a name until each commits, so a
+//     candidacy with a smaller token is never made visible after one with
+//     a larger token; a sequence would not do (its values are handed out
+//     outside the transaction order). Tokens of different names are not
+//     comparable.
+//   - One holder: the holder of a name is its live candidacy with the
+//     lowest token. New candidacies get larger tokens and an expired
+//     session never revives, so once a candidacy holds no older live one
+//     can appear: it holds until it is deleted (Release, the session's
+//     Close, which deletes the session row and its candidacies by ON
+//     DELETE CASCADE) or its session expires.
+//   - Revoked before anyone else is granted: a waiter that finds its
+//     predecessor's session expired deletes that session's row before it
+//     takes the lease, in the statement that reads the queue; a fenced
+//     write locks the writer's candidacy and session rows (FOR KEY SHARE)
+//     until it commits, so the deletion waits for an in-flight write, and
+//     the write's check (the session alive by the database's clock) ran
+//     before the expiry the waiter saw. The holder's own deadline, from
+//     the start of its last KeepAlive plus the TTL, ends before that
+//     expiry.
+//   - Fencing: Condition{Lease, Token} holds iff this session's candidacy
+//     (Lease, Token) exists, its session is alive and no live candidacy is
+//     ahead of it, checked in the same statement as the write (a CTE); a
+//     record written with a larger token is never replaced; IfVersion is a
+//     compare-and-set on the version, which a sequence assigns (a deleted
+//     and re-created key never repeats a version).
+//   - Release and ReleaseWithRecords are one transaction, conditional on
+//     the candidacy (name, session, token) still being there and the
+//     session alive: a stale Release never frees a newer holding.
+//
+// # Waiting without polling
+//
+// Triggers on candidacies, members and records NOTIFY one channel per
+// schema ("simba.<schema>") with a payload naming what changed: "c
+// <lease>", "m <group>", "r <key>". Each Backend holds one connection of
+// its pool in LISTEN and wakes its waiters and watchers from it. A waiting
+// Acquire wakes on a notification of its name (a release, a withdrawal, a
+// session's Close), and otherwise sleeps until the earliest expiry of the
+// live candidacies ahead of it, computed by the database as an interval
+// (so that the clocks of client and server need not agree), then reads the
+// queue again. A session's expiry writes nothing and so notifies nobody:
+// that timer is what notices it. WatchMembers also wakes at the earliest
+// expiry of a member's session.
+//
+// A held lease's Lost closes when a notification of its name, or the
+// session's own check past its deadline, shows its candidacy gone, and
+// with the session's end.
+//
+// Behind a connection pooler in transaction mode a LISTEN does not outlast
+// its transaction. There, use [WithoutListen]: waiters read the queue at
+// the expiry times of the candidacies ahead and at least every interval,
+// and watches send a hint every interval. The same fallback runs while the
+// listening connection is down; when it is back, every waiter and watcher
+// reads again.
+//
+// # Schema
+//
+// The tables are created on first use, in one transaction under an
+// advisory lock, so that two clients starting together do not race and a
+// failure (a schema the user may not create, say) leaves nothing behind.
+// A meta table holds the schema's version; a schema of a newer version
+// than the code knows is refused ("simba/postgres: schema "x" is version
+// N, this code knows up to M"), and so is a table whose columns differ
+// from these. A DBA who applies migrations by hand runs [SchemaSQL]'s
+// text, which for the schema simba is:
+//
+//	CREATE SCHEMA IF NOT EXISTS "simba";
+//	CREATE TABLE "simba".meta (
+//		key   text COLLATE "C" PRIMARY KEY,
+//		value bigint NOT NULL
+//	);
+//	CREATE SEQUENCE "simba".session_ids;
+//	CREATE TABLE "simba".sessions (
+//		id         bigint PRIMARY KEY DEFAULT nextval('"simba".session_ids'),
+//		ttl        interval NOT NULL CHECK (ttl > interval '0'),
+//		expires_at timestamptz NOT NULL
+//	);
+//	CREATE TABLE "simba".lease_names (
+//		name text COLLATE "C" PRIMARY KEY,
+//		last bigint NOT NULL CHECK (last > 0)
+//	);
+//	CREATE TABLE "simba".candidacies (
+//		name    text COLLATE "C" NOT NULL,
+//		token   bigint NOT NULL CHECK (token > 0),
+//		session bigint NOT NULL REFERENCES "simba".sessions (id) ON DELETE CASCADE,
+//		PRIMARY KEY (name, token)
+//	);
+//	CREATE INDEX candidacies_session ON "simba".candidacies (session);
+//	CREATE TABLE "simba".members (
+//		grp     text COLLATE "C" NOT NULL,
+//		session bigint NOT NULL REFERENCES "simba".sessions (id) ON DELETE CASCADE,
+//		id      text NOT NULL,
+//		data    bytea NOT NULL CHECK (octet_length(data) <= 1024),
+//		PRIMARY KEY (grp, session)
+//	);
+//	CREATE INDEX members_session ON "simba".members (session);
+//	CREATE SEQUENCE "simba".record_versions;
+//	CREATE TABLE "simba".records (
+//		key     text COLLATE "C" PRIMARY KEY,
+//		value   bytea NOT NULL CHECK (octet_length(value) <= 65536),
+//		version bigint NOT NULL CHECK (version > 0),
+//		token   bigint NOT NULL CHECK (token >= 0)
+//	);
+//	CREATE FUNCTION "simba".notify() RETURNS trigger LANGUAGE plpgsql AS $$
+//	DECLARE r record;
+//	BEGIN
+//		IF TG_OP = 'DELETE' THEN r := OLD; ELSE r := NEW; END IF;
+//		PERFORM pg_notify(TG_ARGV[0], TG_ARGV[1] || ' ' || (to_jsonb(r) ->> TG_ARGV[2]));
+//		RETURN NULL;
+//	END $$;
+//	CREATE TRIGGER candidacies_notify AFTER INSERT OR UPDATE OR DELETE ON "simba".candidacies
+//		FOR EACH ROW EXECUTE FUNCTION "simba".notify('simba.simba', 'c', 'name');
+//	CREATE TRIGGER members_notify AFTER INSERT OR UPDATE OR DELETE ON "simba".members
+//		FOR EACH ROW EXECUTE FUNCTION "simba".notify('simba.simba', 'm', 'grp');
+//	CREATE TRIGGER records_notify AFTER INSERT OR UPDATE OR DELETE ON "simba".records
+//		FOR EACH ROW EXECUTE FUNCTION "simba".notify('simba.simba', 'r', 'key');
+//	INSERT INTO "simba".meta (key, value) VALUES ('version', 1);
+//
+// The user then needs SELECT, INSERT, UPDATE and DELETE on the tables and
+// USAGE on the sequences; a View needs SELECT only (it writes nothing).
+// Text columns sort in byte order (COLLATE "C"), as the other backends'
+// listings do. The CHECK constraints mean that no row can be anything but
+// a record or member of this backend: the listings skip nothing, and
+// [backend.SkipReporter]'s methods report nothing.
+//
+// Session IDs are the session rows' ids in decimal, from a sequence: never
+// reused.
+package postgres

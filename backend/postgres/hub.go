@@ -1,0 +1,205 @@
+package postgres
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/simba-go/simba/internal/backoff"
+)
+
+// hub is the backend's one LISTEN connection and the subscribers it
+// wakes. A NOTIFY payload is "c <lease name>" (a candidacy inserted or
+// deleted), "m <group>" (a member) or "r <record key>". A subscriber's
+// function runs on the hub's goroutine and must not block. While the
+// listening connection is down (or with WithoutListen), every subscriber
+// is woken every poll interval, and all of them once when it is back.
+type hub struct {
+	b *Backend
+
+	mu        sync.Mutex
+	topics    map[string]map[*sub]struct{}
+	records   map[*sub]string // prefix
+	listening bool
+	started   bool
+}
+
+type sub struct{ f func() }
+
+func newHub(b *Backend) *hub {
+	return &hub{b: b, topics: map[string]map[*sub]struct{}{}, records: map[*sub]string{}}
+}
+
+// subscribe calls f on each notification of topic until cancel.
+func (h *hub) subscribe(topic string, f func()) (cancel func()) {
+	s := &sub{f: f}
+	h.mu.Lock()
+	set := h.topics[topic]
+	if set == nil {
+		set = map[*sub]struct{}{}
+		h.topics[topic] = set
+	}
+	set[s] = struct{}{}
+	h.mu.Unlock()
+	return func() {
+		h.mu.Lock()
+		delete(h.topics[topic], s)
+		if len(h.topics[topic]) == 0 {
+			delete(h.topics, topic)
+		}
+		h.mu.Unlock()
+	}
+}
+
+// subscribeRecords calls f on each notification of a record under prefix.
+func (h *hub) subscribeRecords(prefix string, f func()) (cancel func()) {
+	s := &sub{f: f}
+	h.mu.Lock()
+	h.records[s] = prefix
+	h.mu.Unlock()
+	return func() {
+		h.mu.Lock()
+		delete(h.records, s)
+		h.mu.Unlock()
+	}
+}
+
+// isListening reports whether notifications arrive now.
+func (h *hub) isListening() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.listening
+}
+
+func (h *hub) dispatch(payload string) {
+	var fs []func()
+	h.mu.Lock()
+	for s := range h.topics[payload] {
+		fs = append(fs, s.f)
+	}
+	if key, ok := strings.CutPrefix(payload, "r "); ok {
+		for s, prefix := range h.records {
+			if strings.HasPrefix(key, prefix) {
+				fs = append(fs, s.f)
+			}
+		}
+	}
+	h.mu.Unlock()
+	for _, f := range fs {
+		f()
+	}
+}
+
+func (h *hub) wakeAll() {
+	var fs []func()
+	h.mu.Lock()
+	for _, set := range h.topics {
+		for s := range set {
+			fs = append(fs, s.f)
+		}
+	}
+	for s := range h.records {
+		fs = append(fs, s.f)
+	}
+	h.mu.Unlock()
+	for _, f := range fs {
+		f()
+	}
+}
+
+// start starts the listener (unless WithoutListen) and the fallback
+// ticker, once.
+func (h *hub) start() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.started {
+		return
+	}
+	h.started = true
+	b := h.b
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		h.tick()
+	}()
+	if !b.noListen {
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			h.listen()
+		}()
+	}
+}
+
+func (h *hub) close() {}
+
+// tick wakes every subscriber every poll interval while not listening.
+func (h *hub) tick() {
+	t := time.NewTicker(h.b.poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.b.ctx.Done():
+			return
+		case <-t.C:
+			if !h.isListening() {
+				h.wakeAll()
+			}
+		}
+	}
+}
+
+// listen keeps a connection of its own LISTENing on the schema's channel,
+// reconnecting with jittered backoff.
+func (h *hub) listen() {
+	ctx := h.b.ctx
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		err := h.listenOnce(ctx)
+		h.mu.Lock()
+		was := h.listening
+		h.listening = false
+		h.mu.Unlock()
+		if ctx.Err() != nil {
+			return
+		}
+		if was {
+			attempt = 0
+			h.b.log.Warn("simba/postgres: the listening connection was lost; reading at expiry times and every poll interval until it is back", "schema", h.b.schema, "err", err)
+		}
+		backoff.Sleep(ctx, backoff.Wait(attempt+1, 5*time.Second))
+	}
+}
+
+func (h *hub) listenOnce(ctx context.Context) error {
+	pc, err := h.b.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	conn := pc.Hijack() // ours alone: never back in the pool in LISTEN state
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channelName(h.b.schema)}.Sanitize()); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	h.listening = true
+	h.mu.Unlock()
+	h.wakeAll() // what changed while nobody listened
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		h.dispatch(n.Payload)
+	}
+}
+
+// poke sends a value on ch without blocking (a buffer of one coalesces).
+func poke(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}

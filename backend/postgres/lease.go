@@ -1,0 +1,408 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/internal/backoff"
+)
+
+var (
+	_ backend.Lease          = (*lease)(nil)
+	_ backend.LostNotifier   = (*lease)(nil)
+	_ backend.RecordReleaser = (*lease)(nil)
+)
+
+// checkName returns an error for an invalid lease or group name.
+func checkName(what, name string) error {
+	if !backend.ValidName(name) {
+		return fmt.Errorf("simba/postgres: invalid %s name %q: want 1-128 characters of A-Z a-z 0-9 . _ - starting with a letter or digit", what, name)
+	}
+	return nil
+}
+
+// Acquire registers this session's candidacy for name, with the next
+// token of the name's counter, and waits until it is the oldest live
+// candidacy of name.
+func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, error) {
+	op := fmt.Sprintf("acquire %q", name)
+	if err := checkName("lease", name); err != nil {
+		return nil, err
+	}
+	if err := s.overErr(op); err != nil {
+		return nil, err
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("simba/postgres: %s: %w", op, context.Cause(ctx))
+	}
+	// Subscribe before registering, so that no hand-off goes unseen.
+	wake := make(chan struct{}, 1)
+	unsub := s.b.hub.subscribe("c "+name, func() { poke(wake) })
+	defer func() {
+		if unsub != nil {
+			unsub()
+		}
+	}()
+	q := s.b.q
+	// One statement: the counter's row lock serialises registrations of
+	// name, so tokens strictly increase in commit order; the session must
+	// be alive; this session's older candidacies for name go (a
+	// re-Acquire frees the old holding and queues at the back).
+	var token int64
+	err := s.b.pool.QueryRow(ctx, `WITH alive AS (
+			SELECT id FROM `+q+`.sessions WHERE id = $2 AND expires_at > clock_timestamp() FOR KEY SHARE),
+		old AS (DELETE FROM `+q+`.candidacies WHERE name = $1 AND session = $2 AND EXISTS (SELECT 1 FROM alive)),
+		bump AS (INSERT INTO `+q+`.lease_names AS l (name, last) SELECT $1, 1 FROM alive
+			ON CONFLICT (name) DO UPDATE SET last = l.last + 1 RETURNING last)
+		INSERT INTO `+q+`.candidacies (name, token, session) SELECT $1, last, $2 FROM bump RETURNING token`,
+		name, s.id).Scan(&token)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, s.doneErr(op)
+	}
+	if err != nil {
+		// The outcome is unknown: a candidacy may exist; withdraw it (by
+		// the session's id) later.
+		s.withdrawAll(name)
+		return nil, s.fail(ctx, op, err)
+	}
+	s.replaced(name, uint64(token))
+	for attempt := 0; ; {
+		mine, alive, wait, err := s.ahead(ctx, name, token)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			s.withdraw(name, token)
+			return nil, fmt.Errorf("simba/postgres: %s: %w", op, context.Cause(ctx))
+		case err != nil:
+			attempt++
+			s.b.log.Debug("simba/postgres: reading the queue", "lease", name, "err", err)
+			if !backoff.Sleep(ctx, backoff.Wait(attempt, time.Second)) {
+				s.withdraw(name, token)
+				return nil, fmt.Errorf("simba/postgres: %s: %w", op, context.Cause(ctx))
+			}
+			continue
+		case !alive:
+			return nil, s.doneErr(op)
+		case !mine:
+			return nil, fmt.Errorf("simba/postgres: %s: the candidacy with token %d was deleted while it waited", op, token)
+		case wait < 0:
+			l := &lease{s: s, name: name, token: uint64(token), lost: make(chan struct{})}
+			l.unsub = s.b.hub.subscribe("c "+name, func() { poke(s.check) })
+			unsub = nil
+			s.mu.Lock()
+			if s.over {
+				s.mu.Unlock()
+				l.unsub()
+				return nil, s.overErr(op)
+			}
+			s.held[l] = struct{}{}
+			s.mu.Unlock()
+			return l, nil
+		}
+		attempt = 0
+		d := wait + expiryMargin
+		if !s.b.hub.isListening() {
+			d = min(d, s.b.poll)
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			s.withdraw(name, token)
+			return nil, fmt.Errorf("simba/postgres: %s: %w", op, context.Cause(ctx))
+		case <-s.ctx.Done():
+			t.Stop()
+			return nil, s.overErr(op)
+		case <-wake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// ahead reads the queue of name for the candidacy token: whether it is
+// still there, whether its session is alive, and how long until the
+// earliest expiry of the live candidacies ahead of it (negative: none, it
+// holds the lease). It first deletes the expired sessions ahead of it: the
+// DELETE waits for a fenced write of theirs that holds their row's lock,
+// so that a holding starts after its predecessor's last write.
+func (s *session) ahead(ctx context.Context, name string, token int64) (mine, alive bool, wait time.Duration, err error) {
+	q := s.b.q
+	var left *float64
+	err = s.b.pool.QueryRow(ctx, `WITH gone AS (
+			DELETE FROM `+q+`.sessions WHERE expires_at <= clock_timestamp()
+			AND id IN (SELECT session FROM `+q+`.candidacies WHERE name = $1 AND token < $2) RETURNING id)
+		SELECT
+			COALESCE((SELECT expires_at > clock_timestamp() FROM `+q+`.sessions WHERE id = $3), false),
+			EXISTS (SELECT 1 FROM `+q+`.candidacies WHERE name = $1 AND token = $2 AND session = $3),
+			(SELECT EXTRACT(EPOCH FROM min(x.expires_at) - clock_timestamp())::float8
+				FROM `+q+`.candidacies c JOIN `+q+`.sessions x ON x.id = c.session
+				WHERE c.name = $1 AND c.token < $2 AND x.expires_at > clock_timestamp()
+				AND x.id NOT IN (SELECT id FROM gone))`,
+		name, token, s.id).Scan(&alive, &mine, &left)
+	if err != nil {
+		return false, false, 0, err
+	}
+	if left == nil {
+		return mine, alive, -1, nil
+	}
+	return mine, alive, max(time.Duration(*left*float64(time.Second)), 0), nil
+}
+
+// replaced closes Lost of this session's earlier holdings of name, which
+// the Acquire that registered token deleted.
+func (s *session) replaced(name string, token uint64) {
+	var old []*lease
+	s.mu.Lock()
+	for l := range s.held {
+		if l.name == name && l.token < token {
+			old = append(old, l)
+			delete(s.held, l)
+		}
+	}
+	s.mu.Unlock()
+	for _, l := range old {
+		l.lose()
+	}
+}
+
+// withdraw deletes the candidacy (name, token) of a giving-up Acquire,
+// now or, when the server cannot be reached, in the background until it
+// can or the session is over.
+func (s *session) withdraw(name string, token int64) {
+	s.retry(fmt.Sprintf("withdrawing the candidacy %q/%d", name, token),
+		"DELETE FROM "+s.b.q+".candidacies WHERE name = $1 AND token = $2 AND session = $3", name, token, s.id)
+}
+
+// withdrawAll deletes every candidacy of this session for name, as
+// withdraw does.
+func (s *session) withdrawAll(name string) {
+	s.retry(fmt.Sprintf("withdrawing the candidacies for %q", name),
+		"DELETE FROM "+s.b.q+".candidacies WHERE name = $1 AND session = $2", name, s.id)
+}
+
+// retry runs a statement now, and retries it with backoff in the
+// background until it succeeds or the session is over.
+func (s *session) retry(what, sql string, args ...any) {
+	ctx, cancel := context.WithTimeout(s.ctx, lookTimeout)
+	_, err := s.b.pool.Exec(ctx, sql, args...)
+	cancel()
+	if err == nil || s.ctx.Err() != nil {
+		return
+	}
+	s.b.log.Warn("simba/postgres: "+what+" failed; retrying in the background", "session", s.sid, "err", err)
+	s.b.wg.Add(1)
+	go func() {
+		defer s.b.wg.Done()
+		for attempt := 1; ; attempt++ {
+			if !backoff.Sleep(s.ctx, backoff.Wait(attempt, s.TTL()/3)) {
+				return
+			}
+			ctx, cancel := context.WithTimeout(s.ctx, lookTimeout)
+			_, err := s.b.pool.Exec(ctx, sql, args...)
+			cancel()
+			if err == nil {
+				return
+			}
+		}
+	}()
+}
+
+// Candidates lists the sessions of the live candidacies of name, oldest
+// first.
+func (s *session) Candidates(ctx context.Context, name string) ([]string, error) {
+	if err := checkName("lease", name); err != nil {
+		return nil, err
+	}
+	if err := s.overErr("candidates"); err != nil {
+		return nil, err
+	}
+	rows, err := s.b.pool.Query(ctx, `SELECT c.session FROM `+s.b.q+`.candidacies c JOIN `+s.b.q+`.sessions x ON x.id = c.session
+		WHERE c.name = $1 AND x.expires_at > clock_timestamp() ORDER BY c.token`, name)
+	if err != nil {
+		return nil, s.fail(ctx, "candidates", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, s.fail(ctx, "candidates", err)
+	}
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = strconv.FormatInt(id, 10)
+	}
+	return out, nil
+}
+
+// HeldLeases lists the names under prefix with a live candidacy.
+func (s *session) HeldLeases(ctx context.Context, prefix string) ([]string, error) {
+	if err := s.overErr("held leases"); err != nil {
+		return nil, err
+	}
+	return s.b.heldLeases(ctx, prefix)
+}
+
+func (b *Backend) heldLeases(ctx context.Context, prefix string) ([]string, error) {
+	rows, err := b.pool.Query(ctx, `SELECT DISTINCT c.name FROM `+b.q+`.candidacies c JOIN `+b.q+`.sessions x ON x.id = c.session
+		WHERE starts_with(c.name, $1) AND x.expires_at > clock_timestamp() ORDER BY c.name`, prefix)
+	if err != nil {
+		return nil, b.connErr("held leases", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, b.connErr("held leases", err)
+	}
+	return names, nil
+}
+
+// lease is one holding: the candidacy (name, token) of its session.
+type lease struct {
+	s     *session
+	name  string
+	token uint64
+	unsub func()
+
+	mu       sync.Mutex
+	lost     chan struct{}
+	isLost   bool
+	released bool
+	onLost   map[*func()]struct{}
+}
+
+func (l *lease) Name() string          { return l.name }
+func (l *lease) Token() uint64         { return l.token }
+func (l *lease) Lost() <-chan struct{} { return l.lost }
+
+// lose closes Lost and runs the OnLost functions, unless released.
+func (l *lease) lose() {
+	l.unsub()
+	l.mu.Lock()
+	if l.isLost || l.released {
+		l.mu.Unlock()
+		return
+	}
+	l.isLost = true
+	close(l.lost)
+	fs := l.onLost
+	l.onLost = nil
+	l.mu.Unlock()
+	for f := range fs {
+		(*f)()
+	}
+}
+
+// OnLost runs f once when Lost closes.
+func (l *lease) OnLost(f func()) (stop func() bool) {
+	l.mu.Lock()
+	if l.isLost {
+		l.mu.Unlock()
+		f()
+		return func() bool { return false }
+	}
+	if l.onLost == nil {
+		l.onLost = map[*func()]struct{}{}
+	}
+	p := &f
+	l.onLost[p] = struct{}{}
+	l.mu.Unlock()
+	return func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		_, ok := l.onLost[p]
+		delete(l.onLost, p)
+		return ok
+	}
+}
+
+// forget marks the holding released by its owner: Lost stays open.
+func (l *lease) forget() {
+	l.mu.Lock()
+	l.released = true
+	l.mu.Unlock()
+	l.unsub()
+	l.s.mu.Lock()
+	delete(l.s.held, l)
+	l.s.mu.Unlock()
+}
+
+// Release deletes the candidacy (name, session, token) if it is still
+// there and the session alive: one statement.
+func (l *lease) Release(ctx context.Context) error {
+	return l.ReleaseWithRecords(ctx, nil)
+}
+
+// ReleaseWithRecords writes records, fenced by this holding, and deletes
+// its candidacy, in one transaction that first locks the candidacy and the
+// session's row.
+func (l *lease) ReleaseWithRecords(ctx context.Context, records []backend.Record) error {
+	s := l.s
+	op := fmt.Sprintf("release %q (token %d)", l.name, l.token)
+	for _, r := range records {
+		if err := backend.CheckRecord(r.Key, r.Value); err != nil {
+			return fmt.Errorf("simba/postgres: %s: %w", op, err)
+		}
+	}
+	if s.overErr(op) != nil {
+		return fmt.Errorf("simba/postgres: %s: the session is over: %w", op, backend.ErrNotHeld)
+	}
+	q := s.b.q
+	held := `SELECT 1 FROM ` + q + `.candidacies c JOIN ` + q + `.sessions x ON x.id = c.session
+		WHERE c.name = $1 AND c.token = $2 AND c.session = $3 AND x.expires_at > clock_timestamp()`
+	var n int64
+	if len(records) == 0 {
+		tag, err := s.b.pool.Exec(ctx, `DELETE FROM `+q+`.candidacies WHERE name = $1 AND token = $2 AND session = $3
+			AND EXISTS (SELECT 1 FROM `+q+`.sessions x WHERE x.id = $3 AND x.expires_at > clock_timestamp())`, l.name, int64(l.token), s.id)
+		if err != nil {
+			return s.fail(ctx, op, err)
+		}
+		n = tag.RowsAffected()
+	} else {
+		err := pgx.BeginFunc(ctx, s.b.pool, func(tx pgx.Tx) error {
+			var one int
+			if err := tx.QueryRow(ctx, held+` FOR UPDATE OF c FOR KEY SHARE OF x`, l.name, int64(l.token), s.id).Scan(&one); err != nil {
+				if errors.Is(err, pgx.ErrNoRows) {
+					return nil
+				}
+				return err
+			}
+			batch := &pgx.Batch{}
+			for _, r := range records {
+				batch.Queue(`INSERT INTO `+q+`.records AS r (key, value, version, token) VALUES ($1, $2, nextval('`+q+`.record_versions'), $3)
+					ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, version = EXCLUDED.version, token = EXCLUDED.token
+					WHERE r.token <= EXCLUDED.token`, r.Key, nonNil(r.Value), int64(l.token))
+			}
+			batch.Queue(`DELETE FROM `+q+`.candidacies WHERE name = $1 AND token = $2 AND session = $3`, l.name, int64(l.token), s.id)
+			if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+				return err
+			}
+			n = 1
+			return nil
+		})
+		if err != nil {
+			return s.fail(ctx, op, err)
+		}
+	}
+	if n == 0 {
+		l.s.mu.Lock()
+		_, mine := l.s.held[l]
+		l.s.mu.Unlock()
+		if mine {
+			poke(s.check) // Lost, or the session's end, follows
+		}
+		return fmt.Errorf("simba/postgres: %s: %w", op, backend.ErrNotHeld)
+	}
+	l.forget()
+	return nil
+}
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}

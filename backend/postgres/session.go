@@ -1,0 +1,263 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/internal/backoff"
+)
+
+var (
+	_ backend.Session         = (*session)(nil)
+	_ backend.CandidateLister = (*session)(nil)
+	_ backend.LeaseLister     = (*session)(nil)
+	_ backend.Records         = (*session)(nil)
+	_ backend.SkipReporter    = (*session)(nil)
+)
+
+// session is one row of the sessions table. It renews only when the
+// caller calls KeepAlive (one UPDATE, whatever it holds); a monitor
+// goroutine reads the row when the caller's renewals stop past the TTL
+// (to close Done) and when a notification says that a candidacy of a name
+// it holds changed (to close Lost).
+type session struct {
+	b   *Backend
+	id  int64
+	sid string
+
+	ctx    context.Context // ends when the session is over or the backend closed
+	cancel context.CancelFunc
+	done   chan struct{}
+	check  chan struct{} // wakes the monitor: re-read the held candidacies
+	renew  chan struct{} // wakes the monitor: the deadline moved
+
+	mu       sync.Mutex
+	ttl      time.Duration
+	deadline time.Time // start of the last successful renewal (or Open) + ttl
+	over     bool
+	held     map[*lease]struct{}
+}
+
+func newSession(b *Backend, id int64, ttl time.Duration, start time.Time) *session {
+	ctx, cancel := context.WithCancel(b.ctx)
+	s := &session{
+		b: b, id: id, sid: strconv.FormatInt(id, 10),
+		ctx: ctx, cancel: cancel,
+		done: make(chan struct{}), check: make(chan struct{}, 1), renew: make(chan struct{}, 1),
+		ttl: ttl, deadline: start.Add(ttl), held: map[*lease]struct{}{},
+	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		s.monitor()
+	}()
+	return s
+}
+
+// ID is the session row's id, in decimal.
+func (s *session) ID() string { return s.sid }
+
+// TTL is the granted TTL: the one requested, rounded to milliseconds.
+func (s *session) TTL() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ttl
+}
+
+// Done is closed when the session is over.
+func (s *session) Done() <-chan struct{} { return s.done }
+
+// overErr returns an error wrapping ErrSessionDone once the session is
+// over.
+func (s *session) overErr(op string) error {
+	s.mu.Lock()
+	over := s.over
+	s.mu.Unlock()
+	if over {
+		return fmt.Errorf("simba/postgres: %s: session %s: %w", op, s.sid, backend.ErrSessionDone)
+	}
+	return nil
+}
+
+// end makes the session over: Done and every held lease's Lost close.
+func (s *session) end() {
+	s.mu.Lock()
+	if s.over {
+		s.mu.Unlock()
+		return
+	}
+	s.over = true
+	held := s.held
+	s.held = map[*lease]struct{}{}
+	s.mu.Unlock()
+	for l := range held {
+		l.lose()
+	}
+	close(s.done)
+	s.cancel()
+}
+
+// doneErr ends the session and returns the error of op on a session the
+// server says is over.
+func (s *session) doneErr(op string) error {
+	s.end()
+	return fmt.Errorf("simba/postgres: %s: session %s is over on the server: %w", op, s.sid, backend.ErrSessionDone)
+}
+
+// fail wraps an error of the pool or the server for op, ctx being the
+// caller's.
+func (s *session) fail(ctx context.Context, op string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("simba/postgres: %s: %w", op, context.Cause(ctx))
+	}
+	return s.b.connErr(op, err)
+}
+
+// KeepAlive extends the session by its TTL from the statement's instant,
+// by the database's clock, only if it is still alive then: an expired
+// session never comes back.
+func (s *session) KeepAlive(ctx context.Context) (time.Duration, error) {
+	const op = "keep-alive"
+	if err := s.overErr(op); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	var ttl time.Duration
+	err := s.b.pool.QueryRow(ctx, "UPDATE "+s.b.q+".sessions SET expires_at = clock_timestamp() + ttl WHERE id = $1 AND expires_at > clock_timestamp() RETURNING ttl", s.id).Scan(&ttl)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, s.doneErr(op)
+	}
+	if err != nil {
+		return 0, s.fail(ctx, op, err)
+	}
+	s.mu.Lock()
+	s.ttl = ttl
+	if d := start.Add(ttl); d.After(s.deadline) {
+		s.deadline = d
+	}
+	s.mu.Unlock()
+	poke(s.renew)
+	return ttl, nil
+}
+
+// Close deletes the session's row: its candidacies and memberships go
+// with it (ON DELETE CASCADE), which notifies their waiters and watchers.
+func (s *session) Close(ctx context.Context) error {
+	s.mu.Lock()
+	over := s.over
+	s.mu.Unlock()
+	if over {
+		return nil
+	}
+	_, err := s.b.pool.Exec(ctx, "DELETE FROM "+s.b.q+".sessions WHERE id = $1", s.id)
+	s.end()
+	if err != nil {
+		return s.fail(ctx, "close", err)
+	}
+	return nil
+}
+
+// expiryMargin is how long past the session's local deadline the monitor
+// reads its row (the server's expiry is later than the local deadline).
+const expiryMargin = 20 * time.Millisecond
+
+// monitor reads the session's row when its renewals stopped past the
+// deadline, and when a held lease's candidacy may have changed.
+func (s *session) monitor() {
+	failures := 0
+	var retry <-chan time.Time
+	for {
+		s.mu.Lock()
+		wait := time.Until(s.deadline) + expiryMargin
+		s.mu.Unlock()
+		t := time.NewTimer(wait)
+		why := ""
+		select {
+		case <-s.ctx.Done():
+			t.Stop()
+			return
+		case <-s.renew:
+			t.Stop()
+			continue
+		case <-s.check:
+			why = "check"
+		case <-retry:
+			why = "retry"
+		case <-t.C:
+			why = "deadline"
+		}
+		t.Stop()
+		retry = nil
+		remaining, err := s.look()
+		if err != nil {
+			if s.ctx.Err() != nil {
+				return
+			}
+			failures++
+			retry = time.After(backoff.Wait(failures, s.TTL()/3))
+			continue
+		}
+		failures = 0
+		if remaining <= 0 {
+			s.end()
+			return
+		}
+		if why == "deadline" {
+			// Alive for remaining on the server's clock: look again then.
+			s.mu.Lock()
+			if d := time.Now().Add(remaining); d.After(s.deadline) {
+				s.deadline = d
+			}
+			s.mu.Unlock()
+		}
+	}
+}
+
+// look reads the session's row and its candidacies: it closes Lost of the
+// held leases whose candidacy is gone, and returns how long the session
+// has left by the database's clock (0 when gone or expired).
+func (s *session) look() (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(s.ctx, lookTimeout)
+	defer cancel()
+	var left float64
+	var tokens []int64
+	err := s.b.pool.QueryRow(ctx, `SELECT EXTRACT(EPOCH FROM x.expires_at - clock_timestamp())::float8,
+		ARRAY(SELECT token FROM `+s.b.q+`.candidacies c WHERE c.session = x.id)
+		FROM `+s.b.q+`.sessions x WHERE x.id = $1`, s.id).Scan(&left, &tokens)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if left <= 0 {
+		return 0, nil
+	}
+	have := make(map[int64]bool, len(tokens))
+	for _, t := range tokens {
+		have[t] = true
+	}
+	var lost []*lease
+	s.mu.Lock()
+	for l := range s.held {
+		if !have[int64(l.token)] {
+			lost = append(lost, l)
+			delete(s.held, l)
+		}
+	}
+	s.mu.Unlock()
+	for _, l := range lost {
+		l.lose()
+	}
+	return time.Duration(left * float64(time.Second)), nil
+}
+
+// lookTimeout bounds a read of the monitor's.
+const lookTimeout = 10 * time.Second
