@@ -17,10 +17,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/backend/postgres"
 	"github.com/simba-go/simba/internal/await"
 	"github.com/simba-go/simba/internal/faultproxy"
 	"github.com/simba-go/simba/internal/handoffbench"
 	"github.com/simba-go/simba/internal/pgpeers"
+	"github.com/simba-go/simba/internal/pgtest"
 )
 
 // benchEnv turns on TestBenchmarkReport, which measures the PostgreSQL
@@ -36,9 +39,8 @@ import (
 // also writes the report to file; SIMBA_BENCH_ROUNDS=n shortens the
 // hand-off rounds.
 //
-// simba's side: not measured yet. It joins each section (a simba Side in
-// benchHandOff, a simba pair in benchOverlap) once backend/postgres has
-// its New; see simbaSides.
+// simba runs with the peers' TTL (renewals every TTL/3, the peers'
+// interval), each client on a backend of its own in one schema.
 const benchEnv = "SIMBA_PG_BENCH"
 
 // Parameters of the report. The peers' intervals are river's defaults
@@ -65,7 +67,6 @@ const (
 	// server's idle_session_timeout, one peer TTL.
 	keepaliveCull = peerTTL
 
-	opTimeout = 20 * time.Second
 	// survived bounds the wait for a new leader in an overlap round: a
 	// holder whose leadership outlives the fault (a leader row outlives a
 	// terminated connection) keeps it past this.
@@ -80,7 +81,7 @@ func TestBenchmarkReport(t *testing.T) {
 	if os.Getenv(benchEnv) == "" {
 		t.Skipf("set %s=1 to run the benchmarks", benchEnv)
 	}
-	dsn := benchDSN(t)
+	dsn := pgtest.DSN(t)
 	admin := benchPool(t, dsn, "simba-bench-admin", nil)
 	var version string
 	if err := admin.QueryRow(context.Background(), "SHOW server_version").Scan(&version); err != nil {
@@ -91,8 +92,7 @@ func TestBenchmarkReport(t *testing.T) {
 		version, runtime.GOMAXPROCS(0), loadAverage())
 	fmt.Fprintf(&report, "Peers (internal/pgpeers), river's defaults divided by 20: interval %v (+ jitter up to %v for the leader table's waiters), leader TTL %v, statement timeout %v, first backoff %v, 5 re-election errors before the leader table's leader gives up.\n\n",
 		peerInterval, peerJitter, peerTTL, peerTimeout, peerBackoff)
-	fmt.Fprintln(&report, "simba: not measured in this run (backend/postgres has no New yet on this branch); its rows join each table when it has.")
-	fmt.Fprintln(&report)
+	fmt.Fprintf(&report, "simba: `simba.WithTTL(%v)` (renewals every TTL/3), each client on a `postgres.NewFromPool` backend of its own (its own pool), one schema per section.\n\n", peerTTL)
 	if section("handoff") {
 		benchHandOff(t, dsn, &report)
 	}
@@ -117,20 +117,6 @@ func TestBenchmarkReport(t *testing.T) {
 func section(name string) bool {
 	v := os.Getenv(benchEnv)
 	return v == "1" || v == "all" || slices.Contains(strings.Split(v, ","), name)
-}
-
-// benchDSN returns the server's DSN, set by scripts/with-postgres-redis.sh,
-// or skips t (fails it under SIMBA_REQUIRE_SERVERS=1).
-func benchDSN(t *testing.T) string {
-	t.Helper()
-	d := os.Getenv("SIMBA_PG_DSN")
-	if d == "" {
-		if os.Getenv("SIMBA_REQUIRE_SERVERS") == "1" {
-			t.Fatal("no PostgreSQL server: SIMBA_PG_DSN is not set (SIMBA_REQUIRE_SERVERS=1: a missing server is a failure)")
-		}
-		t.Skip("no PostgreSQL server: SIMBA_PG_DSN is not set; run the benchmark through scripts/with-postgres-redis.sh or set it")
-	}
-	return d
 }
 
 // connConfig parses dsn for a connection named app (application_name),
@@ -228,9 +214,10 @@ type peer struct {
 	make func(t *testing.T, election, id, app string, px *faultproxy.Proxy, onLead func(*pgpeers.Leadership)) elector
 }
 
-// peers returns the two peers, on the server of dsn; the leader table's
-// table is created once.
-func peers(t *testing.T, dsn string, admin *pgxpool.Pool) []peer {
+// peers returns the two peers, on the server of dsn, each call with a
+// leader table of its own; for the hand-off (handOff), also the leader
+// table without river's random sleep after a resignation's NOTIFY.
+func peers(t *testing.T, dsn string, admin *pgxpool.Pool, handOff bool) []peer {
 	table := fmt.Sprintf("bench_leader_%08x", rand.Uint32())
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
@@ -254,25 +241,31 @@ func peers(t *testing.T, dsn string, admin *pgxpool.Pool) []peer {
 	}}
 	pools := map[string]*pgxpool.Pool{}
 	var mu sync.Mutex
-	leaderTable := peer{name: "leader table", make: func(t *testing.T, election, id, app string, px *faultproxy.Proxy, onLead func(*pgpeers.Leadership)) elector {
-		mu.Lock()
-		pool, ok := pools[app]
-		if !ok {
-			pool = benchPool(t, dsn, app, px)
-			pools[app] = pool
-		}
-		mu.Unlock()
-		e, err := pgpeers.NewLeaderTable(pgpeers.TableConfig{
-			Pool: pool, Table: table, Name: election, ID: id,
-			Interval: peerInterval, Jitter: peerJitter, TTL: peerTTL, Timeout: peerTimeout, Backoff: peerBackoff,
-			OnLead: onLead,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return e
-	}}
-	return []peer{advisory, leaderTable}
+	leaderTable := func(name string, noWakeJitter bool) peer {
+		return peer{name: name, make: func(t *testing.T, election, id, app string, px *faultproxy.Proxy, onLead func(*pgpeers.Leadership)) elector {
+			mu.Lock()
+			pool, ok := pools[app]
+			if !ok {
+				pool = benchPool(t, dsn, app, px)
+				pools[app] = pool
+			}
+			mu.Unlock()
+			e, err := pgpeers.NewLeaderTable(pgpeers.TableConfig{
+				Pool: pool, Table: table, Name: election, ID: id,
+				Interval: peerInterval, Jitter: peerJitter, TTL: peerTTL, Timeout: peerTimeout, Backoff: peerBackoff,
+				NoWakeJitter: noWakeJitter, OnLead: onLead,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return e
+		}}
+	}
+	ps := []peer{advisory, leaderTable("leader table", false)}
+	if handOff {
+		ps = append(ps, leaderTable("leader table, no wake jitter", true))
+	}
+	return ps
 }
 
 // crc is a small stable hash of s, the advisory lock's key of an election.
@@ -284,14 +277,6 @@ func crc(s string) uint32 {
 	return h
 }
 
-// simbaSides is where simba's sides join the report once backend/postgres
-// has its New (this branch has only the peers): a handoffbench.SimbaSide
-// on two clients of wrapped backends in benchHandOff (Reference, status
-// on; Simba, status off), and a pair of simba nodes in benchOverlap whose
-// old term's Valid() (its Deadline) and task ctx end are the readings. It
-// is not called: nothing is measured for simba in this file yet.
-var simbaSides = "not measured: backend/postgres has no New on this branch"
-
 // benchHandOff plays the graceful hand-off rounds of the peers.
 func benchHandOff(t *testing.T, dsn string, report *strings.Builder) {
 	admin := benchPool(t, dsn, "simba-bench-handoff-admin", nil)
@@ -299,13 +284,18 @@ func benchHandOff(t *testing.T, dsn string, report *strings.Builder) {
 	fmt.Fprintf(report, "### Graceful hand-off (%d rounds after %d warm-up rounds, sides alternating)\n\n", cfg.Rounds, cfg.Warmup)
 	fmt.Fprintln(report, "Peers: the holder's `Resign` → the waiter learning it leads. "+
 		"Advisory lock: `pg_advisory_unlock` on the holder's connection; the waiter tries `pg_try_advisory_lock` every interval (jittered, in [interval/2, interval]). "+
-		"Leader table: the holder deletes its row and NOTIFYs in one statement; the waiter, LISTENing, sleeps a random 0–50 ms as river does, then elects. "+
-		"Settle: pause between the waiter starting (its `Run` called: connecting, LISTENing) and the hand-off. "+
-		"simba: "+simbaSides+".")
+		"Leader table: the holder deletes its row and NOTIFYs in one statement; the waiter, LISTENing, sleeps a random 0–50 ms as river does, then elects (the variant without that sleep elects at once). "+
+		"simba: `LeaderTask.Stop()` on the holder → the next holder's task running. "+
+		"Settle: pause between the waiter starting (its `Run` or `RunWhileLeader` called: connecting, LISTENing, queueing) and the hand-off. "+
+		"Breakdown: a wrapping backend times the release call and the waiter's Acquire; "+
+		"the notification is when a listener of the benchmark, on a connection of its own, sees the holder's candidacy row deleted (the schema's NOTIFY, then a read).")
 	fmt.Fprintln(report)
-	var sides []handoffbench.Side
-	var stops []func() error
-	for _, p := range peers(t, dsn, admin) {
+	schema := pgtest.Schema(t)
+	on, stopOn := simbaHandOffSide(t, dsn, schema, "simba (status on)", handoffbench.Reference, true)
+	off, stopOff := simbaHandOffSide(t, dsn, schema, "simba (status off)", handoffbench.Simba, false)
+	sides := []handoffbench.Side{on, off}
+	stops := []func() error{stopOn, stopOff}
+	for _, p := range peers(t, dsn, admin, true) {
 		side, stop := peerHandOffSide(t, p)
 		sides = append(sides, side)
 		stops = append(stops, stop)
@@ -427,10 +417,22 @@ func benchOverlap(t *testing.T, dsn string, admin *pgxpool.Pool, f fault, report
 		"Advisory lock: the old leader stops believing when a ping on its connection fails. "+
 		"Leader table, river's loop: when a re-election finds the row taken, or after 5 failed re-elections in a row. "+
 		"Leader table, local TTL: the same, or as soon as the TTL has passed since the last successful re-election it received, whichever is first (river has no such check; a careful user's addition). "+
-		"Fail-over: the fault → the new leader. simba: "+simbaSides+".")
+		"simba: the old term's `Valid()` (its `Deadline`), and its task's ctx end, against the new term's `Start`. "+
+		"Fail-over: the fault → the new leader.")
 	fmt.Fprintln(report)
 	var all []*overlapStats
-	for _, p := range peers(t, dsn, admin) {
+	simbaStats := &overlapStats{peer: "simba", readings: []reading{{", old term's Valid()", nil}, {", old task's ctx end", nil}}}
+	for _, r := range simbaStats.readings {
+		simbaStats.overlaps = append(simbaStats.overlaps, &handoffbench.Overlap{Side: "simba" + r.name})
+	}
+	schema := pgtest.Schema(t)
+	var wg sync.WaitGroup
+	for pair := range overlapPairs {
+		wg.Go(func() { simbaOverlap(t, dsn, schema, admin, f, pair, simbaStats) })
+	}
+	wg.Wait()
+	all = append(all, simbaStats)
+	for _, p := range peers(t, dsn, admin, false) {
 		st := &overlapStats{peer: p.name, readings: []reading{{"", (*pgpeers.Leadership).End}}}
 		if p.name == "leader table" {
 			st.readings = []reading{{", river's loop", (*pgpeers.Leadership).End}, {", local TTL", (*pgpeers.Leadership).TTLEnd}}
@@ -438,7 +440,6 @@ func benchOverlap(t *testing.T, dsn string, admin *pgxpool.Pool, f fault, report
 		for _, r := range st.readings {
 			st.overlaps = append(st.overlaps, &handoffbench.Overlap{Side: p.name + r.name})
 		}
-		var wg sync.WaitGroup
 		for pair := range overlapPairs {
 			wg.Go(func() { peerOverlap(t, admin, p, f, pair, st) })
 		}
@@ -447,15 +448,22 @@ func benchOverlap(t *testing.T, dsn string, admin *pgxpool.Pool, f fault, report
 	}
 	var rows []*handoffbench.Overlap
 	for _, st := range all {
-		rows = append(rows, st.overlaps...)
+		for _, o := range st.overlaps {
+			if n, _ := o.Rounds(); n > 0 {
+				rows = append(rows, o)
+			}
+		}
 	}
 	handoffbench.OverlapMarkdown(report, rows...)
 	fmt.Fprintln(report)
 	for _, st := range all {
 		if st.kept > 0 {
-			fmt.Fprintf(report, "%s: in %d of %d rounds the holder kept leading through the fault (no new leader within %v; not in the table).\n\n",
+			fmt.Fprintf(report, "%s: in %d of %d rounds the holder kept leading through the fault (no new leader within %v): no fail-over, so no row in the table for the rounds it kept.\n\n",
 				st.peer, st.kept, overlapPairs*overlapPerPair, survived)
 		}
+	}
+	if _, over := simbaStats.overlaps[0].Rounds(); over > 0 {
+		t.Errorf("simba: %d %s rounds overlapped", over, f.name)
 	}
 }
 
@@ -525,6 +533,206 @@ func peerOverlap(t *testing.T, admin *pgxpool.Pool, p peer, f fault, pair int, s
 		for i, r := range st.readings {
 			st.overlaps[i].Add(cut, next.l.Start, r.end(holder.l))
 		}
+		f.heal(proxies[h])
+		holder = next
+	}
+}
+
+// simbaBackend returns a backend in schema on a pool of its own, its
+// connections named app and made through px (nil: direct), closed when
+// the test ends.
+func simbaBackend(t *testing.T, dsn, schema, app string, px *faultproxy.Proxy) *postgres.Backend {
+	b, err := postgres.NewFromPool(benchPool(t, dsn, app, px), postgres.WithSchema(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// closeClient closes c, waiting at most opTimeout.
+func closeClient(t *testing.T, c *simba.Client, name string) {
+	if _, err := await.Within(await.Returned(c.Close), opTimeout, "%s: Close did not return", name); err != nil {
+		t.Error(err)
+	}
+}
+
+// simbaHandOffSide is simba's side of the hand-off: two clients on
+// backends wrapped for the breakdown, with status records on or off.
+func simbaHandOffSide(t *testing.T, dsn, schema, name string, role handoffbench.Role, status bool) (handoffbench.Side, func() error) {
+	election := fmt.Sprintf("handoff-%v", status)
+	pair := handoffbench.SimbaPair{Election: election, Timeout: opTimeout, Notice: deleteWatcher(t, dsn, schema)}
+	for i := range pair.Clients {
+		b := simbaBackend(t, dsn, schema, fmt.Sprintf("simba-bench-handoff-%v-%d", status, i), nil)
+		pair.Probes[i] = new(handoffbench.Probe)
+		c, err := simba.New(handoffbench.Wrap(b, pair.Probes[i]), simba.WithTTL(peerTTL), simba.WithStatus(status))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { closeClient(t, c, name) })
+		pair.Clients[i] = c
+	}
+	side, stop, err := handoffbench.SimbaSide(name, role, pair)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return side, stop
+}
+
+// deleteWatcher returns the independent watcher of the breakdown: a LISTEN
+// on the schema's NOTIFY channel, on a connection of its own, that on each
+// notification of a lease name reads whether the candidacy (name, token)
+// asked for is gone, and then reports the notification's arrival.
+func deleteWatcher(t *testing.T, dsn, schema string) handoffbench.Notice {
+	ctx, cancel := context.WithCancel(context.Background())
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{"simba." + schema}.Sanitize()); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	reader := benchPool(t, dsn, "simba-bench-watcher", nil)
+	candidacies := pgx.Identifier{schema, "candidacies"}.Sanitize()
+	type key struct {
+		name  string
+		token uint64
+	}
+	var mu sync.Mutex
+	want := map[key]chan time.Time{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			n, err := conn.WaitForNotification(ctx)
+			if err != nil {
+				return
+			}
+			at := time.Now()
+			name, ok := strings.CutPrefix(n.Payload, "c ")
+			if !ok {
+				continue
+			}
+			mu.Lock()
+			var keys []key
+			for k := range want {
+				if k.name == name {
+					keys = append(keys, k)
+				}
+			}
+			mu.Unlock()
+			for _, k := range keys {
+				var held bool
+				if err := reader.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+candidacies+" WHERE name = $1 AND token = $2)", k.name, int64(k.token)).Scan(&held); err != nil || held {
+					continue
+				}
+				mu.Lock()
+				if ch, ok := want[k]; ok {
+					ch <- at
+					delete(want, k)
+				}
+				mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		conn.Close(context.Background())
+	})
+	return func(ctx context.Context, name string, token uint64) (<-chan time.Time, error) {
+		ch := make(chan time.Time, 1)
+		mu.Lock()
+		want[key{name, token}] = ch
+		mu.Unlock()
+		return ch, nil
+	}
+}
+
+// simbaTerm is one term as its task saw it.
+type simbaTerm struct {
+	who     int
+	term    *simba.Term
+	ended   chan struct{} // closed when the task's ctx ended
+	endedAt time.Time
+}
+
+// simbaOverlap plays one pair's rounds of simba nodes under fault f.
+func simbaOverlap(t *testing.T, dsn, schema string, admin *pgxpool.Pool, f fault, pair int, st *overlapStats) {
+	election := fmt.Sprintf("%s-%d", f.name, pair)
+	terms := make(chan *simbaTerm, 16)
+	var proxies [2]*faultproxy.Proxy
+	var apps [2]string
+	var clients [2]*simba.Client
+	for i := range clients {
+		px, err := faultproxy.New(admin.Config().ConnConfig.Host + ":" + strconv.Itoa(int(admin.Config().ConnConfig.Port)))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer px.Close()
+		proxies[i] = px
+		apps[i] = fmt.Sprintf("simba-bench-simba-%s-%c", election, 'a'+i)
+		c, err := simba.New(simbaBackend(t, dsn, schema, apps[i], px), simba.WithTTL(peerTTL))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer closeClient(t, c, apps[i])
+		defer px.Heal() // before the Close
+		clients[i] = c
+		if _, err := c.Election(election).RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
+			s := &simbaTerm{who: i, term: term, ended: make(chan struct{})}
+			terms <- s
+			<-ctx.Done()
+			s.endedAt = time.Now()
+			close(s.ended)
+			return nil
+		}); err != nil {
+			t.Error(err)
+			return
+		}
+	}
+	holder, err := await.Within(terms, opTimeout, "%s: no first term", election)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	for round := range overlapPerPair {
+		time.Sleep(200*time.Millisecond + rand.N(time.Second))
+		h := holder.who
+		cut := time.Now()
+		if err := f.apply(t, admin, apps[h], proxies[h]); err != nil {
+			t.Errorf("%s round %d: %v", election, round, err)
+			return
+		}
+		var next *simbaTerm
+		select {
+		case next = <-terms:
+		case <-time.After(survived):
+			select {
+			case <-holder.ended:
+				t.Errorf("%s round %d: the holder's term ended and no one leads after %v", election, round, survived)
+				return
+			default:
+			}
+			f.heal(proxies[h])
+			st.mu.Lock()
+			st.kept++
+			st.mu.Unlock()
+			continue
+		}
+		if _, err := await.Within(holder.ended, opTimeout, "%s round %d: the old term's task still runs", election, round); err != nil {
+			t.Error(err)
+			return
+		}
+		if next.term.Token() <= holder.term.Token() {
+			t.Errorf("%s round %d: token %d after %d", election, round, next.term.Token(), holder.term.Token())
+		}
+		st.overlaps[0].Add(cut, next.term.Start(), holder.term.Deadline())
+		st.overlaps[1].Add(cut, next.term.Start(), holder.endedAt)
 		f.heal(proxies[h])
 		holder = next
 	}

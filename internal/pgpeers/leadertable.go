@@ -46,6 +46,10 @@ type TableConfig struct {
 	// Backoff is the first wait after an error, doubled after each error
 	// in a row (river's ExponentialBackoff starts at 1 s).
 	Backoff time.Duration
+	// NoWakeJitter drops river's random 0–50 ms sleep between a
+	// resignation's NOTIFY and the waiter's election (a variant, to show
+	// what that sleep costs a hand-off).
+	NoWakeJitter bool
 	// OnLead, if set, is called from the elector's goroutine with each
 	// spell of leadership as it starts.
 	OnLead func(*Leadership)
@@ -239,7 +243,7 @@ func (e *LeaderTable) gain(ctx context.Context) bool {
 		case <-t.C:
 		case <-e.wake:
 			t.Stop()
-			if !backoff.Sleep(ctx, rand.N(50*time.Millisecond)) {
+			if !e.cfg.NoWakeJitter && !backoff.Sleep(ctx, rand.N(50*time.Millisecond)) {
 				return false
 			}
 		}

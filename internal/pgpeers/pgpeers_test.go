@@ -13,6 +13,7 @@ import (
 
 	"github.com/simba-go/simba/internal/await"
 	"github.com/simba-go/simba/internal/pgpeers"
+	"github.com/simba-go/simba/internal/pgtest"
 )
 
 const wait = 20 * time.Second
@@ -82,7 +83,7 @@ func calm(t *testing.T, n, handOffs int, mk func(i int, onLead func(*pgpeers.Lea
 }
 
 func TestAdvisoryLockCalm(t *testing.T) {
-	cfg, err := pgx.ParseConfig(dsn(t))
+	cfg, err := pgx.ParseConfig(pgtest.DSN(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +100,7 @@ func TestAdvisoryLockCalm(t *testing.T) {
 func TestLeaderTableCalm(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, dsn(t))
+	pool, err := pgxpool.New(ctx, pgtest.DSN(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +129,7 @@ func TestLeaderTableCalm(t *testing.T) {
 func TestLeaderTableExpiry(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, dsn(t))
+	pool, err := pgxpool.New(ctx, pgtest.DSN(t))
 	if err != nil {
 		t.Fatal(err)
 	}
