@@ -146,7 +146,6 @@ func (b *Backend) Pool() *pgxpool.Pool { return b.pool }
 func (b *Backend) Close() error {
 	b.closeOnce.Do(func() {
 		b.cancel()
-		b.hub.close()
 		b.wg.Wait()
 		if b.ownsPool {
 			b.pool.Close()
@@ -185,8 +184,6 @@ func (b *Backend) connErr(what string, err error) error {
 		switch pe.Code {
 		case "28P01", "28000":
 			return fmt.Errorf("simba/postgres: %s: the server refused the login: %w", what, describe(err))
-		case "42501":
-			return fmt.Errorf("simba/postgres: %s: permission denied: %w", what, describe(err))
 		}
 		return fmt.Errorf("simba/postgres: %s: %w", what, describe(err))
 	}

@@ -354,3 +354,198 @@ func TestWithoutListenReadsAtExpiry(t *testing.T) {
 		t.Errorf("token %d, want > %d", lc.Token(), la.Token())
 	}
 }
+
+// TestCloseWithWaiter: Backend.Close ends a waiting Acquire with an error
+// wrapping ErrSessionDone, and Open after Close returns ErrClosed.
+func TestCloseWithWaiter(t *testing.T) {
+	b, err := postgres.New(pgtest.DSN(t), postgres.WithSchema(pgtest.Schema(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, c := open(t, b, 10*time.Second), open(t, b, 10*time.Second)
+	if _, err := a.Acquire(ctxT(t), "x"); err != nil {
+		t.Fatal(err)
+	}
+	res := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(ctxT(t), "x")
+		res <- err
+	}()
+	for end := time.Now().Add(opTimeout); ; { // until C waits in the queue
+		ids, err := c.(backend.CandidateLister).Candidates(ctxT(t), "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ids) == 2 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("C not queued within %v: candidates %q", opTimeout, ids)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b.Close()
+	select {
+	case err := <-res:
+		if !errors.Is(err, backend.ErrSessionDone) {
+			t.Errorf("waiting Acquire after Backend.Close: error %v, want one wrapping ErrSessionDone", err)
+		}
+	case <-time.After(opTimeout):
+		t.Fatalf("waiting Acquire did not return within %v of Backend.Close", opTimeout)
+	}
+	if _, err := b.Open(ctxT(t), backend.SessionOptions{TTL: time.Second}); !errors.Is(err, backend.ErrClosed) {
+		t.Errorf("Open after Close: error %v, want one wrapping ErrClosed", err)
+	}
+	if _, err := b.View(ctxT(t)); !errors.Is(err, backend.ErrClosed) {
+		t.Errorf("View after Close: error %v, want one wrapping ErrClosed", err)
+	}
+}
+
+// TestCancelledAcquireLeavesNothing: Acquires whose ctx ends at any point
+// of their registration (a few milliseconds) leave no candidacy behind:
+// the name is free for another session at once.
+func TestCancelledAcquireLeavesNothing(t *testing.T) {
+	b := newBackend(t)
+	a, c := open(t, b, 10*time.Second), open(t, b, 10*time.Second)
+	var got, cancelled int
+	for i := range 60 {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Duration(i%6)*time.Millisecond/2)
+		l, err := a.Acquire(ctx, "x")
+		cancel()
+		switch {
+		case err == nil:
+			got++
+			if err := l.Release(ctxT(t)); err != nil {
+				t.Fatal(err)
+			}
+		case errors.Is(err, context.DeadlineExceeded):
+			cancelled++
+		default:
+			t.Fatalf("Acquire: %v", err)
+		}
+	}
+	t.Logf("%d acquired, %d cancelled", got, cancelled)
+	ids, err := c.(backend.CandidateLister).Candidates(ctxT(t), "x")
+	if err != nil || len(ids) != 0 {
+		t.Errorf("candidacies left after cancelled Acquires: %q, %v", ids, err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), a.TTL()/2)
+	defer cancel()
+	if _, err := c.Acquire(ctx, "x"); err != nil {
+		t.Errorf("Acquire by another session after the cancelled ones: %v", err)
+	}
+}
+
+// TestOnLost: OnLost runs once when the lease is lost (here: its
+// candidacy deleted by hand, which the NOTIFY trigger reports), its stop
+// reports whether it ran, and a function registered after the loss runs
+// at once.
+func TestOnLost(t *testing.T) {
+	b := newBackend(t)
+	a := open(t, b, 10*time.Second)
+	l, err := a.Acquire(ctxT(t), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := l.(backend.LostNotifier)
+	ran := make(chan struct{}, 2)
+	stop := ln.OnLost(func() { ran <- struct{}{} })
+	stopped := ln.OnLost(func() { t.Error("a stopped OnLost function ran") })
+	if !stopped() {
+		t.Error("stop of a pending OnLost reported false")
+	}
+	pgtest.Exec(t, `DELETE FROM "`+b.Schema()+`".candidacies WHERE name = 'x'`)
+	select {
+	case <-ran:
+	case <-time.After(opTimeout):
+		t.Fatalf("OnLost did not run within %v of the candidacy's deletion", opTimeout)
+	}
+	select {
+	case <-l.Lost():
+	default:
+		t.Error("Lost is open after OnLost ran")
+	}
+	if stop() {
+		t.Error("stop after OnLost ran reported true")
+	}
+	ln.OnLost(func() { ran <- struct{}{} })
+	select {
+	case <-ran:
+	default:
+		t.Error("OnLost of a lost lease did not run before returning")
+	}
+	if err := l.Release(ctxT(t)); !errors.Is(err, backend.ErrNotHeld) {
+		t.Errorf("Release of a lost lease: error %v, want one wrapping ErrNotHeld", err)
+	}
+	select {
+	case <-a.Done():
+		t.Error("the session ended with the loss of one lease")
+	default:
+	}
+}
+
+// TestMemberExpiryHint: a member whose session stops renewing leaves the
+// group at its expiry, which writes nothing: the member watch wakes at
+// that expiry by itself, and Members no longer lists it.
+func TestMemberExpiryHint(t *testing.T) {
+	b := newBackend(t)
+	a, c := open(t, b, 700*time.Millisecond), open(t, b, 10*time.Second)
+	if err := a.Join(ctxT(t), "g", backend.Member{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	watch, err := c.WatchMembers(ctxT(t), "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := time.Now().Add(opTimeout)
+	for {
+		select {
+		case <-watch:
+		case <-time.After(time.Until(end)):
+			t.Fatalf("member of an expired session still listed after %v", opTimeout)
+		}
+		ms, err := c.Members(ctxT(t), "g")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ms) == 0 {
+			return
+		}
+	}
+}
+
+// TestReadOnlyUser: a user who may only read the tables gets a working
+// View (it writes nothing), and a clear error from Open.
+func TestReadOnlyUser(t *testing.T) {
+	b := newBackend(t)
+	s := open(t, b, 10*time.Second)
+	if _, err := s.(backend.Records).PutRecord(ctxT(t), "st/a", []byte("a"), backend.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+	role := pgtest.UniqueName(t)
+	pgtest.Exec(t, "CREATE ROLE "+role+" LOGIN")
+	t.Cleanup(func() {
+		pgtest.Exec(t, `DROP OWNED BY `+role)
+		pgtest.Exec(t, "DROP ROLE IF EXISTS "+role)
+	})
+	q := `"` + b.Schema() + `"`
+	pgtest.Exec(t, "GRANT USAGE ON SCHEMA "+q+" TO "+role)
+	pgtest.Exec(t, "GRANT SELECT ON ALL TABLES IN SCHEMA "+q+" TO "+role)
+	ro, err := postgres.New(withUser(t, pgtest.DSN(t), role, ""), postgres.WithSchema(b.Schema()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	v, err := ro.View(ctxT(t))
+	if err != nil {
+		t.Fatalf("View of a read-only user: %v", err)
+	}
+	defer v.Close()
+	if r, err := v.GetRecord(ctxT(t), "st/a"); err != nil || string(r.Value) != "a" {
+		t.Errorf("View.GetRecord = %+v, %v", r, err)
+	}
+	_, err = ro.Open(ctxT(t), backend.SessionOptions{TTL: time.Second})
+	if err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Errorf("Open by a read-only user: error %v, want permission denied", err)
+	}
+}

@@ -134,8 +134,6 @@ func (h *hub) start() {
 	}
 }
 
-func (h *hub) close() {}
-
 // tick wakes every subscriber every poll interval while not listening.
 func (h *hub) tick() {
 	t := time.NewTicker(h.b.poll)

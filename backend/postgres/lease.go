@@ -79,6 +79,8 @@ func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, erro
 		case err != nil && ctx.Err() != nil:
 			s.withdraw(name, token)
 			return nil, fmt.Errorf("simba/postgres: %s: %w", op, context.Cause(ctx))
+		case err != nil && s.ctx.Err() != nil: // the session is over, or the backend closed
+			return nil, fmt.Errorf("simba/postgres: %s: session %s: %w", op, s.sid, backend.ErrSessionDone)
 		case err != nil:
 			attempt++
 			s.b.log.Debug("simba/postgres: reading the queue", "lease", name, "err", err)
@@ -99,10 +101,15 @@ func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, erro
 			if s.over {
 				s.mu.Unlock()
 				l.unsub()
-				return nil, s.overErr(op)
+				return nil, fmt.Errorf("simba/postgres: %s: session %s: %w", op, s.sid, backend.ErrSessionDone)
 			}
 			s.held[l] = struct{}{}
 			s.mu.Unlock()
+			select {
+			case <-wake: // a change since the read: the monitor reads again
+				poke(s.check)
+			default:
+			}
 			return l, nil
 		}
 		attempt = 0
@@ -116,9 +123,9 @@ func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, erro
 			t.Stop()
 			s.withdraw(name, token)
 			return nil, fmt.Errorf("simba/postgres: %s: %w", op, context.Cause(ctx))
-		case <-s.ctx.Done():
+		case <-s.ctx.Done(): // the session is over, or the backend closed
 			t.Stop()
-			return nil, s.overErr(op)
+			return nil, fmt.Errorf("simba/postgres: %s: session %s: %w", op, s.sid, backend.ErrSessionDone)
 		case <-wake:
 		case <-t.C:
 		}
@@ -176,22 +183,38 @@ func (s *session) replaced(name string, token uint64) {
 // now or, when the server cannot be reached, in the background until it
 // can or the session is over.
 func (s *session) withdraw(name string, token int64) {
-	s.retry(fmt.Sprintf("withdrawing the candidacy %q/%d", name, token),
-		"DELETE FROM "+s.b.q+".candidacies WHERE name = $1 AND token = $2 AND session = $3", name, token, s.id)
+	s.retry(fmt.Sprintf("withdrawing the candidacy %q/%d", name, token), func(ctx context.Context) error {
+		_, err := s.b.pool.Exec(ctx, "DELETE FROM "+s.b.q+".candidacies WHERE name = $1 AND token = $2 AND session = $3", name, token, s.id)
+		return err
+	})
 }
 
-// withdrawAll deletes every candidacy of this session for name, as
-// withdraw does.
+// withdrawAll deletes every candidacy of this session for name, after a
+// registration whose outcome is unknown (its ctx ended, its connection
+// broke: the server may still commit it). It first takes the lock of the
+// name's counter row, with a write that changes nothing, so that it waits
+// for a registration still in flight; the DELETE, a later statement of the
+// same transaction, then sees that registration's candidacy if it
+// committed. Retried in the background as withdraw is.
 func (s *session) withdrawAll(name string) {
-	s.retry(fmt.Sprintf("withdrawing the candidacies for %q", name),
-		"DELETE FROM "+s.b.q+".candidacies WHERE name = $1 AND session = $2", name, s.id)
+	q := s.b.q
+	s.retry(fmt.Sprintf("withdrawing the candidacies for %q", name), func(ctx context.Context) error {
+		return pgx.BeginFunc(ctx, s.b.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO `+q+`.lease_names AS l (name, last) VALUES ($1, 1)
+				ON CONFLICT (name) DO UPDATE SET last = l.last`, name); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "DELETE FROM "+q+".candidacies WHERE name = $1 AND session = $2", name, s.id)
+			return err
+		})
+	})
 }
 
-// retry runs a statement now, and retries it with backoff in the
-// background until it succeeds or the session is over.
-func (s *session) retry(what, sql string, args ...any) {
+// retry runs f now, and retries it with backoff in the background until
+// it succeeds or the session is over.
+func (s *session) retry(what string, f func(context.Context) error) {
 	ctx, cancel := context.WithTimeout(s.ctx, lookTimeout)
-	_, err := s.b.pool.Exec(ctx, sql, args...)
+	err := f(ctx)
 	cancel()
 	if err == nil || s.ctx.Err() != nil {
 		return
@@ -205,7 +228,7 @@ func (s *session) retry(what, sql string, args ...any) {
 				return
 			}
 			ctx, cancel := context.WithTimeout(s.ctx, lookTimeout)
-			_, err := s.b.pool.Exec(ctx, sql, args...)
+			err := f(ctx)
 			cancel()
 			if err == nil {
 				return
