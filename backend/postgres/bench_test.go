@@ -26,10 +26,13 @@ import (
 	"github.com/simba-go/simba/internal/pgtest"
 )
 
-// benchEnv turns on TestBenchmarkReport, which measures the PostgreSQL
-// peers (internal/pgpeers: an advisory-lock elector and a leader-table
-// elector modelled on river's) side by side on one server and prints a
-// Markdown report. Run it without the race detector, with a server:
+// benchEnv turns on TestBenchmarkReport, which measures simba on
+// PostgreSQL side by side with the peers teams use today
+// (internal/pgpeers: an advisory-lock elector and a leader-table elector
+// modelled on river's) on one server and prints a Markdown report: the
+// graceful hand-off, and overlap and fail-over when the holder's link is
+// cut and when the server ends its connections. It takes about ten
+// minutes. Run it without the race detector, with a server:
 //
 //	./scripts/with-postgres-redis.sh env SIMBA_PG_BENCH=1 \
 //		go test -run '^TestBenchmarkReport$' -v -count=1 -timeout 30m ./backend/postgres/

@@ -118,7 +118,8 @@ func NewLeaderTable(cfg TableConfig) (*LeaderTable, error) {
 	return &LeaderTable{cfg: cfg, wake: make(chan struct{}, 1), runner: newRunner()}, nil
 }
 
-// CreateTable creates the leader table of cfg if it does not exist.
+// CreateTable creates the leader table named table (see TableConfig.Table)
+// in pool's database if it does not exist.
 func CreateTable(ctx context.Context, pool *pgxpool.Pool, table string) error {
 	if !tableName.MatchString(table) {
 		return fmt.Errorf("pgpeers: table %q is not a plain lower-case name", table)
