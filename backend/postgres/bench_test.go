@@ -31,14 +31,14 @@ import (
 // (internal/pgpeers: an advisory-lock elector and a leader-table elector
 // modelled on river's) on one server and prints a Markdown report: the
 // graceful hand-off, and overlap and fail-over when the holder's link is
-// cut and when the server ends its connections. It takes about ten
-// minutes. Run it without the race detector, with a server:
+// cut, when the server ends its connections and when it crashes. It
+// takes about ten minutes. Run it without the race detector, with a server:
 //
 //	./scripts/with-postgres-redis.sh env SIMBA_PG_BENCH=1 \
 //		go test -run '^TestBenchmarkReport$' -v -count=1 -timeout 30m ./backend/postgres/
 //
 // SIMBA_PG_BENCH=1 (or all) runs every section; or name them,
-// comma-separated: handoff, cut, terminate. With SIMBA_PG_BENCH_OUT=file it
+// comma-separated: handoff, cut, terminate, crash. With SIMBA_PG_BENCH_OUT=file it
 // also writes the report to file; SIMBA_BENCH_ROUNDS=n shortens the
 // hand-off rounds.
 //
@@ -104,6 +104,9 @@ func TestBenchmarkReport(t *testing.T) {
 	}
 	if section("terminate") {
 		benchOverlap(t, dsn, admin, terminateFault, &report)
+	}
+	if section("crash") {
+		benchOverlap(t, dsn, admin, crashFault, &report)
 	}
 	fmt.Fprintf(&report, "Load average at the end: %s.\n", loadAverage())
 	t.Logf("report:\n\n%s", report.String())
@@ -373,6 +376,19 @@ var cutFault = fault{
 		return nil
 	},
 	heal: func(px *faultproxy.Proxy) { px.Heal() },
+}
+
+var crashFault = fault{
+	name:  "crash",
+	title: "The holder crashes, as the server sees it (its connections reset, new ones refused)",
+	doc: "The holder's proxy resets every connection and refuses new ones (internal/faultproxy, Refuse), as when the holder's process dies and its kernel closes its sockets, " +
+		"at a random instant 0.2–1.2 s after the previous round; it accepts again once the new leader runs and the old one stopped believing. " +
+		"The fail-over is the figure of a crash; the overlap columns are what a holder that outlives the reset of its connections believes (a crashed one believes nothing).",
+	apply: func(t *testing.T, admin *pgxpool.Pool, app string, px *faultproxy.Proxy) error {
+		px.Refuse()
+		return nil
+	},
+	heal: func(px *faultproxy.Proxy) { px.Accept() },
 }
 
 var terminateFault = fault{
