@@ -95,8 +95,16 @@
 // its transaction. There, use [WithoutListen]: waiters read the queue at
 // the expiry times of the candidacies ahead and at least every interval,
 // and watches send a hint every interval. The same fallback runs while the
-// listening connection is down; when it is back, every waiter and watcher
-// reads again.
+// listening connection is down, and until a probe (a NOTIFY sent on
+// another connection of the pool) has come back on it: a LISTEN that
+// succeeds but hears nothing, as through such a pooler, leaves the backend
+// on the fallback, with a warning in the log after five seconds. When the
+// probe arrives, every waiter and watcher reads again.
+//
+// While a holder renews, a waiter's timer (the holder's expiry) fires
+// about once per TTL and reads the queue once; a holder reads its
+// candidacies once per notification of a name it holds (a waiter joining
+// or leaving, a hand-off), so that Lost is not late.
 //
 // # Schema
 //

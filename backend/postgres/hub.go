@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
@@ -178,21 +180,41 @@ func (h *hub) listenOnce(ctx context.Context) error {
 	}
 	conn := pc.Hijack() // ours alone: never back in the pool in LISTEN state
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channelName(h.b.schema)}.Sanitize()); err != nil {
+	channel := channelName(h.b.schema)
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		return err
 	}
-	h.mu.Lock()
-	h.listening = true
-	h.mu.Unlock()
-	h.wakeAll() // what changed while nobody listened
+	// A LISTEN through a pooler in transaction mode succeeds and hears
+	// nothing: the backend counts as listening only once a probe, sent on
+	// another connection of the pool, comes back.
+	probe := fmt.Sprintf("p %d", rand.Uint64())
+	if _, err := h.b.pool.Exec(ctx, "SELECT pg_notify($1, $2)", channel, probe); err != nil {
+		return err
+	}
+	warn := time.AfterFunc(probeWait, func() {
+		h.b.log.Warn("simba/postgres: notifications do not arrive on the listening connection (a pooler in transaction mode? see WithoutListen); reading at expiry times and every poll interval", "schema", h.b.schema, "poll", h.b.poll)
+	})
+	defer warn.Stop()
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			return err
 		}
+		if n.Payload == probe {
+			warn.Stop()
+			h.mu.Lock()
+			h.listening = true
+			h.mu.Unlock()
+			h.wakeAll() // what changed while nobody listened
+			continue
+		}
 		h.dispatch(n.Payload)
 	}
 }
+
+// probeWait is how long the listener waits for its probe before it warns
+// that notifications do not arrive.
+const probeWait = 5 * time.Second
 
 // poke sends a value on ch without blocking (a buffer of one coalesces).
 func poke(ch chan struct{}) {

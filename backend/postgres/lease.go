@@ -45,16 +45,40 @@ func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, erro
 	// Subscribe before registering, so that no hand-off goes unseen.
 	wake := make(chan struct{}, 1)
 	unsub := s.b.hub.subscribe("c "+name, func() { poke(wake) })
-	defer func() {
-		if unsub != nil {
-			unsub()
-		}
-	}()
+	defer unsub()
+	token, err := s.register(ctx, op, name)
+	if err != nil {
+		return nil, err
+	}
+	s.replaced(name, uint64(token))
+	if err := s.waitOldest(ctx, op, name, token, wake); err != nil {
+		return nil, err
+	}
+	l := &lease{s: s, name: name, token: uint64(token), lost: make(chan struct{})}
+	l.unsub = s.b.hub.subscribe("c "+name, func() { poke(s.check) })
+	s.mu.Lock()
+	if s.over {
+		s.mu.Unlock()
+		l.unsub()
+		return nil, fmt.Errorf("simba/postgres: %s: session %s: %w", op, s.sid, backend.ErrSessionDone)
+	}
+	s.held[l] = struct{}{}
+	s.mu.Unlock()
+	select {
+	case <-wake: // a change since the last read: the monitor reads again
+		poke(s.check)
+	default:
+	}
+	return l, nil
+}
+
+// register inserts the candidacy and returns its token, in one
+// statement: the counter's row lock serialises registrations of name, so
+// tokens strictly increase in commit order; the session must be alive;
+// this session's older candidacies for name go (a re-Acquire frees the
+// old holding and queues at the back).
+func (s *session) register(ctx context.Context, op, name string) (int64, error) {
 	q := s.b.q
-	// One statement: the counter's row lock serialises registrations of
-	// name, so tokens strictly increase in commit order; the session must
-	// be alive; this session's older candidacies for name go (a
-	// re-Acquire frees the old holding and queues at the back).
 	var token int64
 	err := s.b.pool.QueryRow(ctx, `WITH alive AS (
 			SELECT id FROM `+q+`.sessions WHERE id = $2 AND expires_at > clock_timestamp() FOR KEY SHARE),
@@ -64,53 +88,48 @@ func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, erro
 		INSERT INTO `+q+`.candidacies (name, token, session) SELECT $1, last, $2 FROM bump RETURNING token`,
 		name, s.id).Scan(&token)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, s.doneErr(op)
+		return 0, s.doneErr(op)
 	}
 	if err != nil {
-		// The outcome is unknown: a candidacy may exist; withdraw it (by
-		// the session's id) later.
+		// The outcome is unknown: a candidacy may exist, or be about to.
 		s.withdrawAll(name)
-		return nil, s.fail(ctx, op, err)
+		return 0, s.fail(ctx, op, err)
 	}
-	s.replaced(name, uint64(token))
+	return token, nil
+}
+
+// waitOldest waits until the candidacy (name, token) is the oldest live
+// one: it reads the queue, then sleeps until a notification of name or
+// the earliest expiry ahead (at most the poll interval while not
+// listening), and reads again. When ctx ends it withdraws the candidacy.
+func (s *session) waitOldest(ctx context.Context, op, name string, token int64, wake <-chan struct{}) error {
+	gaveUp := func() error {
+		s.withdraw(name, token)
+		return fmt.Errorf("simba/postgres: %s: %w", op, context.Cause(ctx))
+	}
+	over := func() error {
+		return fmt.Errorf("simba/postgres: %s: session %s: %w", op, s.sid, backend.ErrSessionDone)
+	}
 	for attempt := 0; ; {
 		mine, alive, wait, err := s.ahead(ctx, name, token)
 		switch {
 		case err != nil && ctx.Err() != nil:
-			s.withdraw(name, token)
-			return nil, fmt.Errorf("simba/postgres: %s: %w", op, context.Cause(ctx))
+			return gaveUp()
 		case err != nil && s.ctx.Err() != nil: // the session is over, or the backend closed
-			return nil, fmt.Errorf("simba/postgres: %s: session %s: %w", op, s.sid, backend.ErrSessionDone)
+			return over()
 		case err != nil:
 			attempt++
 			s.b.log.Debug("simba/postgres: reading the queue", "lease", name, "err", err)
 			if !backoff.Sleep(ctx, backoff.Wait(attempt, time.Second)) {
-				s.withdraw(name, token)
-				return nil, fmt.Errorf("simba/postgres: %s: %w", op, context.Cause(ctx))
+				return gaveUp()
 			}
 			continue
 		case !alive:
-			return nil, s.doneErr(op)
+			return s.doneErr(op)
 		case !mine:
-			return nil, fmt.Errorf("simba/postgres: %s: the candidacy with token %d was deleted while it waited", op, token)
+			return fmt.Errorf("simba/postgres: %s: the candidacy with token %d was deleted while it waited", op, token)
 		case wait < 0:
-			l := &lease{s: s, name: name, token: uint64(token), lost: make(chan struct{})}
-			l.unsub = s.b.hub.subscribe("c "+name, func() { poke(s.check) })
-			unsub = nil
-			s.mu.Lock()
-			if s.over {
-				s.mu.Unlock()
-				l.unsub()
-				return nil, fmt.Errorf("simba/postgres: %s: session %s: %w", op, s.sid, backend.ErrSessionDone)
-			}
-			s.held[l] = struct{}{}
-			s.mu.Unlock()
-			select {
-			case <-wake: // a change since the read: the monitor reads again
-				poke(s.check)
-			default:
-			}
-			return l, nil
+			return nil
 		}
 		attempt = 0
 		d := wait + expiryMargin
@@ -121,11 +140,10 @@ func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, erro
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			s.withdraw(name, token)
-			return nil, fmt.Errorf("simba/postgres: %s: %w", op, context.Cause(ctx))
+			return gaveUp()
 		case <-s.ctx.Done(): // the session is over, or the backend closed
 			t.Stop()
-			return nil, fmt.Errorf("simba/postgres: %s: session %s: %w", op, s.sid, backend.ErrSessionDone)
+			return over()
 		case <-wake:
 		case <-t.C:
 		}
@@ -210,10 +228,14 @@ func (s *session) withdrawAll(name string) {
 	})
 }
 
+// withdrawTimeout bounds the withdrawal an Acquire makes before it
+// returns; past it, the withdrawal goes on in the background.
+const withdrawTimeout = time.Second
+
 // retry runs f now, and retries it with backoff in the background until
 // it succeeds or the session is over.
 func (s *session) retry(what string, f func(context.Context) error) {
-	ctx, cancel := context.WithTimeout(s.ctx, lookTimeout)
+	ctx, cancel := context.WithTimeout(s.ctx, withdrawTimeout)
 	err := f(ctx)
 	cancel()
 	if err == nil || s.ctx.Err() != nil {
