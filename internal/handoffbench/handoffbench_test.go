@@ -148,6 +148,23 @@ func TestRunAndMarkdown(t *testing.T) {
 	}
 }
 
+// TestMarkdownPeersOnly: a run of peers only has the quantiles' table,
+// not simba's empty ratio and breakdown tables.
+func TestMarkdownPeersOnly(t *testing.T) {
+	peer := handoffbench.Side{Name: "peer", Role: handoffbench.Peer, Once: func(settle time.Duration) (handoffbench.Round, error) {
+		return handoffbench.Round{Total: time.Millisecond}, nil
+	}}
+	res, err := handoffbench.Run(handoffbench.Config{Settles: []time.Duration{time.Millisecond}, Rounds: 2}, []handoffbench.Side{peer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sb strings.Builder
+	res.Markdown(&sb)
+	if !strings.Contains(sb.String(), "| 1ms | peer |") || strings.Contains(sb.String(), "ratio") || strings.Contains(sb.String(), "Breakdown") {
+		t.Errorf("want the quantiles' table only:\n%s", sb.String())
+	}
+}
+
 func TestOverlap(t *testing.T) {
 	o := &handoffbench.Overlap{Side: "s"}
 	t0 := time.Now()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -99,7 +100,8 @@ func (r *Results) Totals(s, i int) []time.Duration {
 // Markdown writes three tables: the quantiles of every side at every
 // settle; per settle, the ratio of the Reference side to the best peer at
 // p50 and at p99 (the best at each, which may be two peers); and the
-// breakdown of simba's sides, p50 / p90 of each part.
+// breakdown of simba's sides, p50 / p90 of each part. A run of peers only
+// has the first table.
 func (r *Results) Markdown(w io.Writer) {
 	fmt.Fprintln(w, "| settle | side | p50 | p90 | p99 | max |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|")
@@ -107,6 +109,9 @@ func (r *Results) Markdown(w io.Writer) {
 		for i, side := range r.sides {
 			fmt.Fprintf(w, "| %v | %s | %s |\n", settle, side.Name, Summary(r.Totals(s, i)))
 		}
+	}
+	if !slices.ContainsFunc(r.sides, func(s Side) bool { return s.Role != Peer }) {
+		return
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| settle | simba p50 | best peer at p50 | ratio p50 | simba p99 | best peer at p99 | ratio p99 |")
