@@ -2,6 +2,7 @@ package simba_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -198,6 +199,31 @@ func (g *groupScenario) await(want []string, what string) time.Duration {
 	return g.runs.await(g.t, func(owners []string) bool { return slices.Equal(owners[:len(want)], want) }, what, groupWait)
 }
 
+// awaitViews waits until each of nodes acts on the view that gives it its
+// share of want (its task's Partitions), not only runs it: a member whose
+// view is behind still contends for partitions it no longer owns, and, its
+// candidacies queued behind their holders, takes one for a moment when its
+// holder hands it to a third member.
+func (g *groupScenario) awaitViews(want []string, what string, nodes ...*groupNode) {
+	g.t.Helper()
+	deadline := time.Now().Add(groupWait)
+	for {
+		var behind []string
+		for _, n := range nodes {
+			if got, share := n.task.Partitions(), indexes(want, n.name); !slices.Equal(got, share) {
+				behind = append(behind, fmt.Sprintf("%s assigned %v, want %v", n.name, got, share))
+			}
+		}
+		if len(behind) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			g.t.Fatalf("%s: not within %v: %s", what, groupWait, strings.Join(behind, "; "))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // sessionsLost returns the sessions lost so far, by any node.
 func (g *groupScenario) sessionsLost() []simba.SessionLost { return eventsOf[simba.SessionLost](g.h) }
 
@@ -254,6 +280,7 @@ func testGroupJoinAndLeave(t *testing.T, gb groupBackend) {
 	const P = 16
 	a, c := g.member("a", P), g.member("c", P)
 	g.await(assignment(P, "a", "c"), "a and c run their partitions")
+	g.awaitViews(assignment(P, "a", "c"), "a and c act on the view of both", a, c)
 	before := g.runs.owners(P)
 	terms := len(g.h.Terms())
 
