@@ -106,6 +106,42 @@
 // candidacies once per notification of a name it holds (a waiter joining
 // or leaving, a hand-off), so that Lost is not late.
 //
+// # Restarts and failovers
+//
+// Everything this backend knows is in committed rows, so what holds across
+// a server's troubles is what PostgreSQL's durability gives:
+//
+//   - A restart of the server (a crash, a fast shutdown and start) loses
+//     nothing that was committed with synchronous_commit = on, the
+//     default: sessions, candidacies, the token counters and the records
+//     come back from the WAL. Expiry is absolute, by the database's clock:
+//     a restart shorter than the TTL keeps every session and term (the
+//     client retries its renewal meanwhile), one longer ends them, on the
+//     holders' clocks before the server can grant the leases to anyone
+//     else (TestServerRestart).
+//   - synchronous_commit = off (or local with a crash of the host) can
+//     lose the last transactions before the crash: a renewal (the server
+//     then expires the session earlier than its holder's deadline, and two
+//     terms may overlap), or a counter bump (the next candidacy gets a
+//     token again that a holder has already used). Do not run this
+//     backend's schema with it off; it can be set per database or role.
+//   - A failover to an asynchronous standby has the same two losses, on a
+//     larger scale: the standby may lack the last renewals, releases and
+//     token counters the primary committed. Tokens stay strictly
+//     increasing, and terms stay disjoint, only when every transaction
+//     the primary acknowledged is on the standby that is promoted:
+//     synchronous replication (synchronous_standby_names naming the
+//     standbys, synchronous_commit = on or remote_apply) and promotion of
+//     a synchronous standby only (for example Patroni's synchronous_mode,
+//     with synchronous_mode_strict so that the primary stops acknowledging
+//     commits rather than fall back to asynchronous when no standby
+//     answers).
+//   - The clock: expiry uses the clock of the server that runs the
+//     statement. After a failover the new primary's clock takes over, so
+//     its offset from the old primary's adds to the error the drift margin
+//     (simba.WithDriftMargin) must cover; keep the servers' clocks
+//     synchronised (NTP), well within the margin.
+//
 // # Schema
 //
 // The tables are created on first use, in one transaction under an
