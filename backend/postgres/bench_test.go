@@ -399,9 +399,9 @@ var terminateFault = fault{
 	apply: func(t *testing.T, admin *pgxpool.Pool, app string, px *faultproxy.Proxy) error {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		defer cancel()
-		var n int
-		if err := admin.QueryRow(ctx, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1", app).Scan(&n); err != nil {
-			return fmt.Errorf("pg_terminate_backend: %w", err)
+		n, err := pgtest.Terminate(ctx, admin, app)
+		if err != nil {
+			return err
 		}
 		if n == 0 {
 			return fmt.Errorf("no backend named %s to terminate", app)

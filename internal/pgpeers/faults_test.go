@@ -174,8 +174,8 @@ func terminate(t *testing.T, dsn, app string) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	var n int
-	if err := conn.QueryRow(ctx, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1", app).Scan(&n); err != nil {
+	n, err := pgtest.Terminate(ctx, conn, app)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if n == 0 {

@@ -98,3 +98,20 @@ func Exec(t testing.TB, sql string, args ...any) {
 		t.Fatalf("pgtest: %s: %v", sql, err)
 	}
 }
+
+// Querier is what Terminate needs of a connection: *pgx.Conn, *pgxpool.Pool
+// and pgx.Tx have it.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Terminate ends, with pg_terminate_backend, every connection of
+// application app on the server q is connected to (a fault: the server
+// culling a client's connections), and returns how many it ended.
+func Terminate(ctx context.Context, q Querier, app string) (int, error) {
+	var n int
+	if err := q.QueryRow(ctx, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1", app).Scan(&n); err != nil {
+		return 0, fmt.Errorf("pg_terminate_backend of %s's connections: %w", app, err)
+	}
+	return n, nil
+}
