@@ -407,11 +407,15 @@ func held(cfg config, n int) (string, error) {
 	before := measure()
 	var elected atomic.Int64
 	all := make(chan struct{})
-	c, err := simba.New(b, simba.WithTTL(cfg.ttl), simba.WithStatus(cfg.status), simba.WithEventHandler(func(e simba.Event) {
+	opt := []simba.Option{simba.WithTTL(cfg.ttl), simba.WithStatus(cfg.status), simba.WithEventHandler(func(e simba.Event) {
 		if _, ok := e.(simba.Elected); ok && elected.Add(1) == int64(n) {
 			close(all)
 		}
-	}))
+	})}
+	if os.Getenv("SIMBA_SCALE_LOG") != "" {
+		opt = append(opt, simba.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	}
+	c, err := simba.New(b, opt...)
 	if err != nil {
 		return "", err
 	}
