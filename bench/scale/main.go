@@ -1,6 +1,7 @@
 // Command scale measures what simba costs per held lease and how its backend
 // traffic grows: one client holding 1 to 10,000 elections or partitions on
-// the memory backend, etcd or ZooKeeper (requests per second at rest, heap
+// the memory backend, etcd, ZooKeeper or PostgreSQL (requests per second at
+// rest, heap
 // and goroutines per lease, CPU at rest per 1,000 leases); a group of many
 // partitions over several clients on etcd (time to converge from a cold
 // start, after a join and after a graceful leave, requests during the
@@ -10,6 +11,7 @@
 //	go run ./bench/scale -backend memory
 //	go run ./bench/scale -backend etcd -peer               # starts its own etcd in a child process
 //	go run ./bench/scale -backend zk -zk 127.0.0.1:2181
+//	go run ./bench/scale -backend postgres -pg postgres://postgres@127.0.0.1:5432/postgres  # a fresh schema per run
 //	go run ./bench/scale -backend etcd -group -partitions 10000 -clients 10
 //
 // The etcd server runs in a child process so that its memory and CPU are not
@@ -62,6 +64,7 @@ type config struct {
 	ttl        time.Duration
 	etcdEPs    []string
 	zkServers  []string
+	pgDSN      string
 	peer       bool
 	group      bool
 	partitions int
@@ -81,13 +84,14 @@ func main() {
 	}
 	var cfg config
 	var leases, eps, zks string
-	flag.StringVar(&cfg.backend, "backend", "memory", "memory, etcd or zk")
+	flag.StringVar(&cfg.backend, "backend", "memory", "memory, etcd, zk or postgres")
 	flag.StringVar(&leases, "leases", "1,100,1000,10000", "numbers of held leases to measure")
 	flag.StringVar(&cfg.kind, "kind", "elections", "elections or partitions (one group with that many partitions)")
 	flag.DurationVar(&cfg.rest, "rest", 10*time.Second, "measurement window at rest")
 	flag.DurationVar(&cfg.ttl, "ttl", 3*time.Second, "session TTL")
 	flag.StringVar(&eps, "etcd", "", "etcd endpoints (default: start one in a child process)")
 	flag.StringVar(&zks, "zk", os.Getenv("SIMBA_ZK_ADDR"), "ZooKeeper servers")
+	flag.StringVar(&cfg.pgDSN, "pg", os.Getenv("SIMBA_PG_DSN"), "PostgreSQL DSN (a fresh schema per run, dropped at the end)")
 	flag.BoolVar(&cfg.peer, "peer", false, "with -backend etcd: also measure concurrency.Elections with their own sessions")
 	flag.BoolVar(&cfg.group, "group", false, "measure a group's convergence instead (etcd or memory)")
 	flag.IntVar(&cfg.partitions, "partitions", 10000, "with -group: partitions")
@@ -97,7 +101,7 @@ func main() {
 	flag.Float64Var(&cfg.limit, "handoff-limit", 0, "with -group: hand-offs per second per member (0: no limit)")
 	flag.DurationVar(&cfg.timeout, "timeout", 5*time.Minute, "with -group: how long each step may take to converge")
 	flag.DurationVar(&cfg.initial, "initial-delay", 0, "with -group: the members' initial rebalance delay (simba.WithInitialRebalanceDelay)")
-	flag.BoolVar(&cfg.breakdown, "breakdown", false, "with -group on etcd: print each step's requests by kind (method and key) to stderr")
+	flag.BoolVar(&cfg.breakdown, "breakdown", false, "with -group on etcd or postgres: print each step's requests by kind (method and key, or statement and table) to stderr; with postgres, also the requests at rest of each size")
 	flag.Parse()
 	for _, f := range strings.Split(leases, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -276,6 +280,8 @@ func newBackend(cfg config, cnt *counter) (backend.Backend, func(), error) {
 			return nil, nil, err
 		}
 		return b, func() { b.Close() }, nil
+	case "postgres":
+		return newPostgres(cfg, cnt)
 	}
 	return nil, nil, fmt.Errorf("unknown backend %q", cfg.backend)
 }
@@ -401,11 +407,15 @@ func held(cfg config, n int) (string, error) {
 	before := measure()
 	var elected atomic.Int64
 	all := make(chan struct{})
-	c, err := simba.New(b, simba.WithTTL(cfg.ttl), simba.WithStatus(cfg.status), simba.WithEventHandler(func(e simba.Event) {
+	opt := []simba.Option{simba.WithTTL(cfg.ttl), simba.WithStatus(cfg.status), simba.WithEventHandler(func(e simba.Event) {
 		if _, ok := e.(simba.Elected); ok && elected.Add(1) == int64(n) {
 			close(all)
 		}
-	}))
+	})}
+	if os.Getenv("SIMBA_SCALE_LOG") != "" {
+		opt = append(opt, simba.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	}
+	c, err := simba.New(b, opt...)
 	if err != nil {
 		return "", err
 	}
@@ -442,10 +452,16 @@ func held(cfg config, n int) (string, error) {
 			return "", err
 		}
 	}
+	if cfg.breakdown && cnt.kinds != nil {
+		cnt.breakdown() // from here on
+	}
 	r0, cpu0, t0 := requests(b, cnt), cpu(), time.Now()
 	time.Sleep(cfg.rest)
 	r1, cpu1, t1 := requests(b, cnt), cpu(), time.Now()
 	secs := t1.Sub(t0).Seconds()
+	if cfg.breakdown && cnt.kinds != nil {
+		fmt.Fprintf(os.Stderr, "scale: %d leases, requests at rest by kind:%s\n", n, cnt.breakdown())
+	}
 	return fmt.Sprintf("%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t%.2f\t%.1f ms/s\t%v\t",
 		cfg.backend, cfg.kind, n,
 		float64(r1-r0)/secs,
