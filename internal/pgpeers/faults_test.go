@@ -81,16 +81,7 @@ func TestLeaderTableCut(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	direct, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer direct.Close()
-	table := pgtest.UniqueName(t)
-	if err := pgpeers.CreateTable(ctx, direct, table); err != nil {
-		t.Fatal(err)
-	}
-	defer direct.Exec(context.Background(), "DROP TABLE "+table)
+	direct, table := leaderTable(t, dsn)
 
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {

@@ -98,18 +98,7 @@ func TestAdvisoryLockCalm(t *testing.T) {
 }
 
 func TestLeaderTableCalm(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	pool, err := pgxpool.New(ctx, pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	table := fmt.Sprintf("pgpeers_test_%08x", rand.Uint32())
-	if err := pgpeers.CreateTable(ctx, pool, table); err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Exec(context.Background(), "DROP TABLE "+table)
+	pool, table := leaderTable(t, pgtest.DSN(t))
 	calm(t, 3, 2, func(i int, onLead func(*pgpeers.Leadership)) elector {
 		e, err := pgpeers.NewLeaderTable(pgpeers.TableConfig{
 			Pool: pool, Table: table, Name: "calm", ID: fmt.Sprint("c", i),
@@ -129,16 +118,7 @@ func TestLeaderTableCalm(t *testing.T) {
 func TestLeaderTableExpiry(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	table := fmt.Sprintf("pgpeers_test_%08x", rand.Uint32())
-	if err := pgpeers.CreateTable(ctx, pool, table); err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Exec(context.Background(), "DROP TABLE "+table)
+	pool, table := leaderTable(t, pgtest.DSN(t))
 	// A row of a leader that is gone, expiring in 500ms.
 	if _, err := pool.Exec(ctx, "INSERT INTO "+table+" VALUES ('exp', 'gone', now(), now() + interval '500 milliseconds')"); err != nil {
 		t.Fatal(err)
@@ -176,4 +156,26 @@ func TestLeaderTableExpiry(t *testing.T) {
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&rows); err != nil || rows != 0 {
 		t.Errorf("after Resign: %d rows (%v), want none", rows, err)
 	}
+}
+
+// leaderTable opens a pool on dsn and creates a leader table of a unique
+// name in it; both go when the test ends.
+func leaderTable(t *testing.T, dsn string) (*pgxpool.Pool, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := pgtest.UniqueName(t)
+	if err := pgpeers.CreateTable(ctx, pool, table); err != nil {
+		pool.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		pool.Exec(context.Background(), "DROP TABLE "+table)
+		pool.Close()
+	})
+	return pool, table
 }
