@@ -13,6 +13,7 @@ import (
 	"github.com/simba-go/simba/backend/backendtest"
 	"github.com/simba-go/simba/backend/etcd"
 	"github.com/simba-go/simba/internal/await"
+	"github.com/simba-go/simba/internal/faultproxy"
 )
 
 // candidates returns the session IDs queued for name, oldest first.
@@ -155,16 +156,7 @@ func TestWithdrawnOnCtxEnd(t *testing.T) {
 // its way, while another session holds the lease, leaves no candidacy
 // once the link heals, and the holder's Release frees the lease.
 func TestInterruptedQueuedAcquireUndone(t *testing.T) {
-	srv := startServer(t)
-	cli := srv.Client(t)
-	prefix := testPrefix(t)
-	px := newProxy(t, srv.Endpoints()[0])
-	a := open(t, newBackend(t, srv.Endpoints(), etcd.WithPrefix(prefix)), 10*time.Second)
-	b := open(t, newBackend(t, []string{px.Addr()}, etcd.WithPrefix(prefix)), 10*time.Second)
-	la, err := a.Acquire(op(t), "x")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cli, prefix, px, a, b, la := holderAndProxiedWaiter(t)
 	px.Blackhole()
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
@@ -194,16 +186,7 @@ func TestInterruptedQueuedAcquireUndone(t *testing.T) {
 // watch cannot resume where it was; its read of the lease keys shows the
 // older candidacy gone, and its Acquire returns.
 func TestQueuedWaiterResyncs(t *testing.T) {
-	srv := startServer(t)
-	cli := srv.Client(t)
-	prefix := testPrefix(t)
-	px := newProxy(t, srv.Endpoints()[0])
-	a := open(t, newBackend(t, srv.Endpoints(), etcd.WithPrefix(prefix)), 10*time.Second)
-	b := open(t, newBackend(t, []string{px.Addr()}, etcd.WithPrefix(prefix)), 10*time.Second)
-	la, err := a.Acquire(op(t), "x")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cli, prefix, px, a, b, la := holderAndProxiedWaiter(t)
 	wb := backendtest.AcquireAsync(op(t), b, "x")
 	awaitCandidates(t, a, "x", a.ID(), b.ID())
 	px.Refuse()
@@ -225,4 +208,22 @@ func TestQueuedWaiterResyncs(t *testing.T) {
 	if r.Lease.Token() <= la.Token() || closed(r.Lease.Lost()) {
 		t.Errorf("token %d after %d, lost %v", r.Lease.Token(), la.Token(), closed(r.Lease.Lost()))
 	}
+}
+
+// holderAndProxiedWaiter starts a server and two sessions under one
+// prefix: a, which holds "x" (la), and b, whose link goes through px.
+// cli is a client of the server's own.
+func holderAndProxiedWaiter(t *testing.T) (cli *clientv3.Client, prefix string, px *faultproxy.Proxy, a, b backend.Session, la backend.Lease) {
+	t.Helper()
+	srv := startServer(t)
+	cli = srv.Client(t)
+	prefix = testPrefix(t)
+	px = newProxy(t, srv.Endpoints()[0])
+	a = open(t, newBackend(t, srv.Endpoints(), etcd.WithPrefix(prefix)), 10*time.Second)
+	b = open(t, newBackend(t, []string{px.Addr()}, etcd.WithPrefix(prefix)), 10*time.Second)
+	la, err := a.Acquire(op(t), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cli, prefix, px, a, b, la
 }
