@@ -37,7 +37,8 @@
 //     succeed again. Every query tests liveness with clock_timestamp(),
 //     never now() (the transaction's start, which can be long past).
 //     Expired rows are dead everywhere and are deleted lazily (by a waiter
-//     whose queue they block, and a few by each Open). One renewal
+//     whose queue they block, by the session itself once it learns that it
+//     is over, and a few by each Open). One renewal
 //     statement per client per TTL/3, whatever it holds.
 //   - Tokens strictly increase per name and are never reused: Acquire
 //     bumps the name's counter, INSERT INTO lease_names … ON CONFLICT DO

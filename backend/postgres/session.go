@@ -132,6 +132,7 @@ func (s *session) KeepAlive(ctx context.Context) (time.Duration, error) {
 	var ttl time.Duration
 	err := s.b.pool.QueryRow(ctx, "UPDATE "+s.b.q+".sessions SET expires_at = clock_timestamp() + ttl WHERE id = $1 AND expires_at > clock_timestamp() RETURNING ttl", s.id).Scan(&ttl)
 	if errors.Is(err, pgx.ErrNoRows) {
+		s.clearExpired(ctx)
 		return 0, s.doneErr(op)
 	}
 	if err != nil {
@@ -145,6 +146,20 @@ func (s *session) KeepAlive(ctx context.Context) (time.Duration, error) {
 	s.mu.Unlock()
 	poke(s.renew)
 	return ttl, nil
+}
+
+// clearExpired deletes the session's row once it has expired, best
+// effort and within withdrawTimeout: its candidacies go with it, which
+// wakes their waiters now rather than at the expiry they last read (a
+// waiter's timer aims at the expiry it saw; the row may have expired
+// earlier by the database's clock, or been made to). A row still alive is
+// left alone.
+func (s *session) clearExpired(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), withdrawTimeout)
+	defer cancel()
+	if _, err := s.b.pool.Exec(ctx, "DELETE FROM "+s.b.q+".sessions WHERE id = $1 AND expires_at <= clock_timestamp()", s.id); err != nil {
+		s.b.log.Debug("simba/postgres: deleting the expired session's row", "session", s.sid, "err", err)
+	}
 }
 
 // Close deletes the session's row: its candidacies and memberships go
@@ -206,6 +221,7 @@ func (s *session) monitor() {
 		}
 		failures = 0
 		if remaining <= 0 {
+			s.clearExpired(s.ctx)
 			s.end()
 			return
 		}
