@@ -46,7 +46,8 @@
 //   - Close and expiry end the session's leases (Lost closes) and
 //     memberships, and later calls return ErrSessionDone;
 //   - the server never frees a lease before the granted TTL has passed since
-//     the start of the last KeepAlive, and does free it after;
+//     the start of the last KeepAlive (less the rate its clock may run fast,
+//     WithServerClockRate), and does free it after;
 //   - Acquire honours its ctx and leaves nothing behind;
 //   - Acquire is queued candidacy (read through backend.CandidateLister,
 //     which the cases require): waiters are served oldest first, one

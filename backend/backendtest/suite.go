@@ -19,6 +19,7 @@ type config struct {
 	synctest    bool
 	malformed   Malformer
 	fingerprint func(t *testing.T, b backend.Backend) string
+	clockRate   float64
 }
 
 // WithTTL sets the session TTL the cases request (default 1s). The cases
@@ -33,6 +34,19 @@ func WithTTL(d time.Duration) Option {
 // the bubbles.
 func WithSynctest() Option {
 	return func(c *config) { c.synctest = true }
+}
+
+// WithServerClockRate lets the server time sessions on a clock that runs
+// up to rate faster than the test's monotonic clock (0.01: 1%), as a
+// server does that times them by its wall clock while that clock is being
+// slewed (PostgreSQL's clock_timestamp()). The expiry case then accepts a
+// lease freed once ttl×(1−rate) has passed since the start of the last
+// KeepAlive, instead of ttl. The core's drift margin (10% of the TTL by
+// default) is what covers such a server, so rate must be in [0, 0.05].
+// Without the option the server must not run fast at all, as etcd and
+// ZooKeeper, which time sessions by their monotonic clocks, do not.
+func WithServerClockRate(rate float64) Option {
+	return func(c *config) { c.clockRate = rate }
 }
 
 // Malformer plants, for the case MalformedSkipped, entries that the backend
@@ -73,10 +87,13 @@ func Run(t *testing.T, newBackend func(t *testing.T) backend.Backend, opts ...Op
 	if cfg.ttl <= 0 {
 		t.Fatalf("backendtest: WithTTL(%v): the TTL must be positive", cfg.ttl)
 	}
+	if !(cfg.clockRate >= 0 && cfg.clockRate <= 0.05) {
+		t.Fatalf("backendtest: WithServerClockRate(%v): want a rate in [0, 0.05]", cfg.clockRate)
+	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			body := func(t *testing.T) {
-				c.run(&harness{T: t, b: newBackend(t), ttl: cfg.ttl, malformed: cfg.malformed, fingerprint: cfg.fingerprint})
+				c.run(&harness{T: t, b: newBackend(t), ttl: cfg.ttl, clockRate: cfg.clockRate, malformed: cfg.malformed, fingerprint: cfg.fingerprint})
 			}
 			if cfg.synctest {
 				synctest.Test(t, body)
@@ -96,6 +113,7 @@ type harness struct {
 	*testing.T
 	b           backend.Backend
 	ttl         time.Duration
+	clockRate   float64 // how much faster the server's clock may run (WithServerClockRate)
 	malformed   Malformer
 	fingerprint func(t *testing.T, b backend.Backend) string
 }

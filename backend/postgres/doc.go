@@ -141,7 +141,16 @@
 //     statement. After a failover the new primary's clock takes over, so
 //     its offset from the old primary's adds to the error the drift margin
 //     (simba.WithDriftMargin) must cover; keep the servers' clocks
-//     synchronised (NTP), well within the margin.
+//     synchronised (NTP), well within the margin. clock_timestamp() is the
+//     server's wall clock, not a monotonic one (SQL has none). While a
+//     time daemon slews it, it runs fast or slow by the slew rate: ntpd
+//     slews by at most 0.05%, which the margin (10% of the TTL by default)
+//     covers many times over, but chrony by default by up to 8.3%
+//     (maxslewrate 83333 ppm), most of the margin: on the database server
+//     set chrony's maxslewrate to 500 or so. A clock stepped forward
+//     expires every session early by the step: never step the database
+//     server's clock while clients hold leases (chrony's makestep only at
+//     boot, ntpd -x).
 //
 // # Schema
 //
