@@ -63,10 +63,19 @@
 //     the write's check (the session alive by the database's clock) ran
 //     before the expiry the waiter saw. The holder's own deadline, from
 //     the start of its last KeepAlive plus the TTL, ends before that
-//     expiry.
+//     expiry. Only the deletion counts, never an expiry read in a
+//     snapshot: a renewal that passed its liveness test before the expiry
+//     and commits after it holds the row's lock meanwhile, so the
+//     waiter's DELETE waits for it and leaves the renewed row, which then
+//     stays ahead although the statement's snapshot shows it expired
+//     (TestRenewalStraddlingExpiryKeepsTheLease). The same holds for a
+//     session's own view of its end: it is over when its renewal finds it
+//     expired (an UPDATE, which takes the lock) or its row is gone, not
+//     when a read shows a past expiry.
 //   - Fencing: Condition{Lease, Token} holds iff this session's candidacy
-//     (Lease, Token) exists, its session is alive and no live candidacy is
-//     ahead of it, checked in the same statement as the write (a CTE); a
+//     (Lease, Token) exists, its session is alive and no candidacy is ahead
+//     of it (an expired one counts until the successor deletes it: a
+//     holding starts only then), checked in the same statement as the write (a CTE); a
 //     record written with a larger token is never replaced; IfVersion is a
 //     compare-and-set on the version, which a sequence assigns (a deleted
 //     and re-created key never repeats a version).
@@ -82,7 +91,7 @@
 // its pool in LISTEN and wakes its waiters and watchers from it. A waiting
 // Acquire wakes on a notification of its name (a release, a withdrawal, a
 // session's Close), and otherwise sleeps until the earliest expiry of the
-// live candidacies ahead of it, computed by the database as an interval
+// candidacies ahead of it, computed by the database as an interval
 // (so that the clocks of client and server need not agree), then reads the
 // queue again. A session's expiry writes nothing and so notifies nobody:
 // that timer is what notices it. WatchMembers also wakes at the earliest

@@ -125,7 +125,14 @@ func (s *session) waitOldest(ctx context.Context, op, name string, token int64, 
 			}
 			continue
 		case !alive:
-			return s.doneErr(op)
+			// Expired in the read's snapshot: over only once its row is
+			// gone (see clearExpired); else a renewal was in flight.
+			if over, err := s.clearExpired(ctx); over {
+				return s.doneErr(op)
+			} else if err != nil && ctx.Err() != nil {
+				return gaveUp()
+			}
+			continue
 		case !mine:
 			return fmt.Errorf("simba/postgres: %s: the candidacy with token %d was deleted while it waited", op, token)
 		case wait < 0:
@@ -153,10 +160,21 @@ func (s *session) waitOldest(ctx context.Context, op, name string, token int64, 
 
 // ahead reads the queue of name for the candidacy token: whether it is
 // still there, whether its session is alive, and how long until the
-// earliest expiry of the live candidacies ahead of it (negative: none, it
-// holds the lease). It first deletes the expired sessions ahead of it: the
-// DELETE waits for a fenced write of theirs that holds their row's lock,
-// so that a holding starts after its predecessor's last write.
+// earliest expiry of the candidacies ahead of it (negative: none, it holds
+// the lease; zero: read again at once). It first deletes the expired
+// sessions ahead of it: the DELETE waits for a fenced write of theirs that
+// holds their row's lock, so that a holding starts after its predecessor's
+// last write.
+//
+// Only the sessions that DELETE removed count as gone, whatever their
+// expiry looks like in the statement's snapshot: a renewal that passed its
+// liveness test just before the expiry and commits just after it holds the
+// row's lock, so the DELETE waits for it, finds the row renewed and leaves
+// it, while the snapshot, taken before that commit, still shows the old,
+// past expiry. Such a candidacy stays ahead (with a wait of zero: the next
+// read, in a new snapshot, sees the renewal); trusting the snapshot's
+// expiry there would grant the lease while the renewed holder's term goes
+// on.
 func (s *session) ahead(ctx context.Context, name string, token int64) (mine, alive bool, wait time.Duration, err error) {
 	q := s.b.q
 	var left *float64
@@ -168,7 +186,7 @@ func (s *session) ahead(ctx context.Context, name string, token int64) (mine, al
 			EXISTS (SELECT 1 FROM `+q+`.candidacies WHERE name = $1 AND token = $2 AND session = $3),
 			(SELECT EXTRACT(EPOCH FROM min(x.expires_at) - clock_timestamp())::float8
 				FROM `+q+`.candidacies c JOIN `+q+`.sessions x ON x.id = c.session
-				WHERE c.name = $1 AND c.token < $2 AND x.expires_at > clock_timestamp()
+				WHERE c.name = $1 AND c.token < $2
 				AND x.id NOT IN (SELECT id FROM gone))`,
 		name, token, s.id).Scan(&alive, &mine, &left)
 	if err != nil {

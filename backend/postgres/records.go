@@ -16,7 +16,7 @@ import (
 
 // fenceSQL is the CTE "fence" of a fenced write: the candidacy ($4 the
 // lease, $3 the token) of session $5 (of any session when sess is ""),
-// alive, with no live candidacy ahead of it, locked (FOR KEY SHARE) until
+// alive, with no candidacy ahead of it, locked (FOR KEY SHARE) until
 // the write commits so that neither can be deleted meanwhile (a waiter's
 // deletion of the expired session waits for it). "fenced" is the
 // condition of the write: no fence (token 0) or the fence holds.
@@ -28,8 +28,7 @@ func fenceSQL(q, tok, name, sess string) (cte, fenced string) {
 	}
 	cte = r.Replace(`fence AS (SELECT 1 FROM ` + q + `.candidacies c JOIN ` + q + `.sessions x ON x.id = c.session
 		WHERE $TOK::bigint <> 0 AND c.name = $NAME::text AND c.token = $TOK` + ofSession + ` AND x.expires_at > clock_timestamp()
-		AND NOT EXISTS (SELECT 1 FROM ` + q + `.candidacies o JOIN ` + q + `.sessions y ON y.id = o.session
-			WHERE o.name = $NAME AND o.token < $TOK AND y.expires_at > clock_timestamp())
+		AND NOT EXISTS (SELECT 1 FROM ` + q + `.candidacies o WHERE o.name = $NAME AND o.token < $TOK)
 		FOR KEY SHARE OF c, x)`)
 	return cte, r.Replace(`($TOK::bigint = 0 OR EXISTS (SELECT 1 FROM fence))`)
 }
@@ -40,7 +39,7 @@ func fenceSQL(q, tok, name, sess string) (cte, fenced string) {
 // github.com/simba-go/simba/fence/sqlfence/pglease. With $1 the lease's
 // name and $2 a token, it returns one row (held boolean, last bigint):
 // held is true when the candidacy (name, token) exists, its session is
-// alive by the database's clock and no live candidacy is ahead of it (the
+// alive by the database's clock and no candidacy is ahead of it (the
 // term holds the lease), and the query has then locked the candidacy and
 // session rows FOR KEY SHARE until the transaction ends, so that no
 // successor can take the lease over before it does; last is the name's

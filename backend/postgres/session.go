@@ -132,7 +132,9 @@ func (s *session) KeepAlive(ctx context.Context) (time.Duration, error) {
 	var ttl time.Duration
 	err := s.b.pool.QueryRow(ctx, "UPDATE "+s.b.q+".sessions SET expires_at = clock_timestamp() + ttl WHERE id = $1 AND expires_at > clock_timestamp() RETURNING ttl", s.id).Scan(&ttl)
 	if errors.Is(err, pgx.ErrNoRows) {
-		s.clearExpired(ctx)
+		// The UPDATE took the row's lock (none: the row is gone): this
+		// expiry is final, whatever clearExpired finds.
+		_, _ = s.clearExpired(ctx)
 		return 0, s.doneErr(op)
 	}
 	if err != nil {
@@ -148,18 +150,29 @@ func (s *session) KeepAlive(ctx context.Context) (time.Duration, error) {
 	return ttl, nil
 }
 
-// clearExpired deletes the session's row once it has expired, best
-// effort and within withdrawTimeout: its candidacies go with it, which
+// clearExpired deletes the session's row if it has expired, within
+// withdrawTimeout, and reports whether the session is over for good: its
+// row deleted now, or gone already. Its candidacies go with the row, which
 // wakes their waiters now rather than at the expiry they last read (a
 // waiter's timer aims at the expiry it saw; the row may have expired
-// earlier by the database's clock, or been made to). A row still alive is
-// left alone.
-func (s *session) clearExpired(ctx context.Context) {
+// earlier by the database's clock, or been made to).
+//
+// An expiry read in a statement's snapshot is no proof that the session is
+// over: a renewal that passed its liveness test before the expiry and
+// commits after it holds the row's lock meanwhile, and the snapshot shows
+// the old expiry. The DELETE waits for that lock and then leaves the
+// renewed row alone, and clearExpired reports false: read the row again.
+func (s *session) clearExpired(ctx context.Context) (over bool, err error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), withdrawTimeout)
 	defer cancel()
-	if _, err := s.b.pool.Exec(ctx, "DELETE FROM "+s.b.q+".sessions WHERE id = $1 AND expires_at <= clock_timestamp()", s.id); err != nil {
+	q := s.b.q
+	err = s.b.pool.QueryRow(ctx, `WITH gone AS (DELETE FROM `+q+`.sessions WHERE id = $1 AND expires_at <= clock_timestamp() RETURNING id)
+		SELECT EXISTS (SELECT 1 FROM gone) OR NOT EXISTS (SELECT 1 FROM `+q+`.sessions WHERE id = $1)`, s.id).Scan(&over)
+	if err != nil {
 		s.b.log.Debug("simba/postgres: deleting the expired session's row", "session", s.sid, "err", err)
+		return false, err
 	}
+	return over, nil
 }
 
 // Close deletes the session's row: its candidacies and memberships go
@@ -221,9 +234,14 @@ func (s *session) monitor() {
 		}
 		failures = 0
 		if remaining <= 0 {
-			s.clearExpired(s.ctx)
-			s.end()
-			return
+			if over, err := s.clearExpired(s.ctx); over || err != nil && s.ctx.Err() != nil {
+				s.end()
+				return
+			}
+			// Renewed meanwhile, or not known: read again soon.
+			failures++
+			retry = time.After(backoff.Wait(failures, s.TTL()/3))
+			continue
 		}
 		if why == "deadline" {
 			// Alive for remaining on the server's clock: look again then.

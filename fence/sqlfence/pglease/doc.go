@@ -23,8 +23,9 @@
 // # What is guaranteed
 //
 // The check passes when the term's candidacy row (lease, token) exists,
-// its session row is alive by the database's clock and no live candidacy
-// is ahead of it: the term holds the lease. It then locks both rows FOR KEY
+// its session row is alive by the database's clock and no candidacy is
+// ahead of it (an expired one counts until a successor has deleted it):
+// the term holds the lease. It then locks both rows FOR KEY
 // SHARE until the transaction commits or rolls back. A successor takes the
 // lease only after deleting the expired session's row (with its
 // candidacies), and a release deletes the candidacy: both wait for that
