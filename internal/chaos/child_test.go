@@ -23,6 +23,7 @@ import (
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/etcd"
+	"github.com/simba-go/simba/backend/postgres"
 	"github.com/simba-go/simba/backend/zookeeper"
 	"github.com/simba-go/simba/internal/check"
 	"github.com/simba-go/simba/internal/plant"
@@ -33,9 +34,9 @@ import (
 const (
 	envRole      = "SIMBA_CHAOS_ROLE"      // roleChild
 	envRun       = "SIMBA_CHAOS_RUN"       // the run's ID, to find leftover processes
-	envBackend   = "SIMBA_CHAOS_BACKEND"   // backendEtcd or backendZooKeeper
-	envEndpoints = "SIMBA_CHAOS_ENDPOINTS" // comma-separated: the child's own proxies
-	envSpace     = "SIMBA_CHAOS_SPACE"     // etcd key prefix or ZooKeeper root
+	envBackend   = "SIMBA_CHAOS_BACKEND"   // backendEtcd, backendZooKeeper or backendPostgres
+	envEndpoints = "SIMBA_CHAOS_ENDPOINTS" // comma-separated: the child's own proxies (PostgreSQL: a DSN through its proxy)
+	envSpace     = "SIMBA_CHAOS_SPACE"     // etcd key prefix, ZooKeeper root or PostgreSQL schema
 	envRegister  = "SIMBA_CHAOS_REGISTER"  // URL of the fenced register
 	envNode      = "SIMBA_CHAOS_NODE"      // the child's name and member ID
 	envTTL       = "SIMBA_CHAOS_TTL"       // the TTL the client requests
@@ -45,6 +46,7 @@ const (
 	roleChild        = "child"
 	backendEtcd      = "etcd"
 	backendZooKeeper = "zookeeper"
+	backendPostgres  = "postgres"
 
 	// plantOverstatedTTL plants a safety bug in the client: its backend
 	// reports every granted TTL one TTL longer than granted, so that its
@@ -266,6 +268,9 @@ func openBackend() (backend.Backend, error) {
 		return etcd.New(endpoints, etcd.WithPrefix(space))
 	case backendZooKeeper:
 		return zookeeper.New(endpoints, zookeeper.WithRoot(space))
+	case backendPostgres:
+		// The one endpoint is the DSN, through the client's proxy.
+		return postgres.New(endpoints[0], postgres.WithSchema(space))
 	default:
 		return nil, fmt.Errorf("%s=%q: unknown backend", envBackend, kind)
 	}

@@ -1,10 +1,12 @@
 // Package chaos holds the real-server fault run of simba (see
 // docs/RELIABILITY.md): client processes, each a simba client with an
-// election and a partition group, reach a 3-member etcd cluster or a
-// ZooKeeper server through fault-injecting proxies of their own and write
-// with their terms' tokens to a fenced register, while a schedule drawn from
-// a seed kills them (SIGKILL), pauses them (SIGSTOP/SIGCONT), cuts their
-// links and restarts servers. The invariant checkers of internal/check then
+// election and a partition group, reach a 3-member etcd cluster, a
+// ZooKeeper server or a PostgreSQL server through fault-injecting proxies
+// of their own and write with their terms' tokens to a fenced register,
+// while a schedule drawn from a seed kills them (SIGKILL), pauses them
+// (SIGSTOP/SIGCONT), cuts their links and restarts servers (PostgreSQL:
+// pauses it with SIGSTOP, restarts it, and ends clients' connections with
+// pg_terminate_backend). The invariant checkers of internal/check then
 // run over what the clients and the register recorded.
 //
 // Everything is in the package's tests:
@@ -12,9 +14,15 @@
 //	go test -race -v ./internal/chaos/                            # 20s schedule per backend
 //	go test -race -v ./internal/chaos/ -chaos.duration=5m         # the long run (make chaos)
 //	go test -race -v ./internal/chaos/ -chaos.seed=SEED -run Etcd # replay a schedule
+//	./scripts/with-postgres-redis.sh go test -race -v -run TestPostgres ./internal/chaos/
 //
 // The ZooKeeper run starts a server of its own when ZooKeeper is installed
 // (so that it can restart it), or else uses the one named by SIMBA_ZK_ADDR
 // without server restarts; without either it skips (fails under
-// SIMBA_REQUIRE_SERVERS=1).
+// SIMBA_REQUIRE_SERVERS=1). The PostgreSQL run likewise starts a server of
+// its own when PostgreSQL is installed (pgtest.StartServer), so that it can
+// pause and restart it, or else uses the one named by SIMBA_PG_DSN
+// (scripts/with-postgres-redis.sh sets it) with pg_terminate_backend as its
+// only server fault; without either it skips (fails under
+// SIMBA_REQUIRE_SERVERS=1). Each run has a schema of its own.
 package chaos

@@ -19,11 +19,13 @@ import (
 // is the instant the watcher learned of the deletion of the lease key or
 // znode, at or after the true end. Its Start must be no later than the
 // first instant a task could know of the grant (see each backend's
-// watcher for how that is ensured). Expired is always false: a watcher
-// cannot tell a session's expiry from its holder's release or close, and
-// the checkers' rule for a grant that ended otherwise than by expiry is the
-// weaker one, sound for both (they may miss a violation by the watcher's
-// lag, never report a false one).
+// watcher for how that is ensured). Expired is false for etcd and
+// ZooKeeper: their watchers cannot tell a session's expiry from its
+// holder's release or close, and the checkers' rule for a grant that ended
+// otherwise than by expiry is the weaker one, sound for both (they may miss
+// a violation by the watcher's lag, never report a false one).
+// PostgreSQL's watcher reads the server's expiry of each session, and marks
+// a holding it saw expire Expired, with its End that expiry.
 
 // grantWatch is a running watcher of a run's grants.
 type grantWatch struct {
@@ -110,6 +112,22 @@ func (l *grantLog) end(name string, token uint64, at time.Time) {
 		if l.note != nil {
 			l.note("server: grant %d of %s over by %s", token, name, stamp(at))
 		}
+	}
+}
+
+// expire records that the grant of name with token ended by the expiry
+// of its session at the instant at, by the server's clock (see
+// pgGrantWatch).
+func (l *grantLog) expire(name string, token uint64, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	g, ok := l.byKey[grantKey{name, token}]
+	if !ok || g.Ended {
+		return
+	}
+	g.End, g.Ended, g.Expired = at.Round(0), true, true
+	if l.note != nil {
+		l.note("server: grant %d of %s expired at %s", token, name, stamp(at))
 	}
 }
 

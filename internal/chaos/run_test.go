@@ -19,7 +19,7 @@ import (
 // link of fault-injecting proxies for each client, server restarts, and a
 // look at what is left on the servers.
 type world interface {
-	kind() string     // backendEtcd or backendZooKeeper: what the clients open
+	kind() string     // backendEtcd, backendZooKeeper or backendPostgres: what the clients open
 	newSpace() string // a fresh key prefix or root for one run
 	newLink() (link, error)
 	canRestart() bool

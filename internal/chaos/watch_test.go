@@ -9,9 +9,11 @@ import (
 
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/etcd"
+	"github.com/simba-go/simba/backend/postgres"
 	"github.com/simba-go/simba/backend/zookeeper"
 	"github.com/simba-go/simba/internal/check"
 	"github.com/simba-go/simba/internal/etcdtest"
+	"github.com/simba-go/simba/internal/pgtest"
 	"github.com/simba-go/simba/internal/zktest"
 )
 
@@ -49,6 +51,17 @@ func TestGrantWatch(t *testing.T) {
 			}
 		})
 		testGrantWatch(t, z, space, b)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		p := &postgresWorld{dsn: pgtest.DSN(t), id: "watch"}
+		t.Cleanup(p.close) // drops the schema
+		space := p.newSpace()
+		b, err := postgres.New(p.dsn, postgres.WithSchema(space))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		testGrantWatch(t, p, space, b)
 	})
 }
 
