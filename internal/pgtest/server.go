@@ -300,6 +300,13 @@ func (s *Server) start() error {
 	}
 }
 
+// Log returns the server's log (what it wrote since StartServer, across
+// restarts).
+func (s *Server) Log() string {
+	b, _ := os.ReadFile(filepath.Join(filepath.Dir(s.data), "server.log"))
+	return string(b)
+}
+
 // logTail returns the end of the server's log.
 func (s *Server) logTail() string {
 	b, _ := os.ReadFile(filepath.Join(filepath.Dir(s.data), "server.log"))
