@@ -331,3 +331,37 @@ func TestPostgresPasswordAndTLS(t *testing.T) {
 		})
 	}
 }
+
+// The command through PgBouncer in transaction mode, with the DSN's
+// default_query_exec_mode=exec (see the package documentation of
+// backend/postgres): it reads, and writes an operation, while a node runs
+// on the server directly.
+func TestPostgresThroughPooler(t *testing.T) {
+	if testing.Short() {
+		t.Skip("uses a real PostgreSQL and PgBouncer")
+	}
+	dsn := pgtest.DSN(t)
+	p := pgtest.StartPooler(t, dsn)
+	schema := pgtest.Schema(t)
+	b, err := postgres.New(dsn, postgres.WithSchema(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() }) // after the node
+	startNode(t, b, "a", securedTTL, &recorder{}).schedule(t, "report", simba.FixedRate(time.Hour))
+	pg := []string{"--postgres", p.DSN(), "--prefix", schema}
+	eventually(t, 30*time.Second, "report is held", func() bool {
+		r := runIn(t, nil, append([]string{"status", "report", "--json"}, pg...)...)
+		return r.code == exitOK && decode[leaseView](t, r.stdout).State == "held"
+	})
+	for _, args := range [][]string{{"status"}, {"jobs"}, {"disable", "report", "--reason", "through the pooler"}, {"enable", "report"}, {"audit", "report"}} {
+		if r := runIn(t, nil, append(args, pg...)...); r.code != exitOK {
+			t.Errorf("simba %s through the pooler: %v", strings.Join(args, " "), r)
+		}
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("PgBouncer's log:\n%s", p.Log())
+		}
+	})
+}
