@@ -17,6 +17,9 @@
 #     it answers PING with PONG.
 #   It runs the command, then stops both servers and removes the directory,
 #   also on failure or interrupt.
+# - With the PostgreSQL server, Debian's pgbouncer package is installed when
+#   missing: the tests of a pooler in transaction mode (pgtest.StartPooler)
+#   start a PgBouncer of their own in front of the server.
 # - When a server cannot be had, it says why; with SIMBA_REQUIRE_SERVERS=1 it
 #   fails, otherwise it runs the command without that server (the tests that
 #   need it skip).
@@ -52,6 +55,10 @@ pg_bindir() {
 
 have_redis() { command -v redis-server >/dev/null; }
 
+# have_pgbouncer reports whether PgBouncer is installed (Debian puts it in
+# /usr/sbin, which is not on every PATH).
+have_pgbouncer() { command -v pgbouncer >/dev/null || [[ -x /usr/sbin/pgbouncer ]]; }
+
 # install installs the Debian packages named, with one retry after updating
 # the package lists, and reports whether it succeeded.
 install() {
@@ -83,6 +90,9 @@ packages=()
 if [[ -n "$want_pg" && -z "$(pg_bindir)" ]]; then
 	packages+=(postgresql)
 fi
+if [[ -n "$want_pg" ]] && ! have_pgbouncer; then
+	packages+=(pgbouncer)
+fi
 if [[ -n "$want_redis" ]] && ! have_redis; then
 	packages+=(redis-server)
 fi
@@ -92,6 +102,9 @@ fi
 if [[ -n "$want_pg" && -z "$(pg_bindir)" ]]; then
 	missing "PostgreSQL is not installed: install Debian's postgresql package or set SIMBA_PG_DSN"
 	want_pg=""
+fi
+if [[ -n "$want_pg" ]] && ! have_pgbouncer; then
+	missing "PgBouncer is not installed: install Debian's pgbouncer package (the tests of a pooler in transaction mode skip without it)"
 fi
 if [[ -n "$want_redis" ]] && ! have_redis; then
 	missing "Redis is not installed: install Debian's redis-server package or set SIMBA_REDIS_ADDR"

@@ -101,20 +101,58 @@
 // session's own check past its deadline, shows its candidacy gone, and
 // with the session's end.
 //
-// Behind a connection pooler in transaction mode a LISTEN does not outlast
-// its transaction. There, use [WithoutListen]: waiters read the queue at
-// the expiry times of the candidacies ahead and at least every interval,
-// and watches send a hint every interval. The same fallback runs while the
-// listening connection is down, and until a probe (a NOTIFY sent on
-// another connection of the pool) has come back on it: a LISTEN that
-// succeeds but hears nothing, as through such a pooler, leaves the backend
-// on the fallback, with a warning in the log after five seconds. When the
-// probe arrives, every waiter and watcher reads again.
+// With [WithoutListen] the backend never LISTENs: waiters read the queue
+// at the expiry times of the candidacies ahead and at least every
+// interval, and watches send a hint every interval. The same fallback runs
+// while the listening connection is down, and until a probe (a NOTIFY sent
+// on another connection of the pool) has come back on it: a LISTEN that
+// succeeds but hears nothing, as through a pooler in transaction mode,
+// leaves the backend on the fallback, with a warning in the log after five
+// seconds. When the probe arrives, every waiter and watcher reads again.
 //
 // While a holder renews, a waiter's timer (the holder's expiry) fires
 // about once per TTL and reads the queue once; a holder reads its
 // candidacies once per notification of a name it holds (a waiter joining
 // or leaving, a hand-off), so that Lost is not late.
+//
+// # Behind a pooler in transaction mode
+//
+// Through PgBouncer (or another pooler) in pool_mode=transaction, each
+// transaction, and each statement outside one, may run on another server
+// connection. Every statement of this backend is a transaction of its own
+// or part of one, and the schema's creation locks with a transaction-level
+// advisory lock, so nothing it does depends on the server connection but
+// two things, and a user behind such a pooler sets both:
+//
+//   - default_query_exec_mode=exec in the DSN (simple_protocol and
+//     cache_describe work too; with [NewFromPool], set the pool's
+//     ConnConfig.DefaultQueryExecMode to pgx.QueryExecModeExec). pgx's
+//     default prepares named statements and caches them per connection,
+//     and PgBouncer before 1.21 does not carry them from one server
+//     connection to another: statements then fail with "prepared
+//     statement "stmtcache_…" does not exist" (SQLSTATE 26000) or "already
+//     exists" (42P05), and the backend's error says to set this. PgBouncer
+//     1.21 and later with max_prepared_statements above zero support pgx's
+//     default (not tested here).
+//   - [WithoutListen]: a LISTEN through the pooler registers on whichever
+//     server connection ran it, and the client never hears anything. A
+//     hand-off then reaches a waiter about one interval after the release; a
+//     fail-over takes the holder's expiry, as with LISTEN.
+//
+// Without WithoutListen the backend still works there, on the fallback
+// (its probe never comes back); but the server connection left listening
+// receives every notification of the schema while PgBouncer has lent it to
+// no client, which PgBouncer logs ("got packet 'A' from server when not
+// linked") and which PgBouncer 1.18 to 1.20 can exit on (FATAL "server in
+// bad state: 11", its issue 822) when a cancel request for that server
+// connection is under way: pgx sends one whenever a query's context ends
+// early. This package's tests saw that exit with simple_protocol and no
+// WithoutListen. pool_mode=statement cannot work: the backend needs
+// transactions of several statements.
+//
+// The tests run the conformance suite through PgBouncer 1.18 in
+// transaction mode with both settings, a crash fail-over through it, and
+// the probe's fallback without WithoutListen (pooler_test.go).
 //
 // # Restarts and failovers
 //

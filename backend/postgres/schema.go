@@ -181,6 +181,9 @@ func describe(err error) error {
 		if pe.Hint != "" {
 			msg += "; hint: " + pe.Hint
 		}
+		if pe.Code == "26000" || pe.Code == "42P05" { // pgx's cached prepared statement missing, or there already
+			msg += "; behind a pooler in transaction mode (PgBouncer before 1.21), set default_query_exec_mode=exec in the DSN"
+		}
 		return &describedErr{msg: fmt.Sprintf("%s [SQLSTATE %s]", msg, pe.Code), err: err}
 	}
 	return err

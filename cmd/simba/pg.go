@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os"
 	"regexp"
 	"strings"
 
@@ -183,6 +184,9 @@ func (r *redactingWriter) Write(p []byte) (int, error) {
 // pgRefusal returns the refusedError that err is if the PostgreSQL server
 // refused the login or a permission; else nil.
 func pgRefusal(t target, doing string, err error) error {
+	if msg := tlsProblem(pgTLSFiles(t.dsn), err); msg != "" {
+		return refusedf("%s: TLS handshake failed: %s", t, msg)
+	}
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) {
 		return nil
@@ -197,4 +201,37 @@ func pgRefusal(t target, doing string, err error) error {
 		return refusedf("%s: user %s may not do this while %s (PostgreSQL: %s): to show, it needs USAGE on the schema and SELECT on its tables; to operate, also INSERT, UPDATE and DELETE, and USAGE on its sequences", t, user, doing, pe.Message)
 	}
 	return nil
+}
+
+// pgTLSFiles names, for the messages of a failed TLS handshake, the CA
+// and client certificate a DSN's TLS uses: its sslrootcert and sslcert,
+// else $PGSSLROOTCERT and $PGSSLCERT (which pgx reads), else none (the
+// system's CAs, no client certificate).
+func pgTLSFiles(dsn string) *security {
+	s := &security{}
+	if ca := dsnSetting(dsn, "sslrootcert"); ca != "" {
+		s.cacertFrom = "sslrootcert " + ca
+	}
+	if cert := dsnSetting(dsn, "sslcert"); cert != "" {
+		s.certFile, s.certFrom = cert, "the DSN's sslcert"
+	}
+	return s
+}
+
+// dsnSetting returns the value of a setting of a DSN (a URL's query
+// parameter, or a key=value pair), else of its environment variable
+// ($PG and the key in upper case), else "".
+func dsnSetting(dsn, key string) string {
+	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		if v := u.Query().Get(key); v != "" {
+			return v
+		}
+	} else if m := regexp.MustCompile(`(?:^|\s)` + regexp.QuoteMeta(key) + `\s*=\s*('(?:[^'\\]|\\.)*'|\S+)`).FindStringSubmatch(dsn); m != nil {
+		v := m[1]
+		if strings.HasPrefix(v, "'") {
+			v = strings.NewReplacer(`\'`, `'`, `\\`, `\`).Replace(strings.Trim(v, "'"))
+		}
+		return v
+	}
+	return os.Getenv("PG" + strings.ToUpper(key))
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/postgres"
+	"github.com/simba-go/simba/internal/certs"
 	"github.com/simba-go/simba/internal/pgtest"
 )
 
@@ -247,4 +248,120 @@ func TestPostgresBadInput(t *testing.T) {
 		}
 		requireNoPGSecret(t, tc.what, r)
 	}
+}
+
+// A PostgreSQL server of the test's own that checks passwords
+// (scram-sha-256) and serves TLS with a certificate of the test's CA: the
+// command logs in with the password and sslmode=verify-full, from the flag
+// and from $SIMBA_POSTGRES (the password also from $SIMBA_PASSWORD); a
+// wrong password and a CA that did not sign the server's certificate are
+// each one line, exit status 5, naming the problem and never the password.
+func TestPostgresPasswordAndTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a PostgreSQL server")
+	}
+	dir := t.TempDir()
+	f, err := certs.Generate(filepath.Join(dir, "tls"), "ops")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := pgtest.StartServer(t, pgtest.WithPasswordUser("ops", pgSecret), pgtest.WithTLS(f))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the server's log:\n%s", srv.Log())
+		}
+	})
+	other, err := certs.NewCA("another CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherCA := writeFile(t, filepath.Join(dir, "other-ca.crt"), string(other.CertPEM))
+	// dsn is the server's DSN as ops, with password if not "", and TLS
+	// checked against ca.
+	dsn := func(password, ca string) string {
+		u := url.URL{Scheme: "postgres", User: url.User("ops"), Host: srv.Addr(), Path: "/postgres",
+			RawQuery: url.Values{"sslmode": {"verify-full"}, "sslrootcert": {ca}}.Encode()}
+		if password != "" {
+			u.User = url.UserPassword("ops", password)
+		}
+		return u.String()
+	}
+	schema := "ops_schema"
+	where := "postgres at ops@" + srv.Addr() + "/postgres (schema " + schema + ")"
+
+	r := runIn(t, nil, "status", "--postgres", dsn(pgSecret, f.CA), "--prefix", schema)
+	requireNoPGSecret(t, "status with the password over verify-full", r)
+	if r.code != exitOK || !strings.Contains(r.stdout, where) {
+		t.Errorf("status with the password over verify-full: want exit 0 naming %s\n%v", where, r)
+	}
+	env := map[string]string{envPostgres: dsn("", f.CA), envPassword: pgSecret, envPrefix: schema}
+	r = runIn(t, env, "elections")
+	requireNoPGSecret(t, "elections from $SIMBA_POSTGRES and $SIMBA_PASSWORD", r)
+	if r.code != exitOK {
+		t.Errorf("elections from $%s and $%s: %v", envPostgres, envPassword, r)
+	}
+	r = runIn(t, map[string]string{envPostgres: dsn(pgSecret, f.CA)}, "jobs", "--prefix", schema)
+	requireNoPGSecret(t, "jobs from $SIMBA_POSTGRES", r)
+	if r.code != exitOK {
+		t.Errorf("jobs from $%s with the password in it: %v", envPostgres, r)
+	}
+
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want []string
+	}{
+		{"a wrong password", nil, []string{"--postgres", dsn("wrong-password", f.CA)},
+			[]string{where + " refused the login of user ops", "wrong password", "password authentication failed"}},
+		{"a wrong password from $SIMBA_POSTGRES", map[string]string{envPostgres: dsn("wrong-password", f.CA)}, nil,
+			[]string{"refused the login of user ops", "wrong password"}},
+		{"a wrong password from $SIMBA_PASSWORD", map[string]string{envPostgres: dsn("", f.CA), envPassword: "wrong-password"}, nil,
+			[]string{"refused the login of user ops", "wrong password"}},
+		{"no password", nil, []string{"--postgres", dsn("", f.CA)},
+			[]string{"refused the login of user ops"}},
+		{"a CA that did not sign the server's certificate", nil, []string{"--postgres", dsn(pgSecret, otherCA)},
+			[]string{where + ": TLS handshake failed", "not signed by the CA of sslrootcert " + otherCA}},
+	} {
+		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
+			r := runIn(t, tc.env, append([]string{"status", "--prefix", schema, "--timeout", "10s"}, tc.args...)...)
+			requireOneLine(t, tc.name, r, exitRefused, tc.want...)
+			requireNoPGSecret(t, tc.name, r)
+			t.Logf("%s: exit %d: %s", tc.name, r.code, strings.TrimSpace(r.stderr))
+		})
+	}
+}
+
+// The command through PgBouncer in transaction mode, with the DSN's
+// default_query_exec_mode=exec (see the package documentation of
+// backend/postgres): it reads, and writes an operation, while a node runs
+// on the server directly.
+func TestPostgresThroughPooler(t *testing.T) {
+	if testing.Short() {
+		t.Skip("uses a real PostgreSQL and PgBouncer")
+	}
+	dsn := pgtest.DSN(t)
+	p := pgtest.StartPooler(t, dsn)
+	schema := pgtest.Schema(t)
+	b, err := postgres.New(dsn, postgres.WithSchema(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() }) // after the node
+	startNode(t, b, "a", securedTTL, &recorder{}).schedule(t, "report", simba.FixedRate(time.Hour))
+	pg := []string{"--postgres", p.DSN(), "--prefix", schema}
+	eventually(t, 30*time.Second, "report is held", func() bool {
+		r := runIn(t, nil, append([]string{"status", "report", "--json"}, pg...)...)
+		return r.code == exitOK && decode[leaseView](t, r.stdout).State == "held"
+	})
+	for _, args := range [][]string{{"status"}, {"jobs"}, {"disable", "report", "--reason", "through the pooler"}, {"enable", "report"}, {"audit", "report"}} {
+		if r := runIn(t, nil, append(args, pg...)...); r.code != exitOK {
+			t.Errorf("simba %s through the pooler: %v", strings.Join(args, " "), r)
+		}
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("PgBouncer's log:\n%s", p.Log())
+		}
+	})
 }

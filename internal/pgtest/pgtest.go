@@ -1,8 +1,11 @@
 // Package pgtest gives tests a PostgreSQL server: the DSN of the one that
 // scripts/with-postgres-redis.sh started (SIMBA_PG_DSN), skipping the test
 // when there is none (a failure under SIMBA_REQUIRE_SERVERS=1), and a fresh
-// schema name per test, dropped at its end; and, for the fault tests that
-// restart or pause a server, a [Server] of a test's own ([StartServer]).
+// schema name per test, dropped at its end; for the fault tests that
+// restart or pause a server, a [Server] of a test's own ([StartServer]),
+// which may also check passwords and serve TLS ([WithPasswordUser],
+// [WithTLS]); and a PgBouncer in transaction mode in front of either
+// ([StartPooler]).
 package pgtest
 
 import (

@@ -17,14 +17,16 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/simba-go/simba/internal/certs"
 )
 
 // Server is a PostgreSQL server of one test's own, for the faults that
 // the shared server must not suffer: a restart, a pause. Its cluster is
 // made by initdb in a temporary directory (trust authentication, no
-// fsync, as scripts/with-postgres-redis.sh makes the shared one) and it
-// listens on 127.0.0.1 only, on a port that stays the same across
-// restarts.
+// fsync, as scripts/with-postgres-redis.sh makes the shared one, unless
+// [WithPasswordUser] or [WithTLS] say otherwise) and it listens on
+// 127.0.0.1 only, on a port that stays the same across restarts.
 type Server struct {
 	t      testing.TB
 	bin    string
@@ -58,11 +60,52 @@ func bindir() string {
 	return ""
 }
 
+// ServerOption configures a [Server] of [StartServer].
+type ServerOption func(*serverConfig)
+
+type serverConfig struct {
+	user, password string      // WithPasswordUser
+	tls            certs.Files // WithTLS: its ServerCert and ServerKey
+}
+
+// WithPasswordUser makes the server check the password of every login
+// over TCP but the postgres user's (trusted still, for the test's own
+// set-up through [Server.DSN]), with scram-sha-256 as pg_hba.conf says,
+// and creates the role user (LOGIN, with password, and CREATE on the
+// postgres database, so that it may create a schema of its own).
+func WithPasswordUser(user, password string) ServerOption {
+	return func(c *serverConfig) { c.user, c.password = user, password }
+}
+
+// WithTLS makes the server serve TLS (ssl=on) with the server certificate
+// and key of f, from internal/certs: for 127.0.0.1, ::1 and localhost,
+// signed by f's CA. Clients choose with sslmode: the server accepts
+// connections with TLS and without.
+func WithTLS(f certs.Files) ServerOption {
+	return func(c *serverConfig) { c.tls = f }
+}
+
+// serverCredential returns the credential to run PostgreSQL's programs
+// with: the postgres user's when running as root (the server and
+// PgBouncer refuse to run as root), else nil (oneself).
+func serverCredential() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("running as root, and no postgres user to run PostgreSQL as: %w", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
 // StartServer makes a cluster and starts its server; the test's clean-up
 // stops it and removes the directory. It skips t (fails it under
 // SIMBA_REQUIRE_SERVERS=1) when PostgreSQL is not installed, and fails t
 // when the server does not start.
-func StartServer(t testing.TB) *Server {
+func StartServer(t testing.TB, opts ...ServerOption) *Server {
 	t.Helper()
 	bin := bindir()
 	if bin == "" {
@@ -70,6 +113,10 @@ func StartServer(t testing.TB) *Server {
 			t.Fatalf("pgtest: PostgreSQL is not installed (no initdb) and %s=1: install Debian's postgresql package", EnvRequire)
 		}
 		t.Skip("pgtest: PostgreSQL is not installed (no initdb): install Debian's postgresql package")
+	}
+	var cfg serverConfig
+	for _, o := range opts {
+		o(&cfg)
 	}
 	s := &Server{t: t, bin: bin}
 	dir, err := os.MkdirTemp("", "simba-pgtest-")
@@ -81,20 +128,15 @@ func StartServer(t testing.TB) *Server {
 	if err := os.Mkdir(s.data, 0o700); err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
-	if os.Geteuid() == 0 {
-		// The server refuses to run as root: run it as the postgres user,
-		// who reaches its data directory through dir.
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			t.Fatalf("pgtest: running as root, and no postgres user to run PostgreSQL as: %v", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		s.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	if s.cred, err = serverCredential(); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	if s.cred != nil {
+		// The postgres user reaches its data directory through dir.
 		if err := os.Chmod(dir, 0o755); err != nil {
 			t.Fatalf("pgtest: %v", err)
 		}
-		if err := os.Chown(s.data, uid, gid); err != nil {
+		if err := os.Chown(s.data, int(s.cred.Uid), int(s.cred.Gid)); err != nil {
 			t.Fatalf("pgtest: %v", err)
 		}
 	}
@@ -102,6 +144,9 @@ func StartServer(t testing.TB) *Server {
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
 	if out, err := initdb.CombinedOutput(); err != nil {
 		t.Fatalf("pgtest: initdb: %v\n%s", err, out)
+	}
+	if err := s.configure(cfg); err != nil {
+		t.Fatalf("pgtest: %v", err)
 	}
 	t.Cleanup(s.kill)
 	for attempt := 1; ; attempt++ {
@@ -111,14 +156,94 @@ func StartServer(t testing.TB) *Server {
 		}
 		err = s.start()
 		if err == nil {
-			return s
+			break
 		}
 		s.kill()
 		if attempt == 3 {
 			t.Fatalf("pgtest: the server did not start: %v", err)
 		}
 	}
+	if cfg.user != "" {
+		s.Exec(fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD %s", pgx.Identifier{cfg.user}.Sanitize(), quoteLiteral(cfg.password)))
+		s.Exec(fmt.Sprintf("GRANT CREATE ON DATABASE postgres TO %s", pgx.Identifier{cfg.user}.Sanitize()))
+	}
+	return s
 }
+
+// configure writes, into the new cluster, what the options ask for: the
+// pg_hba.conf of WithPasswordUser, the certificate and key of WithTLS
+// (owned by the server's user, the key mode 0600 as the server demands),
+// and their settings in postgresql.conf.
+func (s *Server) configure(cfg serverConfig) error {
+	var conf []string
+	if cfg.user != "" {
+		hba := "# pgtest.WithPasswordUser: the tests' own superuser is trusted, everyone else gives a password\n" +
+			"host all postgres 127.0.0.1/32 trust\n" +
+			"host all all 127.0.0.1/32 scram-sha-256\n"
+		if err := s.writeFile("pg_hba.conf", []byte(hba), 0o600); err != nil {
+			return err
+		}
+		conf = append(conf, "password_encryption = 'scram-sha-256'")
+	}
+	if cfg.tls.ServerCert != "" {
+		for _, f := range []struct{ from, to string }{{cfg.tls.ServerCert, "server.crt"}, {cfg.tls.ServerKey, "server.key"}} {
+			b, err := os.ReadFile(f.from)
+			if err != nil {
+				return fmt.Errorf("WithTLS: %w", err)
+			}
+			if err := s.writeFile(f.to, b, 0o600); err != nil {
+				return err
+			}
+		}
+		conf = append(conf, "ssl = on", "ssl_cert_file = 'server.crt'", "ssl_key_file = 'server.key'")
+	}
+	if len(conf) == 0 {
+		return nil
+	}
+	f, err := os.OpenFile(filepath.Join(s.data, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString("\n# pgtest.StartServer's options\n" + strings.Join(conf, "\n") + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// writeFile writes a file of the data directory, owned by the server's
+// user.
+func (s *Server) writeFile(name string, b []byte, mode os.FileMode) error {
+	path := filepath.Join(s.data, name)
+	if err := os.WriteFile(path, b, mode); err != nil {
+		return err
+	}
+	if err := os.Chmod(path, mode); err != nil { // an existing file keeps its mode
+		return err
+	}
+	if s.cred != nil {
+		return os.Chown(path, int(s.cred.Uid), int(s.cred.Gid))
+	}
+	return nil
+}
+
+// Exec runs sql on a connection of its own to the server, as the postgres
+// user, failing the test on an error.
+func (s *Server) Exec(sql string, args ...any) {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, s.DSN())
+	if err != nil {
+		s.t.Fatalf("pgtest: connecting: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, sql, args...); err != nil {
+		s.t.Fatalf("pgtest: %s: %v", sql, err)
+	}
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // freePort returns a port that was free on 127.0.0.1 a moment ago.
 func freePort() (int, error) {
@@ -173,6 +298,13 @@ func (s *Server) start() error {
 			return fmt.Errorf("not accepting connections after %v: %v", waitServer, err)
 		}
 	}
+}
+
+// Log returns the server's log (what it wrote since StartServer, across
+// restarts).
+func (s *Server) Log() string {
+	b, _ := os.ReadFile(filepath.Join(filepath.Dir(s.data), "server.log"))
+	return string(b)
 }
 
 // logTail returns the end of the server's log.
