@@ -101,7 +101,14 @@ func benchGroup(t *testing.T, fsync bool, out *strings.Builder) {
 		opts = append(opts, etcdtest.WithFsync())
 	}
 	srv := etcdtest.Start(t, opts...)
-	g := newGroupScenario(t, etcdGroups(srv, benchTTL, false))
+	benchGroupRounds(t, etcdGroups(srv, benchTTL, false), "fsync "+map[bool]string{false: "off", true: "on"}[fsync], out)
+}
+
+// benchGroupRounds runs the group benchmark's rounds on gb (see
+// TestEtcdGroupBenchmark) and writes their table to out under heading;
+// TestPostgresGroupBenchmark runs them on PostgreSQL.
+func benchGroupRounds(t *testing.T, gb groupBackend, heading string, out *strings.Builder) {
+	g := newGroupScenario(t, gb)
 	var nodes []*groupNode
 	var ids []string
 	for i := range benchNodes - 1 {
@@ -145,7 +152,7 @@ func benchGroup(t *testing.T, fsync bool, out *strings.Builder) {
 		}
 	}
 
-	fmt.Fprintf(out, "\nfsync %v; cold start of the first 7 nodes: %.0f ms\n\n", map[bool]string{false: "off", true: "on"}[fsync], float64(cold)/float64(time.Millisecond))
+	fmt.Fprintf(out, "\n%s; cold start of the first 7 nodes: %.0f ms\n\n", heading, float64(cold)/float64(time.Millisecond))
 	fmt.Fprintln(out, "| round | event | partitions moved | minimal set | converged after |")
 	fmt.Fprintln(out, "|---:|---|---:|---:|---:|")
 	var joins, leaves []time.Duration

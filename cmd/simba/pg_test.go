@@ -46,8 +46,8 @@ func requireNoPGSecret(t *testing.T, what string, r result) {
 }
 
 // The end-to-end scenarios, with the built command, on PostgreSQL; the
-// nodes are in-process clients (opsdemo takes -etcd and -zk only, so the
-// fail-over of a crashed process is not among them).
+// nodes are in-process clients, and opsdemo processes (-postgres) where a
+// node must crash.
 func TestEndToEndPostgres(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the command and uses a real PostgreSQL")
@@ -57,7 +57,6 @@ func TestEndToEndPostgres(t *testing.T) {
 	var list []scenario
 	for _, sc := range scenarios {
 		switch sc.name {
-		case "HistoryRecordsAFailOver": // opsdemo processes: etcd and ZooKeeper only
 		case "Errors": // etcd's and ZooKeeper's flags; TestPostgresBadInput
 		default:
 			list = append(list, sc)

@@ -1,5 +1,5 @@
 // Command opsdemo is one node of a small cluster to operate with the simba
-// command, on etcd or ZooKeeper. Every node runs
+// command, on etcd, ZooKeeper or PostgreSQL. Every node runs
 //
 //   - ingest: an election whose leader works while it leads (RunWhileLeader);
 //   - report: a scheduled job, run by one node at a time at a fixed rate;
@@ -15,6 +15,14 @@
 //	go run ./examples/opsdemo -member b        # terminal 3
 //	simba status                               # terminal 4
 //
+// On PostgreSQL, give every node and the simba command the same DSN
+// (-postgres, or $SIMBA_POSTGRES); -prefix then names the schema, as the
+// simba command's --prefix does (default simba):
+//
+//	export SIMBA_POSTGRES='postgres://app@db:5432/app?sslmode=verify-full'
+//	go run ./examples/opsdemo -member a
+//	simba status
+//
 // SIGINT or SIGTERM stops the node gracefully: it hands everything off,
 // then closes its session. SIGKILL is a crash: its leases pass to the other
 // nodes when its session expires, one TTL later.
@@ -26,16 +34,21 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/etcd"
+	"github.com/simba-go/simba/backend/postgres"
 	"github.com/simba-go/simba/backend/zookeeper"
 )
 
@@ -48,13 +61,14 @@ func main() {
 
 // config is a node's configuration, from its flags.
 type config struct {
-	etcd, zk, prefix string
-	member           string
-	ttl              time.Duration
-	report, billing  time.Duration // the fixed rates
-	partitions       int
-	work             time.Duration // how long each run works
-	verbose          bool          // print every billing run
+	etcd, zk, pg    string
+	prefix          string
+	member          string
+	ttl             time.Duration
+	report, billing time.Duration // the fixed rates
+	partitions      int
+	work            time.Duration // how long each run works
+	verbose         bool          // print every billing run
 }
 
 // runMain parses args, runs the node until ctx ends, and returns the exit
@@ -66,7 +80,8 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.etcd, "etcd", os.Getenv("SIMBA_ETCD"), "etcd `endpoints`, comma-separated (default $SIMBA_ETCD)")
 	fs.StringVar(&cfg.zk, "zk", os.Getenv("SIMBA_ZK"), "ZooKeeper `servers`, comma-separated (default $SIMBA_ZK)")
-	fs.StringVar(&cfg.prefix, "prefix", os.Getenv("SIMBA_PREFIX"), "etcd key `prefix` or ZooKeeper root (default $SIMBA_PREFIX, else the backend's default)")
+	fs.StringVar(&cfg.pg, "postgres", os.Getenv("SIMBA_POSTGRES"), "PostgreSQL `DSN` (default $SIMBA_POSTGRES)")
+	fs.StringVar(&cfg.prefix, "prefix", os.Getenv("SIMBA_PREFIX"), "etcd key `prefix`, ZooKeeper root or PostgreSQL schema (its slashes trimmed) (default $SIMBA_PREFIX, else the backend's default)")
 	fs.StringVar(&cfg.member, "member", fmt.Sprintf("%s-%d", host, os.Getpid()), "this node's member `id`")
 	fs.DurationVar(&cfg.ttl, "ttl", 2*time.Second, "session TTL")
 	fs.DurationVar(&cfg.report, "report", 2*time.Second, "fixed rate of the report job")
@@ -96,9 +111,15 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // openBackend opens the backend the flags name.
 func openBackend(cfg config) (backend.Backend, string, error) {
+	given := 0
+	for _, v := range []string{cfg.etcd, cfg.zk, cfg.pg} {
+		if v != "" {
+			given++
+		}
+	}
 	switch {
-	case cfg.etcd != "" && cfg.zk != "":
-		return nil, "", errors.New("give -etcd or -zk, not both")
+	case given > 1:
+		return nil, "", errors.New("give one of -etcd, -zk and -postgres")
 	case cfg.etcd != "":
 		var opts []etcd.Option
 		if cfg.prefix != "" {
@@ -113,8 +134,32 @@ func openBackend(cfg config) (backend.Backend, string, error) {
 		}
 		b, err := zookeeper.New(strings.Split(cfg.zk, ","), opts...)
 		return b, "ZooKeeper at " + cfg.zk, err
+	case cfg.pg != "":
+		return openPostgres(cfg)
 	}
-	return nil, "", errors.New("no backend: give -etcd or -zk, or set SIMBA_ETCD (simba dev runs a local etcd)")
+	return nil, "", errors.New("no backend: give -etcd, -zk or -postgres, or set SIMBA_ETCD (simba dev runs a local etcd)")
+}
+
+// openPostgres opens the PostgreSQL backend of cfg.pg, in the schema
+// cfg.prefix names (without its slashes, as the simba command reads
+// --prefix). The description names the server and the schema, never the
+// DSN, whose password it may hold.
+func openPostgres(cfg config) (backend.Backend, string, error) {
+	pc, err := pgconn.ParseConfig(cfg.pg)
+	if err != nil {
+		// pgconn's message quotes the DSN with its password masked.
+		return nil, "", fmt.Errorf("-postgres: %w", err)
+	}
+	var opts []postgres.Option
+	if schema := strings.Trim(cfg.prefix, "/"); schema != "" {
+		opts = append(opts, postgres.WithSchema(schema))
+	}
+	b, err := postgres.New(cfg.pg, opts...)
+	if err != nil {
+		return nil, "", fmt.Errorf("-postgres: %w", err)
+	}
+	where := fmt.Sprintf("PostgreSQL at %s/%s (schema %s)", net.JoinHostPort(pc.Host, strconv.Itoa(int(pc.Port))), pc.Database, b.Schema())
+	return b, where, nil
 }
 
 // printer prints timestamped lines, one at a time.

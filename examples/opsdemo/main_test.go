@@ -2,13 +2,18 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/goleak"
 
 	"github.com/simba-go/simba/internal/etcdtest"
+	"github.com/simba-go/simba/internal/pgtest"
 	"github.com/simba-go/simba/internal/plant"
 )
 
@@ -24,16 +29,39 @@ func TestNodeRunsAndHandsOff(t *testing.T) {
 		t.Skip("runs an etcd server and a node for two seconds")
 	}
 	srv := etcdtest.Start(t)
+	runNode(t, []string{"-etcd", strings.Join(srv.Endpoints(), ",")}, "etcd at "+strings.Join(srv.Endpoints(), ","))
+}
+
+// TestNodeRunsAndHandsOffOnPostgres is TestNodeRunsAndHandsOff on the
+// PostgreSQL server of scripts/with-postgres-redis.sh, in a schema of the
+// test's own (-prefix).
+func TestNodeRunsAndHandsOffOnPostgres(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a node on PostgreSQL for two seconds")
+	}
+	dsn, schema := pgtest.DSN(t), pgtest.Schema(t)
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		t.Fatalf("%s: %v", pgtest.EnvDSN, err)
+	}
+	runNode(t, []string{"-postgres", dsn, "-prefix", "/" + schema + "/"},
+		fmt.Sprintf("PostgreSQL at %s/%s (schema %s)\n", net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), cfg.Database, schema))
+}
+
+// runNode runs node a on the backend that flags name for two seconds, and
+// checks that it said it runs on where, took, ran and handed off.
+func runNode(t *testing.T, flags []string, where string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
 	var out strings.Builder
-	args := []string{"-etcd", strings.Join(srv.Endpoints(), ","), "-member", "a", "-ttl", "1s", "-report", "500ms", "-partitions", "2", "-v"}
+	args := append(flags, "-member", "a", "-ttl", "1s", "-report", "500ms", "-partitions", "2", "-v")
 	if code := runMain(ctx, args, &out, &out); code != 0 {
 		t.Fatalf("exit %d:\n%s", code, out.String())
 	}
 	t.Log("\n" + out.String())
 	for _, want := range []string{
-		"a: running ingest, report (every 500ms) and billing (2 partitions, every 1s) on etcd at ",
+		"a: running ingest, report (every 500ms) and billing (2 partitions, every 1s) on " + where,
 		"a: took ingest with token ",
 		"a: took report with token ",
 		"a: report runs with token ",
@@ -56,8 +84,11 @@ func TestUsage(t *testing.T) {
 	}{
 		{[]string{"-frob"}, 2, "flag provided but not defined"},
 		{[]string{"extra"}, 2, `unexpected arguments ["extra"]`},
-		{[]string{"-etcd", "", "-zk", ""}, 1, "no backend"},
-		{[]string{"-etcd", "a:1", "-zk", "b:2"}, 1, "give -etcd or -zk, not both"},
+		{[]string{"-etcd", "", "-zk", "", "-postgres", ""}, 1, "no backend"},
+		{[]string{"-etcd", "a:1", "-zk", "b:2"}, 1, "give one of -etcd, -zk and -postgres"},
+		{[]string{"-zk", "b:2", "-postgres", "postgres://db/app"}, 1, "give one of -etcd, -zk and -postgres"},
+		{[]string{"-postgres", "postgres://simba:s3cret@db:x/app"}, 1, "-postgres: cannot parse `postgres://simba:xxxxx@db:x/app`: invalid port"},
+		{[]string{"-postgres", "postgres://db/app", "-prefix", "/a/b/"}, 1, `-postgres: simba/postgres: schema name "a/b"`},
 	} {
 		var out strings.Builder
 		if code := runMain(t.Context(), tc.args, &out, &out); code != tc.code || !strings.Contains(out.String(), tc.want) {
