@@ -48,7 +48,7 @@ func TestConformanceThroughPooler(t *testing.T) {
 	p := pgtest.StartPooler(t, pgtest.DSN(t))
 	backendtest.Run(t, func(t *testing.T) backend.Backend {
 		return newBackendAt(t, p.DSN(), postgres.WithoutListen(200*time.Millisecond))
-	}, backendtest.WithTTL(2*time.Second), backendtest.WithFingerprint(fingerprint))
+	}, backendtest.WithTTL(2*time.Second), backendtest.WithFingerprint(fingerprint), backendtest.WithServerClockRate(serverClockRate))
 }
 
 // TestPoolerQueryModes: through the pooler, pgx's default mode (named
