@@ -18,14 +18,18 @@ import (
 )
 
 // linkCutTTL is the session TTL of the link-cut rounds: renewals every
-// 333ms, the default drift margin 100ms.
-const linkCutTTL = time.Second
+// 333ms; linkCutMargin is their drift margin, the default for that TTL.
+const (
+	linkCutTTL    = time.Second
+	linkCutMargin = 100 * time.Millisecond
+)
 
 // TestLinkCutRevokesBeforeTakeover cuts the holder's link to the server
 // (every connection of its pool, its listening connection included,
 // blackholed in a proxy of its own), again and again: its term must end,
 // on its own clock, strictly before the other client's term begins, and
-// before the server's expiry of its session (I4, with the holding's end
+// before the server's expiry of its session by at least the drift margin
+// (I4, with the holding's end
 // the expires_at the server had for the session when the waiter deleted
 // it); no two terms overlap and tokens increase (I1, I2); and the fenced
 // write the cut holder had in flight, held by the proxy and delivered
@@ -119,7 +123,7 @@ func linkCutRounds(t *testing.T, pairs, rounds int, extra time.Duration) linkCut
 			}
 			t.Cleanup(func() { b.Close() })
 			n.tap = &tap{Backend: b, extra: extra}
-			if n.c, err = simba.New(n.tap, simba.WithTTL(linkCutTTL)); err != nil {
+			if n.c, err = simba.New(n.tap, simba.WithTTL(linkCutTTL), simba.WithDriftMargin(linkCutMargin)); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() {
@@ -176,6 +180,15 @@ func linkCutRounds(t *testing.T, pairs, rounds int, extra time.Duration) linkCut
 				if !ok {
 					fail("%s round %d: session %s of the cut holder was not deleted past its expiry before term %d began", election, round, holder.session, next.term.Token())
 					return
+				}
+				// The term ends a drift margin before the server's expiry:
+				// both are the same renewal's wall-clock instant (its send,
+				// its statement's clock_timestamp(), which is later) plus
+				// the TTL, less the margin for the term. Allow what the
+				// server's clock may run fast over the TTL.
+				if least := linkCutMargin - time.Duration(serverClockRate*float64(linkCutTTL)); expiresAt.Sub(end) < least {
+					fail("%s round %d: term %d of the cut %s ended at %v, the server's expiry of its session at %v: want the term to end at least %v before (the drift margin %v, less what the server's clock may gain)",
+						election, round, holder.term.Token(), holder.node, end.Format(time.StampMicro), expiresAt.Format(time.StampMicro), least, linkCutMargin)
 				}
 				mu.Lock()
 				res.gaps = append(res.gaps, gap)
