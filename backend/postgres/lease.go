@@ -412,7 +412,7 @@ func (l *lease) ReleaseWithRecords(ctx context.Context, records []backend.Record
 		tag, err := s.b.exec(ctx, s.ctx, `DELETE FROM `+q+`.candidacies WHERE name = $1 AND token = $2 AND session = $3
 			AND EXISTS (SELECT 1 FROM `+q+`.sessions x WHERE x.id = $3 AND x.expires_at > clock_timestamp())`, l.name, int64(l.token), s.id)
 		if err != nil {
-			return s.fail(ctx, op, err)
+			return l.releaseErr(ctx, op, err)
 		}
 		n = tag.RowsAffected()
 	} else {
@@ -438,7 +438,7 @@ func (l *lease) ReleaseWithRecords(ctx context.Context, records []backend.Record
 			return nil
 		})
 		if err != nil {
-			return s.fail(ctx, op, err)
+			return l.releaseErr(ctx, op, err)
 		}
 	}
 	if n == 0 {
@@ -452,6 +452,15 @@ func (l *lease) ReleaseWithRecords(ctx context.Context, records []backend.Record
 	}
 	l.forget()
 	return nil
+}
+
+// releaseErr is the error of a release that failed: ErrNotHeld when the
+// session ended while it waited for a statement slot (it sent nothing).
+func (l *lease) releaseErr(ctx context.Context, op string, err error) error {
+	if errors.Is(err, errNotSent) && ctx.Err() == nil && l.s.overErr(op) != nil {
+		return fmt.Errorf("simba/postgres: %s: the session is over: %w", op, backend.ErrNotHeld)
+	}
+	return l.s.fail(ctx, op, err)
 }
 
 func nonNil(b []byte) []byte {

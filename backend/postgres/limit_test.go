@@ -131,8 +131,8 @@ func TestKeepAliveNotBehindAcquires(t *testing.T) {
 		stuck, queued = lockWaiters(t, app), postgres.SlotWaiters(b)
 		return stuck+queued == acquires
 	}) {
-		t.Fatalf("after %v, %d Acquires wait for the lock on the server and %d for a statement slot, want %d in all (pool: %d of %d connections in use)",
-			opTimeout, stuck, queued, acquires, pool.Stat().AcquiredConns(), pool.Stat().MaxConns())
+		t.Fatalf("after %v, %d Acquires wait for the lock on the server and %d for a statement slot, want %d in all (pool: %d of %d connections in use; on the server: %q)",
+			opTimeout, stuck, queued, acquires, pool.Stat().AcquiredConns(), pool.Stat().MaxConns(), activity(t, app))
 	}
 	if stuck > b.MaxRequests() {
 		t.Fatalf("%d statements on the server, more than the bound %d", stuck, b.MaxRequests())
@@ -277,7 +277,7 @@ func TestSlotWaitEndsWithCtx(t *testing.T) {
 			t.Fatalf("the first Acquire, once unblocked: %v", err)
 		}
 	case <-time.After(opTimeout):
-		t.Fatalf("the first Acquire did not hold within %v of the unblocking (%d statements wait for a lock on the server, %d for a slot; pool %+v; activity %v)", opTimeout, lockWaiters(t, app), postgres.SlotWaiters(b), pool.Stat().AcquiredConns(), activity(t, app))
+		t.Fatalf("the first Acquire did not hold within %v of the unblocking (%d statements wait for a slot; %d of the pool's connections in use; on the server: %q)", opTimeout, postgres.SlotWaiters(b), pool.Stat().AcquiredConns(), activity(t, app))
 	}
 	var rows int
 	if err := pool.QueryRow(ctxT(t), "SELECT (SELECT count(*) FROM "+pgx.Identifier{schema}.Sanitize()+".candidacies WHERE name = 'second') + (SELECT count(*) FROM "+pgx.Identifier{schema}.Sanitize()+".lease_names WHERE name = 'second')").Scan(&rows); err != nil {
@@ -339,14 +339,20 @@ func TestMaxRequestsOptions(t *testing.T) {
 	}
 }
 
+// activity describes app's connections on the server (state, wait, query),
+// for a failure's message.
 func activity(t *testing.T, app string) []string {
+	t.Helper()
 	ctx := ctxT(t)
 	conn, err := pgx.Connect(ctx, pgtest.DSN(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	rows, _ := conn.Query(ctx, "SELECT state || ' ' || coalesce(wait_event_type,'') || ' ' || coalesce(wait_event,'') || ' ' || left(query, 60) FROM pg_stat_activity WHERE application_name = $1", app)
+	rows, err := conn.Query(ctx, "SELECT state || ' ' || coalesce(wait_event_type,'') || ' ' || coalesce(wait_event,'') || ' ' || left(query, 60) FROM pg_stat_activity WHERE application_name = $1", app)
+	if err != nil {
+		t.Fatal(err)
+	}
 	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		t.Fatal(err)
