@@ -32,6 +32,8 @@ type Backend struct {
 	log      *slog.Logger
 	noListen bool
 	poll     time.Duration
+	maxReq   int      // WithMaxRequests' n
+	lim      *limiter // the bound in effect: min(maxReq, the pool's MaxConns - 1)
 
 	ctx    context.Context // ends with Close
 	cancel context.CancelFunc
@@ -73,6 +75,28 @@ func WithoutListen(interval time.Duration) Option {
 	}
 }
 
+// DefaultMaxRequests is the bound on statements in flight when
+// [WithMaxRequests] is not given (further bounded by the pool's size).
+const DefaultMaxRequests = 64
+
+// WithMaxRequests bounds the backend's statements in flight at once
+// (default [DefaultMaxRequests], 64) whose number grows with what its
+// sessions hold: Acquire's registration and queue reads, withdrawals,
+// releases, record reads and writes, candidate lists, and a view's record
+// reads. More wait their turn for a slot, each within its caller's ctx,
+// without a connection of the pool; one that gives up meanwhile has sent
+// nothing. An Acquire waiting for its turn at the lease holds no slot
+// while it sleeps, only during each read of the queue.
+//
+// The bound in effect is the smaller of n and the pool's MaxConns minus
+// one ([Backend.MaxRequests]), so that the statements going around it
+// always find a connection no bounded statement holds: the sessions'
+// keep-alives above all, and the statements whose number does not grow
+// with the leases held (Open and Close of a session, its monitor's read of
+// its own row, group membership, held-lease listings). n must be positive;
+// the pool must allow at least two connections.
+func WithMaxRequests(n int) Option { return func(b *Backend) { b.maxReq = n } }
+
 // validSchema is the form of a schema name: one that needs no quoting in
 // SQL text and in the NOTIFY channel's name.
 var validSchema = regexp.MustCompile(`^[a-z][a-z0-9_]{0,56}$`)
@@ -88,7 +112,7 @@ func New(dsn string, opts ...Option) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("simba/postgres: the DSN does not parse: %w", err)
 	}
-	b, err := newBackend(opts)
+	b, err := newBackend(opts, cfg.MaxConns)
 	if err != nil {
 		return nil, err
 	}
@@ -104,12 +128,18 @@ func New(dsn string, opts ...Option) (*Backend, error) {
 
 // NewFromPool returns a backend on the caller's pool, which Close leaves
 // open. The backend takes one of its connections for LISTEN (unless
-// WithoutListen).
+// WithoutListen), which leaves the pool (pgxpool's Hijack), so that the
+// pool may open another. The pool must allow at least two connections
+// (MaxConns): the backend's bounded statements use at most MaxConns - 1
+// at once (see [WithMaxRequests]), and its renewals the one left. That
+// holds for the backend's own statements: the application's queries on a
+// shared pool can take the connection left for renewals, and a pool of
+// its own for the backend, or one with room to spare, keeps them apart.
 func NewFromPool(pool *pgxpool.Pool, opts ...Option) (*Backend, error) {
 	if pool == nil {
 		return nil, errors.New("simba/postgres: NewFromPool: nil pool")
 	}
-	b, err := newBackend(opts)
+	b, err := newBackend(opts, pool.Config().MaxConns)
 	if err != nil {
 		return nil, err
 	}
@@ -118,11 +148,18 @@ func NewFromPool(pool *pgxpool.Pool, opts ...Option) (*Backend, error) {
 	return b, nil
 }
 
-func newBackend(opts []Option) (*Backend, error) {
-	b := &Backend{schema: "simba", poll: defaultPoll}
+func newBackend(opts []Option, maxConns int32) (*Backend, error) {
+	b := &Backend{schema: "simba", poll: defaultPoll, maxReq: DefaultMaxRequests}
 	for _, o := range opts {
 		o(b)
 	}
+	if b.maxReq <= 0 {
+		return nil, fmt.Errorf("simba/postgres: max requests must be positive, got %d", b.maxReq)
+	}
+	if maxConns < 2 {
+		return nil, fmt.Errorf("simba/postgres: the pool allows %d connection(s) (MaxConns, pool_max_conns): want at least 2, one of them left free for the sessions' renewals", maxConns)
+	}
+	b.lim = newLimiter(min(b.maxReq, int(maxConns)-1))
 	if !validSchema.MatchString(b.schema) {
 		return nil, fmt.Errorf("simba/postgres: schema name %q: want 1-57 characters of a-z 0-9 _, starting with a letter", b.schema)
 	}
@@ -136,6 +173,10 @@ func newBackend(opts []Option) (*Backend, error) {
 
 // Schema returns the name of the backend's schema.
 func (b *Backend) Schema() string { return b.schema }
+
+// MaxRequests returns the bound on statements in flight in effect: the
+// smaller of [WithMaxRequests]' n and the pool's MaxConns minus one.
+func (b *Backend) MaxRequests() int { return cap(b.lim.slots) }
 
 // Pool returns the backend's pool (for tests and tools).
 func (b *Backend) Pool() *pgxpool.Pool { return b.pool }

@@ -115,6 +115,43 @@
 // candidacies once per notification of a name it holds (a waiter joining
 // or leaving, a hand-off), so that Lost is not late.
 //
+// # Statements in flight
+//
+// pgxpool hands out its connections in the order they were asked for, so
+// a keep-alive asked for behind a queue waits for the whole queue. A
+// client that starts 10,000 elections at once asks for a connection for
+// each Acquire's registration and queue read, and each term's status
+// write; unbounded, its keep-alive came back after the session's deadline
+// at TTL 3 s, every term ended, and the client started again, in a loop (a
+// pool of 32 connections did no better). So the backend's statements whose
+// number grows with what its sessions hold (Acquire's registration and
+// queue reads, withdrawals, releases, record reads and writes, candidate
+// lists, a view's record reads) each first wait for one of
+// [WithMaxRequests]' slots (default 64), per backend, as its pool is; and
+// the bound in effect ([Backend.MaxRequests]) is at most the pool's
+// MaxConns minus one. At least one connection of the pool is then never
+// held by a bounded statement, and the statements that go around the
+// bound find it: the sessions' keep-alives above all, and those whose
+// number does not grow with the leases held (Open and Close of a session,
+// its monitor's read of its own row, group membership, which a group's
+// view must read and write without waiting behind the Acquires it starts
+// and stops, and held-lease listings). The pool must allow at least two
+// connections; New and NewFromPool refuse one. The listening connection
+// leaves the pool (pgxpool's Hijack), and so does not count.
+//
+// A statement waits for its slot without a connection and within its
+// caller's ctx (and its session's life); one that gives up meanwhile has
+// sent nothing, so an Acquire that gave up there leaves no candidacy and
+// needs no withdrawal. An Acquire waiting for its turn at a lease holds
+// no slot while it sleeps, only during each read of the queue. The
+// withdrawal of an Acquire whose ctx ended is bounded too (thousands end
+// at once when a group's view moves its partitions away): within a second
+// it runs or goes on in the background, as when the server cannot be
+// reached. With a pool shared with the application ([NewFromPool]), the
+// bound counts the backend's statements only: the application's queries
+// can take the connection left for the renewals, so give the backend a
+// pool of its own or one with room to spare.
+//
 // # Behind a pooler in transaction mode
 //
 // Through PgBouncer (or another pooler) in pool_mode=transaction, each

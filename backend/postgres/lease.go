@@ -80,7 +80,7 @@ func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, erro
 func (s *session) register(ctx context.Context, op, name string) (int64, error) {
 	q := s.b.q
 	var token int64
-	err := s.b.pool.QueryRow(ctx, `WITH alive AS (
+	err := s.b.queryRow(ctx, s.ctx, `WITH alive AS (
 			SELECT id FROM `+q+`.sessions WHERE id = $2 AND expires_at > clock_timestamp() FOR KEY SHARE),
 		old AS (DELETE FROM `+q+`.candidacies WHERE name = $1 AND session = $2 AND EXISTS (SELECT 1 FROM alive)),
 		bump AS (INSERT INTO `+q+`.lease_names AS l (name, last) SELECT $1, 1 FROM alive
@@ -91,8 +91,10 @@ func (s *session) register(ctx context.Context, op, name string) (int64, error) 
 		return 0, s.doneErr(op)
 	}
 	if err != nil {
-		// The outcome is unknown: a candidacy may exist, or be about to.
-		s.withdrawAll(name)
+		if !errors.Is(err, errNotSent) {
+			// The outcome is unknown: a candidacy may exist, or be about to.
+			s.withdrawAll(name)
+		}
 		return 0, s.fail(ctx, op, err)
 	}
 	return token, nil
@@ -178,7 +180,7 @@ func (s *session) waitOldest(ctx context.Context, op, name string, token int64, 
 func (s *session) ahead(ctx context.Context, name string, token int64) (mine, alive bool, wait time.Duration, err error) {
 	q := s.b.q
 	var left *float64
-	err = s.b.pool.QueryRow(ctx, `WITH gone AS (
+	err = s.b.queryRow(ctx, s.ctx, `WITH gone AS (
 			DELETE FROM `+q+`.sessions WHERE expires_at <= clock_timestamp()
 			AND id IN (SELECT session FROM `+q+`.candidacies WHERE name = $1 AND token < $2) RETURNING id)
 		SELECT
@@ -220,7 +222,7 @@ func (s *session) replaced(name string, token uint64) {
 // can or the session is over.
 func (s *session) withdraw(name string, token int64) {
 	s.retry(fmt.Sprintf("withdrawing the candidacy %q/%d", name, token), func(ctx context.Context) error {
-		_, err := s.b.pool.Exec(ctx, "DELETE FROM "+s.b.q+".candidacies WHERE name = $1 AND token = $2 AND session = $3", name, token, s.id)
+		_, err := s.b.exec(ctx, s.ctx, "DELETE FROM "+s.b.q+".candidacies WHERE name = $1 AND token = $2 AND session = $3", name, token, s.id)
 		return err
 	})
 }
@@ -235,7 +237,7 @@ func (s *session) withdraw(name string, token int64) {
 func (s *session) withdrawAll(name string) {
 	q := s.b.q
 	s.retry(fmt.Sprintf("withdrawing the candidacies for %q", name), func(ctx context.Context) error {
-		return pgx.BeginFunc(ctx, s.b.pool, func(tx pgx.Tx) error {
+		return s.b.beginFunc(ctx, s.ctx, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, `INSERT INTO `+q+`.lease_names AS l (name, last) VALUES ($1, 1)
 				ON CONFLICT (name) DO UPDATE SET last = l.last`, name); err != nil {
 				return err
@@ -259,7 +261,12 @@ func (s *session) retry(what string, f func(context.Context) error) {
 	if err == nil || s.ctx.Err() != nil {
 		return
 	}
-	s.b.log.Warn("simba/postgres: "+what+" failed; retrying in the background", "session", s.sid, "err", err)
+	if errors.Is(err, errNotSent) {
+		// Its turn among the bounded statements did not come in time.
+		s.b.log.Debug("simba/postgres: "+what+" waits for a statement slot; retrying in the background", "session", s.sid)
+	} else {
+		s.b.log.Warn("simba/postgres: "+what+" failed; retrying in the background", "session", s.sid, "err", err)
+	}
 	s.b.wg.Add(1)
 	go func() {
 		defer s.b.wg.Done()
@@ -286,7 +293,7 @@ func (s *session) Candidates(ctx context.Context, name string) ([]string, error)
 	if err := s.overErr("candidates"); err != nil {
 		return nil, err
 	}
-	rows, err := s.b.pool.Query(ctx, `SELECT c.session FROM `+s.b.q+`.candidacies c JOIN `+s.b.q+`.sessions x ON x.id = c.session
+	rows, err := s.b.query(ctx, s.ctx, `SELECT c.session FROM `+s.b.q+`.candidacies c JOIN `+s.b.q+`.sessions x ON x.id = c.session
 		WHERE c.name = $1 AND x.expires_at > clock_timestamp() ORDER BY c.token`, name)
 	if err != nil {
 		return nil, s.fail(ctx, "candidates", err)
@@ -310,6 +317,8 @@ func (s *session) HeldLeases(ctx context.Context, prefix string) ([]string, erro
 	return s.b.heldLeases(ctx, prefix)
 }
 
+// heldLeases goes around the bound on statements (see WithMaxRequests):
+// a group's view reads it every half grace period, whatever it holds.
 func (b *Backend) heldLeases(ctx context.Context, prefix string) ([]string, error) {
 	rows, err := b.pool.Query(ctx, `SELECT DISTINCT c.name FROM `+b.q+`.candidacies c JOIN `+b.q+`.sessions x ON x.id = c.session
 		WHERE starts_with(c.name, $1) AND x.expires_at > clock_timestamp() ORDER BY c.name`, prefix)
@@ -418,14 +427,14 @@ func (l *lease) ReleaseWithRecords(ctx context.Context, records []backend.Record
 		WHERE c.name = $1 AND c.token = $2 AND c.session = $3 AND x.expires_at > clock_timestamp()`
 	var n int64
 	if len(records) == 0 {
-		tag, err := s.b.pool.Exec(ctx, `DELETE FROM `+q+`.candidacies WHERE name = $1 AND token = $2 AND session = $3
+		tag, err := s.b.exec(ctx, s.ctx, `DELETE FROM `+q+`.candidacies WHERE name = $1 AND token = $2 AND session = $3
 			AND EXISTS (SELECT 1 FROM `+q+`.sessions x WHERE x.id = $3 AND x.expires_at > clock_timestamp())`, l.name, int64(l.token), s.id)
 		if err != nil {
-			return s.fail(ctx, op, err)
+			return l.releaseErr(ctx, op, err)
 		}
 		n = tag.RowsAffected()
 	} else {
-		err := pgx.BeginFunc(ctx, s.b.pool, func(tx pgx.Tx) error {
+		err := s.b.beginFunc(ctx, s.ctx, func(tx pgx.Tx) error {
 			var one int
 			if err := tx.QueryRow(ctx, held+` FOR UPDATE OF c FOR KEY SHARE OF x`, l.name, int64(l.token), s.id).Scan(&one); err != nil {
 				if errors.Is(err, pgx.ErrNoRows) {
@@ -447,7 +456,7 @@ func (l *lease) ReleaseWithRecords(ctx context.Context, records []backend.Record
 			return nil
 		})
 		if err != nil {
-			return s.fail(ctx, op, err)
+			return l.releaseErr(ctx, op, err)
 		}
 	}
 	if n == 0 {
@@ -461,6 +470,15 @@ func (l *lease) ReleaseWithRecords(ctx context.Context, records []backend.Record
 	}
 	l.forget()
 	return nil
+}
+
+// releaseErr is the error of a release that failed: ErrNotHeld when the
+// session ended while it waited for a statement slot (it sent nothing).
+func (l *lease) releaseErr(ctx context.Context, op string, err error) error {
+	if errors.Is(err, errNotSent) && ctx.Err() == nil && l.s.overErr(op) != nil {
+		return fmt.Errorf("simba/postgres: %s: the session is over: %w", op, backend.ErrNotHeld)
+	}
+	return l.s.fail(ctx, op, err)
 }
 
 func nonNil(b []byte) []byte {

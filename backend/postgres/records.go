@@ -79,14 +79,14 @@ func (s *session) GetRecord(ctx context.Context, key string) (backend.Record, er
 	if err := s.overErr("get record"); err != nil {
 		return backend.Record{}, err
 	}
-	return s.b.getRecord(ctx, key)
+	return s.b.getRecord(ctx, s.ctx, key)
 }
 
-func (b *Backend) getRecord(ctx context.Context, key string) (backend.Record, error) {
+func (b *Backend) getRecord(ctx, stop context.Context, key string) (backend.Record, error) {
 	op := fmt.Sprintf("get record %q", key)
 	r := backend.Record{Key: key}
 	var version, token int64
-	err := b.pool.QueryRow(ctx, "SELECT value, version, token FROM "+b.q+".records WHERE key = $1", key).Scan(&r.Value, &version, &token)
+	err := b.queryRow(ctx, stop, "SELECT value, version, token FROM "+b.q+".records WHERE key = $1", key).Scan(&r.Value, &version, &token)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return backend.Record{}, fmt.Errorf("simba/postgres: %s: %w", op, backend.ErrNoRecord)
 	}
@@ -102,7 +102,7 @@ func (s *session) ListRecords(ctx context.Context, prefix string) ([]backend.Rec
 	if err := s.overErr("list records"); err != nil {
 		return nil, err
 	}
-	return s.b.listRecords(ctx, prefix)
+	return s.b.listRecords(ctx, s.ctx, prefix)
 }
 
 // ListRecordsWithSkipped is ListRecords: a row of the records table is
@@ -112,8 +112,8 @@ func (s *session) ListRecordsWithSkipped(ctx context.Context, prefix string) ([]
 	return list, nil, err
 }
 
-func (b *Backend) listRecords(ctx context.Context, prefix string) ([]backend.Record, error) {
-	rows, err := b.pool.Query(ctx, "SELECT key, value, version, token FROM "+b.q+".records WHERE starts_with(key, $1) ORDER BY key", prefix)
+func (b *Backend) listRecords(ctx, stop context.Context, prefix string) ([]backend.Record, error) {
+	rows, err := b.query(ctx, stop, "SELECT key, value, version, token FROM "+b.q+".records WHERE starts_with(key, $1) ORDER BY key", prefix)
 	if err != nil {
 		return nil, b.connErr("list records", err)
 	}
@@ -163,7 +163,7 @@ func (s *session) PutRecord(ctx context.Context, key string, value []byte, cond 
 	}
 	var held bool
 	var version, curVersion, curToken *int64
-	err := s.b.pool.QueryRow(ctx, `WITH `+fence+`, cur AS (SELECT version, token FROM `+q+`.records WHERE key = $1), w AS (`+write+`)
+	err := s.b.queryRow(ctx, s.ctx, `WITH `+fence+`, cur AS (SELECT version, token FROM `+q+`.records WHERE key = $1), w AS (`+write+`)
 		SELECT `+fenced+`, (SELECT version FROM w), (SELECT version FROM cur), (SELECT token FROM cur)`, args...).Scan(&held, &version, &curVersion, &curToken)
 	if err != nil {
 		return backend.Record{}, s.fail(ctx, op, err)
@@ -208,7 +208,7 @@ func (s *session) DeleteRecord(ctx context.Context, key string, cond backend.Con
 	}
 	var held, deleted bool
 	var curVersion, curToken *int64
-	err := s.b.pool.QueryRow(ctx, `WITH `+fence+`, cur AS (SELECT version, token FROM `+q+`.records WHERE key = $1),
+	err := s.b.queryRow(ctx, s.ctx, `WITH `+fence+`, cur AS (SELECT version, token FROM `+q+`.records WHERE key = $1),
 		d AS (DELETE FROM `+q+`.records r WHERE r.key = $1 AND `+fenced+` AND ($2 = 0 OR r.token <= $2)
 			AND ($5::bigint IS NULL OR r.version = $5) RETURNING 1)
 		SELECT `+fenced+`, EXISTS (SELECT 1 FROM d), (SELECT version FROM cur), (SELECT token FROM cur)`,
@@ -275,7 +275,11 @@ func (b *Backend) watch(ctx, stop context.Context, subscribe func(func()) func()
 	return out
 }
 
-// Join inserts or replaces this session's member row of group.
+// Join inserts or replaces this session's member row of group. Group
+// membership (Join, Leave, Members, WatchMembers' reads) goes around the
+// bound on statements (see WithMaxRequests): a group's view decides which
+// of thousands of Acquires to start or stop, and must not wait behind
+// them.
 func (s *session) Join(ctx context.Context, group string, m backend.Member) error {
 	if err := checkName("group", group); err != nil {
 		return err

@@ -114,15 +114,22 @@ func (s *session) doneErr(op string) error {
 // fail wraps an error of the pool or the server for op, ctx being the
 // caller's.
 func (s *session) fail(ctx context.Context, op string, err error) error {
-	if ctx.Err() != nil {
+	switch {
+	case ctx.Err() != nil:
 		return fmt.Errorf("simba/postgres: %s: %w", op, context.Cause(ctx))
+	case errors.Is(err, errNotSent) && s.b.closed():
+		return fmt.Errorf("simba/postgres: %s: %w", op, backend.ErrClosed)
+	case errors.Is(err, errNotSent) && s.ctx.Err() != nil:
+		return fmt.Errorf("simba/postgres: %s: session %s: %w", op, s.sid, backend.ErrSessionDone)
 	}
 	return s.b.connErr(op, err)
 }
 
 // KeepAlive extends the session by its TTL from the statement's instant,
 // by the database's clock, only if it is still alive then: an expired
-// session never comes back.
+// session never comes back. It goes around the bound on statements (see
+// WithMaxRequests): the pool always has a connection that no bounded
+// statement holds.
 func (s *session) KeepAlive(ctx context.Context) (time.Duration, error) {
 	const op = "keep-alive"
 	if err := s.overErr(op); err != nil {
@@ -256,7 +263,9 @@ func (s *session) monitor() {
 
 // look reads the session's row and its candidacies: it closes Lost of the
 // held leases whose candidacy is gone, and returns how long the session
-// has left by the database's clock (0 when gone or expired).
+// has left by the database's clock (0 when gone or expired). Like
+// KeepAlive, it goes around the bound on statements: one at a time per
+// session, and what tells a holder of its loss.
 func (s *session) look() (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, lookTimeout)
 	defer cancel()

@@ -42,14 +42,14 @@ func (v *view) GetRecord(ctx context.Context, key string) (backend.Record, error
 	if err := v.closedErr("get record"); err != nil {
 		return backend.Record{}, err
 	}
-	return v.b.getRecord(ctx, key)
+	return v.b.getRecord(ctx, v.ctx, key)
 }
 
 func (v *view) ListRecordsWithSkipped(ctx context.Context, prefix string) ([]backend.Record, []backend.MalformedError, error) {
 	if err := v.closedErr("list records"); err != nil {
 		return nil, nil, err
 	}
-	list, err := v.b.listRecords(ctx, prefix)
+	list, err := v.b.listRecords(ctx, v.ctx, prefix)
 	return list, nil, err
 }
 

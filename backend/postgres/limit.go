@@ -1,0 +1,148 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// limiter bounds the backend's statements in flight whose number grows
+// with the leases and records its sessions use (see WithMaxRequests): a
+// statement waits for a slot, within its caller's ctx, before it asks the
+// pool for a connection, and gives the slot back when it has returned the
+// connection.
+//
+// Why: pgxpool hands out connections in the order they were asked for. A
+// client that starts ten thousand elections at once asks for tens of
+// thousands of connections (each Acquire's registration and queue read,
+// each term's status write); the session's keep-alive, asked for behind
+// them, waited for all of them and came back after the session's
+// deadline, so every term ended, in a loop (docs/BENCHMARKS.md, Scale). A
+// bound below the pool's size keeps at least one connection that no
+// bounded statement can take, and the statements that go around the bound
+// (the keep-alive among them) find it free.
+type limiter struct {
+	slots   chan struct{}
+	waiting atomic.Int64 // statements waiting for a slot now (for tests)
+}
+
+func newLimiter(n int) *limiter { return &limiter{slots: make(chan struct{}, n)} }
+
+// errNotSent marks the error of a statement that ended while it waited
+// for a slot: it was never sent, so it cannot have taken effect.
+var errNotSent = errors.New("not sent: no statement slot came free in time (see WithMaxRequests)")
+
+// take waits for a slot until ctx or stop ends (stop: the session's or
+// view's context, which ends with the backend's). Its error wraps the
+// ended context's error and errNotSent.
+func (l *limiter) take(ctx, stop context.Context) error {
+	select {
+	case l.slots <- struct{}{}:
+	default:
+		l.waiting.Add(1)
+		select {
+		case l.slots <- struct{}{}:
+			l.waiting.Add(-1)
+		case <-ctx.Done():
+			l.waiting.Add(-1)
+			return fmt.Errorf("%w (%w)", context.Cause(ctx), errNotSent)
+		case <-stop.Done():
+			l.waiting.Add(-1)
+			return fmt.Errorf("%w (%w)", stop.Err(), errNotSent)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		l.free() // ended as the slot came: send nothing
+		return fmt.Errorf("%w (%w)", context.Cause(ctx), errNotSent)
+	}
+	return nil
+}
+
+func (l *limiter) free() { <-l.slots }
+
+// The bounded statements: each takes a slot of b.lim first, stop being
+// the session's or view's context.
+
+func (b *Backend) exec(ctx, stop context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if err := b.lim.take(ctx, stop); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	defer b.lim.free()
+	return b.pool.Exec(ctx, sql, args...)
+}
+
+func (b *Backend) queryRow(ctx, stop context.Context, sql string, args ...any) pgx.Row {
+	if err := b.lim.take(ctx, stop); err != nil {
+		return errRow{err}
+	}
+	return &limitedRow{Row: b.pool.QueryRow(ctx, sql, args...), free: b.lim.free}
+}
+
+func (b *Backend) query(ctx, stop context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := b.lim.take(ctx, stop); err != nil {
+		return nil, err
+	}
+	rows, err := b.pool.Query(ctx, sql, args...)
+	if err != nil {
+		b.lim.free()
+		return nil, err
+	}
+	return &limitedRows{Rows: rows, free: b.lim.free}, nil
+}
+
+func (b *Backend) beginFunc(ctx, stop context.Context, f func(pgx.Tx) error) error {
+	if err := b.lim.take(ctx, stop); err != nil {
+		return err
+	}
+	defer b.lim.free()
+	return pgx.BeginFunc(ctx, b.pool, f)
+}
+
+// errRow is the row of a statement that was not sent.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
+// limitedRow frees its slot when scanned (pgxpool returns the connection
+// then).
+type limitedRow struct {
+	pgx.Row
+	free func()
+}
+
+func (r *limitedRow) Scan(dest ...any) error {
+	defer r.free()
+	return r.Row.Scan(dest...)
+}
+
+// limitedRows frees its slot when closed or read to the end (pgxpool
+// returns the connection then).
+type limitedRows struct {
+	pgx.Rows
+	free  func()
+	freed bool
+}
+
+func (r *limitedRows) release() {
+	if !r.freed {
+		r.freed = true
+		r.free()
+	}
+}
+
+func (r *limitedRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	r.release()
+	return false
+}
+
+func (r *limitedRows) Close() {
+	r.Rows.Close()
+	r.release()
+}
