@@ -59,12 +59,13 @@ func TestPoolerQueryModes(t *testing.T) {
 	p := pgtest.StartPooler(t, pgtest.DSN(t))
 	t.Run("default", func(t *testing.T) {
 		// A pooler of its own, whose one idle server connection the
-		// backend's one client connection prepares its statements on;
+		// backend's client connection prepares its statements on (a pool
+		// of two, the least the backend takes; the idle one is reused);
 		// a transaction of another client then takes that server
 		// connection, and the backend's next statement runs on a new
 		// one, where pgx's cached statement does not exist.
 		p := pgtest.StartPooler(t, pgtest.DSN(t))
-		b := newBackendAt(t, p.DSNWith("pool_max_conns=1"), postgres.WithoutListen(200*time.Millisecond))
+		b := newBackendAt(t, p.DSNWith("pool_max_conns=2"), postgres.WithoutListen(200*time.Millisecond))
 		open(t, b, 10*time.Second)
 		other, err := pgx.Connect(ctxT(t), p.DSN())
 		if err != nil {
