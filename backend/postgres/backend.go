@@ -217,7 +217,9 @@ func (b *Backend) prepare(ctx context.Context) error {
 
 // connErr wraps an error of the pool or the server for what.
 func (b *Backend) connErr(what string, err error) error {
-	if ctxErr := context.Cause(b.ctx); ctxErr != nil && errors.Is(err, context.Canceled) {
+	if b.closed() {
+		// Whatever failed, the backend's Close is why (its pool closed, or
+		// the call's ctx, derived from the backend's, cancelled).
 		return fmt.Errorf("simba/postgres: %s: %w", what, backend.ErrClosed)
 	}
 	var pe *pgconn.PgError

@@ -356,14 +356,16 @@ func TestWithoutListenReadsAtExpiry(t *testing.T) {
 }
 
 // TestCloseWithWaiter: Backend.Close ends a waiting Acquire with an error
-// wrapping ErrSessionDone, and Open after Close returns ErrClosed.
+// wrapping ErrSessionDone; Open after Close returns ErrClosed, and a
+// Release ErrClosed (or ErrNotHeld), not the pool's own error.
 func TestCloseWithWaiter(t *testing.T) {
 	b, err := postgres.New(pgtest.DSN(t), postgres.WithSchema(pgtest.Schema(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	a, c := open(t, b, 10*time.Second), open(t, b, 10*time.Second)
-	if _, err := a.Acquire(ctxT(t), "x"); err != nil {
+	la, err := a.Acquire(ctxT(t), "x")
+	if err != nil {
 		t.Fatal(err)
 	}
 	res := make(chan error, 1)
@@ -398,6 +400,9 @@ func TestCloseWithWaiter(t *testing.T) {
 	}
 	if _, err := b.View(ctxT(t)); !errors.Is(err, backend.ErrClosed) {
 		t.Errorf("View after Close: error %v, want one wrapping ErrClosed", err)
+	}
+	if err := la.Release(ctxT(t)); !errors.Is(err, backend.ErrClosed) && !errors.Is(err, backend.ErrNotHeld) {
+		t.Errorf("Release after Backend.Close: error %v, want one wrapping ErrClosed or ErrNotHeld", err)
 	}
 }
 
