@@ -1,7 +1,6 @@
 package pgtest
 
 import (
-	"context"
 	"fmt"
 	"net/url"
 	"os"
@@ -13,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -149,29 +147,10 @@ func (p *Pooler) start(bin string, cred *syscall.Credential) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting pgbouncer: %w", err)
 	}
-	p.cmd, p.exited = cmd, make(chan struct{})
-	go func(exited chan struct{}) { cmd.Wait(); close(exited) }(p.exited)
-	end := time.Now().Add(waitServer)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		conn, err := pgx.Connect(ctx, p.DSN())
-		if err == nil {
-			_, err = conn.Exec(ctx, "SELECT 1")
-			conn.Close(context.Background())
-		}
-		cancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-p.exited:
-			return fmt.Errorf("pgbouncer exited (%v)", cmd.ProcessState)
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(end) {
-			return fmt.Errorf("no answer through it after %v: %v", waitServer, err)
-		}
-	}
+	p.cmd = cmd
+	var err error
+	p.exited, err = awaitServing(cmd, p.DSN(), true, func() string { return fmt.Sprintf("pgbouncer exited (%v)", cmd.ProcessState) })
+	return err
 }
 
 // Addr returns the pooler's address, "127.0.0.1:port".

@@ -278,24 +278,39 @@ func (s *Server) start() error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting postgres: %w", err)
 	}
-	s.cmd, s.exited = cmd, make(chan struct{})
-	go func(exited chan struct{}) { cmd.Wait(); close(exited) }(s.exited)
+	s.cmd = cmd
+	s.exited, err = awaitServing(cmd, s.DSN(), false, func() string { return "postgres exited: " + s.logTail() })
+	return err
+}
+
+// awaitServing waits until a connection to dsn answers (with query, a
+// SELECT 1 on it too), for up to waitServer, cmd being the process that
+// is to serve it, started. It returns a channel closed when cmd exits,
+// and why it does not serve (when cmd exited: died's words).
+func awaitServing(cmd *exec.Cmd, dsn string, query bool, died func() string) (exited chan struct{}, _ error) {
+	exited = make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
 	end := time.Now().Add(waitServer)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		conn, err := pgx.Connect(ctx, s.DSN())
+		conn, err := pgx.Connect(ctx, dsn)
+		if err == nil {
+			if query {
+				_, err = conn.Exec(ctx, "SELECT 1")
+			}
+			conn.Close(context.Background())
+		}
 		cancel()
 		if err == nil {
-			conn.Close(context.Background())
-			return nil
+			return exited, nil
 		}
 		select {
-		case <-s.exited:
-			return fmt.Errorf("postgres exited: %s", s.logTail())
+		case <-exited:
+			return exited, errors.New(died())
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(end) {
-			return fmt.Errorf("not accepting connections after %v: %v", waitServer, err)
+			return exited, fmt.Errorf("not serving after %v: %v", waitServer, err)
 		}
 	}
 }
