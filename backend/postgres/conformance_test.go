@@ -16,18 +16,7 @@ import (
 // its own, closed at the end of the test.
 func newBackend(t *testing.T, opts ...postgres.Option) *postgres.Backend {
 	t.Helper()
-	dsn := pgtest.DSN(t)
-	schema := pgtest.Schema(t)
-	b, err := postgres.New(dsn, append([]postgres.Option{postgres.WithSchema(schema)}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := b.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return b
+	return newBackendAt(t, pgtest.DSN(t), opts...)
 }
 
 // TestConformance runs the conformance suite on the test server, each

@@ -80,14 +80,7 @@ func TestRenewalStraddlingExpiryKeepsTheLease(t *testing.T) {
 		_, err := tx2.Exec(ctxT(t), "UPDATE "+q+".sessions SET expires_at = clock_timestamp() + ttl WHERE id = $1", id)
 		renewed <- err
 	}()
-	lockWaits := func(app string) func() bool {
-		return func() bool {
-			n := 0
-			_ = b.Pool().QueryRow(ctxT(t), "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND application_name = $1", app).Scan(&n)
-			return n > 0
-		}
-	}
-	mustEventually(t, "the renewal waiting for the expirer's lock", lockWaits("straddle"))
+	mustEventually(t, "the renewal waiting for the expirer's lock", func() bool { return lockWaiters(t, "straddle") > 0 })
 	if err := tx1.Commit(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
