@@ -492,8 +492,11 @@ func (c *cluster) demoArgs() []string {
 
 func testFailOver(t *testing.T, c *cluster) {
 	// a's run of report is in flight when it crashes; z's runs are short,
-	// so that its first one is soon in the history.
-	demo := []string{"-report", "100ms", "-billing", "1h", "-partitions", "2"}
+	// so that its first one is soon in the history. A TTL of 4s, not the
+	// demo's 2s: the scenario follows one term of z's, which a session
+	// lost to a renewal late on a loaded machine (seen in CI, on
+	// ZooKeeper: lost 2.2s after its start) would replace.
+	demo := []string{"-report", "100ms", "-billing", "1h", "-partitions", "2", "-ttl", "4s"}
 	nodes := map[string]*demoNode{"a": c.startDemo(t, "a", append(demo, "-work", "1m")...)}
 	var v leaseView
 	eventually(t, 10*time.Second, "a runs report", func() bool {
@@ -514,7 +517,7 @@ func testFailOver(t *testing.T, c *cluster) {
 	if err := nodes[crashed.Member].cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, survivor+" takes report over", func() bool {
+	eventually(t, 20*time.Second, survivor+" takes report over", func() bool {
 		v = decode[leaseView](t, c.ok(t, "status", "report", "--json"))
 		return v.Holder != nil && v.Holder.Member == survivor
 	})
