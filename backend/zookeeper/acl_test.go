@@ -272,6 +272,7 @@ func TestAuthSameCredentialsShare(t *testing.T) {
 	// The second client's backend reads and writes what the first created.
 	b := newBackendAt(t, addr, root, withAlice())
 	s := open(t, b)
+	keepAlive(t, s)
 	r := s.(backend.Records)
 	recs, err := r.ListRecords(t.Context(), "status/")
 	require.NoError(t, err)
@@ -307,6 +308,7 @@ func TestAuthOtherCredentialsRefused(t *testing.T) {
 	other := open(t, newBackendAt(t, addr, root, zookeeper.WithAuth("digest", []byte(malloryPassword))))
 	_, err := other.KeepAlive(t.Context())
 	require.NoError(t, err)
+	keepAlive(t, other)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	for _, name := range []string{"ingest", "report"} { // held, free
@@ -444,11 +446,13 @@ func TestAuthKeepsEarlierWorldZnodes(t *testing.T) {
 	addr := zktest.Addr(t)
 	root := securedRoot(t, addr, alicePassword)
 	open1 := open(t, newBackendAt(t, addr, root))
+	keepAlive(t, open1)
 	_, err := open1.(backend.Records).PutRecord(t.Context(), "old/k", []byte("1"), backend.Condition{})
 	require.NoError(t, err)
 	require.NoError(t, open1.Close(t.Context()))
 
 	s := open(t, newBackendAt(t, addr, root, withAlice()))
+	keepAlive(t, s)
 	r := s.(backend.Records)
 	_, err = r.PutRecord(t.Context(), "old/k", []byte("2"), backend.Condition{})
 	require.NoError(t, err, "a world record is still the deployment's")
