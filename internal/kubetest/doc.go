@@ -11,9 +11,9 @@
 // between tests, so a test may stop, restart and pause its server
 // ([Server.Stop], [Server.Start], [Server.Pause], [Server.Resume]) without
 // disturbing another, and [Server.Namespace] gives a test's parts
-// namespaces of their own on it. A start takes a few seconds (most of it the
-// apiserver's own post-start hooks, such as the bootstrap of the RBAC
-// roles, which /readyz waits for).
+// namespaces of their own on it. A start takes a few seconds (3 to 6 s on a
+// loaded 2-core machine) until /readyz answers, which waits for the
+// apiserver's post-start hooks, such as the bootstrap of the RBAC roles.
 //
 // The server listens on 127.0.0.1 only, on a free port that it keeps across
 // Stop and Start, and runs with
@@ -35,8 +35,8 @@
 //     start would fix the users' names in advance; a certificate can be
 //     issued for any name at any time, and authenticates its user at once;
 //   - a service-account key pair of its own (--service-account-key-file,
-//     --service-account-signing-key-file, --service-account-issuer), so that
-//     the TokenRequest API works;
+//     --service-account-signing-key-file, --service-account-issuer), which
+//     the apiserver requires;
 //   - --endpoint-reconciler-type=none and a --service-cluster-ip-range,
 //     with no controller manager, scheduler or kubelet: the API objects
 //     are stored and served, and nothing acts on them. In particular a
