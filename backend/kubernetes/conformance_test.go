@@ -1,0 +1,129 @@
+package kubernetes_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	coordv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/backend/backendtest"
+	"github.com/simba-go/simba/backend/kubernetes"
+	"github.com/simba-go/simba/internal/kubetest"
+)
+
+var (
+	serverOnce sync.Once
+	server     *kubetest.Server
+)
+
+// newBackend returns a backend in a fresh namespace of its own on the
+// test's server, closed at the end of the test.
+func newBackend(t *testing.T, srv *kubetest.Server, opts ...kubernetes.Option) *kubernetes.Backend {
+	t.Helper()
+	ns := srv.Namespace(t)
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	b, err := kubernetes.New(srv.Admin(), append([]kubernetes.Option{kubernetes.WithNamespace(ns), kubernetes.WithLogger(log)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return b
+}
+
+// TestConformance runs the conformance suite on one kube-apiserver, each
+// case in a namespace of its own. The TTL is 2s, as for etcd and
+// PostgreSQL, so that renewals every TTL/3 keep sessions alive on a busy
+// machine under the race detector.
+func TestConformance(t *testing.T) {
+	srv := kubetest.Start(t)
+	backendtest.Run(t, func(t *testing.T) backend.Backend { return newBackend(t, srv) },
+		backendtest.WithTTL(2*time.Second), backendtest.WithMalformed(malformer))
+}
+
+var malformer = backendtest.Malformer{
+	SpoilRecord: func(t *testing.T, b backend.Backend, key string) {
+		kb := b.(*kubernetes.Backend)
+		leases := kb.Client().CoordinationV1().Leases(kb.Namespace())
+		list, err := leases.List(t.Context(), metav1.ListOptions{LabelSelector: "simba.io/kind=record"})
+		if err != nil {
+			t.Fatalf("SpoilRecord: %v", err)
+		}
+		for _, l := range list.Items {
+			if l.Annotations["simba.io/key"] != key {
+				continue
+			}
+			l.Annotations["simba.io/value"] = "!!not base64!!"
+			if _, err := leases.Update(t.Context(), &l, metav1.UpdateOptions{}); err != nil {
+				t.Fatalf("SpoilRecord: %v", err)
+			}
+			return
+		}
+		t.Fatalf("SpoilRecord: no record object for %q", key)
+	},
+	PlantMember: func(t *testing.T, b backend.Backend, group string) string {
+		kb := b.(*kubernetes.Backend)
+		leases := kb.Client().CoordinationV1().Leases(kb.Namespace())
+		list, err := leases.List(t.Context(), metav1.ListOptions{LabelSelector: "simba.io/kind=session"})
+		if err != nil || len(list.Items) == 0 {
+			t.Fatalf("PlantMember: listing sessions: %v (%d)", err, len(list.Items))
+		}
+		// The group label of a live member, copied onto a planted object.
+		var label string
+		for k := range list.Items[0].Labels {
+			if strings.HasPrefix(k, "g.simba.io/") {
+				label = k
+			}
+		}
+		if label == "" {
+			t.Fatalf("PlantMember: no member of %q", group)
+		}
+		var raw [16]byte
+		_, _ = rand.Read(raw[:])
+		id := hex.EncodeToString(raw[:])
+		ttl := "60000"
+		_, err = leases.Create(t.Context(), &coordv1.Lease{ObjectMeta: metav1.ObjectMeta{
+			Name:        "simba-s-" + id,
+			Labels:      map[string]string{"app.kubernetes.io/managed-by": "simba", "simba.io/kind": "session", label: "1"},
+			Annotations: map[string]string{"simba.io/ttl-ms": ttl, "m.simba.io/" + strings.TrimPrefix(label, "g.simba.io/"): "{garbage"},
+		}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("PlantMember: %v", err)
+		}
+		return id
+	},
+}
+
+// fingerprint describes every simba object but the sessions' renewals.
+func fingerprint(t *testing.T, b backend.Backend) string {
+	kb := b.(*kubernetes.Backend)
+	list, err := kb.Client().CoordinationV1().Leases(kb.Namespace()).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("fingerprint: %v", err)
+	}
+	var out []string
+	for _, l := range list.Items {
+		if l.Labels["simba.io/kind"] == "session" {
+			out = append(out, l.Name)
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s %s %v", l.Name, l.ResourceVersion, l.Annotations))
+	}
+	sort.Strings(out)
+	return strings.Join(out, "; ")
+}
+
+var _ = fingerprint
