@@ -18,6 +18,7 @@ import (
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/backendtest"
 	"github.com/simba-go/simba/backend/kubernetes"
+	"github.com/simba-go/simba/internal/backoff"
 	"github.com/simba-go/simba/internal/kubetest"
 )
 
@@ -51,7 +52,7 @@ func newBackend(t *testing.T, srv *kubetest.Server, opts ...kubernetes.Option) *
 func TestConformance(t *testing.T) {
 	srv := kubetest.Start(t)
 	backendtest.Run(t, func(t *testing.T) backend.Backend { return newBackend(t, srv) },
-		backendtest.WithTTL(2*time.Second), backendtest.WithMalformed(malformer))
+		backendtest.WithTTL(2*time.Second), backendtest.WithMalformed(malformer), backendtest.WithFingerprint(fingerprint))
 }
 
 var malformer = backendtest.Malformer{
@@ -126,4 +127,92 @@ func fingerprint(t *testing.T, b backend.Backend) string {
 	return strings.Join(out, "; ")
 }
 
-var _ = fingerprint
+// TestCrashedHolderTakeover: a holder whose client is gone (its backend
+// closed: nothing renews it and nothing deletes it) is taken over by a
+// waiter of another backend, no sooner than TTL + margin after the waiter
+// began to observe it, with a larger token.
+func TestCrashedHolderTakeover(t *testing.T) {
+	srv := kubetest.Start(t)
+	ns := srv.Namespace(t)
+	mk := func() *kubernetes.Backend {
+		b, err := kubernetes.New(srv.Admin(), kubernetes.WithNamespace(ns))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		return b
+	}
+	ba, bb := mk(), mk()
+	const ttl = 2 * time.Second
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	sa, err := ba.Open(ctx, backend.SessionOptions{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	la, err := sa.Acquire(ctx, "crash")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ba.Close() // the crash: sa's object stays, unrenewed
+	sb, err := bb.Open(ctx, backend.SessionOptions{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(context.Background())
+	renewed := make(chan struct{})
+	rctx, stop := context.WithCancel(ctx)
+	go func() { // sb renews itself while it waits
+		defer close(renewed)
+		for backoff.Sleep(rctx, ttl/3) {
+			if _, err := sb.KeepAlive(rctx); err != nil && rctx.Err() == nil {
+				t.Errorf("KeepAlive of the waiter: %v", err)
+				return
+			}
+		}
+	}()
+	defer func() { stop(); <-renewed }()
+	start := time.Now()
+	lb, err := sb.Acquire(ctx, "crash")
+	if err != nil {
+		t.Fatalf("Acquire after the holder crashed: %v", err)
+	}
+	if took, least := time.Since(start), ttl+ttl/10; took < least {
+		t.Errorf("took over after %v, before TTL + margin (%v) of observation", took, least)
+	}
+	if lb.Token() <= la.Token() {
+		t.Errorf("token %d after the take-over, want > %d", lb.Token(), la.Token())
+	}
+	if _, err := bb.Client().CoordinationV1().Leases(ns).Get(ctx, "simba-s-"+sa.ID(), metav1.GetOptions{}); err == nil {
+		t.Errorf("the crashed session's object still exists after the take-over")
+	}
+}
+
+// TestBadInput: no config, an invalid or missing namespace, a zero TTL:
+// clear errors, no panic.
+func TestBadInput(t *testing.T) {
+	if _, err := kubernetes.New(nil); err == nil || !strings.Contains(err.Error(), "nil *rest.Config") {
+		t.Errorf("New(nil): %v", err)
+	}
+	if _, err := kubernetes.NewFromClient(nil); err == nil {
+		t.Errorf("NewFromClient(nil): no error")
+	}
+	srv := kubetest.Start(t)
+	if _, err := kubernetes.New(srv.Admin(), kubernetes.WithNamespace("Not_A_Namespace")); err == nil || !strings.Contains(err.Error(), "not a valid namespace") {
+		t.Errorf("invalid namespace: %v", err)
+	}
+	b, err := kubernetes.New(srv.Admin(), kubernetes.WithNamespace("no-such-namespace"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	_, err = b.Open(t.Context(), backend.SessionOptions{TTL: time.Second})
+	if err == nil || !strings.Contains(err.Error(), `namespace "no-such-namespace" does not exist`) {
+		t.Errorf("Open in a missing namespace: %v", err)
+	}
+	if _, err := (mustBackend(t, srv)).Open(t.Context(), backend.SessionOptions{TTL: 0}); err == nil {
+		t.Errorf("Open with TTL 0: no error")
+	}
+}
+
+func mustBackend(t *testing.T, srv *kubetest.Server) *kubernetes.Backend { return newBackend(t, srv) }
