@@ -1,0 +1,274 @@
+package kubernetes
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"sync"
+	"time"
+
+	coordv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	k8s "k8s.io/client-go/kubernetes"
+	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/simba-go/simba/backend"
+)
+
+var _ backend.Backend = (*Backend)(nil)
+
+// Role is the RBAC Role the backend needs in its namespace (bind it to the
+// service account of the pods that run simba): leases only.
+const Role = `apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: simba
+rules:
+- apiGroups: ["coordination.k8s.io"]
+  resources: ["leases"]
+  verbs: ["get", "list", "watch", "create", "update", "delete"]
+`
+
+// Labels and annotations of the objects (see the package documentation).
+const (
+	labelManaged  = "app.kubernetes.io/managed-by"
+	managedBy     = "simba"
+	labelKind     = "simba.io/kind"
+	kindSession   = "session"
+	kindLease     = "lease"
+	kindRecord    = "record"
+	annTTL        = "simba.io/ttl-ms"
+	annName       = "simba.io/name"
+	annLast       = "simba.io/last"
+	annQueue      = "simba.io/queue"
+	annKey        = "simba.io/key"
+	annValue      = "simba.io/value"
+	annToken      = "simba.io/token"
+	annVersion    = "simba.io/version"
+	groupLabelPfx = "g.simba.io/"
+	memberAnnPfx  = "m.simba.io/"
+)
+
+// maxToken bounds the tokens this backend grants (see the package
+// documentation).
+const maxToken = 1 << 62
+
+// Backend is the Kubernetes backend. It is safe for concurrent use by
+// multiple goroutines.
+type Backend struct {
+	client k8s.Interface
+	leases coordclient.LeaseInterface
+	ns     string
+	log    *slog.Logger
+
+	ctx    context.Context // ends with Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	hub *hub
+	obs *observer
+
+	closeOnce sync.Once
+}
+
+// Option configures a Backend.
+type Option func(*Backend)
+
+// WithNamespace sets the namespace of the backend's Lease objects (default
+// "default"). Backends on the same namespace share leases, groups and
+// records.
+func WithNamespace(ns string) Option { return func(b *Backend) { b.ns = ns } }
+
+// WithLogger sets the logger of the backend's own events (its watch lost
+// and regained, a withdrawal retried); default: none.
+func WithLogger(l *slog.Logger) Option { return func(b *Backend) { b.log = l } }
+
+// defaultQPS is the client-side rate limit New sets when cfg sets none.
+const defaultQPS = 50
+
+// New returns a backend on a clientset made from cfg. It does not contact
+// the server. When cfg sets no rate limit (QPS 0), New allows 50 requests a
+// second with bursts of 100 rather than client-go's 5; a client given to
+// [NewFromClient] keeps its own.
+func New(cfg *rest.Config, opts ...Option) (*Backend, error) {
+	if cfg == nil {
+		return nil, errors.New("simba/kubernetes: New: nil *rest.Config (use rest.InClusterConfig or clientcmd to make one)")
+	}
+	cfg = rest.CopyConfig(cfg)
+	if cfg.QPS == 0 && cfg.RateLimiter == nil {
+		// client-go's default (5 requests a second, bursts of 10) would
+		// starve renewals behind a few waiters' reads.
+		cfg.QPS, cfg.Burst = defaultQPS, 2*defaultQPS
+	}
+	c, err := k8s.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("simba/kubernetes: making the client: %w", err)
+	}
+	return NewFromClient(c, opts...)
+}
+
+// NewFromClient returns a backend on the caller's client. It does not
+// contact the server.
+func NewFromClient(c k8s.Interface, opts ...Option) (*Backend, error) {
+	if c == nil {
+		return nil, errors.New("simba/kubernetes: NewFromClient: nil client")
+	}
+	b := &Backend{client: c, ns: "default"}
+	for _, o := range opts {
+		o(b)
+	}
+	if errs := validation.IsDNS1123Label(b.ns); len(errs) > 0 {
+		return nil, fmt.Errorf("simba/kubernetes: namespace %q is not a valid namespace name: %s", b.ns, errs[0])
+	}
+	if b.log == nil {
+		b.log = slog.New(slog.DiscardHandler)
+	}
+	b.leases = c.CoordinationV1().Leases(b.ns)
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b.obs = newObserver()
+	b.hub = newHub(b)
+	return b, nil
+}
+
+// Namespace returns the backend's namespace.
+func (b *Backend) Namespace() string { return b.ns }
+
+// Client returns the backend's client (for tests and tools).
+func (b *Backend) Client() k8s.Interface { return b.client }
+
+// Close stops the backend's watch and goroutines. Sessions still open are
+// abandoned: their objects stay until a contender takes over from them (see
+// the package documentation) or someone deletes them. Close is idempotent.
+func (b *Backend) Close() error {
+	b.closeOnce.Do(func() {
+		b.cancel()
+		b.wg.Wait()
+	})
+	return nil
+}
+
+func (b *Backend) closed() bool { return b.ctx.Err() != nil }
+
+// apiErr wraps an error of the API server for what, naming refusals
+// plainly.
+func (b *Backend) apiErr(what string, err error) error {
+	if b.closed() && errors.Is(err, context.Canceled) {
+		return fmt.Errorf("simba/kubernetes: %s: %w", what, backend.ErrClosed)
+	}
+	switch {
+	case apierrors.IsForbidden(err):
+		return fmt.Errorf("simba/kubernetes: %s: the API server refused access to leases in namespace %q (see kubernetes.Role for the permissions needed): %w", what, b.ns, err)
+	case apierrors.IsUnauthorized(err):
+		return fmt.Errorf("simba/kubernetes: %s: the API server did not accept the credentials: %w", what, err)
+	case apierrors.IsNotFound(err) && isNamespaceMissing(err):
+		return fmt.Errorf("simba/kubernetes: %s: namespace %q does not exist: %w", what, b.ns, err)
+	}
+	return fmt.Errorf("simba/kubernetes: %s: %w", what, err)
+}
+
+func isNamespaceMissing(err error) bool {
+	var se apierrors.APIStatus
+	if errors.As(err, &se) {
+		d := se.Status().Details
+		return d != nil && d.Kind == "namespaces"
+	}
+	return false
+}
+
+// hashName is the object-name part for a name or key.
+func hashName(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:20])
+}
+
+func sessionObject(id string) string { return "simba-s-" + id }
+func nameObject(name string) string  { return "simba-l-" + hashName(name) }
+func recordObject(key string) string { return "simba-r-" + hashName(key) }
+func groupLabel(group string) string { return groupLabelPfx + hashName(group) }
+func memberAnn(group string) string  { return memberAnnPfx + hashName(group) }
+
+func selector(kind string) string {
+	return labelManaged + "=" + managedBy + "," + labelKind + "=" + kind
+}
+
+func newLabels(kind string) map[string]string {
+	return map[string]string{labelManaged: managedBy, labelKind: kind}
+}
+
+// checkName returns an error for an invalid lease or group name.
+func checkName(what, name string) error {
+	if !backend.ValidName(name) {
+		return fmt.Errorf("simba/kubernetes: invalid %s name %q: want 1-128 characters of A-Z a-z 0-9 . _ - starting with a letter or digit", what, name)
+	}
+	return nil
+}
+
+// Open creates a session object whose TTL is counted, by this client, from
+// the instant Open was called.
+func (b *Backend) Open(ctx context.Context, o backend.SessionOptions) (backend.Session, error) {
+	if b.closed() {
+		return nil, backend.ErrClosed
+	}
+	ttl := o.TTL.Round(time.Millisecond)
+	if o.TTL <= 0 {
+		return nil, fmt.Errorf("simba/kubernetes: Open: TTL %v: want a positive TTL", o.TTL)
+	}
+	if ttl < time.Millisecond {
+		ttl = time.Millisecond
+	}
+	if ttl > 24*time.Hour {
+		return nil, fmt.Errorf("simba/kubernetes: Open: TTL %v: want at most 24h", o.TTL)
+	}
+	b.hub.start()
+	var raw [16]byte
+	_, _ = rand.Read(raw[:])
+	id := hex.EncodeToString(raw[:])
+	start := time.Now()
+	secs := int32(math.Ceil(ttl.Seconds()))
+	now := metav1.NewMicroTime(start)
+	obj := &coordv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        sessionObject(id),
+			Labels:      newLabels(kindSession),
+			Annotations: map[string]string{annTTL: strconv.FormatInt(ttl.Milliseconds(), 10)},
+		},
+		Spec: coordv1.LeaseSpec{HolderIdentity: &id, LeaseDurationSeconds: &secs, AcquireTime: &now, RenewTime: &now},
+	}
+	got, err := b.leases.Create(ctx, obj, metav1.CreateOptions{})
+	if err != nil {
+		if ctx.Err() != nil {
+			// The create may have happened: the object is abandoned, and
+			// contenders take over from it after its TTL.
+			return nil, fmt.Errorf("simba/kubernetes: opening a session: %w", context.Cause(ctx))
+		}
+		return nil, b.apiErr("opening a session", err)
+	}
+	return newSession(b, id, ttl, start, got), nil
+}
+
+// takeoverAfter is how long a contender must see a session object unchanged
+// before it may end the session: its TTL plus the margin for clock rates.
+func takeoverAfter(ttl time.Duration) time.Duration { return ttl + ttl/10 }
+
+// sessionTTL reads the TTL of a session object.
+func sessionTTL(l *coordv1.Lease) (time.Duration, error) {
+	if v, ok := l.Annotations[annTTL]; ok {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err == nil && ms > 0 {
+			return time.Duration(ms) * time.Millisecond, nil
+		}
+	}
+	if l.Spec.LeaseDurationSeconds != nil && *l.Spec.LeaseDurationSeconds > 0 {
+		return time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second, nil
+	}
+	return 0, fmt.Errorf("simba/kubernetes: session object %q has neither a valid %s annotation nor spec.leaseDurationSeconds", l.Name, annTTL)
+}

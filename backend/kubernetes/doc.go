@@ -1,0 +1,154 @@
+// Package kubernetes implements [backend.Backend] on the Kubernetes API, with
+// k8s.io/client-go: simba's sessions, named leases with fencing tokens,
+// group membership and records, all as coordination.k8s.io/v1 Lease objects
+// of one namespace, for services that run on Kubernetes and have no etcd of
+// their own to talk to.
+//
+//	cfg, err := rest.InClusterConfig() // or clientcmd, from a kubeconfig
+//	...
+//	b, err := kubernetes.New(cfg, kubernetes.WithNamespace("shop"))
+//	...
+//	client, err := simba.New(b)
+//
+// [New] makes a clientset from a *rest.Config; [NewFromClient] uses the
+// caller's kubernetes.Interface. Neither contacts the server: the first Open
+// does.
+//
+// # Objects
+//
+// Every object this backend writes is a Lease labelled
+// app.kubernetes.io/managed-by=simba, with simba.io/kind naming what it is:
+//
+//   - A session is one Lease "simba-s-<id>", id 32 random hex digits (never
+//     reused: a create of an existing name fails). spec.holderIdentity is
+//     the id, spec.leaseDurationSeconds the TTL rounded up to seconds, the
+//     annotation simba.io/ttl-ms the TTL in milliseconds (the precise
+//     value), spec.renewTime the last renewal's time (for people reading
+//     kubectl get leases; this backend never reads it). KeepAlive is one
+//     Update carrying the resourceVersion last read: a compare-and-swap, and
+//     the one renewal per client whatever it holds.
+//   - A lease name is one Lease "simba-l-<h>", h the first 40 hex digits of
+//     the SHA-256 of the name (names may hold upper case and _, which object
+//     names may not); the annotation simba.io/name holds the name itself,
+//     simba.io/last the last token granted (a decimal int64) and
+//     simba.io/queue the candidacies, oldest first, as JSON
+//     [{"t":token,"s":"session id"},...]; spec.holderIdentity names the
+//     session of the first. It is never renewed and never deleted (it keeps
+//     the counter).
+//   - A record is one Lease "simba-r-<h>", h from the key as for names, with
+//     annotations simba.io/key, simba.io/value (base64), simba.io/token and
+//     simba.io/version.
+//   - A group member is a label g.simba.io/<h>="1" (h from the group) on the
+//     member's session object, and an annotation m.simba.io/<h> holding
+//     {"g":group,"id":member id,"d":data}: membership lives and dies with
+//     the session object.
+//
+// So the Role the backend needs is get, list, watch, create, update and
+// delete on leases in its namespace, and nothing else (see [Role]).
+//
+// # Why one object per lease name
+//
+// The API has no multi-object transaction. A layout of one candidacy object
+// per (name, session) and a counter object beside them needs two writes to
+// register (bump the counter, create the candidacy), and between them a
+// later registrant can bump, create, find itself oldest and hold, and then
+// the earlier candidacy, with its smaller token, appears ahead of it: two
+// holders. With the queue and the counter in one object, a registration (the
+// next token appended with the counter bumped), a withdrawal, a release and
+// the removal of a dead session's candidacies are each one compare-and-swap
+// Update of that object: a candidacy with a smaller token can never appear
+// after one with a larger token, tokens strictly increase per name (the
+// counter is an int64; past 2^62 Acquire refuses the name: at a million
+// acquisitions a second that is 146,000 years away), and the oldest
+// candidacy whose session is alive holds the lease. The cost is contention on
+// one object per name: concurrent registrations of a name retry their CAS.
+//
+// # Liveness without another node's clock
+//
+// Nothing on the server expires a session: a Lease is data, and its
+// renewTime is the writer's wall clock. This backend never compares it with
+// its own. Instead:
+//
+//   - A session's own client ends it at its deadline: the start of its last
+//     successful KeepAlive (or of Open) plus the TTL, on its monotonic clock.
+//     Past it, KeepAlive, Acquire, Join and every write refuse (ErrSessionDone),
+//     and the session deletes its object and its candidacies, which wakes its
+//     waiters at once (a client that stopped renewing but still runs).
+//   - A contender (a waiter whose queue's first candidacy is another
+//     session's) observes that session's object: it notes the
+//     resourceVersion it reads (by a get, or from the backend's watch) and
+//     the instant, on its own monotonic clock, it first saw that version.
+//     Only once the object has stayed at that version for TTL + margin
+//     (margin = TTL/10) does it delete it, with a Delete whose precondition
+//     is that resourceVersion; then it removes the dead session's
+//     candidacies from the queue (a CAS), and holds if its own is first. A
+//     session object that is gone (deleted by Close, by its own client at its
+//     deadline, or by another contender) is dead: sessions are created before
+//     their candidacies and never re-created, so the candidacies of a
+//     missing session are removed at once.
+//
+// Why this keeps "revoked before anyone else is granted": the contender's
+// Delete succeeds only if no write of the session's landed after the version
+// it observed (a racing renewal changes the version, and the Delete fails:
+// the holder lives, and the contender observes afresh); after it succeeds no
+// renewal can succeed again (an Update of a deleted Lease is NotFound, never
+// a create). Every renewal that did succeed therefore started before the
+// observed version was written, which is before the contender first saw it:
+// the holder's deadline, its last renewal's start plus TTL on its clock, is
+// at most TTL of the holder's clock after the contender's first sight, and
+// the contender deletes TTL + margin of its own clock after that sight. With
+// clock rates that differ by at most ρ, the holder's TTL lasts at most
+// TTL(1+ρ) of the contender's time, so margin ≥ ρ·TTL suffices: TTL/10
+// covers clocks whose rates differ by up to 10% (Go's monotonic clock is
+// CLOCK_MONOTONIC, which time daemons slew by at most 0.05% (ntpd) to 8.3%
+// (chrony's default maxslewrate); cap chrony's maxslewrate on the nodes, as
+// for the PostgreSQL backend). The holder's deadline also has simba's drift
+// margin taken off by the core. Offsets between the clocks do not matter:
+// only durations on each client's own clock are compared. Watches are hints
+// only: a lagging watch can only make a contender's view staler, and a stale
+// view makes its Delete fail, never succeed wrongly.
+//
+// What it costs: a client that stops renewing but runs frees its leases at
+// its deadline (at most TTL after its last renewal began). A crashed client
+// (or one cut off from the API server) frees them TTL + margin after a
+// contender first saw its last version, plus the lag of that sight (the
+// watch's delivery, or a get every TTL/3 when the watch is down), plus one
+// Delete and one Update: about 1.1×TTL + a few round trips when a waiter was
+// already watching, and up to 1.1×TTL after a waiter arrives, whenever the
+// crash was, since a newcomer cannot know how long the version was unchanged
+// before it looked (etcd's server-side expiry frees a lease exactly TTL
+// after the last renewal, whoever arrives when).
+//
+// # Fenced records
+//
+// A fenced write (Condition.Token set) first reads the lease's queue and
+// requires this session's candidacy with that token to be first and the
+// session within its deadline, then writes the record by a CAS on the
+// record object's resourceVersion that refuses to replace a record written
+// with a larger token. As on ZooKeeper, the lease check is just before the
+// write, not atomic with it; the token order is atomic. ReleaseWithRecords
+// is fenced writes followed by the release: not one atomic step (the API has
+// none), so a failure between them leaves records written and the lease
+// held; the caller retries, as after any transient error. Versions are
+// random non-zero 63-bit numbers chosen per write, compared for equality
+// only, so that a key deleted and written again does not repeat one.
+//
+// # Watches
+//
+// Each Backend runs one list-and-watch of the namespace's simba Leases; its
+// events wake waiting Acquires, held leases' checks (Lost), member and
+// record watches, and feed the contenders' observations. After a watch
+// error it lists again (jittered backoff) and wakes everything. Every wait
+// has a timer as well (a get every TTL/3 of the observed session), so a
+// broken watch slows fail-over down but never stops it.
+//
+// # Malformed objects
+//
+// A record object whose annotations do not decode is not a record
+// ([backend.MalformedError], skipped by listings); a session object in a
+// group whose member annotation does not decode is skipped by Members; a
+// lease name object whose queue or counter does not decode fails Acquire,
+// Release and Candidates for that name with an error naming the object, and
+// is never rewritten by this backend: whoever edited it repairs or deletes
+// it (deleting it restarts the name's tokens at 1: do not).
+package kubernetes

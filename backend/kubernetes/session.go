@@ -1,0 +1,330 @@
+package kubernetes
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	coordv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/internal/backoff"
+)
+
+var (
+	_ backend.Session         = (*session)(nil)
+	_ backend.CandidateLister = (*session)(nil)
+	_ backend.LeaseLister     = (*session)(nil)
+	_ backend.Records         = (*session)(nil)
+	_ backend.SkipReporter    = (*session)(nil)
+)
+
+// session is one session object. Its client renews it (KeepAlive: one
+// compare-and-swap Update) and ends it at its deadline; a monitor goroutine
+// does that, and re-reads the queues of the names it holds when the watch
+// says they changed (to close Lost).
+type session struct {
+	b   *Backend
+	id  string
+	obj string // the object's name
+
+	ctx    context.Context // ends when the session is over or the backend closed
+	cancel context.CancelFunc
+	done   chan struct{}
+	check  chan struct{} // wakes the monitor: re-read the held queues
+	renew  chan struct{} // wakes the monitor: the deadline moved
+
+	wmu sync.Mutex     // serialises writes of the session object
+	cur *coordv1.Lease // the object as last written or read, under wmu
+
+	mu       sync.Mutex
+	ttl      time.Duration
+	deadline time.Time // start of the last successful renewal (or Open) + ttl
+	over     bool
+	held     map[*lease]struct{}
+	cands    map[string]struct{} // names this session registered for
+}
+
+func newSession(b *Backend, id string, ttl time.Duration, start time.Time, obj *coordv1.Lease) *session {
+	ctx, cancel := context.WithCancel(b.ctx)
+	s := &session{
+		b: b, id: id, obj: obj.Name,
+		ctx: ctx, cancel: cancel,
+		done: make(chan struct{}), check: make(chan struct{}, 1), renew: make(chan struct{}, 1),
+		cur: obj,
+		ttl: ttl, deadline: start.Add(ttl), held: map[*lease]struct{}{}, cands: map[string]struct{}{},
+	}
+	b.obs.observe(obj.Name, obj.ResourceVersion)
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		s.monitor()
+	}()
+	return s
+}
+
+// ID is the session's id: 32 hex digits, its object's name less "simba-s-".
+func (s *session) ID() string { return s.id }
+
+// TTL is the granted TTL: the one requested, rounded to milliseconds.
+func (s *session) TTL() time.Duration { return s.ttl }
+
+// Done is closed when the session is over.
+func (s *session) Done() <-chan struct{} { return s.done }
+
+// live reports whether the session may still write: not over, and its
+// deadline not passed.
+func (s *session) live() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.over && time.Now().Before(s.deadline)
+}
+
+func (s *session) overErr(op string) error {
+	if !s.live() {
+		return fmt.Errorf("simba/kubernetes: %s: session %s: %w", op, s.id, backend.ErrSessionDone)
+	}
+	return nil
+}
+
+// end makes the session over locally: Done and every held lease's Lost
+// close. It reports whether it did (false: over already).
+func (s *session) end() bool {
+	s.mu.Lock()
+	if s.over {
+		s.mu.Unlock()
+		return false
+	}
+	s.over = true
+	held := s.held
+	s.held = map[*lease]struct{}{}
+	s.mu.Unlock()
+	for l := range held {
+		l.lose()
+	}
+	close(s.done)
+	s.cancel()
+	return true
+}
+
+func (s *session) doneErr(op string) error {
+	if s.end() {
+		s.b.log.Debug("simba/kubernetes: the session is over", "session", s.id, "op", op)
+	}
+	return fmt.Errorf("simba/kubernetes: %s: session %s is over on the server: %w", op, s.id, backend.ErrSessionDone)
+}
+
+// fail wraps an error of the API for op, ctx being the caller's.
+func (s *session) fail(ctx context.Context, op string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("simba/kubernetes: %s: %w", op, context.Cause(ctx))
+	}
+	return s.b.apiErr(op, err)
+}
+
+// write changes the session object by compare-and-swap on its
+// resourceVersion. A conflict (someone else edited it) reads it afresh and
+// tries again; NotFound means the session is over (a contender ended it).
+func (s *session) write(ctx context.Context, op string, mutate func(*coordv1.Lease)) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	for attempt := 1; ; attempt++ {
+		if err := s.overErr(op); err != nil {
+			return err
+		}
+		obj := s.cur.DeepCopy()
+		mutate(obj)
+		got, err := s.b.leases.Update(ctx, obj, metav1.UpdateOptions{})
+		if err == nil {
+			s.cur = got
+			return nil
+		}
+		if apierrors.IsNotFound(err) {
+			return s.doneErr(op)
+		}
+		if !apierrors.IsConflict(err) || attempt >= 5 {
+			return s.fail(ctx, op, err)
+		}
+		fresh, err := s.b.leases.Get(ctx, s.obj, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return s.doneErr(op)
+		}
+		if err != nil {
+			return s.fail(ctx, op, err)
+		}
+		s.cur = fresh
+	}
+}
+
+// KeepAlive renews the session: one Update of its object carrying the
+// resourceVersion last written. Its TTL counts from the call's start.
+func (s *session) KeepAlive(ctx context.Context) (time.Duration, error) {
+	const op = "keep-alive"
+	start := time.Now()
+	err := s.write(ctx, op, func(l *coordv1.Lease) {
+		now := metav1.NewMicroTime(start)
+		l.Spec.RenewTime = &now
+	})
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	if s.over {
+		s.mu.Unlock()
+		return 0, fmt.Errorf("simba/kubernetes: %s: session %s: %w", op, s.id, backend.ErrSessionDone)
+	}
+	if d := start.Add(s.ttl); d.After(s.deadline) {
+		s.deadline = d
+	}
+	s.mu.Unlock()
+	poke(s.renew)
+	return s.ttl, nil
+}
+
+// cleanupTimeout bounds the clean-up of a session that ends (its object
+// and candidacies deleted); past it contenders take over as from a crash.
+const cleanupTimeout = 5 * time.Second
+
+// cleanup deletes the session object and removes its candidacies, once
+// the session is over. It runs within cleanupTimeout of ctx's values.
+func (s *session) cleanup(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	s.wmu.Lock()
+	rv := s.cur.ResourceVersion
+	s.wmu.Unlock()
+	var err error
+	for range 3 {
+		err = s.b.leases.Delete(ctx, s.obj, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+		if err == nil || apierrors.IsNotFound(err) {
+			err = nil
+			break
+		}
+		if !apierrors.IsConflict(err) {
+			break
+		}
+		// Written meanwhile (a renewal in flight, an edit): the session is
+		// over for its client all the same.
+		fresh, gerr := s.b.leases.Get(ctx, s.obj, metav1.GetOptions{})
+		if apierrors.IsNotFound(gerr) {
+			err = nil
+			break
+		}
+		if gerr != nil {
+			err = gerr
+			break
+		}
+		rv = fresh.ResourceVersion
+	}
+	s.b.obs.forget(s.obj)
+	s.mu.Lock()
+	names := make([]string, 0, len(s.cands))
+	for n := range s.cands {
+		names = append(names, n)
+	}
+	s.mu.Unlock()
+	for _, n := range names {
+		if _, rerr := s.b.removeEntries(ctx, n, s.id, 0); rerr != nil && err == nil {
+			err = rerr
+		}
+	}
+	return err
+}
+
+// Close ends the session: its object is deleted and its candidacies
+// removed.
+func (s *session) Close(ctx context.Context) error {
+	if !s.end() {
+		return nil
+	}
+	if err := s.cleanup(ctx); err != nil {
+		return s.fail(ctx, "close", err)
+	}
+	return nil
+}
+
+// monitor ends the session at its deadline, and checks the held leases
+// when their queues change.
+func (s *session) monitor() {
+	for {
+		s.mu.Lock()
+		wait := time.Until(s.deadline)
+		s.mu.Unlock()
+		t := time.NewTimer(wait)
+		select {
+		case <-s.ctx.Done():
+			t.Stop()
+			return
+		case <-s.renew:
+			t.Stop()
+		case <-s.check:
+			t.Stop()
+			s.checkHeld()
+		case <-t.C:
+			if s.live() {
+				continue // renewed meanwhile
+			}
+			if s.end() {
+				s.b.log.Debug("simba/kubernetes: the session's deadline passed", "session", s.id)
+				if err := s.cleanup(context.Background()); err != nil {
+					s.b.log.Warn("simba/kubernetes: cleaning up an expired session; contenders will take over after its TTL", "session", s.id, "err", err)
+				}
+			}
+			return
+		}
+	}
+}
+
+// checkHeld reads the queues of the held leases and closes Lost of those
+// whose candidacy is gone.
+func (s *session) checkHeld() {
+	s.mu.Lock()
+	byName := map[string][]*lease{}
+	for l := range s.held {
+		byName[l.name] = append(byName[l.name], l)
+	}
+	s.mu.Unlock()
+	for name, ls := range byName {
+		ctx, cancel := context.WithTimeout(s.ctx, lookTimeout)
+		st, err := s.b.readName(ctx, name)
+		cancel()
+		if err != nil {
+			if s.ctx.Err() != nil {
+				return
+			}
+			s.b.log.Debug("simba/kubernetes: reading a held queue", "lease", name, "err", err)
+			// Try again later.
+			s.b.wg.Add(1)
+			go func() {
+				defer s.b.wg.Done()
+				if backoff.Sleep(s.ctx, backoff.Wait(1, s.ttl/3)) {
+					poke(s.check)
+				}
+			}()
+			continue
+		}
+		for _, l := range ls {
+			if !st.has(s.id, l.token) {
+				s.mu.Lock()
+				delete(s.held, l)
+				s.mu.Unlock()
+				l.lose()
+			}
+		}
+	}
+}
+
+func (st *nameState) has(sid string, token uint64) bool {
+	for _, e := range st.queue {
+		if e.S == sid && e.T == token {
+			return true
+		}
+	}
+	return false
+}
+
+// lookTimeout bounds a read of the monitor's.
+const lookTimeout = 10 * time.Second

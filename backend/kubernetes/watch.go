@@ -1,0 +1,257 @@
+package kubernetes
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	coordv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/simba-go/simba/internal/backoff"
+)
+
+// observer remembers, per session object, the resourceVersion last seen
+// and the instant (monotonic, this process's clock) it was first seen: a
+// contender's evidence that a session stopped renewing (see the package
+// documentation).
+type observer struct {
+	mu   sync.Mutex
+	seen map[string]sighting
+}
+
+type sighting struct {
+	rv    string
+	since time.Time
+}
+
+func newObserver() *observer { return &observer{seen: map[string]sighting{}} }
+
+// observe records that the object name was at version rv now, and returns
+// the instant this process first saw it at rv.
+func (o *observer) observe(name, rv string) time.Time {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	s, ok := o.seen[name]
+	if !ok || s.rv != rv {
+		s = sighting{rv: rv, since: time.Now()}
+		o.seen[name] = s
+	}
+	return s.since
+}
+
+func (o *observer) forget(name string) {
+	o.mu.Lock()
+	delete(o.seen, name)
+	o.mu.Unlock()
+}
+
+// hub runs the backend's one list-and-watch of its namespace's simba
+// objects and wakes subscribers: by object name ("o:<name>"), by group
+// ("g:<group label>"), deletions by object name ("d:<name>"), and record watchers by key prefix. A subscriber's
+// function runs on the hub's goroutine and must not block.
+type hub struct {
+	b *Backend
+
+	mu      sync.Mutex
+	topics  map[string]map[*sub]struct{}
+	records map[*sub]string     // prefix
+	groups  map[string][]string // session object name -> its group labels
+	started bool
+}
+
+type sub struct{ f func() }
+
+func newHub(b *Backend) *hub {
+	return &hub{b: b, topics: map[string]map[*sub]struct{}{}, records: map[*sub]string{}, groups: map[string][]string{}}
+}
+
+func (h *hub) subscribe(topic string, f func()) (cancel func()) {
+	s := &sub{f: f}
+	h.mu.Lock()
+	set := h.topics[topic]
+	if set == nil {
+		set = map[*sub]struct{}{}
+		h.topics[topic] = set
+	}
+	set[s] = struct{}{}
+	h.mu.Unlock()
+	return func() {
+		h.mu.Lock()
+		delete(h.topics[topic], s)
+		if len(h.topics[topic]) == 0 {
+			delete(h.topics, topic)
+		}
+		h.mu.Unlock()
+	}
+}
+
+func (h *hub) subscribeRecords(prefix string, f func()) (cancel func()) {
+	s := &sub{f: f}
+	h.mu.Lock()
+	h.records[s] = prefix
+	h.mu.Unlock()
+	return func() {
+		h.mu.Lock()
+		delete(h.records, s)
+		h.mu.Unlock()
+	}
+}
+
+func (h *hub) start() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.started {
+		return
+	}
+	h.started = true
+	h.b.wg.Add(1)
+	go func() {
+		defer h.b.wg.Done()
+		h.run()
+	}()
+}
+
+func (h *hub) run() {
+	ctx := h.b.ctx
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		ok := h.watchOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if ok {
+			attempt = 0
+		}
+		backoff.Sleep(ctx, backoff.Wait(attempt+1, 5*time.Second))
+	}
+}
+
+// watchOnce lists, wakes everyone, and follows the watch until it ends; it
+// reports whether the watch delivered anything.
+func (h *hub) watchOnce(ctx context.Context) bool {
+	sel := labelManaged + "=" + managedBy
+	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	list, err := h.b.leases.List(lctx, metav1.ListOptions{LabelSelector: sel})
+	cancel()
+	if err != nil {
+		h.b.log.Debug("simba/kubernetes: listing for the watch", "err", err)
+		return false
+	}
+	groups := map[string][]string{}
+	for i := range list.Items {
+		l := &list.Items[i]
+		if l.Labels[labelKind] == kindSession {
+			h.b.obs.observe(l.Name, l.ResourceVersion)
+			groups[l.Name] = groupsOf(l)
+		}
+	}
+	h.mu.Lock()
+	h.groups = groups
+	h.mu.Unlock()
+	h.wakeAll()
+	w, err := h.b.leases.Watch(ctx, metav1.ListOptions{LabelSelector: sel, ResourceVersion: list.ResourceVersion, AllowWatchBookmarks: true})
+	if err != nil {
+		h.b.log.Debug("simba/kubernetes: starting the watch", "err", err)
+		return false
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return true
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return true
+			}
+			switch ev.Type {
+			case watch.Error:
+				h.b.log.Debug("simba/kubernetes: the watch ended with an error; listing again", "event", ev.Object)
+				return true
+			case watch.Added, watch.Modified, watch.Deleted:
+				if l, ok := ev.Object.(*coordv1.Lease); ok {
+					h.event(ev.Type, l)
+				}
+			}
+		}
+	}
+}
+
+func groupsOf(l *coordv1.Lease) []string {
+	var gs []string
+	for k := range l.Labels {
+		if strings.HasPrefix(k, groupLabelPfx) {
+			gs = append(gs, k)
+		}
+	}
+	return gs
+}
+
+func (h *hub) event(t watch.EventType, l *coordv1.Lease) {
+	var fs []func()
+	h.mu.Lock()
+	for s := range h.topics["o:"+l.Name] {
+		fs = append(fs, s.f)
+	}
+	if t == watch.Deleted {
+		for s := range h.topics["d:"+l.Name] {
+			fs = append(fs, s.f)
+		}
+	}
+	switch l.Labels[labelKind] {
+	case kindSession:
+		if t == watch.Deleted {
+			h.b.obs.forget(l.Name)
+		} else {
+			h.b.obs.observe(l.Name, l.ResourceVersion)
+		}
+		gs := append(groupsOf(l), h.groups[l.Name]...)
+		if t == watch.Deleted {
+			delete(h.groups, l.Name)
+		} else {
+			h.groups[l.Name] = groupsOf(l)
+		}
+		for _, g := range gs {
+			for s := range h.topics["g:"+g] {
+				fs = append(fs, s.f)
+			}
+		}
+	case kindRecord:
+		key := l.Annotations[annKey]
+		for s, prefix := range h.records {
+			if strings.HasPrefix(key, prefix) {
+				fs = append(fs, s.f)
+			}
+		}
+	}
+	h.mu.Unlock()
+	for _, f := range fs {
+		f()
+	}
+}
+
+func (h *hub) wakeAll() {
+	var fs []func()
+	h.mu.Lock()
+	for _, set := range h.topics {
+		for s := range set {
+			fs = append(fs, s.f)
+		}
+	}
+	for s := range h.records {
+		fs = append(fs, s.f)
+	}
+	h.mu.Unlock()
+	for _, f := range fs {
+		f()
+	}
+}
+
+// poke sends a value on ch without blocking (a buffer of one coalesces).
+func poke(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
