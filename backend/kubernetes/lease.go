@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -432,8 +433,9 @@ func (l *lease) Release(ctx context.Context) error {
 	return l.ReleaseWithRecords(ctx, nil)
 }
 
-// ReleaseWithRecords writes records fenced by this holding, then releases
-// it (not atomically: see the package documentation).
+// ReleaseWithRecords writes records fenced by this holding and releases it
+// in one compare-and-swap of the name's object: the records go into that
+// object (see the package documentation), the candidacy leaves its queue.
 func (l *lease) ReleaseWithRecords(ctx context.Context, records []backend.Record) error {
 	s := l.s
 	op := fmt.Sprintf("release %q (token %d)", l.name, l.token)
@@ -445,30 +447,83 @@ func (l *lease) ReleaseWithRecords(ctx context.Context, records []backend.Record
 	if !s.live() {
 		return fmt.Errorf("simba/kubernetes: %s: the session is over: %w", op, backend.ErrNotHeld)
 	}
-	cond := backend.Condition{Lease: l.name, Token: l.token}
-	for _, r := range records {
-		if _, err := s.putRecord(ctx, r.Key, r.Value, cond, true); err != nil {
-			if errors.Is(err, errNotHolder) {
-				return fmt.Errorf("simba/kubernetes: %s: %w", op, backend.ErrNotHeld)
+	// Copies elsewhere (the record objects, other leases' objects) are read
+	// first; one with a larger token is kept. Read before the swap, not
+	// with it: a copy with a larger token written meanwhile wins over ours
+	// on every read (see stored.wins), so the order holds all the same.
+	located := make([][]stored, len(records))
+	for i, r := range records {
+		cs, err := s.b.locate(ctx, r.Key)
+		if err != nil {
+			return s.fail(ctx, op, err)
+		}
+		located[i] = cs
+	}
+	var written []int
+	for attempt := 1; ; attempt++ {
+		st, err := s.b.readName(ctx, l.name)
+		if err != nil {
+			return s.fail(ctx, op, err)
+		}
+		if !st.has(s.id, l.token) || st.obj == nil {
+			l.s.mu.Lock()
+			_, mine := l.s.held[l]
+			l.s.mu.Unlock()
+			if mine {
+				poke(s.check) // Lost follows
 			}
-			if !errors.Is(err, backend.ErrConflict) { // a newer record is kept
+			return fmt.Errorf("simba/kubernetes: %s: %w", op, backend.ErrNotHeld)
+		}
+		if !s.live() {
+			return fmt.Errorf("simba/kubernetes: %s: the session is over: %w", op, backend.ErrNotHeld)
+		}
+		obj := st.obj.DeepCopy()
+		written = written[:0]
+		for i, r := range records {
+			newer := false
+			for j := range located[i] {
+				if c := &located[i][j]; c.lease != l.name && c.rec.Token > l.token {
+					newer = true
+				}
+			}
+			if _, ok := obj.Annotations[fencedAnn(r.Key)]; ok {
+				if _, cur, me := decodeFenced(obj, fencedAnn(r.Key)); me == nil && cur.Token > l.token {
+					newer = true
+				}
+			}
+			if newer {
+				continue // a newer record is kept
+			}
+			rec := backend.Record{Key: r.Key, Value: append([]byte{}, r.Value...), Version: rand.Uint64N(1<<63-1) + 1, Token: l.token}
+			setFenced(obj, r.Key, &rec)
+			written = append(written, i)
+		}
+		q := st.queue[:0:0]
+		for _, e := range st.queue {
+			if e != (entry{T: l.token, S: s.id}) {
+				q = append(q, e)
+			}
+		}
+		st.queue = q
+		encodeName(obj, l.name, st)
+		if err := checkLeaseSize(op, l.name, obj); err != nil {
+			return err
+		}
+		_, err = s.b.leases.Update(ctx, obj, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			if err := retry(ctx, op, attempt); err != nil {
 				return err
 			}
+			continue
 		}
-	}
-	removed, err := s.b.removeEntries(ctx, l.name, s.id, l.token)
-	if err != nil {
-		return s.fail(ctx, op, err)
-	}
-	if !removed {
-		l.s.mu.Lock()
-		_, mine := l.s.held[l]
-		l.s.mu.Unlock()
-		if mine {
-			poke(s.check) // Lost follows
+		if err != nil {
+			return s.fail(ctx, op, err)
 		}
-		return fmt.Errorf("simba/kubernetes: %s: %w", op, backend.ErrNotHeld)
+		break
 	}
 	l.forget()
+	for _, i := range written {
+		s.b.dropCopies(ctx, records[i].Key, located[i], l.name)
+	}
 	return nil
 }

@@ -89,22 +89,7 @@ func (b *Backend) updateName(ctx context.Context, name string, f func(*nameState
 		} else {
 			obj = obj.DeepCopy()
 		}
-		if obj.Annotations == nil {
-			obj.Annotations = map[string]string{}
-		}
-		q, _ := json.Marshal(st.queue)
-		if st.queue == nil {
-			q = []byte("[]")
-		}
-		obj.Annotations[annName] = name
-		obj.Annotations[annLast] = strconv.FormatUint(st.last, 10)
-		obj.Annotations[annQueue] = string(q)
-		if len(st.queue) > 0 {
-			h := st.queue[0].S
-			obj.Spec.HolderIdentity = &h
-		} else {
-			obj.Spec.HolderIdentity = nil
-		}
+		encodeName(obj, name, st)
 		var got *coordv1.Lease
 		if st.obj == nil {
 			got, err = b.leases.Create(ctx, obj, metav1.CreateOptions{})
@@ -122,6 +107,26 @@ func (b *Backend) updateName(ctx context.Context, name string, f func(*nameState
 		}
 		st.obj = got
 		return st, nil
+	}
+}
+
+// encodeName writes st's counter and queue into obj, the object of name.
+func encodeName(obj *coordv1.Lease, name string, st *nameState) {
+	if obj.Annotations == nil {
+		obj.Annotations = map[string]string{}
+	}
+	q, _ := json.Marshal(st.queue)
+	if st.queue == nil {
+		q = []byte("[]")
+	}
+	obj.Annotations[annName] = name
+	obj.Annotations[annLast] = strconv.FormatUint(st.last, 10)
+	obj.Annotations[annQueue] = string(q)
+	if len(st.queue) > 0 {
+		h := st.queue[0].S
+		obj.Spec.HolderIdentity = &h
+	} else {
+		obj.Spec.HolderIdentity = nil
 	}
 }
 

@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"sync"
 	"time"
@@ -59,13 +60,14 @@ type hub struct {
 	topics  map[string]map[*sub]struct{}
 	records map[*sub]string     // prefix
 	groups  map[string][]string // session object name -> its group labels
+	fenced  map[string][]string // lease name object -> the keys of its records
 	started bool
 }
 
 type sub struct{ f func() }
 
 func newHub(b *Backend) *hub {
-	return &hub{b: b, topics: map[string]map[*sub]struct{}{}, records: map[*sub]string{}, groups: map[string][]string{}}
+	return &hub{b: b, topics: map[string]map[*sub]struct{}{}, records: map[*sub]string{}, groups: map[string][]string{}, fenced: map[string][]string{}}
 }
 
 func (h *hub) subscribe(topic string, f func()) (cancel func()) {
@@ -140,15 +142,20 @@ func (h *hub) watchOnce(ctx context.Context) bool {
 		return false
 	}
 	groups := map[string][]string{}
+	fenced := map[string][]string{}
 	for i := range list.Items {
 		l := &list.Items[i]
-		if l.Labels[labelKind] == kindSession {
+		switch l.Labels[labelKind] {
+		case kindSession:
 			h.b.obs.observe(l.Name, l.ResourceVersion)
 			groups[l.Name] = groupsOf(l)
+		case kindLease:
+			fenced[l.Name] = fencedKeys(l)
 		}
 	}
 	h.mu.Lock()
 	h.groups = groups
+	h.fenced = fenced
 	h.mu.Unlock()
 	h.wakeAll()
 	w, err := h.b.leases.Watch(ctx, metav1.ListOptions{LabelSelector: sel, ResourceVersion: list.ResourceVersion, AllowWatchBookmarks: true})
@@ -176,6 +183,20 @@ func (h *hub) watchOnce(ctx context.Context) bool {
 			}
 		}
 	}
+}
+
+// fencedKeys lists the keys of the records kept in a lease name object.
+func fencedKeys(l *coordv1.Lease) []string {
+	var keys []string
+	for ann := range l.Annotations {
+		if strings.HasPrefix(ann, fencedAnnPfx) {
+			var f fencedRecord
+			if json.Unmarshal([]byte(l.Annotations[ann]), &f) == nil {
+				keys = append(keys, f.K)
+			}
+		}
+	}
+	return keys
 }
 
 func groupsOf(l *coordv1.Lease) []string {
@@ -222,6 +243,22 @@ func (h *hub) event(t watch.EventType, l *coordv1.Lease) {
 		for s, prefix := range h.records {
 			if strings.HasPrefix(key, prefix) {
 				fs = append(fs, s.f)
+			}
+		}
+	case kindLease:
+		// The records kept in the object, now and before this event.
+		keys := append(fencedKeys(l), h.fenced[l.Name]...)
+		if t == watch.Deleted {
+			delete(h.fenced, l.Name)
+		} else {
+			h.fenced[l.Name] = fencedKeys(l)
+		}
+		for s, prefix := range h.records {
+			for _, key := range keys {
+				if strings.HasPrefix(key, prefix) {
+					fs = append(fs, s.f)
+					break
+				}
 			}
 		}
 	}
