@@ -35,9 +35,13 @@
 //     [{"t":token,"s":"session id"},...]; spec.holderIdentity names the
 //     session of the first. It is never renewed and never deleted (it keeps
 //     the counter).
-//   - A record is one Lease "simba-r-<h>", h from the key as for names, with
-//     annotations simba.io/key, simba.io/value (base64), simba.io/token and
-//     simba.io/version.
+//   - A record written unfenced is one Lease "simba-r-<h>", h from the key
+//     as for names, with annotations simba.io/key, simba.io/value (base64),
+//     simba.io/token and simba.io/version. A record written fenced by a
+//     lease lives in that lease name's object instead: an annotation
+//     r.simba.io/<h> holding {"k":key,"v":value (base64),"t":token,"n":version}
+//     and a label r.simba.io/<h>="1", by which a key's copies are found
+//     (see "Fenced records").
 //   - A group member is a label g.simba.io/<h>="1" (h from the group) on the
 //     member's session object, and an annotation m.simba.io/<h> holding
 //     {"g":group,"id":member id,"d":data}: membership lives and dies with
@@ -121,17 +125,48 @@
 //
 // # Fenced records
 //
-// A fenced write (Condition.Token set) first reads the lease's queue and
-// requires this session's candidacy with that token to be first and the
-// session within its deadline, then writes the record by a CAS on the
-// record object's resourceVersion that refuses to replace a record written
-// with a larger token. As on ZooKeeper, the lease check is just before the
-// write, not atomic with it; the token order is atomic. ReleaseWithRecords
-// is fenced writes followed by the release: not one atomic step (the API has
-// none), so a failure between them leaves records written and the lease
-// held; the caller retries, as after any transient error. Versions are
-// random non-zero 63-bit numbers chosen per write, compared for equality
-// only, so that a key deleted and written again does not repeat one.
+// A fenced write (Condition.Token set) must commit only while the lease is
+// held with that token, and the API has no multi-object transaction: a
+// check of the queue followed by a write of another object lets a deposed
+// holder's write land after its successor was granted. So a record written
+// fenced by a lease is kept in that lease name's own object, the one with
+// the queue and the counter, and the write is one compare-and-swap Update of
+// that object that also requires this session's candidacy with the token to
+// be first (and the session within its deadline): if the queue changed
+// since it was read, the Update fails, the write reads again and is refused.
+// ReleaseWithRecords is likewise one Update of that object: the records in,
+// the candidacy out, all or nothing. A fenced delete of a record in the
+// fencing lease's object is one Update too.
+//
+// A key has its copy where it was last written: unfenced writes go where
+// the key's record is (its record object when it has none); fenced writes
+// go into the fencing lease's object, moving the record there: the new copy
+// is written first (the commit), then the old one is removed with a
+// precondition that it is unchanged. Until then, or when that removal fails
+// (it is retried by the key's next write), reads see the copy with the
+// larger token, a lease object's on a tie (then the smaller object name):
+// the record as last written, since a write never replaces a larger token.
+// For the same reason the token order against copies elsewhere needs no
+// atomic check: a copy with a larger token written meanwhile is read in
+// preference to ours. Two cases are not atomic, as on ZooKeeper: a fenced
+// delete of a record kept elsewhere than in the fencing lease's object
+// (written unfenced or under another lease) checks the lease just before
+// the delete; and a move leaves the old copy readable as the loser until it
+// is removed.
+//
+// Size: a Kubernetes object's annotations hold at most 256 KiB in all. The
+// records kept in one lease's object are bounded by [MaxLeaseRecordBytes]
+// (192 KiB of encoded annotations, about 4/3 of each value plus its key and
+// 100 bytes): two records of the largest size (64 KiB), or hundreds of
+// small ones; the rest is the queue's (about 60 bytes per candidacy, so
+// several hundred waiters). A fenced write or ReleaseWithRecords past the
+// bound is refused with an error naming MaxLeaseRecordBytes and writes
+// nothing; unfenced records have an object each and only the 64 KiB value
+// bound. Deleting a fenced record frees its room.
+//
+// Versions are random non-zero 63-bit numbers chosen per write, compared
+// for equality only, so that a key deleted and written again does not
+// repeat one.
 //
 // # Watches
 //
@@ -144,7 +179,8 @@
 //
 // # Malformed objects
 //
-// A record object whose annotations do not decode is not a record
+// A record object whose annotations do not decode, or a record annotation
+// of a lease object that does not, is not a record
 // ([backend.MalformedError], skipped by listings); a session object in a
 // group whose member annotation does not decode is skipped by Members; a
 // lease name object whose queue or counter does not decode fails Acquire,

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/kubernetes"
 	"github.com/simba-go/simba/internal/kubetest"
@@ -160,5 +162,85 @@ func TestLeaseRecordSize(t *testing.T) {
 	list, err := ra.ListRecords(ctx, "big/")
 	if err != nil || len(list) != 4 {
 		t.Fatalf("ListRecords big/: %d records, %v; want 4", len(list), err)
+	}
+}
+
+// TestRecordMoves: a key has one copy, where it was last written: an
+// unfenced record moves into the lease's object on a fenced write (its
+// record object goes), an unfenced write replaces a fenced record in place,
+// and a write fenced by another lease moves it there.
+func TestRecordMoves(t *testing.T) {
+	srv := kubetest.Start(t)
+	b := newBackend(t, srv)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	a := openSession(t, b)
+	ra := a.(backend.Records)
+	leases := b.Client().CoordinationV1().Leases(b.Namespace())
+	// copies counts the objects holding the key: its record object and the
+	// lease objects labelled with it.
+	copies := func(key string) int {
+		t.Helper()
+		list, err := leases.List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=simba"})
+		if err != nil {
+			t.Fatalf("List: %v", err)
+		}
+		n := 0
+		for _, l := range list.Items {
+			if l.Annotations["simba.io/key"] == key {
+				n++
+			}
+			for k, v := range l.Annotations {
+				if strings.HasPrefix(k, "r.simba.io/") && strings.Contains(v, `"k":"`+key+`"`) {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	want := func(what, key, value string, token uint64) {
+		t.Helper()
+		got, err := ra.GetRecord(ctx, key)
+		if err != nil || string(got.Value) != value || got.Token != token {
+			t.Fatalf("%s: %s = %q token %d, %v; want %q token %d", what, key, got.Value, got.Token, err, value, token)
+		}
+		if n := copies(key); n != 1 {
+			t.Fatalf("%s: %d stored copies of %s, want 1", what, n, key)
+		}
+	}
+	if _, err := ra.PutRecord(ctx, "mv/k", []byte("plain"), backend.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+	want("unfenced", "mv/k", "plain", 0)
+	l1, err := a.Acquire(ctx, "mv-one")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ra.PutRecord(ctx, "mv/k", []byte("one"), backend.Condition{Lease: "mv-one", Token: l1.Token()}); err != nil {
+		t.Fatal(err)
+	}
+	want("fenced by mv-one", "mv/k", "one", l1.Token())
+	r, err := ra.PutRecord(ctx, "mv/k", []byte("plain again"), backend.Condition{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want("unfenced over a fenced record", "mv/k", "plain again", 0)
+	l2, err := a.Acquire(ctx, "mv-two")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ra.PutRecord(ctx, "mv/k", []byte("two"), backend.Condition{Lease: "mv-two", Token: l2.Token(), IfVersion: true, Version: r.Version}); err != nil {
+		t.Fatal(err)
+	}
+	want("fenced by mv-two", "mv/k", "two", l2.Token())
+	list, err := ra.ListRecords(ctx, "mv/")
+	if err != nil || len(list) != 1 || string(list[0].Value) != "two" {
+		t.Fatalf("ListRecords mv/: %+v, %v; want one record, two", list, err)
+	}
+	if err := ra.DeleteRecord(ctx, "mv/k", backend.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ra.GetRecord(ctx, "mv/k"); !errors.Is(err, backend.ErrNoRecord) || copies("mv/k") != 0 {
+		t.Fatalf("after DeleteRecord: %v, %d copies; want ErrNoRecord, none", err, copies("mv/k"))
 	}
 }

@@ -86,7 +86,7 @@ func decodeFenced(l *coordv1.Lease, ann string) (string, backend.Record, *backen
 	if err := json.Unmarshal([]byte(raw), &f); err != nil || backend.CheckKey(f.K) != nil || fencedAnn(f.K) != ann {
 		return "", backend.Record{}, &backend.MalformedError{Key: l.Name + "/" + ann, Reason: fmt.Sprintf("annotation %s of lease object %s is not a record: %q", ann, l.Name, trunc(raw))}
 	}
-	if f.T == 0 || f.T > maxToken || f.N == 0 || len(f.V) > backend.MaxRecordValue {
+	if f.T > maxToken || f.N == 0 || len(f.V) > backend.MaxRecordValue {
 		return f.K, backend.Record{}, &backend.MalformedError{Key: f.K, Reason: fmt.Sprintf("annotation %s of lease object %s has token %d, version %d, %d bytes", ann, l.Name, f.T, f.N, len(f.V))}
 	}
 	if f.V == nil {
@@ -94,6 +94,9 @@ func decodeFenced(l *coordv1.Lease, ann string) (string, backend.Record, *backen
 	}
 	return f.K, backend.Record{Key: f.K, Value: f.V, Version: f.N, Token: f.T}, nil
 }
+
+// A record annotation's token is 0 when an unfenced write replaced, in
+// place, a record that a fenced write had put there.
 
 // stored is one stored copy of a key's record: in its record object
 // (lease "") or in the object of the lease name that fenced its write.
