@@ -368,7 +368,11 @@ type lease struct {
 	lost     chan struct{}
 	isLost   bool
 	released bool
-	onLost   map[*func()]struct{}
+	// releasing: the owner's release is in flight; a loss seen meanwhile
+	// (maybe the release's own write) waits for its outcome (lostPending).
+	releasing   bool
+	lostPending bool
+	onLost      map[*func()]struct{}
 }
 
 func (l *lease) Name() string          { return l.name }
@@ -377,6 +381,13 @@ func (l *lease) Lost() <-chan struct{} { return l.lost }
 
 // lose closes Lost and runs the OnLost functions, unless released.
 func (l *lease) lose() {
+	l.mu.Lock()
+	if l.releasing {
+		l.lostPending = true
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
 	l.unsub()
 	l.mu.Lock()
 	if l.isLost || l.released {
@@ -420,6 +431,8 @@ func (l *lease) OnLost(f func()) (stop func() bool) {
 func (l *lease) forget() {
 	l.mu.Lock()
 	l.released = true
+	l.releasing = false
+	l.lostPending = false
 	l.mu.Unlock()
 	l.unsub()
 	l.s.mu.Lock()
@@ -509,17 +522,28 @@ func (l *lease) ReleaseWithRecords(ctx context.Context, records []backend.Record
 		if err := checkLeaseSize(op, l.name, obj); err != nil {
 			return err
 		}
+		l.mu.Lock()
+		l.releasing = true
+		l.mu.Unlock()
 		_, err = s.b.leases.Update(ctx, obj, metav1.UpdateOptions{})
+		if err == nil {
+			break
+		}
+		l.mu.Lock()
+		l.releasing = false
+		pending := l.lostPending
+		l.lostPending = false
+		l.mu.Unlock()
+		if pending {
+			l.lose() // seen gone, and not by this release
+		}
 		if apierrors.IsConflict(err) {
 			if err := retry(ctx, op, attempt); err != nil {
 				return err
 			}
 			continue
 		}
-		if err != nil {
-			return s.fail(ctx, op, err)
-		}
-		break
+		return s.fail(ctx, op, err)
 	}
 	l.forget()
 	for _, i := range written {
