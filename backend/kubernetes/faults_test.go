@@ -1,0 +1,241 @@
+package kubernetes_test
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/backend/kubernetes"
+	"github.com/simba-go/simba/internal/await"
+	"github.com/simba-go/simba/internal/check"
+	"github.com/simba-go/simba/internal/faultproxy"
+	"github.com/simba-go/simba/internal/kubetest"
+)
+
+// pair is two simba clients, "a" and "b", each on a backend of its own
+// through a proxy of its own, contending for the election "x" in a
+// namespace of the test's own on a kube-apiserver of the test's own.
+type pair struct {
+	srv   *kubetest.Server
+	del   *deletions
+	log   *termLog
+	proxy map[string]*faultproxy.Proxy
+	c     map[string]*simba.Client
+}
+
+func startPair(t *testing.T) *pair {
+	t.Helper()
+	srv := kubetest.Start(t)
+	ns := srv.Namespace(t)
+	p := &pair{srv: srv, del: watchDeletions(t, srv, ns), log: newTermLog(),
+		proxy: map[string]*faultproxy.Proxy{}, c: map[string]*simba.Client{}}
+	for _, name := range []string{"a", "b"} {
+		px, err := faultproxy.New(srv.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { px.Close() })
+		b, err := kubernetes.New(srv.ConfigVia(px.Addr(), srv.Admin()), kubernetes.WithNamespace(ns))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		c, err := simba.New(b, simba.WithTTL(faultTTL))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			px.Heal() // a test that failed left it cut off
+			await.For(t, await.Returned(c.Close), closeWait, "client %s: Close did not return", name)
+		})
+		if _, err := c.Election("x").RunWhileLeader(p.log.task(name, c)); err != nil {
+			t.Fatal(err)
+		}
+		p.proxy[name], p.c[name] = px, c
+	}
+	return p
+}
+
+// first waits for the first term.
+func (p *pair) first(t *testing.T) *seenTerm {
+	t.Helper()
+	st := p.log.next("", opTimeout)
+	if st == nil {
+		t.Fatalf("no first term within %v", opTimeout)
+	}
+	return st
+}
+
+// revoked waits for the term of holder to be revoked, within the TTL and
+// a few seconds of since (when the fault began), and checks that it was not
+// valid past since + TTL: with no renewal answered after the fault began,
+// the client's deadline is its last answered renewal's start plus the TTL.
+func (p *pair) revoked(t *testing.T, holder *seenTerm, since time.Time, what string) {
+	t.Helper()
+	select {
+	case <-holder.term.Revoked():
+	case <-time.After(faultTTL + 5*time.Second):
+		t.Fatalf("term %d of %s not revoked %v into the %s (valid %v, deadline %v after it began)",
+			holder.term.Token(), holder.node, faultTTL+5*time.Second, what, holder.term.Valid(), holder.term.Deadline().Sub(since))
+	}
+	if end := holder.term.Deadline(); end.After(since.Add(faultTTL)) {
+		t.Errorf("term %d of %s valid until %v after the %s began, past the TTL %v", holder.term.Token(), holder.node, end.Sub(since), what, faultTTL)
+	}
+}
+
+// expiredTerm checks the term of holder, which the fault ended by its
+// deadline, against the term next that followed it: next began strictly
+// after holder's end, with a larger token, and holder's end came strictly
+// before its session's object was deleted, which is when the backend freed
+// its holding (check.AgainstGrants). It returns the gap from holder's end
+// to next's start.
+func (p *pair) expiredTerm(t *testing.T, holder, next *seenTerm) time.Duration {
+	t.Helper()
+	end := holder.term.Deadline()
+	gap := next.term.Start().Sub(end)
+	if gap <= 0 {
+		t.Errorf("term %d of %s began %v before term %d of %s ended", next.term.Token(), next.node, -gap, holder.term.Token(), holder.node)
+	}
+	if next.term.Token() <= holder.term.Token() {
+		t.Errorf("token %d after %d", next.term.Token(), holder.term.Token())
+	}
+	var deletedAt time.Time
+	if !eventually(opTimeout, func() bool { var ok bool; deletedAt, ok = p.del.deleted(holder.session); return ok }) {
+		t.Errorf("the object of session %s of %s not seen deleted within %v after term %d began", holder.session, holder.node, opTimeout, next.term.Token())
+		return gap
+	}
+	minGap, errs := check.AgainstGrants(
+		[]check.Term{{Name: "x", Token: holder.term.Token(), Start: holder.term.Start(), End: end}},
+		[]check.Grant{{Name: "x", Token: holder.term.Token(), Start: holder.term.Start(), End: deletedAt, Ended: true, Expired: true}})
+	for _, err := range errs {
+		t.Error(err)
+	}
+	t.Logf("term %d of %s ended %v before its session's object was seen deleted and %v before term %d of %s began",
+		holder.term.Token(), holder.node, minGap.Round(time.Microsecond), gap.Round(time.Microsecond), next.term.Token(), next.node)
+	return gap
+}
+
+// checkAll runs the checkers over every term and register write.
+func (p *pair) checkAll(t *testing.T) {
+	t.Helper()
+	for _, err := range p.log.checkTerms() {
+		t.Error(err)
+	}
+	errs, acc, ref := staleWrites(p.log)
+	for _, err := range errs {
+		t.Error(err)
+	}
+	t.Logf("register writes: %d accepted, %d refused", acc, ref)
+}
+
+// TestLinkCutRevokesBeforeTakeover cuts the holder's link to the API
+// server (every connection of its backend blackholed in its proxy), round
+// after round: its term must end, on its own clock, strictly before the
+// other client's term begins and before its session's object is deleted
+// (the contender's Delete after TTL + margin of observation); tokens
+// increase, no two terms overlap, and the fenced writes the cut holder had
+// in flight, delivered when the link heals, are refused.
+func TestLinkCutRevokesBeforeTakeover(t *testing.T) {
+	const rounds = 3
+	p := startPair(t)
+	holder := p.first(t)
+	var gaps []time.Duration
+	for round := range rounds {
+		// Cut at a random phase of the holder's renewals.
+		time.Sleep(faultTTL/3 + rand.N(faultTTL/3))
+		other := map[string]string{"a": "b", "b": "a"}[holder.node]
+		p.proxy[holder.node].Blackhole()
+		cut := time.Now()
+		next := p.log.next(other, opTimeout)
+		if next == nil {
+			t.Fatalf("round %d: no take-over by %s within %v of the cut", round, other, opTimeout)
+		}
+		p.revoked(t, holder, cut, "cut")
+		gaps = append(gaps, p.expiredTerm(t, holder, next))
+		p.proxy[holder.node].Heal()
+		if !eventually(opTimeout, func() bool {
+			id := p.c[holder.node].SessionID()
+			return id != "" && id != holder.session
+		}) {
+			t.Fatalf("round %d: %s has no new session %v after the link healed", round, holder.node, opTimeout)
+		}
+		holder = next
+	}
+	p.checkAll(t)
+	slices.Sort(gaps)
+	t.Logf("%d take-overs after a cut link (TTL %v): the old term ended before the new one began by min %v, median %v, max %v",
+		len(gaps), faultTTL, gaps[0].Round(time.Microsecond), gaps[len(gaps)/2].Round(time.Millisecond), gaps[len(gaps)-1].Round(time.Millisecond))
+}
+
+// TestAPIServerPaused stops the kube-apiserver with SIGSTOP for twice the
+// TTL, then continues it: the holder's term ends by its own deadline during
+// the pause, before its session's object is deleted and strictly before
+// the next term begins, with a larger token; no two terms overlap and no
+// stale fenced write is accepted.
+func TestAPIServerPaused(t *testing.T) {
+	p := startPair(t)
+	holder := p.first(t)
+	time.Sleep(faultTTL / 2) // a few renewals and writes
+	p.srv.Pause()
+	t.Cleanup(p.srv.Resume) // before the clients close, if the test fails while paused
+	paused := time.Now()
+	p.revoked(t, holder, paused, "pause")
+	time.Sleep(time.Until(paused.Add(2 * faultTTL)))
+	p.srv.Resume()
+	t.Logf("paused for %v (TTL %v)", time.Since(paused).Round(time.Millisecond), faultTTL)
+	next := p.log.next("", opTimeout)
+	if next == nil {
+		t.Fatalf("no term within %v of the resumption", opTimeout)
+	}
+	p.expiredTerm(t, holder, next)
+	p.checkAll(t)
+}
+
+// TestAPIServerRestart stops the kube-apiserver (SIGTERM) and starts it
+// again on the same etcd: a start takes longer than the TTL, so the
+// holder's term ends by its own deadline while the server is down, before
+// its session's object is deleted and strictly before the next term; the
+// next term has a larger token.
+func TestAPIServerRestart(t *testing.T) {
+	p := startPair(t)
+	holder := p.first(t)
+	time.Sleep(faultTTL / 2)
+	stopped := time.Now()
+	p.srv.Stop()
+	p.revoked(t, holder, stopped, "outage")
+	p.srv.Start()
+	t.Logf("down for %v (TTL %v)", time.Since(stopped).Round(time.Millisecond), faultTTL)
+	next := p.log.next("", opTimeout)
+	if next == nil {
+		t.Fatalf("no term within %v of the restart", opTimeout)
+	}
+	p.expiredTerm(t, holder, next)
+	p.checkAll(t)
+}
+
+// TestEtcdPausedUnderAPIServer pauses the kube-apiserver's etcd (its
+// front proxy blackholed: requests reach the API server, which cannot
+// answer them) for twice the TTL: as for a paused API server, the holder's
+// term ends by its own deadline, before its session's object is deleted
+// and before the next term, with a larger token.
+func TestEtcdPausedUnderAPIServer(t *testing.T) {
+	p := startPair(t)
+	holder := p.first(t)
+	time.Sleep(faultTTL / 2)
+	etcd := p.srv.Etcd()
+	etcd.Pause()
+	t.Cleanup(etcd.Resume)
+	paused := time.Now()
+	p.revoked(t, holder, paused, "pause of etcd")
+	time.Sleep(time.Until(paused.Add(2 * faultTTL)))
+	etcd.Resume()
+	t.Logf("etcd paused for %v (TTL %v)", time.Since(paused).Round(time.Millisecond), faultTTL)
+	next := p.log.next("", opTimeout)
+	if next == nil {
+		t.Fatalf("no term within %v of etcd's resumption", opTimeout)
+	}
+	p.expiredTerm(t, holder, next)
+	p.checkAll(t)
+}
