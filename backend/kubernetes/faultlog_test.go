@@ -2,6 +2,7 @@ package kubernetes_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	coordv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
@@ -38,69 +40,150 @@ const (
 	writeEvery = 100 * time.Millisecond
 )
 
-// deletions records when each session object of a namespace was deleted,
-// from a watch of the test's own (the administrator's, straight to the
-// server): a holding of this backend ends when its session's object is
-// deleted (by a contender, after TTL + margin of observation, or by its own
-// client past its deadline), so that instant is the holding's end, the
-// grant of check.AgainstGrants. The time is when the watch delivered the
-// deletion, so at most the watch's lag after it: the check is weaker by
-// that lag, a few milliseconds on this machine.
-type deletions struct {
-	mu   sync.Mutex
-	at   map[string]time.Time // session id -> deletion seen
-	stop context.CancelFunc
-	done chan struct{}
+// grantLog is the server's record of when each holding ended, from a
+// watch of the test's own (the administrator's, straight to the server) on
+// every simba object of a namespace. A holding of this backend ends at the
+// first of two writes: its candidacy leaving the head of its lease name's
+// queue (a release, or the removal of a dead session's candidacies), or its
+// session's object being deleted (by a contender after TTL + margin of
+// observation, or by its own client past its deadline), after which every
+// contender takes the session for dead. So that instant is the grant's end
+// for check.AgainstGrants. The times are when the watch delivered the
+// writes, at most the watch's lag after them: the check is weaker by that
+// lag, a few milliseconds on this machine.
+type grantLog struct {
+	mu       sync.Mutex
+	alive    map[string]bool         // session ids whose objects exist
+	deleted  map[string]time.Time    // session id -> its object's deletion seen
+	unheaded map[candidacy]time.Time // candidacy -> seen leaving the head
+	head     map[string]candidacy    // lease name object -> its queue's head
+	stop     context.CancelFunc
+	done     chan struct{}
 }
 
-// watchDeletions starts recording the deletions of session objects in ns,
-// watching again after an error (a restart of the server) from the last
-// resourceVersion seen, so that no deletion is missed, until the test ends.
-func watchDeletions(t *testing.T, srv *kubetest.Server, ns string) *deletions {
+// candidacy is one entry of a lease name's queue, as the backend writes it
+// in the annotation simba.io/queue.
+type candidacy struct {
+	T uint64 `json:"t"`
+	S string `json:"s"`
+}
+
+// watchGrants starts recording the ends of holdings in ns, listing and
+// watching again after an error (a restart of the server), until the test
+// ends. What happened while the watch was down is seen, as the list shows
+// it, when the list is made: later than it happened, so the check is
+// weaker across an outage of the server by the outage.
+func watchGrants(t *testing.T, srv *kubetest.Server, ns string) *grantLog {
 	b, err := kubernetes.New(srv.Admin(), kubernetes.WithNamespace(ns))
 	if err != nil {
 		t.Fatal(err)
 	}
 	leases := b.Client().CoordinationV1().Leases(ns)
 	ctx, cancel := context.WithCancel(context.Background())
-	d := &deletions{at: map[string]time.Time{}, stop: cancel, done: make(chan struct{})}
+	g := &grantLog{alive: map[string]bool{}, deleted: map[string]time.Time{}, unheaded: map[candidacy]time.Time{}, head: map[string]candidacy{},
+		stop: cancel, done: make(chan struct{})}
 	go func() {
-		defer close(d.done)
-		rv := "" // the last seen: a watch again after an error resumes from it
+		defer close(g.done)
 		for ctx.Err() == nil {
-			w, err := leases.Watch(ctx, metav1.ListOptions{LabelSelector: "simba.io/kind=session", ResourceVersion: rv})
-			if err != nil {
-				select {
-				case <-ctx.Done():
-				case <-time.After(100 * time.Millisecond):
-				}
-				continue
-			}
-			for ev := range w.ResultChan() {
-				m, ok := ev.Object.(metav1.Object)
-				if !ok {
-					continue // an error event: watch again
-				}
-				rv = m.GetResourceVersion()
-				if ev.Type == watch.Deleted {
-					d.mu.Lock()
-					d.at[strings.TrimPrefix(m.GetName(), "simba-s-")] = time.Now()
-					d.mu.Unlock()
+			// A list, then a watch from it: after an error (a restart of
+			// the server, whose watch cache does not reach back to the
+			// last version seen) the list shows what was missed.
+			sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=simba"}
+			list, err := leases.List(ctx, sel)
+			if err == nil {
+				g.listed(list.Items, time.Now())
+				sel.ResourceVersion = list.ResourceVersion
+				var w watch.Interface
+				if w, err = leases.Watch(ctx, sel); err == nil {
+					for ev := range w.ResultChan() {
+						if l, ok := ev.Object.(*coordv1.Lease); ok {
+							g.saw(ev.Type, l, time.Now())
+						}
+					}
+					w.Stop()
 				}
 			}
-			w.Stop()
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
 		}
 	}()
-	t.Cleanup(func() { d.stop(); <-d.done; b.Close() })
-	return d
+	t.Cleanup(func() { g.stop(); <-g.done; b.Close() })
+	return g
 }
 
-// deleted returns when the object of session id was seen deleted.
-func (d *deletions) deleted(id string) (time.Time, bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	at, ok := d.at[id]
-	return at, ok
+// listed records what a list shows: the sessions seen before that are
+// gone were deleted (at the latest when listed), and each lease name's
+// head as it is.
+func (g *grantLog) listed(items []coordv1.Lease, at time.Time) {
+	live := map[string]bool{}
+	for i := range items {
+		l := &items[i]
+		if l.Labels["simba.io/kind"] == "session" {
+			live[strings.TrimPrefix(l.Name, "simba-s-")] = true
+		}
+		g.saw(watch.Modified, l, at)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for id := range g.alive {
+		if !live[id] {
+			delete(g.alive, id)
+			g.deleted[id] = at
+		}
+	}
+}
+
+// saw records one event of the watch.
+func (g *grantLog) saw(typ watch.EventType, l *coordv1.Lease, at time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch l.Labels["simba.io/kind"] {
+	case "session":
+		id := strings.TrimPrefix(l.Name, "simba-s-")
+		if typ == watch.Deleted {
+			delete(g.alive, id)
+			g.deleted[id] = at
+		} else {
+			g.alive[id] = true
+		}
+	case "lease":
+		var q []candidacy
+		_ = json.Unmarshal([]byte(l.Annotations["simba.io/queue"]), &q)
+		var head candidacy
+		if len(q) > 0 && typ != watch.Deleted {
+			head = q[0]
+		}
+		if old, ok := g.head[l.Name]; ok && old != head && old.T != 0 {
+			if _, seen := g.unheaded[old]; !seen {
+				g.unheaded[old] = at
+			}
+		}
+		g.head[l.Name] = head
+	}
+}
+
+// ended returns when the holding of token by session ended: the first of
+// its candidacy leaving the head of the queue and its session's object
+// being deleted; ok is false if neither was seen.
+func (g *grantLog) ended(token uint64, session string) (at time.Time, ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	d, okD := g.deleted[session]
+	u, okU := g.unheaded[candidacy{T: token, S: session}]
+	switch {
+	case okD && okU:
+		if u.Before(d) {
+			return u, true
+		}
+		return d, true
+	case okD:
+		return d, true
+	case okU:
+		return u, true
+	}
+	return time.Time{}, false
 }
 
 // seenTerm is one term as its task saw it.

@@ -19,7 +19,7 @@ import (
 // namespace of the test's own on a kube-apiserver of the test's own.
 type pair struct {
 	srv   *kubetest.Server
-	del   *deletions
+	grant *grantLog
 	log   *termLog
 	proxy map[string]*faultproxy.Proxy
 	c     map[string]*simba.Client
@@ -29,7 +29,7 @@ func startPair(t *testing.T) *pair {
 	t.Helper()
 	srv := kubetest.Start(t)
 	ns := srv.Namespace(t)
-	p := &pair{srv: srv, del: watchDeletions(t, srv, ns), log: newTermLog(),
+	p := &pair{srv: srv, grant: watchGrants(t, srv, ns), log: newTermLog(),
 		proxy: map[string]*faultproxy.Proxy{}, c: map[string]*simba.Client{}}
 	for _, name := range []string{"a", "b"} {
 		px, err := faultproxy.New(srv.Addr())
@@ -88,8 +88,7 @@ func (p *pair) revoked(t *testing.T, holder *seenTerm, since time.Time, what str
 // expiredTerm checks the term of holder, which the fault ended by its
 // deadline, against the term next that followed it: next began strictly
 // after holder's end, with a larger token, and holder's end came strictly
-// before its session's object was deleted, which is when the backend freed
-// its holding (check.AgainstGrants). It returns the gap from holder's end
+// before the server freed its holding (grantLog; check.AgainstGrants). It returns the gap from holder's end
 // to next's start.
 func (p *pair) expiredTerm(t *testing.T, holder, next *seenTerm) time.Duration {
 	t.Helper()
@@ -101,18 +100,19 @@ func (p *pair) expiredTerm(t *testing.T, holder, next *seenTerm) time.Duration {
 	if next.term.Token() <= holder.term.Token() {
 		t.Errorf("token %d after %d", next.term.Token(), holder.term.Token())
 	}
-	var deletedAt time.Time
-	if !eventually(opTimeout, func() bool { var ok bool; deletedAt, ok = p.del.deleted(holder.session); return ok }) {
-		t.Errorf("the object of session %s of %s not seen deleted within %v after term %d began", holder.session, holder.node, opTimeout, next.term.Token())
+	var endedAt time.Time
+	if !eventually(opTimeout, func() bool { var ok bool; endedAt, ok = p.grant.ended(holder.term.Token(), holder.session); return ok }) {
+		t.Errorf("the holding of token %d by session %s of %s not seen ended (candidacy off the head of the queue, or session object deleted) within %v after term %d began",
+			holder.term.Token(), holder.session, holder.node, opTimeout, next.term.Token())
 		return gap
 	}
 	minGap, errs := check.AgainstGrants(
 		[]check.Term{{Name: "x", Token: holder.term.Token(), Start: holder.term.Start(), End: end}},
-		[]check.Grant{{Name: "x", Token: holder.term.Token(), Start: holder.term.Start(), End: deletedAt, Ended: true, Expired: true}})
+		[]check.Grant{{Name: "x", Token: holder.term.Token(), Start: holder.term.Start(), End: endedAt, Ended: true, Expired: true}})
 	for _, err := range errs {
 		t.Error(err)
 	}
-	t.Logf("term %d of %s ended %v before its session's object was seen deleted and %v before term %d of %s began",
+	t.Logf("term %d of %s ended %v before the server freed its holding and %v before term %d of %s began",
 		holder.term.Token(), holder.node, minGap.Round(time.Microsecond), gap.Round(time.Microsecond), next.term.Token(), next.node)
 	return gap
 }
@@ -133,7 +133,7 @@ func (p *pair) checkAll(t *testing.T) {
 // TestLinkCutRevokesBeforeTakeover cuts the holder's link to the API
 // server (every connection of its backend blackholed in its proxy), round
 // after round: its term must end, on its own clock, strictly before the
-// other client's term begins and before its session's object is deleted
+// other client's term begins and before the server frees its holding
 // (the contender's Delete after TTL + margin of observation); tokens
 // increase, no two terms overlap, and the fenced writes the cut holder had
 // in flight, delivered when the link heals, are refused.
@@ -171,7 +171,7 @@ func TestLinkCutRevokesBeforeTakeover(t *testing.T) {
 
 // TestAPIServerPaused stops the kube-apiserver with SIGSTOP for twice the
 // TTL, then continues it: the holder's term ends by its own deadline during
-// the pause, before its session's object is deleted and strictly before
+// the pause, before the server frees its holding and strictly before
 // the next term begins, with a larger token; no two terms overlap and no
 // stale fenced write is accepted.
 func TestAPIServerPaused(t *testing.T) {
@@ -196,7 +196,7 @@ func TestAPIServerPaused(t *testing.T) {
 // TestAPIServerRestart stops the kube-apiserver (SIGTERM) and starts it
 // again on the same etcd: a start takes longer than the TTL, so the
 // holder's term ends by its own deadline while the server is down, before
-// its session's object is deleted and strictly before the next term; the
+// the server frees its holding and strictly before the next term; the
 // next term has a larger token.
 func TestAPIServerRestart(t *testing.T) {
 	p := startPair(t)
@@ -204,6 +204,7 @@ func TestAPIServerRestart(t *testing.T) {
 	time.Sleep(faultTTL / 2)
 	stopped := time.Now()
 	p.srv.Stop()
+	t.Logf("Stop (SIGTERM, then SIGKILL after 15s) took %v", time.Since(stopped).Round(time.Millisecond))
 	p.revoked(t, holder, stopped, "outage")
 	p.srv.Start()
 	t.Logf("down for %v (TTL %v)", time.Since(stopped).Round(time.Millisecond), faultTTL)
@@ -218,7 +219,7 @@ func TestAPIServerRestart(t *testing.T) {
 // TestEtcdPausedUnderAPIServer pauses the kube-apiserver's etcd (its
 // front proxy blackholed: requests reach the API server, which cannot
 // answer them) for twice the TTL: as for a paused API server, the holder's
-// term ends by its own deadline, before its session's object is deleted
+// term ends by its own deadline, before the server frees its holding
 // and before the next term, with a larger token.
 func TestEtcdPausedUnderAPIServer(t *testing.T) {
 	p := startPair(t)
