@@ -23,7 +23,7 @@ import (
 
 // This file holds what the fault tests of the simba client on this backend
 // share: a record of the terms the tasks saw, the fenced register they
-// write, and the times the sessions' objects were deleted. It follows
+// write, and the server's record of when each holding ended. It follows
 // backend/postgres's faultlog_test.go (test files of another package, which
 // cannot be imported).
 
@@ -49,8 +49,9 @@ const (
 // observation, or by its own client past its deadline), after which every
 // contender takes the session for dead. So that instant is the grant's end
 // for check.AgainstGrants. The times are when the watch delivered the
-// writes, at most the watch's lag after them: the check is weaker by that
-// lag, a few milliseconds on this machine.
+// writes, at most the watch's lag after them (or, across an outage of the
+// server, when the list made after it showed them): the check is weaker by
+// that lag, a few milliseconds on this machine but for outages.
 type grantLog struct {
 	mu       sync.Mutex
 	alive    map[string]bool         // session ids whose objects exist

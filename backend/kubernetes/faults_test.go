@@ -289,3 +289,75 @@ func (s overstated) Acquire(ctx context.Context, name string) (backend.Lease, er
 	}
 	return blindLease{l, s.never}, nil
 }
+
+// TestAPIServerPaused stops the kube-apiserver with SIGSTOP for twice the
+// TTL, then continues it: the holder's term ends by its own deadline during
+// the pause, before the server frees its holding and strictly before
+// the next term begins, with a larger token; no two terms overlap and no
+// stale fenced write is accepted.
+func TestAPIServerPaused(t *testing.T) {
+	p := startPair(t)
+	holder := p.first(t)
+	time.Sleep(faultTTL / 2) // a few renewals and writes
+	p.srv.Pause()
+	t.Cleanup(p.srv.Resume) // before the clients close, if the test fails while paused
+	paused := time.Now()
+	p.revoked(t, holder, paused, "pause")
+	time.Sleep(time.Until(paused.Add(2 * faultTTL)))
+	p.srv.Resume()
+	t.Logf("paused for %v (TTL %v)", time.Since(paused).Round(time.Millisecond), faultTTL)
+	next := p.log.next("", opTimeout)
+	if next == nil {
+		t.Fatalf("no term within %v of the resumption", opTimeout)
+	}
+	p.expiredTerm(t, holder, next)
+	p.checkAll(t)
+}
+
+// TestAPIServerRestart stops the kube-apiserver (SIGTERM), keeps it down
+// until the holder's term has ended by its own deadline (so for longer
+// than the TTL), and starts it again on the same etcd: the term ended
+// before the server freed its holding and strictly before the next term;
+// the next term has a larger token.
+func TestAPIServerRestart(t *testing.T) {
+	p := startPair(t)
+	holder := p.first(t)
+	time.Sleep(faultTTL / 2)
+	stopped := time.Now()
+	p.srv.Stop()
+	t.Logf("Stop (SIGTERM, then SIGKILL after 15s) took %v", time.Since(stopped).Round(time.Millisecond))
+	p.revoked(t, holder, stopped, "outage")
+	p.srv.Start()
+	t.Logf("down for %v (TTL %v)", time.Since(stopped).Round(time.Millisecond), faultTTL)
+	next := p.log.next("", opTimeout)
+	if next == nil {
+		t.Fatalf("no term within %v of the restart", opTimeout)
+	}
+	p.expiredTerm(t, holder, next)
+	p.checkAll(t)
+}
+
+// TestEtcdPausedUnderAPIServer pauses the kube-apiserver's etcd (its
+// front proxy blackholed: requests reach the API server, which cannot
+// answer them) for twice the TTL: as for a paused API server, the holder's
+// term ends by its own deadline, before the server frees its holding
+// and before the next term, with a larger token.
+func TestEtcdPausedUnderAPIServer(t *testing.T) {
+	p := startPair(t)
+	holder := p.first(t)
+	time.Sleep(faultTTL / 2)
+	etcd := p.srv.Etcd()
+	etcd.Pause()
+	t.Cleanup(etcd.Resume)
+	paused := time.Now()
+	p.revoked(t, holder, paused, "pause of etcd")
+	time.Sleep(time.Until(paused.Add(2 * faultTTL)))
+	etcd.Resume()
+	t.Logf("etcd paused for %v (TTL %v)", time.Since(paused).Round(time.Millisecond), faultTTL)
+	next := p.log.next("", opTimeout)
+	if next == nil {
+		t.Fatalf("no term within %v of etcd's resumption", opTimeout)
+	}
+	p.expiredTerm(t, holder, next)
+	p.checkAll(t)
+}
