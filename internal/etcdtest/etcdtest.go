@@ -17,7 +17,8 @@
 // ([Server.Endpoints]), which keeps its address across [Server.Stop] and
 // [Server.Restart] and resets client connections when the server stops, as a
 // real server's exit would. Without that, etcd's shutdown waits up to five
-// seconds for open watch streams to end.
+// seconds for open watch streams to end. The proxy also stands in for a
+// paused server ([Server.Pause], [Server.Resume]).
 //
 // [WithTLS] makes it serve its clients with TLS (the proxy passes TLS
 // through), and [Server.EnableAuth] turns on etcd's authentication with a
@@ -229,6 +230,21 @@ func (s *Server) Restart() error {
 	s.front.Accept()
 	return nil
 }
+
+// Pause makes the server look, to its clients, like an etcd process
+// stopped with SIGSTOP: it blackholes the proxy in front of it
+// ([faultproxy.Proxy.Blackhole]), so connections stay open and new ones are
+// accepted, but nothing a client sends is answered until [Server.Resume].
+// The embedded server itself runs on (it shares the test's process, which
+// cannot be stopped); only what goes through [Server.Endpoints] is held, so
+// a client of [Server.DirectEndpoints] is not paused. It does nothing if the
+// server is paused already.
+func (s *Server) Pause() { s.front.Blackhole() }
+
+// Resume ends a [Server.Pause]: what clients sent meanwhile is delivered,
+// in order, and the server answers again. It does nothing if the server is
+// not paused.
+func (s *Server) Resume() { s.front.Heal() }
 
 // Close stops the server and its proxy. It is idempotent.
 func (s *Server) Close() error {

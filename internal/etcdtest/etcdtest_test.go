@@ -57,3 +57,39 @@ func TestStartStopRestart(t *testing.T) {
 		t.Fatalf("after restart: %v", resp)
 	}
 }
+
+// TestPauseResume: while paused, a request through the endpoints gets no
+// answer (it waits for its deadline); a request sent during the pause is
+// answered once the server resumes.
+func TestPauseResume(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := cli.Put(ctx, "/k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err := cli.Get(short, "/k")
+	cancelShort()
+	if err == nil {
+		t.Fatal("Get answered while the server was paused")
+	}
+	answered := make(chan error, 1)
+	go func() { _, err := cli.Put(ctx, "/k", "w"); answered <- err }()
+	select {
+	case err := <-answered:
+		srv.Resume()
+		t.Fatalf("Put answered while the server was paused: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	srv.Resume()
+	if err := <-answered; err != nil {
+		t.Fatalf("Put sent during the pause, after Resume: %v", err)
+	}
+	resp, err := cli.Get(ctx, "/k")
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "w" {
+		t.Fatalf("after Resume: %v, %v", resp, err)
+	}
+}
