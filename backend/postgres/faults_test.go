@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/postgres"
 	"github.com/simba-go/simba/internal/backoff"
