@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/postgres"
 	"github.com/simba-go/simba/internal/backoff"
@@ -75,26 +73,6 @@ func (r *renewer) halt() time.Time {
 	r.stop()
 	<-r.done
 	return r.deadline()
-}
-
-// terminate ends every connection of application app on the server and
-// fails t if there was none.
-func terminate(t *testing.T, app string) {
-	t.Helper()
-	ctx := ctxT(t)
-	conn, err := pgx.Connect(ctx, pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	n, err := pgtest.Terminate(ctx, conn, app)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n == 0 {
-		t.Fatalf("no connection of %s to terminate", app)
-	}
-	t.Logf("terminated %d connection(s) of %s", n, app)
 }
 
 // retrying runs f until it returns nil or an error wrapping one of the
@@ -164,8 +142,8 @@ func TestTerminateConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	startA := time.Now()
-	terminate(t, appA)
-	terminate(t, appB)
+	pgtest.MustTerminate(t, pgtest.DSN(t), appA)
+	pgtest.MustTerminate(t, pgtest.DSN(t), appB)
 	if err := write(a, recA, la, "a"); err != nil {
 		t.Fatalf("fenced write by the holder after its connections ended: %v", err)
 	}
@@ -199,7 +177,7 @@ func TestTerminateConnections(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	terminate(t, appB)
+	pgtest.MustTerminate(t, pgtest.DSN(t), appB)
 	endA := time.Now()
 	if err := retrying(t, "Release", func() error { return la.Release(ctxT(t)) }); err != nil {
 		t.Fatal(err)
@@ -228,7 +206,7 @@ func TestTerminateConnections(t *testing.T) {
 		wa <- l
 	}()
 	endC := rc.halt()
-	terminate(t, appA)
+	pgtest.MustTerminate(t, pgtest.DSN(t), appA)
 	la2 := <-wa
 	if la2 == nil {
 		t.FailNow()

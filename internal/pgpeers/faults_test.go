@@ -50,7 +50,7 @@ func TestAdvisoryLockTerminated(t *testing.T) {
 	waiter := mk(app+"_w", 20*time.Millisecond)
 	waiterRun := await.Returned(func() error { return waiter.Run(context.Background()) })
 
-	terminate(t, dsn, app)
+	pgtest.MustTerminate(t, dsn, app)
 	second := await.For(t, leads, wait, "no take-over after the holder's connection was terminated")
 	select {
 	case <-first.Done():
@@ -151,25 +151,5 @@ func TestLeaderTableCut(t *testing.T) {
 		if err := await.For(t, ch, wait, "Run did not return"); err != nil {
 			t.Error(err)
 		}
-	}
-}
-
-// terminate ends every connection of application app on the server, and
-// fails t if there was none.
-func terminate(t *testing.T, dsn, app string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	n, err := pgtest.Terminate(ctx, conn, app)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n == 0 {
-		t.Fatalf("no connection of %s to terminate", app)
 	}
 }

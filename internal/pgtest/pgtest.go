@@ -118,3 +118,24 @@ func Terminate(ctx context.Context, q Querier, app string) (int, error) {
 	}
 	return n, nil
 }
+
+// MustTerminate ends every connection of application app on the server
+// of dsn (see Terminate), through a connection of its own, and fails t if
+// it cannot or if there was none to end.
+func MustTerminate(t testing.TB, dsn, app string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("pgtest: connecting to terminate %s's connections: %v", app, err)
+	}
+	defer conn.Close(context.Background())
+	n, err := Terminate(ctx, conn, app)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	if n == 0 {
+		t.Fatalf("pgtest: no connection of %s to terminate", app)
+	}
+}
