@@ -167,6 +167,9 @@ func (s *session) KeepAlive(ctx context.Context) (time.Duration, error) {
 	err := s.write(ctx, op, func(l *coordv1.Lease) {
 		now := metav1.NewMicroTime(start)
 		l.Spec.RenewTime = &now
+		// The TTL as Open wrote it, in case an edit spoilt it: a contender
+		// reading a spoilt TTL waits the longest (see sessionTTL).
+		setTTL(l, s.ttl)
 	})
 	if err != nil {
 		return 0, err
