@@ -76,8 +76,10 @@ func decodeName(name string, l *coordv1.Lease) (*nameState, error) {
 	seen := make(map[string]bool, len(q))
 	for i, e := range q {
 		switch {
-		case e.T == 0 || e.T > last:
-			return nil, bad(annQueue, "entry %d has token %d, want 1 to %d (annotation %s)", i, e.T, last, annLast)
+		case e.T == 0:
+			return nil, bad(annQueue, "entry %d has token 0", i)
+		case e.T > last:
+			return nil, bad(annQueue, "entry %d has token %d, above the last token granted (annotation %s: %d)", i, e.T, annLast, last)
 		case i > 0 && e.T <= q[i-1].T:
 			return nil, bad(annQueue, "entry %d has token %d after token %d: out of order or repeated", i, e.T, q[i-1].T)
 		case !validSessionID(e.S):

@@ -146,8 +146,8 @@ func testWithoutVerb(t *testing.T, srv *kubetest.Server, r *rbacv1.Role, verb st
 		refused("Close", s.Close(ctx))
 	case "watch":
 		// Nothing fails: waits fall back to polling (a released lease is
-		// handed on only when the waiter looks again, up to 1.1×TTL of its
-		// holder later, instead of at once). The backend says so.
+		// handed on only when the waiter looks again, instead of at once;
+		// see the package documentation). The backend says so.
 		l, err := s.Acquire(ctx, "x")
 		if err != nil {
 			t.Fatalf("Acquire without watch: %v", err)
