@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -233,22 +232,18 @@ func (b *Backend) Open(ctx context.Context, o backend.SessionOptions) (backend.S
 	_, _ = rand.Read(raw[:])
 	id := hex.EncodeToString(raw[:])
 	start := time.Now()
-	secs := int32(math.Ceil(ttl.Seconds()))
 	now := metav1.NewMicroTime(start)
 	obj := &coordv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:        sessionObject(id),
-			Labels:      newLabels(kindSession),
-			Annotations: map[string]string{annTTL: strconv.FormatInt(ttl.Milliseconds(), 10)},
-		},
-		Spec: coordv1.LeaseSpec{HolderIdentity: &id, LeaseDurationSeconds: &secs, AcquireTime: &now, RenewTime: &now},
+		ObjectMeta: metav1.ObjectMeta{Name: sessionObject(id), Labels: newLabels(kindSession)},
+		Spec:       coordv1.LeaseSpec{HolderIdentity: &id, AcquireTime: &now, RenewTime: &now},
 	}
+	setTTL(obj, ttl)
 	got, err := b.leases.Create(ctx, obj, metav1.CreateOptions{})
 	if err != nil {
 		if ctx.Err() != nil {
 			// The create may have happened: the object is abandoned, and
 			// contenders take over from it after its TTL.
-			return nil, fmt.Errorf("simba/kubernetes: opening a session: %w", context.Cause(ctx))
+			return nil, fmt.Errorf("simba/kubernetes: opening a session: no answer from the API server before the context ended (%v): %w", err, context.Cause(ctx))
 		}
 		return nil, b.apiErr("opening a session", err)
 	}
@@ -259,16 +254,48 @@ func (b *Backend) Open(ctx context.Context, o backend.SessionOptions) (backend.S
 // before it may end the session: its TTL plus the margin for clock rates.
 func takeoverAfter(ttl time.Duration) time.Duration { return ttl + ttl/10 }
 
-// sessionTTL reads the TTL of a session object.
-func sessionTTL(l *coordv1.Lease) (time.Duration, error) {
-	if v, ok := l.Annotations[annTTL]; ok {
-		ms, err := strconv.ParseInt(v, 10, 64)
-		if err == nil && ms > 0 {
-			return time.Duration(ms) * time.Millisecond, nil
+// maxTTL bounds the TTL of a session: Open refuses a longer one.
+const maxTTL = 24 * time.Hour
+
+// sessionTTL reads the TTL of a session object, for a contender's
+// observation. Open writes it twice, and renewals rewrite it unchanged:
+// the annotation simba.io/ttl-ms, in milliseconds, and
+// spec.leaseDurationSeconds, the same rounded up to seconds. When either
+// is missing or unreadable, or they disagree, the object was edited by
+// hand (or written by another program), and neither value can be trusted
+// not to be shorter than the TTL the session's own client counts with: the
+// contender then counts with maxTTL, the longest TTL a session of this
+// backend can have, so that it never ends a live session early, and
+// problem says what is wrong. A live session repairs its object at its
+// next renewal (see KeepAlive); a dead one with a spoilt object keeps its
+// leases for maxTTL plus margin, unless someone deletes its object.
+func sessionTTL(l *coordv1.Lease) (ttl time.Duration, problem string) {
+	raw, ok := l.Annotations[annTTL]
+	if !ok {
+		return maxTTL, fmt.Sprintf("annotation %s is missing", annTTL)
+	}
+	ms, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || ms <= 0 || ms > maxTTL.Milliseconds() {
+		return maxTTL, fmt.Sprintf("annotation %s is %q, want a TTL in milliseconds (1 to %d)", annTTL, trunc(raw), maxTTL.Milliseconds())
+	}
+	secs := l.Spec.LeaseDurationSeconds
+	if want := int32((ms + 999) / 1000); secs == nil || *secs != want {
+		got := "missing"
+		if secs != nil {
+			got = strconv.Itoa(int(*secs))
 		}
+		return maxTTL, fmt.Sprintf("spec.leaseDurationSeconds is %s, want %d for annotation %s %q", got, want, annTTL, raw)
 	}
-	if l.Spec.LeaseDurationSeconds != nil && *l.Spec.LeaseDurationSeconds > 0 {
-		return time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second, nil
+	return time.Duration(ms) * time.Millisecond, ""
+}
+
+// setTTL writes ttl into a session object (see sessionTTL).
+func setTTL(l *coordv1.Lease, ttl time.Duration) {
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
 	}
-	return 0, fmt.Errorf("simba/kubernetes: session object %q has neither a valid %s annotation nor spec.leaseDurationSeconds", l.Name, annTTL)
+	ms := ttl.Milliseconds()
+	l.Annotations[annTTL] = strconv.FormatInt(ms, 10)
+	secs := int32((ms + 999) / 1000)
+	l.Spec.LeaseDurationSeconds = &secs
 }

@@ -187,32 +187,3 @@ func TestCrashedHolderTakeover(t *testing.T) {
 		t.Errorf("the crashed session's object still exists after the take-over")
 	}
 }
-
-// TestBadInput: no config, an invalid or missing namespace, a zero TTL:
-// clear errors, no panic.
-func TestBadInput(t *testing.T) {
-	if _, err := kubernetes.New(nil); err == nil || !strings.Contains(err.Error(), "nil *rest.Config") {
-		t.Errorf("New(nil): %v", err)
-	}
-	if _, err := kubernetes.NewFromClient(nil); err == nil {
-		t.Errorf("NewFromClient(nil): no error")
-	}
-	srv := kubetest.Start(t)
-	if _, err := kubernetes.New(srv.Admin(), kubernetes.WithNamespace("Not_A_Namespace")); err == nil || !strings.Contains(err.Error(), "not a valid namespace") {
-		t.Errorf("invalid namespace: %v", err)
-	}
-	b, err := kubernetes.New(srv.Admin(), kubernetes.WithNamespace("no-such-namespace"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	_, err = b.Open(t.Context(), backend.SessionOptions{TTL: time.Second})
-	if err == nil || !strings.Contains(err.Error(), `namespace "no-such-namespace" does not exist`) {
-		t.Errorf("Open in a missing namespace: %v", err)
-	}
-	if _, err := (mustBackend(t, srv)).Open(t.Context(), backend.SessionOptions{TTL: 0}); err == nil {
-		t.Errorf("Open with TTL 0: no error")
-	}
-}
-
-func mustBackend(t *testing.T, srv *kubetest.Server) *kubernetes.Backend { return newBackend(t, srv) }

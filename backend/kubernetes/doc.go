@@ -182,9 +182,39 @@
 // A record object whose annotations do not decode, or a record annotation
 // of a lease object that does not, is not a record
 // ([backend.MalformedError], skipped by listings); a session object in a
-// group whose member annotation does not decode is skipped by Members; a
-// lease name object whose queue or counter does not decode fails Acquire,
-// Release and Candidates for that name with an error naming the object, and
-// is never rewritten by this backend: whoever edited it repairs or deletes
-// it (deleting it restarts the name's tokens at 1: do not).
+// group whose member annotation does not decode is skipped by Members.
+//
+// A lease name object that is not as this backend writes it (simba.io/name
+// not the name, simba.io/last not a token, simba.io/queue not a JSON list
+// of candidacies with strictly increasing tokens no larger than the last
+// and one per session, spec.holderIdentity not the first candidacy's
+// session) fails Acquire, Release and Candidates for that name with a
+// [*CorruptObjectError] naming the object and the annotation, and is never
+// rewritten by this backend: whoever edited it repairs it (deleting it
+// restarts the name's tokens at 1: do not). Other names work on, and
+// HeldLeases skips it. A holder of the name keeps its holding (nobody else
+// can be granted it) and checks it again, backing off, until it is
+// repaired.
+//
+// A session object whose TTL is spoilt (simba.io/ttl-ms missing, not a
+// number, or disagreeing with spec.leaseDurationSeconds, both of which
+// Open writes) is counted by contenders and Members as having the longest
+// TTL a session may have (24h): a contender never ends a live session
+// sooner than its own client would, at the price of waiting 24h plus
+// margin for a dead one unless someone deletes its object (the contender
+// logs a warning saying so). A live session repairs its object at its next
+// renewal, which also restarts the contenders' observation.
+//
+// # Permissions
+//
+// A missing permission fails what needs it with an error naming the
+// user, the verb, leases and the namespace, as the API server does, and
+// pointing at [Role]: create (Open), update (KeepAlive, every write of a
+// queue or record), get (Acquire, Release, reads), list (Candidates,
+// HeldLeases, Members, record listings), delete (Close, taking over from
+// a crashed session). Without watch nothing fails, but waits fall back to
+// polling: a released lease passes on when its waiter looks again (its
+// timer, up to 1.1×TTL, or the backend's list, retried every few
+// seconds) rather than at once, and the backend logs a warning that its
+// watch is refused.
 package kubernetes

@@ -93,7 +93,7 @@ func (s *session) register(ctx context.Context, op, name string) (uint64, error)
 		return true, nil
 	})
 	if err != nil {
-		if errors.Is(err, backend.ErrSessionDone) || strings.Contains(err.Error(), "not one this backend wrote") {
+		if errors.Is(err, backend.ErrSessionDone) || errors.As(err, new(*CorruptObjectError)) {
 			return 0, err
 		}
 		// The outcome is unknown: a candidacy may exist.
@@ -132,7 +132,7 @@ func (s *session) waitFirst(ctx context.Context, op, name string, token uint64, 
 			return gaveUp()
 		case errors.Is(err, errCandidacyGone):
 			return fmt.Errorf("simba/kubernetes: %s: the candidacy with token %d was deleted while it waited", op, token)
-		case err != nil && strings.Contains(err.Error(), "not one this backend wrote"):
+		case errors.As(err, new(*CorruptObjectError)):
 			s.withdraw(name, token)
 			return err
 		case err != nil:
@@ -195,9 +195,9 @@ func (s *session) step(ctx context.Context, name string, token uint64) (time.Dur
 	if err != nil {
 		return 0, obj, s.b.apiErr("reading session "+head.S, err)
 	}
-	ttl, err := sessionTTL(l)
-	if err != nil {
-		return 0, obj, err
+	ttl, problem := sessionTTL(l)
+	if problem != "" {
+		s.b.log.Warn("simba/kubernetes: a session object is not as this backend writes it (edited by hand?): waiting for the longest TTL a session may have before taking over from it; delete it if its client is gone", "object", obj, "namespace", s.b.ns, "lease", name, "problem", problem, "wait", takeoverAfter(ttl))
 	}
 	since := s.b.obs.observe(obj, l.ResourceVersion)
 	left := time.Until(since.Add(takeoverAfter(ttl)))

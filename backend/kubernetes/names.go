@@ -27,28 +27,93 @@ type nameState struct {
 	queue []entry
 }
 
-// decodeName decodes a lease name object, or says what is wrong with it.
+// CorruptObjectError reports a lease name object that is not as this
+// backend writes it: edited by hand (kubectl edit, apply) or written by
+// another program. Acquire, Release and Candidates of that name fail with
+// an error wrapping it (see [errors.As]), and the backend never rewrites
+// the object: whoever edited it repairs it (deleting it restarts the
+// name's tokens at 1, which breaks the fencing of records and of anything
+// that compares tokens: do not). Other names are not affected.
+type CorruptObjectError struct {
+	Namespace string // the object's namespace
+	Object    string // the Lease object's name, "simba-l-..."
+	Name      string // the lease name it is the object of
+	Field     string // the annotation (or spec field) at fault
+	Reason    string // what is wrong with it, quoting at most its start
+}
+
+func (e *CorruptObjectError) Error() string {
+	return fmt.Sprintf("simba/kubernetes: lease object %s/%s (of lease name %q) is not as this backend writes it (edited by hand?): %s %s; repair it by hand, or restore it from a backup (deleting it restarts the name's tokens at 1)", e.Namespace, e.Object, e.Name, e.Field, e.Reason)
+}
+
+// decodeName decodes a lease name object, or says what is wrong with it
+// (a *CorruptObjectError).
 func decodeName(name string, l *coordv1.Lease) (*nameState, error) {
-	bad := func(why string) error {
-		return fmt.Errorf("simba/kubernetes: lease object %q for %q is not one this backend wrote (edited by hand?): %s; repair or delete it", l.Name, name, why)
+	bad := func(field, format string, args ...any) error {
+		return &CorruptObjectError{Namespace: l.Namespace, Object: l.Name, Name: name, Field: field, Reason: fmt.Sprintf(format, args...)}
 	}
-	if got := l.Annotations[annName]; got != name {
-		return nil, bad(fmt.Sprintf("annotation %s is %q", annName, trunc(got)))
+	if got, ok := l.Annotations[annName]; !ok {
+		return nil, bad(annName, "is missing")
+	} else if got != name {
+		return nil, bad(annName, "is %q, want %q", trunc(got), trunc(name))
 	}
-	last, err := strconv.ParseUint(l.Annotations[annLast], 10, 64)
+	raw, ok := l.Annotations[annLast]
+	if !ok {
+		return nil, bad(annLast, "is missing")
+	}
+	last, err := strconv.ParseUint(raw, 10, 64)
 	if err != nil || last > maxToken {
-		return nil, bad(fmt.Sprintf("annotation %s is %q, want a token", annLast, trunc(l.Annotations[annLast])))
+		return nil, bad(annLast, "is %q, want the last token granted (a decimal integer from 0 to 2^62)", trunc(raw))
+	}
+	raw, ok = l.Annotations[annQueue]
+	if !ok {
+		return nil, bad(annQueue, "is missing")
 	}
 	var q []entry
-	if err := json.Unmarshal([]byte(l.Annotations[annQueue]), &q); err != nil {
-		return nil, bad(fmt.Sprintf("annotation %s does not decode: %v", annQueue, err))
+	if err := json.Unmarshal([]byte(raw), &q); err != nil {
+		return nil, bad(annQueue, "is %q, not a JSON list of candidacies: %v", trunc(raw), err)
 	}
+	seen := make(map[string]bool, len(q))
 	for i, e := range q {
-		if e.T == 0 || e.T > last || e.S == "" || i > 0 && e.T <= q[i-1].T {
-			return nil, bad(fmt.Sprintf("annotation %s: entry %d (%d, %q) out of order", annQueue, i, e.T, trunc(e.S)))
+		switch {
+		case e.T == 0:
+			return nil, bad(annQueue, "entry %d has token 0", i)
+		case e.T > last:
+			return nil, bad(annQueue, "entry %d has token %d, above the last token granted (annotation %s: %d)", i, e.T, annLast, last)
+		case i > 0 && e.T <= q[i-1].T:
+			return nil, bad(annQueue, "entry %d has token %d after token %d: out of order or repeated", i, e.T, q[i-1].T)
+		case !validSessionID(e.S):
+			return nil, bad(annQueue, "entry %d has session %q, want 32 hex digits", i, trunc(e.S))
+		case seen[e.S]:
+			return nil, bad(annQueue, "entry %d: session %s has more than one candidacy", i, e.S)
 		}
+		seen[e.S] = true
+	}
+	var holder string
+	if h := l.Spec.HolderIdentity; h != nil {
+		holder = *h
+	}
+	switch {
+	case len(q) > 0 && holder != q[0].S:
+		return nil, bad("spec.holderIdentity", "is %q, but the first candidacy of %s is session %s", trunc(holder), annQueue, q[0].S)
+	case len(q) == 0 && holder != "":
+		return nil, bad("spec.holderIdentity", "is %q, but %s is empty", trunc(holder), annQueue)
 	}
 	return &nameState{obj: l, last: last, queue: q}, nil
+}
+
+// validSessionID reports whether id is a session id: 32 lower-case hex
+// digits.
+func validSessionID(id string) bool {
+	if len(id) != 32 {
+		return false
+	}
+	for _, c := range []byte(id) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 func trunc(s string) string {

@@ -740,14 +740,15 @@ func (b *Backend) members(ctx context.Context, group string) ([]backend.Member, 
 	for i := range list.Items {
 		l := &list.Items[i]
 		id := strings.TrimPrefix(l.Name, "simba-s-")
-		if ttl, err := sessionTTL(l); err == nil {
-			left := time.Until(b.obs.observe(l.Name, l.ResourceVersion).Add(takeoverAfter(ttl)))
-			if left <= 0 {
-				continue // stopped renewing: dead by this clock
-			}
-			if next < 0 || left < next {
-				next = left
-			}
+		// A spoilt TTL counts as the longest (see sessionTTL): the member
+		// stays listed.
+		ttl, _ := sessionTTL(l)
+		left := time.Until(b.obs.observe(l.Name, l.ResourceVersion).Add(takeoverAfter(ttl)))
+		if left <= 0 {
+			continue // stopped renewing: dead by this clock
+		}
+		if next < 0 || left < next {
+			next = left
 		}
 		var m memberRecord
 		if err := json.Unmarshal([]byte(l.Annotations[memberAnn(group)]), &m); err != nil || m.G != group || len(m.D) > backend.MaxMemberData {

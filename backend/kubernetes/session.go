@@ -46,6 +46,10 @@ type session struct {
 	over     bool
 	held     map[*lease]struct{}
 	cands    map[string]struct{} // names this session registered for
+	// checkFails counts the failed reads of checkHeld since the last
+	// good one; checkRetry: a retry of it is pending.
+	checkFails int
+	checkRetry bool
 }
 
 func newSession(b *Backend, id string, ttl time.Duration, start time.Time, obj *coordv1.Lease) *session {
@@ -167,6 +171,9 @@ func (s *session) KeepAlive(ctx context.Context) (time.Duration, error) {
 	err := s.write(ctx, op, func(l *coordv1.Lease) {
 		now := metav1.NewMicroTime(start)
 		l.Spec.RenewTime = &now
+		// The TTL as Open wrote it, in case an edit spoilt it: a contender
+		// reading a spoilt TTL waits the longest (see sessionTTL).
+		setTTL(l, s.ttl)
 	})
 	if err != nil {
 		return 0, err
@@ -296,16 +303,12 @@ func (s *session) checkHeld() {
 				return
 			}
 			s.b.log.Debug("simba/kubernetes: reading a held queue", "lease", name, "err", err)
-			// Try again later.
-			s.b.wg.Add(1)
-			go func() {
-				defer s.b.wg.Done()
-				if backoff.Sleep(s.ctx, backoff.Wait(1, s.ttl/3)) {
-					poke(s.check)
-				}
-			}()
+			s.retryCheck()
 			continue
 		}
+		s.mu.Lock()
+		s.checkFails = 0
+		s.mu.Unlock()
 		for _, l := range ls {
 			if !st.has(s.id, l.token) {
 				s.mu.Lock()
@@ -315,6 +318,31 @@ func (s *session) checkHeld() {
 			}
 		}
 	}
+}
+
+// retryCheck pokes the monitor to check the held leases again after a
+// read failed: one retry at a time, backing off (to TTL/3) while reads
+// keep failing (the server down, a queue edited into garbage).
+func (s *session) retryCheck() {
+	s.mu.Lock()
+	s.checkFails++
+	n, pending := s.checkFails, s.checkRetry
+	s.checkRetry = true
+	s.mu.Unlock()
+	if pending {
+		return
+	}
+	s.b.wg.Add(1)
+	go func() {
+		defer s.b.wg.Done()
+		ok := backoff.Sleep(s.ctx, backoff.Wait(n, s.ttl/3))
+		s.mu.Lock()
+		s.checkRetry = false
+		s.mu.Unlock()
+		if ok {
+			poke(s.check)
+		}
+	}()
 }
 
 func (st *nameState) has(sid string, token uint64) bool {

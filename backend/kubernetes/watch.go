@@ -8,6 +8,7 @@ import (
 	"time"
 
 	coordv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
@@ -138,7 +139,7 @@ func (h *hub) watchOnce(ctx context.Context) bool {
 	list, err := h.b.leases.List(lctx, metav1.ListOptions{LabelSelector: sel})
 	cancel()
 	if err != nil {
-		h.b.log.Debug("simba/kubernetes: listing for the watch", "err", err)
+		h.failed("listing leases for the watch", err)
 		return false
 	}
 	groups := map[string][]string{}
@@ -160,7 +161,7 @@ func (h *hub) watchOnce(ctx context.Context) bool {
 	h.wakeAll()
 	w, err := h.b.leases.Watch(ctx, metav1.ListOptions{LabelSelector: sel, ResourceVersion: list.ResourceVersion, AllowWatchBookmarks: true})
 	if err != nil {
-		h.b.log.Debug("simba/kubernetes: starting the watch", "err", err)
+		h.failed("watching leases", err)
 		return false
 	}
 	defer w.Stop()
@@ -183,6 +184,21 @@ func (h *hub) watchOnce(ctx context.Context) bool {
 			}
 		}
 	}
+}
+
+// failed logs a list or watch that failed: a refusal (missing
+// permissions, rejected credentials) as a warning, since it lasts until
+// someone acts, and waits fall back to polling meanwhile; anything else
+// (the server restarting, the link down) at debug level.
+func (h *hub) failed(what string, err error) {
+	if h.b.closed() {
+		return
+	}
+	if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+		h.b.log.Warn("simba/kubernetes: the backend's watch is refused; waits and fail-over fall back to polling", "err", h.b.apiErr(what, err))
+		return
+	}
+	h.b.log.Debug("simba/kubernetes: "+what, "err", err)
 }
 
 // fencedKeys lists the keys of the records kept in a lease name object.
