@@ -398,7 +398,10 @@ func TestKubernetesBadInput(t *testing.T) {
 			var out, errb strings.Builder
 			opened := false
 			c := &cli{stdout: &out, stderr: &errb, getenv: func(k string) string { return tc.env[k] }, saDir: saNoToken,
-				open: func(target) (backend.Backend, error) { opened = true; return nil, fmt.Errorf("not opened in this test") }}
+				open: func(target) (backend.Backend, error) {
+					opened = true
+					return nil, fmt.Errorf("not opened in this test")
+				}}
 			r := result{code: c.run(t.Context(), append([]string{"status"}, tc.args...)), stdout: out.String(), stderr: errb.String()}
 			if r.code != exitUsage {
 				t.Errorf("exit %d, want %d\n%v", r.code, exitUsage, r)
