@@ -60,12 +60,16 @@ type cli struct {
 	// hinted records that the default-prefix hint was considered
 	// (model.go), so that it costs one read at most.
 	hinted bool
+	// saDir is where a pod's service account is mounted (kube.go); ""
+	// for serviceAccountDir. Tests replace it.
+	saDir string
 }
 
 // globals are the flags every command accepts, before or after its name.
 type globals struct {
 	etcd, zk, prefix string
-	postgres         string // a DSN
+	postgres         string    // a DSN
+	kube             kubeFlags // Kubernetes (kube.go)
 	// output is the -o format (see outputs); json is --json, its synonym
 	// for -o json, and is true after parsing whenever output is "json".
 	output  string
@@ -82,7 +86,8 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.etcd, "etcd", g.etcd, "etcd `endpoints`, comma-separated (default $"+envEtcd+")")
 	fs.StringVar(&g.zk, "zk", g.zk, "ZooKeeper `servers`, comma-separated (default $"+envZK+")")
 	fs.StringVar(&g.postgres, "postgres", g.postgres, "PostgreSQL `DSN`, a URL or key=value string as libpq takes it, with its TLS settings (sslmode, sslrootcert, sslcert, sslkey); never printed with its password (default $"+envPostgres+")")
-	fs.StringVar(&g.prefix, "prefix", g.prefix, "etcd key `prefix`, ZooKeeper root or PostgreSQL schema the nodes use; for PostgreSQL the slashes at its ends are dropped: /simba/ is the schema simba (default $"+envPrefix+", else the backend's default)")
+	g.kube.register(fs)
+	fs.StringVar(&g.prefix, "prefix", g.prefix, "etcd key `prefix`, ZooKeeper root or PostgreSQL schema the nodes use; for PostgreSQL the slashes at its ends are dropped: /simba/ is the schema simba; not for Kubernetes, which takes --namespace (default $"+envPrefix+", else the backend's default)")
 	fs.StringVar(&g.output, "o", g.output, "output `format`: table, wide (more columns: sessions, full times), json or yaml")
 	fs.StringVar(&g.output, "output", g.output, "output `format` (as -o)")
 	fs.BoolVar(&g.json, "json", g.json, "print JSON for scripts instead of tables (as -o json)")
@@ -219,6 +224,7 @@ func (c *cli) parse(args []string) (p parsed, code int, done bool) {
 		etcd:     c.getenv(envEtcd),
 		zk:       c.getenv(envZK),
 		postgres: c.getenv(envPostgres),
+		kube:     kubeFromEnv(c.getenv, c.saDir),
 		prefix:   c.getenv(envPrefix),
 		output:   outTable,
 		timeout:  defaultTimeout,
@@ -433,7 +439,7 @@ func (c *cli) help(args []string) int {
 // usage prints the overview of the commands.
 func (c *cli) usage(w io.Writer) {
 	fmt.Fprint(w, `simba shows and operates the elections, partition groups and scheduled jobs
-that simba's nodes keep in etcd, ZooKeeper or PostgreSQL.
+that simba's nodes keep in etcd, ZooKeeper, PostgreSQL or Kubernetes.
 
 usage: simba [global flags] command [flags] [arguments]
 

@@ -106,7 +106,7 @@ func TestUsageErrors(t *testing.T) {
 		{"bad timeout", nil, []string{"status", "--timeout", "0s"}, "--timeout must be positive"},
 		{"bad token", nil, []string{"resign", "x", "--token", "-1"}, "invalid value"},
 		{"negative limit", nil, []string{"history", "x", "--limit", "-1"}, "--limit must not be negative"},
-		{"no backend", map[string]string{}, []string{"status"}, "no backend: pass --etcd ENDPOINTS, --zk SERVERS or --postgres DSN"},
+		{"no backend", map[string]string{}, []string{"status"}, "no backend: pass --etcd ENDPOINTS, --zk SERVERS, --postgres DSN or --kubernetes"},
 		{"two backends in the environment", map[string]string{envEtcd: "a:1", envZK: "b:2"}, []string{"status"}, "both $SIMBA_ETCD and $SIMBA_ZK are set"},
 		{"two backend flags", map[string]string{}, []string{"status", "--etcd", "a:1", "--zk", "b:2"}, "--etcd and --zk both given"},
 		{"bad name", nil, []string{"disable", "no/slash"}, "invalid"},

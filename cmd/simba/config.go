@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -43,6 +44,7 @@ type connFlags struct {
 	from                     map[string]string // where each setting came from, by flag name
 	file                     string            // the config file read, or ""
 	sec                      *security         // built by settle
+	kube                     *kubeTarget       // resolved by settle
 }
 
 // settle resolves the connection settings of a parsed command line (see
@@ -59,6 +61,13 @@ func (c *cli) settle(p *parsed) error {
 	t, err := p.g.target(p.explicit)
 	if err != nil {
 		return nil // reported when the command opens the backend
+	}
+	if t.kind == "kubernetes" {
+		if err := p.g.conn.settleKube(&p.g, c.getenv, p.explicit); err != nil {
+			return err
+		}
+		p.g.conn.kube, p.g.conn.sec = t.kube, t.sec
+		return nil
 	}
 	if t.kind == "postgres" {
 		c.secrets = append(c.secrets, dsnPasswords(t.dsn)...)
@@ -117,9 +126,12 @@ func configErrorf(format string, args ...any) error {
 // fileConfig is what a config file holds. Passwords are not kept in it:
 // password-file and zk-auth-file name files that hold them.
 type fileConfig struct {
-	Backend               string     `yaml:"backend"` // "etcd", "zookeeper" or "postgres"
+	Backend               string     `yaml:"backend"` // "etcd", "zookeeper", "postgres" or "kubernetes"
 	Endpoints             stringList `yaml:"endpoints"`
 	Postgres              string     `yaml:"postgres"` // a DSN, without a password
+	Kubeconfig            string     `yaml:"kubeconfig"`
+	Context               string     `yaml:"context"`
+	Namespace             string     `yaml:"namespace"`
 	Prefix                string     `yaml:"prefix"`
 	Timeout               string     `yaml:"timeout"`
 	CACert                string     `yaml:"cacert"`
@@ -199,8 +211,13 @@ func readConfig(path string) (*fileConfig, error) {
 	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
 		return nil, configErrorf("%s: more than one YAML document", path)
 	}
-	if cfg.Backend != "" && cfg.Backend != "etcd" && cfg.Backend != "zookeeper" && cfg.Backend != "postgres" {
-		return nil, configErrorf("%s:%d: backend %q: want etcd, zookeeper or postgres", path, keyLine(data, "backend"), cfg.Backend)
+	if cfg.Backend != "" && !slices.Contains([]string{"etcd", "zookeeper", "postgres", "kubernetes"}, cfg.Backend) {
+		return nil, configErrorf("%s:%d: backend %q: want etcd, zookeeper, postgres or kubernetes", path, keyLine(data, "backend"), cfg.Backend)
+	}
+	for _, k := range []struct{ key, val string }{{"kubeconfig", cfg.Kubeconfig}, {"context", cfg.Context}, {"namespace", cfg.Namespace}} {
+		if k.val != "" && cfg.Backend != "kubernetes" {
+			return nil, configErrorf("%s:%d: %s is for backend: kubernetes", path, keyLine(data, k.key), k.key)
+		}
 	}
 	if len(cfg.Endpoints) > 0 && cfg.Backend == "" {
 		return nil, configErrorf("%s:%d: endpoints without a backend: add backend: etcd or backend: zookeeper", path, keyLine(data, "endpoints"))
@@ -210,6 +227,8 @@ func readConfig(path string) (*fileConfig, error) {
 		return nil, configErrorf("%s:%d: postgres (a DSN) is for backend: postgres", path, keyLine(data, "postgres"))
 	case len(cfg.Endpoints) > 0 && cfg.Backend == "postgres":
 		return nil, configErrorf("%s:%d: endpoints are for etcd and ZooKeeper: backend postgres takes postgres: DSN", path, keyLine(data, "endpoints"))
+	case len(cfg.Endpoints) > 0 && cfg.Backend == "kubernetes":
+		return nil, configErrorf("%s:%d: endpoints are for etcd and ZooKeeper: backend kubernetes takes kubeconfig, context and namespace", path, keyLine(data, "endpoints"))
 	case len(dsnPasswords(cfg.Postgres)) > 0:
 		return nil, configErrorf("%s:%d: postgres: the DSN holds a password, and a config file holds no secrets: use password-file (a file holding it) or $%s", path, keyLine(data, "postgres"), envPassword)
 	}
@@ -220,7 +239,7 @@ func readConfig(path string) (*fileConfig, error) {
 	}
 	// Files named in the config file are relative to its directory.
 	dir := filepath.Dir(path)
-	for _, p := range []*string{&cfg.CACert, &cfg.Cert, &cfg.Key, &cfg.PasswordFile, &cfg.ZKAuthFile} {
+	for _, p := range []*string{&cfg.CACert, &cfg.Cert, &cfg.Key, &cfg.PasswordFile, &cfg.ZKAuthFile, &cfg.Kubeconfig} {
 		if *p != "" && !filepath.IsAbs(*p) {
 			*p = filepath.Join(dir, *p)
 		}
@@ -258,7 +277,7 @@ func yamlError(path string, data []byte, err error) error {
 
 // knownKeys returns the keys of a config file.
 func knownKeys() []string {
-	return []string{"backend", "endpoints", "postgres", "prefix", "timeout", "cacert", "cert", "key", "insecure-skip-tls-verify", "user", "password-file", "zk-auth-file"}
+	return []string{"backend", "endpoints", "postgres", "kubeconfig", "context", "namespace", "prefix", "timeout", "cacert", "cert", "key", "insecure-skip-tls-verify", "user", "password-file", "zk-auth-file"}
 }
 
 // keyLine returns the line of the first top-level key named key in data,
@@ -344,8 +363,15 @@ func (c *connFlags) resolve(g *globals, getenv func(string) string, explicit map
 	}
 
 	// The backend: flags and environment (g, as parsed), else the file.
-	if g.etcd == "" && g.zk == "" && g.postgres == "" && !explicit["etcd"] && !explicit["zk"] && !explicit["postgres"] {
+	if v := g.kube.onEnv; v != "" && !explicit["kubernetes"] {
+		if _, err := strconv.ParseBool(v); err != nil {
+			return configErrorf("$%s=%q: want true or false", envKubernetes, v)
+		}
+	}
+	if g.etcd == "" && g.zk == "" && g.postgres == "" && !g.kube.on && !explicit["etcd"] && !explicit["zk"] && !explicit["postgres"] && kubeExplicit(explicit) == "" {
 		switch file.Backend {
+		case "kubernetes":
+			g.kube.on = true
 		case "etcd":
 			g.etcd = strings.Join(file.Endpoints, ",")
 		case "zookeeper":
@@ -356,6 +382,26 @@ func (c *connFlags) resolve(g *globals, getenv func(string) string, explicit map
 	}
 	if g.prefix == "" && !explicit["prefix"] {
 		g.prefix = file.Prefix
+	}
+	if file.Backend == "kubernetes" {
+		for _, k := range []struct {
+			name      string
+			val       *string
+			fileVal   string
+			explicits bool
+		}{
+			{"kubeconfig", &g.kube.kubeconfig, file.Kubeconfig, explicit["kubeconfig"]},
+			{"context", &g.kube.context, file.Context, explicit["context"]},
+			{"namespace", &g.kube.namespace, file.Namespace, explicit["namespace"] || explicit["n"]},
+		} {
+			if *k.val == "" && !k.explicits && k.fileVal != "" {
+				*k.val = k.fileVal
+				if g.kube.from == nil {
+					g.kube.from = map[string]string{}
+				}
+				g.kube.from[k.name] = fromFile
+			}
+		}
 	}
 	if !explicit["timeout"] {
 		switch v := getenv(envTimeout); {

@@ -24,14 +24,18 @@ const closeGrace = 300 * time.Millisecond
 
 // target is the backend the global flags name.
 type target struct {
-	kind   string // "etcd", "zookeeper" or "postgres"
+	kind   string // "etcd", "zookeeper", "postgres" or "kubernetes"
 	addrs  []string
-	dsn    string    // PostgreSQL's DSN, as given (it may hold a password)
-	prefix string    // "" for the backend's default; PostgreSQL's schema
-	sec    *security // TLS and credentials; never nil
+	dsn    string      // PostgreSQL's DSN, as given (it may hold a password)
+	kube   *kubeTarget // Kubernetes' configuration and namespace
+	prefix string      // "" for the backend's default; PostgreSQL's schema
+	sec    *security   // TLS and credentials; never nil
 }
 
 func (t target) String() string {
+	if t.kind == "kubernetes" && t.kube != nil {
+		return t.kube.String()
+	}
 	if t.kind == "postgres" {
 		s := "postgres at " + describeDSN(t.dsn)
 		if t.prefix != "" {
@@ -52,16 +56,22 @@ var backendFlags = []struct{ flag, env, kind string }{
 	{"etcd", envEtcd, "etcd"},
 	{"zk", envZK, "zookeeper"},
 	{"postgres", envPostgres, "postgres"},
+	{"kubernetes", envKubernetes, "kubernetes"},
 }
 
 // target picks the backend from the flags, which the environment
 // defaults: a flag given on the command line wins over the environment.
-// --etcd, --zk and --postgres exclude each other.
+// --etcd, --zk, --postgres and --kubernetes exclude each other; any of
+// --kubeconfig, --context and --namespace counts as --kubernetes.
 func (g globals) target(explicit map[string]bool) (target, error) {
 	vals := map[string]string{"etcd": g.etcd, "zk": g.zk, "postgres": strings.TrimSpace(g.postgres)}
+	kube := kubeExplicit(explicit)
 	set := func(flag string) bool {
-		if flag == "postgres" {
+		switch flag {
+		case "postgres":
 			return vals[flag] != ""
+		case "kubernetes":
+			return g.kube.on || kube != "" && kube != "kubernetes"
 		}
 		return len(splitList(vals[flag])) > 0
 	}
@@ -69,6 +79,8 @@ func (g globals) target(explicit map[string]bool) (target, error) {
 	for _, b := range backendFlags {
 		switch {
 		case !set(b.flag):
+		case b.flag == "kubernetes" && kube != "":
+			given = append(given, kube)
 		case explicit[b.flag]:
 			given = append(given, b.flag)
 		default:
@@ -103,8 +115,17 @@ func (g globals) target(explicit map[string]bool) (target, error) {
 		return target{kind: "zookeeper", addrs: splitList(g.zk), prefix: g.prefix, sec: sec}, nil
 	case "postgres":
 		return target{kind: "postgres", dsn: vals["postgres"], prefix: g.prefix, sec: sec}, nil
+	case "kubernetes", "kubeconfig", "context", "namespace", "n":
+		kt := g.conn.kube
+		if kt == nil {
+			var err error
+			if kt, err = g.kube.resolve(explicit); err != nil {
+				return target{}, err
+			}
+		}
+		return target{kind: "kubernetes", kube: kt, prefix: g.prefix, sec: kt.sec}, nil
 	}
-	return target{}, usagef(nil, "no backend: pass --etcd ENDPOINTS, --zk SERVERS or --postgres DSN, set $%s, $%s or $%s, or name one in a config file (--config) ('simba dev' runs a local etcd)", envEtcd, envZK, envPostgres)
+	return target{}, usagef(nil, "no backend: pass --etcd ENDPOINTS, --zk SERVERS, --postgres DSN or --kubernetes, set $%s, $%s, $%s or $%s=true, or name one in a config file (--config) ('simba dev' runs a local etcd)", envEtcd, envZK, envPostgres, envKubernetes)
 }
 
 // joinFlags joins names, each after mark, with sep: "--etcd and --zk".
@@ -132,6 +153,8 @@ func openBackend(t target) (backend.Backend, error) {
 	switch t.kind {
 	case "postgres":
 		return openPostgres(t)
+	case "kubernetes":
+		return openKubernetes(t)
 	case "etcd":
 		var opts []etcd.Option
 		if t.prefix != "" {

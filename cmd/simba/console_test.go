@@ -86,6 +86,13 @@ func startConsole(t *testing.T, b *memory.Backend, env map[string]string, args .
 		},
 		terminal: func(io.Writer) bool { return env[onTerminal] != "" },
 	}
+	return startConsoleCLI(t, c, r, args...)
+}
+
+// startConsoleCLI runs simba console with args as c, printing into r's
+// buffers, and waits until it says where it serves (see startConsole).
+func startConsoleCLI(t *testing.T, c *cli, r *consoleRun, args ...string) *consoleRun {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	go func() { r.done <- c.run(ctx, append([]string{"console"}, args...)) }()

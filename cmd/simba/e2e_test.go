@@ -72,7 +72,8 @@ func build(t *testing.T, dir string) binaries {
 func cleanEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, envEtcd+"=") && !strings.HasPrefix(kv, envZK+"=") && !strings.HasPrefix(kv, envPostgres+"=") && !strings.HasPrefix(kv, envPrefix+"=") {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains([]string{envEtcd, envZK, envPostgres, envPrefix, envKubernetes, envKubeconfig, envKubeContext, envKubeNamespace}, name) {
 			env = append(env, kv)
 		}
 	}

@@ -247,6 +247,11 @@ func refusal(t target, doing string, err error) error {
 			return r
 		}
 	}
+	if t.kind == "kubernetes" && t.kube != nil {
+		if r := kubeRefusal(t, doing, err); r != nil {
+			return r
+		}
+	}
 	where := t.String()
 	switch {
 	case errors.Is(err, rpctypes.ErrAuthFailed):
