@@ -247,6 +247,12 @@ func run(ctx context.Context, c config, w io.Writer) error {
 	}
 	cfg = rest.CopyConfig(cfg)
 	cfg.UserAgent = "simba-example-kubernetes/" + c.member
+	if cfg.QPS == 0 && cfg.RateLimiter == nil {
+		// One client for the backend and the informer: client-go's
+		// default (5 requests a second) would starve the renewals
+		// behind the group's reads. kubernetes.New sets the same.
+		cfg.QPS, cfg.Burst = 50, 100
+	}
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return err

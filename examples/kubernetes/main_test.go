@@ -344,7 +344,7 @@ func TestReplicasShareThePartitions(t *testing.T) {
 	srv := kubetest.Start(t)
 	ns := srv.Namespace(t)
 	admin := clientset(t, srv.Admin())
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
 	// (a) The manifests apply, as they are, to a real API server.
@@ -445,11 +445,11 @@ func TestReplicasShareThePartitions(t *testing.T) {
 
 	var owners map[int]string
 	var tokens map[int]uint64
-	eventually(t, 30*time.Second, "every partition held by exactly one of the three replicas", func() (err error) {
+	eventually(t, time.Minute, "every partition held by exactly one of the three replicas", func() (err error) {
 		owners, tokens, err = book.settled(members...)
 		return err
 	})
-	eventually(t, 30*time.Second, "every configmap reconciled by its partition's holder", func() error {
+	eventually(t, time.Minute, "every configmap reconciled by its partition's holder", func() error {
 		owners, tokens, _ = book.settled(members...)
 		return reconciled(owners, tokens)
 	})
@@ -490,7 +490,7 @@ func TestReplicasShareThePartitions(t *testing.T) {
 	delete(stops, stopped)
 	others := slices.DeleteFunc(slices.Clone(members), func(m string) bool { return m == stopped })
 	before := tokens
-	eventually(t, 30*time.Second, fmt.Sprintf("partitions %v of %s to move to %v", moved, stopped, others), func() (err error) {
+	eventually(t, time.Minute, fmt.Sprintf("partitions %v of %s to move to %v", moved, stopped, others), func() (err error) {
 		owners, tokens, err = book.settled(others...)
 		return err
 	})
@@ -500,7 +500,7 @@ func TestReplicasShareThePartitions(t *testing.T) {
 			t.Errorf("partition %d moved with token %d, not above %d", p, tokens[p], before[p])
 		}
 	}
-	eventually(t, 30*time.Second, "every configmap reconciled by its partition's new holder", func() error {
+	eventually(t, time.Minute, "every configmap reconciled by its partition's new holder", func() error {
 		owners, tokens, _ = book.settled(others...)
 		return reconciled(owners, tokens)
 	})
