@@ -43,6 +43,8 @@ type Backend struct {
 
 	hub *hub
 
+	clock dbClock // the database's clock as this client's confirms it
+
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 }
@@ -248,14 +250,29 @@ func (b *Backend) Open(ctx context.Context, o backend.SessionOptions) (backend.S
 		ttl = time.Millisecond
 	}
 	start := time.Now()
-	var id int64
+	var (
+		id int64
+		db time.Time
+	)
 	// The statement also deletes a few expired sessions (with their
-	// candidacies and members), skipping rows another statement locks.
+	// candidacies and members), skipping rows another statement locks,
+	// by the database time this client has verified (see clock.go).
+	v, c, a := guardArgs(b.clock.guard(start))
 	err := b.pool.QueryRow(ctx, `WITH gc AS (DELETE FROM `+b.q+`.sessions WHERE id IN (
-			SELECT id FROM `+b.q+`.sessions WHERE expires_at <= clock_timestamp() LIMIT 8 FOR UPDATE SKIP LOCKED))
-		INSERT INTO `+b.q+`.sessions (ttl, expires_at) VALUES ($1, clock_timestamp() + $1) RETURNING id`, ttl).Scan(&id)
+			SELECT id FROM `+b.q+`.sessions x WHERE `+expiredGuardSQL("x", "$2", "$3", "$4")+` LIMIT 8 FOR UPDATE SKIP LOCKED))
+		INSERT INTO `+b.q+`.sessions (ttl, expires_at) VALUES ($1, clock_timestamp() + $1) RETURNING id, clock_timestamp()`, ttl, v, c, a).Scan(&id, &db)
 	if err != nil {
 		return nil, b.connErr("opening a session", err)
 	}
+	b.noteClock(start, time.Now(), db)
 	return newSession(b, id, ttl, start), nil
+}
+
+// noteClock records a sample of the database's clock (see clock.go) and
+// logs a step.
+func (b *Backend) noteClock(sent, received, db time.Time) {
+	if step := b.clock.note(sent, received, db); step > 0 {
+		b.log.Warn("simba/postgres: the database's clock stepped forward: expired sessions are taken over only once this client's clock confirms their expiry",
+			"step", step.Round(time.Millisecond))
+	}
 }

@@ -122,10 +122,15 @@ func TestTokenCounter(t *testing.T) {
 
 // TestLateRenewalDoesNotRevive: a session whose row expired by the
 // database's clock is not brought back by a KeepAlive that comes late; its
-// lease passes on and its fenced writes are refused.
+// lease passes on and its fenced writes are refused. The row expired
+// before a's own deadline (as if the database's clock had stepped), so the
+// lease passes on no sooner than that deadline (see clock.go).
 func TestLateRenewalDoesNotRevive(t *testing.T) {
+	const ttl = 3 * time.Second
 	b := newBackend(t)
-	a, c := open(t, b, 10*time.Second), open(t, b, 10*time.Second)
+	opened := time.Now()
+	a, c := open(t, b, ttl), open(t, b, ttl)
+	renew(t, c)
 	la, err := a.Acquire(ctxT(t), "x")
 	if err != nil {
 		t.Fatal(err)
@@ -135,6 +140,9 @@ func TestLateRenewalDoesNotRevive(t *testing.T) {
 		l, err := c.Acquire(ctxT(t), "x")
 		if err == nil && l.Token() <= la.Token() {
 			err = errors.New("token did not increase")
+		}
+		if err == nil && time.Now().Before(opened.Add(ttl)) {
+			err = errors.New("granted before the holder's own deadline")
 		}
 		w <- err
 	}()

@@ -231,10 +231,26 @@
 //     slews by at most 0.05%, which the margin (10% of the TTL by default)
 //     covers many times over, but chrony by default by up to 8.3%
 //     (maxslewrate 83333 ppm), most of the margin: on the database server
-//     set chrony's maxslewrate to 500 or so. A clock stepped forward
-//     expires every session early by the step: never step the database
-//     server's clock while clients hold leases (chrony's makestep only at
-//     boot, ntpd -x).
+//     set chrony's maxslewrate to 500 or so.
+//   - A clock stepped forward (date -s, a time daemon's step, a host
+//     frozen and then set right, a failover to a primary whose clock is
+//     ahead) makes every session look expired early by the step. Clients
+//     do not act on that alone: each follows the database's clock against
+//     its own monotonic clock, through the times its statements read
+//     (renewals every TTL/3 among them), and takes over an expired session
+//     only by a database time its own clock has confirmed and only once
+//     its chain of agreeing readings covers that session's last renewal
+//     (or is older than 1.1 × its TTL); a session's own client deletes its
+//     expired row only past its own deadline. So a step ends the sessions
+//     (their renewals fail), and their leases pass on no sooner than their
+//     holders' deadlines (TestClockStepForward). The cost: after a step,
+//     or for a client that has just started, a crashed holder's lease
+//     passes on up to 1.1 × TTL later than the database's clock alone
+//     would have it. Steps smaller than 5 ms plus 5% of the time between
+//     two readings go unseen, as a clock that runs that much fast would:
+//     the drift margin covers them. Still, keep steps off the database
+//     server (chrony's makestep only at boot, ntpd -x): every step ends
+//     every session.
 //
 // # Schema
 //

@@ -177,23 +177,39 @@ func (s *session) waitOldest(ctx context.Context, op, name string, token int64, 
 // read, in a new snapshot, sees the renewal); trusting the snapshot's
 // expiry there would grant the lease while the renewed holder's term goes
 // on.
+//
+// The DELETE goes by the database time this client has verified, and
+// only once its chain of agreeing samples vouches for the session's
+// expiry (see clock.go): a session that expired by the statement's own
+// clock but not by the verified time stays ahead with a wait of zero (the
+// statement's own sample verifies a later time for the next read), and
+// one whose expiry the chain cannot vouch for yet stays ahead until it can.
 func (s *session) ahead(ctx context.Context, name string, token int64) (mine, alive bool, wait time.Duration, err error) {
 	q := s.b.q
-	var left *float64
+	var (
+		left *float64
+		db   time.Time
+	)
+	sent := time.Now()
+	v, c, a := guardArgs(s.b.clock.guard(sent))
 	err = s.b.queryRow(ctx, s.ctx, `WITH gone AS (
-			DELETE FROM `+q+`.sessions WHERE expires_at <= clock_timestamp()
-			AND id IN (SELECT session FROM `+q+`.candidacies WHERE name = $1 AND token < $2) RETURNING id)
+			DELETE FROM `+q+`.sessions x WHERE `+expiredGuardSQL("x", "$4", "$5", "$6")+`
+			AND x.id IN (SELECT session FROM `+q+`.candidacies WHERE name = $1 AND token < $2) RETURNING id)
 		SELECT
 			COALESCE((SELECT expires_at > clock_timestamp() FROM `+q+`.sessions WHERE id = $3), false),
 			EXISTS (SELECT 1 FROM `+q+`.candidacies WHERE name = $1 AND token = $2 AND session = $3),
-			(SELECT EXTRACT(EPOCH FROM min(x.expires_at) - clock_timestamp())::float8
+			(SELECT EXTRACT(EPOCH FROM min(GREATEST(x.expires_at - clock_timestamp(),
+					CASE WHEN x.expires_at - x.ttl >= $5::timestamptz THEN interval '0'
+					ELSE x.ttl * `+trustSQL+` - $6::interval END)))::float8
 				FROM `+q+`.candidacies c JOIN `+q+`.sessions x ON x.id = c.session
 				WHERE c.name = $1 AND c.token < $2
-				AND x.id NOT IN (SELECT id FROM gone))`,
-		name, token, s.id).Scan(&alive, &mine, &left)
+				AND x.id NOT IN (SELECT id FROM gone)),
+			clock_timestamp()`,
+		name, token, s.id, v, c, a).Scan(&alive, &mine, &left, &db)
 	if err != nil {
 		return false, false, 0, err
 	}
+	s.b.noteClock(sent, time.Now(), db)
 	if left == nil {
 		return mine, alive, -1, nil
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/internal/backoff"
+	"github.com/simba-go/simba/internal/plant"
 )
 
 var (
@@ -41,6 +42,7 @@ type session struct {
 	mu       sync.Mutex
 	ttl      time.Duration
 	deadline time.Time // start of the last successful renewal (or Open) + ttl
+	deleting bool      // deleteAtDeadline has run
 	over     bool
 	held     map[*lease]struct{}
 }
@@ -136,8 +138,11 @@ func (s *session) KeepAlive(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	start := time.Now()
-	var ttl time.Duration
-	err := s.b.pool.QueryRow(ctx, "UPDATE "+s.b.q+".sessions SET expires_at = clock_timestamp() + ttl WHERE id = $1 AND expires_at > clock_timestamp() RETURNING ttl", s.id).Scan(&ttl)
+	var (
+		ttl time.Duration
+		db  time.Time
+	)
+	err := s.b.pool.QueryRow(ctx, "UPDATE "+s.b.q+".sessions SET expires_at = clock_timestamp() + ttl WHERE id = $1 AND expires_at > clock_timestamp() RETURNING ttl, clock_timestamp()", s.id).Scan(&ttl, &db)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The UPDATE took the row's lock (none: the row is gone): this
 		// expiry is final, whatever clearExpired finds.
@@ -147,6 +152,7 @@ func (s *session) KeepAlive(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, s.fail(ctx, op, err)
 	}
+	s.b.noteClock(start, time.Now(), db)
 	s.mu.Lock()
 	s.ttl = ttl
 	if d := start.Add(ttl); d.After(s.deadline) {
@@ -169,17 +175,67 @@ func (s *session) KeepAlive(ctx context.Context) (time.Duration, error) {
 // commits after it holds the row's lock meanwhile, and the snapshot shows
 // the old expiry. The DELETE waits for that lock and then leaves the
 // renewed row alone, and clearExpired reports false: read the row again.
+//
+// Before the session's own deadline (start of its last renewal + TTL on
+// this client's clock) the row is not deleted, only locked and read: the
+// database's clock saying it expired that early has stepped forward (see
+// clock.go), and the deletion would free the session's leases while the
+// core may still count its terms valid. Past the deadline it is deleted.
+// Either way an expired row ends the session for this client.
 func (s *session) clearExpired(ctx context.Context) (over bool, err error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), withdrawTimeout)
 	defer cancel()
 	q := s.b.q
-	err = s.b.pool.QueryRow(ctx, `WITH gone AS (DELETE FROM `+q+`.sessions WHERE id = $1 AND expires_at <= clock_timestamp() RETURNING id)
+	s.mu.Lock()
+	early := time.Now().Before(s.deadline) && !plant.Is(plant.TrustDBClock)
+	s.mu.Unlock()
+	if early {
+		err = s.b.pool.QueryRow(ctx, `SELECT COALESCE((SELECT expires_at <= clock_timestamp() FROM `+q+`.sessions WHERE id = $1 FOR UPDATE), true)`, s.id).Scan(&over)
+	} else {
+		err = s.b.pool.QueryRow(ctx, `WITH gone AS (DELETE FROM `+q+`.sessions WHERE id = $1 AND expires_at <= clock_timestamp() RETURNING id)
 		SELECT EXISTS (SELECT 1 FROM gone) OR NOT EXISTS (SELECT 1 FROM `+q+`.sessions WHERE id = $1)`, s.id).Scan(&over)
+	}
 	if err != nil {
 		s.b.log.Debug("simba/postgres: deleting the expired session's row", "session", s.sid, "err", err)
 		return false, err
 	}
+	if over && early {
+		s.deleteAtDeadline()
+	}
 	return over, nil
+}
+
+// deleteAtDeadline deletes the session's expired row once the session's
+// own deadline has passed (once per session; the backend's Close stops
+// it): the row was found expired before the deadline, by a database clock
+// that stepped forward, and its deletion wakes the waiters that the step
+// guard holds back. They may delete it before, once their own clocks
+// vouch for its expiry.
+func (s *session) deleteAtDeadline() {
+	s.mu.Lock()
+	scheduled := s.deleting
+	s.deleting = true
+	wait := time.Until(s.deadline) + expiryMargin
+	s.mu.Unlock()
+	if scheduled || s.b.closed() {
+		return
+	}
+	s.b.wg.Add(1)
+	go func() {
+		defer s.b.wg.Done()
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-s.b.ctx.Done():
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(s.b.ctx, withdrawTimeout)
+		defer cancel()
+		if _, err := s.b.pool.Exec(ctx, "DELETE FROM "+s.b.q+".sessions WHERE id = $1 AND expires_at <= clock_timestamp()", s.id); err != nil {
+			s.b.log.Debug("simba/postgres: deleting the expired session's row past its deadline", "session", s.sid, "err", err)
+		}
+	}()
 }
 
 // Close deletes the session's row: its candidacies and memberships go
@@ -269,17 +325,22 @@ func (s *session) monitor() {
 func (s *session) look() (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, lookTimeout)
 	defer cancel()
-	var left float64
-	var tokens []int64
+	var (
+		left   float64
+		tokens []int64
+		db     time.Time
+	)
+	sent := time.Now()
 	err := s.b.pool.QueryRow(ctx, `SELECT EXTRACT(EPOCH FROM x.expires_at - clock_timestamp())::float8,
-		ARRAY(SELECT token FROM `+s.b.q+`.candidacies c WHERE c.session = x.id)
-		FROM `+s.b.q+`.sessions x WHERE x.id = $1`, s.id).Scan(&left, &tokens)
+		ARRAY(SELECT token FROM `+s.b.q+`.candidacies c WHERE c.session = x.id), clock_timestamp()
+		FROM `+s.b.q+`.sessions x WHERE x.id = $1`, s.id).Scan(&left, &tokens, &db)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
 	}
 	if err != nil {
 		return 0, err
 	}
+	s.b.noteClock(sent, time.Now(), db)
 	if left <= 0 {
 		return 0, nil
 	}

@@ -67,7 +67,10 @@ func TestRenewalStraddlingExpiryKeepsTheLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx1.Exec(ctxT(t), "UPDATE "+q+".sessions SET expires_at = clock_timestamp() - interval '1 millisecond' WHERE id = $1", id); err != nil {
+	// The expiry made is one the waiter's step guard vouches for (see
+	// clock.go): an hour ago, with a TTL of 1ms, which the waiter's
+	// readings of the database's clock have covered many times over.
+	if _, err := tx1.Exec(ctxT(t), "UPDATE "+q+".sessions SET expires_at = clock_timestamp() - interval '1 hour', ttl = interval '1 millisecond' WHERE id = $1", id); err != nil {
 		t.Fatal(err)
 	}
 	tx2, err := renewer.Begin(ctxT(t))
@@ -77,7 +80,7 @@ func TestRenewalStraddlingExpiryKeepsTheLease(t *testing.T) {
 	renewed := make(chan error, 1)
 	go func() {
 		// The renewal, past its liveness test: it waits for tx1's lock.
-		_, err := tx2.Exec(ctxT(t), "UPDATE "+q+".sessions SET expires_at = clock_timestamp() + ttl WHERE id = $1", id)
+		_, err := tx2.Exec(ctxT(t), "UPDATE "+q+".sessions SET expires_at = clock_timestamp() + interval '30 seconds', ttl = interval '30 seconds' WHERE id = $1", id)
 		renewed <- err
 	}()
 	mustEventually(t, "the renewal waiting for the expirer's lock", func() bool { return lockWaiters(t, "straddle") > 0 })

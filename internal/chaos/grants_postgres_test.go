@@ -50,12 +50,28 @@ import (
 //     promised its term until that instant or later). Unlike etcd's and
 //     ZooKeeper's, this watcher can tell an expiry from a release.
 //
+// Steps of the clocks: the expiry by the server's clock is what the
+// backend goes by only while that clock moves as the clients' monotonic
+// clocks do. When it steps forward (on this machine: the whole machine
+// frozen, its monotonic clock stopped, and its wall clock set right after,
+// by up to seconds), sessions look expired early, and the backend does
+// not act on that (its step guard, backend/postgres/clock.go): their
+// candidacies keep their place until their rows are deleted. The watcher
+// sees such a step as its own wall clock moving more than its monotonic
+// clock between two polls, and from then on counts a session renewed
+// before the step (expires_at − ttl before it) as alive until its row is
+// gone: no expiry is marked for it, and the ones behind it stay blocked.
+//
 // Blind spots: a token of the name's counter that no poll showed (a
 // candidacy inserted and deleted between two polls), a candidacy shown
 // waiting and gone by the next poll with no older live one to have blocked
 // it all along, and one whose older ones and own session expired between
 // two polls may each have held unseen: a blind range of one token each.
 const pgPollEvery = 20 * time.Millisecond
+
+// pgStepMin is how much more the wall clock must move than the monotonic
+// clock between two polls for the watcher to count a step.
+const pgStepMin = 50 * time.Millisecond
 
 func (p *postgresWorld) watchGrants(schema string) (*grantWatch, error) {
 	return watchPGGrants(p.dsn, schema)
@@ -101,6 +117,8 @@ type pgGrantWatch struct {
 	// Owned by the polling goroutine.
 	names    map[string]*pgQueue
 	prevSent time.Time // the send instant of the last poll answered
+	prevNow  time.Time // the last poll's send, with its monotonic reading
+	stepAt   time.Time // the wall time of the last step of the clocks seen
 }
 
 // pgQueue is a name's candidacies as the last poll showed them.
@@ -122,6 +140,7 @@ type pgRow struct {
 	name    string
 	token   uint64
 	expires time.Time
+	renewed time.Time // expires − the session's TTL: its last renewal
 }
 
 // loop polls until ctx ends, on conn and then on the connections it opens
@@ -198,20 +217,35 @@ func (w *pgGrantWatch) listen(ctx context.Context) {
 // poll reads every candidacy and counter of the schema in one statement,
 // and takes in what changed.
 func (w *pgGrantWatch) poll(ctx context.Context, conn *pgx.Conn) error {
-	sent := time.Now().Round(0)
-	rows, err := conn.Query(ctx, `SELECT true, name, last, NULL::timestamptz FROM `+w.q+`.lease_names
-		UNION ALL SELECT false, c.name, c.token, x.expires_at FROM `+w.q+`.candidacies c JOIN `+w.q+`.sessions x ON x.id = c.session`)
+	now := time.Now()
+	sent := now.Round(0)
+	if !w.prevNow.IsZero() {
+		if step := sent.Sub(w.prevNow.Round(0)) - now.Sub(w.prevNow); step > pgStepMin {
+			w.stepAt = sent
+			w.log.notef("server: the wall clock stepped %v ahead of the monotonic clock: expiries of sessions renewed before are not counted", step.Round(time.Millisecond))
+		}
+	}
+	w.prevNow = now
+	rows, err := conn.Query(ctx, `SELECT true, name, last, NULL::timestamptz, NULL::timestamptz FROM `+w.q+`.lease_names
+		UNION ALL SELECT false, c.name, c.token, x.expires_at, x.expires_at - x.ttl FROM `+w.q+`.candidacies c JOIN `+w.q+`.sessions x ON x.id = c.session`)
 	if err != nil {
 		return err
 	}
 	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (pgRow, error) {
 		var row pgRow
 		var token int64
-		var expires *time.Time
-		err := r.Scan(&row.counter, &row.name, &token, &expires)
+		var expires, renewed *time.Time
+		err := r.Scan(&row.counter, &row.name, &token, &expires, &renewed)
 		row.token = uint64(token)
 		if expires != nil {
 			row.expires = *expires
+		}
+		if renewed != nil {
+			row.renewed = *renewed
+		}
+		if !row.counter && !w.stepAt.IsZero() && row.renewed.Before(w.stepAt) {
+			// Renewed before a step: alive until its row is gone.
+			row.expires = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 		}
 		return row, err
 	})

@@ -76,6 +76,15 @@ func (l *grantLog) setNote(note func(format string, args ...any)) {
 	l.note = note
 }
 
+// notef writes a line of what the watcher sees, if anyone reads them.
+func (l *grantLog) notef(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.note != nil {
+		l.note(format, args...)
+	}
+}
+
 // begin records that the grant of name with token has begun, no later
 // than start, and was seen begun at seen (no earlier than it began).
 func (l *grantLog) begin(name string, token uint64, start, seen time.Time) {

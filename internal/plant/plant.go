@@ -36,6 +36,11 @@ const (
 	// turns false, but Revoked never closes and the run's ctx is never
 	// cancelled).
 	DeadlineTimerDead
+	// TrustDBClock: the PostgreSQL backend deletes expired sessions, its
+	// own included, by the statement's own clock_timestamp(), trusting
+	// the database's wall clock not to step forward (its behaviour before
+	// the step guard of backend/postgres/clock.go).
+	TrustDBClock
 )
 
 // ValidLateBy is how long Term.Valid lies under ValidLate.
@@ -48,6 +53,7 @@ var names = map[string]Bug{
 	"valid-late":          ValidLate,
 	"release-before-exit": ReleaseBeforeExit,
 	"deadline-timer-dead": DeadlineTimerDead,
+	"trust-db-clock":      TrustDBClock,
 }
 
 var current, forRun atomic.Int32
