@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/http"
 	"strconv"
 	"sync"
 	"time"
@@ -78,6 +79,9 @@ type Backend struct {
 	obs *observer
 
 	closeOnce sync.Once
+	// http is the HTTP client New made, whose connections Close closes
+	// (nil for NewFromClient: the caller's client is the caller's).
+	http *http.Client
 }
 
 // Option configures a Backend.
@@ -109,11 +113,20 @@ func New(cfg *rest.Config, opts ...Option) (*Backend, error) {
 		// starve renewals behind a few waiters' reads.
 		cfg.QPS, cfg.Burst = defaultQPS, 2*defaultQPS
 	}
-	c, err := k8s.NewForConfig(cfg)
+	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("simba/kubernetes: making the client: %w", err)
 	}
-	return NewFromClient(c, opts...)
+	c, err := k8s.NewForConfigAndClient(cfg, hc)
+	if err != nil {
+		return nil, fmt.Errorf("simba/kubernetes: making the client: %w", err)
+	}
+	b, err := NewFromClient(c, opts...)
+	if err != nil {
+		return nil, err
+	}
+	b.http = hc
+	return b, nil
 }
 
 // NewFromClient returns a backend on the caller's client. It does not
@@ -145,13 +158,22 @@ func (b *Backend) Namespace() string { return b.ns }
 // Client returns the backend's client (for tests and tools).
 func (b *Backend) Client() k8s.Interface { return b.client }
 
-// Close stops the backend's watch and goroutines. Sessions still open are
-// abandoned: their objects stay until a contender takes over from them (see
-// the package documentation) or someone deletes them. Close is idempotent.
+// Close stops the backend's watch and goroutines and, for a backend made
+// by [New], closes its idle connections: all of them, once its watch has
+// ended (client-go shares a transport between clients of one
+// configuration; another client's next request opens a new connection).
+// Sessions still open are abandoned: their objects stay until a contender
+// takes over from them (see the package documentation) or someone deletes
+// them. Close is idempotent.
 func (b *Backend) Close() error {
 	b.closeOnce.Do(func() {
 		b.cancel()
 		b.wg.Wait()
+		if b.http != nil {
+			// Else its connections, and their goroutines, outlive the
+			// backend for as long as the server keeps them open.
+			b.http.CloseIdleConnections()
+		}
 	})
 	return nil
 }
