@@ -38,6 +38,18 @@ type world interface {
 	watchGrants(space string) (*grantWatch, error)
 }
 
+// Optional methods of a world.
+type (
+	// shortRunner's shortRun is the length of its schedule in the short
+	// run, in place of defaultDuration (see scheduleDuration).
+	shortRunner interface{ shortRun() time.Duration }
+	// controlTTLer's controlTTL is the clients' TTL in the control c, in
+	// place of ttl (see testControl).
+	controlTTLer interface {
+		controlTTL(c controlSpec) time.Duration
+	}
+)
+
 // link is a client's own way to the servers: one proxy per server.
 type link interface {
 	endpoints() []string
