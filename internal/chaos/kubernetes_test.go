@@ -180,8 +180,8 @@ func (k *kubeWorld) shortRun() time.Duration { return 10 * time.Second }
 // Term.Valid for a task's question to fall in, less the lags of the
 // contender's timer, of its Delete and of the watch, which a loaded
 // machine makes as long: at 2s the control failed to show the bug in 8
-// rounds in one run of three on a loaded 2-core machine. At 1s the backend frees the leases 200ms after the term's end,
-// and 300ms of the lie remain.
+// rounds in one run of three on a loaded 2-core machine. At 1s that bound
+// is 200ms, and the control showed the bug in its first round.
 func (k *kubeWorld) controlTTL(c controlSpec) time.Duration {
 	if c.plant == "valid-late" {
 		return time.Second

@@ -501,7 +501,13 @@ type summary struct {
 	recovery                                 time.Duration // from the heal until every lease was held
 	vacancy                                  time.Duration // the longest time a lease had no valid term
 	vacancyOf                                string        // which lease, when
-	observed                                 observedFigures
+	// gap is the shortest time from the end of a lease's terms so far to
+	// the start of its next term (negative: an overlap, which check.Terms
+	// reports), over the leases with two terms or more.
+	gap      time.Duration
+	gapOf    string // which lease, when
+	hasGap   bool
+	observed observedFigures
 }
 
 func (s summary) String() string {
@@ -512,9 +518,13 @@ func (s summary) String() string {
 		total += n
 	}
 	slices.Sort(kinds)
-	return fmt.Sprintf("%d faults (%s; %d skipped), %d client processes, %d terms, %d writes (%d rejected as stale; %d stale accepted), %v, longest vacancy of a lease %v (%s), every lease held again %v after the heal",
+	gap := "none"
+	if s.hasGap {
+		gap = fmt.Sprintf("%v (%s)", s.gap, s.gapOf)
+	}
+	return fmt.Sprintf("%d faults (%s; %d skipped), %d client processes, %d terms, %d writes (%d rejected as stale; %d stale accepted), %v, longest vacancy of a lease %v (%s), shortest gap between a lease's terms %s, every lease held again %v after the heal",
 		total, strings.Join(kinds, ", "), s.skipped, s.children, s.terms, s.writes, s.rejected, s.stale, s.observed,
-		s.vacancy.Round(time.Millisecond), s.vacancyOf, s.recovery.Round(time.Millisecond))
+		s.vacancy.Round(time.Millisecond), s.vacancyOf, gap, s.recovery.Round(time.Millisecond))
 }
 
 func (r *run) summarize(healed time.Time, terms []check.Term, writes []check.Write) summary {
@@ -543,9 +553,14 @@ func (r *run) summarize(healed time.Time, terms []check.Term, writes []check.Wri
 					covered = p.End
 				}
 			}
-			if gap := mine[i].Start.Sub(covered); gap > s.vacancy {
+			gap := mine[i].Start.Sub(covered)
+			if gap > s.vacancy {
 				s.vacancy = gap
 				s.vacancyOf = fmt.Sprintf("%s from %s to %s, before term %d", l, stamp(covered), stamp(mine[i].Start), mine[i].Token)
+			}
+			if !s.hasGap || gap < s.gap {
+				s.gap, s.hasGap = gap, true
+				s.gapOf = fmt.Sprintf("%s, before term %d", l, mine[i].Token)
 			}
 		}
 		// The term valid at the heal, or the first to begin after it.
