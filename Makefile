@@ -21,8 +21,8 @@ unit:
 	GO=$(GO) ./scripts/race-tests.sh
 
 # The long real-server fault run (docs/RELIABILITY.md): a 5-minute fault
-# schedule on a 3-member etcd cluster, on ZooKeeper and on PostgreSQL, then
-# the controls.
+# schedule on a 3-member etcd cluster, on ZooKeeper, on PostgreSQL and on a
+# kube-apiserver, then the controls.
 # SIMBA_CHAOS_DURATION and SIMBA_CHAOS_SEED change the length and the seed.
 chaos:
-	./scripts/with-zookeeper.sh ./scripts/with-postgres-redis.sh $(GO) test -race -count=1 -timeout=60m -v -run '^(TestEtcd|TestZooKeeper|TestPostgres)$$' ./internal/chaos/ -chaos.duration=$${SIMBA_CHAOS_DURATION:-5m}
+	./scripts/with-kube-apiserver.sh ./scripts/with-zookeeper.sh ./scripts/with-postgres-redis.sh $(GO) test -race -count=1 -timeout=80m -v -run '^(TestEtcd|TestZooKeeper|TestPostgres|TestKubernetes)$$' ./internal/chaos/ -chaos.duration=$${SIMBA_CHAOS_DURATION:-5m}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"sync"
 	"time"
@@ -77,6 +78,9 @@ type Backend struct {
 	obs *observer
 
 	closeOnce sync.Once
+	// conns are the connections of a backend made by New, which Close
+	// closes (nil for NewFromClient: the caller's client is the caller's).
+	conns *conns
 }
 
 // Option configures a Backend.
@@ -108,11 +112,79 @@ func New(cfg *rest.Config, opts ...Option) (*Backend, error) {
 		// starve renewals behind a few waiters' reads.
 		cfg.QPS, cfg.Burst = defaultQPS, 2*defaultQPS
 	}
+	// The backend's connections are its own (a dialer of its own also
+	// keeps client-go from sharing the transport), so that Close can close
+	// them all: idle ones, and those a request ending with Close still
+	// used (a watch's stream, a dial under way).
+	conns := &conns{dial: cfg.Dial, open: map[*conn]struct{}{}}
+	cfg.Dial = conns.dialContext
 	c, err := k8s.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("simba/kubernetes: making the client: %w", err)
 	}
-	return NewFromClient(c, opts...)
+	b, err := NewFromClient(c, opts...)
+	if err != nil {
+		return nil, err
+	}
+	b.conns = conns
+	return b, nil
+}
+
+// conns are the connections of a backend made by New.
+type conns struct {
+	dial func(ctx context.Context, network, addr string) (net.Conn, error) // the caller's, or nil
+
+	mu     sync.Mutex
+	open   map[*conn]struct{}
+	closed bool
+}
+
+func (cs *conns) dialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	dial := cs.dial
+	if dial == nil {
+		d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+		dial = d.DialContext
+	}
+	nc, err := dial(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.closed {
+		nc.Close()
+		return nil, fmt.Errorf("simba/kubernetes: dialing %s: %w", addr, backend.ErrClosed)
+	}
+	c := &conn{Conn: nc, cs: cs}
+	cs.open[c] = struct{}{}
+	return c, nil
+}
+
+// closeAll closes every connection, and refuses new ones.
+func (cs *conns) closeAll() {
+	cs.mu.Lock()
+	open := cs.open
+	cs.open, cs.closed = nil, true
+	cs.mu.Unlock()
+	for c := range open {
+		c.Conn.Close()
+	}
+}
+
+// conn is a connection of conns, which forgets it when it is closed.
+type conn struct {
+	net.Conn
+	cs   *conns
+	once sync.Once
+}
+
+func (c *conn) Close() error {
+	c.once.Do(func() {
+		c.cs.mu.Lock()
+		delete(c.cs.open, c)
+		c.cs.mu.Unlock()
+	})
+	return c.Conn.Close()
 }
 
 // NewFromClient returns a backend on the caller's client. It does not
@@ -144,13 +216,19 @@ func (b *Backend) Namespace() string { return b.ns }
 // Client returns the backend's client (for tests and tools).
 func (b *Backend) Client() k8s.Interface { return b.client }
 
-// Close stops the backend's watch and goroutines. Sessions still open are
-// abandoned: their objects stay until a contender takes over from them (see
-// the package documentation) or someone deletes them. Close is idempotent.
+// Close stops the backend's watch and goroutines and, for a backend made
+// by [New], closes its connections. Sessions still open are abandoned:
+// their objects stay until a contender takes over from them (see the
+// package documentation) or someone deletes them. Close is idempotent.
 func (b *Backend) Close() error {
 	b.closeOnce.Do(func() {
 		b.cancel()
 		b.wg.Wait()
+		if b.conns != nil {
+			// Else they, and their goroutines, outlive the backend for
+			// as long as the server keeps them open.
+			b.conns.closeAll()
+		}
 	})
 	return nil
 }

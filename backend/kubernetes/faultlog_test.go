@@ -2,16 +2,13 @@ package kubernetes_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	coordv1 "k8s.io/api/coordination/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/simba-go/simba"
@@ -62,16 +59,13 @@ type grantLog struct {
 	done     chan struct{}
 }
 
-// candidacy is one entry of a lease name's queue, as the backend writes it
-// in the annotation simba.io/queue.
-type candidacy struct {
-	T uint64 `json:"t"`
-	S string `json:"s"`
-}
+// candidacy is one entry of a lease name's queue.
+type candidacy = kubetest.Candidacy
 
-// watchGrants starts recording the ends of holdings in ns, listing and
-// watching again after an error (a restart of the server), until the test
-// ends. What happened while the watch was down is seen, as the list shows
+// watchGrants starts recording the ends of holdings in ns, with
+// kubetest.WatchLeases (which watches again from the last revision after a
+// watch ends, and lists again when it cannot: a restart of the server),
+// until the test ends. What happened while the watch was down is seen, as the list shows
 // it, when the list is made: later than it happened, so the check is
 // weaker across an outage of the server by the outage.
 func watchGrants(t *testing.T, srv *kubetest.Server, ns string) *grantLog {
@@ -85,46 +79,23 @@ func watchGrants(t *testing.T, srv *kubetest.Server, ns string) *grantLog {
 		stop: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(g.done)
-		for ctx.Err() == nil {
-			// A list, then a watch from it: after an error (a restart of
-			// the server, whose watch cache does not reach back to the
-			// last version seen) the list shows what was missed.
-			sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=simba"}
-			list, err := leases.List(ctx, sel)
-			if err == nil {
-				g.listed(list.Items, time.Now())
-				sel.ResourceVersion = list.ResourceVersion
-				var w watch.Interface
-				if w, err = leases.Watch(ctx, sel); err == nil {
-					for ev := range w.ResultChan() {
-						if l, ok := ev.Object.(*coordv1.Lease); ok {
-							g.saw(ev.Type, l, time.Now())
-						}
-					}
-					w.Stop()
-				}
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
+		kubetest.WatchLeases(ctx, leases, g)
 	}()
 	t.Cleanup(func() { g.stop(); <-g.done; b.Close() })
 	return g
 }
 
-// listed records what a list shows: the sessions seen before that are
+// Listed records what a list shows: the sessions seen before that are
 // gone were deleted (at the latest when listed), and each lease name's
 // head as it is.
-func (g *grantLog) listed(items []coordv1.Lease, at time.Time) {
+func (g *grantLog) Listed(items []coordv1.Lease, _ uint64, at time.Time) {
 	live := map[string]bool{}
 	for i := range items {
 		l := &items[i]
-		if l.Labels["simba.io/kind"] == "session" {
-			live[strings.TrimPrefix(l.Name, "simba-s-")] = true
+		if id, ok := kubetest.SessionID(l); ok {
+			live[id] = true
 		}
-		g.saw(watch.Modified, l, at)
+		g.Event(watch.Modified, l, 0, at)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -136,22 +107,21 @@ func (g *grantLog) listed(items []coordv1.Lease, at time.Time) {
 	}
 }
 
-// saw records one event of the watch.
-func (g *grantLog) saw(typ watch.EventType, l *coordv1.Lease, at time.Time) {
+// Event records one event of the watch.
+func (g *grantLog) Event(typ watch.EventType, l *coordv1.Lease, _ uint64, at time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	switch l.Labels["simba.io/kind"] {
-	case "session":
-		id := strings.TrimPrefix(l.Name, "simba-s-")
+	switch kubetest.Kind(l) {
+	case kubetest.KindSession:
+		id, _ := kubetest.SessionID(l)
 		if typ == watch.Deleted {
 			delete(g.alive, id)
 			g.deleted[id] = at
 		} else {
 			g.alive[id] = true
 		}
-	case "lease":
-		var q []candidacy
-		_ = json.Unmarshal([]byte(l.Annotations["simba.io/queue"]), &q)
+	case kubetest.KindLease:
+		_, q, _, _ := kubetest.Queue(l)
 		var head candidacy
 		if len(q) > 0 && typ != watch.Deleted {
 			head = q[0]

@@ -35,7 +35,7 @@ func testBackend(t *testing.T, w world) {
 // testFaults plays a seeded fault schedule against w and checks the
 // invariants over what happened.
 func testFaults(t *testing.T, w world, seed uint64) {
-	length := scheduleDuration(t)
+	length := scheduleDuration(t, w)
 	schedule := newSchedule(seed, length, ttl, clients, w.canRestart())
 	t.Logf("seed %d: %d faults over %v; replay with -chaos.seed=%d", seed, len(schedule), length, seed)
 	r := newRun(t, w, runConfig{seed: seed, duration: length, fenced: true, children: clients, ttl: ttl, coverage: true})
@@ -110,9 +110,14 @@ var plantedBugs = []controlSpec{
 		what: "with the lease released before the run exits, the hand-offs out of order"},
 }
 
-// testControl runs the control c.
+// testControl runs the control c, with the clients' TTL ttl, or the one
+// the world's controlTTL, if it has one, gives for c.
 func testControl(t *testing.T, w world, seed uint64, c controlSpec) {
-	r := newRun(t, w, runConfig{seed: seed, fenced: c.fenced, children: clients, ttl: ttl, plant: c.plant})
+	cttl := ttl
+	if ct, ok := w.(controlTTLer); ok {
+		cttl = ct.controlTTL(c)
+	}
+	r := newRun(t, w, runConfig{seed: seed, fenced: c.fenced, children: clients, ttl: cttl, plant: c.plant})
 	rounds := r.hitHolders(c.hit, c.every, c.rounds, c.want)
 	s, errs := r.finish(time.Now())
 	found := map[string][]error{} // by the prefix expected

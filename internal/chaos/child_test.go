@@ -23,6 +23,7 @@ import (
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/etcd"
+	"github.com/simba-go/simba/backend/kubernetes"
 	"github.com/simba-go/simba/backend/postgres"
 	"github.com/simba-go/simba/backend/zookeeper"
 	"github.com/simba-go/simba/internal/check"
@@ -34,19 +35,21 @@ import (
 const (
 	envRole      = "SIMBA_CHAOS_ROLE"      // roleChild
 	envRun       = "SIMBA_CHAOS_RUN"       // the run's ID, to find leftover processes
-	envBackend   = "SIMBA_CHAOS_BACKEND"   // backendEtcd, backendZooKeeper or backendPostgres
+	envBackend   = "SIMBA_CHAOS_BACKEND"   // backendEtcd, backendZooKeeper, backendPostgres or backendKubernetes
 	envEndpoints = "SIMBA_CHAOS_ENDPOINTS" // comma-separated: the child's own proxies (PostgreSQL: a DSN through its proxy)
-	envSpace     = "SIMBA_CHAOS_SPACE"     // etcd key prefix, ZooKeeper root or PostgreSQL schema
+	envSpace     = "SIMBA_CHAOS_SPACE"     // etcd key prefix, ZooKeeper root, PostgreSQL schema or Kubernetes namespace
+	envKube      = "SIMBA_CHAOS_KUBE"      // Kubernetes: the client's credentials and trust (kubeCreds, JSON)
 	envRegister  = "SIMBA_CHAOS_REGISTER"  // URL of the fenced register
 	envNode      = "SIMBA_CHAOS_NODE"      // the child's name and member ID
 	envTTL       = "SIMBA_CHAOS_TTL"       // the TTL the client requests
 	envChildSeed = "SIMBA_CHAOS_CHILD_SEED"
 	envPlant     = "SIMBA_CHAOS_PLANT" // plantOverstatedTTL, a bug of internal/plant, or empty
 
-	roleChild        = "child"
-	backendEtcd      = "etcd"
-	backendZooKeeper = "zookeeper"
-	backendPostgres  = "postgres"
+	roleChild         = "child"
+	backendEtcd       = "etcd"
+	backendZooKeeper  = "zookeeper"
+	backendPostgres   = "postgres"
+	backendKubernetes = "kubernetes"
 
 	// plantOverstatedTTL plants a safety bug in the client: its backend
 	// reports every granted TTL one TTL longer than granted, so that its
@@ -271,6 +274,13 @@ func openBackend() (backend.Backend, error) {
 	case backendPostgres:
 		// The one endpoint is the DSN, through the client's proxy.
 		return postgres.New(endpoints[0], postgres.WithSchema(space))
+	case backendKubernetes:
+		// The one endpoint is the client's proxy to the API server.
+		cfg, err := kubeConfig(endpoints[0], os.Getenv(envKube))
+		if err != nil {
+			return nil, err
+		}
+		return kubernetes.New(cfg, kubernetes.WithNamespace(space))
 	default:
 		return nil, fmt.Errorf("%s=%q: unknown backend", envBackend, kind)
 	}

@@ -89,6 +89,9 @@ func (r *run) startChild(slot int) (*child, error) {
 		envChildSeed+"="+strconv.FormatUint(r.cfg.seed+uint64(r.nextNode), 10),
 		envPlant+"="+r.cfg.plant,
 	)
+	if e, ok := l.(interface{ env() []string }); ok {
+		cmd.Env = append(cmd.Env, e.env()...) // what else the link's client needs (Kubernetes: its credentials)
+	}
 	// The process dies with the test process, whatever happens to it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Stderr = &c.stderr

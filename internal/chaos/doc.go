@@ -1,13 +1,15 @@
 // Package chaos holds the real-server fault run of simba (see
 // docs/RELIABILITY.md): client processes, each a simba client with an
 // election and a partition group, reach a 3-member etcd cluster, a
-// ZooKeeper server or a PostgreSQL server through fault-injecting proxies
-// of their own and write with their terms' tokens to a fenced register,
-// while a schedule drawn from a seed kills them (SIGKILL), pauses them
-// (SIGSTOP/SIGCONT), cuts their links and restarts servers (PostgreSQL:
-// pauses it with SIGSTOP, restarts it, and ends clients' connections with
-// pg_terminate_backend). The invariant checkers of internal/check then
-// run over what the clients and the register recorded.
+// ZooKeeper server, a PostgreSQL server or a kube-apiserver through
+// fault-injecting proxies of their own and write with their terms' tokens
+// to a fenced register, while a schedule drawn from a seed kills them
+// (SIGKILL), pauses them (SIGSTOP/SIGCONT), cuts their links and restarts
+// servers (PostgreSQL: pauses it with SIGSTOP, restarts it, and ends
+// clients' connections with pg_terminate_backend; Kubernetes: pauses the
+// apiserver with SIGSTOP, restarts it, crashes it with SIGKILL, and pauses
+// the etcd under it). The invariant checkers of internal/check then run
+// over what the clients and the register recorded.
 //
 // Everything is in the package's tests:
 //
@@ -15,6 +17,7 @@
 //	go test -race -v ./internal/chaos/ -chaos.duration=5m         # the long run (make chaos)
 //	go test -race -v ./internal/chaos/ -chaos.seed=SEED -run Etcd # replay a schedule
 //	./scripts/with-postgres-redis.sh go test -race -v -run TestPostgres ./internal/chaos/
+//	./scripts/with-kube-apiserver.sh go test -race -v -run TestKubernetes ./internal/chaos/
 //
 // The ZooKeeper run starts a server of its own when ZooKeeper is installed
 // (so that it can restart it), or else uses the one named by SIMBA_ZK_ADDR
@@ -24,5 +27,10 @@
 // pause and restart it, or else uses the one named by SIMBA_PG_DSN
 // (scripts/with-postgres-redis.sh sets it) with pg_terminate_backend as its
 // only server fault; without either it skips (fails under
-// SIMBA_REQUIRE_SERVERS=1). Each run has a schema of its own.
+// SIMBA_REQUIRE_SERVERS=1). Each run has a schema of its own. The
+// Kubernetes run starts a kube-apiserver of its own (internal/kubetest, the
+// binary named by SIMBA_KUBE_APISERVER, which
+// scripts/with-kube-apiserver.sh sets), and skips without one (fails under
+// SIMBA_REQUIRE_SERVERS=1); each run has a namespace of its own, in which
+// the clients' user is bound to kubernetes.Role and nothing else.
 package chaos

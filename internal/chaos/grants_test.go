@@ -19,8 +19,8 @@ import (
 // is the instant the watcher learned of the deletion of the lease key or
 // znode, at or after the true end. Its Start must be no later than the
 // first instant a task could know of the grant (see each backend's
-// watcher for how that is ensured). Expired is false for etcd and
-// ZooKeeper: their watchers cannot tell a session's expiry from its
+// watcher for how that is ensured). Expired is false for etcd, ZooKeeper
+// and Kubernetes: their watchers cannot tell a session's expiry from its
 // holder's release or close, and the checkers' rule for a grant that ended
 // otherwise than by expiry is the weaker one, sound for both (they may miss
 // a violation by the watcher's lag, never report a false one).

@@ -14,7 +14,7 @@ import (
 
 var (
 	flagDuration = flag.Duration("chaos.duration", 0,
-		"length of each fault schedule (default 20s, or $"+envDuration+"); make chaos runs 5m")
+		"length of each fault schedule (default 20s, Kubernetes 10s, or $"+envDuration+"); make chaos runs 5m")
 	flagSeed = flag.Uint64("chaos.seed", 0,
 		"seed of the fault schedules (default: random, printed; or $"+envSeed+"); replays a run's schedule")
 	flagTimeline = flag.Bool("chaos.timeline", false,
@@ -54,8 +54,11 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreAnyFunction("go.etcd.io/etcd/server/v3/etcdserver/api/etcdhttp.newPeerHandler.versionHandler.func1"))
 }
 
-// scheduleDuration returns the length of the fault schedules of this run.
-func scheduleDuration(t *testing.T) time.Duration {
+// scheduleDuration returns the length of w's fault schedule in this run:
+// the one given by flag or environment, or else defaultDuration, or the
+// shorter one of w's shortRun if it has one (a backend whose run costs
+// more, so that the short run of go test ./... keeps to its share).
+func scheduleDuration(t *testing.T, w world) time.Duration {
 	if *flagDuration > 0 {
 		return *flagDuration
 	}
@@ -65,6 +68,9 @@ func scheduleDuration(t *testing.T) time.Duration {
 			t.Fatalf("%s=%q: want a positive duration such as 5m", envDuration, s)
 		}
 		return d
+	}
+	if s, ok := w.(shortRunner); ok {
+		return s.shortRun()
 	}
 	return defaultDuration
 }

@@ -19,8 +19,8 @@ import (
 // link of fault-injecting proxies for each client, server restarts, and a
 // look at what is left on the servers.
 type world interface {
-	kind() string     // backendEtcd, backendZooKeeper or backendPostgres: what the clients open
-	newSpace() string // a fresh key prefix or root for one run
+	kind() string     // backendEtcd, backendZooKeeper, backendPostgres or backendKubernetes: what the clients open
+	newSpace() string // a fresh key prefix, root, schema or namespace for one run
 	newLink() (link, error)
 	canRestart() bool
 	// stopServer takes one server down (see fault.Member) and returns what
@@ -37,6 +37,18 @@ type world interface {
 	// grants of the leases under space (see grants_test.go).
 	watchGrants(space string) (*grantWatch, error)
 }
+
+// Optional methods of a world.
+type (
+	// shortRunner's shortRun is the length of its schedule in the short
+	// run, in place of defaultDuration (see scheduleDuration).
+	shortRunner interface{ shortRun() time.Duration }
+	// controlTTLer's controlTTL is the clients' TTL in the control c, in
+	// place of ttl (see testControl).
+	controlTTLer interface {
+		controlTTL(c controlSpec) time.Duration
+	}
+)
 
 // link is a client's own way to the servers: one proxy per server.
 type link interface {
@@ -489,7 +501,13 @@ type summary struct {
 	recovery                                 time.Duration // from the heal until every lease was held
 	vacancy                                  time.Duration // the longest time a lease had no valid term
 	vacancyOf                                string        // which lease, when
-	observed                                 observedFigures
+	// gap is the shortest time from the end of a lease's terms so far to
+	// the start of its next term (negative: an overlap, which check.Terms
+	// reports), over the leases with two terms or more.
+	gap      time.Duration
+	gapOf    string // which lease, when
+	hasGap   bool
+	observed observedFigures
 }
 
 func (s summary) String() string {
@@ -500,9 +518,13 @@ func (s summary) String() string {
 		total += n
 	}
 	slices.Sort(kinds)
-	return fmt.Sprintf("%d faults (%s; %d skipped), %d client processes, %d terms, %d writes (%d rejected as stale; %d stale accepted), %v, longest vacancy of a lease %v (%s), every lease held again %v after the heal",
+	gap := "none"
+	if s.hasGap {
+		gap = fmt.Sprintf("%v (%s)", s.gap, s.gapOf)
+	}
+	return fmt.Sprintf("%d faults (%s; %d skipped), %d client processes, %d terms, %d writes (%d rejected as stale; %d stale accepted), %v, longest vacancy of a lease %v (%s), shortest gap between a lease's terms %s, every lease held again %v after the heal",
 		total, strings.Join(kinds, ", "), s.skipped, s.children, s.terms, s.writes, s.rejected, s.stale, s.observed,
-		s.vacancy.Round(time.Millisecond), s.vacancyOf, s.recovery.Round(time.Millisecond))
+		s.vacancy.Round(time.Millisecond), s.vacancyOf, gap, s.recovery.Round(time.Millisecond))
 }
 
 func (r *run) summarize(healed time.Time, terms []check.Term, writes []check.Write) summary {
@@ -531,9 +553,14 @@ func (r *run) summarize(healed time.Time, terms []check.Term, writes []check.Wri
 					covered = p.End
 				}
 			}
-			if gap := mine[i].Start.Sub(covered); gap > s.vacancy {
+			gap := mine[i].Start.Sub(covered)
+			if gap > s.vacancy {
 				s.vacancy = gap
 				s.vacancyOf = fmt.Sprintf("%s from %s to %s, before term %d", l, stamp(covered), stamp(mine[i].Start), mine[i].Token)
+			}
+			if !s.hasGap || gap < s.gap {
+				s.gap, s.hasGap = gap, true
+				s.gapOf = fmt.Sprintf("%s, before term %d", l, mine[i].Token)
 			}
 		}
 		// The term valid at the heal, or the first to begin after it.

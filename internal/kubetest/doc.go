@@ -9,9 +9,9 @@
 //
 // Each [Start] starts a server of the test's own: there is no server shared
 // between tests, so a test may stop, restart and pause its server
-// ([Server.Stop], [Server.Start], [Server.Pause], [Server.Resume]) without
-// disturbing another, and [Server.Namespace] gives a test's parts
-// namespaces of their own on it. A start takes a few seconds (3 to 6 s on a
+// ([Server.Stop], [Server.Crash], [Server.Start], [Server.Pause],
+// [Server.Resume]) without disturbing another, and [Server.Namespace] gives
+// a test's parts namespaces of their own on it. A start takes a few seconds (3 to 6 s on a
 // loaded 2-core machine) until /readyz answers, which waits for the
 // apiserver's post-start hooks, such as the bootstrap of the RBAC roles.
 //
@@ -42,6 +42,12 @@
 //     are stored and served, and nothing acts on them. In particular a
 //     deleted namespace stays Terminating (the namespace controller is
 //     not there to empty it).
+//
+// [WatchLeases] follows the simba Lease objects of a namespace (a list, then
+// a watch, listing again after a failure), and [Queue] and [SessionID] read
+// them as backend/kubernetes writes them: what the fault tests and the chaos
+// run use to see, from the server's side, when each holding began and
+// ended.
 //
 // Its log is in a file in the test's temporary directory; the end of it is
 // printed when the server fails to start and when the test fails.

@@ -491,6 +491,15 @@ func (s *Server) Stop() {
 	s.stopLocked(syscall.SIGTERM)
 }
 
+// Crash kills the server with SIGKILL, as a machine that loses power: no
+// graceful shutdown, its connections reset. [Server.Start] starts it
+// again. Crashing a stopped server does nothing.
+func (s *Server) Crash() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopLocked(syscall.SIGKILL)
+}
+
 func (s *Server) stopLocked(sig syscall.Signal) {
 	if s.cmd == nil {
 		return
