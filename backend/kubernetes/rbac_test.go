@@ -57,9 +57,10 @@ func boundBackend(t *testing.T, srv *kubetest.Server, r *rbacv1.Role, log *await
 }
 
 // TestLeastPrivilege runs the backend as a user bound only to
-// kubernetes.Role in its namespace: the conformance suite (it covers sessions, leases and their
-// queues, Candidates, HeldLeases, group membership, records fenced and
-// not, views and malformed objects), each case in a namespace of its own;
+// kubernetes.Role in its namespace: the conformance suite (it covers
+// sessions, leases and their queues, Candidates, HeldLeases, group
+// membership, records fenced and not, views and malformed objects), each
+// case in a namespace of its own;
 // then, with each verb of the Role removed in turn, what needs it fails
 // saying which verb on leases in which namespace was refused.
 func TestLeastPrivilege(t *testing.T) {
