@@ -116,17 +116,21 @@ func TestBenchmarkReport(t *testing.T) {
 	fmt.Fprintf(&report, "client-go leaderelection (internal/kubepeers, a LeaseLock per election, ReleaseOnCancel): LeaseDuration %v, RenewDeadline %v, RetryPeriod %v (client-go's 15 s / 10 s / 2 s divided by 7.5) but at rest, where they are 15 s / 10 s / 2 s. "+
 		"simba: `simba.WithTTL` the LeaseDuration (renewals every TTL/3), status records on unless said. Every client, of either side, on a clientset of its own with no client-side rate limit (`rest.Config.QPS` -1).\n\n",
 		benchLeaseDuration, benchRenewDeadline.Round(time.Millisecond), benchRetryPeriod.Round(time.Millisecond))
-	if benchSection("handoff") {
-		benchKubeHandOff(t, srv, &report)
-	}
-	if benchSection("crash") {
-		benchKubeFault(t, srv, crashKubeFault, &report)
-	}
-	if benchSection("cut") {
-		benchKubeFault(t, srv, cutKubeFault, &report)
-	}
-	if benchSection("rest") {
-		benchRest(t, srv, &report)
+	for _, sec := range []struct {
+		name string
+		run  func()
+	}{
+		{"handoff", func() { benchKubeHandOff(t, srv, &report) }},
+		{"crash", func() { benchKubeFault(t, srv, crashKubeFault, &report) }},
+		{"cut", func() { benchKubeFault(t, srv, cutKubeFault, &report) }},
+		{"rest", func() { benchRest(t, srv, &report) }},
+	} {
+		if benchSection(sec.name) {
+			start := time.Now()
+			t.Logf("section %s: starting (load average %s)", sec.name, benchLoad())
+			sec.run()
+			t.Logf("section %s: %v", sec.name, time.Since(start).Round(time.Second))
+		}
 	}
 	fmt.Fprintf(&report, "Load average at the end: %s.\n", benchLoad())
 }
