@@ -77,7 +77,7 @@ const (
 
 	// restSettle is the pause between every election leading and the
 	// window of the count, restWindow the window.
-	restSettle = 5 * time.Second
+	restSettle = 5 * time.Second // SIMBA_KUBE_BENCH_SETTLE=30s changes it
 	restWindow = 30 * time.Second
 	// restSetup bounds the wait for every election to lead.
 	restSetup = 5 * time.Minute
@@ -118,19 +118,24 @@ func TestBenchmarkReport(t *testing.T) {
 		benchLeaseDuration, benchRenewDeadline.Round(time.Millisecond), benchRetryPeriod.Round(time.Millisecond))
 	for _, sec := range []struct {
 		name string
-		run  func()
+		run  func(*testing.T)
 	}{
-		{"handoff", func() { benchKubeHandOff(t, srv, &report) }},
-		{"crash", func() { benchKubeFault(t, srv, crashKubeFault, &report) }},
-		{"cut", func() { benchKubeFault(t, srv, cutKubeFault, &report) }},
-		{"rest", func() { benchRest(t, srv, &report) }},
+		{"handoff", func(t *testing.T) { benchKubeHandOff(t, srv, &report) }},
+		{"crash", func(t *testing.T) { benchKubeFault(t, srv, crashKubeFault, &report) }},
+		{"cut", func(t *testing.T) { benchKubeFault(t, srv, cutKubeFault, &report) }},
+		{"rest", func(t *testing.T) { benchRest(t, srv, &report) }},
 	} {
-		if benchSection(sec.name) {
-			start := time.Now()
-			t.Logf("section %s: starting (load average %s)", sec.name, benchLoad())
-			sec.run()
-			t.Logf("section %s: %v", sec.name, time.Since(start).Round(time.Second))
+		if !benchSection(sec.name) {
+			continue
 		}
+		// A subtest each, so that a section's clients and namespaces are
+		// gone before the next one counts requests.
+		start := time.Now()
+		t.Logf("section %s: starting (load average %s)", sec.name, benchLoad())
+		if !t.Run(sec.name, func(t *testing.T) { sec.run(t) }) {
+			break
+		}
+		t.Logf("section %s: %v", sec.name, time.Since(start).Round(time.Second))
 	}
 	fmt.Fprintf(&report, "Load average at the end: %s.\n", benchLoad())
 }
@@ -405,24 +410,29 @@ func benchKubeFault(t *testing.T, srv *kubetest.Server, f kubeFault, report *str
 	fmt.Fprintf(report, "### %s: overlap and fail-over (%d pairs × %d rounds per side)\n\n", f.title, benchPairs, benchPerPair)
 	fmt.Fprintln(report, f.doc+
 		" A round overlaps when the old leader still believed it led after the new one started. "+
-		"client-go: belief is the ctx of OnStartedLeading, which ends when no renewal succeeded for RenewDeadline; the new leader is its OnStartedLeading, once it saw the Lease unchanged for LeaseDuration on its own clock. "+
+		"client-go: belief is the ctx of OnStartedLeading, which client-go ends when its Run returns: after no renewal succeeded for RenewDeadline and then, with ReleaseOnCancel, after the release's attempt (a Get and an Update, bounded by another RenewDeadline, which fails on a link that is down); the new leader is its OnStartedLeading, once it saw the Lease unchanged for LeaseDuration on its own clock. "+
 		"simba: the old term's `Valid()` (its `Deadline`), and its task's ctx end, against the new term's `Start`. "+
 		"Fail-over: the fault → the new leader.")
 	fmt.Fprintln(report)
 	ns := srv.Namespace(t)
 	valid := &handoffbench.Overlap{Side: "simba, old term's Valid()"}
 	ctxEnd := &handoffbench.Overlap{Side: "simba, old task's ctx end"}
-	peer := &handoffbench.Overlap{Side: "client-go, old OnStartedLeading ctx end"}
+	peer := &handoffbench.Overlap{Side: "client-go (ReleaseOnCancel), old OnStartedLeading ctx end"}
+	noRelease := &handoffbench.Overlap{Side: "client-go (no ReleaseOnCancel), old OnStartedLeading ctx end"}
 	var wg sync.WaitGroup
 	for pair := range benchPairs {
 		wg.Go(func() { simbaFaultPair(t, srv, ns, f, pair, valid, ctxEnd) })
 	}
 	wg.Wait()
 	for pair := range benchPairs {
-		wg.Go(func() { peerFaultPair(t, srv, ns, f, pair, peer) })
+		wg.Go(func() { peerFaultPair(t, srv, ns, f, pair, true, peer) })
 	}
 	wg.Wait()
-	handoffbench.OverlapMarkdown(report, valid, ctxEnd, peer)
+	for pair := range benchPairs {
+		wg.Go(func() { peerFaultPair(t, srv, ns, f, pair, false, noRelease) })
+	}
+	wg.Wait()
+	handoffbench.OverlapMarkdown(report, valid, ctxEnd, peer, noRelease)
 	fmt.Fprintln(report)
 	if _, over := valid.Rounds(); over > 0 {
 		t.Errorf("simba: %d %s rounds overlapped", over, f.name)
@@ -524,8 +534,8 @@ func benchSimbaNoCleanup(t *testing.T, cfg *rest.Config, ns string, opts ...simb
 	return c, b
 }
 
-func peerFaultPair(t *testing.T, srv *kubetest.Server, ns string, f kubeFault, pair int, o *handoffbench.Overlap) {
-	election := fmt.Sprintf("%s-client-go-%d", f.name, pair)
+func peerFaultPair(t *testing.T, srv *kubetest.Server, ns string, f kubeFault, pair int, release bool, o *handoffbench.Overlap) {
+	election := fmt.Sprintf("%s-client-go-%v-%d", f.name, release, pair)
 	type spell struct {
 		who int
 		l   *kubepeers.Leadership
@@ -538,7 +548,7 @@ func peerFaultPair(t *testing.T, srv *kubetest.Server, ns string, f kubeFault, p
 		return startPeer(t, kubepeers.Config{
 			Client: clients[i], Namespace: ns, Name: election, Identity: peerID(election),
 			LeaseDuration: benchLeaseDuration, RenewDeadline: benchRenewDeadline, RetryPeriod: benchRetryPeriod,
-			ReleaseOnCancel: true, OnLead: func(l *kubepeers.Leadership) { leads <- spell{i, l} },
+			ReleaseOnCancel: release, OnLead: func(l *kubepeers.Leadership) { leads <- spell{i, l} },
 		})
 	}
 	for i := range runs {
@@ -719,7 +729,7 @@ func restSizes() []int {
 }
 
 func benchRest(t *testing.T, srv *kubetest.Server, report *strings.Builder) {
-	fmt.Fprintf(report, "### API requests at rest (LeaseDuration = simba TTL = %v, client-go RetryPeriod %v; a window of %v, %v after every election led)\n\n", restLeaseDuration, restRetryPeriod, restWindow, restSettle)
+	fmt.Fprintf(report, "### API requests at rest (LeaseDuration = simba TTL = %v, client-go RetryPeriod %v; a window of %v, %v after every election led)\n\n", restLeaseDuration, restRetryPeriod, restWindow, settleAtRest())
 	fmt.Fprintln(report, "One client holds every election. simba: one `simba.Client` (one session, renewed every TTL/3 by one Update of its session object; the elections' lease name objects need no renewal), N `RunWhileLeader` tasks, status records on. "+
 		"client-go: one clientset, N LeaderElectors (one Lease each), each renewing its Lease with one Update per RetryPeriod. "+
 		"Client: the requests the client's transport sent in the window (`rest.Config.WrapTransport`), by kind (LIST and WATCH are GETs of a collection; a watch open across the window is not counted). "+
@@ -735,9 +745,17 @@ func benchRest(t *testing.T, srv *kubetest.Server, report *strings.Builder) {
 	fmt.Fprintln(report)
 }
 
-// restMeasure waits restSettle, then counts the window.
+// settleAtRest is restSettle or $SIMBA_KUBE_BENCH_SETTLE.
+func settleAtRest() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(kubeBenchEnv + "_SETTLE")); err == nil && d >= 0 {
+		return d
+	}
+	return restSettle
+}
+
+// restMeasure waits the settle time, then counts the window.
 func restMeasure(t *testing.T, admin *k8s.Clientset, c *reqCounter) (client, server string) {
-	time.Sleep(restSettle)
+	time.Sleep(settleAtRest())
 	c0, s0 := c.snapshot(), serverLeaseRequests(t, admin)
 	start := time.Now()
 	time.Sleep(restWindow)
