@@ -17,6 +17,8 @@
 //
 // Each spell of leadership is reported as a [Leadership]: when
 // OnStartedLeading ran, and when its ctx ended (where a controller written
-// by the book stops its work). Neither has a token: what a deposed leader
+// by the book stops its work; client-go ends it when its Run returns, so
+// with ReleaseOnCancel only after the release's attempt). It has no
+// token: what a deposed leader
 // does after a new one started is not fenced.
 package kubepeers
