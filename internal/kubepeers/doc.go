@@ -19,6 +19,5 @@
 // OnStartedLeading ran, and when its ctx ended (where a controller written
 // by the book stops its work; client-go ends it when its Run returns, so
 // with ReleaseOnCancel only after the release's attempt). It has no
-// token: what a deposed leader
-// does after a new one started is not fenced.
+// token: what a deposed leader does after a new one started is not fenced.
 package kubepeers
