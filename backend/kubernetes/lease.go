@@ -49,7 +49,7 @@ func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, erro
 		return nil, err
 	}
 	l := &lease{s: s, name: name, token: token, lost: make(chan struct{})}
-	l.unsub = s.b.hub.subscribe("o:"+nameObject(name), func() { poke(s.check) })
+	l.unsub = s.b.hub.subscribe("o:"+nameObject(name), func() { s.recheck(name) })
 	s.mu.Lock()
 	if s.over {
 		s.mu.Unlock()
@@ -60,7 +60,7 @@ func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, erro
 	s.mu.Unlock()
 	select {
 	case <-wake: // a change since the last read: the monitor reads again
-		poke(s.check)
+		s.recheck(name)
 	default:
 	}
 	return l, nil
@@ -483,7 +483,7 @@ func (l *lease) ReleaseWithRecords(ctx context.Context, records []backend.Record
 			_, mine := l.s.held[l]
 			l.s.mu.Unlock()
 			if mine {
-				poke(s.check) // Lost follows
+				s.recheck(l.name) // Lost follows
 			}
 			return fmt.Errorf("simba/kubernetes: %s: %w", op, backend.ErrNotHeld)
 		}

@@ -50,6 +50,10 @@ type session struct {
 	// good one; checkRetry: a retry of it is pending.
 	checkFails int
 	checkRetry bool
+	// dirty: the held names whose objects changed since checkHeld last
+	// read them (a held lease's check reads its own name only, so that
+	// N status writes cost N reads, not N × the leases held).
+	dirty map[string]struct{}
 }
 
 func newSession(b *Backend, id string, ttl time.Duration, start time.Time, obj *coordv1.Lease) *session {
@@ -285,13 +289,29 @@ func (s *session) monitor() {
 	}
 }
 
-// checkHeld reads the queues of the held leases and closes Lost of those
-// whose candidacy is gone.
+// recheck marks name's object changed and wakes the monitor, which reads
+// it again (checkHeld).
+func (s *session) recheck(name string) {
+	s.mu.Lock()
+	if s.dirty == nil {
+		s.dirty = map[string]struct{}{}
+	}
+	s.dirty[name] = struct{}{}
+	s.mu.Unlock()
+	poke(s.check)
+}
+
+// checkHeld reads the queues of the held leases whose objects changed
+// (recheck) and closes Lost of those whose candidacy is gone.
 func (s *session) checkHeld() {
 	s.mu.Lock()
+	dirty := s.dirty
+	s.dirty = nil
 	byName := map[string][]*lease{}
 	for l := range s.held {
-		byName[l.name] = append(byName[l.name], l)
+		if _, ok := dirty[l.name]; ok {
+			byName[l.name] = append(byName[l.name], l)
+		}
 	}
 	s.mu.Unlock()
 	for name, ls := range byName {
@@ -303,6 +323,12 @@ func (s *session) checkHeld() {
 				return
 			}
 			s.b.log.Debug("simba/kubernetes: reading a held queue", "lease", name, "err", err)
+			s.mu.Lock()
+			if s.dirty == nil {
+				s.dirty = map[string]struct{}{}
+			}
+			s.dirty[name] = struct{}{} // read it again at the retry
+			s.mu.Unlock()
 			s.retryCheck()
 			continue
 		}
