@@ -163,6 +163,7 @@ func (p *pair) checkAll(t *testing.T) {
 // increase, no two terms overlap, and the fenced writes the cut holder had
 // in flight, delivered when the link heals, are refused.
 func TestLinkCutRevokesBeforeTakeover(t *testing.T) {
+	t.Parallel()
 	p := startPair(t)
 	gaps := p.linkCutRounds(3)
 	p.checkAll(t)
@@ -179,6 +180,7 @@ func TestLinkCutRevokesBeforeTakeover(t *testing.T) {
 // the client does not see: [overstating]), and checks that the link-cut
 // rounds catch it: a checker that cannot fail proves nothing.
 func TestLinkCutCatchesOverstatedTTL(t *testing.T) {
+	t.Parallel()
 	p := startPairOverstating(t, 800*time.Millisecond)
 	p.linkCutRounds(1)
 	p.checkAll(t)
@@ -296,6 +298,7 @@ func (s overstated) Acquire(ctx context.Context, name string) (backend.Lease, er
 // the next term begins, with a larger token; no two terms overlap and no
 // stale fenced write is accepted.
 func TestAPIServerPaused(t *testing.T) {
+	t.Parallel()
 	p := startPair(t)
 	holder := p.first(t)
 	time.Sleep(faultTTL / 2) // a few renewals and writes
@@ -320,6 +323,7 @@ func TestAPIServerPaused(t *testing.T) {
 // before the server freed its holding and strictly before the next term;
 // the next term has a larger token.
 func TestAPIServerRestart(t *testing.T) {
+	t.Parallel()
 	p := startPair(t)
 	holder := p.first(t)
 	time.Sleep(faultTTL / 2)
@@ -343,6 +347,7 @@ func TestAPIServerRestart(t *testing.T) {
 // term ends by its own deadline, before the server frees its holding
 // and before the next term, with a larger token.
 func TestEtcdPausedUnderAPIServer(t *testing.T) {
+	t.Parallel()
 	p := startPair(t)
 	holder := p.first(t)
 	time.Sleep(faultTTL / 2)

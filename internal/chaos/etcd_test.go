@@ -36,6 +36,7 @@ const (
 // TestEtcd plays a fault schedule on a 3-member etcd cluster, then the
 // negative control and the planted bug.
 func TestEtcd(t *testing.T) {
+	t.Parallel()
 	c := startEtcdCluster(t)
 	before := c.raftTerm()
 	testBackend(t, c)

@@ -36,6 +36,7 @@ import (
 // scripts/with-kube-apiserver.sh sets) it skips, and fails under
 // SIMBA_REQUIRE_SERVERS=1.
 func TestKubernetes(t *testing.T) {
+	t.Parallel()
 	testBackend(t, startKubernetes(t))
 }
 

@@ -29,6 +29,7 @@ import (
 // SIMBA_REQUIRE_SERVERS=1). On either server the schedule ends clients'
 // connections with pg_terminate_backend.
 func TestPostgres(t *testing.T) {
+	t.Parallel()
 	testBackend(t, startPostgres(t))
 }
 

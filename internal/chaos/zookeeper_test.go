@@ -23,6 +23,7 @@ const zkTick = 200 * time.Millisecond
 // SIMBA_ZK_ADDR, without restarts, and without either it skips (fails under
 // SIMBA_REQUIRE_SERVERS=1).
 func TestZooKeeper(t *testing.T) {
+	t.Parallel()
 	testBackend(t, startZooKeeper(t))
 }
 
