@@ -181,6 +181,7 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 }
 
 func TestEndToEnd(t *testing.T) {
+	t.Parallel() // servers of its own; the command-line tests do not touch the process environment
 	if testing.Short() {
 		t.Skip("builds the command and runs real servers")
 	}

@@ -97,6 +97,7 @@ func bindRole(t *testing.T, adm *rest.Config, ns, user string, verbs ...string) 
 // TestKubernetesBadInput) and HistoryRecordsAFailOver (opsdemo takes no
 // Kubernetes flags).
 func TestEndToEndKubernetes(t *testing.T) {
+	t.Parallel() // servers of its own; the command-line tests do not touch the process environment
 	if testing.Short() {
 		t.Skip("builds the command and uses a real kube-apiserver")
 	}
@@ -138,6 +139,7 @@ func TestEndToEndKubernetes(t *testing.T) {
 // from it; a user bound to a read-only Role reads and is refused an
 // operation; a user bound to nothing is refused.
 func TestKubernetes(t *testing.T) {
+	t.Parallel() // servers of its own; the command-line tests do not touch the process environment
 	if testing.Short() {
 		t.Skip("uses a real kube-apiserver")
 	}

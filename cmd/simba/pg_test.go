@@ -49,6 +49,7 @@ func requireNoPGSecret(t *testing.T, what string, r result) {
 // nodes are in-process clients, and opsdemo processes (-postgres) where a
 // node must crash.
 func TestEndToEndPostgres(t *testing.T) {
+	t.Parallel() // servers of its own; the command-line tests do not touch the process environment
 	if testing.Short() {
 		t.Skip("builds the command and uses a real PostgreSQL")
 	}
