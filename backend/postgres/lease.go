@@ -360,6 +360,12 @@ type lease struct {
 	isLost   bool
 	released bool
 	onLost   map[*func()]struct{}
+	// releasing counts the owner's releases in flight; a loss seen
+	// meanwhile (lossSeen) waits for their outcome: the release's own
+	// DELETE of the candidacy, seen by the session's monitor before the
+	// release returns, is no loss.
+	releasing int
+	lossSeen  bool
 }
 
 func (l *lease) Name() string          { return l.name }
@@ -368,6 +374,13 @@ func (l *lease) Lost() <-chan struct{} { return l.lost }
 
 // lose closes Lost and runs the OnLost functions, unless released.
 func (l *lease) lose() {
+	l.mu.Lock()
+	if l.releasing > 0 && !l.released {
+		l.lossSeen = true
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
 	l.unsub()
 	l.mu.Lock()
 	if l.isLost || l.released {
@@ -438,6 +451,22 @@ func (l *lease) ReleaseWithRecords(ctx context.Context, records []backend.Record
 	if s.overErr(op) != nil {
 		return fmt.Errorf("simba/postgres: %s: the session is over: %w", op, backend.ErrNotHeld)
 	}
+	l.mu.Lock()
+	l.releasing++
+	l.mu.Unlock()
+	done := false // the holding was released: forget it
+	defer func() {
+		l.mu.Lock()
+		l.releasing--
+		lost := l.lossSeen && l.releasing == 0 && !done
+		if l.releasing == 0 {
+			l.lossSeen = false
+		}
+		l.mu.Unlock()
+		if lost {
+			l.lose()
+		}
+	}()
 	q := s.b.q
 	held := `SELECT 1 FROM ` + q + `.candidacies c JOIN ` + q + `.sessions x ON x.id = c.session
 		WHERE c.name = $1 AND c.token = $2 AND c.session = $3 AND x.expires_at > clock_timestamp()`
@@ -484,6 +513,7 @@ func (l *lease) ReleaseWithRecords(ctx context.Context, records []backend.Record
 		}
 		return fmt.Errorf("simba/postgres: %s: %w", op, backend.ErrNotHeld)
 	}
+	done = true
 	l.forget()
 	return nil
 }
