@@ -18,6 +18,7 @@ import (
 
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/internal/backoff"
+	"github.com/simba-go/simba/internal/wake"
 )
 
 // errNotHolder marks a fenced write whose lease is not held.
@@ -628,39 +629,7 @@ func (s *session) WatchRecords(ctx context.Context, prefix string) (<-chan struc
 // ends; next, if not nil, returns when the next hint is due with no event
 // (negative: none).
 func (b *Backend) watch(ctx, stop context.Context, subscribe func(func()) func(), next func(context.Context) time.Duration) <-chan struct{} {
-	out := make(chan struct{}, 1)
-	wake := make(chan struct{}, 1)
-	unsub := subscribe(func() { poke(wake) })
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		defer close(out)
-		defer unsub()
-		for {
-			var timer <-chan time.Time
-			var t *time.Timer
-			if next != nil {
-				if d := next(ctx); d >= 0 {
-					t = time.NewTimer(d)
-					timer = t.C
-				}
-			}
-			select {
-			case <-ctx.Done():
-			case <-stop.Done():
-			case <-wake:
-			case <-timer:
-			}
-			if t != nil {
-				t.Stop()
-			}
-			if ctx.Err() != nil || stop.Err() != nil {
-				return
-			}
-			poke(out)
-		}
-	}()
-	return out
+	return wake.Hints(ctx, stop, &b.wg, subscribe, next)
 }
 
 // memberRecord is the annotation of a member on its session object.

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/simba-go/simba/internal/backoff"
+	"github.com/simba-go/simba/internal/wake"
 )
 
 // observer remembers, per session object, the resourceVersion last seen
@@ -57,50 +58,22 @@ func (o *observer) forget(name string) {
 type hub struct {
 	b *Backend
 
+	subs wake.Registry // topics "o:", "d:" + object, "g:" + group; prefixes of record keys
+
 	mu      sync.Mutex
-	topics  map[string]map[*sub]struct{}
-	records map[*sub]string     // prefix
 	groups  map[string][]string // session object name -> its group labels
 	fenced  map[string][]string // lease name object -> the keys of its records
 	started bool
 }
 
-type sub struct{ f func() }
-
 func newHub(b *Backend) *hub {
-	return &hub{b: b, topics: map[string]map[*sub]struct{}{}, records: map[*sub]string{}, groups: map[string][]string{}, fenced: map[string][]string{}}
+	return &hub{b: b, groups: map[string][]string{}, fenced: map[string][]string{}}
 }
 
-func (h *hub) subscribe(topic string, f func()) (cancel func()) {
-	s := &sub{f: f}
-	h.mu.Lock()
-	set := h.topics[topic]
-	if set == nil {
-		set = map[*sub]struct{}{}
-		h.topics[topic] = set
-	}
-	set[s] = struct{}{}
-	h.mu.Unlock()
-	return func() {
-		h.mu.Lock()
-		delete(h.topics[topic], s)
-		if len(h.topics[topic]) == 0 {
-			delete(h.topics, topic)
-		}
-		h.mu.Unlock()
-	}
-}
+func (h *hub) subscribe(topic string, f func()) (cancel func()) { return h.subs.Subscribe(topic, f) }
 
 func (h *hub) subscribeRecords(prefix string, f func()) (cancel func()) {
-	s := &sub{f: f}
-	h.mu.Lock()
-	h.records[s] = prefix
-	h.mu.Unlock()
-	return func() {
-		h.mu.Lock()
-		delete(h.records, s)
-		h.mu.Unlock()
-	}
+	return h.subs.SubscribePrefix(prefix, f)
 }
 
 func (h *hub) start() {
@@ -226,16 +199,12 @@ func groupsOf(l *coordv1.Lease) []string {
 }
 
 func (h *hub) event(t watch.EventType, l *coordv1.Lease) {
-	var fs []func()
-	h.mu.Lock()
-	for s := range h.topics["o:"+l.Name] {
-		fs = append(fs, s.f)
-	}
+	topics := []string{"o:" + l.Name}
 	if t == watch.Deleted {
-		for s := range h.topics["d:"+l.Name] {
-			fs = append(fs, s.f)
-		}
+		topics = append(topics, "d:"+l.Name)
 	}
+	var keys []string
+	h.mu.Lock()
 	switch l.Labels[labelKind] {
 	case kindSession:
 		if t == watch.Deleted {
@@ -250,56 +219,24 @@ func (h *hub) event(t watch.EventType, l *coordv1.Lease) {
 			h.groups[l.Name] = groupsOf(l)
 		}
 		for _, g := range gs {
-			for s := range h.topics["g:"+g] {
-				fs = append(fs, s.f)
-			}
+			topics = append(topics, "g:"+g)
 		}
 	case kindRecord:
-		key := l.Annotations[annKey]
-		for s, prefix := range h.records {
-			if strings.HasPrefix(key, prefix) {
-				fs = append(fs, s.f)
-			}
-		}
+		keys = []string{l.Annotations[annKey]}
 	case kindLease:
 		// The records kept in the object, now and before this event.
-		keys := append(fencedKeys(l), h.fenced[l.Name]...)
+		keys = append(fencedKeys(l), h.fenced[l.Name]...)
 		if t == watch.Deleted {
 			delete(h.fenced, l.Name)
 		} else {
 			h.fenced[l.Name] = fencedKeys(l)
 		}
-		for s, prefix := range h.records {
-			for _, key := range keys {
-				if strings.HasPrefix(key, prefix) {
-					fs = append(fs, s.f)
-					break
-				}
-			}
-		}
 	}
 	h.mu.Unlock()
-	for _, f := range fs {
-		f()
-	}
+	wake.Call(h.subs.Collect(topics, keys))
 }
 
-func (h *hub) wakeAll() {
-	var fs []func()
-	h.mu.Lock()
-	for _, set := range h.topics {
-		for s := range set {
-			fs = append(fs, s.f)
-		}
-	}
-	for s := range h.records {
-		fs = append(fs, s.f)
-	}
-	h.mu.Unlock()
-	for _, f := range fs {
-		f()
-	}
-}
+func (h *hub) wakeAll() { wake.Call(h.subs.All()) }
 
 // poke sends a value on ch without blocking (a buffer of one coalesces).
 func poke(ch chan struct{}) {

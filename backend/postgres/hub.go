@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/simba-go/simba/internal/backoff"
+	"github.com/simba-go/simba/internal/wake"
 )
 
 // hub is the backend's one LISTEN connection and the subscribers it
@@ -22,51 +23,21 @@ import (
 type hub struct {
 	b *Backend
 
+	subs wake.Registry // topics: the payloads; prefixes: of record keys
+
 	mu        sync.Mutex
-	topics    map[string]map[*sub]struct{}
-	records   map[*sub]string // prefix
 	listening bool
 	started   bool
 }
 
-type sub struct{ f func() }
-
-func newHub(b *Backend) *hub {
-	return &hub{b: b, topics: map[string]map[*sub]struct{}{}, records: map[*sub]string{}}
-}
+func newHub(b *Backend) *hub { return &hub{b: b} }
 
 // subscribe calls f on each notification of topic until cancel.
-func (h *hub) subscribe(topic string, f func()) (cancel func()) {
-	s := &sub{f: f}
-	h.mu.Lock()
-	set := h.topics[topic]
-	if set == nil {
-		set = map[*sub]struct{}{}
-		h.topics[topic] = set
-	}
-	set[s] = struct{}{}
-	h.mu.Unlock()
-	return func() {
-		h.mu.Lock()
-		delete(h.topics[topic], s)
-		if len(h.topics[topic]) == 0 {
-			delete(h.topics, topic)
-		}
-		h.mu.Unlock()
-	}
-}
+func (h *hub) subscribe(topic string, f func()) (cancel func()) { return h.subs.Subscribe(topic, f) }
 
 // subscribeRecords calls f on each notification of a record under prefix.
 func (h *hub) subscribeRecords(prefix string, f func()) (cancel func()) {
-	s := &sub{f: f}
-	h.mu.Lock()
-	h.records[s] = prefix
-	h.mu.Unlock()
-	return func() {
-		h.mu.Lock()
-		delete(h.records, s)
-		h.mu.Unlock()
-	}
+	return h.subs.SubscribePrefix(prefix, f)
 }
 
 // isListening reports whether notifications arrive now.
@@ -77,40 +48,14 @@ func (h *hub) isListening() bool {
 }
 
 func (h *hub) dispatch(payload string) {
-	var fs []func()
-	h.mu.Lock()
-	for s := range h.topics[payload] {
-		fs = append(fs, s.f)
-	}
+	var keys []string
 	if key, ok := strings.CutPrefix(payload, "r "); ok {
-		for s, prefix := range h.records {
-			if strings.HasPrefix(key, prefix) {
-				fs = append(fs, s.f)
-			}
-		}
+		keys = []string{key}
 	}
-	h.mu.Unlock()
-	for _, f := range fs {
-		f()
-	}
+	wake.Call(h.subs.Collect([]string{payload}, keys))
 }
 
-func (h *hub) wakeAll() {
-	var fs []func()
-	h.mu.Lock()
-	for _, set := range h.topics {
-		for s := range set {
-			fs = append(fs, s.f)
-		}
-	}
-	for s := range h.records {
-		fs = append(fs, s.f)
-	}
-	h.mu.Unlock()
-	for _, f := range fs {
-		f()
-	}
-}
+func (h *hub) wakeAll() { wake.Call(h.subs.All()) }
 
 // start starts the listener (unless WithoutListen) and the fallback
 // ticker, once.

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/internal/wake"
 )
 
 // fenceSQL is the CTE "fence" of a fenced write: the candidacy ($4 the
@@ -238,41 +239,19 @@ func (s *session) WatchRecords(ctx context.Context, prefix string) (<-chan struc
 
 // watch returns a hint channel fed by subscribe, closed when ctx or stop
 // ends; next, if not nil, returns when the next hint is due with no
-// notification (a member's expiry; negative: none).
+// notification (a member's expiry; negative: none), and the hint comes
+// expiryMargin after it.
 func (b *Backend) watch(ctx, stop context.Context, subscribe func(func()) func(), next func(context.Context) time.Duration) <-chan struct{} {
-	out := make(chan struct{}, 1)
-	wake := make(chan struct{}, 1)
-	unsub := subscribe(func() { poke(wake) })
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		defer close(out)
-		defer unsub()
-		for {
-			var timer <-chan time.Time
-			var t *time.Timer
-			if next != nil {
-				if d := next(ctx); d >= 0 {
-					t = time.NewTimer(d + expiryMargin)
-					timer = t.C
-				}
+	if next != nil {
+		due := next
+		next = func(ctx context.Context) time.Duration {
+			if d := due(ctx); d >= 0 {
+				return d + expiryMargin
 			}
-			select {
-			case <-ctx.Done():
-			case <-stop.Done():
-			case <-wake:
-			case <-timer:
-			}
-			if t != nil {
-				t.Stop()
-			}
-			if ctx.Err() != nil || stop.Err() != nil {
-				return
-			}
-			poke(out)
+			return -1
 		}
-	}()
-	return out
+	}
+	return wake.Hints(ctx, stop, &b.wg, subscribe, next)
 }
 
 // Join inserts or replaces this session's member row of group. Group
