@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/internal/backoff"
+	"github.com/simba-go/simba/internal/lost"
 )
 
 var (
@@ -48,7 +48,7 @@ func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, erro
 	if err := s.waitFirst(ctx, op, name, token, wake); err != nil {
 		return nil, err
 	}
-	l := &lease{s: s, name: name, token: token, lost: make(chan struct{})}
+	l := &lease{s: s, name: name, token: token, sig: lost.New()}
 	l.unsub = s.b.hub.subscribe("o:"+nameObject(name), func() { s.recheck(name) })
 	s.mu.Lock()
 	if s.over {
@@ -363,77 +363,28 @@ type lease struct {
 	name  string
 	token uint64
 	unsub func()
-
-	mu       sync.Mutex
-	lost     chan struct{}
-	isLost   bool
-	released bool
-	// releasing: the owner's release is in flight; a loss seen meanwhile
-	// (maybe the release's own write) waits for its outcome (lostPending).
-	releasing   bool
-	lostPending bool
-	onLost      map[*func()]struct{}
+	// sig is Lost. A loss seen while the owner's release is in flight
+	// (maybe the release's own write) waits for its outcome.
+	sig *lost.Signal
 }
 
 func (l *lease) Name() string          { return l.name }
 func (l *lease) Token() uint64         { return l.token }
-func (l *lease) Lost() <-chan struct{} { return l.lost }
+func (l *lease) Lost() <-chan struct{} { return l.sig.C() }
 
 // lose closes Lost and runs the OnLost functions, unless released.
 func (l *lease) lose() {
-	l.mu.Lock()
-	if l.releasing {
-		l.lostPending = true
-		l.mu.Unlock()
-		return
-	}
-	l.mu.Unlock()
-	l.unsub()
-	l.mu.Lock()
-	if l.isLost || l.released {
-		l.mu.Unlock()
-		return
-	}
-	l.isLost = true
-	close(l.lost)
-	fs := l.onLost
-	l.onLost = nil
-	l.mu.Unlock()
-	for f := range fs {
-		(*f)()
+	if l.sig.Lose() {
+		l.unsub()
 	}
 }
 
 // OnLost runs f once when Lost closes.
-func (l *lease) OnLost(f func()) (stop func() bool) {
-	l.mu.Lock()
-	if l.isLost {
-		l.mu.Unlock()
-		f()
-		return func() bool { return false }
-	}
-	if l.onLost == nil {
-		l.onLost = map[*func()]struct{}{}
-	}
-	p := &f
-	l.onLost[p] = struct{}{}
-	l.mu.Unlock()
-	return func() bool {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		_, ok := l.onLost[p]
-		delete(l.onLost, p)
-		return ok
-	}
-}
+func (l *lease) OnLost(f func()) (stop func() bool) { return l.sig.OnLost(f) }
 
 // forget marks the holding released by its owner: Lost stays open.
 func (l *lease) forget() {
-	l.mu.Lock()
-	l.released = true
-	l.releasing = false
-	l.lostPending = false
-	l.mu.Unlock()
+	l.sig.Released()
 	l.unsub()
 	l.s.mu.Lock()
 	delete(l.s.held, l)
@@ -522,20 +473,14 @@ func (l *lease) ReleaseWithRecords(ctx context.Context, records []backend.Record
 		if err := checkLeaseSize(op, l.name, obj); err != nil {
 			return err
 		}
-		l.mu.Lock()
-		l.releasing = true
-		l.mu.Unlock()
+		l.sig.BeginRelease()
 		_, err = s.b.leases.Update(ctx, obj, metav1.UpdateOptions{})
 		if err == nil {
+			l.sig.EndRelease(true)
 			break
 		}
-		l.mu.Lock()
-		l.releasing = false
-		pending := l.lostPending
-		l.lostPending = false
-		l.mu.Unlock()
-		if pending {
-			l.lose() // seen gone, and not by this release
+		if l.sig.EndRelease(false) {
+			l.unsub() // seen gone, and not by this release
 		}
 		if apierrors.IsConflict(err) {
 			if err := retry(ctx, op, attempt); err != nil {

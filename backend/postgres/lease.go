@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/internal/backoff"
+	"github.com/simba-go/simba/internal/lost"
 )
 
 var (
@@ -54,7 +54,7 @@ func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, erro
 	if err := s.waitOldest(ctx, op, name, token, wake); err != nil {
 		return nil, err
 	}
-	l := &lease{s: s, name: name, token: uint64(token), lost: make(chan struct{})}
+	l := &lease{s: s, name: name, token: uint64(token), sig: lost.New()}
 	l.unsub = s.b.hub.subscribe("c "+name, func() { poke(s.check) })
 	s.mu.Lock()
 	if s.over {
@@ -354,77 +354,30 @@ type lease struct {
 	name  string
 	token uint64
 	unsub func()
-
-	mu       sync.Mutex
-	lost     chan struct{}
-	isLost   bool
-	released bool
-	onLost   map[*func()]struct{}
-	// releasing counts the owner's releases in flight; a loss seen
-	// meanwhile (lossSeen) waits for their outcome: the release's own
-	// DELETE of the candidacy, seen by the session's monitor before the
-	// release returns, is no loss.
-	releasing int
-	lossSeen  bool
+	// sig is Lost. A loss seen while the owner's release is in flight
+	// waits for its outcome: the release's own DELETE of the candidacy,
+	// seen by the session's monitor before the release returns, is no
+	// loss.
+	sig *lost.Signal
 }
 
 func (l *lease) Name() string          { return l.name }
 func (l *lease) Token() uint64         { return l.token }
-func (l *lease) Lost() <-chan struct{} { return l.lost }
+func (l *lease) Lost() <-chan struct{} { return l.sig.C() }
 
 // lose closes Lost and runs the OnLost functions, unless released.
 func (l *lease) lose() {
-	l.mu.Lock()
-	if l.releasing > 0 && !l.released {
-		l.lossSeen = true
-		l.mu.Unlock()
-		return
-	}
-	l.mu.Unlock()
-	l.unsub()
-	l.mu.Lock()
-	if l.isLost || l.released {
-		l.mu.Unlock()
-		return
-	}
-	l.isLost = true
-	close(l.lost)
-	fs := l.onLost
-	l.onLost = nil
-	l.mu.Unlock()
-	for f := range fs {
-		(*f)()
+	if l.sig.Lose() {
+		l.unsub()
 	}
 }
 
 // OnLost runs f once when Lost closes.
-func (l *lease) OnLost(f func()) (stop func() bool) {
-	l.mu.Lock()
-	if l.isLost {
-		l.mu.Unlock()
-		f()
-		return func() bool { return false }
-	}
-	if l.onLost == nil {
-		l.onLost = map[*func()]struct{}{}
-	}
-	p := &f
-	l.onLost[p] = struct{}{}
-	l.mu.Unlock()
-	return func() bool {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		_, ok := l.onLost[p]
-		delete(l.onLost, p)
-		return ok
-	}
-}
+func (l *lease) OnLost(f func()) (stop func() bool) { return l.sig.OnLost(f) }
 
 // forget marks the holding released by its owner: Lost stays open.
 func (l *lease) forget() {
-	l.mu.Lock()
-	l.released = true
-	l.mu.Unlock()
+	l.sig.Released()
 	l.unsub()
 	l.s.mu.Lock()
 	delete(l.s.held, l)
@@ -451,20 +404,11 @@ func (l *lease) ReleaseWithRecords(ctx context.Context, records []backend.Record
 	if s.overErr(op) != nil {
 		return fmt.Errorf("simba/postgres: %s: the session is over: %w", op, backend.ErrNotHeld)
 	}
-	l.mu.Lock()
-	l.releasing++
-	l.mu.Unlock()
+	l.sig.BeginRelease()
 	done := false // the holding was released: forget it
 	defer func() {
-		l.mu.Lock()
-		l.releasing--
-		lost := l.lossSeen && l.releasing == 0 && !done
-		if l.releasing == 0 {
-			l.lossSeen = false
-		}
-		l.mu.Unlock()
-		if lost {
-			l.lose()
+		if l.sig.EndRelease(done) {
+			l.unsub() // lost while the release was in flight, and the release failed
 		}
 	}()
 	q := s.b.q
