@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -65,6 +66,15 @@ func TestRecordWriteSeesChangesSinceItsRead(t *testing.T) {
 			r, err := w.read(s.conn)
 			require.NoError(t, err)
 			require.True(t, r.present)
+			// A znode of the test's own keeps the record's directory (a
+			// container) from being deleted by the server while it is
+			// empty: a directory deleted and created again starts its
+			// versions again, and this check cannot tell it (a known gap,
+			// see the closing note of issue 22; CI hit it once under load,
+			// with the server's container check every second).
+			pin := s.p.recordDir(key) + "/pin"
+			_, err = s.conn.Create(pin, nil, 0, zk.WorldACL(zk.PermAll))
+			require.NoError(t, err)
 			require.NoError(t, other.DeleteRecord(ctx, key, backend.Condition{}))
 			two, err := other.PutRecord(ctx, key, []byte("two"), backend.Condition{})
 			require.NoError(t, err)
@@ -78,6 +88,7 @@ func TestRecordWriteSeesChangesSinceItsRead(t *testing.T) {
 			got, err := s.GetRecord(ctx, key)
 			require.NoError(t, err)
 			assert.Equal(t, two, got, "%s (put %v)", key, put)
+			require.NoError(t, s.conn.Delete(pin, -1))
 			require.NoError(t, s.DeleteRecord(ctx, key, backend.Condition{}))
 		}
 	}
