@@ -32,7 +32,6 @@ import (
 // that cannot be reached or trusted: clear errors, no panic, nothing else
 // touched.
 func TestBadInput(t *testing.T) {
-	t.Parallel()
 	if _, err := kubernetes.New(nil); err == nil || !strings.Contains(err.Error(), "nil *rest.Config") {
 		t.Errorf("New(nil): %v", err)
 	}

@@ -129,7 +129,6 @@ func fingerprint(t *testing.T, b backend.Backend) string {
 // waiter of another backend, no sooner than TTL + margin after the waiter
 // began to observe it, with a larger token.
 func TestCrashedHolderTakeover(t *testing.T) {
-	t.Parallel()
 	srv := kubetest.Start(t)
 	ns := srv.Namespace(t)
 	mk := func() *kubernetes.Backend {

@@ -163,7 +163,6 @@ func (p *pair) checkAll(t *testing.T) {
 // increase, no two terms overlap, and the fenced writes the cut holder had
 // in flight, delivered when the link heals, are refused.
 func TestLinkCutRevokesBeforeTakeover(t *testing.T) {
-	t.Parallel()
 	p := startPair(t)
 	gaps := p.linkCutRounds(3)
 	p.checkAll(t)
@@ -180,7 +179,6 @@ func TestLinkCutRevokesBeforeTakeover(t *testing.T) {
 // the client does not see: [overstating]), and checks that the link-cut
 // rounds catch it: a checker that cannot fail proves nothing.
 func TestLinkCutCatchesOverstatedTTL(t *testing.T) {
-	t.Parallel()
 	p := startPairOverstating(t, 800*time.Millisecond)
 	// Up to eight rounds, until one is caught: on a loaded machine a
 	// contender's sight of the holder's last renewal can come late, and
@@ -313,7 +311,6 @@ func (s overstated) Acquire(ctx context.Context, name string) (backend.Lease, er
 // the next term begins, with a larger token; no two terms overlap and no
 // stale fenced write is accepted.
 func TestAPIServerPaused(t *testing.T) {
-	t.Parallel()
 	p := startPair(t)
 	holder := p.first(t)
 	time.Sleep(faultTTL / 2) // a few renewals and writes
@@ -338,7 +335,6 @@ func TestAPIServerPaused(t *testing.T) {
 // before the server freed its holding and strictly before the next term;
 // the next term has a larger token.
 func TestAPIServerRestart(t *testing.T) {
-	t.Parallel()
 	p := startPair(t)
 	holder := p.first(t)
 	time.Sleep(faultTTL / 2)
@@ -362,7 +358,6 @@ func TestAPIServerRestart(t *testing.T) {
 // term ends by its own deadline, before the server frees its holding
 // and before the next term, with a larger token.
 func TestEtcdPausedUnderAPIServer(t *testing.T) {
-	t.Parallel()
 	p := startPair(t)
 	holder := p.first(t)
 	time.Sleep(faultTTL / 2)

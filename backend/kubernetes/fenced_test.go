@@ -30,7 +30,6 @@ func openSession(t *testing.T, b backend.Backend) backend.Session {
 // granted and before the successor wrote anything, is refused, and
 // nothing is written (the check and the write are one compare-and-swap).
 func TestDeposedFencedWrite(t *testing.T) {
-	t.Parallel()
 	srv := kubetest.Start(t)
 	b := newBackend(t, srv)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -116,7 +115,6 @@ func TestDeposedFencedWrite(t *testing.T) {
 // MaxLeaseRecordBytes; past it a write is refused with an error saying so,
 // and a ReleaseWithRecords past it writes nothing and keeps the lease.
 func TestLeaseRecordSize(t *testing.T) {
-	t.Parallel()
 	srv := kubetest.Start(t)
 	b := newBackend(t, srv)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -172,7 +170,6 @@ func TestLeaseRecordSize(t *testing.T) {
 // record object goes), an unfenced write replaces a fenced record in place,
 // and a write fenced by another lease moves it there.
 func TestRecordMoves(t *testing.T) {
-	t.Parallel()
 	srv := kubetest.Start(t)
 	b := newBackend(t, srv)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)

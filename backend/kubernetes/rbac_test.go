@@ -64,7 +64,6 @@ func boundBackend(t *testing.T, srv *kubetest.Server, r *rbacv1.Role, log *await
 // then, with each verb of the Role removed in turn, what needs it fails
 // saying which verb on leases in which namespace was refused.
 func TestLeastPrivilege(t *testing.T) {
-	t.Parallel()
 	srv := kubetest.Start(t)
 	full := role(t)
 	if len(full.Rules) != 1 || len(full.Rules[0].Resources) != 1 || full.Rules[0].Resources[0] != "leases" || full.Rules[0].APIGroups[0] != "coordination.k8s.io" {
