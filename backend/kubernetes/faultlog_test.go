@@ -2,8 +2,6 @@ package kubernetes_test
 
 import (
 	"context"
-	"errors"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -11,18 +9,16 @@ import (
 	coordv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/simba-go/simba"
-	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/kubernetes"
 	"github.com/simba-go/simba/internal/check"
 	"github.com/simba-go/simba/internal/kubetest"
+	"github.com/simba-go/simba/internal/termlog"
 )
 
 // This file holds what the fault tests of the simba client on this backend
-// share: a record of the terms the tasks saw, the fenced register they
-// write, and the server's record of when each holding ended. It follows
-// backend/postgres's faultlog_test.go (test files of another package, which
-// cannot be imported).
+// share: the record of the terms the tasks saw and of the fenced register
+// they write (internal/termlog, shared with backend/postgres), and the
+// server's record of when each holding ended.
 
 const (
 	// faultTTL is the session TTL of the fault tests: renewals every
@@ -33,8 +29,6 @@ const (
 	opTimeout = 20 * time.Second
 	// closeWait bounds a clean-up's wait for a client's Close.
 	closeWait = 30 * time.Second
-	// writeEvery is the interval of the holders' fenced writes.
-	writeEvery = 100 * time.Millisecond
 )
 
 // grantLog is the server's record of when each holding ended, from a
@@ -157,84 +151,15 @@ func (g *grantLog) ended(token uint64, session string) (at time.Time, ok bool) {
 	return time.Time{}, false
 }
 
-// seenTerm is one term as its task saw it.
-type seenTerm struct {
-	node    string
-	session string // the client's session when the term began
-	term    *simba.Term
-	ended   chan struct{} // closed when the task saw the revocation
-}
+// The terms and the register's writes the tasks saw (internal/termlog).
+type (
+	seenTerm = termlog.Seen
+	termLog  = termlog.Log
+)
 
-// termLog records the terms the tasks of several clients saw, and the
-// writes they made to the fenced register: the record "reg", written by
-// each holder with Term.PutRecord every writeEvery while its term is
-// valid.
-type termLog struct {
-	mu      sync.Mutex
-	terms   []*seenTerm
-	writes  []check.Write // as answered, in the order of the answers
-	elected chan *seenTerm
-}
+func newTermLog() *termLog { return termlog.New(opTimeout) }
 
-func newTermLog() *termLog { return &termLog{elected: make(chan *seenTerm, 256)} }
-
-// task returns the task of node on client c: it announces its term,
-// writes the register until the term is revoked, and records it.
-func (l *termLog) task(node string, c *simba.Client) func(context.Context, *simba.Term) error {
-	return func(ctx context.Context, term *simba.Term) error {
-		st := &seenTerm{node: node, session: c.SessionID(), term: term, ended: make(chan struct{})}
-		l.mu.Lock()
-		l.terms = append(l.terms, st)
-		l.mu.Unlock()
-		l.elected <- st
-		defer close(st.ended)
-		for {
-			select {
-			case <-term.Revoked():
-				return nil
-			case <-time.After(writeEvery):
-			}
-			wctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-			err := term.PutRecord(wctx, "reg", []byte(node))
-			cancel()
-			switch {
-			case err == nil, errors.Is(err, backend.ErrConflict), errors.Is(err, backend.ErrSessionDone):
-				l.mu.Lock()
-				l.writes = append(l.writes, check.Write{Lease: term.Name(), Token: term.Token(), Node: node, At: time.Now(), Accepted: err == nil})
-				l.mu.Unlock()
-			}
-		}
-	}
-}
-
-// next waits up to d for the next term, of node unless node is "", and
-// returns nil if none began.
-func (l *termLog) next(node string, d time.Duration) *seenTerm {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	for {
-		select {
-		case st := <-l.elected:
-			if node == "" || st.node == node {
-				return st
-			}
-		case <-timer.C:
-			return nil
-		}
-	}
-}
-
-// checkTerms runs check.Terms (I1, I2) over every term recorded: each
-// term's end is its Deadline, once it was revoked, or now.
-func (l *termLog) checkTerms() []error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var terms []check.Term
-	for _, st := range l.terms {
-		terms = append(terms, check.Term{Name: st.term.Name(), Token: st.term.Token(), Start: st.term.Start(), End: st.term.Deadline()})
-	}
-	return check.Terms(terms)
-}
+var eventually = termlog.Eventually
 
 // staleWrites runs check.StaleWrites (I3) over the writes of the register
 // in the order their answers came back. This backend's record versions
@@ -245,9 +170,7 @@ func (l *termLog) checkTerms() []error {
 // so it is caught. It also returns the number of writes accepted and
 // refused.
 func staleWrites(l *termLog) (errs []error, accepted, refused int) {
-	l.mu.Lock()
-	answered := slices.Clone(l.writes)
-	l.mu.Unlock()
+	answered := l.Writes()
 	for _, w := range answered {
 		if w.Accepted {
 			accepted++
@@ -256,17 +179,4 @@ func staleWrites(l *termLog) (errs []error, accepted, refused int) {
 		}
 	}
 	return check.StaleWrites(answered), accepted, refused
-}
-
-// eventually polls cond every 20ms for up to d and reports whether it
-// became true.
-func eventually(d time.Duration, cond func() bool) bool {
-	for end := time.Now().Add(d); ; time.Sleep(20 * time.Millisecond) {
-		if cond() {
-			return true
-		}
-		if time.Now().After(end) {
-			return false
-		}
-	}
 }

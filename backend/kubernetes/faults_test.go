@@ -65,7 +65,7 @@ func startPairOverstating(t *testing.T, extra time.Duration) *pair {
 			px.Heal() // a test that failed left it cut off
 			await.For(t, await.Returned(c.Close), closeWait, "client %s: Close did not return", name)
 		})
-		if _, err := c.Election("x").RunWhileLeader(p.log.task(name, c)); err != nil {
+		if _, err := c.Election("x").RunWhileLeader(p.log.Task(name, c)); err != nil {
 			t.Fatal(err)
 		}
 		p.proxy[name], p.c[name] = px, c
@@ -86,7 +86,7 @@ func (p *pair) failf(format string, args ...any) {
 // first waits for the first term.
 func (p *pair) first(t *testing.T) *seenTerm {
 	t.Helper()
-	st := p.log.next("", opTimeout)
+	st := p.log.Next("", opTimeout)
 	if st == nil {
 		t.Fatalf("no first term within %v", opTimeout)
 	}
@@ -100,13 +100,13 @@ func (p *pair) first(t *testing.T) *seenTerm {
 func (p *pair) revoked(t *testing.T, holder *seenTerm, since time.Time, what string) {
 	t.Helper()
 	select {
-	case <-holder.term.Revoked():
+	case <-holder.Term.Revoked():
 	case <-time.After(faultTTL + 5*time.Second):
 		t.Fatalf("term %d of %s not revoked %v into the %s (valid %v, deadline %v after it began)",
-			holder.term.Token(), holder.node, faultTTL+5*time.Second, what, holder.term.Valid(), holder.term.Deadline().Sub(since))
+			holder.Term.Token(), holder.Node, faultTTL+5*time.Second, what, holder.Term.Valid(), holder.Term.Deadline().Sub(since))
 	}
-	if end := holder.term.Deadline(); end.After(since.Add(faultTTL)) {
-		p.failf("term %d of %s valid until %v after the %s began, past the TTL %v", holder.term.Token(), holder.node, end.Sub(since), what, faultTTL)
+	if end := holder.Term.Deadline(); end.After(since.Add(faultTTL)) {
+		p.failf("term %d of %s valid until %v after the %s began, past the TTL %v", holder.Term.Token(), holder.Node, end.Sub(since), what, faultTTL)
 	}
 }
 
@@ -117,35 +117,35 @@ func (p *pair) revoked(t *testing.T, holder *seenTerm, since time.Time, what str
 // to next's start.
 func (p *pair) expiredTerm(t *testing.T, holder, next *seenTerm) time.Duration {
 	t.Helper()
-	end := holder.term.Deadline()
-	gap := next.term.Start().Sub(end)
+	end := holder.Term.Deadline()
+	gap := next.Term.Start().Sub(end)
 	if gap <= 0 {
-		p.failf("term %d of %s began %v before term %d of %s ended", next.term.Token(), next.node, -gap, holder.term.Token(), holder.node)
+		p.failf("term %d of %s began %v before term %d of %s ended", next.Term.Token(), next.Node, -gap, holder.Term.Token(), holder.Node)
 	}
-	if next.term.Token() <= holder.term.Token() {
-		p.failf("token %d after %d", next.term.Token(), holder.term.Token())
+	if next.Term.Token() <= holder.Term.Token() {
+		p.failf("token %d after %d", next.Term.Token(), holder.Term.Token())
 	}
 	var endedAt time.Time
-	if !eventually(opTimeout, func() bool { var ok bool; endedAt, ok = p.grant.ended(holder.term.Token(), holder.session); return ok }) {
+	if !eventually(opTimeout, func() bool { var ok bool; endedAt, ok = p.grant.ended(holder.Term.Token(), holder.Session); return ok }) {
 		p.failf("the holding of token %d by session %s of %s not seen ended (candidacy off the head of the queue, or session object deleted) within %v after term %d began",
-			holder.term.Token(), holder.session, holder.node, opTimeout, next.term.Token())
+			holder.Term.Token(), holder.Session, holder.Node, opTimeout, next.Term.Token())
 		return gap
 	}
 	minGap, errs := check.AgainstGrants(
-		[]check.Term{{Name: "x", Token: holder.term.Token(), Start: holder.term.Start(), End: end}},
-		[]check.Grant{{Name: "x", Token: holder.term.Token(), Start: holder.term.Start(), End: endedAt, Ended: true, Expired: true}})
+		[]check.Term{{Name: "x", Token: holder.Term.Token(), Start: holder.Term.Start(), End: end}},
+		[]check.Grant{{Name: "x", Token: holder.Term.Token(), Start: holder.Term.Start(), End: endedAt, Ended: true, Expired: true}})
 	for _, err := range errs {
 		p.failf("%v", err)
 	}
 	t.Logf("term %d of %s ended %v before the server freed its holding and %v before term %d of %s began",
-		holder.term.Token(), holder.node, minGap.Round(time.Microsecond), gap.Round(time.Microsecond), next.term.Token(), next.node)
+		holder.Term.Token(), holder.Node, minGap.Round(time.Microsecond), gap.Round(time.Microsecond), next.Term.Token(), next.Node)
 	return gap
 }
 
 // checkAll runs the checkers over every term and register write.
 func (p *pair) checkAll(t *testing.T) {
 	t.Helper()
-	for _, err := range p.log.checkTerms() {
+	for _, err := range p.log.CheckTerms() {
 		p.failf("%v", err)
 	}
 	errs, acc, ref := staleWrites(p.log)
@@ -216,21 +216,21 @@ func (p *pair) linkCutRoundsUntil(rounds int, done func() bool) []time.Duration 
 			break
 		}
 		time.Sleep(faultTTL/3 + rand.N(faultTTL/3))
-		other := map[string]string{"a": "b", "b": "a"}[holder.node]
-		p.proxy[holder.node].Blackhole()
+		other := map[string]string{"a": "b", "b": "a"}[holder.Node]
+		p.proxy[holder.Node].Blackhole()
 		cut := time.Now()
-		next := p.log.next(other, opTimeout)
+		next := p.log.Next(other, opTimeout)
 		if next == nil {
 			t.Fatalf("round %d: no take-over by %s within %v of the cut", round, other, opTimeout)
 		}
 		p.revoked(t, holder, cut, "cut")
 		gaps = append(gaps, p.expiredTerm(t, holder, next))
-		p.proxy[holder.node].Heal()
+		p.proxy[holder.Node].Heal()
 		if !eventually(opTimeout, func() bool {
-			id := p.c[holder.node].SessionID()
-			return id != "" && id != holder.session
+			id := p.c[holder.Node].SessionID()
+			return id != "" && id != holder.Session
 		}) {
-			t.Fatalf("round %d: %s has no new session %v after the link healed", round, holder.node, opTimeout)
+			t.Fatalf("round %d: %s has no new session %v after the link healed", round, holder.Node, opTimeout)
 		}
 		holder = next
 	}
@@ -321,7 +321,7 @@ func TestAPIServerPaused(t *testing.T) {
 	time.Sleep(time.Until(paused.Add(2 * faultTTL)))
 	p.srv.Resume()
 	t.Logf("paused for %v (TTL %v)", time.Since(paused).Round(time.Millisecond), faultTTL)
-	next := p.log.next("", opTimeout)
+	next := p.log.Next("", opTimeout)
 	if next == nil {
 		t.Fatalf("no term within %v of the resumption", opTimeout)
 	}
@@ -344,7 +344,7 @@ func TestAPIServerRestart(t *testing.T) {
 	p.revoked(t, holder, stopped, "outage")
 	p.srv.Start()
 	t.Logf("down for %v (TTL %v)", time.Since(stopped).Round(time.Millisecond), faultTTL)
-	next := p.log.next("", opTimeout)
+	next := p.log.Next("", opTimeout)
 	if next == nil {
 		t.Fatalf("no term within %v of the restart", opTimeout)
 	}
@@ -369,7 +369,7 @@ func TestEtcdPausedUnderAPIServer(t *testing.T) {
 	time.Sleep(time.Until(paused.Add(2 * faultTTL)))
 	etcd.Resume()
 	t.Logf("etcd paused for %v (TTL %v)", time.Since(paused).Round(time.Millisecond), faultTTL)
-	next := p.log.next("", opTimeout)
+	next := p.log.Next("", opTimeout)
 	if next == nil {
 		t.Fatalf("no term within %v of etcd's resumption", opTimeout)
 	}

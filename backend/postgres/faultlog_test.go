@@ -14,10 +14,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/postgres"
 	"github.com/simba-go/simba/internal/check"
+	"github.com/simba-go/simba/internal/termlog"
 )
 
 // This file holds what the fault tests of the simba client on this backend
@@ -98,89 +98,15 @@ func (e *expiries) expired(t testing.TB, id string) (expiresAt time.Time, ok boo
 	return expiresAt, !deleted.Before(expiresAt)
 }
 
-// seenTerm is one term as its task saw it.
-type seenTerm struct {
-	node    string
-	session string // the client's session when the term began
-	term    *simba.Term
-	ended   chan struct{} // closed when the task saw the revocation
-}
+// The terms and the register's writes the tasks saw (internal/termlog).
+type (
+	seenTerm = termlog.Seen
+	termLog  = termlog.Log
+)
 
-// termLog records the terms the tasks of several clients saw, and the
-// writes they made to the fenced register: the record "reg", written by
-// each holder with Term.PutRecord every writeEvery while its term is
-// valid.
-type termLog struct {
-	mu      sync.Mutex
-	terms   []*seenTerm
-	writes  []check.Write // as answered, in the order of the answers
-	elected chan *seenTerm
-}
+func newTermLog() *termLog { return termlog.New(opTimeout) }
 
-// writeEvery is the interval of the holders' fenced writes.
-const writeEvery = 100 * time.Millisecond
-
-func newTermLog() *termLog { return &termLog{elected: make(chan *seenTerm, 256)} }
-
-// task returns the task of node on client c: it announces its term,
-// writes the register until the term is revoked, and records it. A write
-// still in flight when the term ends (held by a cut link, say) is waited
-// for: its answer is what the fence test is about.
-func (l *termLog) task(node string, c *simba.Client) func(context.Context, *simba.Term) error {
-	return func(ctx context.Context, term *simba.Term) error {
-		st := &seenTerm{node: node, session: c.SessionID(), term: term, ended: make(chan struct{})}
-		l.mu.Lock()
-		l.terms = append(l.terms, st)
-		l.mu.Unlock()
-		l.elected <- st
-		defer close(st.ended)
-		for {
-			select {
-			case <-term.Revoked():
-				return nil
-			case <-time.After(writeEvery):
-			}
-			wctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-			err := term.PutRecord(wctx, "reg", []byte(node))
-			cancel()
-			switch {
-			case err == nil, errors.Is(err, backend.ErrConflict), errors.Is(err, backend.ErrSessionDone):
-				l.mu.Lock()
-				l.writes = append(l.writes, check.Write{Lease: term.Name(), Token: term.Token(), Node: node, At: time.Now(), Accepted: err == nil})
-				l.mu.Unlock()
-			}
-		}
-	}
-}
-
-// next waits up to d for the next term, of node unless node is "", and
-// returns nil if none began.
-func (l *termLog) next(node string, d time.Duration) *seenTerm {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	for {
-		select {
-		case st := <-l.elected:
-			if node == "" || st.node == node {
-				return st
-			}
-		case <-timer.C:
-			return nil
-		}
-	}
-}
-
-// checkTerms runs check.Terms (I1, I2) over every term recorded: each
-// term's end is its Deadline, once it was revoked, or now.
-func (l *termLog) checkTerms() []error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var terms []check.Term
-	for _, st := range l.terms {
-		terms = append(terms, check.Term{Name: st.term.Name(), Token: st.term.Token(), Start: st.term.Start(), End: st.term.Deadline()})
-	}
-	return check.Terms(terms)
-}
+var eventually = termlog.Eventually
 
 // tap is a backend whose sessions record the version of each accepted
 // write of the register, so that check.StaleWrites sees the writes in the
@@ -259,27 +185,12 @@ func staleWrites(l *termLog, taps ...*tap) (errs []error, accepted, refused int)
 	for i, w := range ws {
 		writes[i] = check.Write{Lease: w.lease, Token: w.token, Node: fmt.Sprint("v", w.version), Accepted: true}
 	}
-	l.mu.Lock()
-	for _, w := range l.writes {
+	for _, w := range l.Writes() {
 		if w.Accepted {
 			accepted++
 		} else {
 			refused++
 		}
 	}
-	l.mu.Unlock()
 	return check.StaleWrites(writes), accepted, refused
-}
-
-// eventually polls cond every 20ms for up to d and reports whether it
-// became true.
-func eventually(d time.Duration, cond func() bool) bool {
-	for end := time.Now().Add(d); ; time.Sleep(20 * time.Millisecond) {
-		if cond() {
-			return true
-		}
-		if time.Now().After(end) {
-			return false
-		}
-	}
 }

@@ -130,7 +130,7 @@ func linkCutRounds(t *testing.T, pairs, rounds int, extra time.Duration) linkCut
 				n.proxy.Heal() // a round that failed left it cut off
 				await.For(t, await.Returned(n.c.Close), closeWait, "client %s: Close did not return", n.name)
 			})
-			if _, err := n.c.Election(election).RunWhileLeader(log.task(n.name, n.c)); err != nil {
+			if _, err := n.c.Election(election).RunWhileLeader(log.Task(n.name, n.c)); err != nil {
 				t.Fatal(err)
 			}
 			nodes[i] = n
@@ -138,7 +138,7 @@ func linkCutRounds(t *testing.T, pairs, rounds int, extra time.Duration) linkCut
 		index := map[string]int{nodes[0].name: 0, nodes[1].name: 1}
 		wg.Go(func() {
 			defer func() {
-				for _, err := range log.checkTerms() {
+				for _, err := range log.CheckTerms() {
 					fail("%s: %v", election, err)
 				}
 				errs, acc, ref := staleWrites(log, nodes[0].tap, nodes[1].tap)
@@ -148,37 +148,37 @@ func linkCutRounds(t *testing.T, pairs, rounds int, extra time.Duration) linkCut
 				res.refused += ref
 				mu.Unlock()
 			}()
-			holder := log.next("", opTimeout)
+			holder := log.Next("", opTimeout)
 			if holder == nil {
 				fail("%s: no first term within %v", election, opTimeout)
 				return
 			}
 			for round := range rounds {
-				h := index[holder.node]
+				h := index[holder.Node]
 				// Cut at a random phase of the holder's renewals, once its
 				// last request is a renewal rather than the Acquire.
 				time.Sleep(linkCutTTL/3 + rand.N(linkCutTTL/3))
 				nodes[h].proxy.Blackhole()
-				next := log.next(nodes[1-h].name, opTimeout)
+				next := log.Next(nodes[1-h].name, opTimeout)
 				if next == nil {
 					fail("%s round %d: no take-over by %s within %v of the cut", election, round, nodes[1-h].name, opTimeout)
 					return
 				}
 				select {
-				case <-holder.term.Revoked():
+				case <-holder.Term.Revoked():
 				case <-time.After(5 * time.Second):
-					fail("%s round %d: the cut holder's term %d was not revoked 5s after term %d began", election, round, holder.term.Token(), next.term.Token())
+					fail("%s round %d: the cut holder's term %d was not revoked 5s after term %d began", election, round, holder.Term.Token(), next.Term.Token())
 					return
 				}
-				end := holder.term.Deadline()
-				gap := next.term.Start().Sub(end)
+				end := holder.Term.Deadline()
+				gap := next.Term.Start().Sub(end)
 				if gap <= 0 {
 					fail("%s round %d: term %d of %s began at %v, %v before term %d of the cut %s ended",
-						election, round, next.term.Token(), next.node, next.term.Start().Format(time.StampMicro), -gap, holder.term.Token(), holder.node)
+						election, round, next.Term.Token(), next.Node, next.Term.Start().Format(time.StampMicro), -gap, holder.Term.Token(), holder.Node)
 				}
-				expiresAt, ok := exp.expired(t, holder.session)
+				expiresAt, ok := exp.expired(t, holder.Session)
 				if !ok {
-					fail("%s round %d: session %s of the cut holder was not deleted past its expiry before term %d began", election, round, holder.session, next.term.Token())
+					fail("%s round %d: session %s of the cut holder was not deleted past its expiry before term %d began", election, round, holder.Session, next.Term.Token())
 					return
 				}
 				// The term ends a drift margin before the server's expiry:
@@ -188,19 +188,19 @@ func linkCutRounds(t *testing.T, pairs, rounds int, extra time.Duration) linkCut
 				// server's clock may run fast over the TTL.
 				if least := linkCutMargin - time.Duration(serverClockRate*float64(linkCutTTL)); expiresAt.Sub(end) < least {
 					fail("%s round %d: term %d of the cut %s ended at %v, the server's expiry of its session at %v: want the term to end at least %v before (the drift margin %v, less what the server's clock may gain)",
-						election, round, holder.term.Token(), holder.node, end.Format(time.StampMicro), expiresAt.Format(time.StampMicro), least, linkCutMargin)
+						election, round, holder.Term.Token(), holder.Node, end.Format(time.StampMicro), expiresAt.Format(time.StampMicro), least, linkCutMargin)
 				}
 				mu.Lock()
 				res.gaps = append(res.gaps, gap)
 				res.minExpiryGap = min(res.minExpiryGap, expiresAt.Sub(end))
-				cut = append(cut, check.Term{Name: election, Token: holder.term.Token(), Start: holder.term.Start(), End: end})
-				grants = append(grants, check.Grant{Name: election, Token: holder.term.Token(), Start: holder.term.Start(), End: expiresAt, Ended: true, Expired: true})
+				cut = append(cut, check.Term{Name: election, Token: holder.Term.Token(), Start: holder.Term.Start(), End: end})
+				grants = append(grants, check.Grant{Name: election, Token: holder.Term.Token(), Start: holder.Term.Start(), End: expiresAt, Ended: true, Expired: true})
 				mu.Unlock()
 				// Heal; the cut client learns its session expired and opens
 				// another before its turn comes.
 				nodes[h].proxy.Heal()
-				if !eventually(opTimeout, func() bool { id := nodes[h].c.SessionID(); return id != "" && id != holder.session }) {
-					fail("%s round %d: %s has no new session %v after the link healed", election, round, holder.node, opTimeout)
+				if !eventually(opTimeout, func() bool { id := nodes[h].c.SessionID(); return id != "" && id != holder.Session }) {
+					fail("%s round %d: %s has no new session %v after the link healed", election, round, holder.Node, opTimeout)
 					return
 				}
 				holder = next

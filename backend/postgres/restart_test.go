@@ -41,7 +41,7 @@ func startOwnServer(t *testing.T, ttl time.Duration) *ownServer {
 		t.Cleanup(func() {
 			await.For(t, await.Returned(c.Close), closeWait, "client %s: Close did not return", name)
 		})
-		if _, err := c.Election("x").RunWhileLeader(o.log.task(name, c)); err != nil {
+		if _, err := c.Election("x").RunWhileLeader(o.log.Task(name, c)); err != nil {
 			t.Fatal(err)
 		}
 		o.taps = append(o.taps, tp)
@@ -57,34 +57,34 @@ func startOwnServer(t *testing.T, ttl time.Duration) *ownServer {
 // returns the gap from holder's end to next's start.
 func (o *ownServer) expiredTerm(t *testing.T, holder, next *seenTerm) time.Duration {
 	t.Helper()
-	end := holder.term.Deadline()
-	gap := next.term.Start().Sub(end)
+	end := holder.Term.Deadline()
+	gap := next.Term.Start().Sub(end)
 	if gap <= 0 {
-		t.Errorf("term %d of %s began %v before term %d of %s ended", next.term.Token(), next.node, -gap, holder.term.Token(), holder.node)
+		t.Errorf("term %d of %s began %v before term %d of %s ended", next.Term.Token(), next.Node, -gap, holder.Term.Token(), holder.Node)
 	}
-	if next.term.Token() <= holder.term.Token() {
-		t.Errorf("token %d after %d", next.term.Token(), holder.term.Token())
+	if next.Term.Token() <= holder.Term.Token() {
+		t.Errorf("token %d after %d", next.Term.Token(), holder.Term.Token())
 	}
-	expiresAt, ok := o.exp.expired(t, holder.session)
+	expiresAt, ok := o.exp.expired(t, holder.Session)
 	if !ok {
-		t.Errorf("session %s of %s was not deleted past its expiry before term %d began", holder.session, holder.node, next.term.Token())
+		t.Errorf("session %s of %s was not deleted past its expiry before term %d began", holder.Session, holder.Node, next.Term.Token())
 		return gap
 	}
 	minGap, errs := check.AgainstGrants(
-		[]check.Term{{Name: "x", Token: holder.term.Token(), Start: holder.term.Start(), End: end}},
-		[]check.Grant{{Name: "x", Token: holder.term.Token(), Start: holder.term.Start(), End: expiresAt, Ended: true, Expired: true}})
+		[]check.Term{{Name: "x", Token: holder.Term.Token(), Start: holder.Term.Start(), End: end}},
+		[]check.Grant{{Name: "x", Token: holder.Term.Token(), Start: holder.Term.Start(), End: expiresAt, Ended: true, Expired: true}})
 	for _, err := range errs {
 		t.Error(err)
 	}
 	t.Logf("term %d of %s ended %v before the server's expiry of its session and %v before term %d of %s began",
-		holder.term.Token(), holder.node, minGap.Round(time.Microsecond), gap.Round(time.Microsecond), next.term.Token(), next.node)
+		holder.Term.Token(), holder.Node, minGap.Round(time.Microsecond), gap.Round(time.Microsecond), next.Term.Token(), next.Node)
 	return gap
 }
 
 // checkAll runs the checkers over every term and register write.
 func (o *ownServer) checkAll(t *testing.T) {
 	t.Helper()
-	for _, err := range o.log.checkTerms() {
+	for _, err := range o.log.CheckTerms() {
 		t.Error(err)
 	}
 	errs, acc, ref := staleWrites(o.log, o.taps...)
@@ -96,10 +96,8 @@ func (o *ownServer) checkAll(t *testing.T) {
 
 // acceptedSince counts the register writes of node accepted after since.
 func (o *ownServer) acceptedSince(node string, since time.Time) int {
-	o.log.mu.Lock()
-	defer o.log.mu.Unlock()
 	n := 0
-	for _, w := range o.log.writes {
+	for _, w := range o.log.Writes() {
 		if w.Node == node && w.Accepted && w.At.After(since) {
 			n++
 		}
@@ -111,8 +109,8 @@ func (o *ownServer) acceptedSince(node string, since time.Time) int {
 func (o *ownServer) noNewTerm(t *testing.T, what string) {
 	t.Helper()
 	select {
-	case st := <-o.log.elected:
-		t.Fatalf("%s: term %d of %s began", what, st.term.Token(), st.node)
+	case st := <-o.log.Elected():
+		t.Fatalf("%s: term %d of %s began", what, st.Term.Token(), st.Node)
 	default:
 	}
 }
@@ -127,7 +125,7 @@ func (o *ownServer) noNewTerm(t *testing.T, what string) {
 func TestServerRestart(t *testing.T) {
 	const ttl = 3 * time.Second
 	o := startOwnServer(t, ttl)
-	holder := o.log.next("", opTimeout)
+	holder := o.log.Next("", opTimeout)
 	if holder == nil {
 		t.Fatalf("no first term within %v", opTimeout)
 	}
@@ -141,35 +139,35 @@ func TestServerRestart(t *testing.T) {
 	if down >= ttl/2 {
 		t.Fatalf("the fast restart took %v, not well under the TTL %v: the machine is too loaded for this test to mean anything", down, ttl)
 	}
-	if !eventually(opTimeout, func() bool { return o.acceptedSince(holder.node, restarted) > 0 }) {
-		t.Fatalf("no fenced write of %s accepted within %v of the restart", holder.node, opTimeout)
+	if !eventually(opTimeout, func() bool { return o.acceptedSince(holder.Node, restarted) > 0 }) {
+		t.Fatalf("no fenced write of %s accepted within %v of the restart", holder.Node, opTimeout)
 	}
 	time.Sleep(time.Until(restarted.Add(ttl))) // past the TTL since the last renewal before the stop
 	select {
-	case <-holder.term.Revoked():
-		t.Fatalf("term %d of %s revoked by a restart of %v (TTL %v): %v", holder.term.Token(), holder.node, down, ttl, holder.term.Err())
+	case <-holder.Term.Revoked():
+		t.Fatalf("term %d of %s revoked by a restart of %v (TTL %v): %v", holder.Term.Token(), holder.Node, down, ttl, holder.Term.Err())
 	default:
 	}
-	if id := o.c[holder.node].SessionID(); id != holder.session {
-		t.Fatalf("session of %s %q after a restart of %v, want %q", holder.node, id, down, holder.session)
+	if id := o.c[holder.Node].SessionID(); id != holder.Session {
+		t.Fatalf("session of %s %q after a restart of %v, want %q", holder.Node, id, down, holder.Session)
 	}
 	o.noNewTerm(t, "after a fast restart")
-	t.Logf("fast restart of %v (TTL %v): term %d of %s and session %s kept", down.Round(time.Millisecond), ttl, holder.term.Token(), holder.node, holder.session)
+	t.Logf("fast restart of %v (TTL %v): term %d of %s and session %s kept", down.Round(time.Millisecond), ttl, holder.Term.Token(), holder.Node, holder.Session)
 
 	// A restart longer than the TTL.
 	o.srv.Stop()
 	stopped = time.Now()
 	select {
-	case <-holder.term.Revoked():
+	case <-holder.Term.Revoked():
 	case <-time.After(ttl + 5*time.Second):
-		t.Fatalf("term %d not revoked %v into the outage", holder.term.Token(), ttl+5*time.Second)
+		t.Fatalf("term %d not revoked %v into the outage", holder.Term.Token(), ttl+5*time.Second)
 	}
-	if end := holder.term.Deadline(); end.After(stopped.Add(ttl)) {
-		t.Errorf("term %d valid until %v after the server stopped, past the TTL %v", holder.term.Token(), end.Sub(stopped), ttl)
+	if end := holder.Term.Deadline(); end.After(stopped.Add(ttl)) {
+		t.Errorf("term %d valid until %v after the server stopped, past the TTL %v", holder.Term.Token(), end.Sub(stopped), ttl)
 	}
 	time.Sleep(time.Until(stopped.Add(ttl + time.Second)))
 	o.srv.Start()
-	next := o.log.next("", opTimeout)
+	next := o.log.Next("", opTimeout)
 	if next == nil {
 		t.Fatalf("no term within %v of the restart", opTimeout)
 	}
@@ -188,7 +186,7 @@ func TestServerRestart(t *testing.T) {
 func TestServerPaused(t *testing.T) {
 	const ttl = 2 * time.Second
 	o := startOwnServer(t, ttl)
-	holder := o.log.next("", opTimeout)
+	holder := o.log.Next("", opTimeout)
 	if holder == nil {
 		t.Fatalf("no first term within %v", opTimeout)
 	}
@@ -197,18 +195,18 @@ func TestServerPaused(t *testing.T) {
 	t.Cleanup(o.srv.Resume) // before the clients close, if the test fails while paused
 	paused := time.Now()
 	select {
-	case <-holder.term.Revoked():
+	case <-holder.Term.Revoked():
 	case <-time.After(ttl + 5*time.Second):
 		o.srv.Resume()
-		t.Fatalf("term %d not revoked %v into the pause (valid %v, deadline %v after the pause began)", holder.term.Token(), ttl+5*time.Second, holder.term.Valid(), holder.term.Deadline().Sub(paused))
+		t.Fatalf("term %d not revoked %v into the pause (valid %v, deadline %v after the pause began)", holder.Term.Token(), ttl+5*time.Second, holder.Term.Valid(), holder.Term.Deadline().Sub(paused))
 	}
-	if end := holder.term.Deadline(); end.After(paused.Add(ttl)) {
-		t.Errorf("term %d valid until %v after the server paused, past the TTL %v", holder.term.Token(), end.Sub(paused), ttl)
+	if end := holder.Term.Deadline(); end.After(paused.Add(ttl)) {
+		t.Errorf("term %d valid until %v after the server paused, past the TTL %v", holder.Term.Token(), end.Sub(paused), ttl)
 	}
 	time.Sleep(time.Until(paused.Add(2 * ttl)))
 	o.srv.Resume()
 	resumed := time.Now()
-	next := o.log.next("", opTimeout)
+	next := o.log.Next("", opTimeout)
 	if next == nil {
 		t.Fatalf("no term within %v of the resumption", opTimeout)
 	}
@@ -216,20 +214,20 @@ func TestServerPaused(t *testing.T) {
 	o.expiredTerm(t, holder, next)
 
 	// A hand-off after it: the other client's term, larger again.
-	if !eventually(opTimeout, func() bool { return o.acceptedSince(next.node, resumed) > 0 }) {
-		t.Fatalf("no fenced write of %s accepted within %v of its term", next.node, opTimeout)
+	if !eventually(opTimeout, func() bool { return o.acceptedSince(next.Node, resumed) > 0 }) {
+		t.Fatalf("no fenced write of %s accepted within %v of its term", next.Node, opTimeout)
 	}
-	other := map[string]string{"a": "b", "b": "a"}[next.node]
-	if err := o.c[next.node].Close(); err != nil {
+	other := map[string]string{"a": "b", "b": "a"}[next.Node]
+	if err := o.c[next.Node].Close(); err != nil {
 		t.Fatal(err)
 	}
-	last := o.log.next(other, opTimeout)
+	last := o.log.Next(other, opTimeout)
 	if last == nil {
-		t.Fatalf("no term of %s within %v of %s's Close", other, opTimeout, next.node)
+		t.Fatalf("no term of %s within %v of %s's Close", other, opTimeout, next.Node)
 	}
-	if last.term.Token() <= next.term.Token() {
-		t.Errorf("token %d after %d", last.term.Token(), next.term.Token())
+	if last.Term.Token() <= next.Term.Token() {
+		t.Errorf("token %d after %d", last.Term.Token(), next.Term.Token())
 	}
 	o.checkAll(t)
-	t.Logf("tokens %s", fmt.Sprint(holder.term.Token(), next.term.Token(), last.term.Token()))
+	t.Logf("tokens %s", fmt.Sprint(holder.Term.Token(), next.Term.Token(), last.Term.Token()))
 }
