@@ -58,6 +58,12 @@ type ScheduledJob struct {
 	// overrun or across fail-over (key misfire: skip, the default, or
 	// run-once; see [simba.Schedule.WithMisfire]).
 	Misfire simba.MisfirePolicy
+	// Command, when set, is the job's handler as a command line: the
+	// program and its arguments, run as a child process in each planned
+	// run by `simba run --jobs FILE`, or by the function given to [Run]
+	// with [WithCommandRunner] (key command, a list of strings). A job has
+	// a Command or a registered handler, not both.
+	Command []string
 }
 
 // PartitionedJob is the Go form of the seed's @SimbaPartitioned: a partition
@@ -88,6 +94,10 @@ type PartitionedJob struct {
 	// (key shardingItemParameters). Partitions without one get "". Every key
 	// must be a partition number.
 	Params map[int]string
+	// Command is as in [ScheduledJob]: the job's handler as a command
+	// line, run once per planned run of every partition this node holds
+	// (key command).
+	Command []string
 }
 
 func (j ScheduledJob) timing() timing {

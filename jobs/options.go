@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -19,6 +20,7 @@ type options struct {
 	taskOpts  []simba.TaskOption
 	groupOpts []simba.GroupOption
 	registry  *Registry // for Load and LoadFile; nil: no handler checks
+	commands  func(ctx context.Context, term *simba.Term, r CommandRun) error
 }
 
 // buildOptions applies opts over the defaults.
@@ -96,6 +98,34 @@ func WithRegistry(reg *Registry) Option {
 			return fmt.Errorf("%w: nil registry", ErrInvalidValue)
 		}
 		o.registry = reg
+		return nil
+	}
+}
+
+// CommandRun is one planned run of a job that has a Command, as the
+// function given to [WithCommandRunner] receives it.
+type CommandRun struct {
+	// Job is the scheduled job's name, or the partitioned job's group.
+	Job string
+	// Command is the job's command line.
+	Command []string
+	// Partitioned reports a partitioned job's run, and Partition is then
+	// the partition it runs for.
+	Partitioned bool
+	Partition   Partition
+}
+
+// WithCommandRunner makes [Run] run the jobs that have a Command: run is
+// called once per planned run, as a registered handler would be, with the
+// run's term and the job's command line; it starts the command, ends it
+// when ctx ends, and returns its outcome. Without this option Run refuses a
+// configuration with such jobs. `simba run --jobs FILE` is such a runner.
+func WithCommandRunner(run func(ctx context.Context, term *simba.Term, r CommandRun) error) Option {
+	return func(o *options) error {
+		if run == nil {
+			return fmt.Errorf("%w: nil command runner", ErrInvalidValue)
+		}
+		o.commands = run
 		return nil
 	}
 }

@@ -1,0 +1,174 @@
+package proc
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Spec says what to run.
+type Spec struct {
+	// Argv is the command and its arguments; Argv[0] is looked up in $PATH
+	// when it holds no slash.
+	Argv []string
+	// Env is the child's whole environment (nil: none).
+	Env []string
+	// Dir is the working directory ("": this process's).
+	Dir string
+	// Stdout and Stderr receive the child's output (nil: discarded).
+	Stdout, Stderr io.Writer
+}
+
+// Exit is how a child ended.
+type Exit struct {
+	// Code is the exit status, or -1 when a signal ended the child.
+	Code int
+	// Signal is the signal that ended the child, or 0.
+	Signal syscall.Signal
+}
+
+// Err returns nil for exit status 0 and an [*ExitError] otherwise.
+func (e Exit) Err() error {
+	if e.Code == 0 && e.Signal == 0 {
+		return nil
+	}
+	return &ExitError{Exit: e}
+}
+
+func (e Exit) String() string {
+	if e.Signal != 0 {
+		return "killed by signal " + signalName(e.Signal)
+	}
+	return fmt.Sprintf("exit status %d", e.Code)
+}
+
+// ExitError is a child that did not exit with status 0.
+type ExitError struct{ Exit }
+
+func (e *ExitError) Error() string { return e.Exit.String() }
+
+// ExitCode is the exit status, or -1 when a signal ended the child (the
+// method the library's run history looks for).
+func (e *ExitError) ExitCode() int { return e.Code }
+
+// StartError is a command that could not be started.
+type StartError struct {
+	Path string
+	Err  error
+}
+
+func (e *StartError) Error() string { return fmt.Sprintf("cannot run %s: %v", e.Path, e.Err) }
+func (e *StartError) Unwrap() error { return e.Err }
+
+// Check reports whether argv names a command that can be started: one
+// clear error for bad input, before any lease is taken.
+func Check(argv []string) error {
+	if len(argv) == 0 || argv[0] == "" {
+		return errors.New("no command given")
+	}
+	if _, err := exec.LookPath(argv[0]); err != nil {
+		return &StartError{Path: argv[0], Err: cause(err)}
+	}
+	return nil
+}
+
+// cause is the reason of a LookPath error, without its repetition of the
+// name.
+func cause(err error) error {
+	var ee *exec.Error
+	if errors.As(err, &ee) {
+		return ee.Err
+	}
+	return err
+}
+
+// Child is a started command.
+type Child struct {
+	cmd  *exec.Cmd
+	pgid int
+	done chan struct{}
+
+	mu   sync.Mutex
+	exit Exit
+}
+
+// Start starts the command of s in a process group of its own.
+func Start(s Spec) (*Child, error) {
+	if err := Check(s.Argv); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(s.Argv[0], s.Argv[1:]...)
+	cmd.Env = s.Env
+	if cmd.Env == nil {
+		cmd.Env = []string{}
+	}
+	cmd.Dir = s.Dir
+	cmd.Stdout, cmd.Stderr = s.Stdout, s.Stderr
+	cmd.SysProcAttr = sysProcAttr()
+	// A grandchild that keeps an output pipe open must not hold Wait up
+	// once the child is gone.
+	cmd.WaitDelay = time.Second
+	if err := cmd.Start(); err != nil {
+		return nil, &StartError{Path: s.Argv[0], Err: cause(err)}
+	}
+	c := &Child{cmd: cmd, pgid: cmd.Process.Pid, done: make(chan struct{})}
+	go c.wait()
+	return c, nil
+}
+
+func (c *Child) wait() {
+	err := c.cmd.Wait()
+	e := Exit{Code: c.cmd.ProcessState.ExitCode()}
+	if ws, ok := c.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		e = Exit{Code: -1, Signal: ws.Signal()}
+	}
+	_ = err                      // the status says it
+	c.killGroup(syscall.SIGKILL) // whatever it left behind in its group
+	c.mu.Lock()
+	c.exit = e
+	c.mu.Unlock()
+	close(c.done)
+}
+
+// Pid is the child's process ID, which is also its process group's.
+func (c *Child) Pid() int { return c.pgid }
+
+// Done is closed once the child has exited and been reaped.
+func (c *Child) Done() <-chan struct{} { return c.done }
+
+// Exit is how the child ended; valid once Done is closed.
+func (c *Child) Exit() Exit {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.exit
+}
+
+// Terminate sends SIGTERM to the child's process group.
+func (c *Child) Terminate() { c.killGroup(syscall.SIGTERM) }
+
+// Kill sends SIGKILL to the child's process group.
+func (c *Child) Kill() { c.killGroup(syscall.SIGKILL) }
+
+func (c *Child) killGroup(sig syscall.Signal) {
+	_ = syscall.Kill(-c.pgid, sig) // ESRCH: the group is gone
+}
+
+// Stop ends the child: SIGTERM to its process group at once, SIGKILL at
+// killAt (at once if it has passed), and returns how it ended once it is
+// gone.
+func (c *Child) Stop(killAt time.Time) Exit {
+	c.Terminate()
+	t := time.NewTimer(time.Until(killAt))
+	defer t.Stop()
+	select {
+	case <-c.done:
+	case <-t.C:
+		c.Kill()
+		<-c.done
+	}
+	return c.Exit()
+}
