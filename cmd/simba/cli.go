@@ -156,7 +156,7 @@ func init() {
 	commands = []*command{
 		statusCommand, electionsCommand, groupsCommand, jobsCommand, historyCommand, auditCommand,
 		disableCommand, enableCommand, triggerCommand, resignCommand, drainCommand, undrainCommand,
-		devCommand, consoleCommand, versionCommand, completionCommand,
+		runCommand, devCommand, consoleCommand, versionCommand, completionCommand,
 	}
 }
 

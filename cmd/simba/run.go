@@ -1,0 +1,647 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/internal/proc"
+	"github.com/simba-go/simba/jobs"
+)
+
+// Environment variables that simba run gives its children.
+const (
+	envChildElection     = "SIMBA_ELECTION"        // the lease name: the election, or "{group}.{p}"
+	envChildGroup        = "SIMBA_GROUP"           // a partition's group
+	envChildPartition    = "SIMBA_PARTITION"       // a partition's number
+	envChildParam        = "SIMBA_PARTITION_PARAM" // a partition's sharding-item parameter (--jobs)
+	envChildToken        = "SIMBA_TOKEN"           // the term's fencing token
+	envChildDeadline     = "SIMBA_DEADLINE"        // the term's guaranteed horizon when the child started
+	envChildDeadlineFile = "SIMBA_DEADLINE_FILE"   // a file holding the horizon, rewritten as renewals succeed
+	envChildMember       = "SIMBA_MEMBER"          // this member's ID
+)
+
+// deadlineLayout is how SIMBA_DEADLINE and its file write the horizon:
+// RFC 3339 in UTC, with milliseconds.
+const deadlineLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// killMargin is how long before its term's hand-off deadline a child that
+// outlives its grace period is sent SIGKILL, so that it is gone before the
+// lease can pass on.
+const killMargin = 200 * time.Millisecond
+
+// deadlineRefresh is how often a child's deadline file is brought up to
+// date with its term's horizon.
+const deadlineRefresh = 100 * time.Millisecond
+
+// Restart policies of a command run once per term.
+const (
+	restartNever     = "never"
+	restartOnFailure = "on-failure"
+	restartAlways    = "always"
+)
+
+var runCommand = &command{
+	name: "run", args: "-- COMMAND [ARGS]", minArgs: 0, maxArgs: -1, serves: true,
+	summary: "run a command as a fenced leader task: on one node at a time, on a schedule or per partition",
+	doc: `Runs COMMAND as a child process only while this process holds a term of a
+lease, and ends it when the term ends. Start it on several nodes: one child
+runs at a time, per election or per partition.
+
+  simba run --election NAME [schedule] -- COMMAND [ARGS]
+      while this process holds NAME: once per term, or on the schedule
+  simba run --group NAME --partitions N [schedule] -- COMMAND [ARGS]
+      one child per partition this member holds
+  simba run --jobs FILE
+      every job of a jobs file (package jobs' format) that has a command:
+
+Schedule (as Election.Schedule): --every D (a fixed delay between runs),
+--fixed-rate D, or --cron EXPR; with --initial-delay D and --misfire
+skip|run-once. Without one, the command runs once per term: when it exits,
+the term is kept (no other node runs it) until it ends, unless --restart
+on-failure or always gives the lease up after --restart-delay so that the
+next term, here or elsewhere, runs it again. --once runs it once, in one
+term, and exits with its exit status.
+
+The child's environment is this one's, plus:
+  SIMBA_ELECTION       the lease name (NAME, or GROUP.P for a partition)
+  SIMBA_TOKEN          the term's fencing token: pass it with every write
+                       to a shared resource, which refuses tokens lower
+                       than the highest it has seen
+  SIMBA_GROUP, SIMBA_PARTITION   for a partition; SIMBA_PARTITION_PARAM
+                       its sharding-item parameter (--jobs)
+  SIMBA_DEADLINE       the term's guaranteed horizon at the start, RFC 3339
+                       in UTC with milliseconds
+  SIMBA_DEADLINE_FILE  a file holding the horizon, rewritten as renewals
+                       succeed: do not start a step that would outlive it
+  SIMBA_MEMBER         this member's ID (--member)
+
+When the term ends (a hand-off, SIGTERM to simba run, a disable, drain or
+resign, or the term lost), the child's process group gets SIGTERM at once,
+and SIGKILL when --grace ends, or 200ms before the term's hand-off deadline
+if that is sooner: the lease passes on only once the child is gone, or at
+that deadline. ` + procGuarantee + `
+
+A stopped (SIGSTOP) or frozen simba run cannot signal its child: the child
+keeps running, and once the TTL has passed another node's child runs with
+a higher token. Only fencing protects the resource then: a late write of
+the old child carries the old token, which the resource refuses.
+
+The child's standard output and error are passed through (--prefix-output
+prefixes each line with the lease and token). Each run, with its exit
+status, is recorded in the run history (simba history NAME). On SIGINT or
+SIGTERM simba run ends its children, hands its leases off and exits 0; with
+--once it exits with the command's status (128+N for signal N).
+
+Bad input (no command, a command that cannot be executed, conflicting
+flags, a bad cron expression) is exit status 2, before any lease is taken.`,
+	setup: func(fs *flag.FlagSet) action {
+		var o runFlags
+		fs.StringVar(&o.election, "election", "", "run while holding the election `NAME`")
+		fs.StringVar(&o.group, "group", "", "run per partition of the group `NAME`")
+		fs.IntVar(&o.partitions, "partitions", 0, "the group's number of partitions, the same on every member")
+		fs.StringVar(&o.jobsFile, "jobs", "", "run the command jobs of this jobs `file` (YAML or JSON)")
+		fs.DurationVar(&o.every, "every", 0, "run on a fixed delay: this `long` from the end of one run to the start of the next")
+		fs.DurationVar(&o.rate, "fixed-rate", 0, "run at a fixed rate: one planned start every `period`")
+		fs.StringVar(&o.cron, "cron", "", "run at the times of a cron `expression` (five fields, or six with seconds first; quote it)")
+		fs.DurationVar(&o.initial, "initial-delay", 0, "wait this `long` after winning a term before the first run")
+		fs.StringVar(&o.misfire, "misfire", "", "what to do with planned starts missed by an overrun or a fail-over: `skip` (default) or run-once")
+		fs.BoolVar(&o.once, "once", false, "run the command once, in one term, and exit with its status")
+		fs.StringVar(&o.restart, "restart", restartNever, "without a schedule, when the command exits before its term ends: `never` (keep the term), on-failure or always (give the lease up, so that the next term runs it again)")
+		fs.DurationVar(&o.restartDelay, "restart-delay", time.Second, "with --restart, wait this `long` before giving the lease up")
+		fs.DurationVar(&o.grace, "grace", 10*time.Second, "at the end of a term, give the command this `long` after SIGTERM before SIGKILL (never past the term's deadline)")
+		fs.DurationVar(&o.ttl, "ttl", simba.DefaultTTL, "the session `TTL`: a crashed node's terms pass on about this long after its last renewal")
+		fs.StringVar(&o.member, "member", "", "this member's `ID` (default HOSTNAME-PID)")
+		fs.BoolVar(&o.prefixOutput, "prefix-output", false, "prefix each line of the command's output with its lease and token")
+		return func(ctx context.Context, inv *invocation, args []string) error {
+			o.argv = args
+			return runRun(ctx, inv, o)
+		}
+	},
+}
+
+// runFlags are the flags of simba run.
+type runFlags struct {
+	election, group string
+	partitions      int
+	jobsFile        string
+	every, rate     time.Duration
+	cron            string
+	initial         time.Duration
+	misfire         string
+	once            bool
+	restart         string
+	restartDelay    time.Duration
+	grace, ttl      time.Duration
+	member          string
+	prefixOutput    bool
+	argv            []string
+}
+
+// check refuses bad input before anything connects. It returns the
+// schedule, if one was given.
+func (o *runFlags) check(explicit func(string) bool) (*simba.Schedule, error) {
+	modes := 0
+	for _, m := range []string{o.election, o.group, o.jobsFile} {
+		if m != "" {
+			modes++
+		}
+	}
+	switch {
+	case modes == 0:
+		return nil, badRunf("give --election NAME, --group NAME --partitions N, or --jobs FILE")
+	case modes > 1:
+		return nil, badRunf("--election, --group and --jobs exclude each other: give one")
+	case o.group != "" && o.partitions <= 0:
+		return nil, badRunf("--group needs --partitions N (a positive number, the same on every member)")
+	case o.group == "" && explicit("partitions"):
+		return nil, badRunf("--partitions applies to --group only")
+	case o.partitions > simba.MaxPartitions:
+		return nil, badRunf("--partitions must be at most %d, got %d", simba.MaxPartitions, o.partitions)
+	case o.grace <= 0:
+		return nil, badRunf("--grace must be positive, got %v", o.grace)
+	case o.ttl < simba.MinTTL:
+		return nil, badRunf("--ttl must be at least %v, got %v", simba.MinTTL, o.ttl)
+	case o.restartDelay < 0:
+		return nil, badRunf("--restart-delay must not be negative, got %v", o.restartDelay)
+	}
+	if o.jobsFile != "" {
+		for _, f := range []string{"every", "fixed-rate", "cron", "initial-delay", "misfire", "once", "restart", "restart-delay"} {
+			if explicit(f) {
+				return nil, badRunf("--%s does not apply to --jobs: the file gives each job its timing", f)
+			}
+		}
+		if len(o.argv) > 0 {
+			return nil, badRunf("--jobs takes no command: the file gives each job its command (got %s)", strings.Join(o.argv, " "))
+		}
+		return nil, nil
+	}
+	if len(o.argv) == 0 {
+		return nil, badRunf("no command: give it after --, as in simba run --election NAME -- COMMAND [ARGS]")
+	}
+	if err := proc.Check(o.argv); err != nil {
+		return nil, badRunf("%v", err)
+	}
+	var timings []string
+	for _, f := range []string{"every", "fixed-rate", "cron"} {
+		if explicit(f) {
+			timings = append(timings, "--"+f)
+		}
+	}
+	if len(timings) > 1 {
+		return nil, badRunf("%s exclude each other: give one schedule", strings.Join(timings, " and "))
+	}
+	if len(timings) == 0 {
+		for _, f := range []string{"initial-delay", "misfire"} {
+			if explicit(f) {
+				return nil, badRunf("--%s applies to a schedule (--every, --fixed-rate or --cron) only", f)
+			}
+		}
+	}
+	switch o.restart {
+	case restartNever, restartOnFailure, restartAlways:
+	default:
+		return nil, badRunf("--restart %s: use never, on-failure or always", o.restart)
+	}
+	switch {
+	case o.once && len(timings) > 0:
+		return nil, badRunf("--once and %s exclude each other: --once runs the command one time", timings[0])
+	case o.once && o.group != "":
+		return nil, badRunf("--once applies to --election only: a group runs one command per partition")
+	case o.once && explicit("restart"):
+		return nil, badRunf("--once and --restart exclude each other")
+	case len(timings) > 0 && explicit("restart"):
+		return nil, badRunf("--restart applies without a schedule only: %s runs the command again by itself", timings[0])
+	case explicit("restart-delay") && o.restart == restartNever:
+		return nil, badRunf("--restart-delay applies to --restart on-failure or always only")
+	}
+	if len(timings) == 0 {
+		return nil, nil
+	}
+	var s simba.Schedule
+	switch {
+	case explicit("every"):
+		s = simba.FixedDelay(o.every)
+	case explicit("fixed-rate"):
+		s = simba.FixedRate(o.rate)
+	default:
+		s = simba.Cron(o.cron)
+	}
+	if explicit("initial-delay") {
+		s = s.WithInitialDelay(o.initial)
+	}
+	switch o.misfire {
+	case "", "skip":
+	case "run-once":
+		s = s.WithMisfire(simba.MisfireRunOnce)
+	default:
+		return nil, badRunf("--misfire %s: use skip or run-once", o.misfire)
+	}
+	if err := s.Err(); err != nil {
+		return nil, badRunf("%s", message(err.Error()))
+	}
+	return &s, nil
+}
+
+// badRun is bad input to simba run: one line, exit status 2, before
+// anything connects.
+type badRun struct{ msg string }
+
+func (e *badRun) Error() string   { return e.msg }
+func (e *badRun) exitStatus() int { return exitUsage }
+
+func badRunf(format string, args ...any) error {
+	return &badRun{msg: "run: " + fmt.Sprintf(format, args...)}
+}
+
+// childExit is the exit status of simba run --once: the command's.
+type childExit struct {
+	code int
+	what string
+}
+
+func (e *childExit) Error() string   { return e.what }
+func (e *childExit) exitStatus() int { return e.code }
+
+func runRun(ctx context.Context, inv *invocation, o runFlags) error {
+	sched, err := o.check(func(name string) bool { return inv.explicit[name] })
+	if err != nil {
+		return err
+	}
+	var cfg jobs.Config
+	if o.jobsFile != "" {
+		if cfg, err = loadCommandJobs(inv, o.jobsFile); err != nil {
+			return err
+		}
+	}
+	if o.member == "" {
+		host, _ := os.Hostname()
+		if host == "" {
+			host = "simba-run"
+		}
+		o.member = host + "-" + strconv.Itoa(os.Getpid())
+	}
+	t, err := inv.g.target(inv.explicit)
+	if err != nil {
+		return err
+	}
+	inv.t = t
+	pctx, cancel := context.WithTimeout(ctx, inv.g.timeout)
+	err = probeTLS(pctx, t)
+	cancel()
+	if err != nil {
+		return err
+	}
+	b, err := inv.open(t)
+	if err != nil {
+		return usagef(nil, "%s: %v", t, err)
+	}
+	inv.b = b // closed by the invocation, after the client
+	logger := slog.New(slog.NewTextHandler(inv.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	client, err := simba.New(b, simba.WithTTL(o.ttl), simba.WithMemberID(o.member), simba.WithLogger(logger))
+	if err != nil {
+		return usagef(nil, "run: %v", err)
+	}
+	r := &runner{inv: inv, o: o, client: client, out: &lineSink{}}
+	defer r.cleanup()
+	rctx, cancelRun := context.WithCancel(ctx)
+	defer cancelRun()
+	r.finish = cancelRun
+
+	rctx2, cancel2 := context.WithTimeout(rctx, inv.g.timeout)
+	err = client.Ready(rctx2)
+	cancel2()
+	if err != nil {
+		client.Close()
+		if ctx.Err() != nil {
+			return nil
+		}
+		return inv.backendErr(ctx, "opening a session", err)
+	}
+	r.say("session open on %s as member %s", t, o.member)
+
+	if o.jobsFile != "" {
+		err = jobs.Run(rctx, client, nil, cfg, jobs.WithLogger(logger), jobs.WithCommandRunner(r.runJob))
+		client.Close()
+		return err
+	}
+	var task interface {
+		Stop() <-chan struct{}
+		Done() <-chan struct{}
+	}
+	switch {
+	case o.group != "" && sched != nil:
+		task, err = client.Group(o.group, o.partitions).Schedule(*sched, func(ctx context.Context, term *simba.Term, p int) error {
+			return r.runChild(ctx, term, o.argv, p, "")
+		})
+	case o.group != "":
+		task, err = client.Group(o.group, o.partitions).RunWhileLeader(func(ctx context.Context, term *simba.Term, p int) error {
+			return r.perTerm(ctx, term, p)
+		})
+	case sched != nil:
+		task, err = client.Election(o.election).Schedule(*sched, func(ctx context.Context, term *simba.Term) error {
+			return r.runChild(ctx, term, o.argv, -1, "")
+		})
+	default:
+		task, err = client.Election(o.election).RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
+			return r.perTerm(ctx, term, -1)
+		})
+	}
+	if err != nil {
+		client.Close()
+		return usagef(nil, "run: %s", message(err.Error()))
+	}
+	select {
+	case <-rctx.Done():
+	case <-task.Done():
+	}
+	<-task.Stop()
+	client.Close()
+	if o.once && ctx.Err() == nil {
+		return r.onceResult()
+	}
+	return nil
+}
+
+// loadCommandJobs reads a jobs file and keeps its command jobs, naming
+// the others, which Go code runs.
+func loadCommandJobs(inv *invocation, path string) (jobs.Config, error) {
+	cfg, err := jobs.LoadFile(path)
+	if err != nil {
+		return cfg, badRunf("%s", message(err.Error()))
+	}
+	cmds := commandJobs(cfg)
+	var skipped []string
+	for _, j := range cfg.Scheduled {
+		if len(j.Command) == 0 {
+			skipped = append(skipped, j.Name)
+		}
+	}
+	for _, j := range cfg.Partitioned {
+		if len(j.Command) == 0 {
+			skipped = append(skipped, j.Group)
+		}
+	}
+	if len(cmds.Scheduled)+len(cmds.Partitioned) == 0 {
+		return cmds, badRunf("%s has no job with a command: (its jobs' handlers are Go code)", path)
+	}
+	if len(skipped) > 0 {
+		fmt.Fprintf(inv.stderr, "simba run: not running %s of %s: their handlers are Go code, not commands\n", strings.Join(skipped, ", "), path)
+	}
+	for _, j := range cmds.Scheduled {
+		if err := proc.Check(j.Command); err != nil {
+			return cmds, badRunf("%s: job %s: %v", path, j.Name, err)
+		}
+	}
+	for _, j := range cmds.Partitioned {
+		if err := proc.Check(j.Command); err != nil {
+			return cmds, badRunf("%s: job %s: %v", path, j.Group, err)
+		}
+	}
+	return cmds, nil
+}
+
+// runner runs the children of one simba run.
+type runner struct {
+	inv    *invocation
+	o      runFlags
+	client *simba.Client
+	out    *lineSink
+	// finish ends simba run (--once, once its run is over).
+	finish context.CancelFunc
+
+	mu      sync.Mutex
+	dir     string // the deadline files' directory, made on first use
+	onceErr error  // --once: the outcome of its run
+	ran     bool   // --once: the run happened
+}
+
+// say prints one line of simba run's own to stderr.
+func (r *runner) say(format string, args ...any) {
+	r.out.line(r.inv.stderr, "simba run: "+fmt.Sprintf(format, args...))
+}
+
+// perTerm is the task of a command run once per term, without a schedule.
+func (r *runner) perTerm(ctx context.Context, term *simba.Term, p int) error {
+	if r.o.once {
+		r.mu.Lock()
+		ran := r.ran
+		r.ran = true
+		r.mu.Unlock()
+		if ran {
+			return nil // a later term of a --once that has run
+		}
+	}
+	err := r.runChild(ctx, term, r.o.argv, p, "")
+	if ctx.Err() != nil {
+		return err // the term ended: the next one runs it again
+	}
+	if r.o.once {
+		r.mu.Lock()
+		r.onceErr = err
+		r.mu.Unlock()
+		r.finish()
+		return err
+	}
+	restart := r.o.restart == restartAlways || r.o.restart == restartOnFailure && err != nil
+	if !restart {
+		r.say("%s: holding the term of token %d until it ends; the command runs again in the next term (--restart on-failure or always gives the lease up at once)", term.Name(), term.Token())
+		return err
+	}
+	t := time.NewTimer(r.o.restartDelay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return err
+	}
+	r.say("%s: giving the lease up (--restart %s), so that the next term runs the command again", term.Name(), r.o.restart)
+	return &yieldError{err: err}
+}
+
+// yieldError gives the lease up after a run, with its outcome: a failure
+// is still recorded as one.
+type yieldError struct{ err error }
+
+func (e *yieldError) Error() string {
+	if e.err == nil {
+		return "command exited; giving the lease up"
+	}
+	return e.err.Error() + "; giving the lease up"
+}
+func (e *yieldError) Unwrap() []error { return []error{simba.ErrYield, e.err} }
+func (e *yieldError) Failed() bool    { return e.err != nil }
+
+// onceResult is simba run --once's outcome: the command's exit status.
+func (r *runner) onceResult() error {
+	r.mu.Lock()
+	err, ran := r.onceErr, r.ran
+	r.mu.Unlock()
+	if !ran {
+		return nil
+	}
+	var ee *proc.ExitError
+	if errors.As(err, &ee) {
+		code := ee.Code
+		if ee.Signal != 0 {
+			code = 128 + int(ee.Signal)
+		}
+		return &childExit{code: code, what: fmt.Sprintf("the command ended: %s", ee.Exit)}
+	}
+	if err != nil {
+		return failf("run: %v", err)
+	}
+	return nil
+}
+
+// runJob runs one planned run of a command job of --jobs.
+func (r *runner) runJob(ctx context.Context, term *simba.Term, j jobs.CommandRun) error {
+	p, param := -1, ""
+	if j.Partitioned {
+		p, param = j.Partition.Index, j.Partition.Param
+	}
+	return r.runChild(ctx, term, j.Command, p, param)
+}
+
+// runChild runs argv as a child for one run of term, and ends it when ctx
+// ends: SIGTERM at once, SIGKILL when the grace period ends or just before
+// the term's hand-off deadline, whichever is sooner. It returns the child's
+// outcome: nil for exit status 0, else a *proc.ExitError or the error that
+// kept it from starting.
+func (r *runner) runChild(ctx context.Context, term *simba.Term, argv []string, p int, param string) error {
+	deadline := term.Deadline()
+	file, err := r.deadlineFile(term, deadline)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(file)
+	env := append(os.Environ(),
+		envChildElection+"="+term.Name(),
+		envChildToken+"="+strconv.FormatUint(term.Token(), 10),
+		envChildDeadline+"="+deadline.UTC().Format(deadlineLayout),
+		envChildDeadlineFile+"="+file,
+		envChildMember+"="+r.o.member,
+	)
+	if p >= 0 {
+		group := r.o.group
+		if group == "" { // --jobs: the lease is "{group}.{p}"
+			group = term.Name()[:max(strings.LastIndexByte(term.Name(), '.'), 0)]
+		}
+		env = append(env, envChildGroup+"="+group, envChildPartition+"="+strconv.Itoa(p))
+		if param != "" {
+			env = append(env, envChildParam+"="+param)
+		}
+	}
+	spec := proc.Spec{Argv: argv, Env: env, Stdout: r.inv.stdout, Stderr: r.inv.stderr}
+	var flush func()
+	if r.o.prefixOutput {
+		label := fmt.Sprintf("[%s token %d] ", term.Name(), term.Token())
+		stdout, stderr := r.out.prefixed(r.inv.stdout, label), r.out.prefixed(r.inv.stderr, label)
+		spec.Stdout, spec.Stderr = stdout, stderr
+		flush = func() { stdout.Flush(); stderr.Flush() }
+	}
+	child, err := proc.Start(spec)
+	if err != nil {
+		r.say("%s: token %d: %v", term.Name(), term.Token(), err)
+		return err
+	}
+	r.say("%s: token %d: started %s (pid %d)", term.Name(), term.Token(), argv[0], child.Pid())
+	stopRefresh := make(chan struct{})
+	refreshed := make(chan struct{})
+	go func() {
+		defer close(refreshed)
+		r.refreshDeadline(term, file, deadline, stopRefresh)
+	}()
+	var exit proc.Exit
+	select {
+	case <-child.Done():
+		exit = child.Exit()
+	case <-ctx.Done():
+		killAt := time.Now().Add(r.o.grace)
+		if hd := term.HandOffDeadline().Add(-killMargin); hd.Before(killAt) {
+			killAt = hd
+		}
+		r.say("%s: token %d: the term ended: SIGTERM to %s (pid %d), SIGKILL in %v unless it has exited", term.Name(), term.Token(), argv[0], child.Pid(), max(time.Until(killAt), 0).Round(time.Millisecond))
+		exit = child.Stop(killAt)
+	}
+	close(stopRefresh)
+	<-refreshed
+	if flush != nil {
+		flush()
+	}
+	r.say("%s: token %d: %s (pid %d) ended: %s", term.Name(), term.Token(), argv[0], child.Pid(), exit)
+	return exit.Err()
+}
+
+// deadlineFile creates the file of a child's SIMBA_DEADLINE_FILE.
+func (r *runner) deadlineFile(term *simba.Term, deadline time.Time) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.dir == "" {
+		dir, err := os.MkdirTemp("", "simba-run-")
+		if err != nil {
+			return "", fmt.Errorf("a directory for the deadline files: %w", err)
+		}
+		r.dir = dir
+	}
+	f, err := os.CreateTemp(r.dir, fmt.Sprintf("deadline-%s-%d-*", term.Name(), term.Token()))
+	if err != nil {
+		return "", fmt.Errorf("a deadline file: %w", err)
+	}
+	_, err = f.WriteString(deadline.UTC().Format(deadlineLayout) + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", fmt.Errorf("a deadline file: %w", err)
+	}
+	return f.Name(), nil
+}
+
+// refreshDeadline rewrites file with term's horizon as it moves, until
+// stop is closed. A file is replaced whole (written beside it, then
+// renamed), so that a reader never sees half of one.
+func (r *runner) refreshDeadline(term *simba.Term, file string, written time.Time, stop <-chan struct{}) {
+	tick := time.NewTicker(deadlineRefresh)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		d := term.Deadline()
+		if d.Equal(written) {
+			continue
+		}
+		tmp := file + ".new"
+		if err := os.WriteFile(tmp, []byte(d.UTC().Format(deadlineLayout)+"\n"), 0o644); err != nil {
+			r.say("%s: token %d: the deadline file: %v", term.Name(), term.Token(), err)
+			continue
+		}
+		if err := os.Rename(tmp, file); err != nil {
+			os.Remove(tmp)
+			r.say("%s: token %d: the deadline file: %v", term.Name(), term.Token(), err)
+			continue
+		}
+		written = d
+	}
+}
+
+// cleanup removes the deadline files' directory.
+func (r *runner) cleanup() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.dir != "" {
+		os.RemoveAll(r.dir)
+	}
+}

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sync"
+)
+
+// maxLine is the longest line simba run --prefix-output holds back while
+// it waits for the line's end: a longer one is passed on in pieces, each
+// prefixed.
+const maxLine = 64 << 10
+
+// lineSink serialises what simba run writes, its own lines and its
+// children's prefixed lines, so that no two lines are interleaved.
+type lineSink struct{ mu sync.Mutex }
+
+// line writes s and a newline to w.
+func (o *lineSink) line(w io.Writer, s string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	fmt.Fprintln(w, s)
+}
+
+// prefixed returns a writer that writes every line given to it to w with
+// prefix in front.
+func (o *lineSink) prefixed(w io.Writer, prefix string) *prefixWriter {
+	return &prefixWriter{o: o, w: w, prefix: prefix}
+}
+
+// prefixWriter writes whole lines, each after a prefix.
+type prefixWriter struct {
+	o      *lineSink
+	w      io.Writer
+	prefix string
+
+	mu  sync.Mutex
+	buf []byte // the start of a line whose end has not come yet
+}
+
+// Write writes the complete lines of b, and keeps the rest for the next
+// Write or Flush.
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(b)
+	for len(b) > 0 {
+		i := indexNewline(b)
+		if i < 0 {
+			p.buf = append(p.buf, b...)
+			if len(p.buf) >= maxLine {
+				p.emit(p.buf)
+				p.buf = p.buf[:0]
+			}
+			return n, nil
+		}
+		line := b[:i]
+		if len(p.buf) > 0 {
+			line = append(p.buf, line...)
+			p.buf = p.buf[:0]
+		}
+		p.emit(line)
+		b = b[i+1:]
+	}
+	return n, nil
+}
+
+// Flush writes what is left of an unfinished line, ended by a newline.
+func (p *prefixWriter) Flush() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.buf) > 0 {
+		p.emit(p.buf)
+		p.buf = p.buf[:0]
+	}
+}
+
+func (p *prefixWriter) emit(line []byte) {
+	out := make([]byte, 0, len(p.prefix)+len(line)+1)
+	out = append(append(append(out, p.prefix...), line...), '\n')
+	p.o.mu.Lock()
+	defer p.o.mu.Unlock()
+	p.w.Write(out) // as a terminal would: a write that fails loses the line
+}
+
+func indexNewline(b []byte) int {
+	for i, c := range b {
+		if c == '\n' {
+			return i
+		}
+	}
+	return -1
+}
