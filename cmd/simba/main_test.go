@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -9,8 +10,13 @@ import (
 )
 
 // TestMain plants the bug named by $SIMBA_PLANT (see internal/plant) for the
-// whole run, if any, and checks for leaked goroutines after the tests.
+// whole run, if any, and checks for leaked goroutines after the tests. When
+// $SIMBA_E2E_CHILD names a child role, the binary is a child of simba run in
+// an end-to-end test instead, and plays that role (runChildRole).
 func TestMain(m *testing.M) {
+	if role := os.Getenv(runChildRoleEnv); role != "" {
+		os.Exit(runChildRole(role, os.Args[1:]))
+	}
 	plant.ForRun()
 	goleak.VerifyTestMain(m)
 }
