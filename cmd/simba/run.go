@@ -166,12 +166,27 @@ func (o *runFlags) check(explicit func(string) bool) (*simba.Schedule, error) {
 		return nil, badRunf("--partitions applies to --group only")
 	case o.partitions > simba.MaxPartitions:
 		return nil, badRunf("--partitions must be at most %d, got %d", simba.MaxPartitions, o.partitions)
+	case o.member != "" && len(o.member) > simba.MaxNameLen:
+		return nil, badRunf("--member must be at most %d bytes, got %d", simba.MaxNameLen, len(o.member))
 	case o.grace <= 0:
 		return nil, badRunf("--grace must be positive, got %v", o.grace)
 	case o.ttl < simba.MinTTL:
 		return nil, badRunf("--ttl must be at least %v, got %v", simba.MinTTL, o.ttl)
 	case o.restartDelay < 0:
 		return nil, badRunf("--restart-delay must not be negative, got %v", o.restartDelay)
+	}
+	for _, name := range []string{o.election, o.group} {
+		if name == "" {
+			continue
+		}
+		if err := simba.CheckName(name); err != nil {
+			return nil, badRunf("%s", message(err.Error()))
+		}
+	}
+	if o.group != "" {
+		if err := simba.CheckName(partitionLease(o.group, o.partitions-1)); err != nil {
+			return nil, badRunf("--group %s: %s", o.group, message(err.Error()))
+		}
 	}
 	if o.jobsFile != "" {
 		for _, f := range []string{"every", "fixed-rate", "cron", "initial-delay", "misfire", "once", "restart", "restart-delay"} {

@@ -48,9 +48,9 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 		i := indexNewline(b)
 		if i < 0 {
 			p.buf = append(p.buf, b...)
-			if len(p.buf) >= maxLine {
-				p.emit(p.buf)
-				p.buf = p.buf[:0]
+			for len(p.buf) >= maxLine {
+				p.emit(p.buf[:maxLine])
+				p.buf = append(p.buf[:0], p.buf[maxLine:]...)
 			}
 			return n, nil
 		}
