@@ -17,6 +17,11 @@ const roleEnv = "SIMBA_PROC_TEST_ROLE"
 // leaked goroutines after them.
 func TestMain(m *testing.M) {
 	ShimMain()
+	if _, ok := os.LookupEnv("GORACE"); !ok {
+		// For the shims (this binary): with -race, no second's sleep at
+		// exit.
+		os.Setenv("GORACE", "atexit_sleep_ms=0")
+	}
 	if os.Getenv(roleEnv) == "parent" {
 		os.Exit(parentRole())
 	}

@@ -149,8 +149,8 @@ func (c *Child) Terminate() {
 
 // Stop ends the child: SIGTERM to its process group at once, [Child.Kill]
 // at killAt (at once if it has passed), and returns how it ended once it is
-// gone. On Linux it returns within about two seconds of killAt whatever the
-// child does (see [Child.Kill]).
+// gone. On Linux it returns within about three seconds of killAt whatever
+// the child does: Kill's two, and one for the output pipes.
 func (c *Child) Stop(killAt time.Time) Exit {
 	c.Terminate()
 	t := time.NewTimer(time.Until(killAt))

@@ -447,12 +447,18 @@ func TestShimCost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rss := ""
+	var rss []string
 	for _, l := range strings.Split(string(status), "\n") {
-		if strings.HasPrefix(l, "VmRSS:") {
-			rss = strings.Join(strings.Fields(l)[1:], " ")
+		if strings.HasPrefix(l, "VmRSS:") || strings.HasPrefix(l, "RssAnon:") || strings.HasPrefix(l, "RssFile:") {
+			rss = append(rss, strings.Join(strings.Fields(l), " "))
 		}
 	}
-	t.Logf("first output after Start: median %v through the shim, %v with os/exec alone (%d runs); shim RSS %s",
-		med(viaShim), med(direct), n, rss)
+	t.Logf("first output after Start: median %v through the shim, %v with os/exec alone (%d runs); shim %s (this test binary)",
+		med(viaShim), med(direct), n, strings.Join(rss, ", "))
+}
+
+func TestGuarantee(t *testing.T) {
+	if g := Guarantee(); !strings.Contains(g, "SIGKILL") || !strings.HasSuffix(g, ".") {
+		t.Fatalf("Guarantee() = %q, want one sentence about SIGKILL", g)
+	}
 }

@@ -22,8 +22,9 @@ import (
 // in main, and in TestMain of a test package that starts children through
 // this package: Start re-executes the running executable as the shim.
 //
-// The shim is in shim mode when its environment is exactly
-// SIMBA_PROC_SHIM=1 and its arguments begin with "simba-proc-shim
+// The process is a shim when its environment holds SIMBA_PROC_SHIM=1 (and
+// nothing of the command's: the command's environment is sent on a pipe)
+// and its arguments begin with "simba-proc-shim
 // -test.run=^$" (the second one makes a test binary that does not call
 // ShimMain run no test instead of all of them again).
 func ShimMain() {
@@ -99,14 +100,16 @@ func shim() int {
 
 	var (
 		status  unix.WaitStatus
+		exited  bool // the command has been reaped
 		killing bool
 		tick    <-chan time.Time
+		giveUp  <-chan time.Time
 	)
 	startKilling := func() {
 		if !killing {
 			killing = true
-			t := time.NewTicker(10 * time.Millisecond)
-			tick = t.C
+			tick = time.NewTicker(10 * time.Millisecond).C
+			giveUp = time.After(giveUpBound)
 		}
 		killDescendants()
 	}
@@ -114,12 +117,23 @@ func shim() int {
 		select {
 		case r := <-reaped:
 			if r.pid == pid {
-				status = r.status
+				status, exited = r.status, true
 				startKilling()
 			} else if killing {
 				killDescendants()
 			}
 		case <-noChild:
+			return exitLike(status)
+		case <-giveUp:
+			// Only a process this one may not signal (another user's)
+			// lives this long after SIGKILL, or one in uninterruptible
+			// sleep, which dies when it wakes: the command's status must
+			// not wait for them.
+			left := killDescendants()
+			fmt.Fprintf(os.Stderr, "simba: proc shim: %d processes below the command still run %v after SIGKILL: %v\n", len(left), giveUpBound, left)
+			if !exited {
+				status = unix.WaitStatus(unix.SIGKILL) // a status: killed by SIGKILL
+			}
 			return exitLike(status)
 		case <-kill:
 			startKilling()
@@ -132,6 +146,10 @@ func shim() int {
 		}
 	}
 }
+
+// giveUpBound is how long the shim goes on killing before it exits all the
+// same, leaving what it could not kill.
+const giveUpBound = 5 * time.Second
 
 type reap struct {
 	pid    int
@@ -176,10 +194,11 @@ func exitLike(ws unix.WaitStatus) int {
 }
 
 // killDescendants sends SIGKILL to every process below the shim and every
-// other member of its process group: one pass over /proc. Descendants that
+// other member of its process group, and returns their pids: one pass over
+// /proc. Descendants that
 // fork meanwhile leave children that the next pass finds (the shim is their
 // subreaper).
-func killDescendants() {
+func killDescendants() (left []int) {
 	self, group := os.Getpid(), unix.Getpgrp()
 	procs := scanProcs()
 	below := map[int]bool{self: true}
@@ -202,8 +221,10 @@ func killDescendants() {
 		}
 		if p.pgrp == group || isBelow(pid, 0) {
 			killProc(pid, p.start)
+			left = append(left, pid)
 		}
 	}
+	return left
 }
 
 type procStat struct {

@@ -14,15 +14,15 @@ import (
 )
 
 // guarantee is what this platform promises; see [Guarantee].
-const guarantee = "No process the command starts outlives it: when the command exits, " +
-	"its term ends, or simba run dies (even by SIGKILL), every remaining descendant is " +
-	"killed with SIGKILL, including those that left its process group (setsid, double fork); " +
-	"only a process that is not a descendant, or a descendant left behind when the per-command shim " +
-	"itself is killed with SIGKILL by someone else, can escape."
+const guarantee = "When the command exits, is stopped at the end of its term, or simba run " +
+	"dies (even by SIGKILL), every process the command started, directly or not, is killed " +
+	"with SIGKILL, including those that left its process group (setsid, double fork); only a " +
+	"process simba run's user may not signal, or one below a shim that another process " +
+	"killed with SIGKILL, can survive."
 
 // The shim's protocol: the shim is this executable, started with
-// shimArg0 and guardArg as its first two arguments and shimEnv=1 as its
-// only environment variable, with fd 3 reading the spec and fd 4 writing
+// shimArg0 and guardArg as its first two arguments and shimEnv=1 in its
+// environment (see shimEnviron), with fd 3 reading the spec and fd 4 writing
 // the result.
 const (
 	shimEnv  = "SIMBA_PROC_SHIM"
@@ -58,6 +58,21 @@ type shimResult struct {
 	Err   string `json:",omitempty"` // the same, in words
 }
 
+// shimPath is the shim's executable: this one, even if its file was
+// replaced since it started.
+var shimPath = "/proc/self/exe"
+
+// shimEnviron is the shim's whole environment: the marker, and the race
+// detector's options if this process has any (a race-enabled binary
+// otherwise sleeps a second at exit).
+func shimEnviron() []string {
+	env := []string{shimEnv + "=1"}
+	if v, ok := os.LookupEnv("GORACE"); ok {
+		env = append(env, "GORACE="+v)
+	}
+	return env
+}
+
 type childSys struct {
 	spec   *os.File // the write end of the shim's fd 3, open while it runs
 	forker *forker
@@ -89,9 +104,9 @@ func Start(s Spec) (*Child, error) {
 	}
 	defer resR.Close()
 	cmd := &exec.Cmd{
-		Path:   "/proc/self/exe", // this executable, even if its file was replaced since
+		Path:   shimPath,
 		Args:   append([]string{shimArg0, guardArg, "--"}, s.Argv...),
-		Env:    []string{shimEnv + "=1"},
+		Env:    shimEnviron(),
 		Dir:    s.Dir,
 		Stdout: s.Stdout, Stderr: s.Stderr,
 		ExtraFiles: []*os.File{specR, resW},

@@ -9,9 +9,10 @@ import (
 )
 
 // guarantee is what this platform promises; see [Guarantee].
-const guarantee = "The command runs in a process group of its own, which is signalled as a whole " +
-	"(SIGTERM, then SIGKILL); a process that leaves that group (setsid, setpgid) survives it, " +
-	"and if simba run itself is killed with SIGKILL its command keeps running."
+const guarantee = "The command runs in a process group of its own, which is signalled as a " +
+	"whole (SIGTERM at the end of its term, SIGKILL at its kill time and once the command has " +
+	"exited); a process that leaves that group (setsid, setpgid) survives it, and if simba run " +
+	"itself is killed with SIGKILL the command and its group keep running."
 
 // ShimMain does nothing on this platform: there is no shim. It is safe to
 // call first in main everywhere.
