@@ -485,7 +485,7 @@ func (j *job) command() []string {
 	switch t.kind {
 	case listNode:
 	case scalarNode:
-		j.fail(t, commandKey, fmt.Errorf("%w: want a list of strings, such as %s, not the single value %s (a command is not split at spaces)", ErrSyntax, commandExample, quote(t.value)))
+		j.fail(k, commandKey, fmt.Errorf("%w: want a list of strings, such as %s, not the single value %s (a command is not split at spaces)", ErrSyntax, commandExample, quote(t.value)))
 		return nil
 	default:
 		j.fail(k, commandKey, fmt.Errorf("%w: want a list of strings, such as %s, not %v", ErrSyntax, commandExample, t.kind))

@@ -25,11 +25,11 @@ import (
 //     If ctx ends first, it returns nil, having started nothing.
 //  4. It starts every job: each scheduled job as an election on its
 //     schedule, each partitioned job as a partition group; a job with a
-//     Command runs the function of [WithCommandRunner] where a handler
-//     would run. If one fails to
-//     start (for example with [simba.ErrAlreadyStarted], because the
-//     election was started on the client by other code), it stops those
-//     already started, waits for their hand-offs and returns the error.
+//     Command calls the function of [WithCommandRunner] where a handler
+//     would run. If one fails to start (for example with
+//     [simba.ErrAlreadyStarted], because the election was started on the
+//     client by other code), it stops those already started, waits for
+//     their hand-offs and returns the error.
 //  5. When ctx ends it stops every job and waits until each has handed off
 //     (its runs exited, its leases released), then returns nil. The caller
 //     closes the client after Run returns: jobs first, then the session.
@@ -157,9 +157,11 @@ func start(client *simba.Client, hs handlers, cfg Config, o options) ([]started,
 type commandRunner = func(ctx context.Context, term *simba.Term, r CommandRun) error
 
 // scheduledCommand is the run of a scheduled job with a command: the
-// runner, called with a copy of the command line, so that what one call
-// does to it leaves the next unchanged.
+// runner, called with a copy of the command line, so that neither what a
+// call does to it nor what the caller of Run does to the Config changes the
+// next call's.
 func scheduledCommand(run commandRunner, job string, cmd []string) func(context.Context, *simba.Term) error {
+	cmd = slices.Clone(cmd)
 	return func(ctx context.Context, term *simba.Term) error {
 		return run(ctx, term, CommandRun{Job: job, Command: slices.Clone(cmd)})
 	}
@@ -167,6 +169,7 @@ func scheduledCommand(run commandRunner, job string, cmd []string) func(context.
 
 // partitionedCommand is scheduledCommand for a partitioned job.
 func partitionedCommand(run commandRunner, group string, cmd []string) func(context.Context, *simba.Term, Partition) error {
+	cmd = slices.Clone(cmd)
 	return func(ctx context.Context, term *simba.Term, p Partition) error {
 		return run(ctx, term, CommandRun{Job: group, Command: slices.Clone(cmd), Partitioned: true, Partition: p})
 	}
