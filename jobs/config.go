@@ -265,6 +265,7 @@ func checkConfig(p *problems, cfg Config) {
 			}
 		}
 		c.timing(j.timing())
+		c.command(j.Command, j.Handler)
 	}
 	for i, j := range cfg.Partitioned {
 		c := jobChecker{p: p, o: cfg.origin, kind: kindPartitioned, i: i, name: j.Group}
@@ -288,6 +289,106 @@ func checkConfig(p *problems, cfg Config) {
 			if j.Partitions > 0 && (k < 0 || k >= j.Partitions) {
 				c.add("shardingItemParameters", fmt.Errorf("%w: partition %d out of range [0, %d)", ErrInvalidValue, k, j.Partitions))
 			}
+		}
+		c.command(j.Command, j.Handler)
+	}
+}
+
+// commandKey is the key of a job's command line.
+const commandKey = "command"
+
+// commandExample is the command line the errors about one show.
+const commandExample = "[pg_dump, --file, /backups/db.sql]"
+
+// command adds the problems of a job's command line, if it has one: a
+// handler named too, a blank program, a NUL byte (which no argument of a
+// process can hold).
+func (c jobChecker) command(cmd []string, handler string) {
+	if len(cmd) == 0 {
+		return
+	}
+	if handler != "" {
+		c.add(commandKey, fmt.Errorf("%w: both command and handler (%s) are set; a job runs a command or a registered handler, not both", ErrInvalidValue, quote(handler)))
+	}
+	if strings.TrimSpace(cmd[0]) == "" {
+		c.add(commandKey, fmt.Errorf("%w: the program (element 1) is %s; want the program and its arguments, such as %s", ErrInvalidValue, blankOrEmpty(cmd[0]), commandExample))
+	}
+	for n, arg := range cmd {
+		if strings.IndexByte(arg, 0) >= 0 {
+			c.add(commandKey, fmt.Errorf("%w: element %d holds a NUL byte, which no argument of a process can hold", ErrInvalidValue, n+1))
+			break
+		}
+	}
+}
+
+// blankOrEmpty says whether s, which holds nothing but white space, is
+// empty or blank.
+func blankOrEmpty(s string) string {
+	if s == "" {
+		return "empty"
+	}
+	return "blank"
+}
+
+// isCommandJob reports whether job i of kind, with command cmd, runs a
+// command: it has one, or it had one in its file that the loader refused.
+func isCommandJob(o *origin, kind string, i int, cmd []string) bool {
+	return len(cmd) > 0 || o.wasReported(kind, i, commandKey)
+}
+
+// CommandJobs returns the configuration with only the jobs of c that have a
+// Command, in their order, and c's switch (Disabled): what `simba run --jobs
+// FILE` runs. The positions of a loaded configuration are kept, so that
+// [Validate] and [Run] still name the lines of the file. The jobs are
+// copies, but their Command slices and Params maps are c's.
+func (c Config) CommandJobs() Config { return c.only(true) }
+
+// HandlerJobs returns the configuration with only the jobs of c that have
+// no Command, those that run a registered handler, as [Config.CommandJobs]
+// does for the others. A caller that runs the command jobs of a file names
+// the jobs it leaves to Go code from the result's Scheduled[i].Name and
+// Partitioned[i].Group.
+func (c Config) HandlerJobs() Config { return c.only(false) }
+
+// only returns c with only its command jobs, or only the others.
+func (c Config) only(commands bool) Config {
+	out := Config{Disabled: c.Disabled}
+	if c.origin != nil {
+		out.origin = &origin{lines: map[fieldRef]position{}, reported: map[fieldRef]bool{}, names: map[fieldRef]string{}}
+	}
+	for i, j := range c.Scheduled {
+		if (len(j.Command) > 0) == commands {
+			c.origin.copyJob(out.origin, kindScheduled, i, len(out.Scheduled))
+			out.Scheduled = append(out.Scheduled, j)
+		}
+	}
+	for i, j := range c.Partitioned {
+		if (len(j.Command) > 0) == commands {
+			c.origin.copyJob(out.origin, kindPartitioned, i, len(out.Partitioned))
+			out.Partitioned = append(out.Partitioned, j)
+		}
+	}
+	return out
+}
+
+// copyJob copies what o knows of job i of kind into to, as job n.
+func (o *origin) copyJob(to *origin, kind string, i, n int) {
+	if o == nil {
+		return
+	}
+	for ref, p := range o.lines {
+		if ref.kind == kind && ref.i == i {
+			to.lines[fieldRef{kind, n, ref.key}] = p
+		}
+	}
+	for ref, r := range o.reported {
+		if ref.kind == kind && ref.i == i {
+			to.reported[fieldRef{kind, n, ref.key}] = r
+		}
+	}
+	for ref, name := range o.names {
+		if ref.kind == kind && ref.i == i {
+			to.names[fieldRef{kind, n, ref.key}] = name
 		}
 	}
 }
@@ -358,21 +459,25 @@ func sortedKeys(m map[int]string) []int {
 // durations, cron expressions, misfire policies and partition counts; names
 // that break the lease-name rules; sharding-item parameters of partitions
 // that do not exist; a job whose handler is not registered (or is
-// registered for the other kind of job); and the problems of registration
-// (see [Registry]). A registered handler that no job uses is not a problem:
-// [Warnings] reports it. [Run] calls Validate before starting anything. A
-// nil reg is an empty Registry.
+// registered for the other kind of job); a job with both a Command and a
+// Handler, or whose Command has a blank program or a NUL byte (each
+// wrapping [ErrInvalidValue]); and the problems of registration (see
+// [Registry]). A job with a Command needs no handler. A registered handler
+// that no job uses is not a problem: [Warnings] reports it. [Run] calls
+// Validate before starting anything, and without [WithCommandRunner]
+// refuses the jobs with a Command too. A nil reg is an empty Registry.
 func Validate(reg *Registry, cfg Config) error {
 	if reg == nil {
 		reg = new(Registry)
 	}
-	return validate(reg.snapshot(), cfg)
+	return validate(reg.snapshot(), cfg, true)
 }
 
 // Warnings returns what is suspicious in cfg and reg together but does not
 // stop them from running, each a [*FieldError]: today, every registered
 // handler that no job uses (wrapping [ErrUnusedHandler]), in the order of
-// registration; usually a job left out of the configuration, or a misspelt
+// registration (a job with a Command uses none, not even the handler
+// registered with its name); usually a job left out of the configuration, or a misspelt
 // name. It returns nil when there is nothing to say. [Run] logs each at
 // Warn, and so do [Load] and [LoadFile] given [WithRegistry]. A nil reg is
 // an empty Registry.
@@ -384,25 +489,53 @@ func Warnings(reg *Registry, cfg Config) []error {
 }
 
 // validate is Validate on a snapshot of a registry.
-func validate(hs handlers, cfg Config) error {
+// Given runsCommands false, it refuses command jobs too, as [Run] does
+// without [WithCommandRunner].
+func validate(hs handlers, cfg Config, runsCommands bool) error {
 	var p problems
 	checkConfig(&p, cfg)
 	checkHandlers(&p, hs, cfg)
+	if !runsCommands {
+		refuseCommands(&p, cfg)
+	}
 	return p.err()
 }
 
+// refuseCommands adds a problem for every command job: nothing runs them.
+func refuseCommands(p *problems, cfg Config) {
+	refuse := func(c jobChecker) {
+		c.add(commandKey, fmt.Errorf("%w: a job with a command is run by `simba run --jobs FILE`, or by a Go program that gives jobs.Run the option jobs.WithCommandRunner; this one gives none", ErrNoHandler))
+	}
+	for i, j := range cfg.Scheduled {
+		if len(j.Command) > 0 {
+			refuse(jobChecker{p: p, o: cfg.origin, kind: kindScheduled, i: i, name: j.Name})
+		}
+	}
+	for i, j := range cfg.Partitioned {
+		if len(j.Command) > 0 {
+			refuse(jobChecker{p: p, o: cfg.origin, kind: kindPartitioned, i: i, name: j.Group})
+		}
+	}
+}
+
 // checkHandlers adds the problems of registration and those of the jobs'
-// handlers.
+// handlers. A command job needs no handler.
 func checkHandlers(p *problems, hs handlers, cfg Config) {
 	p.errs = append(p.errs, hs.errs...)
 	for i, j := range cfg.Scheduled {
 		c := jobChecker{p: p, o: cfg.origin, kind: kindScheduled, i: i, name: j.Name}
+		if isCommandJob(cfg.origin, kindScheduled, i, j.Command) {
+			continue
+		}
 		if h, key := handlerName(j.Name, j.Handler); h != "" {
 			c.matchHandler(hs, h, key, "scheduled")
 		}
 	}
 	for i, j := range cfg.Partitioned {
 		c := jobChecker{p: p, o: cfg.origin, kind: kindPartitioned, i: i, name: j.Group}
+		if isCommandJob(cfg.origin, kindPartitioned, i, j.Command) {
+			continue
+		}
 		if h, key := handlerName(j.Group, j.Handler); h != "" {
 			c.matchHandler(hs, h, key, "partitioned")
 		}
@@ -427,22 +560,37 @@ func (c jobChecker) matchHandler(hs handlers, h, key, wantKind string) {
 	}
 }
 
-// warnings is Warnings on a snapshot of a registry.
+// warnings is Warnings on a snapshot of a registry. A command job uses no
+// handler, not even the one registered with its name.
 func warnings(hs handlers, cfg Config) []error {
 	used := map[string]bool{}
+	commandJob := map[string]string{} // a command job's name → its kind
 	for _, j := range cfg.Scheduled {
+		if len(j.Command) > 0 {
+			commandJob[j.Name] = kindScheduled
+			continue
+		}
 		h, _ := handlerName(j.Name, j.Handler)
 		used[h] = true
 	}
 	for _, j := range cfg.Partitioned {
+		if len(j.Command) > 0 {
+			commandJob[j.Group] = kindPartitioned
+			continue
+		}
 		h, _ := handlerName(j.Group, j.Handler)
 		used[h] = true
 	}
 	var p problems
 	for _, name := range hs.order {
-		if !used[name] {
-			p.add(position{}, "handler", name, "", fmt.Errorf("%w: no %s job has the name %s or names it as its handler", ErrUnusedHandler, hs.byName[name].kind(), quote(name)))
+		if used[name] {
+			continue
 		}
+		msg := fmt.Sprintf("no %s job has the name %s or names it as its handler", hs.byName[name].kind(), quote(name))
+		if kind, ok := commandJob[name]; ok {
+			msg += fmt.Sprintf(" (the %s %s runs its command instead)", kind, quote(name))
+		}
+		p.add(position{}, "handler", name, "", fmt.Errorf("%w: %s", ErrUnusedHandler, msg))
 	}
 	return p.errs
 }

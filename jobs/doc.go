@@ -35,7 +35,8 @@
 // Handlers run as the functions of [simba.Election.Schedule] and
 // [simba.Group.Schedule] do: once per planned run, while this node holds the
 // term, with ctx cancelled when the term ends. Pass term.Token() with every
-// write to a shared resource.
+// write to a shared resource. A job may run a command line instead of a
+// handler: see Command jobs below.
 //
 // # Configuration files
 //
@@ -79,7 +80,8 @@
 // (from 1 to [simba.MaxPartitions]), the same timing keys, applied per partition, and optional
 // shardingItemParameters: ElasticJob's "0=Beijing,1=Shanghai" string (see
 // [ParseShardingItemParameters]) or a map from partition numbers to labels.
-// The same file in JSON has the same keys. Keys are read as Spring Boot's
+// Either kind of job may have a command instead of a handler (see Command
+// jobs). The same file in JSON has the same keys. Keys are read as Spring Boot's
 // relaxed binding reads them: fixedDelay, fixed-delay, fixed_delay and
 // FIXED_DELAY are one key (errors name it in camel case). One key given in
 // two spellings in one map is an error naming both; an unknown key is an
@@ -89,6 +91,50 @@
 // leases do: no two jobs may have one name, and a scheduled job must not be
 // named like a partition "{group}.{p}" of a partitioned job. Names follow
 // the lease-name rules of package simba.
+//
+// # Command jobs
+//
+// A job may run a command line instead of a registered handler: the key
+// command, a list of strings (block or flow style), the program and its
+// arguments. Each element is expanded for placeholders, as every value is;
+// the command is not split at spaces and no shell reads it (write
+// [sh, -c, "..."] for one).
+//
+//	scheduled:
+//	  - name: nightly-backup
+//	    cron: "0 0 2 * * *"      # 2 a.m. every day
+//	    command:
+//	      - pg_dump
+//	      - --file
+//	      - ${BACKUP_DIR:/backups}/db.sql
+//	partitioned:
+//	  - group: export
+//	    partitions: 4
+//	    fixedRate: 10m
+//	    shardingItemParameters: 0=north,1=south,2=east,3=west
+//	    command: [./export.sh, --verbose]   # once per planned run of each partition held
+//
+// In code it is ScheduledJob.Command and PartitionedJob.Command. A command
+// job needs no handler; command and handler together are an error, and so
+// are a value that is not a list (a plain string included), an empty list,
+// an element that is not a single value, and an empty program. A handler
+// registered under a command job's name is unused ([Warnings]).
+//
+// `simba run --jobs FILE` runs the command jobs of a file: in each planned
+// run, while this node holds the term, it starts the command as a child
+// process, and ends it when the term ends. The child finds its term in its
+// environment: SIMBA_ELECTION, SIMBA_TOKEN, SIMBA_GROUP and SIMBA_PARTITION
+// (for partitioned jobs), SIMBA_DEADLINE, SIMBA_DEADLINE_FILE and
+// SIMBA_MEMBER; `simba help run` says what each holds and how the child is
+// signalled. [Config.CommandJobs] and [Config.HandlerJobs] split one file
+// in two, the jobs simba run can run and those it leaves to a Go program.
+//
+// A Go program that gives a configuration with command jobs to [Run]
+// refuses it before starting anything, with an error per command job
+// (wrapping [ErrNoHandler]), unless it gives [WithCommandRunner]: the
+// function that runs a command, called once per planned run, as a handler
+// would be, with the term and a [CommandRun]. Run cfg.HandlerJobs() to run
+// only the jobs with handlers.
 //
 // # Placeholders
 //

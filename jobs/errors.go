@@ -16,8 +16,9 @@ import (
 var (
 	// ErrSyntax reports a configuration file that cannot be read: malformed
 	// YAML or JSON, a value of the wrong shape (a list where a map is
-	// expected), an unknown or repeated key (also one key given in two
-	// spellings, such as fixedDelay and fixed-delay).
+	// expected, a single value where a command's list of strings is), an
+	// unknown or repeated key (also one key given in two spellings, such as
+	// fixedDelay and fixed-delay).
 	ErrSyntax = errors.New("simba/jobs: syntax error")
 
 	// ErrPlaceholder reports a ${...} placeholder that cannot be resolved:
@@ -37,7 +38,10 @@ var (
 	// ErrInvalidValue reports any other bad value: a missing or malformed
 	// name, partitions ≤ 0 or above [simba.MaxPartitions], a malformed
 	// boolean, cron expression (the error wraps [simba.ErrInvalidSchedule]
-	// too), misfire policy or sharding-item parameter, a nil handler.
+	// too), misfire policy or sharding-item parameter, a nil handler; an
+	// empty command list, a command whose program (its first element) is
+	// blank or which holds a NUL byte, and a job with both a command and a
+	// handler.
 	ErrInvalidValue = errors.New("simba/jobs: invalid value")
 
 	// ErrDuplicateName reports two jobs, or two handlers, with one name.
@@ -47,7 +51,8 @@ var (
 	ErrDuplicateName = errors.New("simba/jobs: duplicate name")
 
 	// ErrNoHandler reports a job whose handler is not registered, or is
-	// registered for the other kind of job.
+	// registered for the other kind of job; and, from [Run] without
+	// [WithCommandRunner], a job with a command, which nothing would run.
 	ErrNoHandler = errors.New("simba/jobs: no such handler")
 
 	// ErrUnusedHandler marks a warning, not a problem: a registered handler

@@ -97,6 +97,62 @@ func ExampleRegistry_PartitionedWithParam() {
 	// billing.2 ""
 }
 
+// Jobs with a command instead of a handler, run by the function given to
+// WithCommandRunner: `simba run --jobs FILE` starts the command there as a
+// child process; this one only prints what it is given.
+func ExampleWithCommandRunner() {
+	b := memory.New()
+	defer b.Close()
+	client, err := simba.New(b)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer client.Close()
+
+	cfg, err := jobs.Load(strings.NewReader(`
+scheduled:
+  - name: vacuum
+    fixedDelay: 1h
+    command: [vacuumdb, --all]
+partitioned:
+  - group: export
+    partitions: 2
+    fixedRate: 1m
+    shardingItemParameters: 0=north,1=south
+    command: [export.sh]
+`), jobs.YAML)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var (
+		mu   sync.Mutex
+		runs []string
+	)
+	runner := func(ctx context.Context, term *simba.Term, r jobs.CommandRun) error {
+		mu.Lock()
+		defer mu.Unlock()
+		runs = append(runs, fmt.Sprintf("%s: %+v", term.Name(), r))
+		if len(runs) == 3 { // vacuum and both partitions of export
+			cancel()
+		}
+		return nil
+	}
+	err = jobs.Run(ctx, client, nil, cfg, jobs.WithCommandRunner(runner))
+	fmt.Println("Run returned:", err)
+	sort.Strings(runs)
+	for _, r := range runs {
+		fmt.Println(r)
+	}
+	// Output:
+	// Run returned: <nil>
+	// export.0: {Job:export Command:[export.sh] Partitioned:true Partition:{Index:0 Param:north}}
+	// export.1: {Job:export Command:[export.sh] Partitioned:true Partition:{Index:1 Param:south}}
+	// vacuum: {Job:vacuum Command:[vacuumdb --all] Partitioned:false Partition:{Index:0 Param:}}
+}
+
 // Every problem of a configuration is reported at once, with its line, job
 // and key, before anything starts.
 func ExampleLoad_errors() {

@@ -102,7 +102,9 @@ func FuzzPlaceholders(f *testing.F) {
 
 // FuzzConfig: any input, YAML or JSON, is loaded or refused with a
 // *ConfigError of *FieldErrors that each match a sentinel, never a panic;
-// a loaded configuration passes Validate with a handler for each job.
+// a loaded configuration passes Validate with a handler for each job that
+// has no command; a loaded command has a program and no handler beside it,
+// and Config.CommandJobs and Config.HandlerJobs split the jobs in two.
 func FuzzConfig(f *testing.F) {
 	for _, s := range []string{testConfig, docExample, "", "scheduled: [", "jobs: 1", "scheduling: {enabled: no}",
 		`{"scheduled": [{"name": "a", "fixedRate": "PT1S"}], "partitioned": [{"group": "g", "partitions": 2, "fixedDelay": 1}]}`,
@@ -112,6 +114,15 @@ func FuzzConfig(f *testing.F) {
 		"scheduled: [{name: a, fixed-delay: 1s, fixedDelay: 2s, misfire: true}]",
 		"scheduled: [{name: a, cron: \"61 * * * *\"}, {name: b, cron: \"@every 1s\", FIXED_RATE: 1s}]",
 		`{"partitioned": [{"group": "g", "partitions": 2, "fixed_rate": "1s", "sharding-item-parameters": "0=a", "misfire": "skip"}]}`,
+		commandConfig,
+		"scheduled: [{name: a, fixedDelay: 1s, command: [pg_dump, --file, \"${BACKUP_DIR:/backups}/db.sql\"]}]",
+		"scheduled:\n  - name: a\n    fixedDelay: 1s\n    command:\n      - sh\n      - -c\n      - echo ${b}\n",
+		"scheduled: [{name: a, fixedDelay: 1s, command: pg_dump}, {name: b, fixedDelay: 1s, command: []}]",
+		"scheduled: [{name: a, fixedDelay: 1s, command: [\"\", x]}, {name: b, fixedRate: 1s, COMMAND: [x, {k: v}, [y], ~]}]",
+		"scheduled: [{name: a, handler: h, cron: \"@hourly\", command: [x]}, {name: b, fixedDelay: 1s, command: {a: b}}]",
+		"partitioned: [{group: g, partitions: 2, fixedDelay: 1s, command: [\"${loop}\", \"${missing: }\"]}]",
+		"partitioned: [{group: g, partitions: 2, fixedDelay: 1s, command: [\"${missing: }\", \"${a}\"]}]",
+		`{"scheduled": [{"name": "a", "fixedDelay": 1, "command": ["x", 1, true, null, "a\u0000b"]}], "partitioned": [{"group": "g", "partitions": 1, "fixedDelay": 1, "command": "x y"}]}`,
 	} {
 		f.Add([]byte(s), false)
 		f.Add([]byte(s), true)
@@ -143,19 +154,30 @@ func FuzzConfig(f *testing.F) {
 			}
 			return
 		}
+		checkCommand := func(name, handler string, cmd []string) {
+			if cmd != nil && (len(cmd) == 0 || strings.TrimSpace(cmd[0]) == "" || handler != "") {
+				t.Fatalf("Load: job %q has handler %q and command %q", name, handler, cmd)
+			}
+		}
 		reg := jobs.NewRegistry()
 		seen := map[string]bool{}
 		for _, j := range cfg.Scheduled {
-			if h := cmp.Or(j.Handler, j.Name); !seen[h] {
+			checkCommand(j.Name, j.Handler, j.Command)
+			if h := cmp.Or(j.Handler, j.Name); !seen[h] && j.Command == nil {
 				seen[h] = true
 				reg.Scheduled(h, noop)
 			}
 		}
 		for _, j := range cfg.Partitioned {
-			if h := cmp.Or(j.Handler, j.Group); !seen[h] {
+			checkCommand(j.Group, j.Handler, j.Command)
+			if h := cmp.Or(j.Handler, j.Group); !seen[h] && j.Command == nil {
 				seen[h] = true
 				reg.Partitioned(h, noopPart)
 			}
+		}
+		c, h := cfg.CommandJobs(), cfg.HandlerJobs()
+		if len(c.Scheduled)+len(h.Scheduled) != len(cfg.Scheduled) || len(c.Partitioned)+len(h.Partitioned) != len(cfg.Partitioned) {
+			t.Fatalf("CommandJobs %+v and HandlerJobs %+v do not split %+v", c, h, cfg)
 		}
 		if err := jobs.Validate(reg, cfg); err != nil {
 			var ce *jobs.ConfigError

@@ -114,8 +114,8 @@ func load(data []byte, format Format, source string, o options) (Config, error) 
 var (
 	topKeys         = []string{"scheduling", "properties", "scheduled", "partitioned"}
 	schedulingKeys  = []string{"enabled"}
-	scheduledKeys   = []string{"name", "handler", "fixedDelay", "fixedRate", "cron", "initialDelay", "misfire"}
-	partitionedKeys = []string{"group", "handler", "partitions", "fixedDelay", "fixedRate", "cron", "initialDelay", "misfire", "shardingItemParameters"}
+	scheduledKeys   = []string{"name", "handler", "fixedDelay", "fixedRate", "cron", "initialDelay", "misfire", "command"}
+	partitionedKeys = []string{"group", "handler", "partitions", "fixedDelay", "fixedRate", "cron", "initialDelay", "misfire", "shardingItemParameters", "command"}
 )
 
 // loader turns a tree into a Config, collecting problems.
@@ -439,6 +439,7 @@ func (l *loader) scheduled(i int, t *tree) ScheduledJob {
 		Cron:         j.cron(),
 		InitialDelay: j.duration("initialDelay"),
 		Misfire:      j.misfire(),
+		Command:      j.command(),
 	}
 }
 
@@ -465,7 +466,78 @@ func (l *loader) partitioned(i int, t *tree) PartitionedJob {
 		pj.Partitions = n
 	}
 	pj.Params = j.params()
+	pj.Command = j.command()
 	return pj
+}
+
+// command reads the key command: a list of strings (block or flow), the
+// program and its arguments, each expanded. It returns nil when the key is
+// absent or its value is refused; checkConfig checks the rest.
+func (j *job) command() []string {
+	t := j.t.get(commandKey)
+	if t == nil {
+		return nil
+	}
+	// Problems of the whole list are on the key's line: a block list starts
+	// on the next.
+	k := j.t.getKey(commandKey)
+	j.l.origin.lines[fieldRef{j.kind, j.i, commandKey}] = j.l.pos(k.line)
+	switch t.kind {
+	case listNode:
+	case scalarNode:
+		j.fail(k, commandKey, fmt.Errorf("%w: want a list of strings, such as %s, not the single value %s (a command is not split at spaces)", ErrSyntax, commandExample, quote(t.value)))
+		return nil
+	default:
+		j.fail(k, commandKey, fmt.Errorf("%w: want a list of strings, such as %s, not %v", ErrSyntax, commandExample, t.kind))
+		return nil
+	}
+	if len(t.items) == 0 {
+		j.fail(k, commandKey, fmt.Errorf("%w: an empty list; want the program and its arguments, such as %s", ErrInvalidValue, commandExample))
+		return nil
+	}
+	cmd := make([]string, 0, len(t.items))
+	ok := true
+	for n, item := range t.items {
+		switch item.kind {
+		case scalarNode:
+		case nullNode:
+			j.fail(item, commandKey, fmt.Errorf("%w: element %d is null; quote it (\"null\", \"~\") or write \"\" for an empty argument", ErrSyntax, n+1))
+			ok = false
+			continue
+		default:
+			j.fail(item, commandKey, fmt.Errorf("%w: element %d: want a single value, not %v", ErrSyntax, n+1, item.kind))
+			ok = false
+			continue
+		}
+		v, err := j.l.x.expand(item.value)
+		if err != nil {
+			j.fail(item, commandKey, elementError(n, err))
+			ok = false
+			continue
+		}
+		cmd = append(cmd, v)
+	}
+	if !ok {
+		return nil
+	}
+	if strings.TrimSpace(cmd[0]) == "" {
+		j.fail(t.items[0], commandKey, fmt.Errorf("%w: the program (element 1) is %s; want the program and its arguments, such as %s", ErrInvalidValue, blankOrEmpty(cmd[0]), commandExample))
+		return nil
+	}
+	return cmd
+}
+
+// elementError is err, a placeholder's, about element n of a list:
+// "bad placeholder: element 2: ${X} is not set ...".
+func elementError(n int, err error) error {
+	msg := strings.TrimPrefix(err.Error(), prefix)
+	head := strings.TrimPrefix(ErrPlaceholder.Error(), prefix) + ": "
+	if rest, ok := strings.CutPrefix(msg, head); ok {
+		msg = head + fmt.Sprintf("element %d: ", n+1) + rest
+	} else {
+		msg = fmt.Sprintf("element %d: ", n+1) + msg
+	}
+	return &shownError{msg: prefix + msg, err: err}
 }
 
 // params reads shardingItemParameters: a string "0=Beijing,1=Shanghai" or a

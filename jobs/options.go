@@ -19,8 +19,8 @@ type options struct {
 	lookupEnv func(string) (string, bool)
 	taskOpts  []simba.TaskOption
 	groupOpts []simba.GroupOption
-	registry  *Registry // for Load and LoadFile; nil: no handler checks
-	commands  func(ctx context.Context, term *simba.Term, r CommandRun) error
+	registry  *Registry     // for Load and LoadFile; nil: no handler checks
+	commands  commandRunner // nil: command jobs are refused
 }
 
 // buildOptions applies opts over the defaults.
@@ -107,7 +107,8 @@ func WithRegistry(reg *Registry) Option {
 type CommandRun struct {
 	// Job is the scheduled job's name, or the partitioned job's group.
 	Job string
-	// Command is the job's command line.
+	// Command is the job's command line, placeholders resolved: the program
+	// and its arguments. It is a copy of the job's, made for this run.
 	Command []string
 	// Partitioned reports a partitioned job's run, and Partition is then
 	// the partition it runs for.
@@ -118,8 +119,15 @@ type CommandRun struct {
 // WithCommandRunner makes [Run] run the jobs that have a Command: run is
 // called once per planned run, as a registered handler would be, with the
 // run's term and the job's command line; it starts the command, ends it
-// when ctx ends, and returns its outcome. Without this option Run refuses a
-// configuration with such jobs. `simba run --jobs FILE` is such a runner.
+// when ctx ends, and returns its outcome. A scheduled job's runs are those
+// of [simba.Election.Schedule], a partitioned job's those of
+// [simba.Group.Schedule], one per partition this node holds, with
+// CommandRun.Partition set. As for a handler, an error or a panic is logged
+// and published as a failed run, and an error wrapping [simba.ErrYield]
+// gives the lease up; run should return as soon as ctx ends, and by the
+// term's deadline (term.Deadline()) at the latest. Without this option Run refuses a configuration with
+// such jobs, before starting anything. `simba run --jobs FILE` is such a
+// runner. A later WithCommandRunner replaces an earlier one.
 func WithCommandRunner(run func(ctx context.Context, term *simba.Term, r CommandRun) error) Option {
 	return func(o *options) error {
 		if run == nil {

@@ -3,6 +3,8 @@ package jobs
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -13,17 +15,21 @@ import (
 // as ctx lasts, in the seed's order:
 //
 //  1. It checks cfg and reg with [Validate] and returns every problem, before
-//     anything starts; it logs each of the [Warnings] at Warn.
+//     anything starts; it logs each of the [Warnings] at Warn. Without
+//     [WithCommandRunner], a job with a Command is a problem too (wrapping
+//     [ErrNoHandler]): nothing would run it.
 //  2. If scheduling is disabled ([EnabledEnv] when set, else
 //     Config.Disabled), it logs so, starts nothing and returns nil when ctx
 //     ends.
 //  3. It waits until the client's session is ready ([simba.Client.Ready]).
 //     If ctx ends first, it returns nil, having started nothing.
 //  4. It starts every job: each scheduled job as an election on its
-//     schedule, each partitioned job as a partition group. If one fails to
-//     start (for example with [simba.ErrAlreadyStarted], because the
-//     election was started on the client by other code), it stops those
-//     already started, waits for their hand-offs and returns the error.
+//     schedule, each partitioned job as a partition group; a job with a
+//     Command calls the function of [WithCommandRunner] where a handler
+//     would run. If one fails to start (for example with
+//     [simba.ErrAlreadyStarted], because the election was started on the
+//     client by other code), it stops those already started, waits for
+//     their hand-offs and returns the error.
 //  5. When ctx ends it stops every job and waits until each has handed off
 //     (its runs exited, its leases released), then returns nil. The caller
 //     closes the client after Run returns: jobs first, then the session.
@@ -44,7 +50,7 @@ func Run(ctx context.Context, client *simba.Client, reg *Registry, cfg Config, o
 		reg = new(Registry)
 	}
 	hs := reg.snapshot()
-	if err := validate(hs, cfg); err != nil {
+	if err := validate(hs, cfg, o.commands != nil); err != nil {
 		return err
 	}
 	log := o.logger
@@ -114,18 +120,25 @@ func start(client *simba.Client, hs handlers, cfg Config, o options) ([]started,
 		h, _ := handlerName(j.Name, j.Handler)
 		s := j.timing().schedule()
 		label := kindScheduled + " " + quote(j.Name)
-		t, err := client.Election(j.Name).Schedule(s, hs.byName[h].scheduled, o.taskOpts...)
+		fn, runs := hs.byName[h].scheduled, slog.String("handler", h)
+		if len(j.Command) > 0 {
+			fn, runs = scheduledCommand(o.commands, j.Name, j.Command), slog.Any("command", j.Command)
+		}
+		t, err := client.Election(j.Name).Schedule(s, fn, o.taskOpts...)
 		if err != nil {
 			return out, fmt.Errorf("%sstart %s: %w", prefix, label, err)
 		}
-		o.logger.Info("job started", "job", j.Name, "handler", h, "schedule", s.String())
+		o.logger.Info("job started", "job", j.Name, runs, "schedule", s.String())
 		out = append(out, started{label, t})
 	}
 	for _, j := range cfg.Partitioned {
 		h, _ := handlerName(j.Group, j.Handler)
 		s := j.timing().schedule()
 		label := kindPartitioned + " " + quote(j.Group)
-		fn := hs.byName[h].partitioned
+		fn, runs := hs.byName[h].partitioned, slog.String("handler", h)
+		if len(j.Command) > 0 {
+			fn, runs = partitionedCommand(o.commands, j.Group, j.Command), slog.Any("command", j.Command)
+		}
 		params := j.Params
 		t, err := client.Group(j.Group, j.Partitions, o.groupOpts...).Schedule(s,
 			func(ctx context.Context, term *simba.Term, p int) error {
@@ -134,10 +147,32 @@ func start(client *simba.Client, hs handlers, cfg Config, o options) ([]started,
 		if err != nil {
 			return out, fmt.Errorf("%sstart %s: %w", prefix, label, err)
 		}
-		o.logger.Info("job started", "group", j.Group, "partitions", j.Partitions, "handler", h, "schedule", s.String())
+		o.logger.Info("job started", "group", j.Group, "partitions", j.Partitions, runs, "schedule", s.String())
 		out = append(out, started{label, t})
 	}
 	return out, nil
+}
+
+// commandRunner is the function of WithCommandRunner.
+type commandRunner = func(ctx context.Context, term *simba.Term, r CommandRun) error
+
+// scheduledCommand is the run of a scheduled job with a command: the
+// runner, called with a copy of the command line, so that neither what a
+// call does to it nor what the caller of Run does to the Config changes the
+// next call's.
+func scheduledCommand(run commandRunner, job string, cmd []string) func(context.Context, *simba.Term) error {
+	cmd = slices.Clone(cmd)
+	return func(ctx context.Context, term *simba.Term) error {
+		return run(ctx, term, CommandRun{Job: job, Command: slices.Clone(cmd)})
+	}
+}
+
+// partitionedCommand is scheduledCommand for a partitioned job.
+func partitionedCommand(run commandRunner, group string, cmd []string) func(context.Context, *simba.Term, Partition) error {
+	cmd = slices.Clone(cmd)
+	return func(ctx context.Context, term *simba.Term, p Partition) error {
+		return run(ctx, term, CommandRun{Job: group, Command: slices.Clone(cmd), Partitioned: true, Partition: p})
+	}
 }
 
 // schedule is the simba.Schedule of a checked timing.

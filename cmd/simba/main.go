@@ -19,9 +19,12 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/simba-go/simba/internal/proc"
 )
 
 func main() {
+	proc.ShimMain() // simba run's shim, when this process is one
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

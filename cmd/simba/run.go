@@ -88,7 +88,7 @@ When the term ends (a hand-off, SIGTERM to simba run, a disable, drain or
 resign, or the term lost), the child's process group gets SIGTERM at once,
 and SIGKILL when --grace ends, or 200ms before the term's hand-off deadline
 if that is sooner: the lease passes on only once the child is gone, or at
-that deadline. ` + procGuarantee + `
+that deadline. ` + proc.Guarantee() + `
 
 A stopped (SIGSTOP) or frozen simba run cannot signal its child: the child
 keeps running, and once the TTL has passed another node's child runs with
@@ -166,12 +166,27 @@ func (o *runFlags) check(explicit func(string) bool) (*simba.Schedule, error) {
 		return nil, badRunf("--partitions applies to --group only")
 	case o.partitions > simba.MaxPartitions:
 		return nil, badRunf("--partitions must be at most %d, got %d", simba.MaxPartitions, o.partitions)
+	case o.member != "" && len(o.member) > simba.MaxNameLen:
+		return nil, badRunf("--member must be at most %d bytes, got %d", simba.MaxNameLen, len(o.member))
 	case o.grace <= 0:
 		return nil, badRunf("--grace must be positive, got %v", o.grace)
 	case o.ttl < simba.MinTTL:
 		return nil, badRunf("--ttl must be at least %v, got %v", simba.MinTTL, o.ttl)
 	case o.restartDelay < 0:
 		return nil, badRunf("--restart-delay must not be negative, got %v", o.restartDelay)
+	}
+	for _, name := range []string{o.election, o.group} {
+		if name == "" {
+			continue
+		}
+		if err := simba.CheckName(name); err != nil {
+			return nil, badRunf("%s", message(err.Error()))
+		}
+	}
+	if o.group != "" {
+		if err := simba.CheckName(partitionLease(o.group, o.partitions-1)); err != nil {
+			return nil, badRunf("--group %s: %s", o.group, message(err.Error()))
+		}
 	}
 	if o.jobsFile != "" {
 		for _, f := range []string{"every", "fixed-rate", "cron", "initial-delay", "misfire", "once", "restart", "restart-delay"} {
@@ -305,17 +320,26 @@ func runRun(ctx context.Context, inv *invocation, o runFlags) error {
 		return usagef(nil, "%s: %v", t, err)
 	}
 	inv.b = b // closed by the invocation, after the client
-	logger := slog.New(slog.NewTextHandler(inv.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	out := &lineSink{}
+	logger := slog.New(slog.NewTextHandler(out.shared(inv.stderr), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	client, err := simba.New(b, simba.WithTTL(o.ttl), simba.WithMemberID(o.member), simba.WithLogger(logger))
 	if err != nil {
 		return usagef(nil, "run: %v", err)
 	}
-	r := &runner{inv: inv, o: o, client: client, out: &lineSink{}}
+	r := &runner{inv: inv, o: o, client: client, out: out}
 	defer r.cleanup()
 	rctx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
-	r.finish = cancelRun
 
+	if o.once {
+		// Once the run is recorded in the history, simba run ends: the
+		// event comes after the record.
+		defer client.Subscribe(func(e simba.Event) {
+			if wc, ok := e.(simba.WorkCompleted); ok && wc.Election == o.election && r.onceOver() {
+				cancelRun()
+			}
+		})()
+	}
 	rctx2, cancel2 := context.WithTimeout(rctx, inv.g.timeout)
 	err = client.Ready(rctx2)
 	cancel2()
@@ -415,13 +439,11 @@ type runner struct {
 	o      runFlags
 	client *simba.Client
 	out    *lineSink
-	// finish ends simba run (--once, once its run is over).
-	finish context.CancelFunc
 
-	mu      sync.Mutex
-	dir     string // the deadline files' directory, made on first use
-	onceErr error  // --once: the outcome of its run
-	ran     bool   // --once: the run happened
+	mu       sync.Mutex
+	dir      string // the deadline files' directory, made on first use
+	onceErr  error  // --once: the outcome of its run
+	onceDone bool   // --once: the run is over
 }
 
 // say prints one line of simba run's own to stderr.
@@ -431,25 +453,18 @@ func (r *runner) say(format string, args ...any) {
 
 // perTerm is the task of a command run once per term, without a schedule.
 func (r *runner) perTerm(ctx context.Context, term *simba.Term, p int) error {
-	if r.o.once {
-		r.mu.Lock()
-		ran := r.ran
-		r.ran = true
-		r.mu.Unlock()
-		if ran {
-			return nil // a later term of a --once that has run
-		}
+	if r.o.once && r.onceOver() {
+		return nil // a later term of a --once whose run is over
 	}
 	err := r.runChild(ctx, term, r.o.argv, p, "")
 	if ctx.Err() != nil {
-		return err // the term ended: the next one runs it again
+		return err // the term ended first: the next one runs it again
 	}
 	if r.o.once {
 		r.mu.Lock()
-		r.onceErr = err
+		r.onceErr, r.onceDone = err, true
 		r.mu.Unlock()
-		r.finish()
-		return err
+		return err // recorded, then WorkCompleted ends simba run
 	}
 	restart := r.o.restart == restartAlways || r.o.restart == restartOnFailure && err != nil
 	if !restart {
@@ -480,12 +495,19 @@ func (e *yieldError) Error() string {
 func (e *yieldError) Unwrap() []error { return []error{simba.ErrYield, e.err} }
 func (e *yieldError) Failed() bool    { return e.err != nil }
 
+// onceOver reports whether the run of --once is over.
+func (r *runner) onceOver() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.onceDone
+}
+
 // onceResult is simba run --once's outcome: the command's exit status.
 func (r *runner) onceResult() error {
 	r.mu.Lock()
-	err, ran := r.onceErr, r.ran
+	err, done := r.onceErr, r.onceDone
 	r.mu.Unlock()
-	if !ran {
+	if !done {
 		return nil
 	}
 	var ee *proc.ExitError
@@ -540,7 +562,7 @@ func (r *runner) runChild(ctx context.Context, term *simba.Term, argv []string, 
 			env = append(env, envChildParam+"="+param)
 		}
 	}
-	spec := proc.Spec{Argv: argv, Env: env, Stdout: r.inv.stdout, Stderr: r.inv.stderr}
+	spec := proc.Spec{Argv: argv, Env: env, Stdout: r.out.shared(r.inv.stdout), Stderr: r.out.shared(r.inv.stderr)}
 	var flush func()
 	if r.o.prefixOutput {
 		label := fmt.Sprintf("[%s token %d] ", term.Name(), term.Token())

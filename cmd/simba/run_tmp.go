@@ -2,9 +2,7 @@ package main
 
 import "github.com/simba-go/simba/jobs"
 
-// TEMPORARY until internal/proc and jobs are merged.
-const procGuarantee = ""
-
+// TEMPORARY until jobs is merged.
 func commandJobs(cfg jobs.Config) jobs.Config {
 	var out jobs.Config
 	out.Disabled = cfg.Disabled

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
 	"sync"
 )
 
@@ -48,9 +49,9 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 		i := indexNewline(b)
 		if i < 0 {
 			p.buf = append(p.buf, b...)
-			if len(p.buf) >= maxLine {
-				p.emit(p.buf)
-				p.buf = p.buf[:0]
+			for len(p.buf) >= maxLine {
+				p.emit(p.buf[:maxLine])
+				p.buf = append(p.buf[:0], p.buf[maxLine:]...)
 			}
 			return n, nil
 		}
@@ -90,4 +91,26 @@ func indexNewline(b []byte) int {
 		}
 	}
 	return -1
+}
+
+// shared returns w for writers other than the sink's own lines to share:
+// an *os.File as it is, which a child inherits and writes to itself, and
+// anything else behind the sink's lock.
+func (o *lineSink) shared(w io.Writer) io.Writer {
+	if _, ok := w.(*os.File); ok {
+		return w
+	}
+	return &lockedWriter{o: o, w: w}
+}
+
+// lockedWriter writes to w under the sink's lock.
+type lockedWriter struct {
+	o *lineSink
+	w io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.o.mu.Lock()
+	defer l.o.mu.Unlock()
+	return l.w.Write(b)
 }

@@ -57,8 +57,10 @@ func (e *ExitError) ExitCode() int { return e.Code }
 
 // StartError is a command that could not be started.
 type StartError struct {
+	// Path is the command as given (Argv[0]).
 	Path string
-	Err  error
+	// Err is the reason, such as [exec.ErrNotFound] or a [syscall.Errno].
+	Err error
 }
 
 func (e *StartError) Error() string { return fmt.Sprintf("cannot run %s: %v", e.Path, e.Err) }
@@ -67,13 +69,20 @@ func (e *StartError) Unwrap() error { return e.Err }
 // Check reports whether argv names a command that can be started: one
 // clear error for bad input, before any lease is taken.
 func Check(argv []string) error {
+	_, err := lookPath(argv)
+	return err
+}
+
+// lookPath is the file argv[0] names, or why there is none.
+func lookPath(argv []string) (string, error) {
 	if len(argv) == 0 || argv[0] == "" {
-		return errors.New("no command given")
+		return "", errors.New("no command given")
 	}
-	if _, err := exec.LookPath(argv[0]); err != nil {
-		return &StartError{Path: argv[0], Err: cause(err)}
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		return "", &StartError{Path: argv[0], Err: cause(err)}
 	}
-	return nil
+	return path, nil
 }
 
 // cause is the reason of a LookPath error, without its repetition of the
@@ -86,80 +95,62 @@ func cause(err error) error {
 	return err
 }
 
-// Child is a started command.
+// Child is a started command. Its methods may be called from any goroutine.
 type Child struct {
 	cmd  *exec.Cmd
 	pgid int
 	done chan struct{}
+	sys  childSys // what the platform keeps
 
 	mu   sync.Mutex
 	exit Exit
 }
 
-// Start starts the command of s in a process group of its own.
-func Start(s Spec) (*Child, error) {
-	if err := Check(s.Argv); err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(s.Argv[0], s.Argv[1:]...)
-	cmd.Env = s.Env
-	if cmd.Env == nil {
-		cmd.Env = []string{}
-	}
-	cmd.Dir = s.Dir
-	cmd.Stdout, cmd.Stderr = s.Stdout, s.Stderr
-	cmd.SysProcAttr = sysProcAttr()
-	// A grandchild that keeps an output pipe open must not hold Wait up
-	// once the child is gone.
-	cmd.WaitDelay = time.Second
-	if err := cmd.Start(); err != nil {
-		return nil, &StartError{Path: s.Argv[0], Err: cause(err)}
-	}
-	c := &Child{cmd: cmd, pgid: cmd.Process.Pid, done: make(chan struct{})}
-	go c.wait()
-	return c, nil
-}
-
+// wait reaps the child (on Linux, the shim, whose status is the command's),
+// closes Done, and lets the platform clean up.
 func (c *Child) wait() {
-	err := c.cmd.Wait()
+	_ = c.cmd.Wait() // the status says it
 	e := Exit{Code: c.cmd.ProcessState.ExitCode()}
 	if ws, ok := c.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		e = Exit{Code: -1, Signal: ws.Signal()}
 	}
-	_ = err                      // the status says it
-	c.killGroup(syscall.SIGKILL) // whatever it left behind in its group
+	c.reaped()
 	c.mu.Lock()
 	c.exit = e
 	c.mu.Unlock()
 	close(c.done)
 }
 
-// Pid is the child's process ID, which is also its process group's.
+// Pid is the child's process ID, which is also its process group's. On
+// Linux it is the shim's (see the package doc); the command is the shim's
+// child in the same group.
 func (c *Child) Pid() int { return c.pgid }
 
 // Done is closed once the child has exited and been reaped.
 func (c *Child) Done() <-chan struct{} { return c.done }
 
-// Exit is how the child ended; valid once Done is closed.
+// Exit is how the child ended; valid once Done is closed. On Linux it is
+// the command's own status, passed on by the shim.
 func (c *Child) Exit() Exit {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.exit
 }
 
-// Terminate sends SIGTERM to the child's process group.
-func (c *Child) Terminate() { c.killGroup(syscall.SIGTERM) }
-
-// Kill sends SIGKILL to the child's process group.
-func (c *Child) Kill() { c.killGroup(syscall.SIGKILL) }
-
-func (c *Child) killGroup(sig syscall.Signal) {
-	_ = syscall.Kill(-c.pgid, sig) // ESRCH: the group is gone
+// Terminate sends SIGTERM to the child's process group. It returns at
+// once; the child may trap or ignore the signal.
+func (c *Child) Terminate() {
+	select {
+	case <-c.done: // its process group ID may be another's by now
+	default:
+		c.killGroup(syscall.SIGTERM)
+	}
 }
 
-// Stop ends the child: SIGTERM to its process group at once, SIGKILL at
-// killAt (at once if it has passed), and returns how it ended once it is
-// gone.
+// Stop ends the child: SIGTERM to its process group at once, [Child.Kill]
+// at killAt (at once if it has passed), and returns how it ended once it is
+// gone. On Linux it returns within about three seconds of killAt whatever
+// the child does: Kill's two, and one for the output pipes.
 func (c *Child) Stop(killAt time.Time) Exit {
 	c.Terminate()
 	t := time.NewTimer(time.Until(killAt))

@@ -8,11 +8,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func sysProcAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
-
 func signalName(s syscall.Signal) string {
 	if n := unix.SignalName(s); n != "" {
 		return n
 	}
 	return s.String()
+}
+
+func (c *Child) killGroup(sig syscall.Signal) {
+	_ = syscall.Kill(-c.pgid, sig) // ESRCH: the group is gone
 }

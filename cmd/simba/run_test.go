@@ -1,0 +1,213 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/simba-go/simba/backend/memory"
+)
+
+// The in-process tests of simba run: its bad input, and real children on
+// the memory backend. run_e2e_test.go runs the built command on the real
+// backends.
+
+func TestRunBadInput(t *testing.T) {
+	b := memory.New()
+	defer b.Close()
+	dir := t.TempDir()
+	notExec := filepath.Join(dir, "script.sh")
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	goJobs := filepath.Join(dir, "go-jobs.yaml")
+	if err := os.WriteFile(goJobs, []byte("scheduled:\n  - name: report\n    fixedDelay: 1m\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no mode", []string{"run", "--", "true"}, "give --election NAME, --group NAME --partitions N, or --jobs FILE"},
+		{"two modes", []string{"run", "--election", "a", "--group", "b", "--partitions", "2", "--", "true"}, "exclude each other"},
+		{"missing command", []string{"run", "--election", "a"}, "no command: give it after --"},
+		{"missing command after --", []string{"run", "--election", "a", "--"}, "no command"},
+		{"command not found", []string{"run", "--election", "a", "--", "no-such-command-anywhere"}, `cannot run no-such-command-anywhere: executable file not found in $PATH`},
+		{"no such file", []string{"run", "--election", "a", "--", filepath.Join(dir, "missing")}, "cannot run " + filepath.Join(dir, "missing")},
+		{"not executable", []string{"run", "--election", "a", "--", notExec}, "cannot run " + notExec},
+		{"a directory", []string{"run", "--election", "a", "--", dir}, "cannot run " + dir},
+		{"two schedules", []string{"run", "--election", "a", "--every", "1s", "--cron", "@hourly", "--", "true"}, "--every and --cron exclude each other"},
+		{"bad cron", []string{"run", "--election", "a", "--cron", "61 * * * *", "--", "true"}, `cron expression "61 * * * *"`},
+		{"zero delay", []string{"run", "--election", "a", "--every", "0s", "--", "true"}, "invalid schedule"},
+		{"bad misfire", []string{"run", "--election", "a", "--every", "1s", "--misfire", "later", "--", "true"}, "--misfire later: use skip or run-once"},
+		{"misfire without schedule", []string{"run", "--election", "a", "--misfire", "skip", "--", "true"}, "--misfire applies to a schedule"},
+		{"initial delay without schedule", []string{"run", "--election", "a", "--initial-delay", "1s", "--", "true"}, "--initial-delay applies to a schedule"},
+		{"once with a schedule", []string{"run", "--election", "a", "--once", "--every", "1s", "--", "true"}, "--once and --every exclude each other"},
+		{"once with a group", []string{"run", "--group", "g", "--partitions", "2", "--once", "--", "true"}, "--once applies to --election only"},
+		{"restart with a schedule", []string{"run", "--election", "a", "--every", "1s", "--restart", "always", "--", "true"}, "--restart applies without a schedule only"},
+		{"bad restart", []string{"run", "--election", "a", "--restart", "sometimes", "--", "true"}, "--restart sometimes: use never, on-failure or always"},
+		{"group without partitions", []string{"run", "--group", "g", "--", "true"}, "--group needs --partitions N"},
+		{"partitions without group", []string{"run", "--election", "a", "--partitions", "2", "--", "true"}, "--partitions applies to --group only"},
+		{"too many partitions", []string{"run", "--group", "g", "--partitions", "100000", "--", "true"}, "--partitions must be at most"},
+		{"bad grace", []string{"run", "--election", "a", "--grace", "0s", "--", "true"}, "--grace must be positive"},
+		{"bad ttl", []string{"run", "--election", "a", "--ttl", "1ms", "--", "true"}, "--ttl must be at least"},
+		{"bad name", []string{"run", "--election", "no/slash", "--", "true"}, "invalid"},
+		{"jobs with a command", []string{"run", "--jobs", goJobs, "--", "true"}, "--jobs takes no command"},
+		{"jobs with a schedule", []string{"run", "--jobs", goJobs, "--every", "1s"}, "--every does not apply to --jobs"},
+		{"jobs file missing", []string{"run", "--jobs", filepath.Join(dir, "none.yaml")}, "none.yaml"},
+		{"jobs file without command jobs", []string{"run", "--jobs", goJobs}, "has no job with a command"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, b)
+			r := h.run(tc.args...)
+			if r.code != exitUsage {
+				t.Errorf("exit %d, want %d\n%v", r.code, exitUsage, r)
+			}
+			if !strings.Contains(r.stderr, tc.want) {
+				t.Errorf("stderr lacks %q\n%v", tc.want, r)
+			}
+			if n := strings.Count(strings.TrimRight(r.stderr, "\n"), "\n"); n != 0 {
+				t.Errorf("stderr has %d lines, want one\n%v", n+1, r)
+			}
+			if len(h.opened) > 0 {
+				t.Errorf("the backend was opened (%v): bad input must be refused before any lease is taken", h.opened)
+			}
+		})
+	}
+}
+
+// TestRunOnceGivesTheChildItsTerm runs a child with --once on the memory
+// backend: its environment names the term, its deadline file is kept up to
+// date as renewals succeed, its output is prefixed, and simba run exits
+// with its status.
+func TestRunOnceGivesTheChildItsTerm(t *testing.T) {
+	b := memory.New()
+	defer b.Close()
+	h := newHarness(t, b)
+	script := `echo "election=$SIMBA_ELECTION token=$SIMBA_TOKEN member=$SIMBA_MEMBER deadline=$SIMBA_DEADLINE"
+first=$(cat "$SIMBA_DEADLINE_FILE"); sleep 1; second=$(cat "$SIMBA_DEADLINE_FILE")
+echo "file=$first later=$second"
+printf 'no newline at the end'
+exit 7`
+	start := time.Now()
+	r := h.run("run", "--election", "nightly", "--once", "--ttl", "600ms", "--member", "node-1", "--prefix-output", "--", "sh", "-c", script)
+	if r.code != 7 {
+		t.Fatalf("exit %d, want the child's 7\n%v", r.code, r)
+	}
+	m := regexp.MustCompile(`(?m)^\[nightly token (\d+)\] election=nightly token=(\d+) member=node-1 deadline=(\S+)$`).FindStringSubmatch(r.stdout)
+	if m == nil {
+		t.Fatalf("the child's environment line is missing or not prefixed\n%v", r)
+	}
+	if m[1] != m[2] {
+		t.Errorf("prefix token %s, SIMBA_TOKEN %s", m[1], m[2])
+	}
+	deadline, err := time.Parse(deadlineLayout, m[3])
+	if err != nil || !strings.HasSuffix(m[3], "Z") || !strings.Contains(m[3], ".") {
+		t.Fatalf("SIMBA_DEADLINE %q is not RFC 3339 in UTC with milliseconds: %v", m[3], err)
+	}
+	if deadline.Before(start) || deadline.After(time.Now().Add(600*time.Millisecond)) {
+		t.Errorf("SIMBA_DEADLINE %v is not within a TTL of the run (started %v)", deadline, start)
+	}
+	m = regexp.MustCompile(`(?m)^\[nightly token \d+\] file=(\S+) later=(\S+)$`).FindStringSubmatch(r.stdout)
+	if m == nil {
+		t.Fatalf("the deadline file line is missing\n%v", r)
+	}
+	first, err1 := time.Parse(deadlineLayout, m[1])
+	second, err2 := time.Parse(deadlineLayout, m[2])
+	if err1 != nil || err2 != nil {
+		t.Fatalf("the deadline file holds %q then %q: %v %v", m[1], m[2], err1, err2)
+	}
+	if !second.After(first) {
+		t.Errorf("the deadline file did not move with the renewals over a second (TTL 600ms): %v then %v", first, second)
+	}
+	if !strings.Contains(r.stdout, "[nightly token "+tokenOf(t, r.stdout)+"] no newline at the end\n") {
+		t.Errorf("an unfinished last line is not passed on with its prefix\n%v", r)
+	}
+	if !strings.Contains(r.stderr, "the command ended: exit status 7") {
+		t.Errorf("stderr does not say how the command ended\n%v", r)
+	}
+	hist := h.ok("history", "nightly")
+	if !regexp.MustCompile(`failed +normal +node-1`).MatchString(hist) || !strings.Contains(hist, "exit status 7") {
+		t.Errorf("the history does not show the failed run and its exit status:\n%s", hist)
+	}
+}
+
+func tokenOf(t *testing.T, out string) string {
+	t.Helper()
+	m := regexp.MustCompile(`token=(\d+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no token in %q", out)
+	}
+	return m[1]
+}
+
+// TestRunStopsTheChildOnSIGTERM interrupts simba run (what SIGTERM does)
+// while its child runs: the child gets SIGTERM, simba run hands off and
+// exits 0, and the history records the run as cancelled.
+func TestRunStopsTheChildOnSIGTERM(t *testing.T) {
+	b := memory.New()
+	defer b.Close()
+	h := newHarness(t, b)
+	marks := filepath.Join(t.TempDir(), "marks")
+	script := `trap 'echo terminated >> "` + marks + `"; exit 0' TERM
+echo "started $SIMBA_TOKEN" >> "` + marks + `"
+while :; do sleep 0.05; done`
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan result, 1)
+	go func() {
+		done <- h.runContext(ctx, "run", "--election", "ingest", "--ttl", "600ms", "--", "sh", "-c", script)
+	}()
+	eventually(t, 10*time.Second, "the child starts", func() bool {
+		data, _ := os.ReadFile(marks)
+		return bytes.HasPrefix(data, []byte("started "))
+	})
+	cancel()
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("simba run did not return within 20s of SIGTERM")
+	}
+	if r.code != 0 {
+		t.Fatalf("exit %d after SIGTERM, want 0 (hand-off)\n%v", r.code, r)
+	}
+	data, _ := os.ReadFile(marks)
+	if !strings.Contains(string(data), "terminated") {
+		t.Errorf("the child did not get SIGTERM: %q\n%v", data, r)
+	}
+	hist := h.ok("history", "ingest")
+	if !strings.Contains(hist, "succeeded") && !strings.Contains(hist, "cancelled") {
+		t.Errorf("the history does not record the run:\n%s", hist)
+	}
+	if held := h.ok("status", "ingest"); !strings.Contains(held, "vacant") && !strings.Contains(held, "not held") {
+		t.Logf("status after the hand-off:\n%s", held)
+	}
+}
+
+func TestPrefixWriter(t *testing.T) {
+	var out bytes.Buffer
+	sink := &lineSink{}
+	w := sink.prefixed(&out, "[x token 1] ")
+	for _, s := range []string{"a", "b\nc", "\n", "\n", "d"} {
+		w.Write([]byte(s))
+	}
+	long := strings.Repeat("z", maxLine+10)
+	w.Write([]byte("\n" + long))
+	w.Flush()
+	w.Flush() // nothing left: writes nothing
+	want := "[x token 1] ab\n[x token 1] c\n[x token 1] \n[x token 1] d\n[x token 1] " + strings.Repeat("z", maxLine) + "\n[x token 1] zzzzzzzzzz\n"
+	if got := out.String(); got != want {
+		t.Errorf("got %q\nwant %q", shorten(got), shorten(want))
+	}
+}
+
+func shorten(s string) string {
+	return regexp.MustCompile(`z{20,}`).ReplaceAllStringFunc(s, func(z string) string { return "z×" + strconv.Itoa(len(z)) })
+}
