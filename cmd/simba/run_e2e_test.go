@@ -155,8 +155,16 @@ func (rc *runCluster) setUp(t *testing.T) {
 			data, _ := os.ReadFile(rc.log)
 			t.Logf("the children's log:\n%s", data)
 		}
+		// The shims end what a SIGKILLed simba run started, a moment later.
+		var pids []int
+		for _, l := range rc.lines(t) {
+			if l.pid() > 1 {
+				pids = append(pids, l.pid())
+			}
+		}
+		waitGone(pids, time.Now().Add(2*time.Second))
 		if left := rc.killLeftovers(t); len(left) > 0 {
-			t.Logf("killed at the end: children left running %v", left)
+			t.Logf("killed at the end: children left running 2s after their simba run was killed %v", left)
 		}
 	})
 }
@@ -445,6 +453,71 @@ func (e runEntry) exitedWith(code int) bool {
 	return strings.Contains(e.Error, fmt.Sprintf("exit status %d", code))
 }
 
+// The OVERLAP probe of child.sh, without simba run: a second child of a
+// lease started while the first runs logs OVERLAP, and one started after
+// the first is gone, or for another lease, does not.
+func TestRunChildProbeSeesOverlap(t *testing.T) {
+	script, err := filepath.Abs(filepath.Join("testdata", "run", "child.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := &runCluster{script: script}
+	rc.setUp(t)
+	run := func(lease, token, mode string, wait bool) *exec.Cmd {
+		cmd := exec.Command("sh", append([]string{script, rc.log}, mode)...)
+		cmd.Env = append(cleanEnv(), envChildElection+"="+lease, envChildToken+"="+token, envChildMember+"=probe")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			cmd.Wait()
+		})
+		if wait {
+			cmd.Wait()
+		}
+		return cmd
+	}
+	overlaps := func() (n int) {
+		for _, l := range rc.lines(t) {
+			if l.is("OVERLAP") {
+				n++
+			}
+		}
+		return n
+	}
+	run("probe", "1", "exit", true)
+	first := run("probe", "2", "hold", false)
+	rc.grandchildOf(t, first.Process.Pid)
+	run("other", "3", "exit", true)
+	if n := overlaps(); n != 0 {
+		t.Fatalf("%d OVERLAP lines before two children of one lease ran at once", n)
+	}
+	run("probe", "4", "exit", true)
+	if n := overlaps(); n != 1 {
+		t.Fatalf("%d OVERLAP lines after a child started while another of its lease ran, want 1", n)
+	}
+	syscall.Kill(-first.Process.Pid, syscall.SIGKILL)
+	first.Wait()
+	// A zombie, not yet waited for, is gone too.
+	zombie := run("probe", "5", "hold", false)
+	rc.grandchildOf(t, zombie.Process.Pid)
+	syscall.Kill(-zombie.Process.Pid, syscall.SIGKILL)
+	eventually(t, 5*time.Second, "the killed child is a zombie", func() bool {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", zombie.Process.Pid))
+		return err == nil && strings.Contains(string(data), ") Z ")
+	})
+	run("probe", "6", "exit", true)
+	if n := overlaps(); n != 1 {
+		t.Fatalf("%d OVERLAP lines after a child started once the others were gone or zombies, want still 1", n)
+	}
+	// The cleanup would fail the test on the OVERLAP it was made to see.
+	if err := os.WriteFile(rc.log, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Scenarios 1 to 3 of issue 23 in one election: one child at a time
 // (the OVERLAP probe of every child), through a SIGKILL of the holding
 // simba run (its child and grandchild must go with it, and the other
@@ -516,7 +589,8 @@ func testRunFailOver(t *testing.T, rc *runCluster) {
 		t.Errorf("%v of the child %d and grandchild %d still run after their simba run exited", still, third.pid(), thirdGC)
 	}
 
-	// The history shows the runs of each term.
+	// The history shows the ended runs of each term, and the status the
+	// running one.
 	var runs []runEntry
 	byToken := func(token uint64) *runEntry {
 		for i := range runs {
@@ -526,24 +600,32 @@ func testRunFailOver(t *testing.T, rc *runCluster) {
 		}
 		return nil
 	}
-	eventually(t, 10*time.Second, "the history shows the four terms' runs", func() bool {
+	type wantRun struct {
+		line                  logLine
+		result, source, error string
+	}
+	want := []wantRun{
+		// a crashed mid-run: b's term records the run interrupted.
+		{first, "interrupted", "normal", "ended without a hand-off while it ran"},
+		{second, "cancelled", "fail-over", "killed by signal SIGKILL"},
+		{third, "cancelled", "normal", "killed by signal SIGTERM"},
+	}
+	missing := want
+	for deadline := time.Now().Add(10 * time.Second); len(missing) > 0 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		runs = rc.history(t, e)
-		return byToken(first.token()) != nil && byToken(second.token()) != nil && byToken(third.token()) != nil && byToken(fourth.token()) != nil
-	})
-	want := []struct {
-		line   logLine
-		result []string
-	}{
-		{first, []string{"interrupted"}}, // its member crashed mid-run
-		{second, []string{"cancelled", "failed"}},
-		{third, []string{"cancelled", "failed"}},
-		{fourth, []string{"running"}},
+		missing = slices.DeleteFunc(slices.Clone(want), func(w wantRun) bool { return byToken(w.line.token()) != nil })
+	}
+	if len(missing) > 0 {
+		t.Fatalf("after 10s the history has no run of the term of token %d:\n%s", missing[0].line.token(), rc.simba(t, "history", e, "--limit", "0"))
 	}
 	for _, w := range want {
 		r := byToken(w.line.token())
-		if r.Member != w.line.member() || !slices.Contains(w.result, r.Result) {
-			t.Errorf("the run of token %d: %+v, want member %s and result %v", w.line.token(), *r, w.line.member(), w.result)
+		if r.Member != w.line.member() || r.Result != w.result || r.Source != w.source || !strings.Contains(r.Error, w.error) {
+			t.Errorf("the run of token %d: %+v, want member %s, result %s, source %s and an error with %q", w.line.token(), *r, w.line.member(), w.result, w.source, w.error)
 		}
+	}
+	if v, ok := rc.status(t, e); !ok || v.LastRun == nil || v.LastRun.Token != fourth.token() || v.LastRun.Result != "running" || v.LastRun.Member != "d" {
+		t.Errorf("status %s: %+v, want d's run of token %d running", e, v, fourth.token())
 	}
 	t.Logf("%s: simba history %s:\n%s", rc.kind, e, rc.ok(t, "history", e, "--limit", "0"))
 }
