@@ -402,17 +402,14 @@ func loadCommandJobs(inv *invocation, path string) (jobs.Config, error) {
 	if err != nil {
 		return cfg, badRunf("%s", message(err.Error()))
 	}
-	cmds := commandJobs(cfg)
+	cmds := cfg.CommandJobs()
 	var skipped []string
-	for _, j := range cfg.Scheduled {
-		if len(j.Command) == 0 {
-			skipped = append(skipped, j.Name)
-		}
+	others := cfg.HandlerJobs()
+	for _, j := range others.Scheduled {
+		skipped = append(skipped, j.Name)
 	}
-	for _, j := range cfg.Partitioned {
-		if len(j.Command) == 0 {
-			skipped = append(skipped, j.Group)
-		}
+	for _, j := range others.Partitioned {
+		skipped = append(skipped, j.Group)
 	}
 	if len(cmds.Scheduled)+len(cmds.Partitioned) == 0 {
 		return cmds, badRunf("%s has no job with a command: (its jobs' handlers are Go code)", path)

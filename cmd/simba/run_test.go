@@ -211,3 +211,53 @@ func TestPrefixWriter(t *testing.T) {
 func shorten(s string) string {
 	return regexp.MustCompile(`z{20,}`).ReplaceAllStringFunc(s, func(z string) string { return "z×" + strconv.Itoa(len(z)) })
 }
+
+// TestRunJobsFile runs the command jobs of a jobs file, a scheduled one
+// and a partitioned one with sharding-item parameters, and leaves its Go
+// job alone.
+func TestRunJobsFile(t *testing.T) {
+	b := memory.New()
+	defer b.Close()
+	h := newHarness(t, b)
+	file := filepath.Join(t.TempDir(), "jobs.yaml")
+	if err := os.WriteFile(file, []byte(`scheduled:
+  - name: report
+    fixedDelay: 1m
+  - name: nightly
+    fixedRate: 100ms
+    command: [sh, -c, 'echo "nightly $SIMBA_ELECTION $SIMBA_TOKEN"']
+partitioned:
+  - group: exports
+    partitions: 2
+    fixedRate: 100ms
+    shardingItemParameters: 0=north,1=south
+    command: [sh, -c, 'echo "export $SIMBA_GROUP $SIMBA_PARTITION $SIMBA_PARTITION_PARAM $SIMBA_ELECTION"']
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan result, 1)
+	go func() { done <- h.runContext(ctx, "run", "--jobs", file, "--ttl", "600ms") }()
+	var r result
+	eventually(t, 20*time.Second, "every command job runs", func() bool {
+		hist := h.run("history", "exports", "-o", "json")
+		return strings.Count(hist.stdout, `"succeeded"`) >= 4 && strings.Contains(h.run("history", "nightly").stdout, "succeeded")
+	})
+	cancel()
+	select {
+	case r = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("simba run --jobs did not return within 20s of SIGTERM")
+	}
+	if r.code != 0 {
+		t.Fatalf("exit %d, want 0\n%v", r.code, r)
+	}
+	for _, want := range []string{"nightly nightly ", "export exports 0 north exports.0\n", "export exports 1 south exports.1\n"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("stdout lacks %q\n%v", want, r)
+		}
+	}
+	if !strings.Contains(r.stderr, "not running report of "+file+": their handlers are Go code") {
+		t.Errorf("stderr does not name the Go job it leaves alone\n%v", r)
+	}
+}
