@@ -261,3 +261,62 @@ partitioned:
 		t.Errorf("stderr does not name the Go job it leaves alone\n%v", r)
 	}
 }
+
+// FuzzPrefixWriter: whatever the child writes, in whatever pieces, comes
+// out as whole lines, each after the prefix, holding what was written, in
+// order, with no line longer than maxLine.
+func FuzzPrefixWriter(f *testing.F) {
+	f.Add([]byte("a\nb"), 1)
+	f.Add([]byte("\n\n\n"), 2)
+	f.Add([]byte("no newline"), 3)
+	f.Add(bytes.Repeat([]byte("x"), maxLine+3), 1000)
+	f.Fuzz(func(t *testing.T, data []byte, chunk int) {
+		if chunk <= 0 {
+			chunk = 1
+		}
+		var out bytes.Buffer
+		w := (&lineSink{}).prefixed(&out, "> ")
+		for rest := data; len(rest) > 0; {
+			n := min(chunk, len(rest))
+			if m, err := w.Write(rest[:n]); m != n || err != nil {
+				t.Fatalf("Write = %d, %v; want %d, nil", m, err, n)
+			}
+			rest = rest[n:]
+		}
+		w.Flush()
+		var got []byte
+		for _, line := range bytes.SplitAfter(out.Bytes(), []byte("\n")) {
+			if len(line) == 0 {
+				continue
+			}
+			if !bytes.HasPrefix(line, []byte("> ")) || line[len(line)-1] != '\n' {
+				t.Fatalf("line %q lacks the prefix or its newline", line)
+			}
+			body := line[2 : len(line)-1]
+			if len(body) > maxLine {
+				t.Fatalf("a line of %d bytes, more than %d", len(body), maxLine)
+			}
+			got = append(append(got, body...), '\n')
+		}
+		// What was written, with a newline after an unfinished last line and
+		// after every maxLine bytes of one line.
+		var want []byte
+		for i, line := range bytes.Split(data, []byte("\n")) {
+			last := i == bytes.Count(data, []byte("\n"))
+			if last && len(line) == 0 {
+				break
+			}
+			for len(line) > maxLine {
+				want = append(append(want, line[:maxLine]...), '\n')
+				line = line[maxLine:]
+			}
+			if last && len(line) == 0 {
+				break
+			}
+			want = append(append(want, line...), '\n')
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("lines %q, want %q", shorten(string(got)), shorten(string(want)))
+		}
+	})
+}
