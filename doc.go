@@ -52,6 +52,10 @@
 // order: first the task, then the lease, so the next leader starts only after
 // the previous run exited or its term's time ran out.
 //
+// A task function that runs a command reports how it ended with [Exited]:
+// the run history (the simba command, the console) then shows the exit
+// status with the run's result, and Exited(0) counts as success.
+//
 // # Shutting down
 //
 // [Client.Shutdown] stops every task, waits for the task functions to return

@@ -359,14 +359,18 @@ func (t *LeaderTask) giveUpRelease(g *generation, lease backend.Lease, until int
 	}
 }
 
-// invoke runs fn once for term, turning a panic into a [*PanicError], and
-// logs and publishes the outcome.
+// invoke runs fn once for term, turning a panic into a [*PanicError] and
+// [Exited](0) into nil, and logs, records and publishes the outcome.
 func (c *Client) invoke(ctx context.Context, term *Term, fn func(context.Context, *Term) error, source string) (err error) {
 	start := time.Now()
 	run := term.status.started(start, source)
 	defer func() {
 		if v := recover(); v != nil {
 			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+		exit := exitCodeOf(err)
+		if err == exitedZero {
+			err = nil // a command's success: a run that returned nil, its exit status recorded
 		}
 		result := Succeeded
 		yield := errors.Is(err, ErrYield)
@@ -387,7 +391,7 @@ func (c *Client) invoke(ctx context.Context, term *Term, fn func(context.Context
 			c.log.Debug("run completed", "election", term.ref.Election, "token", term.ref.Token, "result", result, "err", err, "duration", d)
 		}
 		c.metrics.ran(term.ref, result, d)
-		term.status.ended(run, start.Add(d), result, err)
+		term.status.ended(run, start.Add(d), result, err, exit)
 		c.events.publish(WorkCompleted{TermRef: term.ref, Result: result, Err: err, Start: start, Duration: d})
 	}()
 	return fn(ctx, term)

@@ -30,7 +30,7 @@ type Result int
 
 // Results of a run.
 const (
-	// Succeeded: the function returned nil.
+	// Succeeded: the function returned nil (or [Exited](0)).
 	Succeeded Result = iota + 1
 	// Failed: the function returned an error or panicked while its term was
 	// valid. An error wrapping [ErrYield] counts as Failed (logged at Warn,
@@ -125,7 +125,7 @@ type HandedOff struct {
 type WorkCompleted struct {
 	TermRef
 	Result   Result        // how the run ended
-	Err      error         // what the function returned, or a *PanicError
+	Err      error         // what the function returned (nil for [Exited](0)), or a *PanicError
 	Start    time.Time     // when the run started
 	Duration time.Duration // how long it ran
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
 	"slices"
 	"time"
 
 	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/admin"
 	"github.com/simba-go/simba/backend/memory"
 )
 
@@ -309,4 +311,44 @@ func ExampleGroup_RunWhileLeader() {
 	// Output:
 	// [orders.0 orders.1]
 	// partitions after Stop: 0
+}
+
+// A task that runs a command returns how it ended: the error of os/exec
+// for a failure (its exit status is recorded), Exited(0) for a success, so
+// that the run history records exit 0 too.
+func ExampleExited() {
+	b := memory.New()
+	defer b.Close()
+	client, _ := simba.New(b)
+	defer client.Close()
+
+	ran := make(chan struct{})
+	task, err := client.Election("backup").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
+		defer close(ran)
+		if err := exec.CommandContext(ctx, "sh", "-c", "exit 0").Run(); err != nil {
+			return err // an *exec.ExitError, with its exit status
+		}
+		return simba.Exited(0)
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	<-ran
+	<-task.Stop() // the hand-off writes the last records
+
+	adm, err := admin.Open(context.Background(), b.Node("admin"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer adm.Close()
+	runs, err := adm.History(context.Background(), "backup")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(runs[0].Result, "with exit status", *runs[0].ExitCode)
+	// Output:
+	// succeeded with exit status 0
 }

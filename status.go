@@ -374,8 +374,9 @@ func (w *statusWriter) started(start time.Time, source string) *runHandle {
 }
 
 // ended records the end of a run in the history (in place of the run
-// HistoryLen before it) and the status.
-func (w *statusWriter) ended(h *runHandle, end time.Time, result Result, err error) {
+// HistoryLen before it) and the status; exit is the exit status the run
+// reported (see [Exited]), or nil.
+func (w *statusWriter) ended(h *runHandle, end time.Time, result Result, err error, exit *int) {
 	if w == nil || h == nil {
 		return
 	}
@@ -384,7 +385,7 @@ func (w *statusWriter) ended(h *runHandle, end time.Time, result Result, err err
 			return
 		}
 		run := *w.st.LastRun
-		run.End, run.Result = end, result.String()
+		run.End, run.Result, run.ExitCode = end, result.String(), exit
 		if err != nil {
 			run.Error = err.Error()
 		}

@@ -403,3 +403,38 @@ func TestSnapshotOfHealthyRecords(t *testing.T) {
 		}
 	}
 }
+
+// TestHistoryExitCodes checks that the exit status of a run survives the
+// reads, 0 included, and that the runs written before the field existed
+// read without one.
+func TestHistoryExitCodes(t *testing.T) {
+	f := newFixture(t)
+	f.put("history/report/03", `{"seq":3,"result":"failed","error":"exit status 3","source":"normal","exitCode":3}`)
+	f.put("history/report/04", `{"seq":4,"result":"succeeded","source":"normal","exitCode":0}`)
+	f.put("status/report", `{"lease":"report","partition":-1,"historySeq":4,"succeeded":3,"failed":1,"lastRun":{"seq":4,"result":"succeeded","source":"normal","exitCode":0}}`)
+	a := f.open()
+	runs, err := a.History(t.Context(), "report")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 4 {
+		t.Fatalf("runs %+v, want 4", runs)
+	}
+	for i, want := range []int{-1, -1, 3, 0} { // -1: none recorded
+		switch got := runs[i].ExitCode; {
+		case want < 0 && got != nil:
+			t.Errorf("run %d: exit code %d, want none (an old record)", runs[i].Seq, *got)
+		case want >= 0 && got == nil:
+			t.Errorf("run %d: no exit code, want %d", runs[i].Seq, want)
+		case want >= 0 && *got != want:
+			t.Errorf("run %d: exit code %d, want %d", runs[i].Seq, *got, want)
+		}
+	}
+	st, err := a.Status(t.Context(), "report")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.LastRun == nil || st.LastRun.ExitCode == nil || *st.LastRun.ExitCode != 0 {
+		t.Errorf("status's last run %+v: want exit code 0", st.LastRun)
+	}
+}

@@ -25,7 +25,8 @@
 //     hold; mismatches between members.
 //   - /jobs: scheduled elections and partitions: state, schedule, next
 //     planned start, last result, counts, and recent runs with their source
-//     (normal, misfire, trigger, fail-over); /jobs/{lease} the whole history.
+//     (normal, misfire, trigger, fail-over) and, for a run of a command,
+//     its exit status ("failed exit 3"); /jobs/{lease} the whole history.
 //   - /members: every member (of a group, holding an election, or drained),
 //     its sessions, what it holds, and its drain state.
 //   - /audit: the audit trail (admin.Admin.Audit), newest first: every

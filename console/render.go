@@ -39,6 +39,7 @@ var funcs = template.FuncMap{
 	"when":      when,
 	"clock":     clock,
 	"took":      took,
+	"exit":      exit,
 	"color":     color,
 	"nav":       func() []navItem { return nav },
 	"op":        newOpButton,
@@ -150,6 +151,15 @@ func took(r admin.Run) string {
 	default:
 		return d.Round(10 * time.Millisecond).String()
 	}
+}
+
+// exit renders the exit status a run recorded, "exit 3", or "" when it
+// recorded none.
+func exit(code *int) string {
+	if code == nil {
+		return ""
+	}
+	return fmt.Sprintf("exit %d", *code)
 }
 
 // short shortens a long session id in the middle, keeping both ends:

@@ -124,7 +124,8 @@
 // run, while this node holds the term, it starts the command as a child
 // process, and ends it when the term ends. The child finds its term in its
 // environment: SIMBA_ELECTION, SIMBA_TOKEN, SIMBA_GROUP and SIMBA_PARTITION
-// (for partitioned jobs), SIMBA_DEADLINE, SIMBA_DEADLINE_FILE and
+// (for partitioned jobs, with SIMBA_PARTITION_PARAM when the partition has
+// a sharding-item parameter), SIMBA_DEADLINE, SIMBA_DEADLINE_FILE and
 // SIMBA_MEMBER; `simba help run` says what each holds and how the child is
 // signalled. [Config.CommandJobs] and [Config.HandlerJobs] split one file
 // in two, the jobs simba run can run and those it leaves to a Go program.

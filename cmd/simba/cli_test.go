@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -30,7 +31,9 @@ type harness struct {
 	wrap func(backend.Backend) backend.Backend
 	// terminal, if set, makes standard output a terminal.
 	terminal bool
-	// opened records the targets opened.
+	// opened records the targets opened, under mu: invocations may run
+	// at once (a simba run and a simba history beside it).
+	mu     sync.Mutex
 	opened []target
 }
 
@@ -63,7 +66,9 @@ func (h *harness) runContext(ctx context.Context, args ...string) result {
 		getenv:   func(k string) string { return h.env[k] },
 		terminal: func(io.Writer) bool { return h.terminal },
 		open: func(t target) (backend.Backend, error) {
+			h.mu.Lock()
 			h.opened = append(h.opened, t)
+			h.mu.Unlock()
 			node := h.b.Node(fmt.Sprintf("simba-%d", invocations.Add(1)))
 			if h.prepare != nil {
 				h.prepare(node)

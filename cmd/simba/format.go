@@ -183,7 +183,8 @@ func tokenString(t uint64) string {
 	return fmt.Sprint(t)
 }
 
-// runSummary describes a run in a few words: "succeeded 3s ago (trigger)".
+// runSummary describes a run in a few words: "succeeded 3s ago (trigger)",
+// "failed (exit 3) 1m ago".
 func runSummary(r *admin.Run, now time.Time) string {
 	if r == nil {
 		return "-"
@@ -192,12 +193,21 @@ func runSummary(r *admin.Run, now time.Time) string {
 	if r.End.IsZero() {
 		s = fmt.Sprintf("%s for %s", r.Result, dur(now.Sub(r.Start)))
 	} else {
-		s = fmt.Sprintf("%s %s", r.Result, ago(r.End, now))
+		s = fmt.Sprintf("%s %s", runResult(r), ago(r.End, now))
 	}
 	if r.Source != "" && r.Source != "normal" {
 		s += " (" + r.Source + ")"
 	}
 	return s
+}
+
+// runResult is a run's result with the exit status of the command it ran,
+// when it recorded one: "failed (exit 3)", "succeeded (exit 0)".
+func runResult(r *admin.Run) string {
+	if r.ExitCode == nil {
+		return r.Result
+	}
+	return fmt.Sprintf("%s (exit %d)", r.Result, *r.ExitCode)
 }
 
 // intList formats partition numbers: "0 2 5", or "-" for none.

@@ -364,7 +364,7 @@ func runRun(ctx context.Context, inv *invocation, o runFlags) error {
 	switch {
 	case o.group != "" && sched != nil:
 		task, err = client.Group(o.group, o.partitions).Schedule(*sched, func(ctx context.Context, term *simba.Term, p int) error {
-			return r.runChild(ctx, term, o.argv, p, "")
+			return recorded(r.runChild(ctx, term, o.argv, p, ""))
 		})
 	case o.group != "":
 		task, err = client.Group(o.group, o.partitions).RunWhileLeader(func(ctx context.Context, term *simba.Term, p int) error {
@@ -372,7 +372,7 @@ func runRun(ctx context.Context, inv *invocation, o runFlags) error {
 		})
 	case sched != nil:
 		task, err = client.Election(o.election).Schedule(*sched, func(ctx context.Context, term *simba.Term) error {
-			return r.runChild(ctx, term, o.argv, -1, "")
+			return recorded(r.runChild(ctx, term, o.argv, -1, ""))
 		})
 	default:
 		task, err = client.Election(o.election).RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
@@ -402,17 +402,14 @@ func loadCommandJobs(inv *invocation, path string) (jobs.Config, error) {
 	if err != nil {
 		return cfg, badRunf("%s", message(err.Error()))
 	}
-	cmds := commandJobs(cfg)
+	cmds := cfg.CommandJobs()
 	var skipped []string
-	for _, j := range cfg.Scheduled {
-		if len(j.Command) == 0 {
-			skipped = append(skipped, j.Name)
-		}
+	others := cfg.HandlerJobs()
+	for _, j := range others.Scheduled {
+		skipped = append(skipped, j.Name)
 	}
-	for _, j := range cfg.Partitioned {
-		if len(j.Command) == 0 {
-			skipped = append(skipped, j.Group)
-		}
+	for _, j := range others.Partitioned {
+		skipped = append(skipped, j.Group)
 	}
 	if len(cmds.Scheduled)+len(cmds.Partitioned) == 0 {
 		return cmds, badRunf("%s has no job with a command: (its jobs' handlers are Go code)", path)
@@ -458,25 +455,25 @@ func (r *runner) perTerm(ctx context.Context, term *simba.Term, p int) error {
 	}
 	err := r.runChild(ctx, term, r.o.argv, p, "")
 	if ctx.Err() != nil {
-		return err // the term ended first: the next one runs it again
+		return recorded(err) // the term ended first: the next one runs it again
 	}
 	if r.o.once {
 		r.mu.Lock()
 		r.onceErr, r.onceDone = err, true
 		r.mu.Unlock()
-		return err // recorded, then WorkCompleted ends simba run
+		return recorded(err) // recorded, then WorkCompleted ends simba run
 	}
 	restart := r.o.restart == restartAlways || r.o.restart == restartOnFailure && err != nil
 	if !restart {
 		r.say("%s: holding the term of token %d until it ends; the command runs again in the next term (--restart on-failure or always gives the lease up at once)", term.Name(), term.Token())
-		return err
+		return recorded(err)
 	}
 	t := time.NewTimer(r.o.restartDelay)
 	defer t.Stop()
 	select {
 	case <-t.C:
 	case <-ctx.Done():
-		return err
+		return recorded(err)
 	}
 	r.say("%s: giving the lease up (--restart %s), so that the next term runs the command again", term.Name(), r.o.restart)
 	return &yieldError{err: err}
@@ -530,7 +527,7 @@ func (r *runner) runJob(ctx context.Context, term *simba.Term, j jobs.CommandRun
 	if j.Partitioned {
 		p, param = j.Partition.Index, j.Partition.Param
 	}
-	return r.runChild(ctx, term, j.Command, p, param)
+	return recorded(r.runChild(ctx, term, j.Command, p, param))
 }
 
 // runChild runs argv as a child for one run of term, and ends it when ctx
@@ -601,6 +598,16 @@ func (r *runner) runChild(ctx context.Context, term *simba.Term, argv []string, 
 	}
 	r.say("%s: token %d: %s (pid %d) ended: %s", term.Name(), term.Token(), argv[0], child.Pid(), exit)
 	return exit.Err()
+}
+
+// recorded is what a run that ran a command returns to the library: its
+// outcome, with exit status 0 as simba.Exited(0), so that the history
+// records it.
+func recorded(err error) error {
+	if err == nil {
+		return simba.Exited(0)
+	}
+	return err
 }
 
 // deadlineFile creates the file of a child's SIMBA_DEADLINE_FILE.

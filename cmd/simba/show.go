@@ -134,7 +134,7 @@ func printLease(w io.Writer, p printer, kind string, v leaseView, now time.Time)
 		if p.wide {
 			started = p.stamp(r.Start)
 		}
-		row(tw, "last run", fmt.Sprintf("#%d %s, started %s by %s (token %d), %s, source %s", r.Seq, r.Result, started, r.Member, r.Token, took, r.Source))
+		row(tw, "last run", fmt.Sprintf("#%d %s, started %s by %s (token %d), %s, source %s", r.Seq, runResult(&r.Run), started, r.Member, r.Token, took, r.Source))
 		if r.Error != "" {
 			row(tw, "error", oneLine(r.Error))
 		}
@@ -418,8 +418,9 @@ var historyCommand = &command{
 	summary: "the runs of a job, oldest first, and the operations on it",
 	doc: `The execution history of an election, a partition (group.p), or every
 partition of a group: start, duration, result (succeeded, failed,
-cancelled, running, interrupted), source (normal, misfire, trigger,
-fail-over), member and token. The last 50 runs of each lease are kept.
+cancelled, running, interrupted; with the exit status of a command, as
+"failed (exit 3)"), source (normal, misfire, trigger, fail-over), member
+and token. The last 50 runs of each lease are kept.
 After the runs, the operations on it from the audit trail (on a group,
 those on its partitions too; on a partition, those on its group), oldest
 first: when, who, the operation, its reason and what it changed; at most
@@ -491,7 +492,7 @@ func printHistory(w io.Writer, p printer, name string, group bool, runs []runVie
 		if p.wide {
 			errText = strings.Join(strings.Fields(r.Error), " ")
 		}
-		cells := []string{fmt.Sprint(r.Seq), p.stamp(r.Start), d, r.Result, r.Source, r.Member, tokenString(r.Token), dash(errText)}
+		cells := []string{fmt.Sprint(r.Seq), p.stamp(r.Start), d, runResult(&r.Run), r.Source, r.Member, tokenString(r.Token), dash(errText)}
 		if p.wide {
 			cells = slices.Insert(cells, 2, p.stamp(r.End))
 		}

@@ -107,6 +107,11 @@ type Run struct {
 	Result string    `json:"result"`          // succeeded, failed, cancelled, running or interrupted
 	Error  string    `json:"error,omitempty"` // the error, if any
 	Source string    `json:"source"`          // normal, misfire, trigger or fail-over
+	// ExitCode is the exit status of the command the run ran, as the run
+	// reported it (see simba.Exited); nil when it reported none, as runs
+	// of other functions, runs of commands a signal ended, and records
+	// written before the field existed.
+	ExitCode *int `json:"exitCode,omitempty"`
 }
 
 // Op is a cluster-wide operation request.
