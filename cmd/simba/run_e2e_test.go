@@ -445,7 +445,7 @@ type runEntry struct {
 	Result   string `json:"result"`
 	Error    string `json:"error"`
 	Source   string `json:"source"`
-	ExitCode *int   `json:"exitCode"` // absent before the run history records it
+	ExitCode *int   `json:"exitCode"` // nil for a run a signal ended
 }
 
 // history returns the runs of simba history NAME.
@@ -459,12 +459,18 @@ func (rc *runCluster) history(t *testing.T, name string) []runEntry {
 }
 
 // exitedWith reports whether a run in the history ended with exit status
-// code: its exitCode where the history records one, else its error's text.
+// code: its exitCode, and its error's text for a failure.
 func (e runEntry) exitedWith(code int) bool {
+	return e.ExitCode != nil && *e.ExitCode == code && (code == 0) == (e.Error == "") &&
+		(code == 0 || strings.Contains(e.Error, fmt.Sprintf("exit status %d", code)))
+}
+
+func (e runEntry) String() string {
+	code := "none"
 	if e.ExitCode != nil {
-		return *e.ExitCode == code
+		code = strconv.Itoa(*e.ExitCode)
 	}
-	return strings.Contains(e.Error, fmt.Sprintf("exit status %d", code))
+	return fmt.Sprintf("{token %d, member %s, result %s, source %s, exitCode %s, error %q}", e.Token, e.Member, e.Result, e.Source, code, e.Error)
 }
 
 // The OVERLAP probe of child.sh, without simba run: a second child of a
@@ -634,8 +640,8 @@ func testRunFailOver(t *testing.T, rc *runCluster) {
 	}
 	for _, w := range want {
 		r := byToken(w.line.token())
-		if r.Member != w.line.member() || r.Result != w.result || r.Source != w.source || !strings.Contains(r.Error, w.error) {
-			t.Errorf("the run of token %d: %+v, want member %s, result %s, source %s and an error with %q", w.line.token(), *r, w.line.member(), w.result, w.source, w.error)
+		if r.Member != w.line.member() || r.Result != w.result || r.Source != w.source || !strings.Contains(r.Error, w.error) || r.ExitCode != nil {
+			t.Errorf("the run of token %d: %v, want member %s, result %s, source %s, no exit code and an error with %q", w.line.token(), *r, w.line.member(), w.result, w.source, w.error)
 		}
 	}
 	if v, ok := rc.status(t, e); !ok || v.LastRun == nil || v.LastRun.Token != fourth.token() || v.LastRun.Result != "running" || v.LastRun.Member != "d" {
@@ -749,8 +755,13 @@ func testRunSchedules(t *testing.T, rc *runCluster) {
 		runs = rc.history(t, "rate")
 		return slices.ContainsFunc(runs, func(r runEntry) bool { return r.Source == "misfire" })
 	})
-	if len(runs) == 0 || runs[0].Result != "succeeded" || runs[0].Source != "normal" {
-		t.Errorf("rate's first run (the overrun): %+v", runs)
+	if runs[0].Result != "succeeded" || runs[0].Source != "normal" {
+		t.Errorf("rate's first run (the overrun): %v", runs[0])
+	}
+	for _, r := range runs {
+		if r.Result == "succeeded" && !r.exitedWith(0) {
+			t.Errorf("a succeeded run of rate: %v, want exit code 0", r)
+		}
 	}
 	t.Logf("simba history rate:\n%s", rc.ok(t, "history", "rate", "--limit", "0"))
 
@@ -769,7 +780,7 @@ func testRunSchedules(t *testing.T, rc *runCluster) {
 	})
 	for _, r := range runs {
 		if r.Result != "failed" && r.Result != "running" || r.Result == "failed" && !r.exitedWith(3) {
-			t.Errorf("a run of every: %+v, want failed with exit status 3", r)
+			t.Errorf("a run of every: %v, want failed with exit code 3", r)
 		}
 	}
 	s := rc.starts(t, "every")
@@ -952,6 +963,11 @@ func testRunOnce(t *testing.T, rc *runCluster) {
 	}
 	if code := zero.waitExit(t, 20*time.Second); code != 0 {
 		t.Errorf("simba run --once of a command exiting 0 exited %d\n%s", code, zero.output())
+	}
+	for lease, code := range map[string]int{"once-7": 7, "once-0": 0} {
+		if runs := rc.history(t, lease); len(runs) != 1 || !runs[0].exitedWith(code) {
+			t.Errorf("the history of %s: %v, want one run with exit code %d", lease, runs, code)
+		}
 	}
 
 	rc.start(t, "holder", []string{"--election", "once-wait"}, rc.child("hold")...)
