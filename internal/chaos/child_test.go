@@ -317,6 +317,25 @@ const (
 func (w *writer) run(ctx context.Context, term *simba.Term) error {
 	name, token := term.Name(), term.Token()
 	w.out.say(report{Ev: "start", Lease: name, Token: token, Start: term.Start()})
+	// The end is reported as soon as the term is revoked, not once the run
+	// has noticed: the harness may kill this process just after a pause,
+	// and a term whose end was never reported counts as valid until the
+	// kill (checkTerms).
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		<-term.Revoked()
+		why := "?"
+		if err := term.Err(); err != nil {
+			var te *simba.TermError
+			if errors.As(err, &te) {
+				why = te.Reason.String()
+			} else {
+				why = err.Error()
+			}
+		}
+		w.out.say(report{Ev: "end", Lease: name, Token: token, Start: term.Start(), End: term.Deadline(), Msg: why})
+	}()
 	h := fnv.New64a()
 	h.Write([]byte(w.node + "/" + name))
 	r := rand.New(rand.NewPCG(w.seed^h.Sum64(), token))
@@ -342,17 +361,7 @@ func (w *writer) run(ctx context.Context, term *simba.Term) error {
 	if ctx.Err() != nil {
 		time.Sleep(cleanup)
 	}
-	<-term.Revoked()
-	why := "?"
-	if err := term.Err(); err != nil {
-		var te *simba.TermError
-		if errors.As(err, &te) {
-			why = te.Reason.String()
-		} else {
-			why = err.Error()
-		}
-	}
-	w.out.say(report{Ev: "end", Lease: name, Token: token, Start: term.Start(), End: term.Deadline(), Msg: why})
+	<-ended
 	o.Exited(w.node, t) // the run's last act
 	for _, e := range o.Exits() {
 		// The horizon of the Valid and EnsureValid answers only, not the

@@ -179,6 +179,22 @@ func TestKill(t *testing.T) {
 	}
 }
 
+// TestKillReportsTheKill kills a command that waits for a child of its
+// own and exits 0 when it has gone: the status must be the kill, every
+// time. Killed below it first, the command would see its child die and
+// report exit 0 of its own (it did, 3 times in 200).
+func TestKillReportsTheKill(t *testing.T) {
+	for i := range 50 {
+		out := newLines()
+		c := start(t, `trap '' TERM; sleep 1000 & echo ready; wait; exit 0`, out)
+		out.next(t, "ready")
+		c.Kill()
+		if e := wait(t, c, "after Kill"); e.Signal != syscall.SIGKILL {
+			t.Fatalf("kill %d: exit = %v, want killed by SIGKILL", i+1, e)
+		}
+	}
+}
+
 // leaver starts four processes that stay behind: one in the group, one in a
 // session of its own, one double-forked into a session of its own (its
 // parent exits at once, so it is reparented), and one double-forked in the

@@ -111,6 +111,12 @@ func shim() int {
 			tick = time.NewTicker(10 * time.Millisecond).C
 			giveUp = time.After(giveUpBound)
 		}
+		// The command first: killed below it first, a command that waits
+		// for its children would see them die and exit by itself, and
+		// report a status of its own rather than the kill.
+		if !exited {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
 		killDescendants()
 	}
 	for {
