@@ -132,3 +132,37 @@ func TestRunHistoryExitCodeOfACancelledRun(t *testing.T) {
 		closeAll(t, c)
 	})
 }
+
+// A run that ignores the cancellation until the hand-off at the term's
+// deadline is recorded as interrupted by the hand-off: the next holder
+// sees no fail-over, and the run can record nothing later.
+func TestRunHandedOffAtTheDeadlineIsRecorded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		c, _ := node(t, b, "a", h, simba.WithMemberID("a"))
+		z, _ := node(t, b, "z", h, simba.WithMemberID("z"))
+		task, err := c.Election("ingest").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
+			time.Sleep(time.Minute) // ignores ctx
+			return nil
+		})
+		require.NoError(t, err)
+		synctest.Wait()
+		_, err = z.Election("ingest").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
+			<-ctx.Done()
+			return nil
+		})
+		require.NoError(t, err)
+		await.For(t, task.Stop(), testTTL, "the task's Stop did not complete within the TTL")
+		synctest.Wait()
+		a := openAdmin(t, b)
+		runs, err := a.History(t.Context(), "ingest")
+		require.NoError(t, err)
+		require.NotEmpty(t, runs, "the run handed off at the deadline is not in the history")
+		assert.Equal(t, "interrupted", runs[0].Result)
+		assert.Equal(t, "a", runs[0].Member)
+		assert.Contains(t, runs[0].Error, "handed off at the term's deadline while it ran")
+		closeAll(t, c, z)
+	})
+}

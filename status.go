@@ -426,6 +426,18 @@ func (w *statusWriter) handedOff(g *generation, finalize bool) []backend.Record 
 	w.mu.Lock()
 	ok := w.enqueueLocked(func(context.Context) {
 		w.st.Holder = nil
+		// A run still going is one that ignored the cancellation until the
+		// term's deadline, where the lease is handed off without it: it
+		// can record nothing after this, and the next holder sees no
+		// fail-over, so it is recorded here, or it would vanish from the
+		// history.
+		if run := w.st.LastRun; run != nil && run.Result == records.Running {
+			r := *run
+			r.End, r.Result = time.Now(), records.Interrupted
+			r.Error = fmt.Sprintf("handed off at the term's deadline while it ran: it ignored the cancellation (holder %s, token %d)", r.Member, r.Token)
+			w.st.LastRun = &r
+			w.addHistory(r)
+		}
 		w.dirty = true
 	})
 	if !w.closed {

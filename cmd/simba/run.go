@@ -33,10 +33,15 @@ const (
 // RFC 3339 in UTC, with milliseconds.
 const deadlineLayout = "2006-01-02T15:04:05.000Z07:00"
 
-// killMargin is how long before its term's hand-off deadline a child that
-// outlives its grace period is sent SIGKILL, so that it is gone before the
-// lease can pass on.
-const killMargin = 200 * time.Millisecond
+// minKillMargin is the least time before its term's hand-off deadline at
+// which a child that outlives its grace period is sent SIGKILL, so that it
+// is gone before the lease can pass on; the margin is a quarter of the TTL
+// when that is more (killMargin), for a loaded machine's sake.
+const minKillMargin = 200 * time.Millisecond
+
+// killMargin is how long before the hand-off deadline a child of a session
+// with this TTL is sent SIGKILL.
+func killMargin(ttl time.Duration) time.Duration { return max(minKillMargin, ttl/4) }
 
 // deadlineRefresh is how often a child's deadline file is brought up to
 // date with its term's horizon.
@@ -86,8 +91,8 @@ The child's environment is this one's, plus:
 
 When the term ends (a hand-off, SIGTERM to simba run, a disable, drain or
 resign, or the term lost), the child's process group gets SIGTERM at once,
-and SIGKILL when --grace ends, or 200ms before the term's hand-off deadline
-if that is sooner: the lease passes on only once the child is gone, or at
+and SIGKILL when --grace ends, or a quarter of the TTL (at least 200ms)
+before the term's hand-off deadline if that is sooner: the lease passes on only once the child is gone, or at
 that deadline. ` + proc.Guarantee() + `
 
 A stopped (SIGSTOP) or frozen simba run cannot signal its child: the child
@@ -98,8 +103,9 @@ the old child carries the old token, which the resource refuses.
 The child's standard output and error are passed through (--prefix-output
 prefixes each line with the lease and token). Each run, with its exit
 status, is recorded in the run history (simba history NAME). On SIGINT or
-SIGTERM simba run ends its children, hands its leases off and exits 0; with
---once it exits with the command's status (128+N for signal N).
+SIGTERM simba run ends its children, hands its leases off and exits 0, with
+--once too; otherwise --once exits with the command's status (128+N for
+signal N).
 
 Bad input (no command, a command that cannot be executed, conflicting
 flags, a bad cron expression) is exit status 2, before any lease is taken.`,
@@ -572,7 +578,7 @@ func (r *runner) runChild(ctx context.Context, term *simba.Term, argv []string, 
 		r.say("%s: token %d: %v", term.Name(), term.Token(), err)
 		return err
 	}
-	r.say("%s: token %d: started %s (pid %d)", term.Name(), term.Token(), argv[0], child.Pid())
+	r.say("%s: token %d: started %s (pid %d, process group %d)", term.Name(), term.Token(), argv[0], child.CommandPid(), child.Pid())
 	stopRefresh := make(chan struct{})
 	refreshed := make(chan struct{})
 	go func() {
@@ -585,10 +591,10 @@ func (r *runner) runChild(ctx context.Context, term *simba.Term, argv []string, 
 		exit = child.Exit()
 	case <-ctx.Done():
 		killAt := time.Now().Add(r.o.grace)
-		if hd := term.HandOffDeadline().Add(-killMargin); hd.Before(killAt) {
+		if hd := term.HandOffDeadline().Add(-killMargin(r.o.ttl)); hd.Before(killAt) {
 			killAt = hd
 		}
-		r.say("%s: token %d: the term ended: SIGTERM to %s (pid %d), SIGKILL in %v unless it has exited", term.Name(), term.Token(), argv[0], child.Pid(), max(time.Until(killAt), 0).Round(time.Millisecond))
+		r.say("%s: token %d: the term ended: SIGTERM to %s (pid %d), SIGKILL in %v unless it has exited", term.Name(), term.Token(), argv[0], child.CommandPid(), max(time.Until(killAt), 0).Round(time.Millisecond))
 		exit = child.Stop(killAt)
 	}
 	close(stopRefresh)
@@ -596,7 +602,7 @@ func (r *runner) runChild(ctx context.Context, term *simba.Term, argv []string, 
 	if flush != nil {
 		flush()
 	}
-	r.say("%s: token %d: %s (pid %d) ended: %s", term.Name(), term.Token(), argv[0], child.Pid(), exit)
+	r.say("%s: token %d: %s (pid %d) ended: %s", term.Name(), term.Token(), argv[0], child.CommandPid(), exit)
 	return exit.Err()
 }
 

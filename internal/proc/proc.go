@@ -97,10 +97,11 @@ func cause(err error) error {
 
 // Child is a started command. Its methods may be called from any goroutine.
 type Child struct {
-	cmd  *exec.Cmd
-	pgid int
-	done chan struct{}
-	sys  childSys // what the platform keeps
+	cmd    *exec.Cmd
+	pgid   int
+	cmdPid int // the command's process ID
+	done   chan struct{}
+	sys    childSys // what the platform keeps
 
 	mu   sync.Mutex
 	exit Exit
@@ -125,6 +126,15 @@ func (c *Child) wait() {
 // Linux it is the shim's (see the package doc); the command is the shim's
 // child in the same group.
 func (c *Child) Pid() int { return c.pgid }
+
+// CommandPid is the command's own process ID: on Linux the shim's child,
+// elsewhere [Child.Pid].
+func (c *Child) CommandPid() int {
+	if c.cmdPid != 0 {
+		return c.cmdPid
+	}
+	return c.pgid
+}
 
 // Done is closed once the child has exited and been reaped.
 func (c *Child) Done() <-chan struct{} { return c.done }

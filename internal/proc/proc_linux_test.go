@@ -478,3 +478,19 @@ func TestGuarantee(t *testing.T) {
 		t.Fatalf("Guarantee() = %q, want one sentence about SIGKILL", g)
 	}
 }
+
+// TestCommandPid: the command's own pid, below the shim, in its group.
+func TestCommandPid(t *testing.T) {
+	out := newLines()
+	c := start(t, `echo "pid $$"; echo ready; sleep 1000`, out)
+	got := out.next(t, "the command's pid")
+	out.next(t, "ready")
+	if want := fmt.Sprintf("pid %d", c.CommandPid()); got != want {
+		t.Errorf("the command says %q, CommandPid %d", got, c.CommandPid())
+	}
+	if c.CommandPid() == c.Pid() {
+		t.Errorf("CommandPid %d is the shim's", c.CommandPid())
+	}
+	c.Kill()
+	wait(t, c, "after Kill")
+}

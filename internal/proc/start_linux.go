@@ -132,18 +132,21 @@ func Start(s Spec) (*Child, error) {
 	}
 	c := &Child{cmd: cmd, pgid: cmd.Process.Pid, done: make(chan struct{}), sys: childSys{spec: specW, forker: f}}
 	sp := shimSpec{Path: path, Argv: s.Argv, Env: s.Env, Parent: os.Getpid()}
-	if err := handshake(specW, resR, sp); err != nil {
+	pid, err := handshake(specW, resR, sp)
+	if err != nil {
 		// The shim is not yet reaped, so its group ID is still its own.
 		c.killGroup(syscall.SIGKILL)
 		c.wait()
 		return fail(err)
 	}
+	c.cmdPid = pid
 	go c.wait()
 	return c, nil
 }
 
-// handshake sends the shim its spec and reads its result.
-func handshake(spec, res *os.File, sp shimSpec) error {
+// handshake sends the shim its spec and reads its result: the command's
+// pid.
+func handshake(spec, res *os.File, sp shimSpec) (int, error) {
 	deadline := time.Now().Add(handshakeBound)
 	_ = spec.SetWriteDeadline(deadline)
 	_ = res.SetReadDeadline(deadline)
@@ -156,15 +159,15 @@ func handshake(spec, res *os.File, sp shimSpec) error {
 		if werr != nil {
 			err = fmt.Errorf("%w; sending the shim its spec: %v", err, werr)
 		}
-		return err
+		return 0, err
 	}
 	if r.Errno != 0 {
-		return syscall.Errno(r.Errno)
+		return 0, syscall.Errno(r.Errno)
 	}
 	if r.Err != "" {
-		return errors.New(r.Err)
+		return 0, errors.New(r.Err)
 	}
-	return nil
+	return r.Pid, nil
 }
 
 // reaped lets go of what the child held and kills whatever may be left in
