@@ -561,8 +561,11 @@ func testRunFailOver(t *testing.T, rc *runCluster) {
 	rc.checkOverlaps(t)
 	failOver := second.at().Sub(killed)
 	t.Logf("%s: SIGKILL of the holding simba run -> the other's child started after %v (TTL %v)", rc.kind, failOver.Round(time.Millisecond), runTTL)
-	if limit := runTTL + 2*time.Second; failOver > limit {
-		t.Errorf("the other simba run's child started %v after the holder was killed, over the TTL %v plus 2s: the term did not pass on when the session expired", failOver, runTTL)
+	// The figure is TTL + 0–1s on a quiet machine (the log line above);
+	// the bound is looser, for a loaded one, and still catches a term that
+	// did not pass on when the session expired.
+	if limit := runTTL + 5*time.Second; failOver > limit {
+		t.Errorf("the other simba run's child started %v after the holder was killed, over the TTL %v plus 5s: the term did not pass on when the session expired", failOver, runTTL)
 	}
 	if second.token() <= first.token() {
 		t.Errorf("token %d after the SIGKILL, not above the killed holder's %d", second.token(), first.token())
@@ -574,8 +577,8 @@ func testRunFailOver(t *testing.T, rc *runCluster) {
 	c.waitOpen(t)
 	termed := time.Now()
 	b.signal(t, syscall.SIGTERM)
-	if still := waitGone([]int{second.pid(), secondGC}, termed.Add(runTTL+3*time.Second)); len(still) > 0 {
-		t.Fatalf("%v of the child %d (which ignores SIGTERM) and its grandchild %d still run %v after SIGTERM to simba run --grace 30s: they must be SIGKILLed 200ms before the term's hand-off deadline, about a TTL (%v) at most", still, second.pid(), secondGC, time.Since(termed).Round(time.Millisecond), runTTL)
+	if still := waitGone([]int{second.pid(), secondGC}, termed.Add(runTTL+5*time.Second)); len(still) > 0 {
+		t.Fatalf("%v of the child %d (which ignores SIGTERM) and its grandchild %d still run %v after SIGTERM to simba run --grace 30s: they must be SIGKILLed a quarter of the TTL before the term's hand-off deadline, within a TTL (%v) of the SIGTERM (the bound allows 5s more for a loaded machine)", still, second.pid(), secondGC, time.Since(termed).Round(time.Millisecond), runTTL)
 	}
 	killedAfter := time.Since(termed)
 	third := rc.waitStart(t, runTTL+10*time.Second, e, "c")
@@ -599,8 +602,11 @@ func testRunFailOver(t *testing.T, rc *runCluster) {
 	rc.checkOverlaps(t)
 	graceful := fourth.at().Sub(termed)
 	t.Logf("%s: SIGTERM to a holder whose child exits on SIGTERM -> the other's child started after %v", rc.kind, graceful.Round(time.Millisecond))
-	if graceful >= runTTL {
-		t.Errorf("the graceful hand-off took %v, not less than the TTL %v: the term was not handed off, it expired", graceful, runTTL)
+	// Well under the TTL on a quiet machine; a hand-off that waited for
+	// the session's expiry would take the TTL and the expiry's detection
+	// on top of the shutdown, so twice the TTL is the bound.
+	if graceful >= 2*runTTL {
+		t.Errorf("the graceful hand-off took %v, twice the TTL %v or more: the term was not handed off, it expired", graceful, runTTL)
 	}
 	if code := c.waitExit(t, 10*time.Second); code != 0 {
 		t.Errorf("simba run c exited %d after SIGTERM, want 0\n%s", code, c.output())
@@ -840,7 +846,7 @@ func testRunStopped(t *testing.T, rc *runCluster) {
 	stopped := time.Now()
 	a.signal(t, syscall.SIGSTOP)
 	t.Cleanup(func() { a.cmd.Process.Signal(syscall.SIGCONT) })
-	next := rc.waitStart(t, 3*runTTL, e, "b")
+	next := rc.waitStart(t, runTTL+10*time.Second, e, "b")
 	t.Logf("SIGSTOP of the holding simba run -> the other's child started after %v (TTL %v)", next.at().Sub(stopped).Round(time.Millisecond), runTTL)
 	if next.token() <= old.token() {
 		t.Fatalf("token %d after the stop, not above %d", next.token(), old.token())
