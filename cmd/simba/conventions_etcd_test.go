@@ -148,22 +148,11 @@ func TestWatchThroughAnEtcdOutage(t *testing.T) {
 }
 
 // buildSimba builds the command into dir and returns its path.
-func buildSimba(t *testing.T, dir string) string {
-	t.Helper()
-	bin := filepath.Join(dir, "simba")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/simba-go/simba/cmd/simba").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
 func TestCompletionScriptsInRealShells(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the command and runs a real etcd")
 	}
-	dir := t.TempDir()
-	buildSimba(t, dir)
+	dir := filepath.Dir(build(t).simba) // simba is on the shells' PATH
 	srv := etcdtest.Start(t)
 	startEtcdNode(t, srv, "/completed/")
 	env := append(cleanEnv(), "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"),

@@ -39,12 +39,44 @@ const e2eTTL = time.Second
 // binaries are the programs the end-to-end tests run.
 type binaries struct{ simba, demo string }
 
-// build builds the simba command and the opsdemo example into dir.
-func build(t *testing.T, dir string) binaries {
+// The binaries are built once for the package's tests, into a directory
+// that TestMain removes after them: each build links a binary of 90 MB,
+// which costs seconds of both cores.
+var (
+	buildOnce sync.Once
+	built     binaries
+	buildErr  error
+	buildDir  string
+)
+
+// build returns the simba command and the opsdemo example, built on first
+// use.
+func build(t *testing.T) binaries {
 	t.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "simba-test-bin-")
+		if buildErr == nil {
+			built, buildErr = buildInto(buildDir)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return built
+}
+
+// removeBuilt removes what build built.
+func removeBuilt() {
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+}
+
+// buildInto builds the simba command and the opsdemo example into dir.
+func buildInto(dir string) (binaries, error) {
 	goCmd, err := exec.LookPath("go")
 	if err != nil {
-		t.Fatalf("no go command to build with: %v", err)
+		return binaries{}, fmt.Errorf("no go command to build with: %v", err)
 	}
 	bins := binaries{simba: filepath.Join(dir, "simba"), demo: filepath.Join(dir, "opsdemo")}
 	var wg sync.WaitGroup
@@ -61,10 +93,7 @@ func build(t *testing.T, dir string) binaries {
 		})
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	return bins
+	return bins, errors.Join(errs...)
 }
 
 // cleanEnv is the test's environment without the variables that choose a
@@ -185,7 +214,7 @@ func TestEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the command and runs real servers")
 	}
-	bins := build(t, t.TempDir())
+	bins := build(t)
 	t.Run("etcd", func(t *testing.T) {
 		srv := etcdtest.Start(t)
 		endpoints := srv.Endpoints()

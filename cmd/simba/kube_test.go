@@ -102,7 +102,7 @@ func TestEndToEndKubernetes(t *testing.T) {
 		t.Skip("builds the command and uses a real kube-apiserver")
 	}
 	srv := kubetest.Start(t)
-	bins := build(t, t.TempDir())
+	bins := build(t)
 	var list []scenario
 	for _, sc := range scenarios {
 		switch sc.name {

@@ -20,5 +20,8 @@ func TestMain(m *testing.M) {
 		os.Exit(runChildRole(role, os.Args[1:]))
 	}
 	plant.ForRun()
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		removeBuilt() // the binaries the end-to-end tests share
+		os.Exit(code)
+	}))
 }

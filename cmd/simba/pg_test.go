@@ -54,7 +54,7 @@ func TestEndToEndPostgres(t *testing.T) {
 		t.Skip("builds the command and uses a real PostgreSQL")
 	}
 	dsn := pgtest.DSN(t)
-	bins := build(t, t.TempDir())
+	bins := build(t)
 	var list []scenario
 	for _, sc := range scenarios {
 		switch sc.name {

@@ -58,7 +58,7 @@ func TestRunEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the test binary, to run as a child: %v", err)
 	}
-	bins := build(t, t.TempDir())
+	bins := build(t)
 	base := runCluster{script: script, self: self}
 
 	t.Run("etcd", func(t *testing.T) {
