@@ -92,8 +92,10 @@ The child's environment is this one's, plus:
 When the term ends (a hand-off, SIGTERM to simba run, a disable, drain or
 resign, or the term lost), the child's process group gets SIGTERM at once,
 and SIGKILL when --grace ends, or a quarter of the TTL (at least 200ms)
-before the term's hand-off deadline if that is sooner: the lease passes on only once the child is gone, or at
-that deadline. ` + proc.Guarantee() + `
+before the term's hand-off deadline if that is sooner: the lease passes on
+only once the child is gone, or at that deadline.
+
+` + wrap(proc.Guarantee(), 76) + `
 
 A stopped (SIGSTOP) or frozen simba run cannot signal its child: the child
 keeps running, and once the TTL has passed another node's child runs with
@@ -281,6 +283,26 @@ func (e *badRun) exitStatus() int { return exitUsage }
 
 func badRunf(format string, args ...any) error {
 	return &badRun{msg: "run: " + fmt.Sprintf(format, args...)}
+}
+
+// wrap breaks s into lines of at most width columns, at spaces.
+func wrap(s string, width int) string {
+	var b strings.Builder
+	n := 0
+	for i, w := range strings.Fields(s) {
+		switch {
+		case i == 0:
+		case n+1+len(w) > width:
+			b.WriteByte('\n')
+			n = 0
+		default:
+			b.WriteByte(' ')
+			n++
+		}
+		b.WriteString(w)
+		n += len(w)
+	}
+	return b.String()
 }
 
 // childExit is the exit status of simba run --once: the command's.

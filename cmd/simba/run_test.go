@@ -317,3 +317,21 @@ func FuzzPrefixWriter(f *testing.F) {
 		}
 	})
 }
+
+func TestWrap(t *testing.T) {
+	for _, tc := range []struct {
+		in    string
+		width int
+		want  string
+	}{
+		{"", 10, ""},
+		{"one", 10, "one"},
+		{"aa bb cc dd", 5, "aa bb\ncc dd"},
+		{"a  lot   of\nspace", 20, "a lot of space"},
+		{"averyveryverylongword x", 5, "averyveryverylongword\nx"},
+	} {
+		if got := wrap(tc.in, tc.width); got != tc.want {
+			t.Errorf("wrap(%q, %d) = %q, want %q", tc.in, tc.width, got, tc.want)
+		}
+	}
+}
