@@ -291,11 +291,7 @@ func TestRunRunsCommandJobsWithTheRunner(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := memory.New()
 		defer b.Close()
-		client, err := simba.New(b, simba.WithTTL(testTTL))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer client.Close()
+		client := newClient(t, b, simba.WithTTL(testTTL))
 		cfg, err := jobs.Load(strings.NewReader(commandConfig), jobs.YAML, noEnv)
 		if err != nil {
 			t.Fatal(err)
@@ -362,11 +358,7 @@ func TestRunWithoutARunnerRefusesCommandJobs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := memory.New()
 		defer b.Close()
-		client, err := simba.New(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer client.Close()
+		client := newClient(t, b)
 		cfg, err := jobs.Load(strings.NewReader(commandConfig), jobs.YAML, noEnv)
 		if err != nil {
 			t.Fatal(err)
@@ -411,11 +403,7 @@ func TestRunCommandRunnerErrorsAreFailedRuns(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := memory.New()
 		defer b.Close()
-		client, err := simba.New(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer client.Close()
+		client := newClient(t, b)
 		cfg := jobs.Config{Scheduled: []jobs.ScheduledJob{{Name: "backup", FixedDelay: time.Second, Command: []string{"false"}}}}
 		var mu sync.Mutex
 		var tokens []uint64

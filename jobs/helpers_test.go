@@ -184,15 +184,22 @@ type runner struct {
 	ended  time.Time // when Run returned
 }
 
-// startRunner starts a client on b and jobs.Run on it with cfg and the
-// recorder's handlers.
-func startRunner(t *testing.T, name string, b backend.Backend, rec *recorder, cfg jobs.Config, opts ...jobs.Option) *runner {
+// newClient returns a client on b, closed when the test ends.
+func newClient(t *testing.T, b backend.Backend, opts ...simba.Option) *simba.Client {
 	t.Helper()
-	client, err := simba.New(b, simba.WithTTL(testTTL), simba.WithMemberID(name))
+	client, err := simba.New(b, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
+	return client
+}
+
+// startRunner starts a client on b and jobs.Run on it with cfg and the
+// recorder's handlers.
+func startRunner(t *testing.T, name string, b backend.Backend, rec *recorder, cfg jobs.Config, opts ...jobs.Option) *runner {
+	t.Helper()
+	client := newClient(t, b, simba.WithTTL(testTTL), simba.WithMemberID(name))
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &runner{name: name, client: client, cancel: cancel, done: make(chan error, 1)}
 	reg := rec.registry(name)

@@ -238,11 +238,7 @@ func TestRunStopsTheStartedJobsWhenOneFailsToStart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := memory.New()
 		defer b.Close()
-		client, err := simba.New(b, simba.WithTTL(testTTL))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer client.Close()
+		client := newClient(t, b, simba.WithTTL(testTTL))
 		// Other code already runs the election "audit" on this client.
 		other, err := client.Election("audit").RunWhileLeader(func(ctx context.Context, _ *simba.Term) error {
 			<-ctx.Done()
@@ -390,11 +386,7 @@ func TestRunLogsTheWarningsAndStarts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := memory.New()
 		defer b.Close()
-		client, err := simba.New(b, simba.WithTTL(testTTL))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer client.Close()
+		client := newClient(t, b, simba.WithTTL(testTTL))
 		reg := newRecorder(0).registry("a")
 		reg.Scheduled("spare", noop)
 		var log logBuffer
