@@ -354,7 +354,7 @@ func runRun(ctx context.Context, inv *invocation, o runFlags) error {
 	if err != nil {
 		return usagef(nil, "run: %v", err)
 	}
-	r := &runner{inv: inv, o: o, client: client, out: out}
+	r := &runner{inv: inv, o: o, out: out}
 	defer r.cleanup()
 	rctx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
@@ -460,10 +460,9 @@ func loadCommandJobs(inv *invocation, path string) (jobs.Config, error) {
 
 // runner runs the children of one simba run.
 type runner struct {
-	inv    *invocation
-	o      runFlags
-	client *simba.Client
-	out    *lineSink
+	inv *invocation
+	o   runFlags
+	out *lineSink
 
 	mu       sync.Mutex
 	dir      string // the deadline files' directory, made on first use
