@@ -65,11 +65,10 @@ func New(a *admin.Admin, opts ...Option) (*Server, error) {
 // are answered with 405 Method Not Allowed by the mux.
 func (s *Server) routes() *http.ServeMux {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/elections", http.StatusSeeOther)
+	})
 	for _, n := range nav {
-		if n.Path == "/" {
-			mux.HandleFunc("GET /{$}", s.servePage)
-			continue
-		}
 		mux.HandleFunc("GET "+n.Path, s.servePage)
 	}
 	mux.HandleFunc("GET /jobs/{lease}", s.servePage)
