@@ -27,6 +27,19 @@ type (
 	Run = records.Run
 	// Op is an operation request.
 	Op = records.Op
+	// Term is one term in a status's term log (Status.Terms).
+	Term = records.Term
+	// Health is a client's recent session renewals.
+	Health = records.Health
+	// Renewal is one confirmed session renewal of a Health.
+	Renewal = records.Renewal
+)
+
+// How terms ended (Term.Ended), besides the words of a revocation's
+// reason.
+const (
+	EndedFailOver = records.EndedFailOver // without a hand-off: its successor wrote the end
+	EndedMoved    = records.EndedMoved    // the group's assignment moved the partition
 )
 
 // Errors.
@@ -132,6 +145,9 @@ type Snapshot struct {
 	Elections []Election // as Elections returns them
 	Groups    []Group    // as Groups returns them
 	Ops       Ops        // as Ops returns them
+	// Health are the clients' health records (their recent renewals),
+	// sorted by member, as Health returns them.
+	Health []Health
 	// Problems lists every record skipped, sorted by key: the status
 	// records, the operation records (Ops.Problems), the members' records
 	// (in their Group's Problems too) and the lease names that could not be
@@ -161,6 +177,11 @@ func (a *Admin) Snapshot(ctx context.Context) (Snapshot, error) {
 	if err != nil {
 		return Snapshot{}, err
 	}
+	health, healthProblems, err := a.health(ctx)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	problems = append(problems, healthProblems...)
 	problems = append(problems, heldProblems...)
 	problems = append(problems, ops.Problems...)
 	for _, g := range groups {
@@ -170,8 +191,38 @@ func (a *Admin) Snapshot(ctx context.Context) (Snapshot, error) {
 		Elections: elections(statuses, held, ops),
 		Groups:    groups,
 		Ops:       ops,
+		Health:    health,
 		Problems:  sortProblems(problems),
 	}, nil
+}
+
+// Health returns the health records of the clients, sorted by member:
+// each client's recent session renewals, and how much of its term it had
+// left at each. A record is written every few seconds by its client while
+// it renews; one whose Updated is old is of a client gone without closing
+// (a crash), and is deleted by the next client to start. Records that
+// cannot be used are skipped: Snapshot reports them.
+func (a *Admin) Health(ctx context.Context) ([]Health, error) {
+	h, _, err := a.health(ctx)
+	return h, err
+}
+
+// health reads the health records, and the problems of the others.
+func (a *Admin) health(ctx context.Context) ([]Health, []Problem, error) {
+	list, problems, err := a.list(ctx, records.HealthPrefix)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make([]Health, 0, len(list))
+	for _, r := range list {
+		h, p := parseHealth(r)
+		if p != nil {
+			problems = append(problems, *p)
+			continue
+		}
+		out = append(out, h)
+	}
+	return out, problems, nil
 }
 
 // Elections lists the elections and partitions the backend has status

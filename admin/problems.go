@@ -125,6 +125,20 @@ func parseStatus(r backend.Record) (Status, *Problem) {
 	return st, nil
 }
 
+// parseHealth checks a health record: its key names the member its value
+// is of.
+func parseHealth(r backend.Record) (Health, *Problem) {
+	member, _ := strings.CutPrefix(r.Key, records.HealthPrefix)
+	var h Health
+	if err := records.Decode(r.Value, &h); err != nil {
+		return Health{}, decodeProblem(r.Key, "a health record (JSON)", r.Value, err)
+	}
+	if h.Member != member {
+		return Health{}, newProblem(r.Key, "the health record is of member %s, not of the member its key names", echoString(h.Member))
+	}
+	return h, nil
+}
+
 // parseRun checks a history record of lease: its key is a slot of the
 // lease's history, its value a Run with a sequence number.
 func parseRun(r backend.Record, lease string) (Run, *Problem) {

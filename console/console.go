@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/simba-go/simba/admin"
 )
@@ -65,10 +66,11 @@ func New(a *admin.Admin, opts ...Option) (*Server, error) {
 // are answered with 405 Method Not Allowed by the mux.
 func (s *Server) routes() *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, "/elections", http.StatusSeeOther)
-	})
 	for _, n := range nav {
+		if n.Path == "/" {
+			mux.HandleFunc("GET /{$}", s.servePage)
+			continue
+		}
 		mux.HandleFunc("GET "+n.Path, s.servePage)
 	}
 	mux.HandleFunc("GET /jobs/{lease}", s.servePage)
@@ -162,7 +164,7 @@ func (s *Server) load(parent context.Context, v view) *page {
 	ctx, cancel := context.WithTimeout(parent, s.opts.timeout)
 	defer cancel()
 	p := s.newPage(v)
-	err := p.build(&loader{ctx: ctx, a: s.admin})
+	err := p.build(&loader{ctx: ctx, a: s.admin, now: time.Now()})
 	if !counts(parent, err) {
 		p.Err = "the request ended"
 		return p

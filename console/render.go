@@ -78,7 +78,7 @@ func drainOp(drained bool, member string) opButton {
 
 // templates are the pages; "layout" is a whole page, "main" its part that
 // the event stream sends.
-var templates = template.Must(template.New("").Funcs(funcs).ParseFS(templateFS, "templates/*.html"))
+var templates = template.Must(template.New("").Funcs(funcs).Funcs(timelineFuncs).Funcs(overviewFuncs).ParseFS(templateFS, "templates/*.html"))
 
 // when renders a time as a <time> element that the page's script shows
 // relative to now ("12s ago", "in 3s"); without the script it shows the

@@ -176,7 +176,7 @@ func (h *hub) poll(ctx context.Context, feeds []*feed) bool {
 	s := h.s
 	pctx, cancel := context.WithTimeout(ctx, s.opts.timeout)
 	defer cancel()
-	l := &loader{ctx: pctx, a: s.admin}
+	l := &loader{ctx: pctx, a: s.admin, now: time.Now()}
 	var failed error
 	var skipped []string
 	pages := make([]*page, len(feeds))

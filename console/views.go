@@ -21,15 +21,27 @@ import (
 // view names what a page or an event stream shows: one of the pages, or
 // the history of one lease.
 type view struct {
-	Kind  string // "elections", "groups", "jobs", "members", "audit" or "job"
+	// Kind is "overview", "elections", "groups", "jobs", "members",
+	// "audit", "job" or "timeline".
+	Kind  string
 	Lease string // for "job": the election or partition
-	Name  string // for "audit": the name whose operations it shows ("": all)
+	// Name is, for "audit", the name whose operations it shows ("": all);
+	// for "timeline", the group it shows ("": the plain elections).
+	Name string
+	// Range is, for "timeline", the time range it shows ("15m", "1h",
+	// "24h" or "all").
+	Range string
+	// Part is, for "timeline" of a group, the partition it zooms to, or
+	// -1 for all of them.
+	Part int
 }
 
 // navItem is one entry of the navigation bar.
 type navItem struct{ Kind, Path, Label string }
 
 var nav = []navItem{
+	{"overview", "/", "Overview"},
+	{"timeline", "/timeline", "Timeline"},
 	{"elections", "/elections", "Elections"},
 	{"groups", "/groups", "Groups"},
 	{"jobs", "/jobs", "Jobs"},
@@ -41,6 +53,10 @@ var nav = []navItem{
 // its event stream.
 func (v view) Path() string {
 	switch {
+	case v.Kind == "overview":
+		return "/"
+	case v.Kind == "timeline":
+		return v.timelinePath()
 	case v.Kind == "job":
 		return "/jobs/" + v.Lease
 	case v.Kind == "audit" && v.Name != "":
@@ -61,6 +77,9 @@ func parseView(pathQuery string) (view, bool) {
 			return view{}, false
 		}
 		return view{Kind: "job", Lease: lease}, true
+	}
+	if u.Path == "/timeline" {
+		return parseTimelineView(u.Query())
 	}
 	for _, n := range nav {
 		if u.Path != n.Path {
@@ -91,6 +110,9 @@ func validFilter(name string) bool {
 type loader struct {
 	ctx context.Context
 	a   *admin.Admin
+	// now is the time the pictures are drawn at (their right edge): one
+	// time for every page of a rendering.
+	now time.Time
 
 	snap    admin.Snapshot
 	snapErr error
@@ -164,6 +186,8 @@ type page struct {
 	Audit []admin.AuditEntry
 	// AuditMore reports that the trail holds older entries than Audit.
 	AuditMore bool
+	Overview  *overview // for "overview"
+	Timeline  *timeline // for "timeline"
 
 	s *Server
 }
@@ -177,6 +201,7 @@ func (p *page) failed(err error, st health) {
 	}
 	p.Elections, p.Groups, p.Jobs, p.GroupJobs, p.Members, p.Job = nil, nil, nil, nil, nil, nil
 	p.Audit, p.AuditMore = nil, false
+	p.Overview, p.Timeline = nil, nil
 }
 
 // opNote is a disable or a drain in force, as the pages show it: who
@@ -333,6 +358,10 @@ func (p *page) build(l *loader) error {
 
 func (p *page) buildView(l *loader) error {
 	switch p.View.Kind {
+	case "overview":
+		return p.buildOverview(l)
+	case "timeline":
+		return p.buildTimeline(l)
 	case "elections":
 		return p.buildElections(l)
 	case "groups":

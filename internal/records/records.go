@@ -13,6 +13,7 @@
 //	ops/resign/<lease>          Op: the holder of the given token hands off
 //	ops/drain/<member>          Op: the member hands off everything and stops contending
 //	audit/<time>-<unique>       Audit: one operation, who asked, why, what it changed
+//	health/<member>             Health: a client's recent renewals, how much of its term was left
 package records
 
 import (
@@ -36,6 +37,7 @@ const (
 	ResignPrefix   = OpsPrefix + "resign/"
 	DrainPrefix    = OpsPrefix + "drain/"
 	AuditPrefix    = "audit/"
+	HealthPrefix   = "health/"
 )
 
 // StatusKey is the key of the status of lease.
@@ -81,6 +83,79 @@ type Status struct {
 	// HistorySeq is the sequence number of the last run in the history.
 	HistorySeq uint64    `json:"historySeq"`
 	Updated    time.Time `json:"updated"` // when it was written
+	// Terms are the lease's last terms, oldest first, at most TermsLen:
+	// each holder appends its own when it writes its first status and
+	// ends it with its hand-off; a successor ends the previous one when
+	// it finds it still open (a fail-over).
+	Terms []Term `json:"terms,omitempty"`
+}
+
+// TermsLen is the number of terms a status keeps.
+const TermsLen = 32
+
+// How terms ended, in Term.Ended, besides the words of a revocation's
+// reason (simba.RevokeReason's String: "resigned", "member drained", …).
+const (
+	// EndedFailOver: the holder ended without a hand-off (a crash, a
+	// partition, a lost session); its successor wrote the end, at its own
+	// start: the term ended no later than End.
+	EndedFailOver = "fail-over"
+	// EndedMoved: the group's assignment gave the partition to another
+	// member, and this one handed it off.
+	EndedMoved = "moved"
+)
+
+// Term is one term of a lease, in its status's term log.
+type Term struct {
+	Token  uint64    `json:"token"`  // the term's fencing token
+	Member string    `json:"member"` // its holder's member id
+	Start  time.Time `json:"start"`  // when it began, on its holder's clock
+	// End is when it ended: its revocation, on its holder's clock, for a
+	// hand-off; its successor's start, on the successor's clock, for a
+	// fail-over. Zero while it holds, or when it ended unseen.
+	End time.Time `json:"end,omitzero"`
+	// Ended says how it ended: EndedFailOver, EndedMoved, or the reason
+	// its holder gave; "" while it holds.
+	Ended string `json:"ended,omitempty"`
+	// TTLms is the session TTL its holder was granted, in milliseconds:
+	// a term that failed over ended at most about a TTL before its
+	// successor began, when a successor was waiting.
+	TTLms int64 `json:"ttlMs,omitempty"`
+}
+
+// HealthLen is the number of renewals a Health record keeps.
+const HealthLen = 16
+
+// HealthKey is the key of member's health record.
+func HealthKey(member string) string { return HealthPrefix + member }
+
+// Health is a client's recent session renewals, written by the client
+// itself, unfenced, every few seconds while it has new ones: how much of
+// its term it had left when each renewal was confirmed. A client living
+// close to its deadline (a slow backend, long pauses) shows here before it
+// loses a term.
+type Health struct {
+	Member  string    `json:"member"`  // the client's member id
+	Session string    `json:"session"` // its session now
+	TTLms   int64     `json:"ttlMs"`   // the TTL granted, in milliseconds
+	Updated time.Time `json:"updated"` // when it was written
+	// Renewals are the last renewals confirmed, oldest first, at most
+	// HealthLen.
+	Renewals []Renewal `json:"renewals"`
+	// Failed counts renewals that failed since the client started.
+	Failed uint64 `json:"failed,omitempty"`
+}
+
+// Renewal is one confirmed session renewal.
+type Renewal struct {
+	At time.Time `json:"at"` // when it was confirmed
+	// LeftMs is how much of the term was left when it was confirmed: the
+	// deadline before it, less the time of its confirmation, in
+	// milliseconds (negative never: a renewal past the deadline ends the
+	// session).
+	LeftMs int64 `json:"leftMs"`
+	// RTTms is the renewal's round trip, in milliseconds.
+	RTTms int64 `json:"rttMs"`
 }
 
 // Run results in the history, besides the simba.Result names.
