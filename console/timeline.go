@@ -522,10 +522,13 @@ type drawing struct {
 
 // x returns the position of t, clamped to the plot.
 func (d *drawing) x(t time.Time) float64 {
-	if d.span <= 0 {
+	// In milliseconds, as floats: a Duration ends at 292 years, and
+	// records may hold any time.
+	span := float64(d.now.UnixMilli() - d.from.UnixMilli())
+	if span <= 0 {
 		return tlLabelW + tlPlotW
 	}
-	f := float64(t.Sub(d.from)) / float64(d.span)
+	f := float64(t.UnixMilli()-d.from.UnixMilli()) / span
 	f = max(0, min(1, f))
 	return tlLabelW + f*tlPlotW
 }
@@ -752,7 +755,7 @@ func (d *drawing) ticks(rng string) []tlTick {
 	long := rng == "24h" || rng == "all" && d.span >= 24*time.Hour
 	var out []tlTick
 	lastDay := ""
-	for t := d.from.UTC().Truncate(step); !t.After(d.now); t = t.Add(step) {
+	for t := d.from.UTC().Truncate(step); !t.After(d.now) && len(out) <= maxTicks; t = t.Add(step) {
 		if t.Before(d.from) {
 			continue
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -417,12 +418,13 @@ func TestTimelineBadRecords(t *testing.T) {
 		election(records.Status{Lease: "bad", Partition: -1,
 			Holder: &records.Holder{Member: "<b>x</b>", Token: 9},
 			Terms: []records.Term{
-				{Token: 9, Member: "<b>x</b>", Start: ago(5 * time.Minute)},                                   // open, out of order
-				{Token: 4, Member: "a", Start: ago(30 * time.Minute), End: ago(40 * time.Minute), Ended: "?"}, // ends before it starts
-				{Token: 5, Member: "", Start: time.Time{}, End: ago(20 * time.Minute)},                        // no start
-				{Token: 6, Member: "b", Start: ago(10 * time.Minute), End: ago(10 * time.Minute)},             // no time at all
-				{Token: 7, Member: "c", Start: tlNow.Add(time.Hour), End: tlNow.Add(2 * time.Hour)},           // in the future
-				{Token: 8, Member: "d", Start: ago(100 * 365 * 24 * time.Hour), Ended: records.EndedFailOver}, // a century ago, no end
+				{Token: 9, Member: "<b>x</b>", Start: ago(5 * time.Minute)},                                                             // open, out of order
+				{Token: 4, Member: "a", Start: ago(30 * time.Minute), End: ago(40 * time.Minute), Ended: "?"},                           // ends before it starts
+				{Token: 5, Member: "", Start: time.Time{}, End: ago(20 * time.Minute)},                                                  // no start
+				{Token: 6, Member: "b", Start: ago(10 * time.Minute), End: ago(10 * time.Minute)},                                       // no time at all
+				{Token: 7, Member: "c", Start: tlNow.Add(time.Hour), End: tlNow.Add(2 * time.Hour)},                                     // in the future
+				{Token: 8, Member: "d", Start: ago(100 * 365 * 24 * time.Hour), Ended: records.EndedFailOver},                           // a century ago, no end
+				{Token: 3, Member: "e", Start: time.Date(1, 1, 1, 0, 0, 1, 0, time.UTC), End: time.Date(1, 1, 1, 0, 0, 2, 0, time.UTC)}, // the year 1: beyond a Duration
 			}}, true),
 	}}
 	for _, rng := range []string{"15m", "1h", "24h", "all"} {
@@ -493,6 +495,13 @@ func TestTimelineServed(t *testing.T) {
 	require.Equal(t, http.StatusOK, w.Code)
 	assert.Contains(t, w.Body.String(), `<body data-view="/timeline?group=jobs&amp;range=15m"`)
 	assert.Contains(t, w.Body.String(), `data-lane="jobs.0"`)
+
+	// The page's event stream renders the same view.
+	ws, stop := openStream(t, s, url.QueryEscape("/timeline?group=jobs&range=15m"))
+	ev := ws.next(t, 10*time.Second)
+	stop()
+	assert.Contains(t, ev.data, `data-lane="jobs.0"`)
+	assert.Contains(t, ev.data, `<a href="/timeline?group=jobs&amp;range=15m" aria-current="true">jobs</a>`)
 
 	assert.Equal(t, http.StatusNotFound, get(s, "/timeline?range=2h").Code)
 	assert.Equal(t, http.StatusNotFound, get(s, "/timeline?group=nope").Code)
