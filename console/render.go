@@ -171,8 +171,9 @@ func short(id string) string {
 	return id[:8] + "…" + id[len(id)-8:]
 }
 
-// colors is the number of member colours of the style sheet.
-const colors = 10
+// colors is the number of member colours of the style sheet (--c0 to
+// --c7, classes c0 to c7).
+const colors = 8
 
 // color returns the class of a member's colour: the same member has the
 // same colour on every page and across updates.

@@ -283,6 +283,9 @@ type jobRow struct {
 	Trigger   bool
 	History   []admin.Run // the last runs, newest first
 	HistoryOf int         // how many runs the history keeps in all
+	// Chart is the runs of the history drawn over time: on the job's page
+	// the chart, on the jobs page a sparkline; nil where not read.
+	Chart *runChart
 }
 
 // groupJobs is a scheduled group's partitions.
@@ -302,7 +305,12 @@ type memberRow struct {
 	Elections []string // plain elections it holds
 	Drained   bool
 	Note      *opNote // the drain in force, when Drained
-	Live      bool    // it has a live membership or holds a lease
+	// Live reports that it has a live membership, holds a lease, or
+	// publishes its renewals (a health record not stale).
+	Live bool
+	// Headroom is its recent renewals, from its health record; nil when
+	// it publishes none.
+	Headroom *headroom
 }
 
 // memberGroup is a member's share of one group.
@@ -526,6 +534,7 @@ func (p *page) buildJobs(l *loader) error {
 		}
 		p.addProblems(problems...)
 		row.History, row.HistoryOf = newestFirst(h, historyInline), len(h)
+		row.Chart = newRunChart(h, l.now, true)
 		p.Jobs = append(p.Jobs, row)
 	}
 	byGroup := map[string]*groupJobs{}
@@ -597,6 +606,13 @@ func (p *page) buildMembers(l *loader) error {
 	for id := range ops.Drained {
 		row(id)
 	}
+	for _, h := range snap.Health {
+		if h.Member != "" {
+			r := row(h.Member)
+			r.Headroom = newHeadroom(h, l.now)
+			r.Live = r.Live || r.Headroom.Level != "stale" // its client renews a session
+		}
+	}
 	for _, id := range slices.Sorted(maps.Keys(rows)) {
 		r := rows[id]
 		slices.Sort(r.Sessions)
@@ -634,6 +650,7 @@ func (p *page) buildJob(l *loader) error {
 	p.addProblems(problems...)
 	row := jobRowOf(e, ops)
 	row.History, row.HistoryOf = newestFirst(h, 0), len(h)
+	row.Chart = newRunChart(h, l.now, false)
 	p.Job = &row
 	return p.buildAudit(l, p.View.Lease, auditInline)
 }
