@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/simba-go/simba/backend"
@@ -92,6 +93,9 @@ type LeaderTask struct {
 	finished sync.Once
 	onDone   []func() // guarded by c.mu; run by finish
 	runs     runs     // the task's functions not returned yet; guarded by c.mu
+	// moved: the group's assignment moved the partition away, and stopped
+	// the task for it.
+	moved atomic.Bool
 }
 
 // errClientClosing is the cancel cause of tasks stopped by the client's

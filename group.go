@@ -541,6 +541,7 @@ func (t *GroupTask) apply(ctx context.Context, g *generation, self string, membe
 	t.mu.Unlock()
 
 	for _, lt := range stop {
+		lt.moved.Store(true)
 		lt.Stop()
 		lt.whenDone(func() {
 			t.mu.Lock()

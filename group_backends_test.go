@@ -3,6 +3,7 @@ package simba_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/simba-go/simba/internal/await"
 	"github.com/simba-go/simba/internal/check"
 	"github.com/simba-go/simba/internal/faultproxy"
+	"github.com/simba-go/simba/internal/records"
 )
 
 // The group scenarios of group_test.go, written once and run in real time
@@ -114,6 +116,8 @@ type groupScenario struct {
 	h       *history
 	runs    *runTracker
 	ttl     time.Duration
+	// logs are the partitions' term logs, as checkTerms read them.
+	logs map[string][]records.Term
 }
 
 func newGroupScenario(t *testing.T, gb groupBackend) *groupScenario {
@@ -127,6 +131,9 @@ type groupNode struct {
 	backend backend.Backend
 	client  *simba.Client
 	task    *simba.GroupTask
+	// abandoned: its backend was closed under it.
+	abandoned bool
+	member    string // its member id: name unless given
 }
 
 // node starts a client called name (also its member id) on a backend and
@@ -162,7 +169,7 @@ func (g *groupScenario) node(name string, opts ...simba.Option) *groupNode {
 	if err := c.Ready(ctx); err != nil {
 		t.Fatalf("%s: no session: %v", name, err)
 	}
-	return &groupNode{name: name, link: link, backend: b, client: c}
+	return &groupNode{name: name, member: name, link: link, backend: b, client: c}
 }
 
 // join starts node n's group task with the given partition count, running
@@ -261,6 +268,7 @@ func (g *groupScenario) checkTerms(nodes ...*groupNode) {
 	if len(terms) == 0 {
 		t.Error("no term seen")
 	}
+	g.checkTermLogs(nodes)
 	for _, err := range check.Terms(terms) {
 		t.Error(err)
 	}
@@ -284,6 +292,7 @@ func testGroupJoinAndLeave(t *testing.T, gb groupBackend) {
 	before := g.runs.owners(P)
 	terms := len(g.h.Terms())
 
+	joined := time.Now()
 	d := g.member("d", P)
 	took := g.await(assignment(P, "a", "c", "d"), "after d joined")
 	after := g.runs.owners(P)
@@ -303,10 +312,13 @@ func testGroupJoinAndLeave(t *testing.T, gb groupBackend) {
 		t.Errorf("d.Partitions() = %v, want %v", got, gained)
 	}
 
+	joinBefore := before
 	before = after
+	left := time.Now()
 	await.For(t, c.task.Stop(), groupWait, "c's group Stop did not complete")
 	took = g.await(assignment(P, "a", "d"), "after c left")
 	after = g.runs.owners(P)
+	leaveBefore, leaveAfter := before, after
 	t.Logf("leave: %d partitions moved from c in %v", len(moved(before, after)), took)
 	if g.steady() {
 		for _, p := range moved(before, after) {
@@ -319,6 +331,15 @@ func testGroupJoinAndLeave(t *testing.T, gb groupBackend) {
 		t.Error("no ViewChanged event")
 	}
 	g.checkTerms(a, c, d)
+	if g.steady() {
+		// The term log says how each move ended the term before it.
+		for _, p := range gained {
+			g.checkEnded(p, joinBefore[p], joined, records.EndedMoved)
+		}
+		for _, p := range moved(leaveBefore, leaveAfter) {
+			g.checkEnded(p, "c", left, simba.RevokeStopped.String())
+		}
+	}
 }
 
 // testGroupCrashCutOff: a member whose link is cut (every byte or request
@@ -334,6 +355,7 @@ func testGroupCrashCutOff(t *testing.T, gb groupBackend) {
 	g.await(assignment(P, "a", "b", "c"), "a, b and c run their partitions")
 
 	old := b.client.SessionID()
+	cut := time.Now()
 	g.cut(b)
 	took := g.await(assignment(P, "a", "c"), "after b's link was cut")
 	t.Logf("b cut off: its %d partitions ran on a and c again after %v (TTL %v)", len(indexes(assignment(P, "a", "b", "c"), "b")), took, g.ttl)
@@ -353,6 +375,9 @@ func testGroupCrashCutOff(t *testing.T, gb groupBackend) {
 		t.Errorf("b still on session %s", old)
 	}
 	g.checkTerms(a, b, c)
+	for _, p := range indexes(assignment(P, "a", "b", "c"), "b") {
+		g.checkEnded(p, "b", cut, records.EndedFailOver)
+	}
 }
 
 // testGroupCrashWithoutRelease: a member whose backend goes away without
@@ -365,6 +390,8 @@ func testGroupCrashWithoutRelease(t *testing.T, gb groupBackend) {
 	a, b, c := g.member("a", P), g.member("b", P), g.member("c", P)
 	g.await(assignment(P, "a", "b", "c"), "a, b and c run their partitions")
 
+	crashed := time.Now()
+	b.abandoned = true
 	if err := b.backend.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -376,6 +403,9 @@ func testGroupCrashWithoutRelease(t *testing.T, gb groupBackend) {
 		}
 	}
 	g.checkTerms(a, b, c)
+	for _, p := range indexes(assignment(P, "a", "b", "c"), "b") {
+		g.checkEnded(p, "b", crashed, records.EndedFailOver)
+	}
 }
 
 // testGroupDuplicateMemberID: two live sessions with one member id are
@@ -384,7 +414,9 @@ func testGroupDuplicateMemberID(t *testing.T, gb groupBackend) {
 	g := newGroupScenario(t, gb)
 	const P = 8
 	x := g.member("x", P)
-	x2 := g.join(g.node("x2", simba.WithMemberID("x")), P)
+	x2 := g.node("x2", simba.WithMemberID("x"))
+	x2.member = "x"
+	g.join(x2, P)
 	g.runs.await(t, func(owners []string) bool {
 		for _, o := range owners[:P] {
 			if o != "x" && o != "x2" {
@@ -590,4 +622,129 @@ func moved(before, after []string) []int {
 		}
 	}
 	return out
+}
+
+// termLogs reads the term log of every partition the tasks saw a term of,
+// through a session of its own on the backend of one of nodes still open.
+func (g *groupScenario) termLogs(n *groupNode) map[string][]records.Term {
+	t := g.t
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), groupWait)
+	defer cancel()
+	sess, err := n.backend.Open(ctx, backend.SessionOptions{TTL: g.ttl})
+	if err != nil {
+		t.Fatalf("a session to read the status records: %v", err)
+	}
+	defer sess.Close(ctx)
+	logs := map[string][]records.Term{}
+	for _, term := range g.h.Terms() {
+		if _, ok := logs[term.Name()]; ok {
+			continue
+		}
+		r, err := sess.(backend.Records).GetRecord(ctx, records.StatusKey(term.Name()))
+		if err != nil {
+			t.Fatalf("status of %s: %v", term.Name(), err)
+		}
+		var st records.Status
+		if err := records.Decode(r.Value, &st); err != nil {
+			t.Fatalf("status of %s: %v", term.Name(), err)
+		}
+		logs[term.Name()] = st.Terms
+	}
+	return logs
+}
+
+// checkTermLogs checks the partitions' term logs (the console's timeline)
+// against the terms the tasks saw, once every node has closed: each entry
+// is of one of nodes' members (a term can begin and end before its task
+// runs, unseen by the tasks); an entry of a term seen is of the member
+// that saw it; tokens increase; every term but the last has ended (by its
+// hand-off, or its successor's fail-over), at or after its start; and, in
+// a steady run, every term seen is in the log and the last has ended with
+// its client's closing.
+func (g *groupScenario) checkTermLogs(nodes []*groupNode) {
+	t := g.t
+	t.Helper()
+	var reader *groupNode
+	members := map[string]string{} // node name: member id
+	for _, n := range nodes {
+		members[n.name] = n.member
+		if reader == nil && !n.abandoned {
+			reader = n
+		}
+	}
+	if reader == nil {
+		t.Fatal("no node to read the status records through")
+	}
+	seen := map[string]map[uint64]string{} // lease, token: member
+	for _, term := range g.h.Terms() {
+		if seen[term.Name()] == nil {
+			seen[term.Name()] = map[uint64]string{}
+		}
+		seen[term.Name()][term.Token()] = members[g.h.Owner(term)]
+	}
+	steady := g.steady()
+	g.logs = g.termLogs(reader)
+	for lease, log := range g.logs {
+		logged := map[uint64]bool{}
+		for i, e := range log {
+			logged[e.Token] = true
+			if member, ok := seen[lease][e.Token]; ok && member != e.Member {
+				t.Errorf("%s: term log entry %d (token %d) is of member %s, the term was %s's", lease, i, e.Token, e.Member, member)
+			}
+			if !slices.Contains(slices.Collect(maps.Values(members)), e.Member) {
+				t.Errorf("%s: term log entry %d (token %d) is of member %s, none of the scenario's", lease, i, e.Token, e.Member)
+			}
+			if i > 0 && e.Token <= log[i-1].Token {
+				t.Errorf("%s: term log tokens not increasing: %d after %d", lease, e.Token, log[i-1].Token)
+			}
+			if e.Ended == "" && (i < len(log)-1 || steady) {
+				t.Errorf("%s: term %d of %s never ended in the log (entry %d of %d)", lease, e.Token, e.Member, i, len(log))
+			}
+			if e.Ended != "" && e.End.Before(e.Start) {
+				t.Errorf("%s: term %d ended at %v, before its start %v", lease, e.Token, e.End, e.Start)
+			}
+		}
+		if steady && len(log) < records.TermsLen {
+			for token, member := range seen[lease] {
+				if !logged[token] && token > log[0].Token {
+					t.Errorf("%s: term %d of %s, seen, is not in the log %+v", lease, token, member, log)
+				}
+			}
+		}
+	}
+}
+
+// endedAfter returns the term of lease that ended by since: the one before
+// the first term of the log that began after since.
+func (g *groupScenario) endedAfter(lease string, since time.Time) (records.Term, bool) {
+	log := g.logs[lease]
+	for i := 1; i < len(log); i++ {
+		if log[i].Start.After(since) {
+			return log[i-1], true
+		}
+	}
+	return records.Term{}, false
+}
+
+// checkEnded checks that the term of partition p that member held until
+// since ended for the reason want, in the log checkTerms read. A term
+// missing from the log (its first status write not done when it ended: a
+// backend closed under it a few milliseconds into its term, say) is
+// logged, not failed.
+func (g *groupScenario) checkEnded(p int, member string, since time.Time, want string) {
+	g.t.Helper()
+	lease := fmt.Sprintf("%s.%d", billing, p)
+	prev, ok := g.endedAfter(lease, since)
+	switch {
+	case !ok && len(g.logs[lease]) <= 1:
+		// Every term before was too short to write its first status.
+		g.t.Logf("%s: no term in the log before %+v: %s's is missing from the log", lease, g.logs[lease], member)
+	case !ok:
+		g.t.Errorf("%s: no term in the log began after %v: %+v", lease, since, g.logs[lease])
+	case prev.Member != member:
+		g.t.Logf("%s: the term before the move is of %s, not %s: %s's is missing from the log", lease, prev.Member, member, member)
+	case prev.Ended != want:
+		g.t.Errorf("%s: %s's term %d ended %q in the log, want %q", lease, member, prev.Token, prev.Ended, want)
+	}
 }

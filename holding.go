@@ -273,7 +273,7 @@ func (h *holding) handOff(atCap bool) bool {
 	var final []backend.Record
 	if holds(reason) {
 		_, together := h.lease.(backend.RecordReleaser)
-		final = h.term.status.handedOff(h.g, together)
+		final = h.term.status.handedOff(h.g, together, h.t.endedWords(reason), revokedAt)
 	}
 	h.term.handOffUntil.Store(0) // the lease goes now
 	released := holds(reason) && h.t.release(h.g, h.lease, final)
@@ -284,4 +284,14 @@ func (h *holding) handOff(atCap bool) bool {
 	h.t.c.metrics.handedOff(h.term.ref, d)
 	h.t.c.events.publish(HandedOff{TermRef: h.term.ref, Duration: d, Released: released, At: time.Now()})
 	return true
+}
+
+// endedWords says how a term of t that ended for reason ended, in its
+// status's term log: a partition stopped because the group's assignment
+// moved it ended records.EndedMoved.
+func (t *LeaderTask) endedWords(reason RevokeReason) string {
+	if reason == RevokeStopped && t.moved.Load() {
+		return records.EndedMoved
+	}
+	return reason.String()
 }

@@ -181,7 +181,13 @@ func (c *Client) keep(ctx context.Context) {
 		c.log.Info("session started", "session", sess.ID(), "ttl", g.ttl, "margin", g.margin)
 		c.events.publish(SessionStarted{Session: sess.ID(), TTL: g.ttl, At: time.Now()})
 
+		published := make(chan struct{})
+		go func() {
+			defer close(published)
+			c.publishHealth(g)
+		}()
 		c.renew(ctx, g, sent)
+		<-published // it ends with g
 
 		reason, cause := g.why()
 		c.setGeneration(nil)
@@ -228,12 +234,15 @@ func (c *Client) renew(ctx context.Context, g *generation, lastSent time.Time) {
 			// No deadline to move to: retried like a failure, so that a
 			// backend granting nothing is not renewed in a tight loop.
 			failures++
+			c.renewals.failedOne()
 			c.log.Error("session renewal granted a TTL too short to use", "session", g.sess.ID(), "granted", ttl, "min", MinTTL, "attempt", failures, "left", g.left())
 			next.Reset(backoff.Wait(failures, interval))
 		case err == nil:
+			left := g.left()
 			if !g.extend(sent, ttl) {
 				return
 			}
+			c.renewals.confirmed(time.Now(), left, time.Since(sent))
 			failures = 0
 			interval = ttl / 3
 			next.Reset(time.Until(sent.Add(interval)))
@@ -242,6 +251,7 @@ func (c *Client) renew(ctx context.Context, g *generation, lastSent time.Time) {
 			return
 		default:
 			failures++
+			c.renewals.failedOne()
 			c.log.Warn("session renewal failed", "session", g.sess.ID(), "err", err, "attempt", failures, "left", g.left())
 			next.Reset(backoff.Wait(failures, interval))
 		}

@@ -276,6 +276,7 @@ func (c *Client) finishClose(groups []*GroupTask, tasks []*LeaderTask) {
 		<-t.done
 	}
 	c.closeStage.Store(closeSession)
+	c.deleteHealth()
 	c.stopKeeper()
 	<-c.keeperDone
 	c.closeStage.Store(closeGoroutines)

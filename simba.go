@@ -25,6 +25,8 @@ type Client struct {
 	events  *eventBus
 	metrics *metrics
 	ops     *opsView
+	// renewals are the session's recent renewals, for the health record.
+	renewals renewalLog
 
 	ctx        context.Context // ends when the closing begins
 	stopClient context.CancelFunc
@@ -75,6 +77,7 @@ func New(b backend.Backend, opts ...Option) (*Client, error) {
 		base:       time.Now(),
 		stopKeeper: cancel,
 		keeperDone: make(chan struct{}),
+		renewals:   newRenewalLog(),
 		genChanged: make(chan struct{}),
 		tasks:      make(map[string]*LeaderTask),
 		groups:     make(map[string]*GroupTask),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -123,8 +124,12 @@ func (c *Client) openStatus(g *generation, term *Term, schedule string) *statusW
 			w.addHistory(run)
 			w.st.LastRun = &run
 		}
+		if w.failOver {
+			w.st.Terms = endFailedOver(w.st.Terms, *w.st.Holder, term.start)
+		}
 		w.st.Lease, w.st.Group, w.st.Partition, w.st.Schedule = ref.Election, ref.Group, ref.Partition, schedule
 		w.st.Holder = &records.Holder{Member: w.member, Session: g.sess.ID(), Token: ref.Token, Since: term.start}
+		w.st.Terms = appendTerm(w.st.Terms, records.Term{Token: ref.Token, Member: w.member, Start: term.start, TTLms: g.ttl.Milliseconds()})
 		w.dirty = true
 	})
 	return w
@@ -419,13 +424,16 @@ func (w *statusWriter) planned(next time.Time) {
 // session. With finalize (the lease is a backend.RecordReleaser), the last
 // records are not written but returned, for the release to write them in
 // the same step; nil when there are none, or when the wait was cut short.
-func (w *statusWriter) handedOff(g *generation, finalize bool) []backend.Record {
+//
+// The term's entry in the term log ends at, for the reason ended.
+func (w *statusWriter) handedOff(g *generation, finalize bool, ended string, at time.Time) []backend.Record {
 	if w == nil {
 		return nil
 	}
 	w.mu.Lock()
 	ok := w.enqueueLocked(func(context.Context) {
 		w.st.Holder = nil
+		endTerm(w.st.Terms, w.term.ref.Token, at, ended)
 		// A run still going is one that ignored the cancellation until the
 		// term's deadline, where the lease is handed off without it: it
 		// can record nothing after this, and the next holder sees no
@@ -483,3 +491,38 @@ func (w *statusWriter) firstSource() string {
 // missedStart reports whether a planned start passed while no one held the
 // lease; call it after awaitOpened.
 func (w *statusWriter) missedStart() bool { return w != nil && w.missed }
+
+// appendTerm adds t to the term log, dropping the oldest terms past
+// records.TermsLen.
+func appendTerm(terms []records.Term, t records.Term) []records.Term {
+	terms = append(terms, t)
+	if n := len(terms) - records.TermsLen; n > 0 {
+		terms = slices.Delete(terms, 0, n)
+	}
+	return terms
+}
+
+// endTerm ends the open entry of token in the term log, if there is one:
+// at, for the reason ended.
+func endTerm(terms []records.Term, token uint64, at time.Time, ended string) bool {
+	for i := len(terms) - 1; i >= 0; i-- {
+		if t := &terms[i]; t.Token == token {
+			if t.Ended != "" {
+				return true
+			}
+			t.End, t.Ended = at, ended
+			return true
+		}
+	}
+	return false
+}
+
+// endFailedOver ends the term of prev, a holder that ended without a
+// hand-off, at the successor's start: an upper bound of its end. A holder
+// missing from the log (written before there was one) is added.
+func endFailedOver(terms []records.Term, prev records.Holder, start time.Time) []records.Term {
+	if endTerm(terms, prev.Token, start, records.EndedFailOver) {
+		return terms
+	}
+	return appendTerm(terms, records.Term{Token: prev.Token, Member: prev.Member, Start: prev.Since, End: start, Ended: records.EndedFailOver})
+}

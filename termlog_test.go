@@ -1,0 +1,169 @@
+package simba_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/internal/records"
+)
+
+// The status's term log (what the console's timeline draws): each holder
+// adds its term; a hand-off ends it with its reason and revocation time; a
+// successor ends a term that failed over at its own start.
+func TestStatusTermLog(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		ca, _ := node(t, b, "a", h, simba.WithMemberID("a"))
+		cb, nb := node(t, b, "b", h, simba.WithMemberID("b"))
+		ta, err := ca.Election("ingest").RunWhileLeader(holdUntilRevoked("a", h))
+		require.NoError(t, err)
+		time.Sleep(time.Second)
+		_, err = cb.Election("ingest").RunWhileLeader(holdUntilRevoked("b", h))
+		require.NoError(t, err)
+		time.Sleep(time.Second)
+
+		stopped := time.Now()
+		<-ta.Stop() // a hands off: b takes over
+		time.Sleep(time.Second)
+		_, err = ca.Election("ingest").RunWhileLeader(holdUntilRevoked("a", h))
+		require.NoError(t, err)
+		time.Sleep(time.Second)
+		crashed := time.Now()
+		nb.Crash() // b ends without a hand-off: a takes over after its TTL
+		time.Sleep(3 * testTTL)
+
+		a := openAdmin(t, b)
+		st, err := a.Status(t.Context(), "ingest")
+		require.NoError(t, err)
+		require.Len(t, st.Terms, 3, "%+v", st.Terms)
+		first, second, third := st.Terms[0], st.Terms[1], st.Terms[2]
+		assert.Equal(t, "a", first.Member)
+		assert.Equal(t, simba.RevokeStopped.String(), first.Ended)
+		assert.True(t, first.End.Equal(stopped), "a hand-off ends at its revocation: %v, not %v", first.End, stopped)
+		assert.Equal(t, testTTL.Milliseconds(), first.TTLms)
+
+		assert.Equal(t, "b", second.Member)
+		assert.Equal(t, records.EndedFailOver, second.Ended)
+		assert.True(t, second.End.Equal(third.Start), "a fail-over ends at the successor's start")
+		assert.True(t, second.End.After(crashed), "the successor began after b crashed")
+
+		assert.Equal(t, "a", third.Member)
+		assert.Empty(t, third.Ended, "the holder's term is open")
+		assert.True(t, third.End.IsZero())
+		assert.Less(t, first.Token, second.Token)
+		assert.Less(t, second.Token, third.Token)
+		require.NotNil(t, st.Holder)
+		assert.Equal(t, third.Token, st.Holder.Token)
+
+		require.NoError(t, ca.Close())
+		st, err = a.Status(t.Context(), "ingest")
+		require.NoError(t, err)
+		require.Len(t, st.Terms, 3)
+		assert.Equal(t, simba.RevokeClosed.String(), st.Terms[2].Ended)
+		assert.False(t, st.Terms[2].End.Before(st.Terms[2].Start))
+	})
+}
+
+// A partition the group's assignment moves ends "moved" in its log.
+func TestStatusTermLogMovedPartition(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		ca, _ := node(t, b, "a", h, simba.WithMemberID("a"))
+		cb, _ := node(t, b, "b", h, simba.WithMemberID("b"))
+		_, err := ca.Group("billing", 2).RunWhileLeader(func(ctx context.Context, term *simba.Term, _ int) error {
+			<-ctx.Done()
+			return nil
+		})
+		require.NoError(t, err)
+		time.Sleep(2 * time.Second)
+		_, err = cb.Group("billing", 2).RunWhileLeader(func(ctx context.Context, term *simba.Term, _ int) error {
+			<-ctx.Done()
+			return nil
+		})
+		require.NoError(t, err)
+		time.Sleep(3 * testTTL)
+
+		a := openAdmin(t, b)
+		var moved int
+		for _, p := range []string{"billing.0", "billing.1"} {
+			st, err := a.Status(t.Context(), p)
+			require.NoError(t, err)
+			require.NotEmpty(t, st.Terms, p)
+			if len(st.Terms) == 2 {
+				moved++
+				assert.Equal(t, "a", st.Terms[0].Member, p)
+				assert.Equal(t, records.EndedMoved, st.Terms[0].Ended, p)
+				assert.Equal(t, "b", st.Terms[1].Member, p)
+			}
+		}
+		assert.Positive(t, moved, "b's join moves a partition to b")
+	})
+}
+
+// Each client publishes its recent renewals, and how much of its term was
+// left at each, in its health record; Close deletes it, and a new client
+// deletes the records of clients gone for an hour.
+func TestHealthRecord(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		ghost := b.Node("ghost")
+		sess, err := ghost.Open(t.Context(), backend.SessionOptions{TTL: testTTL})
+		require.NoError(t, err)
+		old := records.Health{Member: "ghost", Updated: time.Now().Add(-2 * time.Hour)}
+		recent := records.Health{Member: "recent", Updated: time.Now().Add(-time.Minute)}
+		for _, r := range []records.Health{old, recent} {
+			_, err = sess.(backend.Records).PutRecord(t.Context(), records.HealthKey(r.Member), records.Encode(r), backend.Condition{})
+			require.NoError(t, err)
+		}
+		require.NoError(t, sess.Close(t.Context()))
+
+		h := newHistory()
+		c, _ := node(t, b, "a", h, simba.WithMemberID("a"))
+		off, _ := node(t, b, "quiet", h, simba.WithMemberID("quiet"), simba.WithStatus(false))
+		time.Sleep(20 * time.Second)
+
+		a := openAdmin(t, b)
+		health, err := a.Health(t.Context())
+		require.NoError(t, err)
+		members := map[string]records.Health{}
+		for _, r := range health {
+			members[r.Member] = r
+		}
+		assert.NotContains(t, members, "ghost", "a record an hour old is deleted")
+		assert.Contains(t, members, "recent")
+		assert.NotContains(t, members, "quiet", "WithStatus(false) publishes nothing")
+		got, ok := members["a"]
+		require.True(t, ok, "%+v", health)
+		assert.Equal(t, testTTL.Milliseconds(), got.TTLms)
+		assert.Equal(t, c.SessionID(), got.Session)
+		require.NotEmpty(t, got.Renewals)
+		assert.LessOrEqual(t, len(got.Renewals), records.HealthLen)
+		for _, r := range got.Renewals {
+			// Renewed every TTL/3 with no delay: two thirds of the term
+			// left at each, less the margin.
+			assert.Greater(t, r.LeftMs, int64(0))
+			assert.Less(t, r.LeftMs, testTTL.Milliseconds())
+		}
+
+		require.NoError(t, c.Close())
+		require.NoError(t, off.Close())
+		health, err = a.Health(t.Context())
+		require.NoError(t, err)
+		for _, r := range health {
+			assert.NotEqual(t, "a", r.Member, "Close deletes the client's record")
+		}
+	})
+}
