@@ -15,6 +15,27 @@
 //
 // # Pages
 //
+//   - / (the overview): what needs attention first — vacant elections and
+//     partitions, jobs whose last run failed or was interrupted, members
+//     close to their deadline or whose health record went stale, disabled
+//     elections, jobs and groups, drained members, records skipped — each
+//     with why, in words, and a link; then counts of the rest (elections
+//     held, partitions held per group, the jobs' success rate, members
+//     live).
+//   - /timeline: who held what and when. One lane per election
+//     (/timeline), or per partition of a group (/timeline?group=billing),
+//     or one partition zoomed with the table of its terms
+//     (/timeline?group=billing&p=3); range=15m|1h|24h|all (default 1h).
+//     Each term is a bar in its member's colour, labelled with its token
+//     where wide enough; gaps (no holder) are hatched; a hand-off ends in
+//     a tick, a fail-over in a triangle. A group's page lists its
+//     rebalances below the lanes: moves of partitions from one member to
+//     another within 5s of each other, grouped, newest first, each with
+//     its kind (drain, view-change for a join or a leave that changed the
+//     assignment, leave, crash, resign, …), the partitions moved, from
+//     whom to whom, and how long each was vacant. The pictures come from
+//     each lease's term log (its status's last 32 terms), so they cost no
+//     read of their own, and reach as far back as the log does.
 //   - /elections: every election and job: state, holder member, token,
 //     session, since when it holds the lease, when it last wrote its status.
 //     A holder's deadline is known to its own node only (it is not in the
@@ -26,9 +47,22 @@
 //   - /jobs: scheduled elections and partitions: state, schedule, next
 //     planned start, last result, counts, and recent runs with their source
 //     (normal, misfire, trigger, fail-over) and, for a run of a command,
-//     its exit status ("failed exit 3"); /jobs/{lease} the whole history.
+//     its exit status ("failed exit 3"), with a sparkline of the recent
+//     runs; /jobs/{lease} the whole history, charted: each run's duration
+//     over its start time, its result in the marker's shape (a cross for a
+//     failure), misfires, triggers and fail-overs marked above, and the
+//     success rate.
 //   - /members: every member (of a group, holding an election, or drained),
-//     its sessions, what it holds, and its drain state.
+//     its sessions, what it holds, its drain state, and its headroom: how
+//     much of its term it had left at its last renewals (from the health
+//     record each client publishes every 5s, records.Health), with the
+//     minimum, the TTL and the last round trip; under a third of the TTL
+//     is marked close to its deadline, under a tenth very close.
+//
+// Members have eight colours, the same on every page, chosen to be told
+// apart by colour-blind readers and kept away from the red and amber that
+// mean danger (vacant, failed, destructive buttons); names and patterns
+// are shown too, so colour is never the only cue.
 //   - /audit: the audit trail (admin.Admin.Audit), newest first: every
 //     operation from the console or the simba command, with when, who, the
 //     operation and its target, whether it changed what is in force, the

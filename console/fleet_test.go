@@ -30,6 +30,7 @@ type fleet struct {
 
 	mu      sync.Mutex
 	holders map[string]holding // by lease, from Elected and Revoked
+	terms   []seenTerm         // every term won, in order, from Elected and Revoked
 	runs    []ran
 	nodes   map[string]*simba.Client
 }
@@ -38,6 +39,13 @@ type fleet struct {
 type holding struct {
 	member string
 	token  uint64
+}
+
+// seenTerm is a term a node won, and how it ended, by its own events.
+type seenTerm struct {
+	lease, member string
+	token         uint64
+	revoked       string // the Revoked event's reason; "" while it holds
 }
 
 // ran is one run started by a node.
@@ -121,9 +129,15 @@ func (f *fleet) event(member string, e simba.Event) {
 	switch e := e.(type) {
 	case simba.Elected:
 		f.holders[e.Election] = holding{member: member, token: e.Token}
+		f.terms = append(f.terms, seenTerm{lease: e.Election, member: member, token: e.Token})
 	case simba.Revoked:
 		if f.holders[e.Election].token == e.Token {
 			delete(f.holders, e.Election)
+		}
+		for i := range f.terms {
+			if t := &f.terms[i]; t.lease == e.Election && t.token == e.Token {
+				t.revoked = e.Reason.String()
+			}
 		}
 	}
 }
@@ -206,4 +220,17 @@ func (f *fleet) gridMatches(cells []gridCell) error {
 		}
 	}
 	return nil
+}
+
+// termsOf returns the terms of lease the nodes won, in order.
+func (f *fleet) termsOf(lease string) []seenTerm {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []seenTerm
+	for _, t := range f.terms {
+		if t.lease == lease {
+			out = append(out, t)
+		}
+	}
+	return out
 }

@@ -16,7 +16,9 @@ import (
 
 	"github.com/simba-go/simba/admin"
 	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/backend/etcd"
 	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/internal/etcdtest"
 	"github.com/simba-go/simba/internal/records"
 )
 
@@ -530,22 +532,116 @@ func bigGroup(n, terms int) admin.Snapshot {
 	return groupSnapshot("big", parts...)
 }
 
-// BenchmarkTimeline1024 builds and renders the whole page of a group of
-// 1,024 partitions with 32 terms each, all within the hour shown.
-func BenchmarkTimeline1024(b *testing.B) {
+// BenchmarkPages1024 builds and renders, from a snapshot in memory, the
+// pages of a group of 1,024 partitions with 32 terms each, all within the
+// hour shown, and the health records of its 5 members: the worst case of
+// the timeline (every term a move), and the overview and members pages
+// over the same snapshot; and the timeline of the same group with 2 terms
+// per partition in the hour. The backend's read is not measured (it is the
+// same Snapshot for every page; see BENCHMARKS.md).
+func BenchmarkPages1024(b *testing.B) {
 	snap := bigGroup(1024, records.TermsLen)
-	v, _ := parseView("/timeline?group=big")
-	var size int
-	for b.Loop() {
-		p := &page{View: v, Title: "Timeline"}
-		if err := p.build(&loader{ctx: b.Context(), now: tlNow, snap: snap, snapOK: true}); err != nil {
-			b.Fatal(err)
+	for _, m := range []string{"node-a", "node-b", "node-c", "node-d", "node-e"} {
+		h := admin.Health{Member: m, Session: m + "-s", TTLms: 3000, Updated: tlNow.Add(-2 * time.Second)}
+		for i := range records.HealthLen {
+			h.Renewals = append(h.Renewals, admin.Renewal{At: tlNow.Add(-time.Duration(records.HealthLen-i) * time.Second), LeftMs: 1800 + int64(i), RTTms: 3})
 		}
-		out, err := render("layout", p)
-		if err != nil {
-			b.Fatal(err)
-		}
-		size = len(out)
+		snap.Health = append(snap.Health, h)
 	}
-	b.ReportMetric(float64(size), "html-bytes")
+	light := bigGroup(1024, 2) // a deploy's worth: one move per partition in the hour
+	light.Health = snap.Health
+	for _, c := range []struct {
+		name string
+		snap admin.Snapshot
+		path string
+	}{
+		{"32terms", snap, "/timeline?group=big"}, {"2terms", light, "/timeline?group=big"},
+		{"32terms", snap, "/timeline?group=big&p=7"}, {"32terms", snap, "/"}, {"32terms", snap, "/members"},
+	} {
+		snap, path := c.snap, c.path
+		b.Run(c.name+strings.ReplaceAll(path, "/", "_"), func(b *testing.B) {
+			v, ok := parseView(path)
+			if !ok {
+				b.Fatalf("no view %s", path)
+			}
+			var size int
+			for b.Loop() {
+				p := &page{View: v, Title: path}
+				if err := p.build(&loader{ctx: b.Context(), now: tlNow, snap: snap, snapOK: true}); err != nil {
+					b.Fatal(err)
+				}
+				out, err := render("layout", p)
+				if err != nil {
+					b.Fatal(err)
+				}
+				size = len(out)
+			}
+			b.ReportMetric(float64(size), "html-bytes")
+		})
+	}
+}
+
+// BenchmarkPagesEtcd1024 serves the pages of the same group of 1,024
+// partitions with 32 terms each as a console does: each request reads the
+// backend (embedded etcd: 1,024 status records of about 4.5 KB) and
+// renders, so it is the time an operator waits for the page, and the work
+// of each poll while the page is open.
+func BenchmarkPagesEtcd1024(b *testing.B) {
+	srv := etcdtest.Start(b)
+	for _, logs := range []bool{true, false} {
+		name := "termlogs"
+		if !logs {
+			name = "nologs" // what the pages cost before the term logs
+		}
+		b.Run(name, func(b *testing.B) { benchPagesEtcd(b, srv, name, logs) })
+	}
+}
+
+// benchPagesEtcd serves the pages of BenchmarkPagesEtcd1024 from a prefix
+// of srv of their own; without logs, the statuses have no term log.
+func benchPagesEtcd(b *testing.B, srv *etcdtest.Server, prefix string, logs bool) {
+	be, err := etcd.New(srv.Endpoints(), etcd.WithPrefix("/pages-bench-"+prefix+"/"))
+	require.NoError(b, err)
+	defer be.Close()
+	sess, err := be.Open(b.Context(), backend.SessionOptions{TTL: 10 * time.Second})
+	require.NoError(b, err)
+	defer sess.Close(context.Background())
+	snap := bigGroup(1024, records.TermsLen)
+	d := time.Since(tlNow) // the console draws at the time of the request
+	for _, e := range snap.Elections {
+		for i := range e.Status.Terms {
+			t := &e.Status.Terms[i]
+			t.Start = t.Start.Add(d)
+			if !t.End.IsZero() {
+				t.End = t.End.Add(d)
+			}
+		}
+		if h := e.Status.Holder; h != nil {
+			h.Since = h.Since.Add(d)
+		}
+		if !logs {
+			e.Status.Terms = nil
+		}
+		_, err := sess.(backend.Records).PutRecord(b.Context(), records.StatusKey(e.Name), records.Encode(e.Status), backend.Condition{})
+		require.NoError(b, err)
+	}
+	a, err := admin.Open(b.Context(), be)
+	require.NoError(b, err)
+	defer a.Close()
+	s, err := New(a, WithReadOnly(true))
+	require.NoError(b, err)
+	defer s.Close()
+	for _, path := range []string{"/timeline?group=big", "/", "/groups"} {
+		b.Run(strings.ReplaceAll(path, "/", "_"), func(b *testing.B) {
+			var size int
+			for b.Loop() {
+				w := get(s, path)
+				if w.Code != http.StatusOK {
+					b.Fatalf("GET %s: %d %s", path, w.Code, w.Body.String())
+				}
+				size = w.Body.Len()
+			}
+			b.ReportMetric(float64(size), "html-bytes")
+		})
+	}
 }
