@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -226,11 +227,5 @@ func (f *fleet) gridMatches(cells []gridCell) error {
 func (f *fleet) termsOf(lease string) []seenTerm {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []seenTerm
-	for _, t := range f.terms {
-		if t.lease == lease {
-			out = append(out, t)
-		}
-	}
-	return out
+	return slices.DeleteFunc(slices.Clone(f.terms), func(t seenTerm) bool { return t.lease != lease })
 }
