@@ -167,3 +167,29 @@ func TestHealthRecord(t *testing.T) {
 		}
 	})
 }
+
+// A client behind a slow link renews with little of its term left, and
+// its health record says so: what the console marks "close to its
+// deadline" (under a third of the TTL).
+func TestHealthRecordShowsASlowLink(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		c, n := node(t, b, "slow", h, simba.WithMemberID("slow"))
+		require.NoError(t, c.Ready(t.Context()))
+		n.SetDelay(500*time.Millisecond, 500*time.Millisecond) // a renewal's round trip: 1s
+		time.Sleep(30 * time.Second)
+
+		health, err := openAdmin(t, b).Health(t.Context())
+		require.NoError(t, err)
+		require.Len(t, health, 1)
+		last := health[0].Renewals[len(health[0].Renewals)-1]
+		assert.Equal(t, int64(1000), last.RTTms)
+		// Renewed a third of the TTL after the last send, confirmed a second
+		// later: two thirds of the TTL, less the margin and the round trip.
+		assert.Positive(t, last.LeftMs)
+		assert.Less(t, last.LeftMs, testTTL.Milliseconds()/3, "%+v", last)
+		n.SetDelay(0, 0)
+	})
+}
