@@ -1,6 +1,7 @@
 // Package admin reads what simba's nodes keep in a backend — the status and
-// history of every election, job and partition, the members of groups —
-// and writes the cluster-wide operations every node obeys: disable and
+// history of every election, job and partition (each status with the
+// lease's last terms: who held it, when, how each term ended), the members
+// of groups, each client's recent renewals (Health) — and writes the cluster-wide operations every node obeys: disable and
 // enable, trigger, resign, drain and undrain. The simba command and its
 // console are built on it.
 //
