@@ -205,6 +205,17 @@ func TestTerminateConnections(t *testing.T) {
 		}
 		wa <- l
 	}()
+	// A's connections end while it waits, not while its candidacy is
+	// being written (a statement cut mid-way fails, and is not retried).
+	if err := retrying(t, "queue", func() error {
+		ids, err := a.(backend.CandidateLister).Candidates(ctxT(t), "x")
+		if err == nil && len(ids) != 2 {
+			err = errors.New("A not queued yet")
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
 	endC := rc.halt()
 	pgtest.MustTerminate(t, pgtest.DSN(t), appA)
 	la2 := <-wa
