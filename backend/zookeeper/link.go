@@ -73,6 +73,11 @@ func (l *link) dial(network, address string, timeout time.Duration) (net.Conn, e
 	if l.stopped.Load() {
 		return nil, errLinkStopped
 	}
+	// go-zookeeper gives each dial a second. A TLS handshake (in the dial)
+	// with a loaded server, or on a loaded client, can take longer; as the
+	// Java client's connect timeout, the requested session timeout shared
+	// among the servers bounds it, when that is longer.
+	timeout = max(timeout, time.Duration(l.requested)*time.Millisecond/time.Duration(max(l.nservers, 1)))
 	ctx, cancel := context.WithTimeout(l.ctx, timeout)
 	c, err := l.dialer(ctx, network, address)
 	cancel()

@@ -20,7 +20,9 @@ const DefaultRoot = "/simba"
 type Option func(*config) error
 
 // DialFunc opens one TCP (or TLS) connection to a ZooKeeper server. It must
-// honour ctx.
+// honour ctx, whose deadline is the session timeout asked for shared among
+// the servers (as the Java client's connect timeout), or a second if that
+// is longer.
 type DialFunc func(ctx context.Context, network, address string) (net.Conn, error)
 
 type credential struct {
