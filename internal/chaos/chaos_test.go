@@ -112,13 +112,30 @@ var plantedBugs = []controlSpec{
 		what: "with the lease released before the run exits, the hand-offs out of order"},
 }
 
+// controlRuns bounds the runs of a control: a run too weak to show its
+// bug (the faults' timing missed the window the bug needs, on a loaded
+// machine) is followed by another, with the next seed.
+const controlRuns = 3
+
 // testControl runs the control c, with the clients' TTL ttl, or the one
-// the world's controlTTL, if it has one, gives for c.
+// the world's controlTTL, if it has one, gives for c: up to controlRuns
+// runs, until one shows the bug.
 func testControl(t *testing.T, w world, seed uint64, c controlSpec) {
 	cttl := ttl
 	if ct, ok := w.(controlTTLer); ok {
 		cttl = ct.controlTTL(c)
 	}
+	for run := range controlRuns {
+		if runControl(t, w, seed+uint64(run), cttl, c, run == controlRuns-1) {
+			return
+		}
+	}
+}
+
+// runControl runs the control c once, with seed and TTL cttl. It reports
+// whether the run showed the bug; a run that did not fails the test if it
+// is the last, and is logged otherwise.
+func runControl(t *testing.T, w world, seed uint64, cttl time.Duration, c controlSpec, last bool) bool {
 	r := newRun(t, w, runConfig{seed: seed, fenced: c.fenced, children: clients, ttl: cttl, plant: c.plant})
 	rounds := r.hitHolders(c.hit, c.every, c.rounds, c.want)
 	s, errs := r.finish(time.Now())
@@ -134,7 +151,11 @@ func testControl(t *testing.T, w world, seed uint64, c controlSpec) {
 	}
 	mine := found[c.want]
 	if len(mine) == 0 {
-		t.Fatalf("seed %d: no %s violation in %d %ss of the holder: the run is too weak to show it (%v)", r.cfg.seed, c.want, rounds, c.hit, s)
+		if last {
+			t.Fatalf("seed %d: no %s violation in %d %ss of the holder: the run is too weak to show it, as were the %d before (%v)", r.cfg.seed, c.want, rounds, c.hit, controlRuns-1, s)
+		}
+		t.Logf("seed %d: no %s violation in %d %ss of the holder: the run is too weak to show it; another run (%v)", r.cfg.seed, c.want, rounds, c.hit, s)
+		return false
 	}
 	var others []string
 	for _, a := range c.also {
@@ -151,6 +172,7 @@ func testControl(t *testing.T, w world, seed uint64, c controlSpec) {
 		}
 		t.Logf("all of them:\n%v", errors.Join(all...))
 	}
+	return true
 }
 
 // hitHolders hits the holder of the election (with every, each client
