@@ -118,11 +118,20 @@ func TestPostgres(t *testing.T) {
 				t.Errorf("simba %s: %v", strings.Join(args, " "), r)
 			}
 		}
-		r := runIn(t, nil, append([]string{"status", "report", "--json"}, pg...)...)
-		v := decode[leaseView](t, r.stdout)
-		terms := rec.elected("report")
-		if last := terms[len(terms)-1]; r.code != exitOK || v.Holder == nil || v.Holder.Token != last.Token {
-			t.Errorf("status report: %+v, want the holder of the last term, token %d\n%v", v.Holder, last.Token, r)
+		// The commands resign and trigger report: its new holder writes its
+		// status soon after it wins, not at once.
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			r := runIn(t, nil, append([]string{"status", "report", "--json"}, pg...)...)
+			v := decode[leaseView](t, r.stdout)
+			terms := rec.elected("report")
+			last := terms[len(terms)-1]
+			if r.code == exitOK && v.Holder != nil && v.Holder.Token == last.Token {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("status report: %+v, want the holder of the last term, token %d, within 30s\n%v", v.Holder, last.Token, r)
+				break
+			}
 		}
 		out := runIn(t, nil, append([]string{"status"}, pg...)...).stdout
 		if want := "postgres at postgres@"; !strings.Contains(out, want) || !strings.Contains(out, "(schema "+schema+")") {
