@@ -2,17 +2,12 @@ package simba
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/internal/records"
 )
-
-// healthEvery is how often a client publishes its health record
-// (records.Health) while it has renewals the record does not show yet.
-const healthEvery = 5 * time.Second
 
 // healthStale is the age past which a health record is of a client gone
 // without closing: the next client to start deletes it.
@@ -72,7 +67,7 @@ func (l *renewalLog) take(member string, g *generation) (records.Health, bool) {
 	}, true
 }
 
-// publishHealth writes the client's health record on g every healthEvery
+// publishHealth writes the client's health record on g every records.HealthEvery
 // while there are renewals it does not show, until g ends. It first
 // deletes the health records older than healthStale, once per client, and
 // the record of the previous session when the member id was that
@@ -83,9 +78,10 @@ func (c *Client) publishHealth(g *generation) {
 	if !ok || c.opts.noStatus {
 		return
 	}
-	key := records.HealthKey(c.memberID(g))
+	member := c.memberID(g)
+	key := records.HealthKey(member)
 	c.reapHealth(g, rec, key)
-	tick := time.NewTicker(healthEvery)
+	tick := time.NewTicker(records.HealthEvery)
 	defer tick.Stop()
 	for {
 		select {
@@ -93,16 +89,16 @@ func (c *Client) publishHealth(g *generation) {
 			return
 		case <-tick.C:
 		}
-		if !c.writeHealth(g, rec, key) {
+		if !c.writeHealth(g, rec, member, key) {
 			return
 		}
 	}
 }
 
-// writeHealth writes the health record at key if there are renewals it
+// writeHealth writes member's health record at key if there are renewals it
 // does not show yet, within what is left of g's deadline. It reports
 // false once the client is closing.
-func (c *Client) writeHealth(g *generation, rec backend.Records, key string) bool {
+func (c *Client) writeHealth(g *generation, rec backend.Records, member, key string) bool {
 	l := &c.renewals
 	select {
 	case l.writing <- struct{}{}:
@@ -113,7 +109,7 @@ func (c *Client) writeHealth(g *generation, rec backend.Records, key string) boo
 	if l.closed {
 		return false
 	}
-	h, ok := l.take(strings.TrimPrefix(key, records.HealthPrefix), g)
+	h, ok := l.take(member, g)
 	if !ok {
 		return true
 	}

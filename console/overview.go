@@ -363,13 +363,9 @@ func f1(x float64) string { return strconv.FormatFloat(x, 'f', 1, 64) }
 
 // Headroom: how much of its TTL a member had left at its last renewals.
 
-// healthEvery is how often a client writes its health record while it
-// renews; a record older than staleRenewals of these and a TTL is of a
-// client that may be gone.
-const (
-	healthEvery   = 5 * time.Second
-	staleRenewals = 3
-)
+// staleRenewals: a health record older than this many of its writes
+// (records.HealthEvery) and a TTL is of a client that may be gone.
+const staleRenewals = 3
 
 // headroom is a member's recent renewals as the members page draws them.
 type headroom struct {
@@ -429,7 +425,7 @@ func leftLevel(leftMs, ttlMs int64) string {
 // staleAfter is how old a health record of a client with ttl may be while
 // the client lives.
 func staleAfter(ttl time.Duration) time.Duration {
-	return staleRenewals*healthEvery + max(ttl, 0)
+	return staleRenewals*records.HealthEvery + max(ttl, 0)
 }
 
 // newHeadroom draws h as of now.

@@ -126,6 +126,11 @@ type Term struct {
 // HealthLen is the number of renewals a Health record keeps.
 const HealthLen = 16
 
+// HealthEvery is how often a client writes its health record while it has
+// renewals the record does not show yet: a record much older than that is
+// of a client that may be gone.
+const HealthEvery = 5 * time.Second
+
 // HealthKey is the key of member's health record.
 func HealthKey(member string) string { return HealthPrefix + member }
 
