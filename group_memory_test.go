@@ -41,9 +41,5 @@ func (l memoryLink) Heal() { l.n.Heal() }
 
 // memoryGrants returns b's record of grants, for check.AgainstGrants.
 func memoryGrants(b *memory.Backend) []check.Grant {
-	var out []check.Grant
-	for _, g := range b.History() {
-		out = append(out, check.Grant{Name: g.Name, Token: g.Token, Start: g.Start, End: g.End, Ended: g.Ended, Expired: g.Reason == "expired"})
-	}
-	return out
+	return check.MemoryGrants(b.History())
 }

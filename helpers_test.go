@@ -100,10 +100,7 @@ func (h *history) checkTerms(t *testing.T, b *memory.Backend) {
 	for _, err := range check.Terms(terms) {
 		t.Error(err)
 	}
-	var grants []check.Grant
-	for _, g := range b.History() {
-		grants = append(grants, check.Grant{Name: g.Name, Token: g.Token, Start: g.Start, End: g.End, Ended: g.Ended, Expired: g.Reason == "expired"})
-	}
+	grants := check.MemoryGrants(b.History())
 	if _, errs := check.AgainstGrants(terms, grants); len(errs) > 0 {
 		for _, err := range errs {
 			t.Error(err)
@@ -120,10 +117,7 @@ func (h *history) violations(b *memory.Backend) []error {
 		terms = append(terms, check.Term{Name: term.Name(), Token: term.Token(), Start: term.Start(), End: term.Deadline()})
 	}
 	errs := check.Terms(terms)
-	var grants []check.Grant
-	for _, g := range b.History() {
-		grants = append(grants, check.Grant{Name: g.Name, Token: g.Token, Start: g.Start, End: g.End, Ended: g.Ended, Expired: g.Reason == "expired"})
-	}
+	grants := check.MemoryGrants(b.History())
 	_, more := check.AgainstGrants(terms, grants)
 	return append(errs, more...)
 }

@@ -34,10 +34,7 @@ func grantOf(t *testing.T, b *memory.Backend, name string, token uint64) memory.
 // recorded and the backend's grants.
 func handOffOrder(t *testing.T, obs *check.Observer, b *memory.Backend) {
 	t.Helper()
-	var grants []check.Grant
-	for _, g := range b.History() {
-		grants = append(grants, check.Grant{Name: g.Name, Token: g.Token, Start: g.Start, End: g.End, Ended: g.Ended, Expired: g.Reason == "expired"})
-	}
+	grants := check.MemoryGrants(b.History())
 	require.NotEmpty(t, obs.Exits(), "no run recorded its exit: the scenario is broken")
 	for _, err := range check.HandOffOrder(obs.Exits(), grants) {
 		t.Error(err)
