@@ -64,7 +64,14 @@ func Terms(terms []Term) []error {
 	sort.Strings(names)
 	for _, n := range names {
 		ts := byName[n]
-		sort.SliceStable(ts, func(i, j int) bool { return ts[i].Start.Before(ts[j].Start) })
+		// Terms that start at one instant (one granted and expired at
+		// once, the next granted) are in no order but their tokens'.
+		sort.SliceStable(ts, func(i, j int) bool {
+			if !ts[i].Start.Equal(ts[j].Start) {
+				return ts[i].Start.Before(ts[j].Start)
+			}
+			return ts[i].Token < ts[j].Token
+		})
 		seen := map[uint64]bool{}
 		for i, t := range ts {
 			if seen[t.Token] {

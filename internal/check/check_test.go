@@ -1,6 +1,7 @@
 package check
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -90,5 +91,21 @@ func TestCovered(t *testing.T) {
 	}
 	if errs := Covered(terms, []string{"a", "b"}, at(5)); len(errs) != 2 { // a ended at 5, b starts at 6
 		t.Fatalf("want two I5 violations, got %v", errs)
+	}
+}
+
+// A term granted and lost at one instant, and the next granted at that
+// instant: recorded in either order, they are in their tokens' order.
+func TestTermsAtOneInstant(t *testing.T) {
+	terms := []Term{
+		{Name: "a", Token: 11, Start: at(2), End: at(3)},
+		{Name: "a", Token: 10, Start: at(2), End: at(2)},
+	}
+	if errs := Terms(terms); len(errs) != 0 {
+		t.Fatalf("two terms of one instant, the first empty: %v", errs)
+	}
+	terms[1].End = at(2.5)
+	if errs := Terms(terms); len(errs) != 1 || !strings.HasPrefix(errs[0].Error(), "I1:") {
+		t.Fatalf("want the overlap, got %v", errs)
 	}
 }
