@@ -68,7 +68,10 @@
 // keys) and a [Log] (entries and a checkpoint moved in one step, a
 // consumer's output). Give each lease its own resource: the tokens of two
 // leases (two partitions of a group) are not ordered against each other.
-// The package's own tests show a partitioned job and a stream handler.
+// Work started with a ctx (jobs.Run) takes [Node.Context], which ends when
+// the process stops. The package's own tests (usage_test.go) show a
+// partitioned job, a stream handler, a checkpointed consumer and declared
+// jobs.
 //
 // # Faults
 //

@@ -306,7 +306,16 @@ type Node struct {
 	cut     int           // pauses and partitions cutting the link
 	slow    int           // slow faults in force
 	crashed chan struct{}
+
+	ctx  context.Context // ends when the process stops
+	stop context.CancelFunc
 }
+
+// Context returns a context that ends when the node's process stops: when
+// it crashes, when it is restarted, and when the simulation closes every
+// node (then before its client closes). Give it to work started with a
+// ctx, such as jobs.Run, started in a goroutine of the start function.
+func (n *Node) Context() context.Context { return n.ctx }
 
 // Name returns the node's member ID: "n1", "n2", …, and "n2-2" for the
 // second process of slot 2.
@@ -348,6 +357,7 @@ func (n *Node) frozen() error {
 
 // kill ends n's process: its resource operations fail from then on.
 func (n *Node) kill() {
+	n.stop()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	select {
@@ -364,6 +374,7 @@ func (n *Node) kill() {
 // can return. (A function that never returns and touches no resource
 // cannot be stopped: Go cannot end a goroutine from outside.)
 func (c *Cluster) shutdown(n *Node) {
+	n.stop()
 	within := 5 * c.cfg.TTL
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	err := n.client.Shutdown(ctx)
@@ -401,6 +412,7 @@ func (c *Cluster) addNode(slot int) *Node {
 	h.Write([]byte(name))
 	n := &Node{c: c, name: name, slot: slot, mem: c.b.Node(name), crashed: make(chan struct{}),
 		rng: rand.New(rand.NewPCG(c.seed, h.Sum64()))}
+	n.ctx, n.stop = context.WithCancel(context.Background())
 	opts := append([]simba.Option{simba.WithTTL(c.cfg.TTL), simba.WithMemberID(name), simba.WithLogger(logger(c.t, name))}, c.cfg.Options...)
 	cl, err := simba.New(n.mem, opts...)
 	if err != nil {

@@ -8,10 +8,12 @@ package simtest_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/jobs"
 	"github.com/simba-go/simba/simtest"
 	"github.com/simba-go/simba/stream"
 )
@@ -195,4 +197,50 @@ func TestConsumerWithoutClaimIsCaught(t *testing.T) {
 	const seeds = 100
 	r := firstFailure(t, simtest.Config{}, seeds, consumer(false))
 	requireCaught(t, r, seeds, "lost-update:")
+}
+
+// Declarative jobs (package jobs), run on each node by jobs.Run until the
+// node's process stops (Node.Context). Each run adds to a counter of its
+// lease in one fenced step (Counter.Add), which needs no claim: there is no
+// read for a deposed run's write to land after.
+func TestDeclaredJobs(t *testing.T) {
+	cfg, err := jobs.Load(strings.NewReader(`
+scheduled:
+  - name: report
+    fixedRate: 1s
+partitioned:
+  - group: billing
+    partitions: 4
+    fixedRate: 500ms
+`), jobs.YAML)
+	if err != nil {
+		t.Fatal(err)
+	}
+	simtest.Run(t, simtest.Config{Seeds: 10}, func(c *simtest.Cluster) {
+		c.Start(func(n *simtest.Node) error {
+			reg := jobs.NewRegistry()
+			reg.ScheduledTerm("report", func(ctx context.Context, term *simba.Term) error {
+				_, err := n.Counter(term.Name()).Add(ctx, term.Token(), 1)
+				return err
+			})
+			reg.Partitioned("billing", func(ctx context.Context, term *simba.Term, p int) error {
+				_, err := n.Counter(term.Name()).Add(ctx, term.Token(), 1)
+				return err
+			})
+			go func() {
+				if err := jobs.Run(n.Context(), n.Client(), reg, cfg); err != nil {
+					n.Logf("jobs.Run: %v", err)
+				}
+			}()
+			return nil
+		})
+		c.Finally("every job ran", func() error {
+			for _, name := range []string{"report", "billing.0", "billing.1", "billing.2", "billing.3"} {
+				if v, _ := c.Counter(name).Get(context.Background()); v == 0 {
+					return fmt.Errorf("%s never ran", name)
+				}
+			}
+			return nil
+		})
+	})
 }
