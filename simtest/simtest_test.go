@@ -11,15 +11,30 @@ import (
 	"github.com/simba-go/simba/simtest"
 )
 
+// mistake is a bug planted in counterTask.
+type mistake int
+
+const (
+	correct         mistake = iota
+	readBeforeClaim         // reads before its first fenced write
+	noToken                 // writes without its token, as a write that bypasses the fence does
+	deaf                    // drops its ctx: writes until the fence refuses it
+)
+
 // counterTask is a leader task that counts, the way most leader tasks keep
-// state: it loads the count at the start of its term, then adds to it in
-// memory and writes it back every 100ms with its token. claim makes it
-// claim the counter before it reads (the correct task); without, it reads
-// before its first fenced write.
-func counterTask(n *simtest.Node, claim bool) func(context.Context, *simba.Term) error {
+// state: it claims the counter, loads the count, then adds to it in memory
+// and writes it back every 100ms with its token; m plants a mistake.
+func counterTask(n *simtest.Node, m mistake) func(context.Context, *simba.Term) error {
 	hits := n.Counter("hits")
 	return func(ctx context.Context, term *simba.Term) error {
-		if claim {
+		token := term.Token()
+		switch m {
+		case noToken:
+			token = 0
+		case deaf:
+			ctx = context.Background()
+		}
+		if m != readBeforeClaim {
 			if err := hits.Claim(ctx, term.Token()); err != nil {
 				return err
 			}
@@ -35,17 +50,17 @@ func counterTask(n *simtest.Node, claim bool) func(context.Context, *simba.Term)
 			case <-time.After(100 * time.Millisecond):
 			}
 			v++
-			if err := hits.Set(ctx, term.Token(), v); err != nil {
+			if err := hits.Set(ctx, token, v); err != nil {
 				return err // stale: a later term has written
 			}
 		}
 	}
 }
 
-func startCounter(claim bool) func(c *simtest.Cluster) {
+func startCounter(m mistake) func(c *simtest.Cluster) {
 	return func(c *simtest.Cluster) {
 		c.Start(func(n *simtest.Node) error {
-			_, err := n.Client().Election("hits").RunWhileLeader(counterTask(n, claim))
+			_, err := n.Client().Election("hits").RunWhileLeader(counterTask(n, m))
 			return err
 		})
 	}
@@ -77,82 +92,24 @@ func requireCaught(t *testing.T, r *simtest.Result, seeds int, want string) {
 }
 
 func TestCorrectCounterPasses(t *testing.T) {
-	simtest.Run(t, simtest.Config{Seeds: 20}, startCounter(true))
+	simtest.Run(t, simtest.Config{Seeds: 20}, startCounter(correct))
 }
 
 func TestReadBeforeClaimIsCaught(t *testing.T) {
 	const seeds = 100
-	r := firstFailure(t, simtest.Config{}, seeds, startCounter(false))
+	r := firstFailure(t, simtest.Config{}, seeds, startCounter(readBeforeClaim))
 	requireCaught(t, r, seeds, "lost-update:")
-}
-
-// tokenlessTask claims and reads like the correct task, but writes without
-// its token, as a write that bypasses the fence does.
-func tokenlessTask(n *simtest.Node) func(context.Context, *simba.Term) error {
-	hits := n.Counter("hits")
-	return func(ctx context.Context, term *simba.Term) error {
-		if err := hits.Claim(ctx, term.Token()); err != nil {
-			return err
-		}
-		v, err := hits.Get(ctx)
-		if err != nil {
-			return err
-		}
-		for {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(100 * time.Millisecond):
-			}
-			v++
-			if err := hits.Set(ctx, 0, v); err != nil {
-				return err
-			}
-		}
-	}
-}
-
-// deafTask is the correct task but for its ctx: it writes until the fence
-// refuses it.
-func deafTask(n *simtest.Node) func(context.Context, *simba.Term) error {
-	hits := n.Counter("hits")
-	return func(ctx context.Context, term *simba.Term) error {
-		bg := context.Background() // the bug: the run's ctx is dropped
-		if err := hits.Claim(bg, term.Token()); err != nil {
-			return err
-		}
-		v, err := hits.Get(bg)
-		if err != nil {
-			return err
-		}
-		for {
-			time.Sleep(100 * time.Millisecond)
-			v++
-			if err := hits.Set(bg, term.Token(), v); err != nil {
-				return err
-			}
-		}
-	}
-}
-
-func start(task func(n *simtest.Node) func(context.Context, *simba.Term) error) func(c *simtest.Cluster) {
-	return func(c *simtest.Cluster) {
-		c.Start(func(n *simtest.Node) error {
-			_, err := n.Client().Election("hits").RunWhileLeader(task(n))
-			return err
-		})
-	}
 }
 
 func TestWriteWithoutTokenIsCaught(t *testing.T) {
 	const seeds = 100
-	r := firstFailure(t, simtest.Config{}, seeds, start(tokenlessTask))
+	r := firstFailure(t, simtest.Config{}, seeds, startCounter(noToken))
 	requireCaught(t, r, seeds, "I3:")
 }
 
 func TestIgnoringCtxIsCaught(t *testing.T) {
 	const seeds = 20
-	r := firstFailure(t, simtest.Config{}, seeds, start(deafTask))
+	r := firstFailure(t, simtest.Config{}, seeds, startCounter(deaf))
 	requireCaught(t, r, seeds, "the task ignores its ctx")
 }
 
@@ -160,7 +117,7 @@ func TestIgnoringCtxIsCaught(t *testing.T) {
 // updates under the same schedules, which is what its token buys.
 func TestUnfencedLosesUpdates(t *testing.T) {
 	const seeds = 100
-	r := firstFailure(t, simtest.Config{Unfenced: true}, seeds, startCounter(true))
+	r := firstFailure(t, simtest.Config{Unfenced: true}, seeds, startCounter(correct))
 	if r == nil {
 		t.Fatalf("the correct task on an unfenced counter lost nothing in %d seeds: the schedules are too weak", seeds)
 	}
@@ -184,7 +141,7 @@ func TestThousandSeeds(t *testing.T) {
 		t.Skip("a measurement: run it with -simtest.thousand")
 	}
 	start := time.Now()
-	simtest.Run(t, simtest.Config{Seeds: 1000}, startCounter(true))
+	simtest.Run(t, simtest.Config{Seeds: 1000}, startCounter(correct))
 	el := time.Since(start)
 	t.Logf("1,000 seeds of one virtual minute each in %v: %.0f seeds/s", el.Round(time.Millisecond), 1000/el.Seconds())
 }

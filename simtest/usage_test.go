@@ -117,8 +117,8 @@ func TestScriptedSchedule(t *testing.T) {
 		simtest.HandOff("hits", 50*time.Second),
 	}
 	cfg := simtest.Config{TTL: ttl, Script: script, Seeds: 5}
-	simtest.Run(t, cfg, startCounter(true))
-	r := simtest.Simulate(t, cfg, 0, startCounter(true))
+	simtest.Run(t, cfg, startCounter(correct))
+	r := simtest.Simulate(t, cfg, 0, startCounter(correct))
 	if len(r.Schedule) != len(script) || r.Schedule[0].String() != script[0].String() {
 		t.Fatalf("the run's schedule is not the script:\n%s", r.Report())
 	}
