@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/fence"
+	"github.com/simba-go/simba/internal/backoff"
 )
 
 // ErrCrashed is returned by a resource operation of a node whose process
@@ -125,27 +126,13 @@ func (h handle) exchange(ctx context.Context, apply func(issued time.Time) error
 	err := apply(issued)
 	h.s.mu.Unlock()
 	// The operation has taken effect; its reply may be late.
-	if werr := sleepCtx(ctx, lat); werr != nil && err == nil {
-		err = werr
+	if !backoff.Sleep(ctx, lat) && err == nil {
+		err = ctx.Err()
 	}
 	if ferr := h.n.frozen(); ferr != nil && err == nil {
 		err = ferr
 	}
 	return err
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 func (h handle) nodeName() string {
