@@ -182,7 +182,7 @@ func (c *Cluster) apply(f Fault) {
 		return
 	}
 	if f.Node < 1 || f.Node > c.cfg.Nodes {
-		c.t.Fatalf("simtest: fault %v: no node %d (the cluster has %d)", f, f.Node, c.cfg.Nodes)
+		c.fatalf("simtest: fault %v: no node %d (the cluster has %d)", f, f.Node, c.cfg.Nodes)
 	}
 	c.mu.Lock()
 	n := c.slots[f.Node-1]

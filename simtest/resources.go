@@ -79,17 +79,17 @@ type store struct {
 	broken []violation
 }
 
+// store returns the resource of kind named name: resources of different
+// kinds are apart even under one name.
 func (c *Cluster) store(name, kind string, lossy bool) *store {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if s, ok := c.stores[name]; ok {
-		if s.kind != kind {
-			c.t.Fatalf("simtest: resource %q is a %s, not a %s", name, s.kind, kind)
-		}
+	key := kind + "\x00" + name
+	if s, ok := c.stores[key]; ok {
 		return s
 	}
 	s := &store{c: c, name: name, kind: kind, lossy: lossy, cells: map[string]*cell{}, seen: map[string]uint64{}, late: map[uint64]bool{}}
-	c.stores[name] = s
+	c.stores[key] = s
 	c.storeOrder = append(c.storeOrder, s)
 	return s
 }

@@ -168,7 +168,7 @@ func Simulate(t *testing.T, cfg Config, seed uint64, setup func(c *Cluster)) *Re
 		c := newCluster(t, cfg, seed)
 		setup(c)
 		if c.startNode == nil {
-			t.Fatal("simtest: setup did not call Cluster.Start: no node would run anything")
+			c.fatalf("simtest: setup did not call Cluster.Start: no node would run anything")
 		}
 		r = c.run()
 	})
@@ -355,6 +355,27 @@ func (n *Node) frozen() error {
 	}
 }
 
+// fatalf stops the simulation that cannot go on: it kills every process,
+// closes their clients, the admin and the backend, so that nothing is left
+// running in the bubble, and fails the test. On the driving goroutine only.
+func (c *Cluster) fatalf(format string, args ...any) {
+	c.mu.Lock()
+	all := slices.Clone(c.all)
+	c.mu.Unlock()
+	for _, n := range all {
+		n.kill()
+		n.heal()
+		c.closing.Go(func() { n.client.Close() })
+	}
+	c.closing.Wait()
+	c.faults.Wait()
+	if c.adm != nil {
+		c.adm.Close()
+	}
+	c.b.Close()
+	c.t.Fatalf(format, args...)
+}
+
 // kill ends n's process: its resource operations fail from then on.
 func (n *Node) kill() {
 	n.stop()
@@ -416,7 +437,8 @@ func (c *Cluster) addNode(slot int) *Node {
 	opts := append([]simba.Option{simba.WithTTL(c.cfg.TTL), simba.WithMemberID(name), simba.WithLogger(logger(c.t, name))}, c.cfg.Options...)
 	cl, err := simba.New(n.mem, opts...)
 	if err != nil {
-		c.t.Fatalf("simtest: starting %s: %v", name, err)
+		n.stop()
+		c.fatalf("simtest: starting %s: %v", name, err)
 	}
 	n.client = cl
 	cl.Subscribe(func(e simba.Event) { c.event(n, e) })
@@ -426,7 +448,7 @@ func (c *Cluster) addNode(slot int) *Node {
 	c.mu.Unlock()
 	c.note(name, "starts")
 	if err := c.startNode(n); err != nil {
-		c.t.Fatalf("simtest: %s: the start function failed: %v", name, err)
+		c.fatalf("simtest: %s: the start function failed: %v", name, err)
 	}
 	return n
 }
@@ -505,7 +527,7 @@ func (c *Cluster) run() *Result {
 	var err error
 	c.adm, err = admin.Open(context.Background(), c.b, admin.WithTTL(c.cfg.TTL), admin.WithOperator("simtest"))
 	if err != nil {
-		c.t.Fatalf("simtest: opening the admin: %v", err)
+		c.fatalf("simtest: opening the admin: %v", err)
 	}
 	for i := range c.cfg.Nodes {
 		c.addNode(i)
