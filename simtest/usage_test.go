@@ -26,7 +26,7 @@ import (
 // (simba.WithClaim) makes a deposed owner's late write fail.
 func TestPartitionedJob(t *testing.T) {
 	const partitions = 8
-	simtest.Run(t, simtest.Config{Seeds: 10}, func(c *simtest.Cluster) {
+	simtest.Run(t, simtest.Config{Seeds: 5}, func(c *simtest.Cluster) {
 		c.Start(func(n *simtest.Node) error {
 			claim := func(ctx context.Context, term *simba.Term) error {
 				return n.Counter(term.Name()).Claim(ctx, term.Token())
@@ -71,7 +71,7 @@ func TestStreamHandler(t *testing.T) {
 		}
 		return out, nil
 	})
-	simtest.Run(t, simtest.Config{Seeds: 10}, func(c *simtest.Cluster) {
+	simtest.Run(t, simtest.Config{Seeds: 5}, func(c *simtest.Cluster) {
 		c.Start(func(n *simtest.Node) error {
 			_, err := stream.Start(n.Client().Group("orders", partitions), source, func(p int) stream.Handler {
 				return &handler{out: n.KV(fmt.Sprintf("out.%d", p))}
@@ -188,7 +188,7 @@ func consumer(claim bool) func(c *simtest.Cluster) {
 }
 
 func TestCheckpointedConsumer(t *testing.T) {
-	simtest.Run(t, simtest.Config{Seeds: 20}, consumer(true))
+	simtest.Run(t, simtest.Config{Seeds: 10}, consumer(true))
 }
 
 // Without the claim, a deposed consumer's batch lands after the new
@@ -216,7 +216,7 @@ partitioned:
 	if err != nil {
 		t.Fatal(err)
 	}
-	simtest.Run(t, simtest.Config{Seeds: 10}, func(c *simtest.Cluster) {
+	simtest.Run(t, simtest.Config{Seeds: 5}, func(c *simtest.Cluster) {
 		c.Start(func(n *simtest.Node) error {
 			reg := jobs.NewRegistry()
 			reg.ScheduledTerm("report", func(ctx context.Context, term *simba.Term) error {
