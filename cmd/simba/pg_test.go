@@ -140,8 +140,10 @@ func TestPostgres(t *testing.T) {
 	})
 
 	t.Run("DisableAndEnable", func(t *testing.T) {
-		r := runIn(t, nil, append([]string{"disable", "report", "--reason", "pg e2e"}, pg...)...)
-		if r.code != exitOK || !strings.Contains(r.stdout, "disabled report") {
+		// The holder hands off after the command returns: --wait waits
+		// for it, or the status below races the hand-off.
+		r := runIn(t, nil, append([]string{"disable", "report", "--reason", "pg e2e", "--wait"}, pg...)...)
+		if r.code != exitOK || !strings.Contains(r.stdout, "disabled report: nothing of it is held") {
 			t.Fatalf("disable: %v", r)
 		}
 		v := decode[leaseView](t, runIn(t, nil, append([]string{"status", "report", "--json"}, pg...)...).stdout)
