@@ -42,6 +42,7 @@ const (
 var kindNames = map[Kind]string{KindPause: "pause", KindPartition: "partition", KindSlow: "slow", KindExpire: "expire",
 	KindCrash: "crash", KindRestart: "restart", KindHandOff: "hand-off", KindCustom: "custom"}
 
+// String returns the kind's name: "pause", "partition", ….
 func (k Kind) String() string {
 	if s, ok := kindNames[k]; ok {
 		return s

@@ -31,6 +31,7 @@ type Op struct {
 	Accepted bool      // false: the fence refused it
 }
 
+// String describes the operation as the timeline prints it.
 func (o Op) String() string {
 	what := o.Kind
 	if o.Key != "" {
