@@ -68,6 +68,10 @@ func TestQueueOlderSetAndWithdrawal(t *testing.T) {
 	waitQueue(t, s1, "q", s1.sid, s2.sid, s3.sid)
 	require.Eventually(t, func() bool { return len(pendingOlder(s3, "q")) == 2 }, 10*time.Second, 5*time.Millisecond,
 		"the third counts two older candidacies")
+	// s2's candidacy shows in the queue as soon as it is created, its
+	// count once the listing behind the create is read: wait for that too.
+	require.Eventually(t, func() bool { return len(pendingOlder(s2, "q")) == 1 }, 10*time.Second, 5*time.Millisecond,
+		"the second counts the holder's candidacy")
 	assert.ElementsMatch(t, []string{CandidacyPathOf(l1)}, pendingOlder(s2, "q"))
 
 	cancel2() // the middle one leaves
