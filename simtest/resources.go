@@ -68,7 +68,6 @@ type store struct {
 	c      *Cluster
 	name   string
 	kind   string
-	lossy  bool // a write over a version its writer did not read loses an update
 	mu     sync.Mutex
 	high   uint64 // highest token recorded
 	owner  string // the node whose write or claim recorded high
@@ -82,14 +81,14 @@ type store struct {
 
 // store returns the resource of kind named name: resources of different
 // kinds are apart even under one name.
-func (c *Cluster) store(name, kind string, lossy bool) *store {
+func (c *Cluster) store(name, kind string) *store {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	key := kind + "\x00" + name
 	if s, ok := c.stores[key]; ok {
 		return s
 	}
-	s := &store{c: c, name: name, kind: kind, lossy: lossy, cells: map[string]*cell{}, seen: map[string]uint64{}, late: map[uint64]bool{}}
+	s := &store{c: c, name: name, kind: kind, cells: map[string]*cell{}, seen: map[string]uint64{}, late: map[uint64]bool{}}
 	c.stores[key] = s
 	c.storeOrder = append(c.storeOrder, s)
 	return s
@@ -208,7 +207,8 @@ func (h handle) write(issued time.Time, key, value string, token uint64) error {
 	seenKey := node + "\x00" + key
 	seen, read := s.seen[seenKey]
 	rewrite := s.kind == "kv" && cl.value == value // a redelivered message's write, say
-	if s.lossy && read && !rewrite && cl.version > seen && (cl.token != token || cl.node != node) {
+	lossy := s.kind != "register"                  // a register's writes are blind: they lose nothing
+	if lossy && read && !rewrite && cl.version > seen && (cl.token != token || cl.node != node) {
 		s.broke(time.Now(), "lost-update", "%s: %s (token %d) overwrote %s%s, written by %s (token %d), which it had not read: that update is lost",
 			s.name, node, token, keyName(key), cl.value, cl.node, cl.token)
 	}
@@ -252,13 +252,13 @@ type Register struct{ h handle }
 // Register returns node n's handle on the register name, created empty on
 // first use; every node's handle of one name reaches the same register.
 func (n *Node) Register(name string) *Register {
-	return &Register{handle{n.c.store(name, "register", false), n}}
+	return &Register{handle{n.c.store(name, "register"), n}}
 }
 
 // Register returns the test's own handle on the register name, for
 // invariants: it is never paused and takes no time.
 func (c *Cluster) Register(name string) *Register {
-	return &Register{handle{c.store(name, "register", false), nil}}
+	return &Register{handle{c.store(name, "register"), nil}}
 }
 
 // Read returns the register's value ("" before any write).
@@ -288,13 +288,13 @@ type Counter struct{ h handle }
 
 // Counter returns node n's handle on the counter name (0 at first).
 func (n *Node) Counter(name string) *Counter {
-	return &Counter{handle{n.c.store(name, "counter", true), n}}
+	return &Counter{handle{n.c.store(name, "counter"), n}}
 }
 
 // Counter returns the test's own handle on the counter name, for
 // invariants.
 func (c *Cluster) Counter(name string) *Counter {
-	return &Counter{handle{c.store(name, "counter", true), nil}}
+	return &Counter{handle{c.store(name, "counter"), nil}}
 }
 
 // Get returns the counter's value.
@@ -338,10 +338,10 @@ func atoi(s string) int64 {
 type KV struct{ h handle }
 
 // KV returns node n's handle on the map name (empty at first).
-func (n *Node) KV(name string) *KV { return &KV{handle{n.c.store(name, "kv", true), n}} }
+func (n *Node) KV(name string) *KV { return &KV{handle{n.c.store(name, "kv"), n}} }
 
 // KV returns the test's own handle on the map name, for invariants.
-func (c *Cluster) KV(name string) *KV { return &KV{handle{c.store(name, "kv", true), nil}} }
+func (c *Cluster) KV(name string) *KV { return &KV{handle{c.store(name, "kv"), nil}} }
 
 // Get returns the value of key, and whether it was ever written.
 func (m *KV) Get(ctx context.Context, key string) (string, bool, error) {
@@ -370,10 +370,10 @@ func (m *KV) Claim(ctx context.Context, token uint64) error {
 type Log struct{ h handle }
 
 // Log returns node n's handle on the log name (empty, checkpoint 0).
-func (n *Node) Log(name string) *Log { return &Log{handle{n.c.store(name, "log", true), n}} }
+func (n *Node) Log(name string) *Log { return &Log{handle{n.c.store(name, "log"), n}} }
 
 // Log returns the test's own handle on the log name, for invariants.
-func (c *Cluster) Log(name string) *Log { return &Log{handle{c.store(name, "log", true), nil}} }
+func (c *Cluster) Log(name string) *Log { return &Log{handle{c.store(name, "log"), nil}} }
 
 // Checkpoint returns the log's checkpoint: where the next batch starts.
 func (l *Log) Checkpoint(ctx context.Context) (int64, error) {

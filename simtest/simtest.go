@@ -295,7 +295,6 @@ func (c *Cluster) note(who, what string) {
 type Node struct {
 	c      *Cluster
 	name   string
-	slot   int
 	mem    *memory.Node
 	client *simba.Client
 	rng    *rand.Rand
@@ -431,7 +430,7 @@ func (c *Cluster) addNode(slot int) *Node {
 	c.mu.Unlock()
 	h := fnv.New64a()
 	h.Write([]byte(name))
-	n := &Node{c: c, name: name, slot: slot, mem: c.b.Node(name), crashed: make(chan struct{}),
+	n := &Node{c: c, name: name, mem: c.b.Node(name), crashed: make(chan struct{}),
 		rng: rand.New(rand.NewPCG(c.seed, h.Sum64()))}
 	n.ctx, n.stop = context.WithCancel(context.Background())
 	opts := append([]simba.Option{simba.WithTTL(c.cfg.TTL), simba.WithMemberID(name), simba.WithLogger(logger(c.t, name))}, c.cfg.Options...)
