@@ -13,6 +13,7 @@ import (
 	"github.com/simba-go/simba/backend/zookeeper"
 	"github.com/simba-go/simba/internal/check"
 	"github.com/simba-go/simba/internal/etcdtest"
+	"github.com/simba-go/simba/internal/faultproxy"
 	"github.com/simba-go/simba/internal/pgtest"
 	"github.com/simba-go/simba/internal/zktest"
 )
@@ -206,4 +207,38 @@ func testGrantWatch(t *testing.T, w interface {
 	if errs := check.Observed([]check.Observation{late}, grants); len(errs) != 1 || !strings.HasPrefix(errs[0].Error(), "I4:") {
 		t.Errorf("an observation a second after the release: %v, want one I4 violation", errs)
 	}
+}
+
+// TestDialZKOnceThroughStartup: the grant watch's connection gets its
+// session from a server that first closes every connection it accepts, as
+// ZooKeeper does while it starts; it connects again until it has one.
+func TestDialZKOnceThroughStartup(t *testing.T) {
+	p, err := faultproxy.New(zktest.Addr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	p.Refuse()
+	type dialed struct {
+		closeConn func()
+		err       error
+	}
+	done := make(chan dialed, 1)
+	go func() {
+		_, closeConn, err := dialZKOnce(p.Addr())
+		done <- dialed{closeConn, err}
+	}()
+	for p.Accepted() == 0 {
+		select {
+		case d := <-done:
+			t.Fatalf("dialZKOnce returned (%v) before it connected", d.err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	p.Accept() // the server serves now
+	d := <-done
+	if d.err != nil {
+		t.Fatalf("dialZKOnce: %v, after the first of %d connections was closed unserved", d.err, p.Accepted())
+	}
+	d.closeConn()
 }
