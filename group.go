@@ -252,6 +252,19 @@ type GroupTask struct {
 	reported map[string]bool     // mismatches already reported
 
 	runs runs // the partitions' functions not returned yet; guarded by c.mu
+
+	// records are the member records as last decoded, by session; owned
+	// by loop (checkMembers). Every membership change brings every
+	// member's record, and decoding them all each time was the largest
+	// cost of a group with many members.
+	records map[string]decodedRecord
+}
+
+// decodedRecord is a member record and the data it was decoded from.
+type decodedRecord struct {
+	data string
+	rec  memberRecord
+	err  error
 }
 
 // Name returns the group's name.
@@ -615,11 +628,18 @@ func (t *GroupTask) handingOff(p int) bool {
 func (t *GroupTask) checkMembers(self string, members []backend.Member) (ids []string, peers peerViews, disagree bool) {
 	sessions := map[string][]string{}
 	peers = make(peerViews, len(members))
+	records := make(map[string]decodedRecord, len(members))
 	for _, m := range members {
 		sessions[m.ID] = append(sessions[m.ID], m.Session)
-		var rec memberRecord
+		d, ok := t.records[m.Session]
+		if !ok || d.data != string(m.Data) {
+			d = decodedRecord{data: string(m.Data)}
+			d.err = json.Unmarshal(m.Data, &d.rec)
+		}
+		records[m.Session] = d
+		rec := d.rec
 		detail := ""
-		if err := json.Unmarshal(m.Data, &rec); err != nil {
+		if d.err != nil {
 			detail = "unreadable member record"
 		} else if rec.Partitions != t.partitions || rec.Assignment != t.own.Assignment {
 			detail = fmt.Sprintf("uses %d partitions with %s assignment, this member %d with %s",
@@ -631,6 +651,7 @@ func (t *GroupTask) checkMembers(self string, members []backend.Member) (ids []s
 		disagree = true
 		t.reportMismatch(m.ID, m.Session+": "+detail, detail)
 	}
+	t.records = records // those of the sessions gone are dropped
 	if _, ok := sessions[self]; !ok {
 		sessions[self] = nil // our own join may not show yet
 	}

@@ -1,0 +1,61 @@
+package simba
+
+import (
+	"encoding/json"
+	"slices"
+	"testing"
+
+	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/backend/memory"
+)
+
+// TestCheckMembersDecodesChangedRecords: checkMembers keeps each session's
+// decoded record, and decodes it again when the session publishes another
+// one (a new view, another partition count); the records of sessions that
+// left are dropped.
+func TestCheckMembersDecodesChangedRecords(t *testing.T) {
+	b := memory.New()
+	defer b.Close()
+	c, err := New(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	g := &GroupTask{c: c, name: "billing", partitions: 4, own: memberRecord{Partitions: 4, Assignment: Rendezvous.String()}, reported: map[string]bool{}}
+	member := func(id, session string, partitions int, view string) backend.Member {
+		r := memberRecord{Partitions: partitions, Assignment: Rendezvous.String(), View: view}
+		return backend.Member{ID: id, Session: session, Data: mustJSON(t, r)}
+	}
+	self := member("a", "s1", 4, "v1")
+	steps := []struct {
+		peer         backend.Member
+		wantView     []string
+		wantDisagree bool
+	}{
+		{member("b", "s2", 4, "v1"), []string{"v1"}, false},
+		{member("b", "s2", 4, "v1"), []string{"v1"}, false}, // kept
+		{member("b", "s2", 4, "v2"), []string{"v2"}, false}, // a new view
+		{member("b", "s2", 8, "v2"), nil, true},             // another count
+		{backend.Member{ID: "b", Session: "s2", Data: []byte("{")}, nil, true},
+		{member("b", "s2", 4, "v3"), []string{"v3"}, false},
+	}
+	for i, s := range steps {
+		ids, peers, disagree := g.checkMembers("a", []backend.Member{self, s.peer})
+		if !slices.Equal(ids, []string{"a", "b"}) || !slices.Equal(peers["b"], s.wantView) || disagree != s.wantDisagree {
+			t.Errorf("step %d: ids %v, b's views %v, disagree %v; want [a b], %v, %v", i, ids, peers["b"], disagree, s.wantView, s.wantDisagree)
+		}
+	}
+	g.checkMembers("a", []backend.Member{self})
+	if _, ok := g.records["s2"]; ok || len(g.records) != 1 {
+		t.Errorf("after b left, records are kept for %d sessions (s2 among them: %v), want only s1's", len(g.records), ok)
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	data, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
