@@ -65,12 +65,13 @@ type statusWriter struct {
 
 	// The worker's own state: only the worker touches it.
 	st       records.Status
-	dirty    bool              // st changed since it was last written
-	history  map[string][]byte // history records to write with the status
-	failOver bool              // the previous holder ended without a hand-off
-	unread   bool              // the previous status could not be read: write nothing
-	failures int               // flushes in a row with failed writes
-	missed   bool              // a planned start passed while no one held the lease
+	enc      records.StatusEncoder // of st
+	dirty    bool                  // st changed since it was last written
+	history  map[string][]byte     // history records to write with the status
+	failOver bool                  // the previous holder ended without a hand-off
+	unread   bool                  // the previous status could not be read: write nothing
+	failures int                   // flushes in a row with failed writes
+	missed   bool                  // a planned start passed while no one held the lease
 }
 
 // runHandle ties a run's end to its start; the worker fills in its
@@ -279,7 +280,7 @@ func (w *statusWriter) take() []backend.Record {
 	if w.dirty {
 		w.dirty = false
 		w.st.Updated = time.Now()
-		out = append(out, backend.Record{Key: records.StatusKey(w.term.ref.Election), Value: records.Encode(w.st)})
+		out = append(out, backend.Record{Key: records.StatusKey(w.term.ref.Election), Value: w.enc.Encode(&w.st)})
 	}
 	return out
 }
