@@ -118,7 +118,8 @@ func TestQueuedCandidacy(t *testing.T) {
 func sorted(s ...string) []string { slices.Sort(s); return s }
 
 // TestWithdrawnOnCtxEnd: an Acquire that waits in the queue when its ctx
-// ends has deleted its candidacy when it returns.
+// ends has deleted its candidacy when it returns, or its session deletes
+// it soon after.
 func TestWithdrawnOnCtxEnd(t *testing.T) {
 	srv := startServer(t)
 	prefix := testPrefix(t)
@@ -137,7 +138,12 @@ func TestWithdrawnOnCtxEnd(t *testing.T) {
 		t.Fatalf("Acquire = %v, %v; want context.Canceled", r.Lease, r.Err)
 	}
 	if got := candidates(t, a, "x"); !slices.Equal(got, []string{a.ID()}) {
-		t.Errorf("candidates after the withdrawal: %q, want only a's", got)
+		// Acquire withdraws before it returns when it can; when its ctx
+		// ended during a transaction, or no request slot was free (a
+		// loaded machine), the session's undo worker withdraws soon after
+		// (lease.go, withdraw; the package documentation).
+		t.Logf("candidates when Acquire returned: %q; waiting for the session's undo", got)
+		awaitCandidates(t, a, "x", a.ID())
 	}
 	if err := la.Release(op(t)); err != nil {
 		t.Fatal(err)
