@@ -33,6 +33,7 @@ import (
 	"github.com/simba-go/simba/internal/backoff"
 	"github.com/simba-go/simba/internal/certs"
 	"github.com/simba-go/simba/internal/etcdtest"
+	"github.com/simba-go/simba/internal/sigstop"
 )
 
 // Environment variables read by the package.
@@ -531,7 +532,13 @@ func (s *Server) signal(sig syscall.Signal, paused bool) {
 	if s.cmd == nil {
 		s.t.Fatalf("kubetest: the kube-apiserver on %s is not running", s.addr)
 	}
-	if err := s.cmd.Process.Signal(sig); err != nil {
+	var err error
+	if sig == syscall.SIGSTOP {
+		err = sigstop.Stop(s.cmd.Process.Pid, 10*time.Second) // returns once it is stopped
+	} else {
+		err = s.cmd.Process.Signal(sig)
+	}
+	if err != nil {
 		s.t.Fatalf("kubetest: signalling the kube-apiserver on %s: %v", s.addr, err)
 	}
 	s.paused = paused

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/simba-go/simba/internal/certs"
+	"github.com/simba-go/simba/internal/sigstop"
 )
 
 // Server is a PostgreSQL server of one test's own, for the faults that
@@ -343,11 +344,15 @@ func (s *Server) signal(sig syscall.Signal) error {
 // the backends and auxiliary processes, which PostgreSQL puts in sessions
 // (and so process groups) of their own, out of reach of a signal to the
 // postmaster's group.
+// SIGSTOP returns once each process is stopped (package sigstop).
 func (s *Server) signalAll(sig syscall.Signal) error {
-	if err := s.signal(sig); err != nil {
-		return err
+	if s.cmd == nil {
+		return errors.New("pgtest: the server is not running")
 	}
 	pid := s.cmd.Process.Pid
+	if err := kill(pid, sig); err != nil {
+		return err
+	}
 	procs, err := filepath.Glob("/proc/[0-9]*/stat")
 	if err != nil {
 		return err
@@ -367,12 +372,24 @@ func (s *Server) signalAll(sig syscall.Signal) error {
 		if err != nil {
 			continue
 		}
-		if err := syscall.Kill(child, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		if err := kill(child, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 			return fmt.Errorf("signalling process %d of the server: %w", child, err)
 		}
 	}
 	return nil
 }
+
+// kill sends sig to process pid; for SIGSTOP it waits until the process
+// has stopped.
+func kill(pid int, sig syscall.Signal) error {
+	if sig == syscall.SIGSTOP {
+		return sigstop.Stop(pid, stopTimeout)
+	}
+	return syscall.Kill(pid, sig)
+}
+
+// stopTimeout bounds the wait for a process to stop after SIGSTOP.
+const stopTimeout = 10 * time.Second
 
 // Stop shuts the server down fast (SIGINT: sessions are ended, in-flight
 // transactions rolled back, a checkpoint written, so that everything

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/simba-go/simba/internal/sigstop"
 )
 
 // Config is the server configuration shared with scripts/with-zookeeper.sh:
@@ -214,7 +216,13 @@ func (s *Server) signal(sig syscall.Signal) {
 	if s.cmd == nil {
 		s.t.Fatalf("zktest: server %s is not running", s.Addr)
 	}
-	if err := s.cmd.Process.Signal(sig); err != nil {
+	var err error
+	if sig == syscall.SIGSTOP {
+		err = sigstop.Stop(s.cmd.Process.Pid, 10*time.Second) // returns once it is stopped
+	} else {
+		err = s.cmd.Process.Signal(sig)
+	}
+	if err != nil {
 		s.t.Fatalf("zktest: signalling ZooKeeper on %s: %v", s.Addr, err)
 	}
 }
