@@ -342,21 +342,9 @@ func percent(n, all uint64) string {
 	return fmt.Sprintf("%d.%d%%", pm/10, pm%10)
 }
 
-// fmtMs renders milliseconds as a short duration: "250ms", "1.5s", "2m5s".
-func fmtMs(ms int64) string {
-	switch {
-	case ms < 0:
-		return "-" + fmtMs(-ms)
-	case ms < 1000:
-		return strconv.FormatInt(ms, 10) + "ms"
-	case ms < 10_000:
-		s := strconv.FormatFloat(float64(ms)/1000, 'f', 1, 64)
-		return strings.TrimSuffix(s, ".0") + "s"
-	case ms < 60_000:
-		return strconv.FormatInt((ms+500)/1000, 10) + "s"
-	}
-	return (time.Duration((ms+500)/1000) * time.Second).String()
-}
+// fmtMs renders milliseconds as fmtDur renders durations: "250ms",
+// "1.5s", "2m5s".
+func fmtMs(ms int64) string { return fmtDur(time.Duration(ms) * time.Millisecond) }
 
 // f1 renders a coordinate with one decimal.
 func f1(x float64) string { return strconv.FormatFloat(x, 'f', 1, 64) }

@@ -233,7 +233,7 @@ type move struct {
 
 // timelineFuncs are the template functions of the timeline page.
 var timelineFuncs = template.FuncMap{
-	"ms":              func(d int64) string { return fmtDur(time.Duration(d) * time.Millisecond) },
+	"ms":              fmtMs,
 	"unixms":          func(t time.Time) int64 { return t.UnixMilli() },
 	"clockUTC":        func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
 	"termsLen":        func() int { return records.TermsLen },

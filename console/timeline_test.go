@@ -674,3 +674,28 @@ func benchPagesEtcd(b *testing.B, srv *etcdtest.Server, prefix string, logs bool
 		})
 	}
 }
+
+// TestFmtDur: the one short duration format of the console's pages, for
+// durations and for milliseconds alike.
+func TestFmtDur(t *testing.T) {
+	for _, c := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{0, "0s"},
+		{250 * time.Millisecond, "250ms"},
+		{1500 * time.Millisecond, "1.5s"},
+		{12345 * time.Millisecond, "12.3s"},
+		{125 * time.Second, "2m5s"},
+		{5*time.Hour + 2*time.Minute + 10*time.Second, "5h2m"},
+		{50 * time.Hour, "2d2h"},
+		{-1500 * time.Millisecond, "-1.5s"},
+	} {
+		if got := fmtDur(c.d); got != c.want {
+			t.Errorf("fmtDur(%v) = %q, want %q", c.d, got, c.want)
+		}
+		if got := fmtMs(c.d.Milliseconds()); got != c.want {
+			t.Errorf("fmtMs(%d) = %q, want %q", c.d.Milliseconds(), got, c.want)
+		}
+	}
+}
