@@ -195,7 +195,11 @@
 // that stored it, 8 bytes big-endian, then the value. Its Version is its
 // mzxid, the zxid of the transaction that wrote it last: never the same for
 // two writes, even of a record deleted and created again (the znode's own
-// data version would start again at 0).
+// data version would start again at 0). Beside it, a persistent znode
+// <root>/rec/<key>/=<czxid> (the directory's czxid in base 36), empty,
+// marks the directory's life: the first write of the record creates it, the
+// delete of the record deletes it. A record written before there were
+// markers gets its marker at its next write.
 //
 // A leaf whose data is shorter than the token, or a member znode whose data
 // is not a member record, was written by another client: ListRecords and
@@ -215,10 +219,15 @@
 //     whose own data version is back to 0, is caught), or it is still
 //     absent for a create. IfVersion, and a fence's token order (never
 //     replacing a record written with a higher token), are therefore
-//     atomic with the write. The one gap: the server's container reaper
-//     deleting the record's directory between the read and the write,
-//     after the record was deleted, and the record created again in the
-//     same interval;
+//     atomic with the write. The directory read is still the one there:
+//     the write checks, or creates, the marker named by the czxid read,
+//     and the delete deletes the markers read. A directory the server's
+//     container reaper deleted after the record was deleted, and that was
+//     created again with the record since the read, has versions that
+//     start again and may match, but not that marker. (The one exception
+//     is a record whose directory has no marker yet, written before there
+//     were markers: its first write creates the marker, and cannot tell
+//     the two lives apart.);
 //   - for a fenced write, the candidacy znode still exists with the data
 //     version read.
 //
@@ -233,8 +242,8 @@
 // the server.
 //
 // ReleaseWithRecords makes no read: the session remembers, per record
-// (up to 65,536 of them), the data versions of its leaf and directory and
-// the token stored, as it last read them (GetRecord reads the directory
+// (up to 65,536 of them), the data versions of its leaf and directory, the
+// directory's czxid and whether it has its marker, and the token stored, as it last read them (GetRecord reads the directory
 // too, in the same round trip) or wrote them, and builds the
 // multi-operation from those and from its candidacy's version: one round
 // trip in all. A stale entry fails the versions, and the release reads and

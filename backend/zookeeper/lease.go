@@ -723,15 +723,7 @@ func (l *lease) cachedOps(writes []*recordWrite) ([]any, bool) {
 		if !ok || (cr.present && cr.token > l.token) {
 			return nil, false
 		}
-		stored := encodeRecord(l.token, w.value)
-		if cr.present {
-			ops = append(ops,
-				&zk.CheckVersionRequest{Path: s.p.recordDir(w.key), Version: cr.dir},
-				&zk.SetDataRequest{Path: leaf, Data: stored, Version: cr.leaf})
-		} else {
-			ops = append(ops, &zk.CreateRequest{Path: leaf, Data: stored, Acl: s.b.cfg.acl})
-		}
-		ops = append(ops, &zk.SetDataRequest{Path: s.p.recordTop(w.key), Version: -1})
+		ops = append(ops, s.writeOps(w.key, true, encodeRecord(l.token, w.value), cr.state())...)
 	}
 	return ops, true
 }

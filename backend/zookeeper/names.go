@@ -212,6 +212,17 @@ func (p paths) recordDir(key string) string {
 // record is the znode that holds the record at key.
 func (p paths) record(key string) string { return p.recordDir(key) + "/" + recordLeaf }
 
+// recordMark is the name of the marker of the life of a record's
+// directory whose czxid is dirCzxid: "=" and the czxid in base 36. No key
+// segment is encoded to it ("=" is not a segment's character).
+func recordMark(dirCzxid int64) string { return recordLeaf + strconv.FormatInt(dirCzxid, 36) }
+
+// isRecordMark reports whether a child of a record's directory is a
+// marker, of this life of the directory or not.
+func isRecordMark(name string) bool {
+	return len(name) > len(recordLeaf) && strings.HasPrefix(name, recordLeaf)
+}
+
 // recordTop is the directory of key's first segment, whose data version
 // every write under it increases (see WatchRecords).
 func (p paths) recordTop(key string) string {

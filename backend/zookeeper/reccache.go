@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/go-zookeeper/zk"
@@ -25,6 +26,14 @@ type cachedRecord struct {
 	leaf    int32  // its data version (present)
 	token   uint64 // the token stored in it (present)
 	dir     int32  // the directory's data version
+	czxid   int64  // the directory's czxid, which names its marker
+	marked  bool   // the directory has the marker of its czxid
+}
+
+// state is what a put's operations are built on (a delete is never
+// built from the cache: it needs every marker).
+func (c cachedRecord) state() recordState {
+	return recordState{present: c.present, leaf: c.leaf, dir: c.dir, czxid: c.czxid, marked: c.marked}
 }
 
 // maxCachedRecords bounds the cache; past it, arbitrary entries go.
@@ -70,25 +79,24 @@ func (s *session) noteRead(leaf string, r recordRead) {
 		s.forgetRecord(leaf)
 		return
 	}
-	c := cachedRecord{present: r.present, dir: r.dir.Version}
-	if r.present {
-		c.leaf = r.st.Version
-		if len(r.data) >= tokenLen {
-			c.token = binary.BigEndian.Uint64(r.data)
-		}
+	st := r.state()
+	c := cachedRecord{present: st.present, leaf: st.leaf, dir: st.dir, czxid: st.czxid, marked: st.marked}
+	if r.present && len(r.data) >= tokenLen {
+		c.token = binary.BigEndian.Uint64(r.data)
 	}
 	s.cacheRecord(leaf, c)
 }
 
 // noteMulti caches what a successful multi-operation wrote to record
-// znodes: the leaves it set, created or deleted, and the directories it
-// checked or set. A leaf whose directory's version the operations do not
-// tell keeps the directory's version cached before, or is forgotten.
+// znodes: the leaves it set, created or deleted, the directories it
+// checked or set, and the markers it checked, created or deleted. A leaf
+// whose directory's version or marker the operations do not tell keeps
+// what was cached before, or is forgotten.
 func (s *session) noteMulti(ops []any, res []zk.MultiResponse) {
 	recs := s.p.root + recordDir + "/"
 	type seen struct {
-		c             cachedRecord
-		leafOK, dirOK bool
+		c                     cachedRecord
+		leafOK, dirOK, markOK bool
 	}
 	byLeaf := map[string]*seen{}
 	entry := func(leaf string) *seen {
@@ -96,13 +104,26 @@ func (s *session) noteMulti(ops []any, res []zk.MultiResponse) {
 		if e == nil {
 			e = &seen{}
 			if c, ok := s.cachedRecordAt(leaf); ok {
-				e.c, e.dirOK = c, true
+				e.c, e.dirOK, e.markOK = c, true, true
 			}
 			byLeaf[leaf] = e
 		}
 		return e
 	}
 	isLeaf := func(p string) bool { return strings.HasPrefix(p, recs) && strings.HasSuffix(p, "/"+recordLeaf) }
+	// mark returns the entry of a marker's record and the czxid its name
+	// gives, or nil.
+	mark := func(p string) (*seen, int64) {
+		i := strings.LastIndexByte(p, '/')
+		if !strings.HasPrefix(p, recs) || i < 0 || !isRecordMark(p[i+1:]) {
+			return nil, 0
+		}
+		czxid, err := strconv.ParseInt(p[i+1+len(recordLeaf):], 36, 64)
+		if err != nil {
+			return nil, 0
+		}
+		return entry(p[:i] + "/" + recordLeaf), czxid
+	}
 	for i, op := range ops {
 		var st *zk.Stat
 		if i < len(res) {
@@ -120,18 +141,26 @@ func (s *session) noteMulti(ops []any, res []zk.MultiResponse) {
 				e.c.dir, e.dirOK = st.Version, true
 			}
 		case *zk.CreateRequest:
-			if isLeaf(op.Path) {
+			if e, czxid := mark(op.Path); e != nil {
+				e.c.czxid, e.c.marked, e.markOK = czxid, true, true
+			} else if isLeaf(op.Path) {
 				e := entry(op.Path)
 				e.c.present, e.c.leaf, e.leafOK = true, 0, true
 				e.c.token = storedToken(op.Data)
 			}
 		case *zk.DeleteRequest:
-			if isLeaf(op.Path) {
+			if e, czxid := mark(op.Path); e != nil {
+				if czxid == e.c.czxid {
+					e.c.marked = false
+				}
+			} else if isLeaf(op.Path) {
 				e := entry(op.Path)
 				e.c.present, e.c.leaf, e.c.token, e.leafOK = false, 0, 0, true
 			}
 		case *zk.CheckVersionRequest:
-			if strings.HasPrefix(op.Path, recs) && !isLeaf(op.Path) {
+			if e, czxid := mark(op.Path); e != nil {
+				e.c.czxid, e.c.marked, e.markOK = czxid, true, true
+			} else if strings.HasPrefix(op.Path, recs) && !isLeaf(op.Path) {
 				e := entry(op.Path + "/" + recordLeaf)
 				e.c.dir, e.dirOK = op.Version, true
 			}
@@ -139,7 +168,7 @@ func (s *session) noteMulti(ops []any, res []zk.MultiResponse) {
 	}
 	for leaf, e := range byLeaf {
 		switch {
-		case e.leafOK && e.dirOK:
+		case e.leafOK && e.dirOK && e.markOK:
 			s.cacheRecord(leaf, e.c)
 		case e.leafOK:
 			s.forgetRecord(leaf)

@@ -45,6 +45,16 @@ import (
 //     "ops/disable/x", <root>/rec/ops) goes up with every write: a watch on
 //     that one znode sees every change under it (see WatchRecords).
 //
+// The directory's versions start again when the server deletes it (a
+// container, once the record is deleted) and a later write creates it
+// again; so does the new leaf's. The marker <dir>/=<czxid in base 36>, an
+// empty persistent znode, tells two lives of a directory apart: every put
+// checks that the marker of the czxid it read exists (or creates it, with
+// the record or for a record written before markers), and a delete deletes
+// the markers it read, so that the directory can go. A put that read one
+// life and writes into the next fails the check; a delete fails to delete
+// the old life's marker.
+//
 // The directories keep no data: only their versions change.
 
 var _ backend.SkipReporter = (*session)(nil)
@@ -94,7 +104,7 @@ func (s *session) GetRecord(ctx context.Context, key string) (backend.Record, er
 				return nil
 			}
 			var err error
-			r.dirOK, r.dir, err = c.Exists(s.p.recordDir(key))
+			r.dirOK, r.dir, r.marks, err = readDir(c, s.p.recordDir(key))
 			return err
 		}); derr != nil {
 			return backend.Record{}, derr
@@ -359,8 +369,40 @@ func (w *recordWrite) try(ctx context.Context, c *zk.Conn) (writeResult, error) 
 type recordRead struct {
 	data           []byte
 	st, dir, lease *zk.Stat
-	present, dirOK bool // the record, and its directory, exist
-	leaseOK        bool // the fence's lease znode exists
+	present, dirOK bool     // the record, and its directory, exist
+	leaseOK        bool     // the fence's lease znode exists
+	marks          []string // the markers in the directory, of this life or not
+}
+
+// state is what the write's operations are built on.
+func (r recordRead) state() recordState {
+	st := recordState{present: r.present, marks: r.marks}
+	if r.present {
+		st.leaf = r.st.Version
+	}
+	if r.dirOK {
+		st.dir, st.czxid = r.dir.Version, r.dir.Czxid
+		st.marked = slices.Contains(r.marks, recordMark(r.dir.Czxid))
+	}
+	return st
+}
+
+// readDir reads a record's directory: whether it exists, its stat, and
+// the markers among its children (see the Records comment above).
+func readDir(c *zk.Conn, dir string) (ok bool, st *zk.Stat, marks []string, err error) {
+	names, st, err := c.Children(dir)
+	switch {
+	case errors.Is(err, zk.ErrNoNode):
+		return false, nil, nil, nil
+	case err != nil:
+		return false, nil, nil, err
+	}
+	for _, n := range names {
+		if isRecordMark(n) {
+			marks = append(marks, n)
+		}
+	}
+	return true, st, marks, nil
 }
 
 // read reads the record, its directory and, for a fenced write, the
@@ -384,7 +426,7 @@ func (w *recordWrite) read(c *zk.Conn) (recordRead, error) {
 				err = nil
 			}
 		case 1:
-			r.dirOK, r.dir, err = c.Exists(s.p.recordDir(w.key))
+			r.dirOK, r.dir, r.marks, err = readDir(c, s.p.recordDir(w.key))
 		case 2:
 			r.leaseOK, r.lease, err = c.Exists(w.fence)
 		}
@@ -461,41 +503,70 @@ func (w *recordWrite) write(c *zk.Conn, r recordRead) (writeResult, error) {
 
 // ops returns the operations of the write, to be sent in one
 // multi-operation, provided that what r read has not changed since (see
-// write); again when the record has gone with its directory meanwhile. It
-// creates a new key's directory first.
+// write); again when the record has gone with its directory meanwhile,
+// or when this write created its new key's directory: it is read then,
+// for the czxid that names its marker.
 func (w *recordWrite) ops(c *zk.Conn, r recordRead) (ops []any, again bool, err error) {
 	s, cond := w.s, w.cond
-	fenced := cond.Token != 0
-	leaf, dir, top := s.p.record(w.key), s.p.recordDir(w.key), s.p.recordTop(w.key)
 	switch {
 	case r.present && !r.dirOK:
 		return nil, true, nil // deleted, and its directory reaped, meanwhile
 	case w.put && !r.dirOK:
-		if err := s.ensureDir(c, dir); err != nil { // a new key
+		if err := s.ensureDir(c, s.p.recordDir(w.key)); err != nil { // a new key
 			return nil, false, err
 		}
+		return nil, true, nil
 	}
-	if fenced {
+	if cond.Token != 0 {
 		ops = append(ops, &zk.CheckVersionRequest{Path: w.fence, Version: r.lease.Version})
 	}
-	stored := encodeRecord(cond.Token, w.value)
+	return append(ops, s.writeOps(w.key, w.put, encodeRecord(cond.Token, w.value), r.state())...), false, nil
+}
+
+// recordState is what a write's operations are built on, as read
+// (recordRead.state) or cached (cachedRecord.state).
+type recordState struct {
+	present bool     // the leaf exists
+	leaf    int32    // its data version (present)
+	dir     int32    // the directory's data version
+	czxid   int64    // the directory's czxid, which names its marker
+	marked  bool     // the directory has the marker of its czxid
+	marks   []string // the markers in the directory, which a delete removes
+}
+
+// writeOps returns the operations that put stored at key, or delete it,
+// provided that the record and its directory are still as st says; the
+// directory exists. Every put checks or creates the marker of the
+// directory's life, and a delete removes every marker with the record.
+func (s *session) writeOps(key string, put bool, stored []byte, st recordState) []any {
+	leaf, dir, top := s.p.record(key), s.p.recordDir(key), s.p.recordTop(key)
+	mark := dir + "/" + recordMark(st.czxid)
+	var markOp any = &zk.CheckVersionRequest{Path: mark, Version: 0}
+	if !st.marked {
+		markOp = &zk.CreateRequest{Path: mark, Acl: s.b.cfg.acl}
+	}
+	var ops []any
 	switch {
-	case w.put && r.present:
+	case put && st.present:
 		ops = append(ops,
-			&zk.CheckVersionRequest{Path: dir, Version: r.dir.Version},
-			&zk.SetDataRequest{Path: leaf, Data: stored, Version: r.st.Version})
-	case w.put:
-		ops = append(ops, &zk.CreateRequest{Path: leaf, Data: stored, Acl: s.b.cfg.acl})
+			&zk.CheckVersionRequest{Path: dir, Version: st.dir},
+			markOp,
+			&zk.SetDataRequest{Path: leaf, Data: stored, Version: st.leaf})
+	case put:
+		ops = append(ops, markOp, &zk.CreateRequest{Path: leaf, Data: stored, Acl: s.b.cfg.acl})
 	default:
 		ops = append(ops,
-			&zk.CheckVersionRequest{Path: dir, Version: r.dir.Version},
-			&zk.DeleteRequest{Path: leaf, Version: r.st.Version},
-			&zk.SetDataRequest{Path: dir, Version: -1})
+			&zk.CheckVersionRequest{Path: dir, Version: st.dir},
+			&zk.DeleteRequest{Path: leaf, Version: st.leaf})
+		for _, m := range st.marks {
+			ops = append(ops, &zk.DeleteRequest{Path: dir + "/" + m, Version: -1})
+		}
+		ops = append(ops, &zk.SetDataRequest{Path: dir, Version: -1})
 	}
-	if w.put || top != dir {
+	if put || top != dir {
 		ops = append(ops, &zk.SetDataRequest{Path: top, Version: -1})
 	}
-	return ops, false, nil
+	return ops
 }
 
 // WatchRecords returns a channel that receives a hint after records under

@@ -68,10 +68,9 @@ func TestRecordWriteSeesChangesSinceItsRead(t *testing.T) {
 			require.True(t, r.present)
 			// A znode of the test's own keeps the record's directory (a
 			// container) from being deleted by the server while it is
-			// empty: a directory deleted and created again starts its
-			// versions again, and this check cannot tell it (a known gap,
-			// see the closing note of issue 22; CI hit it once under load,
-			// with the server's container check every second).
+			// empty, so that this checks the directory's version;
+			// TestRecordWriteSeesItsDirectoryRecreated checks a directory
+			// deleted and created again.
 			pin := s.p.recordDir(key) + "/pin"
 			_, err = s.conn.Create(pin, nil, 0, zk.WorldACL(zk.PermAll))
 			require.NoError(t, err)
@@ -115,6 +114,102 @@ func TestRecordWriteSeesChangesSinceItsRead(t *testing.T) {
 		<-l.Lost()
 	}
 	require.NoError(t, s.DeleteRecord(ctx, "st/fenced", backend.Condition{}))
+}
+
+// A record deleted, its directory deleted by the server (a container,
+// empty), and the record created again between a write's read and its
+// write: the new directory's versions and the new leaf's start again and
+// match what was read, and only the marker named by the directory's czxid
+// tells the two lives apart. Without it the write went through, over a
+// record it had never read (the ABA of the closing note of issue 22).
+func TestRecordWriteSeesItsDirectoryRecreated(t *testing.T) {
+	every := zktest.ContainerCheckInterval()
+	if every == 0 || every > 5*time.Second {
+		t.Skipf("the server deletes empty containers every %v (0: unknown); scripts/with-zookeeper.sh starts one that does every second", every)
+	}
+	addr := zktest.Addr(t)
+	root := zktest.Root(t, addr)
+	s := openInternal(t, addr, root)
+	other := openInternal(t, addr, root)
+	ctx := t.Context()
+	// reaped waits until the server has deleted the empty directory dir.
+	reaped := func(dir string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * every)
+		for {
+			ok, _, err := s.conn.Exists(dir)
+			require.NoError(t, err)
+			if !ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the empty directory %s was not deleted by the server within %v", dir, 10*every)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	for _, key := range []string{"st/y", "lone"} {
+		for _, put := range []bool{true, false} {
+			dir := s.p.recordDir(key)
+			reaped(dir) // the last round's: each life starts at version 0
+			_, err := s.PutRecord(ctx, key, []byte("one"), backend.Condition{})
+			require.NoError(t, err)
+			w := &recordWrite{s: s, op: "test", key: key, put: put, value: []byte("stale")}
+			r, err := w.read(s.conn)
+			require.NoError(t, err)
+			require.True(t, r.present && r.dirOK)
+			require.NoError(t, other.DeleteRecord(ctx, key, backend.Condition{}))
+			reaped(dir)
+			two, err := other.PutRecord(ctx, key, []byte("two"), backend.Condition{})
+			require.NoError(t, err)
+			again, err := w.read(s.conn)
+			require.NoError(t, err)
+			require.NotEqual(t, r.dir.Czxid, again.dir.Czxid, "%s: a new directory", key)
+			require.Equal(t, r.dir.Version, again.dir.Version, "%s: the new directory's version is the one read", key)
+			require.Equal(t, r.st.Version, again.st.Version, "%s: the new leaf's version is the one read", key)
+
+			res, err := w.write(s.conn, r)
+			require.NoError(t, err)
+			assert.True(t, res.again, "%s (put %v): a write over a record whose directory was deleted and created again since the read", key, put)
+			got, err := s.GetRecord(ctx, key)
+			require.NoError(t, err)
+			assert.Equal(t, two, got, "%s (put %v)", key, put)
+			require.NoError(t, s.DeleteRecord(ctx, key, backend.Condition{}))
+		}
+	}
+}
+
+// A record written before directories had markers (a leaf alone), with a
+// stray marker of another life beside it: a put adds the marker of the
+// directory's life, and the delete takes every marker with the record, so
+// the server deletes the directory.
+func TestRecordMarkersOfAnOlderLayout(t *testing.T) {
+	addr := zktest.Addr(t)
+	root := zktest.Root(t, addr)
+	s := openInternal(t, addr, root)
+	ctx := t.Context()
+	dir := s.p.recordDir("old/x")
+	require.NoError(t, s.ensureDir(s.conn, dir))
+	acl := zk.WorldACL(zk.PermAll)
+	_, err := s.conn.Create(s.p.record("old/x"), encodeRecord(0, []byte("one")), 0, acl)
+	require.NoError(t, err)
+	_, err = s.conn.Create(dir+"/"+recordMark(1), nil, 0, acl)
+	require.NoError(t, err)
+
+	got, err := s.GetRecord(ctx, "old/x")
+	require.NoError(t, err)
+	_, err = s.PutRecord(ctx, "old/x", []byte("two"), backend.Condition{IfVersion: true, Version: got.Version})
+	require.NoError(t, err)
+	_, dst, err := s.conn.Exists(dir)
+	require.NoError(t, err)
+	names, _, err := s.conn.Children(dir)
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{recordLeaf, recordMark(1), recordMark(dst.Czxid)}, names, "the put added this life's marker")
+
+	require.NoError(t, s.DeleteRecord(ctx, "old/x", backend.Condition{}))
+	names, _, err = s.conn.Children(dir)
+	require.NoError(t, err)
+	assert.Empty(t, names, "the delete left znodes in the record's directory")
 }
 
 // The listing that Acquire sends right behind its create sees the create,
