@@ -532,13 +532,7 @@ func (s *Server) signal(sig syscall.Signal, paused bool) {
 	if s.cmd == nil {
 		s.t.Fatalf("kubetest: the kube-apiserver on %s is not running", s.addr)
 	}
-	var err error
-	if sig == syscall.SIGSTOP {
-		err = sigstop.Stop(s.cmd.Process.Pid, 10*time.Second) // returns once it is stopped
-	} else {
-		err = s.cmd.Process.Signal(sig)
-	}
-	if err != nil {
+	if err := sigstop.Signal(s.cmd.Process, sig); err != nil { // SIGSTOP: once it is stopped
 		s.t.Fatalf("kubetest: signalling the kube-apiserver on %s: %v", s.addr, err)
 	}
 	s.paused = paused

@@ -343,14 +343,14 @@ func (s *Server) signal(sig syscall.Signal) error {
 // signalAll sends sig to the postmaster and then to each of its children:
 // the backends and auxiliary processes, which PostgreSQL puts in sessions
 // (and so process groups) of their own, out of reach of a signal to the
-// postmaster's group.
-// SIGSTOP returns once each process is stopped (package sigstop).
+// postmaster's group. For SIGSTOP it returns once each process is stopped
+// (package sigstop).
 func (s *Server) signalAll(sig syscall.Signal) error {
 	if s.cmd == nil {
 		return errors.New("pgtest: the server is not running")
 	}
 	pid := s.cmd.Process.Pid
-	if err := kill(pid, sig); err != nil {
+	if err := sigstop.Signal(s.cmd.Process, sig); err != nil {
 		return err
 	}
 	procs, err := filepath.Glob("/proc/[0-9]*/stat")
@@ -372,24 +372,12 @@ func (s *Server) signalAll(sig syscall.Signal) error {
 		if err != nil {
 			continue
 		}
-		if err := kill(child, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		if err := sigstop.Kill(child, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 			return fmt.Errorf("signalling process %d of the server: %w", child, err)
 		}
 	}
 	return nil
 }
-
-// kill sends sig to process pid; for SIGSTOP it waits until the process
-// has stopped.
-func kill(pid int, sig syscall.Signal) error {
-	if sig == syscall.SIGSTOP {
-		return sigstop.Stop(pid, stopTimeout)
-	}
-	return syscall.Kill(pid, sig)
-}
-
-// stopTimeout bounds the wait for a process to stop after SIGSTOP.
-const stopTimeout = 10 * time.Second
 
 // Stop shuts the server down fast (SIGINT: sessions are ended, in-flight
 // transactions rolled back, a checkpoint written, so that everything

@@ -17,6 +17,12 @@ func Stop(pid int, timeout time.Duration) error {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		return fmt.Errorf("sigstop: SIGSTOP to process %d: %w", pid, err)
 	}
+	return wait(pid, timeout)
+}
+
+// wait waits until each thread of process pid is stopped or gone, for at
+// most timeout.
+func wait(pid int, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		running, err := Running(pid)
@@ -28,6 +34,30 @@ func Stop(pid int, timeout time.Duration) error {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// Timeout is how long Kill and Signal wait for a process to stop.
+const Timeout = 10 * time.Second
+
+// Kill sends sig to process pid; for SIGSTOP it returns once the process
+// is stopped (within Timeout).
+func Kill(pid int, sig syscall.Signal) error {
+	if sig == syscall.SIGSTOP {
+		return Stop(pid, Timeout)
+	}
+	return syscall.Kill(pid, sig)
+}
+
+// Signal is Kill for a process started by the caller, signalled through
+// its handle (which does not signal a process that has been waited for).
+func Signal(p *os.Process, sig syscall.Signal) error {
+	if err := p.Signal(sig); err != nil {
+		return err
+	}
+	if sig == syscall.SIGSTOP {
+		return wait(p.Pid, Timeout)
+	}
+	return nil
 }
 
 // Running returns how many threads of process pid are neither stopped nor

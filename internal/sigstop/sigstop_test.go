@@ -11,6 +11,18 @@ import (
 // TestStop: a child process has every thread stopped when Stop returns,
 // and is no longer stopped after SIGCONT.
 func TestStop(t *testing.T) {
+	testPause(t, func(cmd *exec.Cmd) error { return Stop(cmd.Process.Pid, 5*time.Second) })
+}
+
+func TestSignal(t *testing.T) {
+	testPause(t, func(cmd *exec.Cmd) error { return Signal(cmd.Process, syscall.SIGSTOP) })
+}
+
+func TestKill(t *testing.T) {
+	testPause(t, func(cmd *exec.Cmd) error { return Kill(cmd.Process.Pid, syscall.SIGSTOP) })
+}
+
+func testPause(t *testing.T, pause func(*exec.Cmd) error) {
 	if runtime.GOOS != "linux" {
 		t.Skip("threads are read from /proc")
 	}
@@ -25,7 +37,7 @@ func TestStop(t *testing.T) {
 	if n, err := Running(cmd.Process.Pid); err != nil || n == 0 {
 		t.Fatalf("before the pause: %d threads running, %v; want some", n, err)
 	}
-	if err := Stop(cmd.Process.Pid, 5*time.Second); err != nil {
+	if err := pause(cmd); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := Running(cmd.Process.Pid); err != nil || n != 0 {

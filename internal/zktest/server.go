@@ -216,13 +216,7 @@ func (s *Server) signal(sig syscall.Signal) {
 	if s.cmd == nil {
 		s.t.Fatalf("zktest: server %s is not running", s.Addr)
 	}
-	var err error
-	if sig == syscall.SIGSTOP {
-		err = sigstop.Stop(s.cmd.Process.Pid, 10*time.Second) // returns once it is stopped
-	} else {
-		err = s.cmd.Process.Signal(sig)
-	}
-	if err != nil {
+	if err := sigstop.Signal(s.cmd.Process, sig); err != nil { // SIGSTOP: once it is stopped
 		s.t.Fatalf("zktest: signalling ZooKeeper on %s: %v", s.Addr, err)
 	}
 }
