@@ -132,6 +132,7 @@ func TestWithdrawnOnCtxEnd(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	wb := backendtest.AcquireAsync(ctx, b, "x")
 	awaitCandidates(t, a, "x", a.ID(), b.ID())
+	awaitWaiting(t, b, "x")
 	cancel()
 	r := await.For(t, wb, opTimeout, "b's Acquire after its ctx ended")
 	if !errors.Is(r.Err, context.Canceled) || r.Lease != nil {
@@ -195,6 +196,10 @@ func TestQueuedWaiterResyncs(t *testing.T) {
 	cli, prefix, px, a, b, la := holderAndProxiedWaiter(t)
 	wb := backendtest.AcquireAsync(op(t), b, "x")
 	awaitCandidates(t, a, "x", a.ID(), b.ID())
+	// The candidacy shows before b's transaction has its reply: cut
+	// before that, b's Acquire returns the transport's error (the undo
+	// cleans up after it), and this test is about a waiter.
+	awaitWaiting(t, b, "x")
 	px.Refuse()
 	if err := la.Release(op(t)); err != nil {
 		t.Fatal(err)
@@ -213,6 +218,18 @@ func TestQueuedWaiterResyncs(t *testing.T) {
 	}
 	if r.Lease.Token() <= la.Token() || closed(r.Lease.Lost()) {
 		t.Errorf("token %d after %d, lost %v", r.Lease.Token(), la.Token(), closed(r.Lease.Lost()))
+	}
+}
+
+// awaitWaiting waits until an Acquire of name on s waits for its turn.
+func awaitWaiting(t *testing.T, s backend.Session, name string) {
+	t.Helper()
+	deadline := time.Now().Add(opTimeout)
+	for etcd.Waiting(s, name) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no Acquire of %q on session %s waiting after %v", name, s.ID(), opTimeout)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
