@@ -3,6 +3,7 @@ package etcd_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -30,14 +31,26 @@ func candidates(t testing.TB, s backend.Session, name string) []string {
 // want.
 func awaitCandidates(t testing.TB, s backend.Session, name string, want ...string) {
 	t.Helper()
+	poll(t, func() error {
+		if got := candidates(t, s, name); !slices.Equal(got, want) {
+			return fmt.Errorf("candidates of %q: %q, want %q", name, got, want)
+		}
+		return nil
+	})
+}
+
+// poll calls check every 5ms until it returns nil, and fails the test with
+// its last error if that takes longer than opTimeout.
+func poll(t testing.TB, check func() error) {
+	t.Helper()
 	deadline := time.Now().Add(opTimeout)
 	for {
-		got := candidates(t, s, name)
-		if slices.Equal(got, want) {
+		err := check()
+		if err == nil {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("candidates of %q: %q, want %q", name, got, want)
+			t.Fatalf("after %v: %v", opTimeout, err)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -224,13 +237,12 @@ func TestQueuedWaiterResyncs(t *testing.T) {
 // awaitWaiting waits until an Acquire of name on s waits for its turn.
 func awaitWaiting(t *testing.T, s backend.Session, name string) {
 	t.Helper()
-	deadline := time.Now().Add(opTimeout)
-	for etcd.Waiting(s, name) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no Acquire of %q on session %s waiting after %v", name, s.ID(), opTimeout)
+	poll(t, func() error {
+		if etcd.Waiting(s, name) == 0 {
+			return fmt.Errorf("no Acquire of %q on session %s waiting", name, s.ID())
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // holderAndProxiedWaiter starts a server and two sessions under one
