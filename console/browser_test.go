@@ -89,12 +89,40 @@ type e2e struct {
 	shotDir string
 }
 
-// do runs browser actions, within d.
+// minStepsTime is the least time do gives its steps: they only wait for
+// the page to show something, so a longer bound costs time only when
+// they fail, and a loaded CI machine (a real Chromium beside the race
+// detector's tests) took more than 10 s for a page to load and go live.
+const minStepsTime = 30 * time.Second
+
+// do runs browser actions, within d (at least minStepsTime). A failure
+// says which step failed, and what the page was then.
 func (e *e2e) do(d time.Duration, steps ...chromedp.Action[chromedp.Void]) {
 	e.t.Helper()
+	d = max(d, minStepsTime)
 	ctx, cancel := context.WithTimeout(e.ctx, d)
 	defer cancel()
-	require.NoError(e.t, chromedp.Do(ctx, steps...))
+	for i, step := range steps {
+		if _, err := chromedp.Run(ctx, step); err != nil {
+			e.t.Fatalf("browser step %d of %d: %v, within %v; the page then: %s", i+1, len(steps), err, d, e.pageState())
+		}
+	}
+}
+
+// pageState describes the page for a failure: its address and its live
+// indicator, without failing the test itself.
+func (e *e2e) pageState() string {
+	ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second)
+	defer cancel()
+	url, err := chromedp.Run(ctx, chromedp.Location())
+	if err != nil {
+		return fmt.Sprintf("(unreadable: %v)", err)
+	}
+	live, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => { const l = document.getElementById('live'); return l ? l.dataset.state + ' "' + l.textContent.trim() + '"' : 'no live indicator' })()`))
+	if err != nil {
+		return fmt.Sprintf("%s (live indicator unreadable: %v)", url, err)
+	}
+	return fmt.Sprintf("%s, live indicator %s", url, live)
 }
 
 // click clicks the node sel selects, again when a live update replaced the
