@@ -69,6 +69,7 @@ type cli struct {
 type globals struct {
 	etcd, zk, prefix string
 	postgres         string    // a DSN
+	pgNoListen       bool      // never LISTEN on PostgreSQL (pg.go)
 	kube             kubeFlags // Kubernetes (kube.go)
 	// output is the -o format (see outputs); json is --json, its synonym
 	// for -o json, and is true after parsing whenever output is "json".
@@ -86,6 +87,7 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.etcd, "etcd", g.etcd, "etcd `endpoints`, comma-separated (default $"+envEtcd+")")
 	fs.StringVar(&g.zk, "zk", g.zk, "ZooKeeper `servers`, comma-separated (default $"+envZK+")")
 	fs.StringVar(&g.postgres, "postgres", g.postgres, "PostgreSQL `DSN`, a URL or key=value string as libpq takes it, with its TLS settings (sslmode, sslrootcert, sslcert, sslkey); never printed with its password (default $"+envPostgres+")")
+	fs.BoolVar(&g.pgNoListen, "postgres-no-listen", g.pgNoListen, "never LISTEN on PostgreSQL: read every second instead (the backend already does so through a connection pooler it detects; use this for one it does not)")
 	g.kube.register(fs)
 	fs.StringVar(&g.prefix, "prefix", g.prefix, "etcd key `prefix`, ZooKeeper root or PostgreSQL schema the nodes use; for PostgreSQL the slashes at its ends are dropped: /simba/ is the schema simba; not for Kubernetes, which takes --namespace (default $"+envPrefix+", else the backend's default)")
 	fs.StringVar(&g.output, "o", g.output, "output `format`: table, wide (more columns: sessions, full times), json or yaml")

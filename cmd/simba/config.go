@@ -129,6 +129,7 @@ type fileConfig struct {
 	Backend               string     `yaml:"backend"` // "etcd", "zookeeper", "postgres" or "kubernetes"
 	Endpoints             stringList `yaml:"endpoints"`
 	Postgres              string     `yaml:"postgres"` // a DSN, without a password
+	PostgresNoListen      bool       `yaml:"postgres-no-listen"`
 	Kubeconfig            string     `yaml:"kubeconfig"`
 	Context               string     `yaml:"context"`
 	Namespace             string     `yaml:"namespace"`
@@ -225,6 +226,8 @@ func readConfig(path string) (*fileConfig, error) {
 	switch {
 	case cfg.Postgres != "" && cfg.Backend != "postgres":
 		return nil, configErrorf("%s:%d: postgres (a DSN) is for backend: postgres", path, keyLine(data, "postgres"))
+	case cfg.PostgresNoListen && cfg.Backend != "postgres":
+		return nil, configErrorf("%s:%d: postgres-no-listen is for backend: postgres", path, keyLine(data, "postgres-no-listen"))
 	case len(cfg.Endpoints) > 0 && cfg.Backend == "postgres":
 		return nil, configErrorf("%s:%d: endpoints are for etcd and ZooKeeper: backend postgres takes postgres: DSN", path, keyLine(data, "endpoints"))
 	case len(cfg.Endpoints) > 0 && cfg.Backend == "kubernetes":
@@ -277,7 +280,7 @@ func yamlError(path string, data []byte, err error) error {
 
 // knownKeys returns the keys of a config file.
 func knownKeys() []string {
-	return []string{"backend", "endpoints", "postgres", "kubeconfig", "context", "namespace", "prefix", "timeout", "cacert", "cert", "key", "insecure-skip-tls-verify", "user", "password-file", "zk-auth-file"}
+	return []string{"backend", "endpoints", "postgres", "postgres-no-listen", "kubeconfig", "context", "namespace", "prefix", "timeout", "cacert", "cert", "key", "insecure-skip-tls-verify", "user", "password-file", "zk-auth-file"}
 }
 
 // keyLine returns the line of the first top-level key named key in data,
@@ -382,6 +385,9 @@ func (c *connFlags) resolve(g *globals, getenv func(string) string, explicit map
 	}
 	if g.prefix == "" && !explicit["prefix"] {
 		g.prefix = file.Prefix
+	}
+	if !explicit["postgres-no-listen"] {
+		g.pgNoListen = file.PostgresNoListen
 	}
 	if file.Backend == "kubernetes" {
 		for _, k := range []struct {

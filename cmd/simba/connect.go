@@ -24,12 +24,13 @@ const closeGrace = 300 * time.Millisecond
 
 // target is the backend the global flags name.
 type target struct {
-	kind   string // "etcd", "zookeeper", "postgres" or "kubernetes"
-	addrs  []string
-	dsn    string      // PostgreSQL's DSN, as given (it may hold a password)
-	kube   *kubeTarget // Kubernetes' configuration and namespace
-	prefix string      // "" for the backend's default; PostgreSQL's schema
-	sec    *security   // TLS and credentials; never nil
+	kind     string // "etcd", "zookeeper", "postgres" or "kubernetes"
+	addrs    []string
+	dsn      string      // PostgreSQL's DSN, as given (it may hold a password)
+	noListen bool        // PostgreSQL: never LISTEN (--postgres-no-listen)
+	kube     *kubeTarget // Kubernetes' configuration and namespace
+	prefix   string      // "" for the backend's default; PostgreSQL's schema
+	sec      *security   // TLS and credentials; never nil
 }
 
 func (t target) String() string {
@@ -114,7 +115,7 @@ func (g globals) target(explicit map[string]bool) (target, error) {
 	case "zk":
 		return target{kind: "zookeeper", addrs: splitList(g.zk), prefix: g.prefix, sec: sec}, nil
 	case "postgres":
-		return target{kind: "postgres", dsn: vals["postgres"], prefix: g.prefix, sec: sec}, nil
+		return target{kind: "postgres", dsn: vals["postgres"], noListen: g.pgNoListen, prefix: g.prefix, sec: sec}, nil
 	case "kubernetes", "kubeconfig", "context", "namespace", "n":
 		kt := g.conn.kube
 		if kt == nil {

@@ -58,6 +58,9 @@ func openPostgres(t target) (*pgBackend, error) {
 	if t.prefix != "" {
 		opts = append(opts, postgres.WithSchema(schemaOf(t.prefix)))
 	}
+	if t.noListen {
+		opts = append(opts, postgres.WithoutListen(0))
+	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		return nil, fmt.Errorf("making the connection pool: %w", err)
