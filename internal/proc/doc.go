@@ -11,8 +11,10 @@
 //
 // [Start] re-executes the running executable (/proc/self/exe) as a shim,
 // which must be recognised by a call to [ShimMain] first thing in main (and
-// in TestMain of any test package that starts children through proc). The
-// shim
+// in TestMain of any test package that starts children through proc). ps
+// shows the shim as "simba run: COMMAND ARGS", named after the executable
+// (a test binary's shims have a -test.run flag too, so that a test binary
+// that does not call ShimMain runs no test). The shim
 //
 //   - runs in a process group of its own, which the command shares, so
 //     [Child.Terminate]'s SIGTERM reaches both (the shim does not die of it,

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -493,4 +494,48 @@ func TestCommandPid(t *testing.T) {
 	}
 	c.Kill()
 	wait(t, c, "after Kill")
+}
+
+// TestShimShowsWhatItRuns: ps shows the shim as "simba run:" and the
+// command's argv, a test flag only in a test binary (this one), and names
+// it after its executable, not "exe". cmd/simba's
+// TestRunShimShowsTheCommandInPs checks the production binary's argv.
+func TestShimShowsWhatItRuns(t *testing.T) {
+	argv := []string{"sh", "-c", "echo ready; sleep 1000"}
+	if got, want := strings.Join(shimArgs(argv, false), " "), "simba run: sh -c echo ready; sleep 1000"; got != want {
+		t.Errorf("a production binary's shim argv is %q, want %q", got, want)
+	}
+	if !isTestBinary() {
+		t.Fatal("isTestBinary is false in a test binary: its shims would lack the guard")
+	}
+	out := newLines()
+	c := start(t, "echo ready; sleep 1000", out)
+	defer func() {
+		c.Kill()
+		wait(t, c, "after Kill")
+	}()
+	out.next(t, "ready")
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", c.Pid()))
+	if err != nil {
+		t.Fatalf("the shim's cmdline: %v", err)
+	}
+	got := strings.Split(strings.TrimSuffix(string(raw), "\x00"), "\x00")
+	if want := shimArgs(argv, true); !slices.Equal(got, want) {
+		t.Errorf("the shim's argv is %q, want %q", got, want)
+	}
+	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", c.Pid()))
+	if err != nil {
+		t.Fatalf("the shim's comm: %v", err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Base(exe)
+	if len(want) > maxComm {
+		want = want[:maxComm]
+	}
+	if got := strings.TrimSpace(string(comm)); got != want {
+		t.Errorf("the shim is named %q in ps -e, want its executable's name %q", got, want)
+	}
 }

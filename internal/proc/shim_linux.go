@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"syscall"
@@ -24,18 +25,40 @@ import (
 //
 // The process is a shim when its environment holds SIMBA_PROC_SHIM=1 (and
 // nothing of the command's: the command's environment is sent on a pipe)
-// and its arguments begin with "simba-proc-shim
-// -test.run=^$" (the second one makes a test binary that does not call
-// ShimMain run no test instead of all of them again).
+// and its argv[0] is "simba run:" (see shimArgs). It names itself after
+// its executable ("simba", rather than the "exe" of /proc/self/exe), so
+// that ps and top show the shim as what it is.
 func ShimMain() {
-	if os.Getenv(shimEnv) != "1" || len(os.Args) < 2 || os.Args[0] != shimArg0 || os.Args[1] != guardArg {
+	if os.Getenv(shimEnv) != "1" || len(os.Args) < 1 || os.Args[0] != shimArg0 {
 		return
 	}
+	nameAfterExecutable()
 	// The command's Pdeathsig belongs to the thread that forks it: the
 	// main goroutine, locked to this thread until os.Exit.
 	runtime.LockOSThread()
 	os.Exit(shim())
 }
+
+// nameAfterExecutable sets the process's name (its comm, which ps -e and
+// top show) to its executable's file name: a process started through
+// /proc/self/exe is named "exe" otherwise. The name is cut to the 15 bytes
+// the kernel keeps. A failure leaves the name as it was.
+func nameAfterExecutable() {
+	exe, err := os.Executable()
+	if err != nil {
+		return
+	}
+	name := filepath.Base(exe)
+	if len(name) > maxComm {
+		name = name[:maxComm]
+	}
+	// /proc/self/comm is the main thread's, whatever thread writes it.
+	_ = os.WriteFile("/proc/self/comm", []byte(name), 0)
+}
+
+// maxComm is the longest process name the kernel keeps (TASK_COMM_LEN
+// less its NUL).
+const maxComm = 15
 
 // shim starts the command, reaps everything it is given, kills every
 // descendant once the command has exited, when the parent asks or when the

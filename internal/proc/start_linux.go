@@ -3,6 +3,7 @@ package proc
 import (
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -20,16 +21,19 @@ const guarantee = "When the command exits, is stopped at the end of its term, or
 	"process simba run's user may not signal, or one below a shim that another process " +
 	"killed with SIGKILL, can survive."
 
-// The shim's protocol: the shim is this executable, started with
-// shimArg0 and guardArg as its first two arguments and shimEnv=1 in its
-// environment (see shimEnviron), with fd 3 reading the spec and fd 4 writing
-// the result.
+// The shim's protocol: the shim is this executable, started with shimArg0
+// as its argv[0] (and, in a test binary, guardArg after it: see shimArgs)
+// and shimEnv=1 in its environment (see shimEnviron), with fd 3 reading
+// the spec and fd 4 writing the result.
 const (
-	shimEnv  = "SIMBA_PROC_SHIM"
-	shimArg0 = "simba-proc-shim"
+	shimEnv = "SIMBA_PROC_SHIM"
+	// shimArg0 is the shim's argv[0]. The command's argv follows it, so
+	// that ps shows the shim as "simba run: sh -c ...": what it is, and
+	// what it runs.
+	shimArg0 = "simba run:"
 	// guardArg makes a test binary whose TestMain forgets to call
-	// ShimMain run no test (rather than all of them again, recursively);
-	// the simba command refuses it as an unknown flag.
+	// ShimMain run no test (rather than all of them again, recursively).
+	// Only a test binary is given it.
 	guardArg = "-test.run=^$"
 	// killSignal is the kill request to the shim, and its Pdeathsig.
 	killSignal = syscall.SIGUSR1
@@ -57,6 +61,22 @@ type shimResult struct {
 	Errno int    `json:",omitempty"` // why it could not be executed
 	Err   string `json:",omitempty"` // the same, in words
 }
+
+// shimArgs is the shim's argv for the command argv: shimArg0 and argv, as
+// ps shows them. In a test binary the guard comes first, and "--" so that
+// the test flags end before the command's arguments.
+func shimArgs(argv []string, testBinary bool) []string {
+	if testBinary {
+		return append([]string{shimArg0, guardArg, "--"}, argv...)
+	}
+	return append([]string{shimArg0}, argv...)
+}
+
+// isTestBinary reports whether this executable is a Go test binary: one
+// registers its -test.* flags on flag.CommandLine before any test or
+// TestMain runs. A production binary shows no test flag in its shims'
+// argv.
+func isTestBinary() bool { return flag.Lookup("test.run") != nil }
 
 // shimPath is the shim's executable: this one, even if its file was
 // replaced since it started.
@@ -105,7 +125,7 @@ func Start(s Spec) (*Child, error) {
 	defer resR.Close()
 	cmd := &exec.Cmd{
 		Path:   shimPath,
-		Args:   append([]string{shimArg0, guardArg, "--"}, s.Argv...),
+		Args:   shimArgs(s.Argv, isTestBinary()),
 		Env:    shimEnviron(),
 		Dir:    s.Dir,
 		Stdout: s.Stdout, Stderr: s.Stderr,
