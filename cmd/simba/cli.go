@@ -94,7 +94,7 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.output, "output", g.output, "output `format` (as -o)")
 	fs.BoolVar(&g.json, "json", g.json, "print JSON for scripts instead of tables (as -o json)")
 	fs.BoolVar(&g.utc, "utc", g.utc, "print times in UTC rather than in the local time zone")
-	fs.DurationVar(&g.timeout, "timeout", g.timeout, "give up on the backend after this `long`; the whole command finishes within it (with --watch: each round)")
+	durationVar(fs, &g.timeout, "timeout", g.timeout, "give up on the backend after this `duration`; the whole command finishes within it (with --watch: each round)")
 	g.conn.register(fs)
 }
 
@@ -253,7 +253,7 @@ func (c *cli) parse(args []string) (p parsed, code int, done bool) {
 		return p, c.help(rest), true
 	}
 	if p.cmd = lookup(name); p.cmd == nil {
-		return p, c.fail(usagef(nil, "unknown command %q", name)), true
+		return p, c.fail(unknownCommand(name)), true
 	}
 	fs := flag.NewFlagSet("simba "+name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -429,7 +429,7 @@ func (c *cli) help(args []string) int {
 	case 1:
 		cmd := lookup(args[0])
 		if cmd == nil {
-			return c.fail(usagef(nil, "unknown command %q", args[0]))
+			return c.fail(unknownCommand(args[0]))
 		}
 		c.commandUsage(c.stdout, cmd)
 		return exitOK

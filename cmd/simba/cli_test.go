@@ -170,7 +170,7 @@ func TestHelp(t *testing.T) {
 	}
 	for _, name := range []string{"status", "elections", "groups", "jobs", "history"} {
 		out := h.ok("help", name)
-		if !strings.Contains(out, "-watch") || !strings.Contains(out, "-interval time") {
+		if !strings.Contains(out, "-watch") || !strings.Contains(out, "-interval duration") {
 			t.Errorf("simba help %s lacks --watch and --interval:\n%s", name, out)
 		}
 	}

@@ -47,7 +47,7 @@ type watchFlags struct {
 
 func (w *watchFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&w.watch, "watch", w.watch, "show it again every --interval until interrupted (each round within --timeout)")
-	fs.DurationVar(&w.interval, "interval", w.interval, "the `time` between two rounds of --watch")
+	durationVar(fs, &w.interval, "interval", w.interval, "the `duration` between two rounds of --watch")
 }
 
 // isTerminal reports whether w is a terminal.
