@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/user"
 	"slices"
@@ -31,6 +32,18 @@ type target struct {
 	kube     *kubeTarget // Kubernetes' configuration and namespace
 	prefix   string      // "" for the backend's default; PostgreSQL's schema
 	sec      *security   // TLS and credentials; never nil
+	// log is the backend's logger (logging.go): simba run's; nil for the
+	// commands that show and operate, which report what the backend
+	// skips themselves (problems.go).
+	log *slog.Logger
+}
+
+// logger is the backend's logger: t.log, else one that discards.
+func (t target) logger() *slog.Logger {
+	if t.log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return t.log
 }
 
 func (t target) String() string {
@@ -157,7 +170,7 @@ func openBackend(t target) (backend.Backend, error) {
 	case "kubernetes":
 		return openKubernetes(t)
 	case "etcd":
-		var opts []etcd.Option
+		opts := []etcd.Option{etcd.WithLogger(t.logger())}
 		if t.prefix != "" {
 			opts = append(opts, etcd.WithPrefix(t.prefix))
 		}
@@ -169,7 +182,7 @@ func openBackend(t target) (backend.Backend, error) {
 		}
 		return etcd.New(t.addrs, opts...)
 	case "zookeeper":
-		var opts []zookeeper.Option
+		opts := []zookeeper.Option{zookeeper.WithLogger(t.logger())}
 		if t.prefix != "" {
 			opts = append(opts, zookeeper.WithRoot(t.prefix))
 		}

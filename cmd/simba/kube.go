@@ -338,7 +338,7 @@ func openKubernetes(t target) (*kubernetes.Backend, error) {
 	}
 	cfg := rest.CopyConfig(t.kube.cfg)
 	cfg.UserAgent = "simba-command"
-	return kubernetes.New(cfg, kubernetes.WithNamespace(t.kube.namespace))
+	return kubernetes.New(cfg, kubernetes.WithNamespace(t.kube.namespace), kubernetes.WithLogger(t.logger()))
 }
 
 // kubeRefusal returns the refusedError that err is if the API server

@@ -16,6 +16,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -25,6 +27,9 @@ import (
 
 func main() {
 	proc.ShimMain() // simba run's shim, when this process is one
+	// Whatever logs to slog's default, warnings and errors, in the
+	// command's format (logging.go).
+	slog.SetDefault(slog.New(newLogHandler(func(line string) { fmt.Fprintln(os.Stderr, line) }, "simba", slog.LevelWarn)))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

@@ -343,13 +343,16 @@ func runRun(ctx context.Context, inv *invocation, o runFlags) error {
 	if err != nil {
 		return err
 	}
+	// The client's, the jobs' and the backend's warnings and errors, as
+	// lines of simba run's own (logging.go).
+	out := &lineSink{}
+	logger := slog.New(newLogHandler(func(line string) { out.line(inv.stderr, line) }, "simba run", slog.LevelWarn))
+	t.log = logger
 	b, err := inv.open(t)
 	if err != nil {
 		return usagef(nil, "%s: %v", t, err)
 	}
 	inv.b = b // closed by the invocation, after the client
-	out := &lineSink{}
-	logger := slog.New(slog.NewTextHandler(out.shared(inv.stderr), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	client, err := simba.New(b, simba.WithTTL(o.ttl), simba.WithMemberID(o.member), simba.WithLogger(logger))
 	if err != nil {
 		return usagef(nil, "run: %v", err)
