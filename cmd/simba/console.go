@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/simba-go/simba/console"
@@ -88,6 +89,16 @@ func runConsole(ctx context.Context, inv *invocation, o consoleFlags) error {
 	if err != nil {
 		return err
 	}
+	// The address first: a busy port is one line, before the backend is
+	// read or the console says it is ready.
+	ln, err := listen(o.listen)
+	if err != nil {
+		return err
+	}
+	defer ln.Close() // on a failure below; Shutdown closes it otherwise
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && tlsConfig == nil && !o.insecureListen && !tcp.IP.IsLoopback() {
+		return insecureListenError(o.listen)
+	}
 	octx, cancel := context.WithTimeout(ctx, inv.g.timeout)
 	a, err := inv.admin(octx)
 	cancel()
@@ -104,14 +115,6 @@ func runConsole(ctx context.Context, inv *invocation, o consoleFlags) error {
 		return err
 	}
 	defer srv.Close()
-	ln, err := net.Listen("tcp", o.listen)
-	if err != nil {
-		return usagef(nil, "--listen %s: %v", o.listen, err)
-	}
-	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && tlsConfig == nil && !o.insecureListen && !tcp.IP.IsLoopback() {
-		ln.Close()
-		return insecureListenError(o.listen)
-	}
 	scheme := "http"
 	if tlsConfig != nil {
 		ln, scheme = tls.NewListener(ln, tlsConfig), "https"
@@ -127,7 +130,6 @@ func runConsole(ctx context.Context, inv *invocation, o consoleFlags) error {
 	case generated != "":
 		remove, err := o.tellToken(inv, generated)
 		if err != nil {
-			ln.Close()
 			return err
 		}
 		defer remove()
@@ -150,6 +152,22 @@ func runConsole(ctx context.Context, inv *invocation, o consoleFlags) error {
 	hs.Shutdown(shutdown)
 	<-served
 	return nil
+}
+
+// listen listens on addr for the console. An address in use or not
+// permitted is a failure of one line; one that cannot be read is a usage
+// error.
+func listen(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return nil, failf("--listen %s: the address is in use (another console?): stop what serves there, or pass --listen with another port", addr)
+	case errors.Is(err, syscall.EACCES):
+		return nil, failf("--listen %s: permission denied (a port below 1024?): pass --listen with another port", addr)
+	case err != nil:
+		return nil, usagef(nil, "--listen %s: %v", addr, err)
+	}
+	return ln, nil
 }
 
 // tlsConfig returns the TLS configuration of --tls-cert and --tls-key, or nil for

@@ -360,3 +360,20 @@ func TestConsoleCommandOperatorsTokens(t *testing.T) {
 	assert.Contains(t, rc.errb.String(), `op=drain target=m1 operator=alice`)
 	assert.NotContains(t, rc.errb.String(), "alice-token")
 }
+
+// TestConsoleCommandOnABusyPort: a port in use is one line and exit status
+// 1, before the console reads the backend or says it is ready (no "console
+// ready", no "console closed").
+func TestConsoleCommandOnABusyPort(t *testing.T) {
+	b := memory.New()
+	defer b.Close()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer busy.Close()
+	h := newHarness(t, b)
+	r := h.run("console", "--listen", busy.Addr().String(), "--read-only")
+	assert.Equal(t, exitFailed, r.code, "%v", r)
+	assert.Equal(t, "simba: --listen "+busy.Addr().String()+": the address is in use (another console?): stop what serves there, or pass --listen with another port\n", r.stderr, "one line, and nothing logged before it")
+	assert.Empty(t, r.stdout)
+	assert.Empty(t, h.opened, "the backend is not opened for a console that cannot serve")
+}
