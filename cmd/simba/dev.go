@@ -8,12 +8,18 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"log/slog"
+	"maps"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -121,7 +127,7 @@ func runDev(ctx context.Context, inv *invocation, o devOptions) error {
 		info.Endpoint = "https://" + hostPort
 		info.CACert = f.CA
 	}
-	e, err := startDevEtcd(ctx, info.Data, hostPort, files)
+	e, err := startDevEtcd(ctx, info.Data, hostPort, files, inv.stderr)
 	if err != nil {
 		return err
 	}
@@ -242,10 +248,23 @@ func freePort(port int) (int, error) {
 	return port, l.Close()
 }
 
+// devEtcd is simba dev's etcd.
+type devEtcd struct {
+	*embed.Etcd
+	stopping *atomic.Bool // shared with its log (etcdLog)
+}
+
+// Close stops etcd, without the errors of its listeners' closing: they
+// are how it stops, not failures.
+func (e devEtcd) Close() {
+	e.stopping.Store(true)
+	e.Etcd.Close()
+}
+
 // startDevEtcd starts a single-member etcd with its data in dir, serving
 // clients on endpoint, and waits until it is ready. Its peer port is any
-// free one: a single member never dials it.
-func startDevEtcd(ctx context.Context, dir, endpoint string, files *certs.Files) (*embed.Etcd, error) {
+// free one: a single member never dials it. It logs its errors to stderr.
+func startDevEtcd(ctx context.Context, dir, endpoint string, files *certs.Files, stderr io.Writer) (devEtcd, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = "simba-dev"
 	cfg.Dir = dir
@@ -267,20 +286,28 @@ func startDevEtcd(ctx context.Context, dir, endpoint string, files *certs.Files)
 	cfg.AdvertisePeerUrls = []url.URL{{Scheme: "http", Host: "127.0.0.1:2380"}}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.InitialClusterToken = "simba-dev"
-	// Only etcd's errors, on stderr: it ends the process on a fatal one,
-	// which must not go unexplained.
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(
-		zapcore.NewCore(zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()), zapcore.Lock(os.Stderr), zapcore.ErrorLevel),
-		zap.AddStacktrace(zapcore.DPanicLevel)).Named("etcd"))
+	// Only etcd's errors, on stderr, in the command's format: it ends the
+	// process on a fatal one, which must not go unexplained.
+	stopping := new(atomic.Bool)
+	var mu sync.Mutex
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(&etcdLog{
+		h: newLogHandler(func(line string) {
+			mu.Lock()
+			defer mu.Unlock()
+			fmt.Fprintln(stderr, line)
+		}, "simba dev: etcd", slog.LevelError),
+		stopping: stopping,
+	}))
 	cfg.LogLevel = "error"
 	// A development server: no fsync, so that a busy laptop disk does not
 	// stall lease renewals. Data survive a clean stop, not an OS crash.
 	cfg.UnsafeNoFsync = true
 
-	e, err := embed.StartEtcd(cfg)
+	emb, err := embed.StartEtcd(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("starting etcd in %s: %w", dir, err)
+		return devEtcd{}, fmt.Errorf("starting etcd in %s: %w", dir, err)
 	}
+	e := devEtcd{Etcd: emb, stopping: stopping}
 	t := time.NewTimer(devStartTimeout)
 	defer t.Stop()
 	select {
@@ -288,12 +315,68 @@ func startDevEtcd(ctx context.Context, dir, endpoint string, files *certs.Files)
 		return e, nil
 	case err := <-e.Err():
 		e.Close()
-		return nil, fmt.Errorf("etcd in %s failed to start: %w", dir, err)
+		return devEtcd{}, fmt.Errorf("etcd in %s failed to start: %w", dir, err)
 	case <-ctx.Done():
 		e.Close()
-		return nil, ctx.Err()
+		return devEtcd{}, ctx.Err()
 	case <-t.C:
 		e.Close()
-		return nil, errors.New("etcd not ready after " + devStartTimeout.String())
+		return devEtcd{}, errors.New("etcd not ready after " + devStartTimeout.String())
 	}
+}
+
+// servingFailed is the error etcd logs when one of its listeners stops
+// serving: each of them does when it is closed, on every stop.
+const servingFailed = "setting up serving from embedded etcd failed."
+
+// etcdLog is a zap core that hands etcd's records to the command's log
+// handler (logging.go), and drops the servingFailed records of a stop.
+type etcdLog struct {
+	h        *logHandler
+	fields   []zapcore.Field
+	stopping *atomic.Bool
+}
+
+func (l *etcdLog) Enabled(lvl zapcore.Level) bool {
+	return l.h.Enabled(context.Background(), zapToSlog(lvl))
+}
+
+func (l *etcdLog) With(fields []zapcore.Field) zapcore.Core {
+	c := *l
+	c.fields = append(slices.Clone(l.fields), fields...)
+	return &c
+}
+
+func (l *etcdLog) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if !l.Enabled(e.Level) || e.Message == servingFailed && l.stopping.Load() {
+		return ce
+	}
+	return ce.AddCore(e, l)
+}
+
+func (l *etcdLog) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	enc := zapcore.NewMapObjectEncoder()
+	for _, f := range append(slices.Clone(l.fields), fields...) {
+		f.AddTo(enc)
+	}
+	r := slog.NewRecord(e.Time, zapToSlog(e.Level), strings.TrimSuffix(e.Message, "."), 0)
+	for _, k := range slices.Sorted(maps.Keys(enc.Fields)) {
+		r.AddAttrs(slog.Any(k, enc.Fields[k]))
+	}
+	return l.h.Handle(context.Background(), r)
+}
+
+func (l *etcdLog) Sync() error { return nil }
+
+// zapToSlog is the slog level of a zap level.
+func zapToSlog(lvl zapcore.Level) slog.Level {
+	switch {
+	case lvl >= zapcore.ErrorLevel:
+		return slog.LevelError
+	case lvl >= zapcore.WarnLevel:
+		return slog.LevelWarn
+	case lvl >= zapcore.InfoLevel:
+		return slog.LevelInfo
+	}
+	return slog.LevelDebug
 }
