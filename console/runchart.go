@@ -2,6 +2,8 @@ package console
 
 import (
 	"fmt"
+	"math"
+	"slices"
 	"time"
 
 	"github.com/simba-go/simba/admin"
@@ -20,6 +22,12 @@ type runChart struct {
 	Marks                    []runMark
 	XTicks, YTicks           []tick
 	Labels                   []tick // the axes' names
+
+	// Log reports that the durations are drawn on a log scale: the
+	// longest run took more than ten times as long as the typical one, so
+	// that on a linear scale the typical runs would be flat (see
+	// newDurScale).
+	Log bool
 
 	// What the runs shown came to.
 	Runs, Succeeded, Failed, Interrupted, Cancelled, Running int
@@ -44,6 +52,9 @@ type tick struct {
 	TX, TY         float64
 	Label          string
 	End            bool // the label ends at (TX, TY)
+	// Vertical turns the label to read upwards, centred on (TX, TY): the
+	// vertical axis's name, in the margin left of its ticks' labels.
+	Vertical bool
 }
 
 // legendItem is one entry of a chart's legend: a name and its marker's
@@ -78,14 +89,14 @@ func (c *runChart) Finished() int { return c.Runs - c.Running }
 
 // chart sizes.
 const (
-	chartW, chartH = 720, 200
+	chartW, chartH = 720, 210
 	smallW, smallH = 150, 28
 )
 
 // newRunChart draws the runs h (oldest first), the running ones up to
 // now; small draws a sparkline.
 func newRunChart(h []admin.Run, now time.Time, small bool) *runChart {
-	c := &runChart{W: chartW, H: chartH, Left: 56, Top: 32, Right: chartW - 12, Bottom: chartH - 30, SourceY: 10, Small: small}
+	c := &runChart{W: chartW, H: chartH, Left: 64, Top: 32, Right: chartW - 12, Bottom: chartH - 38, SourceY: 10, Small: small}
 	if small {
 		c.W, c.H, c.Left, c.Top, c.Right, c.Bottom = smallW, smallH, 3, 3, smallW-3, smallH-2
 	}
@@ -122,7 +133,6 @@ func newRunChart(h []admin.Run, now time.Time, small bool) *runChart {
 		return c
 	}
 	t0, t1 := runs[0].Start, runs[0].Start
-	var maxMs int64
 	for _, r := range runs {
 		if r.Start.Before(t0) {
 			t0 = r.Start
@@ -130,7 +140,6 @@ func newRunChart(h []admin.Run, now time.Time, small bool) *runChart {
 		if r.Start.After(t1) {
 			t1 = r.Start
 		}
-		maxMs = max(maxMs, r.ms)
 	}
 	plotW := c.Right - c.Left
 	barW := min(max(plotW/float64(len(runs))*0.6, 2), 10)
@@ -145,10 +154,13 @@ func newRunChart(h []admin.Run, now time.Time, small bool) *runChart {
 		inner := plotW - barW - 8
 		return c.Left + barW/2 + 4 + inner*float64(t.Sub(t0))/float64(span)
 	}
-	top := niceCeil(max(maxMs, 1))
-	y := func(ms int64) float64 {
-		return c.Bottom - (c.Bottom-c.Top)*float64(min(ms, top))/float64(top)
+	durs := make([]int64, len(runs))
+	for i, r := range runs {
+		durs[i] = r.ms
 	}
+	sc := newDurScale(durs)
+	c.Log = sc.log
+	y := func(ms int64) float64 { return c.Bottom - (c.Bottom-c.Top)*sc.frac(ms) }
 	for _, r := range runs {
 		m := runMark{Seq: r.Seq, Result: r.Result, Source: r.Source, Ms: r.ms, Class: resultClass(r.Result)}
 		cx, cy := x(r.Start), y(r.ms)
@@ -178,14 +190,21 @@ func newRunChart(h []admin.Run, now time.Time, small bool) *runChart {
 	if small {
 		return c
 	}
-	for _, ms := range []int64{0, top / 2, top} {
+	for _, ms := range sc.ticks() {
 		at := y(ms)
 		c.YTicks = append(c.YTicks, tick{X1: c.Left, Y1: at, X2: c.Right, Y2: at, TX: c.Left - 6, TY: at + 4, Label: fmtMs(ms)})
 	}
+	took := "took"
+	if sc.log {
+		took = "took (log scale)"
+	}
+	// The axes' names, each clear of the others and of the ticks' labels:
+	// the source band's at its left, the durations' upright in the left
+	// margin, the start times' under theirs.
 	c.Labels = []tick{
-		{TX: c.Right, TY: c.H - 1, Label: "start (UTC)", End: true},
+		{TX: c.Right, TY: c.H - 2, Label: "start (UTC)", End: true},
 		{TX: 4, TY: c.SourceY + 4, Label: "source"},
-		{TX: 4, TY: c.Top - 6, Label: "took"},
+		{TX: 11, TY: (c.Top + c.Bottom) / 2, Label: took, Vertical: true},
 	}
 	layout := "15:04:05"
 	switch {
@@ -204,7 +223,7 @@ func newRunChart(h []admin.Run, now time.Time, small bool) *runChart {
 			t = t0.Add(time.Duration(float64(span) * float64(i) / float64(n-1)))
 		}
 		at := x(t)
-		c.XTicks = append(c.XTicks, tick{X1: at, Y1: c.Bottom, X2: at, Y2: c.Bottom + 4, TX: at, TY: c.Bottom + 16, Label: t.UTC().Format(layout)})
+		c.XTicks = append(c.XTicks, tick{X1: at, Y1: c.Bottom, X2: at, Y2: c.Bottom + 4, TX: at, TY: c.Bottom + 18, Label: t.UTC().Format(layout)})
 	}
 	return c
 }
@@ -256,6 +275,76 @@ func sourceShape(source string, x, y, s float64) string {
 		return fmt.Sprintf("M%s %sh%sv%sh-%sZ", f1(x-s*0.8), f1(y-s*0.8), f1(s*1.6), f1(s*1.6), f1(s*1.6))
 	}
 	return ""
+}
+
+// durScale places durations on a chart's vertical axis: linearly from
+// 0 to top, or logarithmically from lo to hi, powers of ten.
+type durScale struct {
+	log         bool
+	top, lo, hi int64 // milliseconds
+}
+
+// logAbove is how many times longer than the typical run (the lower
+// median) the longest may take before a chart's scale turns logarithmic:
+// on a linear scale the typical runs would be under a tenth of its
+// height, flat lines beside one long run.
+const logAbove = 10
+
+// newDurScale returns the scale for runs that took durs milliseconds
+// (at least one): linear, unless the longest is more than logAbove times
+// the typical one, for a log scale then keeps the typical runs as visible
+// as the long one. The log scale starts a decade below the shortest run
+// (at least 1ms), so that even the shortest has a bar.
+func newDurScale(durs []int64) durScale {
+	sorted := slices.Clone(durs)
+	slices.Sort(sorted)
+	longest, typical := max(sorted[len(sorted)-1], 1), max(sorted[(len(sorted)-1)/2], 1)
+	s := durScale{top: niceCeil(longest)}
+	if longest <= logAbove*typical {
+		return s
+	}
+	s.log = true
+	s.hi = 1
+	for s.hi < longest {
+		s.hi *= 10
+	}
+	s.lo = 1
+	for s.lo*100 <= max(sorted[0], 1) {
+		s.lo *= 10
+	}
+	return s
+}
+
+// frac returns the height of ms on the scale, as a share of the plot's
+// height: 0 at the bottom, 1 at the top.
+func (s durScale) frac(ms int64) float64 {
+	if !s.log {
+		return float64(min(max(ms, 0), s.top)) / float64(s.top)
+	}
+	ms = min(max(ms, s.lo), s.hi)
+	return math.Log10(float64(ms)/float64(s.lo)) / math.Log10(float64(s.hi)/float64(s.lo))
+}
+
+// ticks returns the durations the axis labels: 0, half the top and the
+// top; on a log scale each power of ten from lo to hi (every other one
+// when there are more than six).
+func (s durScale) ticks() []int64 {
+	if !s.log {
+		return []int64{0, s.top / 2, s.top}
+	}
+	var decades []int64
+	for d := s.lo; d <= s.hi; d *= 10 {
+		decades = append(decades, d)
+	}
+	if len(decades) <= 6 {
+		return decades
+	}
+	var out []int64
+	for i := len(decades) - 1; i >= 0; i -= 2 { // keep the top
+		out = append(out, decades[i])
+	}
+	slices.Reverse(out)
+	return out
 }
 
 // niceCeil rounds ms up to 1, 2 or 5 times a power of ten.
