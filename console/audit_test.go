@@ -125,7 +125,7 @@ func TestPagesShowWhoDisabledAndDrainedWhat(t *testing.T) {
 		assert.Contains(t, pages["/jobs"], `title="disabled with group billing, by bob since `, "a partition's marker says its group's disable applies")
 		checkNote("/groups", opNoteOf(t, pages["/groups"], `<section class="group" data-group="billing"`), "bob", billingAt, "migration")
 		assert.NotContains(t, pages["/groups"], `<tr data-member="a">`, "a drained member leaves its groups")
-		checkNote("/members", opNoteOf(t, pages["/members"], `<tr data-member="a" data-drained="true">`), "alice", drainAt, "kernel update")
+		checkNote("/members", opNoteOf(t, pages["/members"], `<tr data-member="a" data-drained="true" data-state="drained">`), "alice", drainAt, "kernel update")
 		checkNote("/jobs/digest", opNoteOf(t, pages["/jobs/digest"], `<section class="job" data-job="digest"`), "alice", digestAt, escaped)
 		part := opNoteOf(t, pages["/jobs/billing.3"], `<section class="job" data-job="billing.3"`)
 		assert.Contains(t, part, `with group <a href="/audit?name=billing">billing</a>, by <strong class="who">bob</strong>`)

@@ -192,7 +192,7 @@ func TestPagesShowWhatTheNodesHold(t *testing.T) {
 		assert.Contains(t, jobs, "fixed rate 2s")
 
 		for _, id := range []string{"a", "b", "c"} {
-			assert.Contains(t, pages["/members"], `<tr data-member="`+id+`" data-drained="false">`)
+			assert.Contains(t, pages["/members"], `<tr data-member="`+id+`" data-drained="false" data-state="active">`)
 		}
 		digest := pages["/jobs/digest"]
 		assert.GreaterOrEqual(t, strings.Count(digest, "<tr data-seq="), 5, "digest's history")

@@ -106,13 +106,13 @@ func TestOperationsWithTheToken(t *testing.T) {
 			for p, h := range f.partitionHolders() {
 				assert.NotEqual(t, "c", h.member, "partition %d", p)
 			}
-			assert.Contains(t, get(s, "/members").Body.String(), `<tr data-member="c" data-drained="true">`)
+			assert.Contains(t, get(s, "/members").Body.String(), `<tr data-member="c" data-drained="true" data-state="drained">`)
 			ok("undrain", "c", 0, "")
 			time.Sleep(15 * time.Second)
 			ops, err := a.Ops(t.Context())
 			require.NoError(t, err)
 			assert.Empty(t, ops.Drained)
-			assert.Contains(t, get(s, "/members").Body.String(), `<tr data-member="c" data-drained="false">`)
+			assert.Contains(t, get(s, "/members").Body.String(), `<tr data-member="c" data-drained="false" data-state="active">`)
 		})
 
 		step("disable a group", func() {

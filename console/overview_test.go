@@ -441,7 +441,14 @@ func TestMembersPageShowsHeadroom(t *testing.T) {
 	assert.Contains(t, html, `<span class="badge headroom-level bad">very close to its deadline</span>`)
 	assert.Contains(t, html, `<span class="badge headroom-level warn">close to its deadline</span>`)
 	assert.Contains(t, html, `<span class="badge headroom-level stale">not published lately: the client may be gone</span>`)
-	assert.Contains(t, html, `<tr data-member="e" data-drained="false">`, "a member known by its health record only")
+	assert.Contains(t, html, `<tr data-member="e" data-drained="false" data-state="active">`, "a member known by its health record only")
+	d := rowOf(html, `<tr data-member="d"`)
+	assert.Contains(t, d, `data-state="gone">`, "a member whose client stopped renewing without closing")
+	assert.Contains(t, d, `<span class="badge gone"`)
+	assert.NotContains(t, d, "active", "gone is its one state")
+	b := rowOf(html, `<tr data-member="b"`)
+	assert.Contains(t, b, `data-state="gone">`, "a drained member without a session")
+	assert.Contains(t, b, "still drained", "its drain in force, beside")
 	assert.Equal(t, 3, strings.Count(rowOf(html, `<tr data-member="a"`), `<rect class="bar `), "a bar per renewal")
 }
 

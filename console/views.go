@@ -308,6 +308,11 @@ type memberRow struct {
 	// Live reports that it has a live membership, holds a lease, or
 	// publishes its renewals (a health record not stale).
 	Live bool
+	// State is its one state: "active" (live), "drained" (live, and
+	// drained) or "gone" (not live: its session ended, or its client
+	// stopped renewing it without closing, as a SIGKILL leaves it; a
+	// drain still in force is shown beside it).
+	State string
 	// Headroom is its recent renewals, from its health record; nil when
 	// it publishes none.
 	Headroom *headroom
@@ -616,6 +621,14 @@ func (p *page) buildMembers(l *loader) error {
 	for _, id := range slices.Sorted(maps.Keys(rows)) {
 		r := rows[id]
 		slices.Sort(r.Sessions)
+		switch {
+		case !r.Live:
+			r.State = "gone"
+		case r.Drained:
+			r.State = "drained"
+		default:
+			r.State = "active"
+		}
 		p.Members = append(p.Members, *r)
 	}
 	return nil
