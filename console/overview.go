@@ -24,9 +24,15 @@ type overview struct {
 	// The plain elections: in all, held, vacant (not disabled), disabled.
 	Elections, ElectionsHeld, ElectionsVacant, ElectionsDisabled int
 	Groups                                                       []groupCount
-	// The scheduled elections and partitions, and their runs as their
-	// status counts them (all their runs, not only the history kept).
-	Jobs, JobsFailing int
+	// The jobs, as the simba command counts them (simba status, simba
+	// jobs): a scheduled plain election is a job, and so is a group whose
+	// partitions are scheduled, however many partitions it has. Of them:
+	// the elections, the groups and their scheduled partitions, and the
+	// jobs whose last run failed or was interrupted (a group's, on any of
+	// its partitions).
+	Jobs, JobElections, JobGroups, JobPartitions, JobsFailing int
+	// The runs of the scheduled elections and partitions as their status
+	// counts them (all their runs, not only the history kept).
 	Succeeded, Failed uint64
 	// The members: known, live, and publishing health records.
 	Members, MembersLive, MembersReporting int
@@ -166,20 +172,39 @@ func (p *page) buildOverview(l *loader) error {
 		}
 	}
 
-	// Jobs: plain elections and partitions with a schedule.
+	// Jobs: a plain election with a schedule is one job, and so is a
+	// group whose partitions have one, however many they are, as simba
+	// status counts them; runs and failures are of each election and
+	// partition.
+	_, parts := splitElections(snap.Elections)
+	groupOf := map[string]string{} // by partition
+	for _, e := range parts {
+		groupOf[e.Name] = partitionGroup(e)
+	}
+	jobs, failing := map[string]bool{}, map[string]bool{} // "election NAME" or "group NAME"
 	for _, e := range snap.Elections {
 		if e.Status.Schedule == "" {
 			continue
 		}
+		job := "election " + e.Name
+		if g, ok := groupOf[e.Name]; ok {
+			job = "group " + g
+			o.JobPartitions++
+			if !jobs[job] {
+				o.JobGroups++
+			}
+		} else {
+			o.JobElections++
+		}
+		jobs[job] = true
 		row := jobRowOf(e, ops)
-		o.Jobs++
 		o.Succeeded += row.Status.Succeeded
 		o.Failed += row.Status.Failed
 		r := row.Status.LastRun
 		if r == nil || (r.Result != resultFailed && r.Result != records.Interrupted) {
 			continue
 		}
-		o.JobsFailing++
+		failing[job] = true
 		a := attention{Kind: "failed", Target: row.Name, Href: "/jobs/" + row.Name, Level: "bad", What: "job " + row.Name, At: r.Start}
 		if row.Status.Group != "" {
 			a.What = "partition job " + row.Name
@@ -195,6 +220,7 @@ func (p *page) buildOverview(l *loader) error {
 		}
 		add(a)
 	}
+	o.Jobs, o.JobsFailing = len(jobs), len(failing)
 
 	// Members: their headroom, and drains.
 	for _, m := range q.Members {

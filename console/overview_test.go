@@ -227,6 +227,27 @@ func TestOverviewListsWhatNeedsAttention(t *testing.T) {
 	assert.Contains(t, w.Body.String(), `<link rel="stylesheet" href="/static/charts.css">`)
 }
 
+func TestOverviewCountsJobsAsSimbaStatus(t *testing.T) {
+	sc := troubled(t) // two scheduled plain elections: digest, nightly
+	for i := range 4 {
+		st := records.Status{Lease: "sweep." + string(rune('0'+i)), Group: "sweep", Partition: i, Schedule: "every 1m", Succeeded: 1}
+		if i == 1 || i == 2 {
+			st.LastRun = &records.Run{Seq: 1, Result: "failed", Start: drawnAt.Add(-time.Minute), Source: records.SourceNormal}
+		}
+		sc.put(records.StatusKey(st.Lease), st)
+	}
+	p, html := sc.draw("/", drawnAt)
+	o := p.Overview
+	assert.Equal(t, 3, o.Jobs, "digest, nightly, and the group sweep")
+	assert.Equal(t, []int{2, 1, 4}, []int{o.JobElections, o.JobGroups, o.JobPartitions})
+	assert.Equal(t, 2, o.JobsFailing, "digest, and sweep for two of its partitions")
+	assert.Contains(t, html, `<span class="tile-big" data-jobs="3">3<span class="of"> scheduled</span></span>`)
+	assert.Contains(t, html, `2 elections, 1 group (4 partitions)`)
+	items := attentionItems(html)
+	assert.Contains(t, items, "failed sweep.1", "each failing partition is listed")
+	assert.Contains(t, items, "failed sweep.2")
+}
+
 func TestOverviewSaysWhenNothingNeedsAttention(t *testing.T) {
 	sc := newScene(t)
 	h := records.Holder{Member: "a", Session: sc.sess.ID(), Since: drawnAt.Add(-time.Hour)}
