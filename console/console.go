@@ -74,6 +74,7 @@ func (s *Server) routes() *http.ServeMux {
 		mux.HandleFunc("GET "+n.Path, s.servePage)
 	}
 	mux.HandleFunc("GET /jobs/{lease}", s.servePage)
+	mux.HandleFunc("GET /elections/{lease}", s.servePage)
 	mux.HandleFunc("GET /events", s.serveEvents)
 	mux.HandleFunc("GET /healthz", s.serveHealth)
 	mux.HandleFunc("POST /api/ops/{op}", s.serveOp)

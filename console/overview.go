@@ -121,7 +121,7 @@ func (p *page) buildOverview(l *loader) error {
 			o.ElectionsHeld++
 		default:
 			o.ElectionsVacant++
-			what, href := "election "+e.Name, "/elections"
+			what, href := "election "+e.Name, "/elections/"+e.Name
 			if e.Scheduled {
 				what, href = "job "+e.Name, "/jobs/"+e.Name
 			}
@@ -278,7 +278,7 @@ func (p *page) buildOverview(l *loader) error {
 		case known && e.Status.Schedule != "":
 			a.What, a.Href = "job "+name, "/jobs/"+name
 		case known:
-			a.What = "election " + name
+			a.What, a.Href = "election "+name, "/elections/"+name
 		}
 		if op, ok := ops.Disables[name]; ok {
 			a.Detail = describe(&opNote{Op: op})

@@ -185,7 +185,7 @@ func TestOverviewListsWhatNeedsAttention(t *testing.T) {
 	for _, a := range o.Attention {
 		byKey[a.Kind+" "+a.Target] = a
 	}
-	assert.Equal(t, "/elections", byKey["vacant report"].Href)
+	assert.Equal(t, "/elections/report", byKey["vacant report"].Href)
 	assert.Equal(t, "/groups", byKey["vacant billing.1"].Href)
 	assert.Contains(t, byKey["vacant billing.1"].Reason, "no member holds it")
 	assert.Equal(t, "/jobs/digest", byKey["failed digest"].Href)

@@ -462,6 +462,9 @@ func (p *page) buildTimeline(l *loader) error {
 		} else if s.e.Status.Schedule != "" {
 			ln.Href = "/jobs/" + s.e.Name
 			ln.Title = s.e.Name + ": its job page"
+		} else if s.index < 0 {
+			ln.Href = "/elections/" + s.e.Name
+			ln.Title = s.e.Name + ": its page"
 		}
 		if len(s.terms) > 0 {
 			tl.HasTerms = true

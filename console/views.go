@@ -22,9 +22,9 @@ import (
 // the history of one lease.
 type view struct {
 	// Kind is "overview", "elections", "groups", "jobs", "members",
-	// "audit", "job" or "timeline".
+	// "audit", "job", "election" or "timeline".
 	Kind  string
-	Lease string // for "job": the election or partition
+	Lease string // for "job" and "election": the election or partition
 	// Name is, for "audit", the name whose operations it shows ("": all);
 	// for "timeline", the group it shows ("": the plain elections).
 	Name string
@@ -59,6 +59,8 @@ func (v view) Path() string {
 		return v.timelinePath()
 	case v.Kind == "job":
 		return "/jobs/" + v.Lease
+	case v.Kind == "election":
+		return "/elections/" + v.Lease
 	case v.Kind == "audit" && v.Name != "":
 		return "/audit?" + url.Values{"name": {v.Name}}.Encode()
 	}
@@ -72,11 +74,13 @@ func parseView(pathQuery string) (view, bool) {
 	if err != nil {
 		return view{}, false
 	}
-	if lease, ok := strings.CutPrefix(u.Path, "/jobs/"); ok {
-		if simba.CheckName(lease) != nil {
-			return view{}, false
+	for _, page := range []struct{ prefix, kind string }{{"/jobs/", "job"}, {"/elections/", "election"}} {
+		if lease, ok := strings.CutPrefix(u.Path, page.prefix); ok {
+			if simba.CheckName(lease) != nil {
+				return view{}, false
+			}
+			return view{Kind: page.kind, Lease: lease}, true
 		}
-		return view{Kind: "job", Lease: lease}, true
 	}
 	if u.Path == "/timeline" {
 		return parseTimelineView(u.Query())
@@ -180,9 +184,11 @@ type page struct {
 	Jobs      []jobRow    // scheduled elections
 	GroupJobs []groupJobs // scheduled groups, by partition
 	Members   []memberRow
-	Job       *jobRow // for "job"
+	Job       *jobRow       // for "job"
+	Election  *electionPage // for "election"
 	// Audit is, for "audit", the newest entries of the audit trail (of
-	// View.Name if given); for "job", the newest of its lease.
+	// View.Name if given); for "job" and "election", the newest of its
+	// lease.
 	Audit []admin.AuditEntry
 	// AuditMore reports that the trail holds older entries than Audit.
 	AuditMore bool
@@ -199,7 +205,7 @@ func (p *page) failed(err error, st health) {
 	if !st.OK {
 		p.DownSince = st.Since
 	}
-	p.Elections, p.Groups, p.Jobs, p.GroupJobs, p.Members, p.Job = nil, nil, nil, nil, nil, nil
+	p.Elections, p.Groups, p.Jobs, p.GroupJobs, p.Members, p.Job, p.Election = nil, nil, nil, nil, nil, nil, nil
 	p.Audit, p.AuditMore = nil, false
 	p.Overview, p.Timeline = nil, nil
 }
@@ -387,6 +393,8 @@ func (p *page) buildView(l *loader) error {
 		return p.buildAudit(l, p.View.Name, auditShown)
 	case "job":
 		return p.buildJob(l)
+	case "election":
+		return p.buildElection(l)
 	}
 	return fmt.Errorf("unknown view %q", p.View.Kind)
 }
@@ -436,15 +444,20 @@ func (p *page) buildElections(l *loader) error {
 	ops := snap.Ops
 	plain, _ := splitElections(snap.Elections)
 	for _, e := range plain {
-		_, trig := ops.Triggers[e.Name]
-		_, res := ops.Resigns[e.Name]
-		p.Elections = append(p.Elections, electionRow{
-			Name: e.Name, Held: e.Held, Disabled: e.Disabled, Disable: disableNote(ops, e.Name, e.Status.Group),
-			Status: e.Status, Holder: holder(e),
-			Scheduled: e.Status.Schedule != "", Trigger: trig, Resign: res,
-		})
+		p.Elections = append(p.Elections, electionRowOf(e, ops))
 	}
 	return nil
+}
+
+// electionRowOf makes the row of an election or partition.
+func electionRowOf(e admin.Election, ops admin.Ops) electionRow {
+	_, trig := ops.Triggers[e.Name]
+	_, res := ops.Resigns[e.Name]
+	return electionRow{
+		Name: e.Name, Held: e.Held, Disabled: e.Disabled, Disable: disableNote(ops, e.Name, e.Status.Group),
+		Status: e.Status, Holder: holder(e),
+		Scheduled: e.Status.Schedule != "", Trigger: trig, Resign: res,
+	}
 }
 
 func (p *page) buildGroups(l *loader) error {
