@@ -79,6 +79,23 @@ func newBrowser(t *testing.T, path string) context.Context {
 	return ctx
 }
 
+// serveConsole serves a console, operated with testToken, on an admin of
+// b until the test ends, and returns the admin and the console's address.
+func serveConsole(t *testing.T, b backend.Backend) (*admin.Admin, string) {
+	t.Helper()
+	a, err := admin.Open(t.Context(), b)
+	require.NoError(t, err)
+	s, err := New(a, WithToken(testToken))
+	require.NoError(t, err)
+	srv := httptest.NewServer(s)
+	t.Cleanup(func() {
+		s.Close() // before srv.Close, which waits for the event streams
+		srv.Close()
+		a.Close()
+	})
+	return a, srv.URL
+}
+
 // e2e is one end-to-end run: the nodes, the console and the browser.
 type e2e struct {
 	t       *testing.T

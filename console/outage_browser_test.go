@@ -4,11 +4,9 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,7 +19,6 @@ import (
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/etcd"
 	"github.com/simba-go/simba/backend/zookeeper"
-	"github.com/simba-go/simba/internal/await"
 	"github.com/simba-go/simba/internal/etcdtest"
 	"github.com/simba-go/simba/internal/zktest"
 )
@@ -233,75 +230,19 @@ func TestEtcdServerProcess(t *testing.T) {
 
 // etcdProcess is a running TestEtcdServerProcess.
 type etcdProcess struct {
-	t        *testing.T
-	cmd      *exec.Cmd
-	stdin    io.WriteCloser
-	lines    chan string
-	exited   chan struct{}
+	*testProcess
 	endpoint string
 }
 
 // startEtcdProcess starts an etcd server process, ended when the test ends.
 func startEtcdProcess(t *testing.T) *etcdProcess {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestEtcdServerProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), etcdProcessEnv+"="+t.TempDir())
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	p := &etcdProcess{t: t, cmd: cmd, stdin: stdin, lines: make(chan string, 100), exited: make(chan struct{})}
-	go func() {
-		defer close(p.lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if line, ok := strings.CutPrefix(sc.Text(), etcdProcessMarker); ok {
-				p.lines <- line
-			}
-		}
-	}()
-	go func() {
-		defer close(p.exited)
-		cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGCONT)
-		stdin.Close()
-		select {
-		case <-p.exited:
-		case <-time.After(20 * time.Second):
-			cmd.Process.Kill()
-			<-p.exited
-		}
-	})
+	p := &etcdProcess{testProcess: startTestProcess(t, "TestEtcdServerProcess", etcdProcessEnv+"="+t.TempDir(), etcdProcessMarker)}
 	line := p.reply("the endpoint")
 	endpoint, ok := strings.CutPrefix(line, "endpoint ")
 	require.True(t, ok, "the etcd process said %q, not its endpoint", line)
 	p.endpoint = endpoint
 	return p
-}
-
-// reply returns the next line the process says, within a minute.
-func (p *etcdProcess) reply(what string) string {
-	p.t.Helper()
-	line, err := await.Within(p.lines, time.Minute, "the etcd process did not say %s", what)
-	require.NoError(p.t, err)
-	return line
-}
-
-// command sends the process a command and waits for its answer.
-func (p *etcdProcess) command(cmd, want string) {
-	p.t.Helper()
-	_, err := fmt.Fprintln(p.stdin, cmd)
-	require.NoError(p.t, err)
-	require.Equal(p.t, want, p.reply(want))
-}
-
-func (p *etcdProcess) signal(sig syscall.Signal) {
-	p.t.Helper()
-	require.NoError(p.t, p.cmd.Process.Signal(sig))
 }
 
 // TestBrowserOutageEtcd runs the outage scenario on an etcd server in a

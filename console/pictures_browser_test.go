@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net/http/httptest"
 	"os"
 	"slices"
 	"strconv"
@@ -16,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/simba-go/simba"
-	"github.com/simba-go/simba/admin"
 	"github.com/simba-go/simba/backend/memory"
 	"github.com/simba-go/simba/internal/records"
 )
@@ -87,15 +85,8 @@ func TestBrowserPictures(t *testing.T) {
 	startNode("a")
 	startNode("b")
 	defer f.stopAll()
-	a, err := admin.Open(t.Context(), b.Node("console"))
-	require.NoError(t, err)
-	defer a.Close()
-	s, err := New(a, WithToken(testToken))
-	require.NoError(t, err)
-	srv := httptest.NewServer(s)
-	defer srv.Close()
-	defer s.Close()
-	e := &e2e{t: t, f: f, url: srv.URL, ctx: newBrowser(t, path), shotDir: screenshots}
+	a, url := serveConsole(t, b.Node("console"))
+	e := &e2e{t: t, f: f, url: url, ctx: newBrowser(t, path), shotDir: screenshots}
 
 	// settled waits until every partition is held, by none of gone, and
 	// returns who holds each.
