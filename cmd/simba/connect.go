@@ -261,7 +261,7 @@ func (inv *invocation) admin(ctx context.Context) (*admin.Admin, error) {
 		return nil, err
 	}
 	inv.t = t
-	if err := probeTLS(ctx, t); err != nil {
+	if err := probe(ctx, t); err != nil {
 		return nil, err
 	}
 	b, err := inv.open(t)

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -333,33 +334,54 @@ func alertText(err error) string {
 // is over on the client's side.
 const probeWait = time.Second
 
-// probeTLS performs a TLS handshake with each of t's servers, at once, to
-// tell a handshake that fails (a wrong CA, an expired or missing client
-// certificate) from a server that does not answer: gRPC retries a failed
-// handshake until the request's deadline, saying nothing of why. It
-// returns a refusedError when no server completed the handshake and one
-// or more refused it; nil otherwise (one handshake succeeded, or none could
-// even connect: the backend's own error says so).
-func probeTLS(ctx context.Context, t target) error {
-	if t.sec == nil || t.sec.tls == nil || len(t.addrs) == 0 {
+// probe connects to each of t's servers at once, before the backend's own
+// client does, to fail at once where that client would wait out the
+// command's --timeout saying nothing of why:
+//
+//   - etcd's client retries a refused connection until the request's
+//     deadline: when every etcd server refuses the connection, probe
+//     returns a backendError at once, as ZooKeeper's and PostgreSQL's
+//     clients fail ("no server of [...] reachable: ... connection
+//     refused");
+//   - gRPC retries a failed TLS handshake the same way: with TLS, probe
+//     performs a handshake with each server, and returns a refusedError
+//     when no server completed it and one or more refused it (a wrong CA,
+//     an expired or missing client certificate).
+//
+// It returns nil otherwise: one server answered, or none could be reached
+// for another reason (a timeout, say), which the backend's own error says.
+func probe(ctx context.Context, t target) error {
+	withTLS := t.sec != nil && t.sec.tls != nil
+	if len(t.addrs) == 0 || !withTLS && t.kind != "etcd" {
 		return nil
+	}
+	var cfg *tls.Config
+	if withTLS {
+		cfg = t.sec.tls
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type verdict struct {
-		addr string
-		err  error // a handshake error, or nil
-		ok   bool  // the handshake succeeded
+		addr    string
+		err     error // a handshake error, or nil
+		dialErr error // why no connection could be made, or nil
+		ok      bool  // connected (and, with TLS, the handshake succeeded)
 	}
 	results := make(chan verdict, len(t.addrs))
 	for _, a := range t.addrs {
+		if strings.HasPrefix(a, "unix://") || strings.HasPrefix(a, "unixs://") {
+			return nil // a socket file: the backend's client knows it
+		}
+	}
+	for _, a := range t.addrs {
 		addr := probeAddr(t.kind, a)
 		go func() {
-			ok, err := handshake(ctx, addr, t.sec.tls)
-			results <- verdict{addr, err, ok}
+			ok, err, dialErr := handshake(ctx, addr, cfg)
+			results <- verdict{addr, err, dialErr, ok}
 		}()
 	}
 	var refused *verdict
+	var connRefused []error
 	for range t.addrs {
 		v := <-results
 		switch {
@@ -367,9 +389,15 @@ func probeTLS(ctx context.Context, t target) error {
 			return nil // cancel ends the others; their results are buffered
 		case v.err != nil && refused == nil:
 			refused = &v
+		case errors.Is(v.dialErr, syscall.ECONNREFUSED):
+			connRefused = append(connRefused, v.dialErr)
 		}
 	}
 	if refused == nil {
+		if t.kind == "etcd" && len(connRefused) == len(t.addrs) {
+			return &backendError{t: t, doing: "opening a session",
+				err: fmt.Errorf("no server of %v reachable: %w", t.addrs, connRefused[0])}
+		}
 		return nil
 	}
 	if msg := tlsProblem(t.sec, refused.err); msg != "" {
@@ -402,18 +430,28 @@ func probeAddr(kind, a string) string {
 	return a
 }
 
-// handshake connects to addr and performs a TLS handshake with cfg. It
-// reports ok when the server accepted it, and the handshake's error when
-// it failed; neither when no TCP connection could be made. After a TLS 1.3
-// handshake it waits up to probeWait for the server's verdict on the
-// client's certificate: a session ticket (accepted) or an alert.
-func handshake(ctx context.Context, addr string, base *tls.Config) (ok bool, err error) {
+// handshake connects to addr and performs a TLS handshake with base, if
+// not nil. It reports ok when it connected and the server accepted the
+// handshake, the handshake's error when that failed, and dialErr when no
+// TCP connection could be made. After a TLS 1.3 handshake it waits up to
+// probeWait for the server's verdict on the client's certificate: a
+// session ticket (accepted) or an alert.
+func handshake(ctx context.Context, addr string, base *tls.Config) (ok bool, err, dialErr error) {
 	var d net.Dialer
-	raw, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return false, nil
+	raw, dialErr := d.DialContext(ctx, "tcp", addr)
+	if dialErr != nil {
+		return false, nil, dialErr
 	}
 	defer raw.Close()
+	if base == nil {
+		return true, nil, nil
+	}
+	ok, err = tlsHandshake(ctx, raw, addr, base)
+	return ok, err, nil
+}
+
+// tlsHandshake performs the TLS handshake of handshake on raw.
+func tlsHandshake(ctx context.Context, raw net.Conn, addr string, base *tls.Config) (ok bool, err error) {
 	ticket := make(chan struct{}, 1)
 	cfg := base.Clone()
 	if cfg.ServerName == "" {
