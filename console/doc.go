@@ -20,8 +20,10 @@
 //     close to their deadline or whose health record went stale, disabled
 //     elections, jobs and groups, drained members, records skipped — each
 //     with why, in words, and a link; then counts of the rest (elections
-//     held, partitions held per group, the jobs' success rate, members
-//     live).
+//     held, partitions held per group, the jobs and their success rate,
+//     members live). Jobs are counted as simba status counts them: a
+//     scheduled election is one, and so is a group whose partitions are
+//     scheduled, however many they are.
 //   - /timeline: who held what and when. One lane per election
 //     (/timeline), or per partition of a group (/timeline?group=billing),
 //     or one partition zoomed with the table of its terms
@@ -40,6 +42,9 @@
 //     session, since when it holds the lease, when it last wrote its status.
 //     A holder's deadline is known to its own node only (it is not in the
 //     records), so the page shows "since" and "updated" instead.
+//     /elections/{lease} is one election or partition: its state, holder,
+//     token and session, its recent terms (its status's term log), and
+//     the operations on it.
 //   - /groups: per group, a grid of its partitions, each with its owner (the
 //     member the assignment gives it to), its holder and token, and whether
 //     it is held, vacant or in hand-off; the members, with what they own and
@@ -51,9 +56,14 @@
 //     runs; /jobs/{lease} the whole history, charted: each run's duration
 //     over its start time, its result in the marker's shape (a cross for a
 //     failure), misfires, triggers and fail-overs marked above, and the
-//     success rate.
+//     success rate. The durations are on a log scale when the longest run
+//     took more than ten times as long as the typical one, so that one
+//     slow run does not flatten the others.
 //   - /members: every member (of a group, holding an election, or drained),
-//     its sessions, what it holds, its drain state, and its headroom: how
+//     its one state — active, drained, or gone: no live session (no group
+//     membership, no lease held, and its health record stale, as a client
+//     killed without closing leaves it) —, its sessions, what it holds,
+//     and its headroom: how
 //     much of its term it had left at its last renewals (from the health
 //     record each client publishes every 5s, records.Health), with the
 //     minimum, the TTL and the last round trip; under a third of the TTL
