@@ -23,9 +23,11 @@
 //	go run ./examples/opsdemo -member a
 //	simba status
 //
+// It waits -start-timeout (15s) for its first session, printing the
+// client's warnings meanwhile, and exits if the backend does not answer.
 // SIGINT or SIGTERM stops the node gracefully: it hands everything off,
 // then closes its session. SIGKILL is a crash: its leases pass to the other
-// nodes when its session expires, one TTL later.
+// nodes when its session expires, one TTL (5s) later.
 package main
 
 import (
@@ -34,6 +36,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/signal"
@@ -50,6 +53,7 @@ import (
 	"github.com/simba-go/simba/backend/etcd"
 	"github.com/simba-go/simba/backend/postgres"
 	"github.com/simba-go/simba/backend/zookeeper"
+	"github.com/simba-go/simba/examples/internal/storylog"
 )
 
 func main() {
@@ -65,6 +69,7 @@ type config struct {
 	prefix          string
 	member          string
 	ttl             time.Duration
+	startTimeout    time.Duration // the wait for the first session
 	report, billing time.Duration // the fixed rates
 	partitions      int
 	work            time.Duration // how long each run works
@@ -83,7 +88,12 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.pg, "postgres", os.Getenv("SIMBA_POSTGRES"), "PostgreSQL `DSN` (default $SIMBA_POSTGRES)")
 	fs.StringVar(&cfg.prefix, "prefix", os.Getenv("SIMBA_PREFIX"), "etcd key `prefix`, ZooKeeper root or PostgreSQL schema (its slashes trimmed) (default $SIMBA_PREFIX, else the backend's default)")
 	fs.StringVar(&cfg.member, "member", fmt.Sprintf("%s-%d", host, os.Getpid()), "this node's member `id`")
-	fs.DurationVar(&cfg.ttl, "ttl", 2*time.Second, "session TTL")
+	// 5s, not less: a node must keep its session through the stalls of a
+	// loaded laptop (a renewal every third of the TTL, each late by the
+	// length of a stall), and a crashed one's leases still move in
+	// seconds.
+	fs.DurationVar(&cfg.ttl, "ttl", 5*time.Second, "session TTL")
+	fs.DurationVar(&cfg.startTimeout, "start-timeout", 15*time.Second, "give up when the backend gives no session within this long")
 	fs.DurationVar(&cfg.report, "report", 2*time.Second, "fixed rate of the report job")
 	fs.DurationVar(&cfg.billing, "billing", time.Second, "fixed rate of each billing partition")
 	fs.IntVar(&cfg.partitions, "partitions", 8, "billing partitions")
@@ -109,8 +119,8 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// openBackend opens the backend the flags name.
-func openBackend(cfg config) (backend.Backend, string, error) {
+// openBackend opens the backend the flags name, which logs to log.
+func openBackend(cfg config, log *slog.Logger) (backend.Backend, string, error) {
 	given := 0
 	for _, v := range []string{cfg.etcd, cfg.zk, cfg.pg} {
 		if v != "" {
@@ -121,21 +131,21 @@ func openBackend(cfg config) (backend.Backend, string, error) {
 	case given > 1:
 		return nil, "", errors.New("give one of -etcd, -zk and -postgres")
 	case cfg.etcd != "":
-		var opts []etcd.Option
+		opts := []etcd.Option{etcd.WithLogger(log)}
 		if cfg.prefix != "" {
 			opts = append(opts, etcd.WithPrefix(cfg.prefix))
 		}
 		b, err := etcd.New(strings.Split(cfg.etcd, ","), opts...)
 		return b, "etcd at " + cfg.etcd, err
 	case cfg.zk != "":
-		var opts []zookeeper.Option
+		opts := []zookeeper.Option{zookeeper.WithLogger(log)}
 		if cfg.prefix != "" {
 			opts = append(opts, zookeeper.WithRoot(cfg.prefix))
 		}
 		b, err := zookeeper.New(strings.Split(cfg.zk, ","), opts...)
 		return b, "ZooKeeper at " + cfg.zk, err
 	case cfg.pg != "":
-		return openPostgres(cfg)
+		return openPostgres(cfg, log)
 	}
 	return nil, "", errors.New("no backend: give -etcd, -zk or -postgres, or set SIMBA_ETCD (simba dev runs a local etcd)")
 }
@@ -144,13 +154,13 @@ func openBackend(cfg config) (backend.Backend, string, error) {
 // cfg.prefix names (without its slashes, as the simba command reads
 // --prefix). The description names the server and the schema, never the
 // DSN, whose password it may hold.
-func openPostgres(cfg config) (backend.Backend, string, error) {
+func openPostgres(cfg config, log *slog.Logger) (backend.Backend, string, error) {
 	pc, err := pgconn.ParseConfig(cfg.pg)
 	if err != nil {
 		// pgconn's message quotes the DSN with its password masked.
 		return nil, "", fmt.Errorf("-postgres: %w", err)
 	}
-	var opts []postgres.Option
+	opts := []postgres.Option{postgres.WithLogger(log)}
 	if schema := strings.Trim(cfg.prefix, "/"); schema != "" {
 		opts = append(opts, postgres.WithSchema(schema))
 	}
@@ -201,17 +211,27 @@ func work(ctx context.Context, d time.Duration) {
 
 // run runs the node until ctx ends, then hands everything off and closes.
 func run(ctx context.Context, cfg config, w io.Writer) error {
-	b, where, err := openBackend(cfg)
+	p := &printer{w: w, member: cfg.member}
+	log := storylog.New(p.say, slog.LevelWarn) // the client's and the backend's, as the node's lines
+	b, where, err := openBackend(cfg, log)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	p := &printer{w: w, member: cfg.member}
-	client, err := simba.New(b, simba.WithMemberID(cfg.member), simba.WithTTL(cfg.ttl), simba.WithEventHandler(p.event))
+	client, err := simba.New(b, simba.WithMemberID(cfg.member), simba.WithTTL(cfg.ttl), simba.WithEventHandler(p.event), simba.WithLogger(log))
 	if err != nil {
 		return err
 	}
 	p.say("running ingest, report (every %v) and billing (%d partitions, every %v) on %s", cfg.report, cfg.partitions, cfg.billing, where)
+	rctx, cancel := context.WithTimeout(ctx, cfg.startTimeout)
+	err = client.Ready(rctx)
+	cancel()
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return client.Close() // interrupted while waiting
+	case err != nil:
+		return errors.Join(fmt.Errorf("no session on %s within %v (-start-timeout): is it running, and is the address right?", where, cfg.startTimeout), client.Close())
+	}
 
 	ingest, err := client.Election("ingest").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
 		<-ctx.Done() // ingests while it leads

@@ -3,9 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
+	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -74,6 +78,53 @@ func runNode(t *testing.T, flags []string, where string) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
+}
+
+// TestDeadBackend: against a backend that does not answer, the node says
+// so and exits after -start-timeout, rather than print nothing until it is
+// interrupted; its every line is in its one format.
+func TestDeadBackend(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close()
+	// Nothing reaches slog's default logger (the library's default since
+	// it logs by default): the node gives its own to the client and the
+	// backend.
+	var logged strings.Builder
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(slog.New(slog.NewTextHandler(&lockedWriter{w: &logged}, nil)))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var out strings.Builder
+	code := runMain(ctx, []string{"-etcd", closed, "-member", "a", "-ttl", "1s", "-start-timeout", "3s"}, &out, &out)
+	if s := logged.String(); s != "" {
+		t.Errorf("logged to slog's default logger, in another format:\n%s", s)
+	}
+	want := "opsdemo: no session on etcd at " + closed + " within 3s (-start-timeout): is it running, and is the address right?\n"
+	if code != 1 || !strings.HasSuffix(out.String(), want) {
+		t.Fatalf("exit %d, output:\n%s\nwant exit 1 (not an interruption a minute later) ending with %q", code, out.String(), want)
+	}
+	line := regexp.MustCompile(`^(\d\d:\d\d:\d\d\.\d{3} a: |opsdemo: )`)
+	for _, l := range strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n") {
+		if !line.MatchString(l) {
+			t.Errorf("a line of another format: %q", l)
+		}
+	}
+}
+
+// lockedWriter serialises the writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 func TestUsage(t *testing.T) {
