@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/examples/internal/storylog"
 )
 
 const partitions = 12
@@ -66,7 +68,10 @@ func (l *ledger) bill(ctx context.Context, p int, token uint64) {
 
 func run(w io.Writer) error {
 	start := time.Now()
+	var sayMu sync.Mutex // the clients' warnings are said from their goroutines
 	say := func(format string, args ...any) {
+		sayMu.Lock()
+		defer sayMu.Unlock()
 		fmt.Fprintf(w, "[%4.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 	}
 	server := memory.New()
@@ -76,7 +81,8 @@ func run(w io.Writer) error {
 	clients := map[string]*simba.Client{}
 
 	join := func(name string) error {
-		c, err := simba.New(server.Node(name), simba.WithTTL(2*time.Second), simba.WithMemberID(name))
+		c, err := simba.New(server.Node(name), simba.WithTTL(5*time.Second), // a TTL that holds on a loaded machine
+			simba.WithMemberID(name), simba.WithLogger(storylog.New(say, slog.LevelWarn)))
 		if err != nil {
 			return err
 		}

@@ -16,6 +16,7 @@ import (
 	"database/sql"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -25,12 +26,13 @@ import (
 
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/examples/internal/storylog"
 	"github.com/simba-go/simba/fence/sqlfence"
 )
 
 const (
-	ttl   = 2 * time.Second
-	pause = 5 * time.Second // longer than the TTL
+	ttl   = 5 * time.Second     // west's session must hold on a loaded machine
+	pause = ttl + 3*time.Second // longer than the TTL
 )
 
 func main() {
@@ -158,7 +160,7 @@ func run(w io.Writer) error {
 	})
 
 	east := server.Node("east")
-	eastClient, err := simba.New(east, simba.WithTTL(ttl))
+	eastClient, err := simba.New(east, simba.WithTTL(ttl), simba.WithLogger(storylog.New(say, slog.LevelWarn)))
 	if err != nil {
 		return err
 	}
@@ -167,7 +169,7 @@ func run(w io.Writer) error {
 		return err
 	}
 	eastTerm := <-terms
-	westClient, err := simba.New(server.Node("west"), simba.WithTTL(ttl))
+	westClient, err := simba.New(server.Node("west"), simba.WithTTL(ttl), simba.WithLogger(storylog.New(say, slog.LevelWarn)))
 	if err != nil {
 		return err
 	}

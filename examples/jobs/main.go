@@ -30,6 +30,7 @@ import (
 
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/examples/internal/storylog"
 	"github.com/simba-go/simba/jobs"
 )
 
@@ -38,8 +39,9 @@ import (
 //go:embed jobs.yaml
 var defaultConfig []byte
 
-// ttl is the session TTL of the nodes.
-const ttl = 2 * time.Second
+// ttl is the session TTL of the nodes: 5s, so that they keep their
+// sessions through the stalls of a loaded machine.
+const ttl = 5 * time.Second
 
 func main() {
 	os.Exit(runMain(os.Args[1:], os.Stdout, os.Stderr))
@@ -178,7 +180,8 @@ func run(ctx context.Context, w io.Writer, cfg jobs.Config) error {
 // node runs one simulated process: a client, and the jobs on it until ctx
 // ends; then the client closes, after the jobs.
 func node(ctx context.Context, s *story, server *memory.Backend, name string, cfg jobs.Config, book *ledger) error {
-	client, err := simba.New(server.Node(name), simba.WithTTL(ttl), simba.WithMemberID(name))
+	client, err := simba.New(server.Node(name), simba.WithTTL(ttl), simba.WithMemberID(name),
+		simba.WithLogger(storylog.New(func(format string, args ...any) { s.say("%s: %s", name, fmt.Sprintf(format, args...)) }, slog.LevelWarn)))
 	if err != nil {
 		return err
 	}

@@ -80,6 +80,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -104,6 +105,7 @@ import (
 
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend/kubernetes"
+	"github.com/simba-go/simba/examples/internal/storylog"
 	"github.com/simba-go/simba/fence"
 )
 
@@ -288,12 +290,13 @@ func run(ctx context.Context, c config, w io.Writer) error {
 		return fmt.Errorf("the ConfigMaps of namespace %q were not listed within a minute (are list and watch of configmaps granted?)", ns)
 	}
 
-	b, err := kubernetes.NewFromClient(cs, kubernetes.WithNamespace(ns))
+	log := storylog.New(say, slog.LevelWarn) // the client's and the backend's warnings, as this replica's lines
+	b, err := kubernetes.NewFromClient(cs, kubernetes.WithNamespace(ns), kubernetes.WithLogger(log))
 	if err != nil {
 		return err
 	}
 	defer b.Close() // after the client's shutdown
-	client, err := simba.New(b, simba.WithMemberID(c.member), simba.WithTTL(c.ttl))
+	client, err := simba.New(b, simba.WithMemberID(c.member), simba.WithTTL(c.ttl), simba.WithLogger(log))
 	if err != nil {
 		return err
 	}

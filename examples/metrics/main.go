@@ -14,10 +14,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -28,6 +30,7 @@ import (
 
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/examples/internal/storylog"
 )
 
 func main() {
@@ -65,13 +68,20 @@ func serve(ctx context.Context, w io.Writer, ln net.Listener, handedOff chan<- s
 
 	server := memory.New()
 	defer server.Close()
-	ttl := 2 * time.Second
-	first, err := simba.New(server.Node("first"), simba.WithTTL(ttl), simba.WithMeterProvider(provider))
+	ttl := 5 * time.Second // one that holds on a loaded machine
+	// The clients' warnings and errors, as lines of the story.
+	var mu sync.Mutex
+	log := storylog.New(func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(w, format+"\n", args...)
+	}, slog.LevelWarn)
+	first, err := simba.New(server.Node("first"), simba.WithTTL(ttl), simba.WithMeterProvider(provider), simba.WithLogger(log))
 	if err != nil {
 		return err
 	}
 	defer first.Close()
-	second, err := simba.New(server.Node("second"), simba.WithTTL(ttl))
+	second, err := simba.New(server.Node("second"), simba.WithTTL(ttl), simba.WithLogger(log))
 	if err != nil {
 		return err
 	}
@@ -85,10 +95,10 @@ func serve(ctx context.Context, w io.Writer, ln net.Listener, handedOff chan<- s
 	go func() { served <- httpServer.Serve(ln) }()
 	fmt.Fprintf(w, "serving http://%s/metrics and http://%s/ready\n", ln.Addr(), ln.Addr())
 
-	leading := make(chan struct{}, 1)
+	leading := make(chan *simba.Term, 1)
 	report := func(ctx context.Context, term *simba.Term) error {
 		select {
-		case leading <- struct{}{}:
+		case leading <- term:
 		default:
 		}
 		time.Sleep(10 * time.Millisecond) // the work of one report
@@ -98,8 +108,9 @@ func serve(ctx context.Context, w io.Writer, ln net.Listener, handedOff chan<- s
 	if err != nil {
 		return err
 	}
+	var term *simba.Term
 	select {
-	case <-leading:
+	case term = <-leading:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -107,9 +118,10 @@ func serve(ctx context.Context, w io.Writer, ln net.Listener, handedOff chan<- s
 	if _, err := second.Election("report").Schedule(simba.FixedRate(200*time.Millisecond), report); err != nil {
 		return err
 	}
-	select {
-	case <-time.After(time.Second):
-	case <-ctx.Done():
+	// first leads until its session has been renewed (every third of the
+	// TTL), so that the renewal metrics have a sample.
+	for began := term.Deadline(); term.Deadline().Equal(began) && ctx.Err() == nil; {
+		time.Sleep(50 * time.Millisecond)
 	}
 	<-task.Stop()
 	fmt.Fprintln(w, "first handed \"report\" over to second")

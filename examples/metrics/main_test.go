@@ -61,7 +61,7 @@ func TestMetricsEndpointAfterAHandOff(t *testing.T) {
 		{`simba_run_duration_seconds_count{.*simba_election="report".*}`, func(v float64) bool { return v >= 3 }, "≥ 3"},
 		{`simba_handoff_duration_seconds_count{.*simba_election="report".*}`, func(v float64) bool { return v == 1 }, "1"},
 		{`simba_session_renewal_duration_seconds_count{.*}`, func(v float64) bool { return v >= 1 }, "≥ 1 renewal"},
-		{`simba_session_deadline_headroom_seconds{.*}`, func(v float64) bool { return v > 1 && v <= 1.8 }, "between TTL/3 and TTL − margin"},
+		{`simba_session_deadline_headroom_seconds{.*}`, func(v float64) bool { return v > 5.0/3 && v <= 4.5 }, "between TTL/3 and TTL − margin (TTL 5s)"},
 	} {
 		v, ok := sample(text, c.metric)
 		if !ok {

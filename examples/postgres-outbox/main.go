@@ -34,6 +34,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -44,6 +45,7 @@ import (
 
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend/postgres"
+	"github.com/simba-go/simba/examples/internal/storylog"
 	"github.com/simba-go/simba/fence"
 	"github.com/simba-go/simba/fence/sqlfence/pglease"
 )
@@ -98,12 +100,15 @@ func run(ctx context.Context, c config, w io.Writer) error {
 	if err := insertRows(ctx, pool, c.insert); err != nil {
 		return err
 	}
-	b, err := postgres.NewFromPool(pool, postgres.WithSchema(c.schema))
+	// What the client and the backend log, warnings and errors, as this
+	// node's lines.
+	log := storylog.New(func(format string, args ...any) { fmt.Fprintf(w, "%s: %s\n", c.node, fmt.Sprintf(format, args...)) }, slog.LevelWarn)
+	b, err := postgres.NewFromPool(pool, postgres.WithSchema(c.schema), postgres.WithLogger(log))
 	if err != nil {
 		return err
 	}
 	defer b.Close() // after client.Close
-	client, err := simba.New(b, simba.WithMemberID(c.node), simba.WithTTL(3*time.Second))
+	client, err := simba.New(b, simba.WithMemberID(c.node), simba.WithTTL(3*time.Second), simba.WithLogger(log))
 	if err != nil {
 		return err
 	}

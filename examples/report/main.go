@@ -10,12 +10,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/examples/internal/storylog"
 )
 
 func main() {
@@ -55,7 +57,8 @@ func run(w io.Writer) error {
 	say("two nodes schedule %q: %s", "report", schedule)
 	var clients []*simba.Client
 	for _, node := range []string{"first", "second"} {
-		c, err := simba.New(server.Node(node), simba.WithTTL(2*time.Second))
+		c, err := simba.New(server.Node(node), simba.WithTTL(5*time.Second), // one that holds on a loaded machine
+			simba.WithLogger(storylog.New(say, slog.LevelWarn)))
 		if err != nil {
 			return err
 		}

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"slices"
 	"sort"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/examples/internal/storylog"
 	"github.com/simba-go/simba/stream"
 )
 
@@ -169,7 +171,7 @@ func run(w io.Writer) error {
 	var nodes []*node
 	for _, name := range []string{"alpha", "bravo", "charlie"} {
 		n := &node{name: name, conn: server.Node(name)}
-		c, err := simba.New(n.conn, simba.WithTTL(ttl), simba.WithMemberID(name))
+		c, err := simba.New(n.conn, simba.WithTTL(ttl), simba.WithMemberID(name), simba.WithLogger(storylog.New(say, slog.LevelWarn)))
 		if err != nil {
 			return err
 		}
