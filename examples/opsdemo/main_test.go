@@ -3,19 +3,18 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/goleak"
 
+	"github.com/simba-go/simba/internal/await"
 	"github.com/simba-go/simba/internal/etcdtest"
 	"github.com/simba-go/simba/internal/pgtest"
 	"github.com/simba-go/simba/internal/plant"
@@ -93,9 +92,9 @@ func TestDeadBackend(t *testing.T) {
 	// Nothing reaches slog's default logger (the library's default since
 	// it logs by default): the node gives its own to the client and the
 	// backend.
-	var logged strings.Builder
+	var logged await.Buffer
 	defer slog.SetDefault(slog.Default())
-	slog.SetDefault(slog.New(slog.NewTextHandler(&lockedWriter{w: &logged}, nil)))
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logged, nil)))
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	var out strings.Builder
@@ -113,18 +112,6 @@ func TestDeadBackend(t *testing.T) {
 			t.Errorf("a line of another format: %q", l)
 		}
 	}
-}
-
-// lockedWriter serialises the writes to w.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 func TestUsage(t *testing.T) {
