@@ -41,7 +41,7 @@ const defaultTimeout = 5 * time.Second
 // run is the simba command: it parses args, runs the command they name, and
 // returns the exit status. ctx ends on SIGINT or SIGTERM.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	c := &cli{stdout: stdout, stderr: stderr, getenv: os.Getenv, open: openBackend, terminal: isTerminal}
+	c := &cli{stdout: stdout, stderr: stderr, getenv: os.Getenv, open: openBackend, probe: probe, terminal: isTerminal}
 	return c.run(ctx, args)
 }
 
@@ -52,6 +52,10 @@ type cli struct {
 	getenv         func(string) string
 	// open opens the backend the global flags name.
 	open func(target) (backend.Backend, error)
+	// probe, if set, connects to the backend's servers before open, to
+	// fail at once where its client would wait (secure.go); tests with a
+	// fake backend leave it nil.
+	probe func(context.Context, target) error
 	// terminal reports whether w is a terminal (watch.go); nil: never.
 	terminal func(w io.Writer) bool
 	// secrets are the passwords the command was given (--password, the

@@ -261,7 +261,7 @@ func (inv *invocation) admin(ctx context.Context) (*admin.Admin, error) {
 		return nil, err
 	}
 	inv.t = t
-	if err := probe(ctx, t); err != nil {
+	if err := inv.probeServers(ctx, t); err != nil {
 		return nil, err
 	}
 	b, err := inv.open(t)
@@ -278,6 +278,15 @@ func (inv *invocation) admin(ctx context.Context) (*admin.Admin, error) {
 	}
 	inv.adm = a
 	return a, nil
+}
+
+// probeServers probes t's servers (see probe), unless the command has no
+// probe.
+func (inv *invocation) probeServers(ctx context.Context, t target) error {
+	if inv.probe == nil {
+		return nil
+	}
+	return inv.probe(ctx, t)
 }
 
 // backendErr classifies an error of a backend call: a timeout or an

@@ -29,7 +29,7 @@ func realCLI(env map[string]string) *harnessReal { return &harnessReal{env: env}
 type harnessReal struct{ env map[string]string }
 
 func (h *harnessReal) runContext(ctx context.Context, stdout, stderr *await.Buffer, args ...string) int {
-	c := &cli{stdout: stdout, stderr: stderr, getenv: func(k string) string { return h.env[k] }, open: openBackend}
+	c := &cli{stdout: stdout, stderr: stderr, getenv: func(k string) string { return h.env[k] }, open: openBackend, probe: probe}
 	return c.run(ctx, args)
 }
 

@@ -338,7 +338,7 @@ func runRun(ctx context.Context, inv *invocation, o runFlags) error {
 	}
 	inv.t = t
 	pctx, cancel := context.WithTimeout(ctx, inv.g.timeout)
-	err = probe(pctx, t)
+	err = inv.probeServers(pctx, t)
 	cancel()
 	if err != nil {
 		return err

@@ -123,7 +123,7 @@ func passwordPrompts(t *testing.T, password string) *[]string {
 func runIn(t *testing.T, env map[string]string, args ...string) result {
 	t.Helper()
 	var out, errb bytes.Buffer
-	c := &cli{stdout: &out, stderr: &errb, getenv: func(k string) string { return env[k] }, open: openBackend}
+	c := &cli{stdout: &out, stderr: &errb, getenv: func(k string) string { return env[k] }, open: openBackend, probe: probe}
 	// A generous --timeout by default, before the command: TLS and an
 	// authentication per stream are slow on a loaded machine; a --timeout
 	// in args comes after it and wins.
@@ -395,7 +395,7 @@ func TestDevWithTLSAndUser(t *testing.T) {
 	}
 	ctx, stop := context.WithCancel(t.Context())
 	out, errb := &syncBuffer{}, &syncBuffer{}
-	c := &cli{stdout: out, stderr: errb, getenv: func(string) string { return "" }, open: openBackend}
+	c := &cli{stdout: out, stderr: errb, getenv: func(string) string { return "" }, open: openBackend, probe: probe}
 	exited := make(chan int, 1)
 	go func() {
 		exited <- c.run(ctx, []string{"dev", "--port", "0", "--json", "--tls", "--user", "alice:" + appPassword})
