@@ -59,15 +59,19 @@ type Option func(*Backend)
 func WithSchema(name string) Option { return func(b *Backend) { b.schema = name } }
 
 // WithLogger sets the logger of the backend's own events (its listening
-// connection lost and regained, a withdrawal retried); default: none.
+// connection lost and regained, a pooler detected, a withdrawal retried;
+// warnings all): default [slog.Default] when New is called. Pass
+// slog.New(slog.DiscardHandler) to log nothing.
 func WithLogger(l *slog.Logger) Option { return func(b *Backend) { b.log = l } }
 
-// WithoutListen makes the backend never LISTEN, for a pool behind a
-// connection pooler in transaction mode (where a LISTEN does not last
-// beyond its transaction): waiting Acquires read the queue at the expiry
-// times of the candidacies ahead and at least every interval, and watches
-// send a hint every interval. Without this option the backend LISTENs, and
-// falls back to the same reading while its listening connection is down.
+// WithoutListen makes the backend never LISTEN: waiting Acquires read the
+// queue at the expiry times of the candidacies ahead and at least every
+// interval (default 1s when interval is not positive), and watches send a
+// hint every interval. Without this option the backend LISTENs unless it
+// detects a connection pooler between it and the server (then it reads as
+// here; see the package documentation), and falls back to the same
+// reading while its listening connection is down. Pass it for a pooler in
+// transaction mode that the detection might miss.
 func WithoutListen(interval time.Duration) Option {
 	return func(b *Backend) {
 		b.noListen = true
@@ -167,7 +171,7 @@ func newBackend(opts []Option, maxConns int32) (*Backend, error) {
 	}
 	b.q = pgx.Identifier{b.schema}.Sanitize()
 	if b.log == nil {
-		b.log = slog.New(slog.DiscardHandler)
+		b.log = slog.Default()
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	return b, nil

@@ -101,7 +101,8 @@
 // session's own check past its deadline, shows its candidacy gone, and
 // with the session's end.
 //
-// With [WithoutListen] the backend never LISTENs: waiters read the queue
+// With [WithoutListen], or through a connection pooler (see "Behind a
+// pooler in transaction mode"), the backend never LISTENs: waiters read the queue
 // at the expiry times of the candidacies ahead and at least every
 // interval, and watches send a hint every interval. The same fallback runs
 // while the listening connection is down, and until a probe (a NOTIFY sent
@@ -171,25 +172,33 @@
 //     exists" (42P05), and the backend's error says to set this. PgBouncer
 //     1.21 and later with max_prepared_statements above zero support pgx's
 //     default (not tested here).
-//   - [WithoutListen]: a LISTEN through the pooler registers on whichever
-//     server connection ran it, and the client never hears anything. A
-//     hand-off then reaches a waiter about one interval after the release; a
-//     fail-over takes the holder's expiry, as with LISTEN.
+//   - Nothing for LISTEN: a LISTEN through the pooler would register on
+//     whichever server connection ran it, and that connection would then
+//     receive every notification of the schema while PgBouncer has lent it
+//     to no client, which PgBouncer logs ("got packet 'A' from server when
+//     not linked") and which PgBouncer 1.18 to 1.20 can exit on (FATAL
+//     "server in bad state: 11", its issue 822), taking every application
+//     behind it down. So before it LISTENs, the backend asks the server for
+//     its process ID (pg_backend_pid()) and compares it with the one the
+//     connection announced at its start: a pooler announces one of its own
+//     (PgBouncer does: the key of its own cancel requests), and on a
+//     mismatch the backend never LISTENs, logs a warning once, and reads
+//     as with [WithoutListen]. A hand-off then reaches a waiter about one
+//     poll interval (a second) after the release; a fail-over takes the
+//     holder's expiry, as with LISTEN. The same check makes a pooler in
+//     session mode read rather than LISTEN, where LISTEN would have been
+//     safe; pass [WithoutListen] to say so outright, and to cover a pooler
+//     that announces the server's process ID (the probe below then
+//     leaves the backend on its reads, but a LISTEN has been sent).
 //
-// Without WithoutListen the backend still works there, on the fallback
-// (its probe never comes back); but the server connection left listening
-// receives every notification of the schema while PgBouncer has lent it to
-// no client, which PgBouncer logs ("got packet 'A' from server when not
-// linked") and which PgBouncer 1.18 to 1.20 can exit on (FATAL "server in
-// bad state: 11", its issue 822) when a cancel request for that server
-// connection is under way: pgx sends one whenever a query's context ends
-// early. This package's tests saw that exit with simple_protocol and no
-// WithoutListen. pool_mode=statement cannot work: the backend needs
-// transactions of several statements.
+// pool_mode=statement cannot work: the backend needs transactions of
+// several statements.
 //
 // The tests run the conformance suite through PgBouncer 1.18 in
-// transaction mode with both settings, a crash fail-over through it, and
-// the probe's fallback without WithoutListen (pooler_test.go).
+// transaction mode with both settings, a crash fail-over through it, the
+// detection of the pooler (with notifications flowing, PgBouncer's log
+// stays free of "not linked"), and the probe's fallback with the
+// detection off (pooler_test.go).
 //
 // # Restarts and failovers
 //

@@ -2,10 +2,12 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -103,6 +105,11 @@ func (h *hub) listen() {
 	ctx := h.b.ctx
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		err := h.listenOnce(ctx)
+		if pe := (*poolerError)(nil); errors.As(err, &pe) {
+			h.b.log.Warn("simba/postgres: a connection pooler stands between this backend and PostgreSQL; not LISTENing through it: waiters and watches read at expiry times and every poll interval (as with WithoutListen)",
+				"schema", h.b.schema, "poll", h.b.poll, "announced_pid", pe.announced, "server_pid", pe.server)
+			return
+		}
 		h.mu.Lock()
 		was := h.listening
 		h.listening = false
@@ -125,6 +132,22 @@ func (h *hub) listenOnce(ctx context.Context) error {
 	}
 	conn := pc.Hijack() // ours alone: never back in the pool in LISTEN state
 	defer conn.Close(context.Background())
+	if !skipPoolerCheck.Load() {
+		// Through a pooler in transaction mode, a LISTEN stays on whichever
+		// server connection ran it, which then receives notifications
+		// while the pooler has lent it to no client: PgBouncer logs "got
+		// packet 'A' from server when not linked", and 1.18 to 1.20 can
+		// exit on it. Poolers announce a process ID of their own (the key
+		// of their cancel requests), never the server's: a mismatch is a
+		// pooler, and this backend then never LISTENs through it.
+		var pid uint32
+		if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()", pgx.QueryExecModeSimpleProtocol).Scan(&pid); err != nil {
+			return err
+		}
+		if announced := conn.PgConn().PID(); pid != announced {
+			return &poolerError{announced: announced, server: pid}
+		}
+	}
 	channel := channelName(h.b.schema)
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		return err
@@ -155,6 +178,19 @@ func (h *hub) listenOnce(ctx context.Context) error {
 		}
 		h.dispatch(n.Payload)
 	}
+}
+
+// skipPoolerCheck makes the listener LISTEN without checking for a pooler
+// first: a test sets it to reach the probe's fallback through one.
+var skipPoolerCheck atomic.Bool
+
+// poolerError says that a connection pooler stands between the backend and
+// the server: the process ID the connection announced is not the server
+// process's.
+type poolerError struct{ announced, server uint32 }
+
+func (e *poolerError) Error() string {
+	return fmt.Sprintf("simba/postgres: a connection pooler answers for the server (announced process %d, server process %d)", e.announced, e.server)
 }
 
 // probeWait is how long the listener waits for its probe before it warns

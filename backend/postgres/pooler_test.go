@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -28,7 +29,14 @@ import (
 // of the test.
 func newBackendAt(t *testing.T, dsn string, opts ...postgres.Option) *postgres.Backend {
 	t.Helper()
-	b, err := postgres.New(dsn, append([]postgres.Option{postgres.WithSchema(pgtest.Schema(t))}, opts...)...)
+	return newBackendIn(t, dsn, pgtest.Schema(t), opts...)
+}
+
+// newBackendIn returns a backend on dsn in schema, closed at the end of
+// the test.
+func newBackendIn(t *testing.T, dsn, schema string, opts ...postgres.Option) *postgres.Backend {
+	t.Helper()
+	b, err := postgres.New(dsn, append([]postgres.Option{postgres.WithSchema(schema)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,28 +142,99 @@ func (h logRecorder) Handle(_ context.Context, r slog.Record) error {
 func (h logRecorder) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h logRecorder) WithGroup(string) slog.Handler      { return h }
 
-// TestPoolerListenProbe: a backend that LISTENs through the pooler (no
-// WithoutListen) hears nothing, not even its probe, says so in its log,
-// and hands a lease off anyway, by the reads of the fallback: what the
-// probe is for. It remains a safety net, not a set-up to run (see the
-// package documentation): the LISTEN stays on whichever server connection
-// ran it, which then receives the notifications while PgBouncer has lent
-// it to nobody.
+// TestPoolerDetected: a backend given the pooler's DSN without
+// WithoutListen sees that a pooler answers for the server (the process ID
+// the connection announced is not the server process's), says so, and
+// never LISTENs through it. While a backend on the server directly writes
+// records in the same schema (each one a NOTIFY on the schema's channel),
+// PgBouncer logs no "not linked" (a notification arriving on a server
+// connection it has lent to no client: a LISTEN left there, which
+// PgBouncer 1.18 to 1.20 can exit on) and keeps answering; a lease hands
+// off through the pooler by the fallback's reads. Without the check
+// (WithoutPoolerCheck) the log shows "not linked".
+func TestPoolerDetected(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	p := pgtest.StartPooler(t, dsn)
+	schema := pgtest.Schema(t)
+	warnings := make(chan string, 16)
+	b := newBackendIn(t, p.DSN(), schema, postgres.WithLogger(slog.New(logRecorder{warnings})))
+	open(t, b, 10*time.Second) // the listener starts with the first session
+	if err := awaitWarning(warnings, "a connection pooler stands between"); err != nil {
+		t.Error(err)
+	}
+
+	direct := newBackendIn(t, dsn, schema)
+	rec := open(t, direct, 10*time.Second).(backend.Records)
+	for i := range 200 {
+		if _, err := rec.PutRecord(ctxT(t), fmt.Sprintf("notify/%d", i%20), []byte("x"), backend.Condition{}); err != nil {
+			t.Fatalf("PutRecord on the server directly: %v", err)
+		}
+	}
+	// A round trip through the pooler after the notifications: PgBouncer
+	// has read what its server connections received by then.
+	requirePoolerAnswers(t, p)
+	if log := p.Log(); strings.Contains(log, "not linked") {
+		t.Errorf("PgBouncer received notifications on a server connection lent to no client (a LISTEN left through it):\n%s", log)
+	}
+	handOffThroughPooler(t, open(t, b, 10*time.Second), open(t, b, 10*time.Second))
+}
+
+// TestPoolerListenProbe: with the pooler check off (a pooler it does not
+// detect), a backend that LISTENs through the pooler hears nothing, not
+// even its probe, says so in its log, and hands a lease off anyway, by the
+// reads of the fallback: what the probe is for. It remains a safety net,
+// not a set-up to run (see the package documentation): the LISTEN stays
+// on whichever server connection ran it, which then receives the
+// notifications while PgBouncer has lent it to nobody.
 func TestPoolerListenProbe(t *testing.T) {
+	postgres.WithoutPoolerCheck(t)
 	p := pgtest.StartPooler(t, pgtest.DSN(t))
 	warnings := make(chan string, 16)
 	b := newBackendAt(t, p.DSN(), postgres.WithLogger(slog.New(logRecorder{warnings})))
 	a, c := open(t, b, 10*time.Second), open(t, b, 10*time.Second)
+	if err := awaitWarning(warnings, "notifications do not arrive"); err != nil {
+		t.Fatal(err)
+	}
+	handOffThroughPooler(t, a, c)
+}
+
+// awaitWarning waits up to 30s for a message in warnings that holds want.
+func awaitWarning(warnings chan string, want string) error {
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case msg := <-warnings:
+			if strings.Contains(msg, want) {
+				return nil
+			}
+		case <-deadline:
+			return fmt.Errorf("no warning that says %q within 30s", want)
+		}
+	}
+}
+
+// requirePoolerAnswers fails t unless a query through p answers.
+func requirePoolerAnswers(t *testing.T, p *pgtest.Pooler) {
+	t.Helper()
+	conn, err := pgx.Connect(ctxT(t), p.DSN())
+	if err != nil {
+		t.Fatalf("connecting through PgBouncer: %v", err)
+	}
+	defer conn.Close(context.Background())
+	var one int
+	if err := conn.QueryRow(ctxT(t), "SELECT 1").Scan(&one); err != nil {
+		t.Fatalf("a query through PgBouncer: %v", err)
+	}
+}
+
+// handOffThroughPooler hands a lease off between two sessions of a
+// backend that does not hear notifications: the waiter c gets it by the
+// fallback's reads every poll interval, well before the holder's expiry.
+func handOffThroughPooler(t *testing.T, a, c backend.Session) {
+	t.Helper()
 	la, err := a.Acquire(ctxT(t), "x")
 	if err != nil {
 		t.Fatalf("Acquire: %v", err)
-	}
-	for {
-		msg := await.For(t, warnings, 30*time.Second, "the warning that notifications do not arrive through the pooler")
-		if strings.Contains(msg, "notifications do not arrive") {
-			break
-		}
-		t.Logf("another warning: %s", msg)
 	}
 	type acquired struct {
 		l   backend.Lease

@@ -54,7 +54,7 @@ func openPostgres(t target) (*pgBackend, error) {
 	if cfg.ConnConfig.Password == "" && t.sec.password != "" {
 		cfg.ConnConfig.Password = t.sec.password
 	}
-	var opts []postgres.Option
+	opts := []postgres.Option{postgres.WithLogger(t.logger())}
 	if t.prefix != "" {
 		opts = append(opts, postgres.WithSchema(schemaOf(t.prefix)))
 	}

@@ -2,11 +2,15 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend"
@@ -375,4 +379,130 @@ func TestPostgresThroughPooler(t *testing.T) {
 			t.Logf("PgBouncer's log:\n%s", p.Log())
 		}
 	})
+}
+
+// TestPostgresSessionsThroughPooler: 50 sessions in a row through
+// PgBouncer in transaction mode, commands and consoles by turns, while a
+// node on the server directly writes its status records (each write a
+// NOTIFY on the schema's channel). A LISTEN of theirs left on a server
+// connection would receive those notifications while PgBouncer has lent
+// it to no client: PgBouncer logs "got packet 'A' from server when not
+// linked", and 1.18 can exit on it ("server in bad state"), taking every
+// application behind it down. The backend sees the pooler and never
+// LISTENs through it: PgBouncer's log stays free of "not linked", and it
+// answers the last session.
+func TestPostgresSessionsThroughPooler(t *testing.T) {
+	if testing.Short() {
+		t.Skip("uses a real PostgreSQL and PgBouncer")
+	}
+	dsn := pgtest.DSN(t)
+	p := pgtest.StartPooler(t, dsn)
+	schema := pgtest.Schema(t)
+	b, err := postgres.New(dsn, postgres.WithSchema(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() }) // after the node
+	startNode(t, b, "a", securedTTL, &recorder{}).schedule(t, "report", simba.FixedRate(50*time.Millisecond))
+	pg := []string{"--postgres", p.DSN(), "--prefix", schema}
+	eventually(t, 30*time.Second, "report is held", func() bool {
+		r := runIn(t, nil, append([]string{"status", "report", "--json"}, pg...)...)
+		return r.code == exitOK && decode[leaseView](t, r.stdout).State == "held"
+	})
+	commands := [][]string{{"status"}, {"jobs"}, {"history", "report"}, {"audit"}, {"elections"}, {"groups"}}
+	for i := range 50 {
+		if i%2 == 0 {
+			args := commands[(i/2)%len(commands)]
+			if r := runIn(t, nil, append(args, pg...)...); r.code != exitOK {
+				t.Fatalf("session %d, simba %s through the pooler: %v", i, strings.Join(args, " "), r)
+			}
+			continue
+		}
+		r := &consoleRun{t: t, out: &lockedBuffer{}, errb: &lockedBuffer{}, done: make(chan int, 1)}
+		c := &cli{stdout: r.out, stderr: r.errb, getenv: func(string) string { return "" }, open: openBackend}
+		startConsoleCLI(t, c, r, append([]string{"--listen", "127.0.0.1:0"}, pg...)...)
+		if r.url == "" {
+			t.Fatalf("session %d, simba console through the pooler exited:\n%s\n%s", i, r.out, r.errb)
+		}
+		for _, page := range []string{"/", "/jobs/report"} {
+			resp, err := http.Get(r.url + page)
+			if err != nil {
+				t.Fatalf("session %d, the console's %s: %v", i, page, err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("session %d, the console's %s: %s", i, page, resp.Status)
+			}
+		}
+		if code := r.stop(); code != exitOK {
+			t.Fatalf("session %d, simba console stopped with %d:\n%s\n%s", i, code, r.out, r.errb)
+		}
+	}
+	if r := runIn(t, nil, append([]string{"status"}, pg...)...); r.code != exitOK {
+		t.Fatalf("simba status through the pooler after 50 sessions: %v", r)
+	}
+	if log := p.Log(); strings.Contains(log, "not linked") {
+		t.Errorf("PgBouncer received notifications on a server connection lent to no client (a LISTEN left through it by a session):\n%s", log)
+	}
+}
+
+// TestPostgresNoListen: on the server directly, a console LISTENs on its
+// schema's channel (pg_stat_activity shows the listening connection's
+// statement); with --postgres-no-listen, or postgres-no-listen: true in
+// the config file, it never does, and still serves.
+func TestPostgresNoListen(t *testing.T) {
+	if testing.Short() {
+		t.Skip("uses a real PostgreSQL")
+	}
+	dsn := pgtest.DSN(t)
+	schema := pgtest.Schema(t)
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(t.Context())
+	listening := func() int {
+		var n int
+		if err := conn.QueryRow(t.Context(), "SELECT count(*) FROM pg_stat_activity WHERE query = $1", `LISTEN "simba.`+schema+`"`).Scan(&n); err != nil {
+			t.Fatalf("reading pg_stat_activity: %v", err)
+		}
+		return n
+	}
+	console := func(env map[string]string, args ...string) *consoleRun {
+		r := &consoleRun{t: t, out: &lockedBuffer{}, errb: &lockedBuffer{}, done: make(chan int, 1)}
+		c := &cli{stdout: r.out, stderr: r.errb, getenv: func(k string) string { return env[k] }, open: openBackend}
+		startConsoleCLI(t, c, r, append([]string{"--listen", "127.0.0.1:0", "--prefix", schema}, args...)...)
+		if r.url == "" {
+			t.Fatalf("simba console exited:\n%s\n%s", r.out, r.errb)
+		}
+		resp, err := http.Get(r.url + "/")
+		if err != nil {
+			t.Fatalf("the console's page: %v", err)
+		}
+		resp.Body.Close()
+		return r
+	}
+
+	r := console(nil, "--postgres", dsn)
+	eventually(t, 30*time.Second, "the console LISTENs on the server directly", func() bool { return listening() == 1 })
+	r.stop()
+	eventually(t, 30*time.Second, "the console's listening connection is closed", func() bool { return listening() == 0 })
+
+	cfg := writeFile(t, filepath.Join(t.TempDir(), "config.yaml"), "backend: postgres\npostgres: "+dsn+"\npostgres-no-listen: true\n")
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+	}{
+		{"the flag", nil, []string{"--postgres", dsn, "--postgres-no-listen"}},
+		{"the config file", map[string]string{envConfig: cfg}, nil},
+	} {
+		r := console(tc.env, tc.args...)
+		time.Sleep(time.Second) // the time it took to LISTEN above, many times over
+		if n := listening(); n != 0 {
+			t.Errorf("%s: %d connection(s) LISTENing with postgres-no-listen", tc.name, n)
+		}
+		r.stop()
+	}
 }
