@@ -147,10 +147,12 @@ func (s *grantingSession) KeepAlive(ctx context.Context) (time.Duration, error) 
 	return ttl, err
 }
 
-// logRecorder keeps the messages of the records logged at level or above.
+// logRecorder keeps the messages of the records logged at level or above,
+// with the time each was logged.
 type logRecorder struct {
 	mu   sync.Mutex
 	msgs []string
+	at   []time.Time
 }
 
 func (r *logRecorder) logger(level slog.Level) *slog.Logger {
@@ -158,21 +160,32 @@ func (r *logRecorder) logger(level slog.Level) *slog.Logger {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.msgs = append(r.msgs, string(p))
+		r.at = append(r.at, time.Now())
 		return len(p), nil
 	}), &slog.HandlerOptions{Level: level}))
 }
 
 // count returns the number of records whose text contains s.
-func (r *logRecorder) count(s string) int {
+func (r *logRecorder) count(s string) int { return len(r.times(s)) }
+
+// times returns when the records whose text contains s were logged.
+func (r *logRecorder) times(s string) []time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := 0
-	for _, m := range r.msgs {
+	var out []time.Time
+	for i, m := range r.msgs {
 		if strings.Contains(m, s) {
-			n++
+			out = append(out, r.at[i])
 		}
 	}
-	return n
+	return out
+}
+
+// text returns every record kept, one per line.
+func (r *logRecorder) text() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(r.msgs, "")
 }
 
 type writerFunc func([]byte) (int, error)

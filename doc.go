@@ -79,7 +79,8 @@
 // Typed events ([Elected], [Revoked], [WorkCompleted], …) are delivered to
 // handlers registered with [WithEventHandler] or [Client.Subscribe], in
 // order and off the election path. Logs go to the [log/slog] logger given
-// with [WithLogger]; by default nothing is logged.
+// with [WithLogger], by default [slog.Default]: failed runs at Error, a
+// lost session or an unreachable backend at Warn, terms at Info.
 //
 // # Errors
 //

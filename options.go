@@ -53,7 +53,7 @@ func defaultOptions() options {
 	return options{
 		ttl:    DefaultTTL,
 		margin: -1,
-		logger: slog.New(slog.DiscardHandler),
+		logger: slog.Default(),
 	}
 }
 
@@ -87,7 +87,14 @@ func WithDriftMargin(d time.Duration) Option {
 	}
 }
 
-// WithLogger sets the logger (default: discard everything).
+// WithLogger sets the logger of the client, and of its elections, groups
+// and schedules (default: [slog.Default] when [New] is called, so that the
+// program's own logging set-up applies). At Error: a run that failed (an
+// error or a panic); at Warn: a lost session, a backend unreachable for
+// longer than a TTL, and what else an operator must act on; at Info: terms
+// won and revoked, sessions started, a backend reachable again; at Debug:
+// every run completed, every failed renewal. Pass
+// slog.New(slog.DiscardHandler) to log nothing.
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) error {
 		if l == nil {

@@ -3,6 +3,7 @@ package simba
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -139,6 +140,7 @@ func (g *generation) why() (RevokeReason, error) {
 func (c *Client) keep(ctx context.Context) {
 	defer close(c.keeperDone)
 	var failures int
+	var out outage
 	for ctx.Err() == nil {
 		sent := time.Now()
 		// Each attempt is bounded, so that an unreachable backend is
@@ -151,12 +153,13 @@ func (c *Client) keep(ctx context.Context) {
 				return
 			}
 			failures++
-			c.log.Warn("opening a session failed", "err", err, "attempt", failures)
+			out.failed(c.log, sent, c.opts.ttl, err)
 			if !backoff.Sleep(ctx, backoff.Wait(failures, c.opts.ttl/3)) {
 				return
 			}
 			continue
 		}
+		out.ended(c.log)
 		ttl := sess.TTL()
 		if plant.Is(plant.RequestedTTL) {
 			ttl = c.opts.ttl
@@ -252,7 +255,9 @@ func (c *Client) renew(ctx context.Context, g *generation, lastSent time.Time) {
 		default:
 			failures++
 			c.renewals.failedOne()
-			c.log.Warn("session renewal failed", "session", g.sess.ID(), "err", err, "attempt", failures, "left", g.left())
+			// Not a warning yet: the next attempt may well succeed, and if
+			// none does the session's loss is one.
+			c.log.Debug("session renewal failed", "session", g.sess.ID(), "err", err, "attempt", failures, "left", g.left())
 			next.Reset(backoff.Wait(failures, interval))
 		}
 	}
@@ -316,4 +321,43 @@ func (c *Client) awaitGeneration(ctx context.Context) (*generation, error) {
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// outage reports a run of failed attempts to open a session: at Debug
+// while it is shorter than a TTL (a restart of the server, a blip), then
+// at Warn, each time it has grown by its length so far (at most five
+// minutes apart), and at Info once a session opens again after a warning.
+type outage struct {
+	since    time.Time // the send time of the run's first attempt
+	nextWarn time.Time
+	attempts int
+	warned   bool
+}
+
+// maxOutageQuiet is the longest spacing of the warnings of one outage.
+const maxOutageQuiet = 5 * time.Minute
+
+// failed records the failure of an attempt sent at sent.
+func (o *outage) failed(log *slog.Logger, sent time.Time, ttl time.Duration, err error) {
+	if o.attempts == 0 {
+		o.since, o.nextWarn = sent, sent.Add(ttl)
+	}
+	o.attempts++
+	now := time.Now()
+	lasting := now.Sub(o.since)
+	if now.Before(o.nextWarn) {
+		log.Debug("opening a session failed", "err", err, "attempt", o.attempts, "for", lasting)
+		return
+	}
+	log.Warn("backend unreachable: opening a session failed", "for", lasting.Round(time.Millisecond), "attempts", o.attempts, "err", err)
+	o.warned = true
+	o.nextWarn = now.Add(min(max(lasting, ttl), maxOutageQuiet))
+}
+
+// ended records a session opened: the outage, if any, is over.
+func (o *outage) ended(log *slog.Logger) {
+	if o.warned {
+		log.Info("backend reachable again: session opened", "after", time.Since(o.since).Round(time.Millisecond), "attempts", o.attempts+1)
+	}
+	*o = outage{}
 }

@@ -68,7 +68,7 @@ const DefaultTimeout = 5 * time.Second
 // defaults returns the options before any Option is applied.
 func defaults() options {
 	return options{
-		log:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		log:       slog.Default(),
 		interval:  time.Second,
 		timeout:   DefaultTimeout,
 		hosts:     map[string]bool{},
@@ -193,7 +193,8 @@ func ParseOperators(r io.Reader) (map[string]string, error) {
 	return byToken, nil
 }
 
-// WithLogger sets the logger of the console (default: discard). It logs
+// WithLogger sets the logger of the console (default: [slog.Default] when
+// New is called; slog.New(slog.DiscardHandler) logs nothing). It logs
 // operations (who asked from where, what, the outcome), refused requests
 // and backend failures; never the token.
 func WithLogger(l *slog.Logger) Option {

@@ -26,7 +26,7 @@ type options struct {
 // buildOptions applies opts over the defaults.
 func buildOptions(opts []Option) (options, error) {
 	o := options{
-		logger:    slog.New(slog.DiscardHandler),
+		logger:    slog.Default(),
 		lookupEnv: os.LookupEnv,
 	}
 	for _, opt := range opts {
@@ -41,7 +41,8 @@ func buildOptions(opts []Option) (options, error) {
 }
 
 // WithLogger sets the logger [Run] reports to: jobs started and stopped,
-// scheduling disabled, the [Warnings] (default: discard everything). [Load]
+// scheduling disabled, the [Warnings] (default: [slog.Default] when the
+// options are applied; slog.New(slog.DiscardHandler) logs nothing). [Load]
 // and [LoadFile] given [WithRegistry] log the warnings to it too.
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) error {

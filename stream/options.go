@@ -41,7 +41,7 @@ func defaults() options {
 		commitInterval: DefaultCommitInterval,
 		pollInterval:   DefaultPollInterval,
 		store:          RecordStore{},
-		logger:         slog.New(slog.DiscardHandler),
+		logger:         slog.Default(),
 	}
 }
 
@@ -167,7 +167,8 @@ func WithWrappers(ws ...Wrapper) Option {
 	}
 }
 
-// WithLogger sets the logger (default: discard everything).
+// WithLogger sets the logger (default: [slog.Default] when the stream is
+// started; slog.New(slog.DiscardHandler) logs nothing).
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) error {
 		if l == nil {

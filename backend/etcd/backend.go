@@ -66,7 +66,7 @@ type config struct {
 const DefaultMaxRequests = 64
 
 func defaultConfig() config {
-	return config{prefix: DefaultPrefix, logger: slog.New(slog.DiscardHandler), maxRequests: DefaultMaxRequests}
+	return config{prefix: DefaultPrefix, logger: slog.Default(), maxRequests: DefaultMaxRequests}
 }
 
 // WithMaxRequests bounds the key-value requests (reads, writes,
@@ -110,8 +110,9 @@ func WithPrefix(p string) Option {
 }
 
 // WithLogger sets the logger for what the backend cannot report through an
-// error, such as a clean-up that failed after a call gave up (default: discard
-// everything).
+// error, such as a clean-up that failed after a call gave up (default:
+// [slog.Default] when New is called; slog.New(slog.DiscardHandler) logs
+// nothing).
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
 		if l == nil {

@@ -92,7 +92,8 @@ type Option func(*Backend)
 func WithNamespace(ns string) Option { return func(b *Backend) { b.ns = ns } }
 
 // WithLogger sets the logger of the backend's own events (its watch lost
-// and regained, a withdrawal retried); default: none.
+// and regained, a withdrawal retried): default [slog.Default] when New is
+// called. Pass slog.New(slog.DiscardHandler) to log nothing.
 func WithLogger(l *slog.Logger) Option { return func(b *Backend) { b.log = l } }
 
 // defaultQPS is the client-side rate limit New sets when cfg sets none.
@@ -201,7 +202,7 @@ func NewFromClient(c k8s.Interface, opts ...Option) (*Backend, error) {
 		return nil, fmt.Errorf("simba/kubernetes: namespace %q is not a valid namespace name: %s", b.ns, errs[0])
 	}
 	if b.log == nil {
-		b.log = slog.New(slog.DiscardHandler)
+		b.log = slog.Default()
 	}
 	b.leases = c.CoordinationV1().Leases(b.ns)
 	b.ctx, b.cancel = context.WithCancel(context.Background())

@@ -46,7 +46,7 @@ func defaults() config {
 	return config{
 		root:   DefaultRoot,
 		dial:   d.DialContext,
-		logger: slog.New(slog.DiscardHandler),
+		logger: slog.Default(),
 		max:    DefaultMaxRequests,
 	}
 }
@@ -180,8 +180,9 @@ func WithDialer(dial DialFunc) Option {
 }
 
 // WithLogger sets the logger for the backend and for the go-zookeeper
-// client under it, whose lines are logged at debug level (default: discard
-// everything).
+// client under it, whose lines are logged at debug level (default:
+// [slog.Default] when New is called; slog.New(slog.DiscardHandler) logs
+// nothing).
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
 		if l == nil {
