@@ -76,10 +76,10 @@ func (t *LeaderTask) startTerm(g *generation, lease backend.Lease) bool {
 	h.watch()
 	h.checkOps()
 	c.wg.Go(func() {
-		// Off the task's path: a disable found here revokes the term
-		// through the view's subscribers, before a schedule's first run.
+		// A disable or drain found here revokes the term through the
+		// view's subscribers, before the term's first run.
 		defer close(term.ready)
-		c.ops.refresh(g)
+		c.ops.checkStart(g, term)
 	})
 	c.wg.Go(h.run)
 	return true
@@ -91,7 +91,11 @@ func (t *LeaderTask) startTerm(g *generation, lease backend.Lease) bool {
 func (h *holding) run() {
 	var err error
 	select {
-	case <-h.term.Revoked(): // revoked before it began (an operator's stop)
+	case <-h.term.ready: // the operations are checked (see opsView.checkStart)
+	case <-h.term.Revoked():
+	}
+	select {
+	case <-h.term.Revoked(): // revoked before it began: an operator's stop, disable or drain
 	default:
 		err = h.work()
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/internal/backoff"
 	"github.com/simba-go/simba/internal/records"
 )
 
@@ -99,18 +100,19 @@ func (o *opsView) follow(g *generation, rec backend.Records) {
 // refresh reads the operations now, on session g, into the view: a node that
 // just won a lease checks it has not been disabled or drained while its
 // watch was catching up, before the term's first run. Like apply, it takes
-// a record for an operation in force only if it decodes (see decodeOp).
-func (o *opsView) refresh(g *generation) {
+// a record for an operation in force only if it decodes (see decodeOp). It
+// reports whether the read succeeded (backends without records have no
+// operations: it did).
+func (o *opsView) refresh(g *generation) error {
 	rec, ok := g.sess.(backend.Records)
 	if !ok {
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(g.ctx, g.ttl/3)
 	defer cancel()
 	list, err := rec.ListRecords(ctx, records.OpsPrefix)
 	if err != nil {
-		o.c.log.Debug("reading operations at a term's start failed", "err", err)
-		return
+		return err
 	}
 	// Only add: this read may be older than one the watch applied, and must
 	// not undo a disable or a drain that the watch already delivered.
@@ -134,6 +136,32 @@ func (o *opsView) refresh(g *generation) {
 	o.mu.Unlock()
 	if changed {
 		o.notify()
+	}
+	return nil
+}
+
+// checkStart reads the operations before the first run of term, on its
+// session g, trying again with a backoff until a read succeeds or the term
+// ends: once an operator's disable (or drain) is recorded, a term that
+// begins later finds it here and is revoked before it runs anything. The
+// read is linearizable on every backend (etcd's default reads; ZooKeeper's
+// after the session's own write or watch event that granted the lease;
+// PostgreSQL's and the apiserver's), so it sees every operation recorded
+// before the lease was granted.
+func (o *opsView) checkStart(g *generation, term *Term) {
+	for attempt := 1; ; attempt++ {
+		err := o.refresh(g)
+		if err == nil {
+			return
+		}
+		o.c.log.Debug("reading operations at a term's start failed; the term runs nothing until a read succeeds", "election", term.ref.Election, "token", term.ref.Token, "err", err, "attempt", attempt)
+		t := time.NewTimer(backoff.Wait(attempt, g.ttl/3))
+		select {
+		case <-t.C:
+		case <-term.Revoked():
+			t.Stop()
+			return
+		}
 	}
 }
 

@@ -427,3 +427,92 @@ func TestStatusWriteIsRetried(t *testing.T) {
 		})
 	}
 }
+
+// staleOpsSession is a session whose watch of the operations never fires
+// (a watch that has not caught up yet) and whose reads of them fail while
+// fails is positive.
+type staleOpsSession struct {
+	backend.Session
+	backend.Records
+	fails *atomic.Int32
+}
+
+func (s staleOpsSession) WatchRecords(ctx context.Context, prefix string) (<-chan struct{}, error) {
+	if prefix != "ops/" {
+		return s.Records.WatchRecords(ctx, prefix)
+	}
+	ch := make(chan struct{})
+	context.AfterFunc(ctx, func() { close(ch) })
+	return ch, nil
+}
+
+func (s staleOpsSession) ListRecords(ctx context.Context, prefix string) ([]backend.Record, error) {
+	if prefix == "ops/" && s.fails.Add(-1) >= 0 {
+		return nil, fmt.Errorf("list records %q: %w", prefix, context.DeadlineExceeded)
+	}
+	return s.Records.ListRecords(ctx, prefix)
+}
+
+// TestDisableFoundAtTermStart: a disable recorded before a node wins the
+// lease stops the term before its first run, even when the node's watch
+// of the operations has not delivered it and its first reads of them
+// fail: no run starts anywhere after the disable is recorded and the
+// holder has seen it. Both shapes: a leader task and a schedule.
+func TestDisableFoundAtTermStart(t *testing.T) {
+	for _, shape := range []string{"RunWhileLeader", "Schedule"} {
+		for _, fails := range []int32{0, 3} {
+			t.Run(fmt.Sprintf("%s/%d_failed_reads", shape, fails), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					b := memory.New()
+					defer b.Close()
+					h := newHistory()
+					log := &runLog{}
+					start := func(c *simba.Client, name string) {
+						var err error
+						if shape == "Schedule" {
+							_, err = c.Election("report").Schedule(simba.FixedRate(time.Second), log.scheduled(name, h))
+						} else {
+							run := log.scheduled(name, h)
+							_, err = c.Election("report").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
+								run(ctx, term)
+								<-ctx.Done()
+								return nil
+							})
+						}
+						require.NoError(t, err)
+					}
+					ca, _ := node(t, b, "a", h, simba.WithMemberID("a"))
+					start(ca, "a")
+					time.Sleep(time.Second)
+					failing := &atomic.Int32{}
+					stale := wrapSessions{b.Node("b"), func(s backend.Session) backend.Session {
+						return staleOpsSession{Session: s, Records: s.(backend.Records), fails: failing}
+					}}
+					cb, err := simba.New(stale, simba.WithTTL(testTTL), simba.WithMemberID("b"), simba.WithEventHandler(h.event), simba.WithLogger(testLogger(t, "b")))
+					require.NoError(t, err)
+					start(cb, "b")
+					time.Sleep(1500 * time.Millisecond) // between a's runs
+					holder, _, held := b.Holder("report")
+					require.True(t, held && holder == ca.SessionID(), "a holds report")
+
+					failing.Store(fails)
+					a := openAdmin(t, b)
+					require.NoError(t, a.Disable(t.Context(), "report", "maintenance"))
+					synctest.Wait() // a's watch delivers the disable: it hands off, b wins
+					disabledAt := time.Now()
+					time.Sleep(2 * testTTL)
+					assert.Empty(t, log.since(disabledAt), "runs started after the disable was recorded and seen by its holder")
+					won := 0
+					for _, e := range eventsOf[simba.Elected](h) {
+						if e.Session == cb.SessionID() {
+							won++
+						}
+					}
+					assert.Equal(t, 1, won, "b won the lease once after the disable (and gave it up)")
+					closeAll(t, ca, cb)
+					h.checkTerms(t, b)
+				})
+			})
+		}
+	}
+}

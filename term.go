@@ -38,7 +38,7 @@ type Term struct {
 	status *statusWriter
 	// ready is closed once the term's start is checked against the
 	// operations in the backend (a disable its watch has not delivered
-	// yet); a schedule waits for it before its first run.
+	// yet), or the term has ended; the term's work waits for it.
 	ready chan struct{}
 
 	// handOffUntil is the offset from gen.base until which a term this

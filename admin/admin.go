@@ -718,7 +718,9 @@ func (a *Admin) Ops(ctx context.Context) (Ops, error) {
 // Disable stops an election, job or group everywhere: its holder hands off
 // and no node contends for it until Enable. Disabling what is disabled
 // already replaces who, why and since when. reason says why, for the
-// operation record and the audit trail.
+// operation record and the audit trail. It returns once the disable is
+// recorded, not once the holder has handed off (see "Operations" in the
+// package documentation for what is guaranteed when).
 func (a *Admin) Disable(ctx context.Context, name, reason string) error {
 	if err := checkName(name); err != nil {
 		return err

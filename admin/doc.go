@@ -36,6 +36,12 @@
 //
 //   - Disable(name): the election, job or group runs nothing anywhere: its
 //     holder hands off and no node contends for it, until Enable(name).
+//     Disable returns once the operation is recorded; its holder may still
+//     be running, or start a run before its watch delivers the disable
+//     (within a renewal period, usually milliseconds). Once nothing of the
+//     name is held (Elections, Groups), no run of it starts anywhere: a
+//     node that wins its lease later reads the operations before the
+//     term's first run. The simba command's disable waits for that.
 //   - Trigger(lease): the holder of a scheduled election runs it once as
 //     soon as it can, then deletes the request.
 //   - Resign(lease, token): the holder hands off gracefully and sits out one

@@ -64,12 +64,12 @@ func TestStatusShowsWhoDisabledAndDrainedWhatWhyAndSince(t *testing.T) {
 		q := regexp.QuoteMeta
 
 		disabled := time.Now() // 00:00:02.500 UTC
-		h.ok("disable", "report", "--reason", "migrating\nthe database")
+		h.ok("disable", "report", "--reason", "migrating\nthe database", "--wait=false")
 		time.Sleep(time.Minute)
 		partition := time.Now() // 00:01:02.500 UTC
-		h.ok("disable", "billing.1", "--reason", "bad shard")
+		h.ok("disable", "billing.1", "--reason", "bad shard", "--wait=false")
 		drained := time.Now()
-		h.ok("drain", "z", "--reason", "kernel upgrade")
+		h.ok("drain", "z", "--reason", "kernel upgrade", "--wait=false")
 		time.Sleep(time.Minute)
 		before := b.Stats().Open
 
@@ -142,7 +142,7 @@ func TestStatusShowsWhoDisabledAndDrainedWhatWhyAndSince(t *testing.T) {
 
 		// A group's disable, as its partitions show it.
 		time.Sleep(time.Minute)
-		h.ok("disable", "billing", "--reason", "re-sharding")
+		h.ok("disable", "billing", "--reason", "re-sharding", "--wait=false")
 		group := time.Now()
 		out = h.ok("status", "billing.2", "--utc")
 		if !regexp.MustCompile(`(?m)^disabled +with its group billing, by ` + q(by) + `, since 00:03:02\.500 UTC, 0s ago: re-sharding$`).MatchString(out) {
@@ -175,9 +175,9 @@ func TestAuditListsTheTrail(t *testing.T) {
 		}
 		start := time.Now()
 		for _, args := range [][]string{
-			{"disable", "report", "--reason", "maintenance"},
-			{"drain", "a", "--reason", "kernel upgrade"},
-			{"disable", "billing.2", "--reason", "bad shard"},
+			{"disable", "report", "--reason", "maintenance", "--wait=false"},
+			{"drain", "a", "--reason", "kernel upgrade", "--wait=false"},
+			{"disable", "billing.2", "--reason", "bad shard", "--wait=false"},
 			{"enable", "report", "--reason", "done"},
 			{"undrain", "a"},
 		} {

@@ -110,17 +110,17 @@ func TestDisableStopsRunsUntilEnabled(t *testing.T) {
 		}
 		time.Sleep(2500 * time.Millisecond)
 		h := newHarness(t, b)
-		out := h.ok("disable", "report", "--reason", "maintenance", "--wait")
+		out := h.ok("disable", "report", "--reason", "maintenance")
 		if !strings.Contains(out, "disabled report: nothing of it is held") {
 			t.Errorf("disable: %s", out)
 		}
-		// Within one renewal period every node has seen the disable: a node
-		// whose Acquire was granted before its own view had the disable may
-		// start one run before it hands off.
+		// disable waits until nothing of report is held: no run starts
+		// anywhere once it has returned (a node that wins the lease later
+		// reads the disable before its first run).
 		disabled := time.Now()
 		time.Sleep(10 * time.Second)
-		if runs := rec.runsOf("report", disabled.Add(ttl/3)); len(runs) > 0 {
-			t.Errorf("runs while disabled: %v", runs)
+		if runs := rec.runsOf("report", disabled); len(runs) > 0 {
+			t.Errorf("runs after disable returned: %v", runs)
 		}
 		v := decode[leaseView](t, h.ok("status", "report", "--json"))
 		if v.State != "disabled" || v.Held || v.Holder != nil {

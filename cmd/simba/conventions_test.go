@@ -143,7 +143,7 @@ func TestOutputFormats(t *testing.T) {
 		if err := yaml.Unmarshal([]byte(h.ok("disable", "report", "--reason", "maintenance", "-o", "yaml")), &r); err != nil {
 			t.Fatal(err)
 		}
-		if want := `{"op":"disable","name":"report","changed":true,"waited":false,"message":"disabled report: its holder hands off and no node runs it until 'simba enable report'","reason":"maintenance"}`; string(mustJSON(t, r)) != want {
+		if want := `{"op":"disable","name":"report","changed":true,"waited":true,"message":"disabled report: nothing of it is held, and no node runs it until 'simba enable report'","reason":"maintenance"}`; string(mustJSON(t, r)) != want {
 			t.Errorf("disable -o yaml decodes to %s, want %s", mustJSON(t, r), want)
 		}
 	})
@@ -493,8 +493,8 @@ func TestEveryOperationRecordsItsReason(t *testing.T) {
 		defer node.Heal()
 		h := newHarness(t, b)
 		for _, args := range [][]string{
-			{"disable", "ingest"}, {"enable", "ingest"}, {"trigger", "report"}, {"resign", "report"},
-			{"drain", "a"}, {"undrain", "a"},
+			{"disable", "ingest", "--wait=false"}, {"enable", "ingest"}, {"trigger", "report"}, {"resign", "report"},
+			{"drain", "a", "--wait=false"}, {"undrain", "a"},
 		} {
 			reason := "because of " + args[0]
 			r := decode[opResult](t, h.ok(append(args, "--reason", reason, "--json")...))

@@ -265,7 +265,7 @@ type scenario struct {
 // scenarios are the end-to-end tests, in the order they run.
 var scenarios = []scenario{
 	{"StatusShowsTheTrueHolderAndToken", testStatus},
-	{"DisableStopsRunsEverywhereWithinARenewalPeriod", testDisable},
+	{"NoRunStartsOnceDisableReturns", testDisable},
 	{"TriggerRunsOnce", testTrigger},
 	{"ResignMovesTheTermWithAHigherToken", testResign},
 	{"DrainEmptiesAMember", testDrain},
@@ -337,31 +337,45 @@ func testStatus(t *testing.T, c *cluster) {
 	t.Logf("simba status:\n%s\nsimba elections:\n%s", c.ok(t, "status"), out)
 }
 
+// testDisable: simba disable waits until nothing of the name is held, and
+// from its return no run of it starts on any node until simba enable,
+// round after round, for a schedule and a leader task held by one of two
+// nodes. (A node whose watch has not delivered the disable yet may win
+// the lease afterwards; it reads the operations before its first run.)
 func testDisable(t *testing.T, c *cluster) {
 	rec := &recorder{}
 	for _, id := range []string{"a", "z"} {
-		startNode(t, c.backend(t), id, e2eTTL, rec).schedule(t, "report", simba.FixedRate(100*time.Millisecond))
+		n := startNode(t, c.backend(t), id, e2eTTL, rec)
+		n.schedule(t, "report", simba.FixedRate(20*time.Millisecond))
+		n.whileLeader(t, "ingest")
 	}
-	start := time.Now()
-	eventually(t, 5*time.Second, "report runs", func() bool { return len(rec.runsOf("report", start)) >= 3 })
-	out := c.ok(t, "disable", "report", "--reason", "e2e")
-	disabled := time.Now()
-	if !strings.Contains(out, "disabled report") {
-		t.Errorf("disable: %s", out)
+	since := time.Now()
+	for round := range 4 {
+		eventually(t, 10*time.Second, "report runs and ingest is held", func() bool {
+			return len(rec.runsOf("report", since)) >= 3 && len(rec.runsOf("ingest", since)) >= 1
+		})
+		var returned time.Time
+		for _, name := range []string{"report", "ingest"} {
+			out := c.ok(t, "disable", name, "--reason", "e2e", "--timeout", "20s")
+			returned = time.Now()
+			if !strings.Contains(out, "disabled "+name+": nothing of it is held") {
+				t.Errorf("round %d: disable %s: %s", round, name, out)
+			}
+		}
+		time.Sleep(e2eTTL)
+		for _, name := range []string{"report", "ingest"} {
+			if runs := rec.runsOf(name, returned); len(runs) > 0 {
+				t.Errorf("round %d: runs of %s started after disable returned: %v", round, name, runs)
+			}
+		}
+		v := decode[leaseView](t, c.ok(t, "status", "report", "--json"))
+		if v.State != "disabled" || v.Held || v.Holder != nil {
+			t.Errorf("round %d: status while disabled: %+v", round, v)
+		}
+		since = time.Now()
+		c.ok(t, "enable", "report")
+		c.ok(t, "enable", "ingest")
 	}
-	time.Sleep(2 * e2eTTL)
-	renewal := e2eTTL / 3
-	if runs := rec.runsOf("report", disabled.Add(renewal)); len(runs) > 0 {
-		t.Errorf("runs more than a renewal period (%v) after the disable: %v", renewal, runs)
-	}
-	t.Logf("runs in the renewal period after the disable: %d", len(rec.runsOf("report", disabled)))
-	v := decode[leaseView](t, c.ok(t, "status", "report", "--json"))
-	if v.State != "disabled" || v.Held || v.Holder != nil {
-		t.Errorf("status while disabled: %+v", v)
-	}
-	c.ok(t, "enable", "report")
-	enabled := time.Now()
-	eventually(t, 5*time.Second, "report runs again after enable", func() bool { return len(rec.runsOf("report", enabled)) > 0 })
 }
 
 func testTrigger(t *testing.T, c *cluster) {

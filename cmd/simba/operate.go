@@ -97,11 +97,18 @@ var disableCommand = &command{
 	name: "disable", args: "NAME", minArgs: 1, maxArgs: 1,
 	summary: "stop an election, job or group everywhere",
 	doc: `Every node obeys at once: the holder hands off and no node contends for
-NAME until simba enable NAME. A group name disables all its partitions.`,
+NAME until simba enable NAME. A group name disables all its partitions.
+
+It waits, within --timeout, until nothing of NAME is held: every holder has
+handed off, after its runs ended. Once it has returned, no run of NAME starts
+on any node until simba enable NAME (a node that wins its lease later reads
+the disable before its first run). --wait=false returns as soon as the
+disable is recorded: a run may still be going, or start on a holder that has
+not seen it yet.`,
 	setup: func(fs *flag.FlagSet) action {
 		reason := reasonFlag(fs)
 		force := fs.Bool("force", false, "disable a name the backend does not show (yet): before any node runs it")
-		wait := fs.Bool("wait", false, "wait until nothing of it is held")
+		wait := fs.Bool("wait", true, "wait until nothing of it is held (--wait=false: return once recorded)")
 		return func(ctx context.Context, inv *invocation, args []string) error {
 			return runDisable(ctx, inv, args[0], *reason, *force, *wait)
 		}
@@ -127,16 +134,19 @@ func runDisable(ctx context.Context, inv *invocation, name, reason string, force
 			return inv.backendErr(ctx, "disabling "+name, err)
 		}
 		r.Changed = true
-		r.Message = fmt.Sprintf("disabled %s: its holder hands off and no node runs it until 'simba enable %s'", name, name)
+		r.Message = fmt.Sprintf("disabled %s: recorded; its holder hands off (not waited for) and no node runs it until 'simba enable %s'", name, name)
 	}
 	if wait {
 		msg, err := inv.waitFor(ctx, "its leases were still held", func(s *snapshot) (string, bool) {
-			return fmt.Sprintf("disabled %s: nothing of it is held", name), len(s.heldLeases(name)) == 0
+			return fmt.Sprintf("disabled %s: nothing of it is held, and no node runs it until 'simba enable %s'", name, name), len(s.heldLeases(name)) == 0
 		})
 		if err != nil {
 			return err
 		}
-		r.Waited, r.Message = true, msg
+		r.Waited = true
+		if r.Changed {
+			r.Message = msg
+		}
 	}
 	return inv.report(r)
 }
@@ -343,11 +353,14 @@ var drainCommand = &command{
 	name: "drain", args: "MEMBER", minArgs: 1, maxArgs: 1,
 	summary: "make a member hand off everything and stay out",
 	doc: `The member hands off every lease it holds, leaves its groups, and contends
-for nothing until simba undrain MEMBER: for maintenance of its host.`,
+for nothing until simba undrain MEMBER: for maintenance of its host.
+
+It waits, within --timeout, until the member holds nothing and is in no
+group; --wait=false returns as soon as the drain is recorded.`,
 	setup: func(fs *flag.FlagSet) action {
 		reason := reasonFlag(fs)
 		force := fs.Bool("force", false, "drain a member the backend does not show (yet)")
-		wait := fs.Bool("wait", false, "wait until the member holds nothing")
+		wait := fs.Bool("wait", true, "wait until the member holds nothing (--wait=false: return once recorded)")
 		return func(ctx context.Context, inv *invocation, args []string) error {
 			return runDrain(ctx, inv, args[0], *reason, *force, *wait)
 		}
@@ -386,7 +399,7 @@ func runDrain(ctx context.Context, inv *invocation, member, reason string, force
 		}
 		held := s.holdings(member)
 		r.Changed = true
-		r.Message = fmt.Sprintf("drained %s: it hands off %d lease%s and contends for nothing until 'simba undrain %s'", member, len(held), plural(len(held)), member)
+		r.Message = fmt.Sprintf("drained %s: recorded; it hands off %d lease%s (not waited for) and contends for nothing until 'simba undrain %s'", member, len(held), plural(len(held)), member)
 	}
 	if wait {
 		msg, err := inv.waitFor(ctx, member+" still held leases or group memberships", func(s *snapshot) (string, bool) {
@@ -405,7 +418,10 @@ func runDrain(ctx context.Context, inv *invocation, member, reason string, force
 		if err != nil {
 			return err
 		}
-		r.Waited, r.Message = true, msg
+		r.Waited = true
+		if r.Changed {
+			r.Message = msg
+		}
 	}
 	return inv.report(r)
 }
