@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -239,7 +240,7 @@ func (t *LeaderTask) contend() {
 				continue // the session ended, or an operator said stop
 			}
 			failures++
-			t.c.log.Warn("acquiring a lease failed", "election", t.ref.Election, "err", err, "attempt", failures)
+			t.c.log.Log(t.ctx, retryLevel(failures), "acquiring a lease failed", "election", t.ref.Election, "err", err, "attempt", failures)
 			if !backoff.Sleep(t.ctx, backoff.Wait(failures, g.ttl/3)) {
 				t.finish()
 				return
@@ -296,7 +297,9 @@ func (t *LeaderTask) release(g *generation, lease backend.Lease, final []backend
 			return false
 		}
 		if ctx.Err() == nil {
-			t.c.log.Warn("releasing a lease failed", "election", t.ref.Election, "token", lease.Token(), "err", err, "attempt", attempt)
+			// Retried for about a TTL; giveUpRelease says so at Error if
+			// none succeeds.
+			t.c.log.Debug("releasing a lease failed", "election", t.ref.Election, "token", lease.Token(), "err", err, "attempt", attempt)
 		}
 		if ctx.Err() != nil || !backoff.Sleep(ctx, backoff.Wait(attempt, g.ttl/3)) {
 			if g.ctx.Err() == nil {
@@ -322,12 +325,23 @@ func (c *Client) claimFirst(claim, body func(context.Context, *Term) error) func
 			if ctx.Err() != nil || !t.valid() {
 				return nil // the term ended: nothing ran in it
 			}
-			c.log.Warn("claim failed; the task waits for it", "election", t.ref.Election, "token", t.ref.Token, "err", err, "attempt", attempt)
+			c.log.Log(ctx, retryLevel(attempt), "claim failed; the task waits for it", "election", t.ref.Election, "token", t.ref.Token, "err", err, "attempt", attempt)
 			if !backoff.Sleep(ctx, backoff.Wait(attempt, t.gen.ttl/3)) {
 				return nil
 			}
 		}
 	}
+}
+
+// retryLevel is the level of the log of a failed attempt that is tried
+// again: Debug for the first two (a blip, a restart of the server), Warn
+// for the third and every tenth after, so that a lasting failure is seen
+// without a line per attempt.
+func retryLevel(attempt int) slog.Level {
+	if attempt == 3 || attempt > 3 && attempt%10 == 0 {
+		return slog.LevelWarn
+	}
+	return slog.LevelDebug
 }
 
 // recovered calls fn, turning a panic into a [*PanicError].

@@ -180,9 +180,11 @@ func (c *Client) keep(ctx context.Context) {
 			continue
 		}
 		failures = 0
-		c.setGeneration(g)
+		// Said before the elections see the session, so that no Elected
+		// comes before its SessionStarted.
 		c.log.Info("session started", "session", sess.ID(), "ttl", g.ttl, "margin", g.margin)
 		c.events.publish(SessionStarted{Session: sess.ID(), TTL: g.ttl, At: time.Now()})
+		c.setGeneration(g)
 
 		published := make(chan struct{})
 		go func() {
