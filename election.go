@@ -103,6 +103,12 @@ type LeaderTask struct {
 // closing.
 var errClientClosing = errors.New("simba: client closing")
 
+// errMemberDrained is the cancel cause of a group's partitions stopped
+// because an operator drained the member: their terms end as drained,
+// whichever of the group's loop and the term's own check of the
+// operations sees the drain first.
+var errMemberDrained = errors.New("simba: member drained")
+
 func (c *Client) start(what string, ref TermRef, group *GroupTask, schedule string, body func(context.Context, *Term) error, opts []TaskOption) (*LeaderTask, error) {
 	if err := checkName(what, ref.Election); err != nil {
 		return nil, err
@@ -197,16 +203,22 @@ func (t *LeaderTask) whenDone(f func()) {
 }
 
 func (t *LeaderTask) stop(reason RevokeReason) {
-	if reason == RevokeClosed {
+	switch reason {
+	case RevokeClosed:
 		t.cancel(errClientClosing)
-	} else {
+	case RevokeDrained:
+		t.cancel(errMemberDrained)
+	default:
 		t.cancel(nil)
 	}
 }
 
 func (t *LeaderTask) stopReason() RevokeReason {
-	if errors.Is(context.Cause(t.ctx), errClientClosing) {
+	switch cause := context.Cause(t.ctx); {
+	case errors.Is(cause, errClientClosing):
 		return RevokeClosed
+	case errors.Is(cause, errMemberDrained):
+		return RevokeDrained
 	}
 	return RevokeStopped
 }

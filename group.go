@@ -554,8 +554,12 @@ func (t *GroupTask) apply(ctx context.Context, g *generation, self string, membe
 	t.mu.Unlock()
 
 	for _, lt := range stop {
-		lt.moved.Store(true)
-		lt.Stop()
+		if drained {
+			lt.stop(RevokeDrained)
+		} else {
+			lt.moved.Store(true)
+			lt.stop(RevokeStopped)
+		}
 		lt.whenDone(func() {
 			t.mu.Lock()
 			delete(t.handing, lt)

@@ -1,9 +1,14 @@
 package simba
 
 import (
+	"context"
 	"encoding/json"
+	"log/slog"
 	"slices"
+	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/memory"
@@ -50,4 +55,59 @@ func TestCheckMembersDecodesChangedRecords(t *testing.T) {
 	if _, ok := g.records["s2"]; ok || len(g.records) != 1 {
 		t.Errorf("after b left, records are kept for %d sessions (s2 among them: %v), want only s1's", len(g.records), ok)
 	}
+}
+
+// TestDrainSeenByTheGroupFirst: when the group's loop sees a drain of its
+// member before the terms' own checks of the operations do (they race:
+// the loop wakes on the view's change, the checks are its subscribers),
+// the partitions it stops still end as drained, not as moved.
+func TestDrainSeenByTheGroupFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		var mu sync.Mutex
+		var revoked []Revoked
+		c, err := New(b, WithTTL(3*time.Second), WithMemberID("x"), WithLogger(slog.New(slog.DiscardHandler)), WithEventHandler(func(e Event) {
+			if r, ok := e.(Revoked); ok {
+				mu.Lock()
+				revoked = append(revoked, r)
+				mu.Unlock()
+			}
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		task, err := c.Group("billing", 4).RunWhileLeader(func(ctx context.Context, term *Term, p int) error {
+			<-ctx.Done()
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		if n := len(task.Partitions()); n != 4 {
+			t.Fatalf("x runs %d partitions, want 4", n)
+		}
+		// The view changes without its subscribers being called: only the
+		// group's loop, waiting on the change, sees the drain.
+		o := c.ops
+		o.mu.Lock()
+		o.drained["x"] = true
+		close(o.changed)
+		o.changed = make(chan struct{})
+		o.mu.Unlock()
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(revoked) != 4 {
+			t.Fatalf("%d terms revoked, want the 4 partitions': %v", len(revoked), revoked)
+		}
+		for _, r := range revoked {
+			if r.Reason != RevokeDrained {
+				t.Errorf("term %d of %s revoked as %q, want %q", r.Token, r.Election, r.Reason, RevokeDrained)
+			}
+		}
+	})
 }

@@ -285,9 +285,17 @@ func TestDrainEmptiesAMemberUntilUndrained(t *testing.T) {
 		time.Sleep(time.Second)
 		require.NotEmpty(t, x.task.Partitions())
 		a := openAdmin(t, b)
+		drainedAt := time.Now()
 		require.NoError(t, a.Drain(t.Context(), "x", "kernel upgrade"))
 		time.Sleep(time.Second)
 		assert.Empty(t, x.task.Partitions())
+		// Every term the drain ended says so, whichever of the group's
+		// loop and the term's own check saw the drain first.
+		for _, r := range eventsOf[simba.Revoked](h) {
+			if !r.At.Before(drainedAt) {
+				assert.Equal(t, simba.RevokeDrained, r.Reason, "term %d of %s", r.Token, r.Election)
+			}
+		}
 		assert.Equal(t, slices.Repeat([]string{"y"}, P), holders(b, P), "y holds every partition")
 		_, _, held := b.Holder("solo")
 		assert.False(t, held, "x's elections are handed off too")
