@@ -6,7 +6,7 @@
 # takes 10 to 15 minutes), then runs go vet and the race-enabled tests.
 GO ?= go
 
-.PHONY: test vet unit chaos
+.PHONY: test vet unit chaos mutate
 
 test:
 	./scripts/with-kube-apiserver.sh ./scripts/with-zookeeper.sh ./scripts/with-postgres-redis.sh ./scripts/with-chromium.sh $(MAKE) --no-print-directory vet unit
@@ -26,3 +26,11 @@ unit:
 # SIMBA_CHAOS_DURATION and SIMBA_CHAOS_SEED change the length and the seed.
 chaos:
 	./scripts/with-kube-apiserver.sh ./scripts/with-zookeeper.sh ./scripts/with-postgres-redis.sh $(GO) test -race -count=1 -timeout=80m -v -run '^(TestEtcd|TestZooKeeper|TestPostgres|TestKubernetes)$$' ./internal/chaos/ -chaos.duration=$${SIMBA_CHAOS_DURATION:-5m}
+
+# Mutation testing of the safety-critical code (docs/RELIABILITY.md,
+# "Mutation testing"): each mutant is one small bug planted in a copy of a
+# file and tested with the package's own tests on real servers. Every
+# mutant takes hours; MUTATE_FLAGS='-sample 6 -j 2' draws six per target,
+# '-list' counts them. Not part of CI.
+mutate:
+	./scripts/with-kube-apiserver.sh ./scripts/with-zookeeper.sh ./scripts/with-postgres-redis.sh $(GO) run ./internal/mutate $(MUTATE_FLAGS)
