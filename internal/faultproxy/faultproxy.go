@@ -5,6 +5,9 @@
 //     bytes until it heals ([Proxy.Blackhole], [Proxy.Heal]);
 //   - a server that gets requests but whose replies are held, a pause
 //     ([Proxy.StallReplies], [Proxy.Resume]);
+//   - a slow link: replies, or requests, that arrive late but arrive, each
+//     chunk of bytes a fixed time after the proxy read it
+//     ([Proxy.DelayReplies], [Proxy.DelayRequests]);
 //   - a server that refuses connections, down or restarting ([Proxy.Refuse],
 //     [Proxy.Accept]);
 //   - connections that are reset ([Proxy.Reset]).
@@ -18,6 +21,27 @@
 //	cli, _ := clientv3.New(clientv3.Config{Endpoints: []string{p.Addr()}})
 //	p.Blackhole() // nothing gets through, either way, until Heal
 //	p.Heal()
+//	p.DelayReplies(time.Second) // every reply a second late, none lost
+//	p.DelayReplies(0)
+//
+// # What the faults keep of TCP
+//
+// Each direction of a connection is a line: the proxy reads what one side
+// sends, as it comes, and delivers it to the other side in the order read,
+// each chunk once it is due (the direction's delay after it was read) and
+// once the link lets it through (not blackholed; for replies, not stalled).
+// Bytes are never lost, reordered or duplicated while the connection
+// lives. Reading does not wait for delivery, so a delay is latency, not a
+// narrower pipe: chunks read a millisecond apart are delivered a
+// millisecond apart, however long the delay (up to [MaxHeld] bytes held
+// per direction and connection; past that the proxy stops reading and
+// TCP's own buffers hold the rest). A close (or a read error) goes down the
+// line as the last chunk: the other side is closed once every byte read
+// before it is delivered, and the delay after it was seen, but a close is
+// not itself held by a blackhole or a stall, so a server that stops is
+// seen to go even through a blackhole. [Proxy.Reset], [Proxy.Refuse] and
+// [Proxy.Close] drop connections at once, with whatever they hold, as a
+// reset does.
 //
 // Every method is safe for concurrent use. Close stops every goroutine of the
 // proxy before it returns.
@@ -30,7 +54,13 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 )
+
+// MaxHeld is how many bytes a direction of a connection holds, read and not
+// yet delivered, before the proxy stops reading from that side until some
+// are delivered.
+const MaxHeld = 1 << 20
 
 // Proxy forwards TCP connections to a target address, with faults.
 type Proxy struct {
@@ -43,7 +73,10 @@ type Proxy struct {
 	resumed  chan struct{} // non-nil while replies stall; closed by Resume
 	refusing bool
 	closed   bool
-	conns    map[*link]struct{}
+	// delay is how long each chunk read waits before delivery, by
+	// direction: requests (to the target), replies (from it).
+	delay [2]time.Duration
+	conns map[*link]struct{}
 
 	accepted atomic.Int64
 }
@@ -87,16 +120,17 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 func (p *Proxy) Accepted() int64 { return p.accepted.Load() }
 
 // Blackhole silences the link in both directions: connections stay open, but
-// bytes read from either side are held, not delivered, until [Proxy.Heal].
-// This is what a partition looks like to TCP: the sender's data waits in
-// buffers and retransmissions, and nothing arrives. New connections are
-// accepted and held in the same way; the target is not dialled for them
-// until Heal, so it sees nothing of them, as behind a partition. A close is
-// not held as bytes are: when one side closes its connection, the proxy
-// closes the other side at once, unless it holds bytes read from the side
-// that closed (then after Heal, when it has delivered them). A server that
-// stops is thus seen to go even through a blackhole. Blackhole does nothing
-// if the link is already blackholed.
+// bytes read from either side are held, not delivered, until [Proxy.Heal],
+// those read before it and not yet delivered (delayed) included. This is
+// what a partition looks like to TCP: the sender's data waits in buffers
+// and retransmissions, and nothing arrives. New connections are accepted
+// and held in the same way; the target is not dialled for them until Heal,
+// so it sees nothing of them, as behind a partition. A close is not held as
+// bytes are: when one side closes its connection, the proxy closes the
+// other side at once, unless it holds bytes read from the side that closed
+// (then after Heal, when it has delivered them). A server that stops is
+// thus seen to go even through a blackhole. Blackhole does nothing if the
+// link is already blackholed.
 func (p *Proxy) Blackhole() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -138,6 +172,35 @@ func (p *Proxy) Resume() {
 		close(p.resumed)
 		p.resumed = nil
 	}
+}
+
+// DelayReplies delays every chunk of bytes the target sends back: each is
+// delivered d after the proxy read it, in order, and the proxy goes on
+// reading meanwhile (see "What the faults keep of TCP"). The requests are
+// not delayed: the target acts on them at once, and the client learns of
+// it d later, as behind a slow return path or a server slow to answer
+// after it acted. d <= 0 ends the delay: chunks read from then on are due
+// at once, after those still held, which keep their times. A chunk held by
+// a delay is also held by [Proxy.Blackhole] and [Proxy.StallReplies] when
+// it falls due while they hold the link.
+func (p *Proxy) DelayReplies(d time.Duration) { p.setDelay(true, d) }
+
+// DelayRequests delays every chunk of bytes the clients send to the target,
+// as [Proxy.DelayReplies] does replies: the target gets each request d
+// after the proxy read it. Connections themselves are dialled at once.
+func (p *Proxy) DelayRequests(d time.Duration) { p.setDelay(false, d) }
+
+func (p *Proxy) setDelay(replies bool, d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.delay[index(replies)] = max(d, 0)
+}
+
+func index(replies bool) int {
+	if replies {
+		return 1
+	}
+	return 0
 }
 
 // Refuse resets every open connection and, until [Proxy.Accept], closes each
@@ -241,25 +304,160 @@ func (p *Proxy) serve(l *link, target string) {
 	p.pump(l, l.client, s, true)
 }
 
-// pump copies from src to dst, holding the bytes while the link is
-// blackholed and, for replies (from the target), while they stall. It drops
-// the link when either side fails.
+// chunk is what one read of a side gave: bytes, or the side's end.
+type chunk struct {
+	b   []byte
+	due time.Time // read + the direction's delay
+	end bool      // the side closed (or failed): drop the link
+}
+
+// line is one direction of a link: the chunks read from a side and not
+// yet delivered to the other, oldest first.
+type line struct {
+	mu     sync.Mutex
+	chunks []chunk
+	held   int           // bytes in chunks
+	more   chan struct{} // a chunk was added (buffer of 1)
+	room   chan struct{} // a chunk was taken out (buffer of 1)
+}
+
+// pump copies from src to dst, for replies (from the target) or requests:
+// a reader appends each chunk read to a line, due the direction's delay
+// later; pump delivers them in order, each once due and once the link
+// lets it through (waitOpen). The end of src is the line's last chunk:
+// delivered, it drops the link. pump returns once the reader has.
 func (p *Proxy) pump(l *link, dst io.Writer, src io.Reader, replies bool) {
-	defer p.drop(l)
+	ln := &line{more: make(chan struct{}, 1), room: make(chan struct{}, 1)}
+	read := make(chan struct{})
+	go func() { // owned by pump, which waits for it
+		defer close(read)
+		p.read(l, ln, src, replies)
+	}()
+	defer func() {
+		p.drop(l) // the reader returns once src is closed
+		<-read
+	}()
+	for {
+		c, ok := ln.first(l)
+		if !ok {
+			return
+		}
+		if !sleepUntil(l, c.due) {
+			return
+		}
+		if c.end {
+			return
+		}
+		if !p.waitOpen(l, replies) {
+			return
+		}
+		if _, err := dst.Write(c.b); err != nil {
+			return
+		}
+		ln.pop()
+	}
+}
+
+// read appends what src gives to ln until src ends or l is dropped.
+func (p *Proxy) read(l *link, ln *line, src io.Reader, replies bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			if !p.waitOpen(l, replies) {
-				return
-			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+			if !ln.push(l, chunk{b: append([]byte(nil), buf[:n]...), due: p.due(replies)}) {
 				return
 			}
 		}
 		if err != nil {
+			ln.push(l, chunk{end: true, due: p.due(replies)})
 			return
 		}
+	}
+}
+
+// due is when a chunk of the direction read now is due.
+func (p *Proxy) due(replies bool) time.Time {
+	p.mu.Lock()
+	d := p.delay[index(replies)]
+	p.mu.Unlock()
+	return time.Now().Add(d)
+}
+
+// push appends c, waiting while the line holds MaxHeld bytes or more; it
+// reports false if l was dropped meanwhile.
+func (ln *line) push(l *link, c chunk) bool {
+	for {
+		ln.mu.Lock()
+		if c.end || ln.held < MaxHeld {
+			ln.chunks = append(ln.chunks, c)
+			ln.held += len(c.b)
+			ln.mu.Unlock()
+			poke(ln.more)
+			return true
+		}
+		ln.mu.Unlock()
+		select {
+		case <-ln.room:
+		case <-l.dropped:
+			return false
+		}
+	}
+}
+
+// first waits for the oldest chunk; it reports false if l was dropped.
+func (ln *line) first(l *link) (chunk, bool) {
+	for {
+		ln.mu.Lock()
+		if len(ln.chunks) > 0 {
+			c := ln.chunks[0]
+			ln.mu.Unlock()
+			return c, true
+		}
+		ln.mu.Unlock()
+		select {
+		case <-ln.more:
+		case <-l.dropped:
+			return chunk{}, false
+		}
+	}
+}
+
+// pop takes out the oldest chunk, delivered.
+func (ln *line) pop() {
+	ln.mu.Lock()
+	ln.held -= len(ln.chunks[0].b)
+	ln.chunks[0] = chunk{}
+	ln.chunks = ln.chunks[1:]
+	ln.mu.Unlock()
+	poke(ln.room)
+}
+
+// poke wakes the waiter on ch, if any, without blocking.
+func poke(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// sleepUntil waits until t; it reports false if l was dropped meanwhile.
+func sleepUntil(l *link, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		select {
+		case <-l.dropped:
+			return false
+		default:
+			return true
+		}
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-l.dropped:
+		return false
 	}
 }
 

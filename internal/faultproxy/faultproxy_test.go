@@ -2,6 +2,7 @@ package faultproxy_test
 
 import (
 	"bufio"
+	"fmt"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -316,4 +317,171 @@ func TestCloseWhileHeld(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
+}
+
+// A delayed reply arrives, at the earliest the delay after its request was
+// sent; the request reaches the target at once. Ending the delay lets the
+// next replies through at once.
+func TestDelayReplies(t *testing.T) {
+	tg := startTarget(t)
+	p := newProxy(t, tg)
+	c := dial(t, p)
+	c.roundTrip(t, "one", "through the open link")
+	<-tg.lines
+
+	const d = 300 * time.Millisecond
+	p.DelayReplies(d)
+	sent := time.Now()
+	c.send(t, "two")
+	if got := await.For(t, tg.lines, long, "the request sent while replies are delayed did not reach the target"); got != "two" {
+		t.Fatalf("the target got %q, want two", got)
+	}
+	if got, err := c.read(long); err != nil || got != "two" {
+		t.Fatalf("delayed reply: %q, %v", got, err)
+	}
+	if took := time.Since(sent); took < d {
+		t.Fatalf("the reply came %v after its request, before the delay %v", took, d)
+	}
+
+	p.DelayReplies(0)
+	c.roundTrip(t, "three", "after the delay ended")
+}
+
+// A delay is latency, not a narrower pipe: replies read a while apart are
+// each delivered the delay after they were read, not one delay after the
+// other (a proxy that waited for each delivery before its next read would
+// take 5 delays for these 5 replies). With each chunk's delay counted from
+// when the one before it was delivered (patch: in pump, sleepUntil(l,
+// p.due(replies)) for sleepUntil(l, c.due)), it fails with: the 5 replies,
+// sent 100ms apart and delayed 1s, took 5.003s to arrive.
+func TestDelayRepliesDoesNotBlockReads(t *testing.T) {
+	tg := startTarget(t)
+	p := newProxy(t, tg)
+	c := dial(t, p)
+	c.roundTrip(t, "warm", "through the open link")
+
+	const d, gap, n = time.Second, 100 * time.Millisecond, 5
+	p.DelayReplies(d)
+	start := time.Now()
+	for i := range n {
+		c.send(t, fmt.Sprint("line-", i))
+		time.Sleep(gap)
+	}
+	for i := range n {
+		want := fmt.Sprint("line-", i)
+		if got, err := c.read(long); err != nil || got != want {
+			t.Fatalf("reply %d: %q, %v, want %q", i, got, err, want)
+		}
+	}
+	// Right: about d + (n-1)×gap = 1.4s; wrong: n×d = 5s.
+	if took, limit := time.Since(start), 3*time.Second; took > limit {
+		t.Fatalf("the %d replies, sent %v apart and delayed %v, took %v to arrive: over %v, as if each waited for the one before",
+			n, gap, d, took.Round(time.Millisecond), limit)
+	}
+	if took := time.Since(start); took < d+(n-1)*gap {
+		t.Fatalf("the last reply came %v after the first request, before its own delay was over", took)
+	}
+}
+
+// Delayed requests reach the target the delay after they were read, and in
+// order: ending the delay does not let a new request overtake one held.
+func TestDelayRequestsKeepsOrder(t *testing.T) {
+	tg := startTarget(t)
+	p := newProxy(t, tg)
+	c := dial(t, p)
+	c.roundTrip(t, "one", "through the open link")
+	<-tg.lines
+
+	const d = 500 * time.Millisecond
+	p.DelayRequests(d)
+	sent := time.Now()
+	c.send(t, "two")
+	tg.notReceived(t, "a delayed request, at once")
+	p.DelayRequests(0)
+	c.send(t, "three")
+	for _, want := range []string{"two", "three"} {
+		if got := await.For(t, tg.lines, long, "the target did not get %q", want); got != want {
+			t.Fatalf("the target got %q, want %q (in the order sent)", got, want)
+		}
+	}
+	if took := time.Since(sent); took < d {
+		t.Fatalf("the delayed request reached the target %v after it was sent, before the delay %v", took, d)
+	}
+	for _, want := range []string{"two", "three"} {
+		if got, err := c.read(long); err != nil || got != want {
+			t.Fatalf("reply: %q, %v, want %q", got, err, want)
+		}
+	}
+}
+
+// A reply delayed and then blackholed is held, not lost: Heal delivers it.
+// Without the blackhole's hold at delivery (patch: in pump, move the
+// waitOpen before the write up to the reader, before its push) the reply
+// comes through the blackhole when its delay is over.
+func TestDelayedReplyHeldByBlackhole(t *testing.T) {
+	tg := startTarget(t)
+	p := newProxy(t, tg)
+	c := dial(t, p)
+	c.roundTrip(t, "one", "through the open link")
+	<-tg.lines
+
+	const d = 500 * time.Millisecond
+	p.DelayReplies(d)
+	c.send(t, "two")
+	await.For(t, tg.lines, long, "the request did not reach the target")
+	// The target echoes the line right after it tells the test: let the
+	// proxy read the echo, so that it is held by the delay, not by the
+	// blackhole as it is read.
+	time.Sleep(short)
+	p.Blackhole()
+	if got, err := c.read(d + short); err == nil {
+		t.Fatalf("%q came through the blackhole once its delay was over", got)
+	}
+	p.Heal()
+	if got, err := c.read(long); err != nil || got != "two" {
+		t.Fatalf("held reply after Heal: %q, %v", got, err)
+	}
+}
+
+// A target that answers and closes: the client gets the answer, late, and
+// then the close, after it. With the close passed on at once (patch: in
+// read, p.drop(l) for pushing the end chunk), it fails with: the reply
+// written before the close: "", EOF.
+func TestDelayedReplyThenClose(t *testing.T) {
+	tg := startTarget(t)
+	p := newProxy(t, tg)
+	c := dial(t, p)
+	c.roundTrip(t, "one", "through the open link")
+	server := <-tg.conns
+
+	const d = 300 * time.Millisecond
+	p.DelayReplies(d)
+	sent := time.Now()
+	if _, err := server.Write([]byte("last\n")); err != nil {
+		t.Fatal(err)
+	}
+	server.Close()
+	if got, err := c.read(long); err != nil || got != "last" {
+		t.Fatalf("the reply written before the close: %q, %v", got, err)
+	}
+	if took := time.Since(sent); took < d {
+		t.Fatalf("the reply came %v after it was written, before the delay %v", took, d)
+	}
+	c.closed(t, "the target closed the connection after its last reply")
+}
+
+// Close does not wait for held replies, however long their delay.
+func TestCloseWhileDelayed(t *testing.T) {
+	tg := startTarget(t)
+	p, err := faultproxy.New(tg.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, p)
+	c.roundTrip(t, "one", "through the open link")
+	p.DelayReplies(time.Hour)
+	p.DelayRequests(time.Hour)
+	c.send(t, "two")
+	await.For(t, await.Returned(p.Close), long, "Close did not return while bytes were delayed by an hour")
+	c.closed(t, "after Close")
 }
