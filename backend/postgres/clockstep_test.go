@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/url"
+	"strconv"
 	"testing"
 	"time"
 
@@ -43,8 +44,45 @@ func skewedClock(t *testing.T) (dsn string, step func(time.Duration)) {
 // client cannot know of the step before its next renewal fails, and until
 // its deadline its term counts as valid. The waiter does get the lease
 // after, and the step is seen and counted.
+//
+// The step comes as soon as the waiter queues, before the holder has
+// renewed within the waiter's chain of samples (see clock.go): the holder's
+// session is then vouched for only by the chain's age, which a chain that
+// does not restart on the step has not reached either.
+// TestClockStepAfterRenewal steps after such a renewal.
 func TestClockStepForward(t *testing.T) {
-	granted, deadline, steps := clockStep(t)
+	granted, deadline, steps := clockStep(t, false)
+	if granted.Before(deadline) {
+		t.Fatalf("the waiter was granted the lease %v before the holder's deadline: two valid terms", deadline.Sub(granted))
+	}
+	if steps == 0 {
+		t.Error("no step of the database's clock was seen")
+	}
+	t.Logf("granted %v after the holder's deadline", granted.Sub(deadline).Round(time.Millisecond))
+}
+
+// TestClockStepAfterRenewal is TestClockStepForward with the step made
+// only once the holder has renewed after the waiter's chain of agreeing
+// samples began: the holder's renewal (expires_at − ttl) is then at or
+// after the chain's first database time, which vouches for the session's
+// expiry as long as the chain lasts. The step must end that chain, so
+// that the renewal, made before the step, no longer counts as made within
+// it; then the waiter takes the session over only once its new chain is
+// 1.1 × TTL old, or when the holder itself deletes its row past its
+// deadline, and never before that deadline.
+//
+// Without the chain's restart on a step (patch: delete the line
+// `k.chainAt, k.chainDB = received, db` in the step branch of dbClock.note
+// in clock.go), this test fails with: "the waiter was granted the lease
+// 1.872006974s before the holder's deadline: two valid terms" (once it
+// had seen the step, the waiter deleted the holder's row at once: a
+// renewal within the unbroken chain, and an expiry before the stepped
+// time the chain verified), while TestClockStepForward, which steps
+// before any renewal within the chain, passes. With
+// SIMBA_PLANT=trust-db-clock (the guard planted out) it fails the same
+// way ("granted the lease 1.880304202s before").
+func TestClockStepAfterRenewal(t *testing.T) {
+	granted, deadline, steps := clockStep(t, true)
 	if granted.Before(deadline) {
 		t.Fatalf("the waiter was granted the lease %v before the holder's deadline: two valid terms", deadline.Sub(granted))
 	}
@@ -56,17 +94,23 @@ func TestClockStepForward(t *testing.T) {
 
 // TestClockStepCaughtWithoutGuard plants the bug the step guard fixes
 // (expired sessions deleted by the statement's own clock, the holder's
-// own row included): the same step must then grant the lease before the
-// holder's deadline, or TestClockStepForward proves nothing.
+// own row included): the same steps, before and after a renewal within
+// the waiter's chain, must then grant the lease before the holder's
+// deadline, or TestClockStepForward and TestClockStepAfterRenewal prove
+// nothing.
 func TestClockStepCaughtWithoutGuard(t *testing.T) {
 	undo, err := plant.Set("trust-db-clock")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer undo()
-	granted, deadline, _ := clockStep(t)
-	if !granted.Before(deadline) {
-		t.Fatalf("with the guard planted out, the waiter was granted the lease only %v after the holder's deadline: the test cannot tell the guard's work", granted.Sub(deadline))
+	for _, renewed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "before renewal", true: "after renewal"}[renewed], func(t *testing.T) {
+			granted, deadline, _ := clockStep(t, renewed)
+			if !granted.Before(deadline) {
+				t.Fatalf("with the guard planted out, the waiter was granted the lease only %v after the holder's deadline: the test cannot tell the guard's work", granted.Sub(deadline))
+			}
+		})
 	}
 }
 
@@ -74,7 +118,10 @@ func TestClockStepCaughtWithoutGuard(t *testing.T) {
 // the waiter was granted the lease, the holder's deadline, and how many
 // steps the waiter's backend saw. The step expires the waiter's own
 // session too: like simba's client, it opens another and contends again.
-func clockStep(t *testing.T) (granted, deadline time.Time, steps int) {
+// With renewed, the step waits until the holder has renewed after the
+// waiter's backend took its first sample of the database's clock (its
+// first Open), that is within the waiter's chain of agreeing samples.
+func clockStep(t *testing.T, renewed bool) (granted, deadline time.Time, steps int) {
 	const ttl = 2 * time.Second
 	dsn, step := skewedClock(t)
 	schema := pgtest.Schema(t)
@@ -122,6 +169,25 @@ func clockStep(t *testing.T) (granted, deadline time.Time, steps int) {
 		return n == 2
 	})
 
+	if renewed {
+		// The waiter's first sample, its first Open, came before its
+		// candidacy: a renewal of the holder's later than now is within
+		// the waiter's chain.
+		ctx := ctxT(t)
+		var chainBy, renewedAt time.Time
+		if err := holderB.Pool().QueryRow(ctx, "SELECT clock_timestamp()").Scan(&chainBy); err != nil {
+			t.Fatal(err)
+		}
+		id, err := strconv.ParseInt(holder.ID(), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustEventually(t, "a renewal of the holder's after the waiter's first sample", func() bool {
+			err := holderB.Pool().QueryRow(ctx, "SELECT expires_at - ttl FROM "+q+".sessions WHERE id = $1", id).Scan(&renewedAt)
+			return err == nil && renewedAt.After(chainBy)
+		})
+		t.Logf("the holder renewed %v after the waiter's chain began at the latest", renewedAt.Sub(chainBy).Round(time.Millisecond))
+	}
 	step(5 * time.Second) // more than the TTL: every session looks expired
 	// Wake the waiter at once, rather than at the expiry it last read.
 	pgtest.Exec(t, "SELECT pg_notify($1, 'c x')", "simba."+schema)
