@@ -91,9 +91,10 @@ func acquire(t *testing.T, s backend.Session) backend.Lease {
 
 // tx is an open transaction of either driver.
 type tx struct {
-	check  func(lease string, token uint64) error
-	exec   func(sql string, args ...any) error
-	commit func() error
+	check    func(lease string, token uint64) error
+	exec     func(sql string, args ...any) error
+	commit   func() error
+	rollback func() error
 }
 
 // driver begins transactions through pgx or database/sql.
@@ -116,7 +117,8 @@ var drivers = []driver{
 				_, err := x.Exec(ctx, sql, args...)
 				return err
 			},
-			commit: func() error { return x.Commit(ctx) },
+			commit:   func() error { return x.Commit(ctx) },
+			rollback: func() error { return x.Rollback(ctx) },
 		}
 	}},
 	{"database/sql", func(t *testing.T, e *env) tx {
@@ -132,7 +134,8 @@ var drivers = []driver{
 				_, err := x.ExecContext(ctx, sql, args...)
 				return err
 			},
-			commit: x.Commit,
+			commit:   x.Commit,
+			rollback: x.Rollback,
 		}
 	}},
 }
