@@ -17,11 +17,17 @@ import (
 	"github.com/simba-go/simba/internal/pgtest"
 )
 
-// linkCutTTL is the session TTL of the link-cut rounds: renewals every
-// 333ms; linkCutMargin is their drift margin, the default for that TTL.
+// linkCutTTL is the session TTL of the link-cut rounds, renewals every
+// 667ms; linkCutMargin is their drift margin, a quarter of it: a term
+// must end at least the margin (less 2% of the TTL for the server's
+// clock, 460ms) before the server's expiry of its session, and one with
+// no margin ends a statement's latency before it, a few milliseconds; a
+// margin of 100ms would part the two by less than a loaded machine's
+// latency can take. A renewal has TTL - margin - 667ms = 833ms to be
+// confirmed before the term ends by itself.
 const (
-	linkCutTTL    = time.Second
-	linkCutMargin = 100 * time.Millisecond
+	linkCutTTL    = 2 * time.Second
+	linkCutMargin = 500 * time.Millisecond
 )
 
 // TestLinkCutRevokesBeforeTakeover cuts the holder's link to the server
@@ -35,6 +41,12 @@ const (
 // write the cut holder had in flight, held by the proxy and delivered
 // when the link heals, is refused (I3). Four pairs of clients play three
 // rounds each, concurrently.
+//
+// With SIMBA_PLANT=no-margin every round fails (12 of 12, in four runs of
+// four under -race): term 1 of the cut p0a ended at …57.071272, the
+// server's expiry of its session at …57.072025: want the term to end at
+// least 460ms before; the term ends 0.5–50ms before the expiry, where a
+// right one ends 500ms before it.
 func TestLinkCutRevokesBeforeTakeover(t *testing.T) {
 	const pairs, rounds = 4, 3
 	r := linkCutRounds(t, pairs, rounds, 0)
@@ -55,12 +67,15 @@ func TestLinkCutRevokesBeforeTakeover(t *testing.T) {
 }
 
 // TestLinkCutCatchesOverstatedTTL plants a bug, a backend whose sessions
-// report 400ms more than the TTL the server granted, and checks that the
-// link-cut rounds catch it: a checker that cannot fail proves nothing.
+// report half the TTL (1s) more than the TTL the server granted, and
+// checks that the link-cut rounds catch it: a checker that cannot fail
+// proves nothing. Each round is caught three ways: the term ends about
+// 500ms after the server's expiry (want 460ms before), and overlaps the
+// next term by about 450ms (I1, I4).
 func TestLinkCutCatchesOverstatedTTL(t *testing.T) {
-	r := linkCutRounds(t, 2, 2, 400*time.Millisecond)
+	r := linkCutRounds(t, 2, 2, linkCutTTL/2)
 	if len(r.errs) == 0 {
-		t.Fatal("the link-cut rounds found no violation with the TTL overstated by 400ms")
+		t.Fatalf("the link-cut rounds found no violation with the TTL overstated by %v", linkCutTTL/2)
 	}
 	for _, err := range r.errs {
 		t.Logf("caught: %v", err)
