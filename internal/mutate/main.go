@@ -156,7 +156,9 @@ func mainErr(list bool, sample int, seed uint64, only string, jobs int, out stri
 			r := rand.New(rand.NewPCG(seed, uint64(len(t.name))))
 			r.Shuffle(len(ms), func(i, j int) { ms[i], ms[j] = ms[j], ms[i] })
 			ms = ms[:sample]
-			sort.Slice(ms, func(i, j int) bool { return ms[i].file < ms[j].file || ms[i].file == ms[j].file && ms[i].off < ms[j].off })
+			sort.Slice(ms, func(i, j int) bool {
+				return ms[i].file < ms[j].file || ms[i].file == ms[j].file && ms[i].off < ms[j].off
+			})
 		}
 		all = append(all, ms...)
 	}
