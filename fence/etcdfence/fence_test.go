@@ -162,3 +162,21 @@ func TestEtcdInvalid(t *testing.T) {
 		t.Errorf("Stale with nil KV: %v", err)
 	}
 }
+
+// TestEtcdForeignKey: a key in a resource's directory that is not a token
+// key (its suffix not 20 digits) is reported, never read as a token. (Kills
+// the mutant of parse that takes any number as a token: !found && ….)
+func TestEtcdForeignKey(t *testing.T) {
+	cli := etcdClient(t)
+	ctx := fencetest.Ctx(t)
+	f := etcdfence.Fence{Prefix: "/f/"}
+	if _, err := f.Commit(ctx, cli, "r", 7); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, "/f/r/9", "by hand"); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, err := f.Highest(ctx, cli, "r"); err == nil || !strings.Contains(err.Error(), "not a token key") {
+		t.Fatalf("Highest with /f/r/9 in the directory: %d, %v, %v; want an error: not a token key", got, ok, err)
+	}
+}

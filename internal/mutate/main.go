@@ -127,12 +127,7 @@ func mainErr(list bool, sample int, seed uint64, only string, jobs int, out stri
 		if err != nil {
 			return err
 		}
-		keep = map[string]bool{}
-		for _, l := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(l); len(f) > 0 {
-				keep[strings.Trim(f[0], "`|")] = true
-			}
-		}
+		keep = ids(string(b))
 	}
 	var all []mutant
 	for _, t := range chosen {
@@ -215,6 +210,22 @@ func mainErr(list bool, sample int, seed uint64, only string, jobs int, out stri
 	}
 	report(w, chosen, results, sample, seed)
 	return nil
+}
+
+// ids returns the mutants named in text: the first word of each line
+// (backquotes around it dropped, as in the report's list of survivors).
+func ids(text string) map[string]bool {
+	keep := map[string]bool{}
+	for _, l := range strings.Split(text, "\n") {
+		f := strings.Fields(l)
+		if len(f) > 1 && f[0] == "-" {
+			f = f[1:]
+		}
+		if len(f) > 0 {
+			keep[strings.Trim(f[0], "`")] = true
+		}
+	}
+	return keep
 }
 
 func has(ms []mutant, t *target) bool {

@@ -44,3 +44,17 @@ func TestMutants(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestIDs reads the mutants of an -only file, as listed by hand or copied
+// from a report's survivors; an operator's own characters are kept.
+func TestIDs(t *testing.T) {
+	got := ids("a.go:1:2:||\n- `b.go:3:4:&&` \"&&\" → \"||\"\n\n c.go:5:6:call extra\n")
+	for _, id := range []string{"a.go:1:2:||", "b.go:3:4:&&", "c.go:5:6:call"} {
+		if !got[id] {
+			t.Errorf("ids: %s missing from %v", id, got)
+		}
+	}
+	if len(got) != 3 {
+		t.Errorf("ids: got %v, want 3", got)
+	}
+}

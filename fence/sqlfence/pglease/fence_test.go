@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -375,22 +376,35 @@ func TestBadInput(t *testing.T) {
 		f     pglease.Fence
 		lease string
 		token uint64
+		why   string // what the error must name (each case has one fault, and the nil transaction is one too: the argument's own complaint must come first)
 	}{
-		{"token 0", pglease.Fence{}, "job", 0},
-		{"token above MaxInt64", pglease.Fence{}, "job", 1 << 63},
-		{"empty lease", pglease.Fence{}, "", 1},
-		{"bad lease", pglease.Fence{}, "a b", 1},
-		{"bad schema", pglease.Fence{Schema: `x"; DROP TABLE y; --`}, "job", 1},
-		{"nil transaction", pglease.Fence{}, "job", 1},
+		{"token 0", pglease.Fence{}, "job", 0, "token 0 of lease"},
+		{"token above MaxInt64", pglease.Fence{}, "job", 1 << 63, "token 9223372036854775808 of lease"},
+		{"empty lease", pglease.Fence{}, "", 1, "lease name"},
+		{"bad lease", pglease.Fence{}, "a b", 1, "lease name"},
+		{"bad schema", pglease.Fence{Schema: `x"; DROP TABLE y; --`}, "job", 1, "schema"},
+		{"nil transaction", pglease.Fence{}, "job", 1, "nil transaction"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			for _, err := range []error{c.f.Check(ctx, nil, c.lease, c.token), c.f.CheckPgx(ctx, nil, c.lease, c.token)} {
-				if !errors.Is(err, fence.ErrInvalidArgument) || !strings.HasPrefix(err.Error(), "simba/fence: ") {
-					t.Errorf("got %v, want an error matching fence.ErrInvalidArgument", err)
+				if !errors.Is(err, fence.ErrInvalidArgument) || !strings.HasPrefix(err.Error(), "simba/fence: ") || !strings.Contains(err.Error(), c.why) {
+					t.Errorf("got %v, want an error matching fence.ErrInvalidArgument about %q", err, c.why)
 				}
 			}
 		})
 	}
+	// The highest token simba grants is an argument like any other: the
+	// check runs, and finds it not held. (Kills the mutant that refuses
+	// math.MaxInt64 as invalid, token >= MaxInt64.)
+	t.Run("token MaxInt64", func(t *testing.T) {
+		e := newEnv(t)
+		err := pgx.BeginFunc(fencetest.Ctx(t), e.pool, func(tx pgx.Tx) error {
+			return e.f.CheckPgx(fencetest.Ctx(t), tx, "job", math.MaxInt64)
+		})
+		if !errors.Is(err, fence.ErrStale) {
+			t.Fatalf("check of token MaxInt64, never granted: got %v, want an error matching fence.ErrStale", err)
+		}
+	})
 	t.Run("no tables", func(t *testing.T) {
 		schema := pgtest.Schema(t)
 		pgtest.Exec(t, "CREATE SCHEMA "+schema)
@@ -402,8 +416,8 @@ func TestBadInput(t *testing.T) {
 		err = pgx.BeginFunc(fencetest.Ctx(t), pool, func(tx pgx.Tx) error {
 			return pglease.Fence{Schema: schema}.CheckPgx(fencetest.Ctx(t), tx, "job", 1)
 		})
-		if err == nil || errors.Is(err, fence.ErrStale) || !strings.Contains(err.Error(), schema) {
-			t.Fatalf("got %v, want a database error naming the schema %s", err, schema)
+		if err == nil || errors.Is(err, fence.ErrStale) || !strings.Contains(err.Error(), "in schema \""+schema+"\"") {
+			t.Fatalf("got %v, want a database error naming the schema %s as the check's", err, schema)
 		}
 	})
 }
