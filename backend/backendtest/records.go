@@ -171,7 +171,8 @@ func testReleaseWithRecords(h *harness) {
 	h.wantNoErr("Release", ly.Release(h.op()))
 }
 
-// testRecordsWatch: a watch hints writes and deletes under its prefix.
+// testRecordsWatch: a watch hints writes and deletes under its prefix, and
+// the records a ReleaseWithRecords writes there.
 func testRecordsWatch(h *harness) {
 	a, b := h.open(), h.open()
 	ra, rb := h.records(a), h.records(b)
@@ -183,6 +184,21 @@ func testRecordsWatch(h *harness) {
 	h.wantHint(hints, opTimeout, "after a put under the prefix")
 	h.wantNoErr("DeleteRecord", rb.DeleteRecord(h.op(), "ops/disable/x", backend.Condition{}))
 	h.wantHint(hints, opTimeout, "after a delete under the prefix")
+
+	// A ReleaseWithRecords that writes under the prefix is a change too.
+	// Kills the mutant backend/memory/lease.go:70:4:call
+	// (b.recordChanged(r.Key) removed from ReleaseWithRecords): fails with
+	// "no member-watch hint within 10s after a ReleaseWithRecords writing
+	// under the prefix".
+	l := h.acquire(b, "watched")
+	rel, ok := l.(backend.RecordReleaser)
+	if !ok {
+		h.wantNoErr("Release", l.Release(h.op()))
+		return
+	}
+	drain(hints)
+	h.wantNoErr("ReleaseWithRecords", rel.ReleaseWithRecords(h.op(), []backend.Record{{Key: "ops/disable/y", Value: []byte("1")}}))
+	h.wantHint(hints, opTimeout, "a ReleaseWithRecords writing under the prefix")
 }
 
 // testRecordsInvalid: bad keys and values are refused, never a panic.
