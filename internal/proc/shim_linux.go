@@ -289,6 +289,12 @@ func readStat(pid int) (procStat, bool) {
 	if err != nil {
 		return procStat{}, false
 	}
+	return parseStat(b)
+}
+
+// parseStat parses the text of a /proc/PID/stat file; it refuses one that
+// does not have that shape.
+func parseStat(b []byte) (procStat, bool) {
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
 		return procStat{}, false
