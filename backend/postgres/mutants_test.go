@@ -1,0 +1,90 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/backend/backendtest"
+	"github.com/simba-go/simba/backend/postgres"
+	"github.com/simba-go/simba/internal/pgtest"
+)
+
+// A waiter whose own session looks expired in its queue read, while the
+// deletion of its row (clearExpired) fails, reads again rather than give
+// up: its ctx is alive, and the session may have been renewed meanwhile.
+// The test holds a lock on the waiter's session row (FOR UPDATE, taken
+// once its candidacy is registered) while the row expires unrenewed, so
+// that every clearExpired blocks and times out after withdrawTimeout (1s);
+// after 4s of that the lock goes, the row is deleted, and Acquire must end
+// with ErrSessionDone.
+//
+// Kills the mutant backend/postgres/lease.go:134:25 "&&" → "||" (give up
+// on any clearExpired error): Acquire then returns, at the first failed
+// clearExpired, an error that wraps neither ErrSessionDone nor the ctx's
+// (its cause is nil), and the test fails with "Acquire: ..., want an error
+// wrapping ErrSessionDone".
+func TestWaiterRetriesAFailedClearExpired(t *testing.T) {
+	dsn, schema := pgtest.DSN(t), pgtest.Schema(t)
+	b := newBackendIn(t, dsn, schema, postgres.WithoutListen(200*time.Millisecond))
+	h, w := open(t, b, 20*time.Second), open(t, b, time.Second)
+	renew(t, h)
+	lh, err := h.Acquire(ctxT(t), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	a := backendtest.AcquireAsync(ctx, w, "x")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ids, err := h.(backend.CandidateLister).Candidates(ctxT(t), "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ids) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiter's candidacy not registered after 10s: %q", ids)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	conn, err := pgx.Connect(ctxT(t), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	tx, err := conn.Begin(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctxT(t), "SELECT 1 FROM "+pgx.Identifier{schema, "sessions"}.Sanitize()+" WHERE id = $1 FOR UPDATE", w.ID()); err != nil {
+		t.Fatal(err)
+	}
+	// The row expires 1s after Open; clearExpired fails from then on.
+	select {
+	case r := <-a:
+		tx.Rollback(context.Background())
+		t.Fatalf("Acquire: %v, want an error wrapping ErrSessionDone", r.Err)
+	case <-time.After(5 * time.Second):
+	}
+	if err := tx.Rollback(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-a:
+		if !errors.Is(r.Err, backend.ErrSessionDone) {
+			t.Fatalf("Acquire: %v, want an error wrapping ErrSessionDone", r.Err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Acquire still waiting 20s after the lock on its expired session's row went")
+	}
+	if err := lh.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+}
