@@ -15,6 +15,7 @@ import (
 	"github.com/simba-go/simba/internal/check"
 	"github.com/simba-go/simba/internal/faultproxy"
 	"github.com/simba-go/simba/internal/kubetest"
+	"github.com/simba-go/simba/internal/slowreply"
 )
 
 // pair is two simba clients, "a" and "b", each on a backend of its own
@@ -138,7 +139,7 @@ func (p *pair) expiredTerm(t *testing.T, holder, next *seenTerm) time.Duration {
 		p.failf("%v", err)
 	}
 	t.Logf("term %d of %s ended %s the server freed its holding and %s term %d of %s began",
-		holder.Term.Token(), holder.Node, relative(end, endedAt), relative(end, next.Term.Start()), next.Term.Token(), next.Node)
+		holder.Term.Token(), holder.Node, slowreply.Relative(end, endedAt), slowreply.Relative(end, next.Term.Start()), next.Term.Token(), next.Node)
 	return gap
 }
 
