@@ -2,13 +2,11 @@ package zookeeper
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/backendtest"
 	"github.com/simba-go/simba/internal/faultproxy"
 	"github.com/simba-go/simba/internal/zktest"
@@ -68,38 +66,4 @@ func TestWithdrawRetriesALostDelete(t *testing.T) {
 	default:
 	}
 	require.NoError(t, lw.Release(t.Context()))
-}
-
-// openWithTTL opens a session on addr under root with the given TTL,
-// closed when the test ends; a goroutine renews it every TTL/4 (the
-// backend stops go-zookeeper's own pings: KeepAlive alone keeps it).
-func openWithTTL(t *testing.T, addr, root string, ttl time.Duration) *session {
-	t.Helper()
-	b, err := New([]string{addr}, WithRoot(root))
-	require.NoError(t, err)
-	t.Cleanup(func() { b.Close() })
-	bs, err := b.Open(t.Context(), backend.SessionOptions{TTL: ttl})
-	require.NoError(t, err)
-	s := bs.(*session)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(ttl / 4):
-			}
-			s.KeepAlive(ctx)
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		if err := s.Close(context.Background()); err != nil && !errors.Is(err, backend.ErrSessionDone) {
-			t.Logf("closing the session: %v", err)
-		}
-	})
-	return s
 }

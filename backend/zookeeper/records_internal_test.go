@@ -2,6 +2,7 @@ package zookeeper
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -18,10 +19,17 @@ import (
 // when the test ends; a goroutine renews it.
 func openInternal(t *testing.T, addr, root string) *session {
 	t.Helper()
+	return openWithTTL(t, addr, root, time.Second)
+}
+
+// openWithTTL is openInternal with a TTL of the test's (the backend stops
+// go-zookeeper's own pings: KeepAlive alone keeps a session).
+func openWithTTL(t *testing.T, addr, root string, ttl time.Duration) *session {
+	t.Helper()
 	b, err := New([]string{addr}, WithRoot(root))
 	require.NoError(t, err)
 	t.Cleanup(func() { b.Close() })
-	bs, err := b.Open(t.Context(), backend.SessionOptions{TTL: time.Second})
+	bs, err := b.Open(t.Context(), backend.SessionOptions{TTL: ttl})
 	require.NoError(t, err)
 	s := bs.(*session)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -40,7 +48,9 @@ func openInternal(t *testing.T, addr, root string) *session {
 	t.Cleanup(func() {
 		cancel()
 		<-done
-		s.Close(context.Background())
+		if err := s.Close(context.Background()); err != nil && !errors.Is(err, backend.ErrSessionDone) {
+			t.Logf("closing the session: %v", err)
+		}
 	})
 	return s
 }
