@@ -302,18 +302,7 @@ func TestTakeoverWaitsForCommit(t *testing.T) {
 				t.Fatalf("a renewal while a fenced transaction is open: %v", err)
 			}
 
-			type acquired struct {
-				l   backend.Lease
-				err error
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			next := make(chan acquired, 1)
-			successor := e.open(t, time.Minute)
-			go func() {
-				l, err := successor.Acquire(ctx, "job")
-				next <- acquired{l, err}
-			}()
+			next := e.successor(t)
 			// The holder stops renewing; the successor finds its session
 			// expired and its deletion waits for the transaction's lock.
 			e.waitExpired(t, s)
@@ -339,6 +328,26 @@ func TestTakeoverWaitsForCommit(t *testing.T) {
 			stale(t, e.write(t, d, l.Token(), 2), l.Token(), a.l.Token())
 		})
 	}
+}
+
+// acquired is what an Acquire returned.
+type acquired struct {
+	l   backend.Lease
+	err error
+}
+
+// successor opens a session of a minute and starts its Acquire of "job",
+// which returns on the channel; the Acquire ends with the test.
+func (e *env) successor(t *testing.T) <-chan acquired {
+	next := make(chan acquired, 1)
+	s := e.open(t, time.Minute)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() {
+		l, err := s.Acquire(ctx, "job")
+		next <- acquired{l, err}
+	}()
+	return next
 }
 
 // waitLockWaiter waits until a statement deleting from the schema's

@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/fence"
 	"github.com/simba-go/simba/fence/internal/fencetest"
 	"github.com/simba-go/simba/internal/await"
@@ -72,18 +71,7 @@ func TestLateCheckAfterExpiry(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			type acquired struct {
-				l   backend.Lease
-				err error
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			next := make(chan acquired, 1)
-			successor := e.open(t, time.Minute)
-			go func() {
-				l, err := successor.Acquire(ctx, "job")
-				next <- acquired{l, err}
-			}()
+			next := e.successor(t)
 			e.waitExpired(t, s)
 			e.waitLockWaiter(t, func() bool { return len(next) > 0 })
 			var since float64
