@@ -170,30 +170,16 @@ func partitionOf(term *simba.Term) int {
 	return p
 }
 
-// waitUntil sleeps in steps of 10ms (virtual time, in a bubble) until
-// cond holds, and fails the test after bound, saying what it waited for
-// and what it saw then.
-func waitUntil(t *testing.T, bound time.Duration, what string, cond func() bool, seen func() string) {
-	t.Helper()
-	deadline := time.Now().Add(bound)
-	for !cond() {
-		if !time.Now().Before(deadline) {
-			t.Fatalf("%s: not within %v; saw %s", what, bound, seen())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // twoTerms waits for term 1 of the one task l records, ends it the way w
 // does, and waits until the same task has begun term 2 (a claim or a run
 // in it); it returns both terms.
 func twoTerms(t *testing.T, b *memory.Backend, n *memory.Node, w twoTermWay, l *ledger) (t1, t2 *simba.Term) {
 	t.Helper()
-	waitUntil(t, 10*testTTL, "term 1 began", func() bool { return len(l.terms(-1)) >= 1 }, l.String)
+	await.Until(t, 10*testTTL, "term 1 began", func() bool { return len(l.terms(-1)) >= 1 }, l.String)
 	time.Sleep(1500 * time.Millisecond) // term 1 works a while (a schedule runs twice)
 	t1 = l.terms(-1)[0]
 	w.end(t, b, n, t1)
-	waitUntil(t, 10*testTTL, "term 2 began on the same task, after "+w.name, func() bool { return len(l.terms(-1)) >= 2 }, l.String)
+	await.Until(t, 10*testTTL, "term 2 began on the same task, after "+w.name, func() bool { return len(l.terms(-1)) >= 2 }, l.String)
 	return t1, l.terms(-1)[1]
 }
 
@@ -306,7 +292,7 @@ func TestSameTaskTwoTermsRunGetsItsTerm(t *testing.T) {
 				c, n := node(t, b, "a", h, simba.WithMemberID("a"), mopt)
 				l := &ledger{}
 				startShape(t, c, "RunWhileLeader", l)
-				waitUntil(t, 10*testTTL, "term 1 began", func() bool { return len(l.terms(-1)) >= 1 }, l.String)
+				await.Until(t, 10*testTTL, "term 1 began", func() bool { return len(l.terms(-1)) >= 1 }, l.String)
 				session1 := c.SessionID()
 				t1, t2 := twoTerms(t, b, n, w, l)
 				synctest.Wait()
@@ -503,7 +489,7 @@ func TestSameClientTwoSessionsHealthRecord(t *testing.T) {
 				first := c.SessionID()
 				check("on the first session")
 				n.Expire()
-				waitUntil(t, 10*testTTL, "a new session", func() bool { s := c.SessionID(); return s != "" && s != first }, c.SessionID)
+				await.Until(t, 10*testTTL, "a new session", func() bool { s := c.SessionID(); return s != "" && s != first }, c.SessionID)
 				time.Sleep(2 * records.HealthEvery)
 				check("on the second session")
 				closeAll(t, c)
@@ -585,7 +571,7 @@ func TestSameTaskTwoTermsOpsCheckedAtTermStart(t *testing.T) {
 					}
 				})
 				require.NoError(t, err)
-				waitUntil(t, 10*testTTL, "term 1 began", func() bool { return len(l.terms(-1)) >= 1 }, l.String)
+				await.Until(t, 10*testTTL, "term 1 began", func() bool { return len(l.terms(-1)) >= 1 }, l.String)
 				t1 := l.terms(-1)[0]
 				require.NoError(t, openAdmin(t, b).Disable(t.Context(), "e", "maintenance"))
 				synctest.Wait()
@@ -596,7 +582,7 @@ func TestSameTaskTwoTermsOpsCheckedAtTermStart(t *testing.T) {
 					b.Node("a").Expire()
 				}
 				elected := func() []simba.Elected { return eventsOf[simba.Elected](h) }
-				waitUntil(t, 10*testTTL, "term 2 began", func() bool { return len(elected()) >= 2 }, func() string { return fmt.Sprint(h.Events()) })
+				await.Until(t, 10*testTTL, "term 2 began", func() bool { return len(elected()) >= 2 }, func() string { return fmt.Sprint(h.Events()) })
 				time.Sleep(testTTL)
 				t2 := elected()[1].Token
 				for _, e := range l.all() {
@@ -678,10 +664,10 @@ func TestSameTaskTwoTermsSchedule(t *testing.T) {
 					s := simba.FixedRate(10 * time.Second).WithInitialDelay(4 * time.Second).WithMisfire(policy)
 					_, err := c.Election("e").Schedule(s, l.tick)
 					require.NoError(t, err)
-					waitUntil(t, 10*testTTL, "term 1's first run", func() bool { return len(l.terms(-1)) >= 1 }, l.String)
+					await.Until(t, 10*testTTL, "term 1's first run", func() bool { return len(l.terms(-1)) >= 1 }, l.String)
 					t1 := l.terms(-1)[0]
 					w.end(t, b, n, t1)
-					waitUntil(t, 10*testTTL, "term 2 of the same task ran", func() bool { return len(l.terms(-1)) >= 2 }, l.String)
+					await.Until(t, 10*testTTL, "term 2 of the same task ran", func() bool { return len(l.terms(-1)) >= 2 }, l.String)
 					t2 := l.terms(-1)[1]
 					require.True(t, t2.Start().After(t1.Start().Add(24*time.Second)), "term 2 began at +%v, not after term 1's planned start at +24s", t2.Start().Sub(t1.Start()))
 					time.Sleep(time.Until(t2.Start().Add(25 * time.Second)))
@@ -743,7 +729,7 @@ func TestSameGroupMemberTwoTerms(t *testing.T) {
 				l := &ledger{}
 				_, err := c.Group("g", P).RunWhileLeader(l.holdPartition, simba.WithClaim(l.claim))
 				require.NoError(t, err)
-				waitUntil(t, 10*testTTL, "term 1 of every partition", func() bool {
+				await.Until(t, 10*testTTL, "term 1 of every partition", func() bool {
 					for p := range P {
 						if len(l.terms(p)) < 1 {
 							return false
@@ -778,7 +764,7 @@ func TestSameGroupMemberTwoTerms(t *testing.T) {
 					zl := &ledger{}
 					zt, err := z.Group("g", P).RunWhileLeader(zl.holdPartition)
 					require.NoError(t, err)
-					waitUntil(t, 10*testTTL, "z holds its partitions "+fmt.Sprint(again), func() bool {
+					await.Until(t, 10*testTTL, "z holds its partitions "+fmt.Sprint(again), func() bool {
 						for _, p := range again {
 							if len(zl.terms(p)) < 1 {
 								return false
@@ -800,7 +786,7 @@ func TestSameGroupMemberTwoTerms(t *testing.T) {
 					}
 					return out
 				}
-				waitUntil(t, 20*testTTL, fmt.Sprintf("%s: partitions %v back on a for a second term", how, again), func() bool {
+				await.Until(t, 20*testTTL, fmt.Sprintf("%s: partitions %v back on a for a second term", how, again), func() bool {
 					for _, p := range again {
 						if len(l.terms(p)) < 2 {
 							return false
@@ -951,10 +937,10 @@ func TestTwoTermsOnRealBackends(t *testing.T) {
 					l := &ledger{}
 					_, err = c.Election(name).RunWhileLeader(l.hold, simba.WithClaim(l.claim))
 					require.NoError(t, err)
-					waitUntil(t, groupWait, "term 1 ran", func() bool { return len(l.of("run", firstOf(l))) > 0 }, l.String)
+					await.Until(t, groupWait, "term 1 ran", func() bool { return len(l.of("run", firstOf(l))) > 0 }, l.String)
 					t1 := l.terms(-1)[0]
 					w.end(t, ad, c, t1)
-					waitUntil(t, groupWait, "term 2 of the same task ran, after "+w.name, func() bool {
+					await.Until(t, groupWait, "term 2 of the same task ran, after "+w.name, func() bool {
 						terms := l.terms(-1)
 						return len(terms) >= 2 && len(l.of("run", terms[len(terms)-1])) > 0
 					}, l.String)
@@ -986,7 +972,7 @@ func TestTwoTermsOnRealBackends(t *testing.T) {
 					// The status: the latest term holds, term 1 ended before it.
 					last := terms[len(terms)-1]
 					var st admin.Status
-					waitUntil(t, 5*realTTL, fmt.Sprintf("the status shows the latest term (token %d) as its holder", last.Token()), func() bool {
+					await.Until(t, 5*realTTL, fmt.Sprintf("the status shows the latest term (token %d) as its holder", last.Token()), func() bool {
 						ctx, cancel := context.WithTimeout(context.Background(), realTTL)
 						defer cancel()
 						st, err = ad.Status(ctx, name)

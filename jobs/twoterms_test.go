@@ -13,6 +13,7 @@ import (
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/admin"
 	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/internal/await"
 	"github.com/simba-go/simba/jobs"
 )
 
@@ -177,7 +178,7 @@ func TestJobsTwoTermsOfTheSameNode(t *testing.T) {
 						return true
 					}
 				}
-				waitUntil(t, time.Minute, "every job ran in its term 1", ran(1), c)
+				await.Until(t, time.Minute, "every job ran in its term 1", ran(1), c.String)
 				time.Sleep(time.Second)
 				switch way {
 				case "SessionExpired":
@@ -194,7 +195,7 @@ func TestJobsTwoTermsOfTheSameNode(t *testing.T) {
 						}
 					}
 				}
-				waitUntil(t, time.Minute, "every job began its term 2 on the same node, and ran", ran(2), c)
+				await.Until(t, time.Minute, "every job began its term 2 on the same node, and ran", ran(2), c.String)
 				time.Sleep(3 * time.Second)
 				cancel()
 				if err := <-done; err != nil {
@@ -251,18 +252,5 @@ func TestJobsTwoTermsOfTheSameNode(t *testing.T) {
 				}
 			})
 		})
-	}
-}
-
-// waitUntil sleeps (virtual time in a bubble) until cond holds, or fails
-// the test after limit, with what it saw.
-func waitUntil(t *testing.T, limit time.Duration, what string, cond func() bool, seen fmt.Stringer) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v; saw %v", what, limit, seen)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -46,6 +46,22 @@ func For[T any](t testing.TB, ch <-chan T, d time.Duration, format string, args 
 	return v
 }
 
+// Until polls cond every 10ms (virtual time in a synctest bubble) until it
+// holds, and fails the test after d, saying what it waited for and, from
+// seen, what it saw then; the failure is remembered for [Cleanup] as For's.
+func Until(t testing.TB, d time.Duration, what string, cond func() bool, seen func() string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if !time.Now().Before(deadline) {
+			err := fmt.Errorf("%s: not within %v; saw %s", what, d, seen())
+			failed.Store(t.Name(), err)
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // failed holds, by test name, the last wait of For that failed: a test
 // whose clean-up has to end the test binary (see Cleanup) can no longer
 // print its failures, so the panic carries that one.
