@@ -30,16 +30,7 @@ import (
 // (The mutant listed as 171:4 is the startKilling of `case <-parentGone:`:
 // see TestSpecEndOfFileKills.)
 func TestKillRequestKillsBelowAnIgnoringCommand(t *testing.T) {
-	out := newLines()
-	c := start(t, `trap '' USR1 TERM; `+leaver+`echo ready; sleep 1000`, out)
-	ps := collect(t, out, 5)
-	t.Cleanup(func() { // only when it failed: leave nothing behind
-		for _, p := range ps {
-			if p.alive() {
-				killProc(p.pid, p.start)
-			}
-		}
-	})
+	c, ps := startIgnoring(t)
 	c.Kill()
 	if e := wait(t, c, "after Kill"); e != (Exit{Code: -1, Signal: syscall.SIGKILL}) {
 		t.Errorf("exit = %v, want killed by SIGKILL", e)
@@ -192,16 +183,7 @@ func FuzzParseStat(f *testing.F) {
 // end within 10 s of the end of file on its spec pipe; processes [...] of
 // [...] run".
 func TestSpecEndOfFileKills(t *testing.T) {
-	out := newLines()
-	c := start(t, `trap '' USR1 TERM; `+leaver+`echo ready; sleep 1000`, out)
-	ps := collect(t, out, 5)
-	t.Cleanup(func() { // only when it failed: leave nothing behind
-		for _, p := range ps {
-			if p.alive() {
-				killProc(p.pid, p.start)
-			}
-		}
-	})
+	c, ps := startIgnoring(t)
 	if err := c.sys.spec.Close(); err != nil {
 		t.Fatalf("closing the spec pipe's write end: %v", err)
 	}
@@ -216,4 +198,22 @@ func TestSpecEndOfFileKills(t *testing.T) {
 	if a := aliveOf(ps); len(a) != 0 {
 		t.Fatalf("after the end of file on the spec pipe, processes %v of %v still run", a, ps)
 	}
+}
+
+// startIgnoring starts a command that ignores SIGUSR1 and SIGTERM and
+// leaves processes behind, two of them in sessions of their own, and
+// returns its child and their processes (killed when the test ends, if a
+// failing test left them).
+func startIgnoring(t *testing.T) (*Child, []proc) {
+	out := newLines()
+	c := start(t, `trap '' USR1 TERM; `+leaver+`echo ready; sleep 1000`, out)
+	ps := collect(t, out, 5)
+	t.Cleanup(func() {
+		for _, p := range ps {
+			if p.alive() {
+				killProc(p.pid, p.start)
+			}
+		}
+	})
+	return c, ps
 }
