@@ -104,10 +104,11 @@ type driver struct {
 	begin func(t *testing.T, e *env) tx
 }
 
-var drivers = []driver{
-	{"pgx", func(t *testing.T, e *env) tx {
+// pgxDriver is the driver of pgx's own transactions, begun with opts.
+func pgxDriver(name string, opts pgx.TxOptions) driver {
+	return driver{name, func(t *testing.T, e *env) tx {
 		ctx := fencetest.Ctx(t)
-		x, err := e.pool.Begin(ctx)
+		x, err := e.pool.BeginTx(ctx, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,7 +122,11 @@ var drivers = []driver{
 			commit:   func() error { return x.Commit(ctx) },
 			rollback: func() error { return x.Rollback(ctx) },
 		}
-	}},
+	}}
+}
+
+var drivers = []driver{
+	pgxDriver("pgx", pgx.TxOptions{}),
 	{"database/sql", func(t *testing.T, e *env) tx {
 		ctx := fencetest.Ctx(t)
 		x, err := e.db.BeginTx(ctx, nil)

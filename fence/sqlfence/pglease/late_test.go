@@ -1,7 +1,6 @@
 package pglease_test
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -16,23 +15,7 @@ import (
 // lateDrivers are the drivers, and pgx at REPEATABLE READ, where the
 // transaction's snapshot is the first statement's: a late check must not
 // go by it either.
-var lateDrivers = append(append([]driver(nil), drivers...), driver{"pgx repeatable read", func(t *testing.T, e *env) tx {
-	ctx := fencetest.Ctx(t)
-	x, err := e.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { x.Rollback(context.Background()) })
-	return tx{
-		check: func(lease string, token uint64) error { return e.f.CheckPgx(ctx, x, lease, token) },
-		exec: func(sql string, args ...any) error {
-			_, err := x.Exec(ctx, sql, args...)
-			return err
-		},
-		commit:   func() error { return x.Commit(ctx) },
-		rollback: func() error { return x.Rollback(ctx) },
-	}
-}})
+var lateDrivers = append(append([]driver(nil), drivers...), pgxDriver("pgx repeatable read", pgx.TxOptions{IsoLevel: pgx.RepeatableRead}))
 
 // TestLateCheckAfterExpiry: a transaction checks its term (it holds), writes,
 // and stays open while the term's session expires (the holder stops
