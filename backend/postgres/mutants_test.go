@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/backendtest"
 	"github.com/simba-go/simba/backend/postgres"
+	"github.com/simba-go/simba/internal/await"
 	"github.com/simba-go/simba/internal/pgtest"
 )
 
@@ -40,20 +42,14 @@ func TestWaiterRetriesAFailedClearExpired(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	a := backendtest.AcquireAsync(ctx, w, "x")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ids, err := h.(backend.CandidateLister).Candidates(ctxT(t), "x")
-		if err != nil {
+	var ids []string
+	await.Until(t, 10*time.Second, "the waiter's candidacy registered", func() bool {
+		var err error
+		if ids, err = h.(backend.CandidateLister).Candidates(ctxT(t), "x"); err != nil {
 			t.Fatal(err)
 		}
-		if len(ids) == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the waiter's candidacy not registered after 10s: %q", ids)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return len(ids) == 2
+	}, func() string { return fmt.Sprintf("candidates %q", ids) })
 	conn, err := pgx.Connect(ctxT(t), dsn)
 	if err != nil {
 		t.Fatal(err)
