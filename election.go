@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/backend"
-	"github.com/simba-go/simba/internal/backoff"
+	"github.com/simba-go/simba/backend/kit/backoff"
 )
 
 // Election is a named election on a client. It is a lightweight value: start

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/backend"
-	"github.com/simba-go/simba/internal/backoff"
+	"github.com/simba-go/simba/backend/kit/backoff"
 )
 
 // Group is a partition group on a client: partitions elections, named

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/backend"
-	"github.com/simba-go/simba/internal/backoff"
+	"github.com/simba-go/simba/backend/kit/backoff"
 	"github.com/simba-go/simba/internal/plant"
 	"github.com/simba-go/simba/internal/records"
 )

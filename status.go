@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/backend"
-	"github.com/simba-go/simba/internal/backoff"
+	"github.com/simba-go/simba/backend/kit/backoff"
 	"github.com/simba-go/simba/internal/records"
 )
 

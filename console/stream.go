@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/simba-go/simba/internal/backoff"
+	"github.com/simba-go/simba/backend/kit/backoff"
 )
 
 // pingEvery is how often an idle event stream sends a "ping" event, so

@@ -27,7 +27,7 @@ func TestImports(t *testing.T) {
 	}{
 		{"github.com/simba-go/simba/fence", []string{grpc, redis, etcd, "database/sql"}},
 		{"github.com/simba-go/simba/fence/sqlfence", []string{grpc, redis, etcd, pgx}},
-		{"github.com/simba-go/simba/fence/sqlfence/pglease", []string{grpc, redis, etcd}},
+		{"github.com/simba-go/simba/backend/postgres/pglease", []string{grpc, redis, etcd}},
 		{"github.com/simba-go/simba/fence/redisfence", []string{grpc, etcd, "database/sql"}},
 		{"github.com/simba-go/simba/fence/etcdfence", []string{redis, "database/sql"}},
 	} {

@@ -34,7 +34,7 @@
 //     through database/sql. The check runs inside the caller's *sql.Tx and
 //     records the token in a fence table, so the check and the caller's
 //     writes commit or roll back together.
-//   - [github.com/simba-go/simba/fence/sqlfence/pglease]: PostgreSQL with
+//   - [github.com/simba-go/simba/backend/postgres/pglease]: PostgreSQL with
 //     simba's PostgreSQL backend, through pgx or database/sql. The check
 //     reads simba's own lease row inside the caller's transaction and locks
 //     it until the commit, so a deposed holder's write is refused even

@@ -44,3 +44,11 @@ func (e *StaleError) Error() string {
 
 // Unwrap returns [ErrStale].
 func (e *StaleError) Unwrap() error { return ErrStale }
+
+// Invalid returns an error matching [ErrInvalidArgument] that says what was
+// wrong (fmt.Sprintf of format and args). The fences of this module and of
+// the modules beside it (etcdfence, redisfence, pglease) report bad input
+// with it; a fence of another package can too.
+func Invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
+}

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/simba-go/simba/backend/kit/backoff"
 	"github.com/simba-go/simba/fence"
-	"github.com/simba-go/simba/internal/backoff"
 )
 
 // ErrCrashed is returned by a resource operation of a node whose process

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba"
-	"github.com/simba-go/simba/internal/backoff"
+	"github.com/simba-go/simba/backend/kit/backoff"
 )
 
 // Handler processes the messages of one partition in one term. A [Task]

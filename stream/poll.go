@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/simba-go/simba/internal/backoff"
+	"github.com/simba-go/simba/backend/kit/backoff"
 )
 
 // batch is what the poller hands over: messages or the error that ended it.

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 
 	"github.com/simba-go/simba/backend"
-	"github.com/simba-go/simba/internal/backoff"
+	"github.com/simba-go/simba/backend/kit/backoff"
 )
 
 var (

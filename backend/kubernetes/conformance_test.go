@@ -17,8 +17,8 @@ import (
 
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/backendtest"
+	"github.com/simba-go/simba/backend/kit/backoff"
 	"github.com/simba-go/simba/backend/kubernetes"
-	"github.com/simba-go/simba/internal/backoff"
 	"github.com/simba-go/simba/internal/kubetest"
 )
 

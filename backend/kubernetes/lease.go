@@ -13,8 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/simba-go/simba/backend"
-	"github.com/simba-go/simba/internal/backoff"
-	"github.com/simba-go/simba/internal/lost"
+	"github.com/simba-go/simba/backend/kit/backoff"
+	"github.com/simba-go/simba/backend/kit/lost"
 )
 
 var (

@@ -11,7 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/simba-go/simba/internal/backoff"
+	"github.com/simba-go/simba/backend/kit/backoff"
 )
 
 // entry is one candidacy in a lease name's queue.

@@ -17,8 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/simba-go/simba/backend"
-	"github.com/simba-go/simba/internal/backoff"
-	"github.com/simba-go/simba/internal/wake"
+	"github.com/simba-go/simba/backend/kit/backoff"
+	"github.com/simba-go/simba/backend/kit/wake"
 )
 
 // errNotHolder marks a fenced write whose lease is not held.

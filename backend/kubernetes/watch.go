@@ -12,8 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/simba-go/simba/internal/backoff"
-	"github.com/simba-go/simba/internal/wake"
+	"github.com/simba-go/simba/backend/kit/backoff"
+	"github.com/simba-go/simba/backend/kit/wake"
 )
 
 // observer remembers, per session object, the resourceVersion last seen

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/backend/kit/backoff"
 	"github.com/simba-go/simba/backend/postgres"
-	"github.com/simba-go/simba/internal/backoff"
 	"github.com/simba-go/simba/internal/check"
 	"github.com/simba-go/simba/internal/pgtest"
 )

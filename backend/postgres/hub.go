@@ -12,8 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/simba-go/simba/internal/backoff"
-	"github.com/simba-go/simba/internal/wake"
+	"github.com/simba-go/simba/backend/kit/backoff"
+	"github.com/simba-go/simba/backend/kit/wake"
 )
 
 // hub is the backend's one LISTEN connection and the subscribers it

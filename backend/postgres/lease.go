@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/simba-go/simba/backend"
-	"github.com/simba-go/simba/internal/backoff"
-	"github.com/simba-go/simba/internal/lost"
+	"github.com/simba-go/simba/backend/kit/backoff"
+	"github.com/simba-go/simba/backend/kit/lost"
 )
 
 var (

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/simba-go/simba/backend"
-	"github.com/simba-go/simba/internal/wake"
+	"github.com/simba-go/simba/backend/kit/wake"
 )
 
 // fenceSQL is the CTE "fence" of a fenced write: the candidacy ($4 the
@@ -37,7 +37,7 @@ func fenceSQL(q, tok, name, sess string) (cte, fenced string) {
 // LeaseFenceSQL returns the query with which a transaction of the caller's
 // fences itself with the lease rows of schema (the name given to
 // [WithSchema]; "" means "simba"), for package
-// github.com/simba-go/simba/fence/sqlfence/pglease. With $1 the lease's
+// github.com/simba-go/simba/backend/postgres/pglease. With $1 the lease's
 // name and $2 a token, it returns one row (held boolean, last bigint):
 // held is true when the candidacy (name, token) exists, its session is
 // alive by the database's clock and no candidacy is ahead of it (the

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/simba-go/simba/backend"
-	"github.com/simba-go/simba/internal/backoff"
+	"github.com/simba-go/simba/backend/kit/backoff"
 	"github.com/simba-go/simba/internal/plant"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/simba-go/simba/internal/backoff"
+	"github.com/simba-go/simba/backend/kit/backoff"
 )
 
 // --watch shows a command's output again and again until interrupted, as

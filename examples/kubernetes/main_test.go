@@ -34,9 +34,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/simba-go/simba/backend/kit/backoff"
 	"github.com/simba-go/simba/backend/kubernetes"
 	"github.com/simba-go/simba/internal/await"
-	"github.com/simba-go/simba/internal/backoff"
 	"github.com/simba-go/simba/internal/check"
 	"github.com/simba-go/simba/internal/kubetest"
 )

@@ -45,9 +45,9 @@ import (
 
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend/postgres"
+	"github.com/simba-go/simba/backend/postgres/pglease"
 	"github.com/simba-go/simba/examples/internal/storylog"
 	"github.com/simba-go/simba/fence"
-	"github.com/simba-go/simba/fence/sqlfence/pglease"
 )
 
 // partitions is the outbox's partition count; every node must use the same.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/simba-go/simba/fence"
 	"github.com/simba-go/simba/fence/etcdfence"
-	"github.com/simba-go/simba/fence/internal/fencetest"
+	"github.com/simba-go/simba/internal/fencetest"
 )
 
 // TestClaimPreventsLostUpdate is fencetest.ClaimPreventsLostUpdate on etcd.

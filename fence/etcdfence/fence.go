@@ -10,7 +10,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/simba-go/simba/fence"
-	"github.com/simba-go/simba/fence/internal/errs"
 )
 
 // DefaultPrefix is the prefix of token keys when [Fence].Prefix is
@@ -95,7 +94,7 @@ func (e Fence) Guard(resource string, token uint64) ([]clientv3.Cmp, []clientv3.
 // one comes back the transaction may or may not have been applied.
 func (e Fence) Commit(ctx context.Context, kv clientv3.KV, resource string, token uint64, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
 	if kv == nil {
-		return nil, errs.Invalid("nil etcd KV")
+		return nil, fence.Invalid("nil etcd KV")
 	}
 	cmps, guard := e.Guard(resource, token)
 	resp, err := kv.Txn(ctx).
@@ -140,7 +139,7 @@ func (e Fence) Stale(ctx context.Context, kv clientv3.KV, resource string, token
 // when none is.
 func (e Fence) Highest(ctx context.Context, kv clientv3.KV, resource string) (token uint64, ok bool, err error) {
 	if kv == nil {
-		return 0, false, errs.Invalid("nil etcd KV")
+		return 0, false, fence.Invalid("nil etcd KV")
 	}
 	resp, err := kv.Get(ctx, e.dir(resource), clientv3.WithLastKey()...)
 	if err != nil {

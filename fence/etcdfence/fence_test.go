@@ -10,8 +10,8 @@ import (
 
 	"github.com/simba-go/simba/fence"
 	"github.com/simba-go/simba/fence/etcdfence"
-	"github.com/simba-go/simba/fence/internal/fencetest"
 	"github.com/simba-go/simba/internal/etcdtest"
+	"github.com/simba-go/simba/internal/fencetest"
 )
 
 // etcdClient starts an embedded etcd server for the test and returns a

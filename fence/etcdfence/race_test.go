@@ -9,7 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/simba-go/simba/fence/etcdfence"
-	"github.com/simba-go/simba/fence/internal/fencetest"
+	"github.com/simba-go/simba/internal/fencetest"
 )
 
 // etcdRegister is one key of etcd, written in a transaction fenced with

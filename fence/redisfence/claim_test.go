@@ -8,8 +8,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/simba-go/simba/fence"
-	"github.com/simba-go/simba/fence/internal/fencetest"
 	"github.com/simba-go/simba/fence/redisfence"
+	"github.com/simba-go/simba/internal/fencetest"
 )
 
 // TestClaimPreventsLostUpdate is fencetest.ClaimPreventsLostUpdate on Redis.

@@ -10,7 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/simba-go/simba/fence"
-	"github.com/simba-go/simba/fence/internal/errs"
 )
 
 // DefaultPrefix is the prefix of token keys when [Fence].Prefix is
@@ -147,7 +146,7 @@ func (r Fence) Set(ctx context.Context, resource string, token uint64, key strin
 	case ttl == redis.KeepTTL:
 		mode = "KEEPTTL"
 	case ttl < 0:
-		return errs.Invalid("ttl %v: want a positive duration, 0 or redis.KeepTTL", ttl)
+		return fence.Invalid("ttl %v: want a positive duration, 0 or redis.KeepTTL", ttl)
 	}
 	return r.run(ctx, setScript, resource, token, key, value, mode, ms)
 }
@@ -169,7 +168,7 @@ func (r Fence) HSet(ctx context.Context, resource string, token uint64, key, fie
 // when none is.
 func (r Fence) Highest(ctx context.Context, resource string) (token uint64, ok bool, err error) {
 	if r.Client == nil {
-		return 0, false, errs.Invalid("nil Redis client")
+		return 0, false, fence.Invalid("nil Redis client")
 	}
 	s, err := getScript.Run(ctx, r.Client, []string{r.TokenKey(resource)}).Text()
 	if errors.Is(err, redis.Nil) {
@@ -188,10 +187,10 @@ func (r Fence) Highest(ctx context.Context, resource string) (token uint64, ok b
 // check validates the arguments of a write.
 func (r Fence) check(resource, key string) error {
 	if r.Client == nil {
-		return errs.Invalid("nil Redis client")
+		return fence.Invalid("nil Redis client")
 	}
 	if key == r.TokenKey(resource) {
-		return errs.Invalid("key %q is the token key of resource %q", key, resource)
+		return fence.Invalid("key %q is the token key of resource %q", key, resource)
 	}
 	return nil
 }
@@ -244,7 +243,7 @@ return {1, ARGV[1]}
 // Errors are those of [Fence.Set].
 func (r Fence) Claim(ctx context.Context, resource string, token uint64) error {
 	if r.Client == nil {
-		return errs.Invalid("nil Redis client")
+		return fence.Invalid("nil Redis client")
 	}
 	return r.runKeys(ctx, claimScript, resource, token, []string{r.TokenKey(resource)}, "claim")
 }

@@ -7,8 +7,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/simba-go/simba/fence/internal/fencetest"
 	"github.com/simba-go/simba/fence/redisfence"
+	"github.com/simba-go/simba/internal/fencetest"
 )
 
 // redisRegister is one key of Redis, written by SET or HSET.

@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/simba-go/simba/fence/internal/fencetest"
+	"github.com/simba-go/simba/internal/fencetest"
 )
 
 // redisClient connects to the Redis server of SIMBA_REDIS_ADDR (skipping the

@@ -9,8 +9,8 @@ import (
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend/memory"
 	"github.com/simba-go/simba/fence"
-	"github.com/simba-go/simba/fence/internal/fencetest"
 	"github.com/simba-go/simba/internal/await"
+	"github.com/simba-go/simba/internal/fencetest"
 )
 
 // TestWithClaimKeepsEveryUpdate runs the README's pattern end to end: two

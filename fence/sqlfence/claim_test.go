@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/simba-go/simba/fence"
-	"github.com/simba-go/simba/fence/internal/fencetest"
 	"github.com/simba-go/simba/fence/sqlfence"
+	"github.com/simba-go/simba/internal/fencetest"
 )
 
 // TestClaimPreventsLostUpdate is fencetest.ClaimPreventsLostUpdate on SQLite

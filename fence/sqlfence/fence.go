@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/simba-go/simba/fence"
-	"github.com/simba-go/simba/fence/internal/errs"
 )
 
 // Dialect is the SQL dialect of a fence table's database.
@@ -80,7 +79,7 @@ var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 // fence.ErrInvalidArgument.
 func (s Fence) table() (string, error) {
 	if s.Dialect != Postgres && s.Dialect != SQLite {
-		return "", errs.Invalid("unknown SQL dialect %v", s.Dialect)
+		return "", fence.Invalid("unknown SQL dialect %v", s.Dialect)
 	}
 	name := s.Table
 	if name == "" {
@@ -88,11 +87,11 @@ func (s Fence) table() (string, error) {
 	}
 	parts := strings.Split(name, ".")
 	if len(parts) > 2 {
-		return "", errs.Invalid("table name %q has more than two parts", name)
+		return "", fence.Invalid("table name %q has more than two parts", name)
 	}
 	for i, p := range parts {
 		if !identifier.MatchString(p) {
-			return "", errs.Invalid("table name %q: want letters, digits and underscores, not starting with a digit, at most 63 per part", name)
+			return "", fence.Invalid("table name %q: want letters, digits and underscores, not starting with a digit, at most 63 per part", name)
 		}
 		parts[i] = `"` + p + `"`
 	}
@@ -122,7 +121,7 @@ func (s Fence) CreateTable(ctx context.Context, db Handle) error {
 		return err
 	}
 	if db == nil {
-		return errs.Invalid("nil database handle")
+		return fence.Invalid("nil database handle")
 	}
 	if _, err := db.ExecContext(ctx, ddl); err != nil {
 		return fmt.Errorf("simba/fence: create the fence table: %w", err)
@@ -194,10 +193,10 @@ func (s Fence) Check(ctx context.Context, tx *sql.Tx, resource string, token uin
 		return err
 	}
 	if tx == nil {
-		return errs.Invalid("nil transaction")
+		return fence.Invalid("nil transaction")
 	}
 	if token > math.MaxInt64 {
-		return errs.Invalid("token %d does not fit the fence table's signed 64-bit column", token)
+		return fence.Invalid("token %d does not fit the fence table's signed 64-bit column", token)
 	}
 	var recorded int64
 	err = tx.QueryRowContext(ctx, s.upsert(t), resource, int64(token)).Scan(&recorded)
@@ -224,7 +223,7 @@ func (s Fence) Highest(ctx context.Context, db Handle, resource string) (token u
 		return 0, false, err
 	}
 	if db == nil {
-		return 0, false, errs.Invalid("nil database handle")
+		return 0, false, fence.Invalid("nil database handle")
 	}
 	var highest int64
 	err = db.QueryRowContext(ctx, s.selectToken(t), resource).Scan(&highest)
@@ -285,7 +284,7 @@ func (s Fence) Claim(ctx context.Context, db TxBeginner, resource string, token 
 		return err
 	}
 	if db == nil {
-		return errs.Invalid("nil database handle")
+		return fence.Invalid("nil database handle")
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {

@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/simba-go/simba/fence"
-	"github.com/simba-go/simba/fence/internal/fencetest"
 	"github.com/simba-go/simba/fence/sqlfence"
+	"github.com/simba-go/simba/internal/fencetest"
 )
 
 // checkTx runs Check in a transaction of its own and commits it when the

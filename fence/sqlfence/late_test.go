@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/fence"
-	"github.com/simba-go/simba/fence/internal/fencetest"
 	"github.com/simba-go/simba/fence/sqlfence"
+	"github.com/simba-go/simba/internal/fencetest"
 )
 
 // lateMode is a database and an isolation level for TestLateCheck, and

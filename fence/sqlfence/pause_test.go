@@ -18,8 +18,8 @@ import (
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend/etcd"
 	"github.com/simba-go/simba/fence"
-	"github.com/simba-go/simba/fence/internal/fencetest"
 	"github.com/simba-go/simba/internal/etcdtest"
+	"github.com/simba-go/simba/internal/fencetest"
 )
 
 // Environment of the helper process.

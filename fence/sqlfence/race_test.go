@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/fence"
-	"github.com/simba-go/simba/fence/internal/fencetest"
 	"github.com/simba-go/simba/fence/sqlfence"
+	"github.com/simba-go/simba/internal/fencetest"
 )
 
 // sqlRegister is one row of a data table, fenced as resource.

@@ -10,8 +10,8 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver
 	_ "modernc.org/sqlite"             // the "sqlite" driver
 
-	"github.com/simba-go/simba/fence/internal/fencetest"
 	"github.com/simba-go/simba/fence/sqlfence"
+	"github.com/simba-go/simba/internal/fencetest"
 )
 
 // sqlDB is a database for one test, with a fence table of its own.

@@ -30,7 +30,7 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 
-	"github.com/simba-go/simba/internal/backoff"
+	"github.com/simba-go/simba/backend/kit/backoff"
 	"github.com/simba-go/simba/internal/certs"
 	"github.com/simba-go/simba/internal/etcdtest"
 	"github.com/simba-go/simba/internal/sigstop"

@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
-	"github.com/simba-go/simba/internal/backoff"
+	"github.com/simba-go/simba/backend/kit/backoff"
 	"github.com/simba-go/simba/internal/faultproxy"
 	"github.com/simba-go/simba/internal/kubetest"
 )

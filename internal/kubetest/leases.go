@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	typedcoordv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
-	"github.com/simba-go/simba/internal/backoff"
+	"github.com/simba-go/simba/backend/kit/backoff"
 )
 
 // The labels and annotations of backend/kubernetes that the tests read (see

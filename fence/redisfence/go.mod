@@ -1,0 +1,20 @@
+module github.com/simba-go/simba/fence/redisfence
+
+go 1.26.0
+
+require (
+	github.com/redis/go-redis/v9 v9.23.0
+	github.com/simba-go/simba v0.0.0-00010101000000-000000000000
+	go.uber.org/goleak v1.3.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/pgx/v5 v5.12.0 // indirect
+	github.com/simba-go/simba/internal/pgtest v0.0.0-00010101000000-000000000000 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
+)

@@ -1,0 +1,14 @@
+module github.com/simba-go/simba/internal/pgtest
+
+go 1.26.0
+
+require (
+	github.com/jackc/pgx/v5 v5.12.0
+	github.com/simba-go/simba v0.0.0-00010101000000-000000000000
+)
+
+require (
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	golang.org/x/text v0.43.0 // indirect
+)

@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# modules.sh: the Go modules of this repository (docs/ARCHITECTURE.md,
+# "Modules") and what is done to all of them.
+#
+#   scripts/modules.sh list        the module directories, the root first
+#   scripts/modules.sh paths       their module paths, in the same order
+#   scripts/modules.sh tidy [DIR...]  go mod tidy in every module (or those)
+#   scripts/modules.sh check       fails, saying which and why, when a module
+#                                  is not tidy, when the go directives of
+#                                  the modules and go.work differ, when the
+#                                  modules require simba's modules at
+#                                  different versions, when go.work does not
+#                                  list exactly the modules, or when a go.mod
+#                                  has a replace directive
+#   scripts/modules.sh vet         go vet in every module
+#   scripts/modules.sh work        writes go.work: every module, and a
+#                                  replace of each at the version the
+#                                  modules require by its own directory
+#
+# The modules require one another at one version and have no replace
+# directives: a user's `go get` and `go install ...@version` read these
+# go.mod files as they are. Development goes through the committed go.work,
+# which puts every module's own directory in place of the version required.
+# (go.work also replaces each module at that version by its directory:
+# without it, commands that load the whole module graph, such as
+# go list -m all, would try to download the unreleased version.)
+# go mod tidy ignores go.work, so tidy and check run it on a copy of each
+# go.mod (-modfile) to which a replace directive per module of the
+# repository has been added, and copy the result back without them.
+#
+# The tool modules under tools/ (the kube-apiserver and etcd the tests run)
+# are not in go.work and are not checked here: each is built by its
+# scripts/with-*.sh with GOWORK=off.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+root=$PWD
+mkdir -p build
+GO=${GO:-go}
+
+modules() {
+	echo .
+	find . -name go.mod -not -path './tools/*' -not -path './build/*' -not -path './.git/*' -not -path ./go.mod -printf '%h\n' | sed 's|^\./||' | sort
+}
+
+modpath() { awk '$1 == "module" { print $2; exit }' "$1/go.mod"; }
+
+# with_replaces DIR TMP writes to TMP/go.mod a copy of DIR's go.mod with a
+# replace directive for every other module of the repository, and DIR's
+# go.sum to TMP/go.sum.
+with_replaces() {
+	local dir=$1 tmp=$2 m
+	cp "$dir/go.mod" "$tmp/go.mod"
+	if [[ -f "$dir/go.sum" ]]; then cp "$dir/go.sum" "$tmp/go.sum"; else : >"$tmp/go.sum"; fi
+	local args=()
+	for m in $(modules); do
+		[[ "$m" == "$dir" ]] && continue
+		args+=("-replace=$(modpath "$m")=$root/$m")
+	done
+	(cd "$dir" && GOWORK=off "$GO" mod edit -modfile="$tmp/go.mod" "${args[@]}")
+}
+
+tidy() {
+	local dir tmp m dirs=("$@")
+	[[ ${#dirs[@]} -gt 0 ]] || dirs=($(modules))
+	for dir in "${dirs[@]}"; do
+		dir=${dir%/}
+		tmp=$(mktemp -d)
+		with_replaces "$dir" "$tmp"
+		if ! (cd "$dir" && GOWORK=off "$GO" mod tidy -modfile="$tmp/go.mod"); then
+			echo "modules: go mod tidy failed in $dir" >&2
+			rm -rf "$tmp"
+			return 1
+		fi
+		local drop=()
+		for m in $(modules); do
+			[[ "$m" == "$dir" ]] || drop+=("-dropreplace=$(modpath "$m")")
+		done
+		(cd "$dir" && GOWORK=off "$GO" mod edit -modfile="$tmp/go.mod" "${drop[@]}")
+		cp "$tmp/go.mod" "$dir/go.mod"
+		if [[ -s "$tmp/go.sum" ]]; then cp "$tmp/go.sum" "$dir/go.sum"; else rm -f "$dir/go.sum"; fi
+		rm -rf "$tmp"
+	done
+}
+
+# version prints the one version at which the modules require simba's
+# modules (the first found; check fails when they differ).
+version() {
+	local dir
+	for dir in $(modules); do
+		GOWORK=off "$GO" mod edit -json "$dir/go.mod" | awk -F'"' '
+			$2 == "Path" { p = $4 }
+			$2 == "Version" && p ~ /^github\.com\/simba-go\/simba(\/|$)/ { print $4 }'
+	done | awk 'NR == 1'
+}
+
+# workfile prints the go.work the modules make.
+workfile() {
+	local v m d
+	v=$(version)
+	printf 'go %s\n\nuse (\n' "$(awk '$1 == "go" { print $2; exit }' go.mod)"
+	for m in $(modules); do
+		if [[ "$m" == . ]]; then d=.; else d=./$m; fi
+		printf '\t%s\n' "$d"
+	done
+	printf ')\n\nreplace (\n'
+	for m in $(modules); do
+		if [[ "$m" == . ]]; then d=./; else d=./$m; fi
+		printf '\t%s %s => %s\n' "$(modpath "$m")" "$v" "$d"
+	done
+	printf ')\n'
+}
+
+check() {
+	local failed=0 dir tmp want got versions m
+	want=$(awk '$1 == "go" { print $2; exit }' go.mod)
+	for dir in $(modules); do
+		got=$(awk '$1 == "go" { print $2; exit }' "$dir/go.mod")
+		if [[ "$got" != "$want" ]]; then
+			echo "modules: $dir/go.mod says go $got, the root's go.mod go $want: make them one" >&2
+			failed=1
+		fi
+		if grep -qE '^[[:space:]]*replace([[:space:]]|\()' "$dir/go.mod"; then
+			echo "modules: $dir/go.mod has a replace directive: a user's go get and go install would not see it; use go.work" >&2
+			failed=1
+		fi
+		tmp=$(mktemp -d)
+		with_replaces "$dir" "$tmp"
+		if ! (cd "$dir" && GOWORK=off "$GO" mod tidy -diff -modfile="$tmp/go.mod" >"$tmp/diff" 2>&1); then
+			echo "modules: $dir is not tidy (scripts/modules.sh tidy fixes it); go mod tidy -diff says:" >&2
+			sed 's/^/    /' "$tmp/diff" >&2
+			failed=1
+		fi
+		rm -rf "$tmp"
+	done
+	got=$(awk '$1 == "go" { print $2; exit }' go.work)
+	if [[ "$got" != "$want" ]]; then
+		echo "modules: go.work says go $got, go.mod go $want: make them one" >&2
+		failed=1
+	fi
+	if ! diff -u go.work <(workfile) >"$root/build/go.work.diff" 2>&1; then
+		echo "modules: go.work is not what the modules make (scripts/modules.sh work writes it):" >&2
+		sed 's/^/    /' "$root/build/go.work.diff" >&2
+		failed=1
+	fi
+	rm -f "$root/build/go.work.diff"
+	# One version of simba's modules, required by all.
+	versions=$(for dir in $(modules); do
+		GOWORK=off "$GO" mod edit -json "$dir/go.mod" | awk -F'"' -v d="$dir" '
+			$2 == "Path" { p = $4 }
+			$2 == "Version" && p ~ /^github\.com\/simba-go\/simba(\/|$)/ { print d ": " p " " $4 }'
+	done)
+	if [[ $(echo "$versions" | awk 'NF { print $3 }' | sort -u | wc -l) -gt 1 ]]; then
+		echo "modules: the modules require simba's modules at different versions (set one with scripts/release-check.sh's advice):" >&2
+		echo "$versions" | sed 's/^/    /' >&2
+		failed=1
+	fi
+	for m in $(modules); do
+		(cd "$m" && "$GO" list -m >/dev/null) || { echo "modules: $m is not a module of the workspace" >&2; failed=1; }
+	done
+	return $failed
+}
+
+case ${1:-} in
+list) modules ;;
+paths) for m in $(modules); do modpath "$m"; done ;;
+tidy) shift; tidy "$@" ;;
+work)
+	workfile >build/go.work.new
+	mv build/go.work.new go.work
+	;;
+check) check ;;
+vet)
+	failed=()
+	for m in $(modules); do
+		(cd "$m" && "$GO" vet ./...) || failed+=("$m")
+	done
+	if [[ ${#failed[@]} -gt 0 ]]; then
+		echo "modules: go vet failed in: ${failed[*]}" >&2
+		exit 1
+	fi
+	;;
+*)
+	echo "usage: $0 list|paths|tidy|check|vet|work" >&2
+	exit 2
+	;;
+esac
