@@ -1,4 +1,4 @@
-package admin
+package admin_test
 
 import (
 	"context"
@@ -11,8 +11,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/admin"
 	"github.com/simba-go/simba/backend/etcd"
 	"github.com/simba-go/simba/internal/etcdtest"
+	"github.com/simba-go/simba/tests/internal/etcdclient"
 )
 
 // authPrefix is the key prefix of the read-only user's test.
@@ -23,7 +25,7 @@ const authPrefix = "/simba-auth/"
 // role may only read it, and returns a client of each, closed at the end.
 func securedEtcd(t *testing.T, ctx context.Context, srv *etcdtest.Server) (root, rw, ro *clientv3.Client) {
 	t.Helper()
-	cli := srv.Client(t)
+	cli := etcdclient.New(t, srv)
 	end := clientv3.GetPrefixRangeEnd(authPrefix)
 	steps := []struct {
 		what string
@@ -54,7 +56,7 @@ func securedEtcd(t *testing.T, ctx context.Context, srv *etcdtest.Server) (root,
 		}
 	}
 	client := func(user, password string) *clientv3.Client {
-		cfg := srv.Config()
+		cfg := etcdclient.Config(srv)
 		cfg.Username, cfg.Password = user, password
 		c, err := clientv3.New(cfg)
 		if err != nil {
@@ -87,7 +89,7 @@ func storeState(t *testing.T, ctx context.Context, root *clientv3.Client) string
 }
 
 // TestReadOnlyEtcdUser: with a user whose role can only read the prefix,
-// an Admin opens and reads everything while nodes of a read-write user
+// an admin.Admin opens and reads everything while nodes of a read-write user
 // run on the same server, without moving the store's revision or granting
 // a lease; an operation fails, naming the permission problem, and writes
 // nothing.
@@ -129,7 +131,7 @@ func TestReadOnlyEtcdUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rb.Close()
-	a, err := Open(ctx, rb, WithOperator("reader@test"))
+	a, err := admin.Open(ctx, rb, admin.WithOperator("reader@test"))
 	if err != nil {
 		t.Fatalf("Open with the read-only user: %v", err)
 	}
@@ -178,7 +180,7 @@ func TestReadOnlyEtcdUser(t *testing.T) {
 	if _, err := a.Ops(ctx); err != nil {
 		t.Errorf("Ops: %v", err)
 	}
-	if _, _, err := a.Audit(ctx, AuditFilter{}); err != nil {
+	if _, _, err := a.Audit(ctx, admin.AuditFilter{}); err != nil {
 		t.Errorf("Audit: %v", err)
 	}
 	if after := storeState(t, ctx, root); after != before {
@@ -203,7 +205,7 @@ func TestReadOnlyEtcdUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer wb.Close()
-	w, err := Open(ctx, wb, WithOperator("writer@test"))
+	w, err := admin.Open(ctx, wb, admin.WithOperator("writer@test"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +213,7 @@ func TestReadOnlyEtcdUser(t *testing.T) {
 	if err := w.Disable(ctx, "report", "maintenance"); err != nil {
 		t.Fatalf("Disable by the read-write user: %v", err)
 	}
-	entries, _, err := a.Audit(ctx, AuditFilter{Name: "report"})
+	entries, _, err := a.Audit(ctx, admin.AuditFilter{Name: "report"})
 	if err != nil || len(entries) != 1 || entries[0].By != "writer@test" || !entries[0].Changed {
 		t.Errorf("the read-only user's Audit: %+v, %v; want writer@test's disable", entries, err)
 	}
@@ -220,7 +222,7 @@ func TestReadOnlyEtcdUser(t *testing.T) {
 	}
 }
 
-func mustOps(t *testing.T, ctx context.Context, a *Admin) Ops {
+func mustOps(t *testing.T, ctx context.Context, a *admin.Admin) admin.Ops {
 	t.Helper()
 	ops, err := a.Ops(ctx)
 	if err != nil {

@@ -1,4 +1,4 @@
-package admin
+package admin_test
 
 import (
 	"context"
@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/simba-go/simba/admin"
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/etcd"
 	"github.com/simba-go/simba/internal/etcdtest"
+	"github.com/simba-go/simba/tests/internal/etcdclient"
 )
 
 // TestMalformedOnEtcdAreProblems plants, beside healthy records, what
@@ -45,7 +47,7 @@ func TestMalformedOnEtcdAreProblems(t *testing.T) {
 	if err := s.Join(ctx, "billing", backend.Member{ID: "a", Data: []byte(`{"p":2,"a":"rendezvous"}`)}); err != nil {
 		t.Fatal(err)
 	}
-	cli := srv.Client(t)
+	cli := etcdclient.New(t, srv)
 	for k, v := range map[string]string{
 		"rec/status/nightly":             "garbage",
 		"rec/status/billing.1":           "bad",
@@ -57,7 +59,7 @@ func TestMalformedOnEtcdAreProblems(t *testing.T) {
 		}
 	}
 
-	a, err := Open(ctx, b)
+	a, err := admin.Open(ctx, b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,9 +100,9 @@ func TestMalformedOnEtcdAreProblems(t *testing.T) {
 	wantKeys(t, "Group problems", g.Problems, "group/billing/ffffffffffffffff", "status/billing.1")
 
 	_, err = a.Status(ctx, "nightly")
-	var re *RecordError
+	var re *admin.RecordError
 	if !errors.As(err, &re) || re.Problem.Key != "status/nightly" {
-		t.Errorf("Status of a malformed record: error %v, want a *RecordError of status/nightly", err)
+		t.Errorf("Status of a malformed record: error %v, want a *admin.RecordError of status/nightly", err)
 	}
 	if _, err := a.Status(ctx, "report"); err != nil {
 		t.Errorf("Status(report): %v", err)
@@ -108,7 +110,7 @@ func TestMalformedOnEtcdAreProblems(t *testing.T) {
 }
 
 // wantKeys checks that problems name exactly keys, in order.
-func wantKeys(t *testing.T, what string, problems []Problem, keys ...string) {
+func wantKeys(t *testing.T, what string, problems []admin.Problem, keys ...string) {
 	t.Helper()
 	got := make([]string, len(problems))
 	for i, p := range problems {
