@@ -8,13 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/simba-go/simba/internal/pgtest"
+	"github.com/simba-go/simba/internal/servers"
 )
 
 // Environment of the tests, set by scripts/with-postgres-redis.sh.
 const (
 	// EnvPG names the variable holding the PostgreSQL server's DSN.
-	EnvPG = pgtest.EnvDSN
+	EnvPG = "SIMBA_PG_DSN"
 	// EnvRedis names the variable holding the Redis server's address.
 	EnvRedis = "SIMBA_REDIS_ADDR"
 )
@@ -30,12 +30,12 @@ func Ctx(t testing.TB) context.Context {
 }
 
 // Unavailable skips t, or fails it under SIMBA_REQUIRE_SERVERS=1 (see
-// pgtest.Unavailable).
+// servers.Unavailable).
 func Unavailable(t testing.TB, server, env string) {
 	t.Helper()
-	pgtest.Unavailable(t, server, env)
+	servers.Unavailable(t, server, env)
 }
 
 // UniqueName returns a name for the test's own table or keys: letters,
-// digits and underscores, at most 50 characters (see pgtest.UniqueName).
-func UniqueName(t testing.TB) string { return pgtest.UniqueName(t) }
+// digits and underscores, at most 50 characters (see servers.UniqueName).
+func UniqueName(t testing.TB) string { return servers.UniqueName(t) }

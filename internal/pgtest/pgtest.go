@@ -11,14 +11,13 @@ package pgtest
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"os"
-	"regexp"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/simba-go/simba/internal/servers"
 )
 
 // Environment of the tests, set by scripts/with-postgres-redis.sh.
@@ -26,17 +25,14 @@ const (
 	// EnvDSN names the variable holding the PostgreSQL server's DSN.
 	EnvDSN = "SIMBA_PG_DSN"
 	// EnvRequire set to 1 makes a missing server a failure.
-	EnvRequire = "SIMBA_REQUIRE_SERVERS"
+	EnvRequire = servers.EnvRequire
 )
 
 // Unavailable skips t, or fails it under SIMBA_REQUIRE_SERVERS=1, for want
 // of server, whose address env would hold.
 func Unavailable(t testing.TB, server, env string) {
 	t.Helper()
-	if os.Getenv(EnvRequire) == "1" {
-		t.Fatalf("no %s server: %s is not set (%s=1: a missing server is a failure)", server, env, EnvRequire)
-	}
-	t.Skipf("no %s server: %s is not set; run the tests through scripts/with-postgres-redis.sh (make test does) or set it", server, env)
+	servers.Unavailable(t, server, env)
 }
 
 // DSN returns the test server's DSN, or skips t (fails it under
@@ -50,17 +46,9 @@ func DSN(t testing.TB) string {
 	return dsn
 }
 
-var unsafeChars = regexp.MustCompile(`[^a-z0-9_]+`)
-
 // UniqueName returns a name for the test's own table, schema or keys:
 // lower-case letters, digits and underscores, at most 50 characters.
-func UniqueName(t testing.TB) string {
-	n := unsafeChars.ReplaceAllString(strings.ToLower(t.Name()), "_")
-	if len(n) > 40 {
-		n = n[len(n)-40:]
-	}
-	return fmt.Sprintf("t_%s_%08x", strings.Trim(n, "_"), rand.Uint32())
-}
+func UniqueName(t testing.TB) string { return servers.UniqueName(t) }
 
 // Schema returns a schema name of the test's own (see UniqueName), which
 // does not exist yet; at the end of the test the schema, if anything
