@@ -1,4 +1,4 @@
-// Package backoff is the module's one retry wait: exponential growth from a
+// Package backoff is simba's one retry wait: exponential growth from a
 // first step up to a limit, with jitter, so that a fleet of nodes that lost
 // its backend at the same instant does not retry in step when it comes
 // back (every reconnect, renewal and write retry loop of simba uses it).
@@ -8,6 +8,11 @@
 // never longer than the unjittered one, so a loop bounded by a deadline
 // (a renewal retrying before its term's end) keeps its bound, and never
 // shorter than half of it, so retries still slow down.
+//
+// It is part of simba's kit for backend authors (backend/kit/...): code the
+// backends share, importable by a backend of another module or of another
+// repository. It follows the module's compatibility promise like the rest
+// of its API.
 package backoff
 
 import (
