@@ -56,6 +56,7 @@ type target struct {
 	name    string
 	dir     string   // the package's directory, from the repository's root
 	files   []string // the files mutated, in dir
+	tests   []string // more directories whose tests run against the mutants (tests moved to the tests module)
 	run     string   // the tests' -run pattern ("" runs all)
 	timeout time.Duration
 }
@@ -64,17 +65,17 @@ type target struct {
 // session code, every backend's session and lease code, the fences, the
 // stream loop, internal/proc.
 var targets = []target{
-	{name: "root", dir: ".", files: []string{"session.go", "term.go", "holding.go", "renewals.go"}, timeout: 6 * time.Minute},
+	{name: "root", dir: ".", files: []string{"session.go", "term.go", "holding.go", "renewals.go"}, tests: []string{"tests/core"}, timeout: 6 * time.Minute},
 	{name: "memory", dir: "backend/memory", files: []string{"session.go", "lease.go"}, timeout: 3 * time.Minute},
 	{name: "etcd", dir: "backend/etcd", files: []string{"session.go", "lease.go"}, timeout: 5 * time.Minute},
 	{name: "zookeeper", dir: "backend/zookeeper", files: []string{"session.go", "lease.go"}, timeout: 5 * time.Minute},
 	{name: "postgres", dir: "backend/postgres", files: []string{"session.go", "lease.go", "clock.go"}, timeout: 6 * time.Minute},
 	{name: "kubernetes", dir: "backend/kubernetes", files: []string{"session.go", "lease.go"}, timeout: 6 * time.Minute},
-	{name: "sqlfence", dir: "fence/sqlfence", files: []string{"fence.go"}, timeout: 3 * time.Minute},
-	{name: "pglease", dir: "fence/sqlfence/pglease", files: []string{"fence.go"}, timeout: 3 * time.Minute},
+	{name: "sqlfence", dir: "fence/sqlfence", files: []string{"fence.go"}, tests: []string{"tests/sqlfence"}, timeout: 3 * time.Minute},
+	{name: "pglease", dir: "backend/postgres/pglease", files: []string{"fence.go"}, timeout: 3 * time.Minute},
 	{name: "etcdfence", dir: "fence/etcdfence", files: []string{"fence.go"}, timeout: 2 * time.Minute},
 	{name: "redisfence", dir: "fence/redisfence", files: []string{"fence.go"}, timeout: 2 * time.Minute},
-	{name: "stream", dir: "stream", files: []string{"loop.go", "checkpoint.go", "task.go"}, timeout: 3 * time.Minute},
+	{name: "stream", dir: "stream", files: []string{"loop.go", "checkpoint.go", "task.go"}, tests: []string{"tests/stream"}, timeout: 3 * time.Minute},
 	{name: "proc", dir: "internal/proc", files: []string{"proc.go", "shim_linux.go", "start_linux.go"}, timeout: 3 * time.Minute},
 }
 
@@ -380,7 +381,11 @@ func test(tmp string, t *target, m *mutant) result {
 		}
 		args = append(args, "-overlay", overlay)
 	}
-	args = append(args, "./"+filepath.ToSlash(t.dir)+"/")
+	// In the workspace of go.work, one go test names packages of any of
+	// the repository's modules by directory.
+	for _, d := range append([]string{t.dir}, t.tests...) {
+		args = append(args, "./"+filepath.ToSlash(d)+"/")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "go", args...)
