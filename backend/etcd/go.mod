@@ -4,7 +4,6 @@ go 1.26.0
 
 require (
 	github.com/simba-go/simba v0.0.0-00010101000000-000000000000
-	github.com/simba-go/simba/tests v0.0.0-00010101000000-000000000000
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.uber.org/goleak v1.3.0

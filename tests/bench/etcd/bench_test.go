@@ -1,4 +1,4 @@
-package etcd_test
+package etcdbench_test
 
 import (
 	"context"
@@ -24,6 +24,7 @@ import (
 	"github.com/simba-go/simba/internal/await"
 	"github.com/simba-go/simba/internal/etcdtest"
 	"github.com/simba-go/simba/internal/faultproxy"
+	"github.com/simba-go/simba/tests/internal/etcdclient"
 	"github.com/simba-go/simba/tests/internal/handoffbench"
 )
 
@@ -33,7 +34,7 @@ import (
 // hand-off rounds and the blackhole rounds) takes about five minutes; run
 // it without the race detector:
 //
-//	SIMBA_ETCD_BENCH=1 go test -run '^TestBenchmarkReport$' -v -count=1 -timeout 30m ./backend/etcd/
+//	cd tests && SIMBA_ETCD_BENCH=1 go test -run '^TestBenchmarkReport$' -v -count=1 -timeout 30m ./bench/etcd/
 //
 // SIMBA_ETCD_BENCH=all adds the hand-off rounds on a server whose data
 // directory is on tmpfs (/dev/shm), where fsync costs next to nothing, and
@@ -136,7 +137,7 @@ func simbaHandOffSide(t *testing.T, srv *etcdtest.Server, data, name string, rol
 	prefix := fmt.Sprintf("/bench-handoff-%s-%v/", data, status)
 	pair := handoffbench.SimbaPair{Election: "handoff", Timeout: opTimeout, Notice: deleteWatcher(t, srv, prefix)}
 	for i := range pair.Clients {
-		b, err := etcd.NewFromClient(benchClient(t, srv.DirectEndpoints(), nil), etcd.WithPrefix(prefix))
+		b, err := etcd.NewFromClient(benchClient(t, direct(srv), nil), etcd.WithPrefix(prefix))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,7 +162,7 @@ func simbaHandOffSide(t *testing.T, srv *etcdtest.Server, data, name string, rol
 // reports the delete of the key of a given lease and create revision (the
 // token) whatever the key's layout under <prefix>lease/<name>.
 func deleteWatcher(t *testing.T, srv *etcdtest.Server, prefix string) handoffbench.Notice {
-	cli := benchClient(t, srv.DirectEndpoints(), nil)
+	cli := benchClient(t, direct(srv), nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	wch := cli.Watch(ctx, prefix+"lease/", clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithCreatedNotify())
 	if resp := <-wch; !resp.Created {
@@ -205,7 +206,7 @@ func peerHandOffSide(t *testing.T, srv *etcdtest.Server, data string) (handoffbe
 	prefix := fmt.Sprintf("/bench-peer-handoff-%s/", data)
 	var elections [2]*concurrency.Election
 	for i := range elections {
-		s, err := concurrency.NewSession(benchClient(t, srv.DirectEndpoints(), nil), concurrency.WithTTL(int(handOffSessTTL/time.Second)))
+		s, err := concurrency.NewSession(benchClient(t, direct(srv), nil), concurrency.WithTTL(int(handOffSessTTL/time.Second)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -365,7 +366,7 @@ func peerBlackhole(t *testing.T, srv *etcdtest.Server, p int, o *handoffbench.Ov
 	}
 	for i := range clients {
 		proxies[i] = newProxy(t, srv.DirectEndpoints()[0])
-		clients[i] = benchClient(t, []string{proxies[i].Addr()}, nil)
+		clients[i] = benchClient(t, at(srv, proxies[i].Addr()), nil)
 	}
 	defer func() {
 		for _, px := range proxies {
@@ -436,10 +437,26 @@ func machine() string {
 	return fmt.Sprintf("GOMAXPROCS %d", runtimeGOMAXPROCS())
 }
 
-// benchClient returns a quiet client of endpoints, closed when the test ends,
-// with interceptors counting requests into counter (if not nil).
-func benchClient(t *testing.T, endpoints []string, counter *requestCounter, opts ...grpc.DialOption) *clientv3.Client {
-	cfg := clientv3.Config{Endpoints: endpoints, Logger: zap.NewNop(), DialOptions: opts}
+// at returns the configuration of a client of srv (etcdclient.Config: its
+// TLS and credentials, if any) that reaches it at endpoints instead.
+func at(srv *etcdtest.Server, endpoints ...string) clientv3.Config {
+	cfg := etcdclient.Config(srv)
+	cfg.Endpoints = endpoints
+	return cfg
+}
+
+// direct returns the configuration of a client of srv that reaches the
+// server itself, without the proxy in front of it.
+func direct(srv *etcdtest.Server) clientv3.Config { return at(srv, srv.DirectEndpoints()...) }
+
+// benchClient returns a quiet client made with cfg, closed when the test
+// ends, with the dial options opts and interceptors counting requests into
+// counter (if not nil).
+func benchClient(t *testing.T, cfg clientv3.Config, counter *requestCounter, opts ...grpc.DialOption) *clientv3.Client {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	cfg.DialOptions = append(slices.Clip(cfg.DialOptions), opts...)
 	if counter != nil {
 		cfg.DialOptions = append(cfg.DialOptions,
 			grpc.WithChainUnaryInterceptor(counter.unary),
@@ -519,7 +536,7 @@ func (s *countingStream) SendMsg(m any) error {
 // holding n elections.
 func simbaTraffic(t *testing.T, srv *etcdtest.Server, n int) (float64, string) {
 	counter := newRequestCounter()
-	b, err := etcd.NewFromClient(benchClient(t, srv.DirectEndpoints(), counter), etcd.WithPrefix(fmt.Sprintf("/bench-traffic-%d/", n)))
+	b, err := etcd.NewFromClient(benchClient(t, direct(srv), counter), etcd.WithPrefix(fmt.Sprintf("/bench-traffic-%d/", n)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -557,7 +574,7 @@ func simbaTraffic(t *testing.T, srv *etcdtest.Server, n int) (float64, string) {
 func peerTraffic(t *testing.T, srv *etcdtest.Server, n int, sessionEach bool) (float64, string) {
 	ctx := context.Background()
 	counter := newRequestCounter()
-	cli := benchClient(t, srv.DirectEndpoints(), counter)
+	cli := benchClient(t, direct(srv), counter)
 	var sessions []*concurrency.Session
 	newSession := func() *concurrency.Session {
 		s, err := concurrency.NewSession(cli, concurrency.WithTTL(int(trafficTTL/time.Second)))

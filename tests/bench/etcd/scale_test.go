@@ -1,4 +1,4 @@
-package etcd_test
+package etcdbench_test
 
 import (
 	"bufio"
@@ -31,7 +31,7 @@ import (
 // binary, as TestScaleServer), so that the client's figures are its own.
 // Run it without the race detector:
 //
-//	SIMBA_ETCD_SCALE=1 go test -run '^TestScale$' -v -count=1 -timeout 30m ./backend/etcd/
+//	cd tests && SIMBA_ETCD_SCALE=1 go test -run '^TestScale$' -v -count=1 -timeout 30m ./bench/etcd/
 //
 // SIMBA_ETCD_SCALE_SIZES=1,100,1000,10000 (the default) sets the numbers of
 // leases, SIMBA_ETCD_SCALE_TTL=3s (the default) the session TTL;
@@ -235,7 +235,7 @@ func measureScale(t *testing.T, srv *scaleServer, kind string, n int) scaleRow {
 	row := scaleRow{kind: kind, n: n}
 	counter := newRequestCounter()
 	renewals := &renewalTimer{}
-	cli := benchClient(t, []string{srv.endpoint}, counter, grpc.WithChainStreamInterceptor(renewals.stream))
+	cli := benchClient(t, clientv3.Config{Endpoints: []string{srv.endpoint}}, counter, grpc.WithChainStreamInterceptor(renewals.stream))
 	b, err := etcd.NewFromClient(cli, etcd.WithPrefix(fmt.Sprintf("/scale-%s-%d/", kind, n)))
 	if err != nil {
 		t.Fatal(err)
@@ -386,7 +386,7 @@ func TestScaleWaiting(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	openOn := func(counter *requestCounter) backend.Session {
-		b, err := etcd.NewFromClient(benchClient(t, []string{srv.endpoint}, counter), etcd.WithPrefix(prefix))
+		b, err := etcd.NewFromClient(benchClient(t, clientv3.Config{Endpoints: []string{srv.endpoint}}, counter), etcd.WithPrefix(prefix))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -424,7 +424,7 @@ func TestScaleWaiting(t *testing.T) {
 	done := make(chan []backend.Lease, 1)
 	go func() { done <- acquireAll(waiter) }()
 	// Queued: 2n candidacy keys.
-	reader := benchClient(t, []string{srv.endpoint}, newRequestCounter())
+	reader := benchClient(t, clientv3.Config{Endpoints: []string{srv.endpoint}}, newRequestCounter())
 	count := func() int64 {
 		resp, err := reader.Get(ctx, prefix+"lease/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {
