@@ -6,7 +6,6 @@ require (
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/simba-go/simba v0.0.0-00010101000000-000000000000
 	github.com/simba-go/simba/internal/zktest v0.0.0-00010101000000-000000000000
-	github.com/simba-go/simba/tests v0.0.0-00010101000000-000000000000
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 )

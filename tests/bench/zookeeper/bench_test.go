@@ -1,4 +1,4 @@
-package zookeeper_test
+package zookeeperbench_test
 
 import (
 	"context"
@@ -33,14 +33,14 @@ const benchEnv = "SIMBA_ZK_BENCH"
 // hand-off of simba (status records on, as by default, and off) against
 // two go-zookeeper recipes, a plain ephemeral-node election and the
 // sequential-node recipe of Curator's LeaderLatch, with the breakdown of
-// simba's hand-offs (see internal/handoffbench); and, over blackhole
+// simba's hand-offs (see tests/internal/handoffbench); and, over blackhole
 // rounds, the rounds in which the cut holder still believed it led after
 // the new one started, with the fail-over times. It prints Markdown
 // tables, and writes them to $SIMBA_ZK_BENCH_OUT if set. The default run
 // (SIMBA_ZK_BENCH=1: sections handoff and blackhole) takes about five
 // minutes:
 //
-//	SIMBA_ZK_BENCH=1 ./scripts/with-zookeeper.sh go test -run '^TestBenchmarkZooKeeper$' -v -count=1 -timeout 30m ./backend/zookeeper/
+//	cd tests && SIMBA_ZK_BENCH=1 ../scripts/with-zookeeper.sh go test -run '^TestBenchmarkZooKeeper$' -v -count=1 -timeout 30m ./bench/zookeeper/
 //
 // SIMBA_ZK_BENCH=all adds the hand-offs on a server that does not wait for
 // its disk (forceSync=no) and simba's fail-over after a SIGKILL; or name
