@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/internal/jobstest"
 	"github.com/simba-go/simba/jobs"
 )
 
@@ -17,10 +18,10 @@ import (
 func TestPartitionsAtMostMaxPartitions(t *testing.T) {
 	for _, n := range []string{"1099511627776", fmt.Sprint(simba.MaxPartitions + 1)} {
 		in := "partitioned:\n- group: billing\n  partitions: " + n + "\n  fixedDelay: 1s\n"
-		_, err := jobs.Load(strings.NewReader(in), jobs.YAML, noEnv)
+		_, err := jobs.Load(strings.NewReader(in), jobs.YAML, jobstest.NoEnv)
 		checkProblems(t, err, problem{"line 3", part, "billing", "partitions", jobs.ErrInvalidValue, fmt.Sprintf("at most %d, got %s", simba.MaxPartitions, n)})
 	}
-	cfg, err := jobs.Load(strings.NewReader(fmt.Sprintf("partitioned:\n- group: billing\n  partitions: %d\n  fixedDelay: 1s\n", simba.MaxPartitions)), jobs.YAML, noEnv)
+	cfg, err := jobs.Load(strings.NewReader(fmt.Sprintf("partitioned:\n- group: billing\n  partitions: %d\n  fixedDelay: 1s\n", simba.MaxPartitions)), jobs.YAML, jobstest.NoEnv)
 	if err != nil {
 		t.Fatalf("MaxPartitions refused: %v", err)
 	}
@@ -97,7 +98,7 @@ func TestErrorMessagesQuoteBoundedInput(t *testing.T) {
 			if tc.json {
 				format = jobs.JSON
 			}
-			cfg, err := jobs.Load(strings.NewReader(tc.cfg), format, noEnv)
+			cfg, err := jobs.Load(strings.NewReader(tc.cfg), format, jobstest.NoEnv)
 			if tc.reg != nil {
 				if err != nil {
 					t.Fatalf("Load: %.300v", err)
@@ -145,7 +146,7 @@ func TestNonASCIINamesAreReportedByRune(t *testing.T) {
 		strings.Repeat("a", 59) + "ééé": `"` + strings.Repeat("a", 59) + `é`, // clipped on a rune
 	} {
 		in := "scheduled:\n- name: " + name + "\n  fixedDelay: 1s\n"
-		_, err := jobs.Load(strings.NewReader(in), jobs.YAML, noEnv)
+		_, err := jobs.Load(strings.NewReader(in), jobs.YAML, jobstest.NoEnv)
 		if err == nil {
 			t.Fatalf("%q accepted", name)
 		}
@@ -168,7 +169,7 @@ func TestTooBigSaysAliasesOnlyWhenThereAreAliases(t *testing.T) {
 		"JSON":                 {`{"x": [` + strings.Repeat("1,", 100001) + `1]}`, jobs.JSON, false},
 		"YAML with aliases":    {aliased, jobs.YAML, true},
 	} {
-		_, err := jobs.Load(strings.NewReader(tc.in), tc.format, noEnv)
+		_, err := jobs.Load(strings.NewReader(tc.in), tc.format, jobstest.NoEnv)
 		if !errors.Is(err, jobs.ErrSyntax) || !strings.Contains(err.Error(), "more than 100000 values") {
 			t.Errorf("%s: %v, want a syntax error for too many values", name, err)
 			continue

@@ -14,6 +14,7 @@ import (
 
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/internal/jobstest"
 	"github.com/simba-go/simba/jobs"
 )
 
@@ -77,7 +78,7 @@ scheduled:
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := jobs.Load(strings.NewReader(tc.in), tc.format, jobs.WithLookupEnv(lookupIn(tc.env)))
+			cfg, err := jobs.Load(strings.NewReader(tc.in), tc.format, jobs.WithLookupEnv(jobstest.LookupIn(tc.env)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -177,7 +178,7 @@ partitioned:
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// With a registry, a refused command is not also a missing handler.
-			cfg, err := jobs.Load(strings.NewReader(tc.yaml), jobs.YAML, noEnv, jobs.WithRegistry(jobs.NewRegistry()))
+			cfg, err := jobs.Load(strings.NewReader(tc.yaml), jobs.YAML, jobstest.NoEnv, jobs.WithRegistry(jobs.NewRegistry()))
 			checkProblems(t, err, tc.want...)
 			if !reflect.DeepEqual(cfg, jobs.Config{}) {
 				t.Errorf("Load returned a configuration with its error: %+v", cfg)
@@ -188,7 +189,7 @@ partitioned:
 	// A NUL byte, which JSON can carry and no argument of a process can.
 	_, err := jobs.Load(strings.NewReader(`{"scheduled": [
   {"name": "backup", "fixedDelay": "1m",
-   "command": ["pg_dump", "a\u0000b"]}]}`), jobs.JSON, noEnv)
+   "command": ["pg_dump", "a\u0000b"]}]}`), jobs.JSON, jobstest.NoEnv)
 	checkProblems(t, err, problem{"line 3", sched, "backup", key, jobs.ErrInvalidValue, "element 2 holds a NUL byte"})
 }
 
@@ -240,7 +241,7 @@ func TestValidateCommandJobs(t *testing.T) {
 }
 
 func TestCommandJobsAndHandlerJobs(t *testing.T) {
-	cfg, err := jobs.Load(strings.NewReader("scheduling: {enabled: false}\n"+commandConfig), jobs.YAML, noEnv)
+	cfg, err := jobs.Load(strings.NewReader("scheduling: {enabled: false}\n"+commandConfig), jobs.YAML, jobstest.NoEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,8 +292,8 @@ func TestRunRunsCommandJobsWithTheRunner(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := memory.New()
 		defer b.Close()
-		client := newClient(t, b, simba.WithTTL(testTTL))
-		cfg, err := jobs.Load(strings.NewReader(commandConfig), jobs.YAML, noEnv)
+		client := jobstest.NewClient(t, b, simba.WithTTL(jobstest.TTL))
+		cfg, err := jobs.Load(strings.NewReader(commandConfig), jobs.YAML, jobstest.NoEnv)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -305,7 +306,7 @@ func TestRunRunsCommandJobsWithTheRunner(t *testing.T) {
 		var log commandLog
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
-		go func() { done <- jobs.Run(ctx, client, reg, cfg, noEnv, jobs.WithCommandRunner(log.runner)) }()
+		go func() { done <- jobs.Run(ctx, client, reg, cfg, jobstest.NoEnv, jobs.WithCommandRunner(log.runner)) }()
 		time.Sleep(2 * time.Second) // the bubble's clock: 20 runs of backup
 		cancel()
 		if err := <-done; err != nil {
@@ -358,8 +359,8 @@ func TestRunWithoutARunnerRefusesCommandJobs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := memory.New()
 		defer b.Close()
-		client := newClient(t, b)
-		cfg, err := jobs.Load(strings.NewReader(commandConfig), jobs.YAML, noEnv)
+		client := jobstest.NewClient(t, b)
+		cfg, err := jobs.Load(strings.NewReader(commandConfig), jobs.YAML, jobstest.NoEnv)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -371,7 +372,7 @@ func TestRunWithoutARunnerRefusesCommandJobs(t *testing.T) {
 			env  map[string]string
 		}{{"enabled", nil}, {"disabled", map[string]string{jobs.EnabledEnv: "false"}}} {
 			// ctx never ends: Run must return by itself.
-			err := jobs.Run(context.Background(), client, reg, cfg, jobs.WithLookupEnv(lookupIn(tc.env)))
+			err := jobs.Run(context.Background(), client, reg, cfg, jobs.WithLookupEnv(jobstest.LookupIn(tc.env)))
 			checkProblems(t, err,
 				problem{"line 5", sched, "backup", "command", jobs.ErrNoHandler, msg},
 				problem{"line 16", part, "export", "command", jobs.ErrNoHandler, msg},
@@ -383,7 +384,7 @@ func TestRunWithoutARunnerRefusesCommandJobs(t *testing.T) {
 		// The handler jobs alone run.
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
-		go func() { done <- jobs.Run(ctx, client, reg, cfg.HandlerJobs(), noEnv) }()
+		go func() { done <- jobs.Run(ctx, client, reg, cfg.HandlerJobs(), jobstest.NoEnv) }()
 		time.Sleep(time.Second)
 		if _, _, held := b.Holder("report"); !held {
 			t.Error("the handler jobs of the configuration did not start")
@@ -403,14 +404,14 @@ func TestRunCommandRunnerErrorsAreFailedRuns(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := memory.New()
 		defer b.Close()
-		client := newClient(t, b)
+		client := jobstest.NewClient(t, b)
 		cfg := jobs.Config{Scheduled: []jobs.ScheduledJob{{Name: "backup", FixedDelay: time.Second, Command: []string{"false"}}}}
 		var mu sync.Mutex
 		var tokens []uint64
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() {
-			done <- jobs.Run(ctx, client, nil, cfg, noEnv, jobs.WithCommandRunner(func(ctx context.Context, term *simba.Term, r jobs.CommandRun) error {
+			done <- jobs.Run(ctx, client, nil, cfg, jobstest.NoEnv, jobs.WithCommandRunner(func(ctx context.Context, term *simba.Term, r jobs.CommandRun) error {
 				mu.Lock()
 				tokens = append(tokens, term.Token())
 				mu.Unlock()
@@ -455,7 +456,7 @@ partitioned:
 `
 
 func TestLoadDocCommandExample(t *testing.T) {
-	cfg, err := jobs.Load(strings.NewReader(docCommandExample), jobs.YAML, noEnv)
+	cfg, err := jobs.Load(strings.NewReader(docCommandExample), jobs.YAML, jobstest.NoEnv)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/simba-go/simba/internal/jobstest"
 	"github.com/simba-go/simba/jobs"
 )
 
@@ -79,7 +80,7 @@ func FuzzPlaceholders(f *testing.F) {
 	} {
 		f.Add(s)
 	}
-	lookup := lookupIn(fuzzVars)
+	lookup := jobstest.LookupIn(fuzzVars)
 	f.Fuzz(func(t *testing.T, s string) {
 		got, err := jobs.Expand(s, lookup)
 		if err != nil {
@@ -106,7 +107,7 @@ func FuzzPlaceholders(f *testing.F) {
 // has no command; a loaded command has a program and no handler beside it,
 // and Config.CommandJobs and Config.HandlerJobs split the jobs in two.
 func FuzzConfig(f *testing.F) {
-	for _, s := range []string{testConfig, docExample, "", "scheduled: [", "jobs: 1", "scheduling: {enabled: no}",
+	for _, s := range []string{jobstest.Config, docExample, "", "scheduled: [", "jobs: 1", "scheduling: {enabled: no}",
 		`{"scheduled": [{"name": "a", "fixedRate": "PT1S"}], "partitioned": [{"group": "g", "partitions": 2, "fixedDelay": 1}]}`,
 		"a: &x [*x]", "scheduled:\n  - &j {name: a, fixedDelay: 1s}\n  - {<<: *j, name: b}\n",
 		"partitioned: [{group: g, partitions: 3, fixedRate: 1s, shardingItemParameters: {0: x, 2: y}}]",
@@ -133,7 +134,7 @@ func FuzzConfig(f *testing.F) {
 		if isJSON {
 			format = jobs.JSON
 		}
-		cfg, err := jobs.Load(bytes.NewReader(data), format, jobs.WithLookupEnv(lookupIn(fuzzVars)))
+		cfg, err := jobs.Load(bytes.NewReader(data), format, jobs.WithLookupEnv(jobstest.LookupIn(fuzzVars)))
 		if err != nil {
 			var ce *jobs.ConfigError
 			if !errors.As(err, &ce) || len(ce.Errs) == 0 {

@@ -10,11 +10,9 @@ import (
 	"time"
 
 	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/internal/jobstest"
 	"github.com/simba-go/simba/jobs"
 )
-
-// noEnv is an empty environment.
-var noEnv = jobs.WithLookupEnv(lookupIn(nil))
 
 // fieldErrors returns the problems of a *ConfigError.
 func fieldErrors(t *testing.T, err error) []*jobs.FieldError {
@@ -258,7 +256,7 @@ partitioned:
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := jobs.Load(strings.NewReader(tc.yaml), jobs.YAML, noEnv)
+			cfg, err := jobs.Load(strings.NewReader(tc.yaml), jobs.YAML, jobstest.NoEnv)
 			checkProblems(t, err, tc.want...)
 			if !reflect.DeepEqual(cfg, jobs.Config{}) {
 				t.Errorf("Load returned a configuration with its error: %+v", cfg)
@@ -274,13 +272,13 @@ func TestLoadJSONReportsLines(t *testing.T) {
     {"name": "report",
      "fixedRate": "nope"}
   ]
-}`), jobs.JSON, noEnv)
+}`), jobs.JSON, jobstest.NoEnv)
 	checkProblems(t, err,
 		problem{"line 4", sched, "report", "name", jobs.ErrDuplicateName, "scheduled job #1, line 3"},
 		problem{"line 5", sched, "report", "fixedRate", jobs.ErrDuration, `"nope"`},
 	)
 	for _, bad := range []string{`{"scheduled": [}`, `{"a": 1, "a": 2}`, `{} {}`, `[1`, `{"scheduled": 5}`} {
-		if _, err := jobs.Load(strings.NewReader(bad), jobs.JSON, noEnv); !errors.Is(err, jobs.ErrSyntax) {
+		if _, err := jobs.Load(strings.NewReader(bad), jobs.JSON, jobstest.NoEnv); !errors.Is(err, jobs.ErrSyntax) {
 			t.Errorf("Load(%s): %v, want ErrSyntax", bad, err)
 		}
 	}
@@ -337,7 +335,7 @@ func sameJobs(t *testing.T, got, want jobs.Config) {
 }
 
 func TestLoadDocExample(t *testing.T) {
-	cfg, err := jobs.Load(strings.NewReader(docExample), jobs.YAML, noEnv)
+	cfg, err := jobs.Load(strings.NewReader(docExample), jobs.YAML, jobstest.NoEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +343,7 @@ func TestLoadDocExample(t *testing.T) {
 
 	// The environment overrides the properties, by exact and relaxed name.
 	env := map[string]string{"BILLING_PARTITIONS": "8", "APP_REPORT_EVERY": "PT2M", "app.region": "us"}
-	cfg, err = jobs.Load(strings.NewReader(docExample), jobs.YAML, jobs.WithLookupEnv(lookupIn(env)))
+	cfg, err = jobs.Load(strings.NewReader(docExample), jobs.YAML, jobs.WithLookupEnv(jobstest.LookupIn(env)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,7 +368,7 @@ func TestLoadJSONMatchesYAML(t *testing.T) {
     {"group": "invoices", "partitions": 2, "fixedDelay": 5000,
      "shardingItemParameters": {"0": "north", "1": "south"}}
   ]
-}`), jobs.JSON, noEnv)
+}`), jobs.JSON, jobstest.NoEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -409,7 +407,7 @@ scheduled: [{name: "r-${app.region}", fixedDelay: 1s}]
 `, nil, jobs.Config{Scheduled: []jobs.ScheduledJob{{Name: "r-west", FixedDelay: time.Second}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := jobs.Load(strings.NewReader(tc.yaml), jobs.YAML, jobs.WithLookupEnv(lookupIn(tc.env)))
+			cfg, err := jobs.Load(strings.NewReader(tc.yaml), jobs.YAML, jobs.WithLookupEnv(jobstest.LookupIn(tc.env)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -428,18 +426,18 @@ func TestLoadFile(t *testing.T) {
 		return p
 	}
 	yml := write("jobs.yml", "scheduled:\n  - {name: a, fixedDelay: 1m}\n  - {name: a, fixedDelay: 1m}\n")
-	_, err := jobs.LoadFile(yml, noEnv)
+	_, err := jobs.LoadFile(yml, jobstest.NoEnv)
 	checkProblems(t, err, problem{yml + ":3", sched, "a", "name", jobs.ErrDuplicateName, "scheduled job #1, " + yml + ":2"})
 
 	js := write("jobs.JSON", `{"scheduled": [{"name": "a", "fixedDelay": "1m"}]}`)
-	cfg, err := jobs.LoadFile(js, noEnv)
+	cfg, err := jobs.LoadFile(js, jobstest.NoEnv)
 	if err != nil || len(cfg.Scheduled) != 1 {
 		t.Errorf("LoadFile(%s) = %+v, %v", js, cfg, err)
 	}
-	if _, err := jobs.LoadFile(write("jobs.toml", ""), noEnv); !errors.Is(err, jobs.ErrSyntax) {
+	if _, err := jobs.LoadFile(write("jobs.toml", ""), jobstest.NoEnv); !errors.Is(err, jobs.ErrSyntax) {
 		t.Errorf("LoadFile(.toml): %v, want ErrSyntax", err)
 	}
-	if _, err := jobs.LoadFile(filepath.Join(dir, "missing.yaml"), noEnv); !errors.Is(err, os.ErrNotExist) {
+	if _, err := jobs.LoadFile(filepath.Join(dir, "missing.yaml"), jobstest.NoEnv); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("LoadFile(missing): %v, want os.ErrNotExist", err)
 	}
 }
@@ -486,7 +484,7 @@ partitioned:
     fixedRate: 1s
     sharding-item-parameters: 0=Beijing,1=Shanghai
     misfire: RUN_ONCE
-`), jobs.YAML, noEnv)
+`), jobs.YAML, jobstest.NoEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -520,7 +518,7 @@ scheduled:
     misfire: sometimes
   - name: e
     cron: "0 0 30 2 *"
-`), jobs.YAML, noEnv)
+`), jobs.YAML, jobstest.NoEnv)
 	checkProblems(t, err,
 		problem{"line 4", sched, "a", "cron", jobs.ErrInvalidValue, `cron expression "61 * * * *"`},
 		problem{"line 5", sched, "b", "fixedDelay/fixedRate/cron", jobs.ErrTiming, `both are set (fixedRate 1m0s, cron "@hourly")`},
@@ -548,7 +546,7 @@ func TestLoadFileWithRegistryReportsEverythingInOneRound(t *testing.T) {
 	reg := jobs.NewRegistry()
 	reg.Scheduled("report", noop)
 	reg.Scheduled("audit", noop)
-	_, err := jobs.LoadFile(path, noEnv, jobs.WithRegistry(reg))
+	_, err := jobs.LoadFile(path, jobstest.NoEnv, jobs.WithRegistry(reg))
 	checkProblems(t, err,
 		problem{path + ":3", sched, "report", "cron", jobs.ErrInvalidValue, `"not a cron"`},
 		problem{path + ":5", sched, "audit", "handler", jobs.ErrNoHandler, `no handler registered as "audti"`},
@@ -561,7 +559,7 @@ func TestLoadFileWithRegistryReportsEverythingInOneRound(t *testing.T) {
 		t.Fatal(err)
 	}
 	var log logBuffer
-	if _, err := jobs.LoadFile(path, noEnv, jobs.WithRegistry(reg), jobs.WithLogger(log.logger())); err != nil {
+	if _, err := jobs.LoadFile(path, jobstest.NoEnv, jobs.WithRegistry(reg), jobs.WithLogger(log.logger())); err != nil {
 		t.Fatalf("LoadFile refused an unused handler: %v", err)
 	}
 	if !strings.Contains(log.String(), "level=WARN") || !strings.Contains(log.String(), `handler \"audit\": handler not used`) {

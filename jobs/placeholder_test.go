@@ -7,16 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/simba-go/simba/internal/jobstest"
 	"github.com/simba-go/simba/jobs"
 )
-
-// lookupIn returns a lookup function over m.
-func lookupIn(m map[string]string) func(string) (string, bool) {
-	return func(name string) (string, bool) {
-		v, ok := m[name]
-		return v, ok
-	}
-}
 
 func TestExpand(t *testing.T) {
 	vars := map[string]string{
@@ -53,7 +46,7 @@ func TestExpand(t *testing.T) {
 		{"cost: $5 {ok}", "cost: $5 {ok}"},
 		{"${twice}", "eueu"},
 	} {
-		got, err := jobs.Expand(tc.in, lookupIn(vars))
+		got, err := jobs.Expand(tc.in, jobstest.LookupIn(vars))
 		if err != nil || got != tc.want {
 			t.Errorf("Expand(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
 		}
@@ -86,7 +79,7 @@ func TestExpandRefuses(t *testing.T) {
 		{"${grow0}", "longer than"},
 		{"${missing:${also-missing}}", "${also-missing} is not set"},
 	} {
-		got, err := jobs.Expand(tc.in, lookupIn(vars))
+		got, err := jobs.Expand(tc.in, jobstest.LookupIn(vars))
 		if err == nil {
 			t.Errorf("Expand(%q) = %q, want an error", tc.in, got)
 			continue
@@ -102,7 +95,7 @@ func TestExpandDepthLimit(t *testing.T) {
 	for i := range 100 {
 		vars["v"+strings.Repeat("x", i)] = "${v" + strings.Repeat("x", i+1) + "}"
 	}
-	_, err := jobs.Expand("${v}", lookupIn(vars))
+	_, err := jobs.Expand("${v}", jobstest.LookupIn(vars))
 	if !errors.Is(err, jobs.ErrPlaceholder) || !strings.Contains(err.Error(), "nested more than") {
 		t.Errorf("deep chain: %v", err)
 	}
@@ -110,7 +103,7 @@ func TestExpandDepthLimit(t *testing.T) {
 	// costs little.
 	deep := strings.Repeat("${x:", 100000) + strings.Repeat("}", 100000)
 	start := time.Now()
-	_, err = jobs.Expand(deep, lookupIn(vars))
+	_, err = jobs.Expand(deep, jobstest.LookupIn(vars))
 	if !errors.Is(err, jobs.ErrPlaceholder) || !strings.Contains(err.Error(), "nested more than") {
 		t.Errorf("deep text: %v", err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/internal/jobstest"
 	"github.com/simba-go/simba/jobs"
 )
 
@@ -28,9 +29,9 @@ func TestRunStartsOnlyOnceTheSessionIsReady(t *testing.T) {
 		defer b.Close()
 		n := b.Node("a")
 		n.Partition() // the backend cannot be reached at start
-		rec := newRecorder(10 * time.Millisecond)
+		rec := jobstest.NewRecorder(10 * time.Millisecond)
 		var log logBuffer
-		r := startRunner(t, "a", n, rec, loadTestConfig(t), jobs.WithLogger(log.logger()))
+		r := jobstest.StartRunner(t, "a", n, rec, jobstest.LoadConfig(t), jobs.WithLogger(log.logger()))
 
 		time.Sleep(20 * time.Second)
 		if runs := rec.Runs(); len(runs) != 0 || len(b.History()) != 0 {
@@ -43,8 +44,8 @@ func TestRunStartsOnlyOnceTheSessionIsReady(t *testing.T) {
 		healed := time.Now()
 		n.Heal()
 		time.Sleep(2 * time.Second)
-		ran := rec.ranSince(healed)
-		for _, lease := range leases {
+		ran := rec.RanSince(healed)
+		for _, lease := range jobstest.Leases {
 			if len(ran[lease]) != 1 {
 				t.Errorf("%s ran on %v after the heal, want on a alone", lease, ran[lease])
 			}
@@ -55,7 +56,7 @@ func TestRunStartsOnlyOnceTheSessionIsReady(t *testing.T) {
 		// The sharding-item parameters reached the handler.
 		params := map[string]string{}
 		for _, run := range rec.Runs() {
-			params[run.lease] = run.param
+			params[run.Lease] = run.Param
 		}
 		want := map[string]string{"report": "", "billing.0": "Beijing", "billing.1": "Shanghai", "billing.2": "Guangzhou", "billing.3": "Shenzhen"}
 		for lease, p := range want {
@@ -63,9 +64,9 @@ func TestRunStartsOnlyOnceTheSessionIsReady(t *testing.T) {
 				t.Errorf("%s ran with parameter %q, want %q", lease, params[lease], p)
 			}
 		}
-		r.stop(t)
-		r.client.Close()
-		rec.checkOneAtATime(t)
+		r.Stop(t)
+		r.Client.Close()
+		rec.CheckOneAtATime(t)
 	})
 }
 
@@ -75,22 +76,22 @@ func TestRunStoppedBeforeTheSessionStartsNothing(t *testing.T) {
 		defer b.Close()
 		n := b.Node("a")
 		n.Partition()
-		rec := newRecorder(0)
-		r := startRunner(t, "a", n, rec, loadTestConfig(t))
+		rec := jobstest.NewRecorder(0)
+		r := jobstest.StartRunner(t, "a", n, rec, jobstest.LoadConfig(t))
 		time.Sleep(5 * time.Second)
-		r.stop(t)
+		r.Stop(t)
 		n.Heal()
 		time.Sleep(5 * time.Second)
 		if len(rec.Runs()) != 0 || len(b.History()) != 0 {
 			t.Errorf("Run stopped before the session was ready started jobs: %d runs, %d grants", len(rec.Runs()), len(b.History()))
 		}
 		// Nothing of Run's is left on the client: the jobs may be started by hand.
-		task, err := r.client.Election("report").RunWhileLeader(noopTerm)
+		task, err := r.Client.Election("report").RunWhileLeader(noopTerm)
 		if err != nil {
 			t.Fatal(err)
 		}
 		task.Close()
-		r.client.Close()
+		r.Client.Close()
 	})
 }
 
@@ -99,24 +100,24 @@ func TestRunHandsEveryJobOffBeforeReturning(t *testing.T) {
 		b := memory.New()
 		defer b.Close()
 		// Runs last long enough that a stop finds them running.
-		rec := newRecorder(150 * time.Millisecond)
-		cfg := loadTestConfig(t)
-		a := startRunner(t, "a", b.Node("a"), rec, cfg)
+		rec := jobstest.NewRecorder(150 * time.Millisecond)
+		cfg := jobstest.LoadConfig(t)
+		a := jobstest.StartRunner(t, "a", b.Node("a"), rec, cfg)
 		time.Sleep(time.Second)
-		c := startRunner(t, "c", b.Node("c"), rec, cfg)
+		c := jobstest.StartRunner(t, "c", b.Node("c"), rec, cfg)
 		time.Sleep(3 * time.Second)
 
 		// a leads report (it started first) and some partitions.
 		if holderNode(b, "report") != "a" {
 			t.Fatalf("report held by %q, want a", holderNode(b, "report"))
 		}
-		a.cancel()
-		err := <-a.done
+		a.Cancel()
+		err := <-a.Done
 		if err != nil {
 			t.Fatalf("Run: %v", err)
 		}
 		// At the instant Run returns, a holds nothing and runs nothing.
-		for _, lease := range leases {
+		for _, lease := range jobstest.Leases {
 			if holderNode(b, lease) == "a" {
 				t.Errorf("%s still held by a when Run returned", lease)
 			}
@@ -125,16 +126,16 @@ func TestRunHandsEveryJobOffBeforeReturning(t *testing.T) {
 			t.Errorf("%d handlers still running on a when Run returned", n)
 		}
 		for _, run := range rec.Runs() {
-			if run.node == "a" && run.end.After(a.ended) {
-				t.Errorf("run of %s on a ended after Run returned", run.lease)
+			if run.Node == "a" && run.End.After(a.Ended) {
+				t.Errorf("run of %s on a ended after Run returned", run.Lease)
 			}
 		}
 		// c takes every job over at once, not after a TTL: a released its
 		// leases.
-		time.Sleep(testTTL / 3)
-		for _, lease := range leases {
+		time.Sleep(jobstest.TTL / 3)
+		for _, lease := range jobstest.Leases {
 			if holderNode(b, lease) != "c" {
-				t.Errorf("%s held by %q %v after a's Run returned, want c", lease, holderNode(b, lease), testTTL/3)
+				t.Errorf("%s held by %q %v after a's Run returned, want c", lease, holderNode(b, lease), jobstest.TTL/3)
 			}
 		}
 		for _, g := range b.History() {
@@ -143,12 +144,12 @@ func TestRunHandsEveryJobOffBeforeReturning(t *testing.T) {
 			}
 		}
 		// The client closes after Run: nothing of the jobs is left on it.
-		if err := a.client.Close(); err != nil {
+		if err := a.Client.Close(); err != nil {
 			t.Error(err)
 		}
-		c.stop(t)
-		c.client.Close()
-		rec.checkOneAtATime(t)
+		c.Stop(t)
+		c.Client.Close()
+		rec.CheckOneAtATime(t)
 	})
 }
 
@@ -174,11 +175,11 @@ func TestRunDisableSwitch(t *testing.T) {
 				if tc.env != "-" {
 					env[jobs.EnabledEnv] = tc.env
 				}
-				cfg := loadTestConfig(t)
+				cfg := jobstest.LoadConfig(t)
 				cfg.Disabled = tc.disabled
-				rec := newRecorder(0)
+				rec := jobstest.NewRecorder(0)
 				var log logBuffer
-				r := startRunner(t, "a", b, rec, cfg, jobs.WithLogger(log.logger()), jobs.WithLookupEnv(lookupIn(env)))
+				r := jobstest.StartRunner(t, "a", b, rec, cfg, jobs.WithLogger(log.logger()), jobs.WithLookupEnv(jobstest.LookupIn(env)))
 				time.Sleep(5 * time.Second)
 				if got := len(rec.Runs()) > 0; got != tc.runs {
 					t.Errorf("jobs ran: %v, want %v", got, tc.runs)
@@ -190,12 +191,12 @@ func TestRunDisableSwitch(t *testing.T) {
 					t.Errorf("log does not say scheduling is disabled by %s:\n%s", tc.by, log.String())
 				}
 				select {
-				case err := <-r.done:
+				case err := <-r.Done:
 					t.Fatalf("Run returned before its ctx ended: %v", err)
 				default:
 				}
-				r.stop(t)
-				r.client.Close()
+				r.Stop(t)
+				r.Client.Close()
 			})
 		})
 	}
@@ -207,9 +208,9 @@ func TestRunRefusesABadSwitch(t *testing.T) {
 		defer b.Close()
 		client, _ := simba.New(b)
 		defer client.Close()
-		reg := newRecorder(0).registry("a")
-		err := jobs.Run(context.Background(), client, reg, loadTestConfig(t),
-			jobs.WithLookupEnv(lookupIn(map[string]string{jobs.EnabledEnv: "no thanks"})))
+		reg := jobstest.NewRecorder(0).Registry("a")
+		err := jobs.Run(context.Background(), client, reg, jobstest.LoadConfig(t),
+			jobs.WithLookupEnv(jobstest.LookupIn(map[string]string{jobs.EnabledEnv: "no thanks"})))
 		checkProblems(t, err, problem{"", "", "", jobs.EnabledEnv, jobs.ErrInvalidValue, `"no thanks" is not true or false`})
 	})
 }
@@ -220,8 +221,8 @@ func TestRunChecksEverythingBeforeStarting(t *testing.T) {
 		defer b.Close()
 		client, _ := simba.New(b)
 		defer client.Close()
-		reg := newRecorder(0).registry("a")
-		cfg := loadTestConfig(t)
+		reg := jobstest.NewRecorder(0).Registry("a")
+		cfg := jobstest.LoadConfig(t)
 		cfg.Scheduled = append(cfg.Scheduled, jobs.ScheduledJob{Name: "audit", FixedDelay: time.Second})
 		// ctx never ends: Run must return by itself.
 		err := jobs.Run(context.Background(), client, reg, cfg)
@@ -238,7 +239,7 @@ func TestRunStopsTheStartedJobsWhenOneFailsToStart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := memory.New()
 		defer b.Close()
-		client := newClient(t, b, simba.WithTTL(testTTL))
+		client := jobstest.NewClient(t, b, simba.WithTTL(jobstest.TTL))
 		// Other code already runs the election "audit" on this client.
 		other, err := client.Election("audit").RunWhileLeader(func(ctx context.Context, _ *simba.Term) error {
 			<-ctx.Done()
@@ -247,10 +248,10 @@ func TestRunStopsTheStartedJobsWhenOneFailsToStart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rec := newRecorder(0)
-		reg := rec.registry("a")
+		rec := jobstest.NewRecorder(0)
+		reg := rec.Registry("a")
 		reg.Scheduled("audit", noop)
-		cfg := loadTestConfig(t)
+		cfg := jobstest.LoadConfig(t)
 		cfg.Scheduled = append(cfg.Scheduled, jobs.ScheduledJob{Name: "audit", FixedDelay: time.Second})
 
 		err = jobs.Run(context.Background(), client, reg, cfg)
@@ -279,15 +280,15 @@ func TestRunEndsWhenTheClientCloses(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := memory.New()
 		defer b.Close()
-		rec := newRecorder(10 * time.Millisecond)
-		r := startRunner(t, "a", b, rec, loadTestConfig(t))
+		rec := jobstest.NewRecorder(10 * time.Millisecond)
+		r := jobstest.StartRunner(t, "a", b, rec, jobstest.LoadConfig(t))
 		time.Sleep(time.Second)
-		r.client.Close()
-		err := <-r.done
+		r.Client.Close()
+		err := <-r.Done
 		if !errors.Is(err, simba.ErrClosed) {
 			t.Errorf("Run after the client closed: %v, want ErrClosed", err)
 		}
-		r.cancel()
+		r.Cancel()
 	})
 }
 
@@ -327,16 +328,16 @@ func TestRunPassesTaskAndGroupOptions(t *testing.T) {
 			}
 			go f()
 		}
-		rec := newRecorder(0)
-		r := startRunner(t, "a", b, rec, loadTestConfig(t),
+		rec := jobstest.NewRecorder(0)
+		r := jobstest.StartRunner(t, "a", b, rec, jobstest.LoadConfig(t),
 			jobs.WithTaskOptions(simba.WithExecutor(exec)),
 			jobs.WithGroupOptions(simba.WithAssignment(simba.Balanced)))
 		time.Sleep(time.Second)
-		if len(executed) != len(leases) {
-			t.Errorf("executor ran %d terms, want %d (one per lease)", len(executed), len(leases))
+		if len(executed) != len(jobstest.Leases) {
+			t.Errorf("executor ran %d terms, want %d (one per lease)", len(executed), len(jobstest.Leases))
 		}
-		r.stop(t)
-		r.client.Close()
+		r.Stop(t)
+		r.Client.Close()
 	})
 }
 
@@ -344,7 +345,7 @@ func TestRunsACronJobAndWarnsOfAnUnusedHandler(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := memory.New()
 		defer b.Close()
-		rec := newRecorder(10 * time.Millisecond)
+		rec := jobstest.NewRecorder(10 * time.Millisecond)
 		cfg, err := jobs.Load(strings.NewReader(`
 scheduled:
   - name: report
@@ -356,16 +357,16 @@ partitioned:
     partitions: 2
     fixed-rate: 1s
     sharding-item-parameters: 0=Beijing,1=Shanghai
-`), jobs.YAML, noEnv)
+`), jobs.YAML, jobstest.NoEnv)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var log logBuffer
-		r := startRunner(t, "a", b.Node("a"), rec, cfg, jobs.WithLogger(log.logger()))
+		r := jobstest.StartRunner(t, "a", b.Node("a"), rec, cfg, jobs.WithLogger(log.logger()))
 		time.Sleep(10 * time.Second)
 		ran := map[string]int{}
 		for _, run := range rec.Runs() {
-			ran[run.lease]++
+			ran[run.Lease]++
 		}
 		// Every 2 s over about 9 s after the initial delay: 4 or 5 runs.
 		if ran["report"] < 4 || ran["report"] > 5 {
@@ -374,8 +375,8 @@ partitioned:
 		if ran["billing.0"] < 9 || ran["billing.1"] < 9 {
 			t.Errorf("the partitions ran %v, want about 10 times each", ran)
 		}
-		r.stop(t)
-		r.client.Close()
+		r.Stop(t)
+		r.Client.Close()
 		if !strings.Contains(log.String(), `schedule="cron \"CRON_TZ=Asia/Shanghai */2 * * * * *\", initial delay 1s, misfire run-once"`) {
 			t.Errorf("the cron job's schedule is not in the log:\n%s", log.String())
 		}
@@ -386,13 +387,15 @@ func TestRunLogsTheWarningsAndStarts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := memory.New()
 		defer b.Close()
-		client := newClient(t, b, simba.WithTTL(testTTL))
-		reg := newRecorder(0).registry("a")
+		client := jobstest.NewClient(t, b, simba.WithTTL(jobstest.TTL))
+		reg := jobstest.NewRecorder(0).Registry("a")
 		reg.Scheduled("spare", noop)
 		var log logBuffer
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
-		go func() { done <- jobs.Run(ctx, client, reg, loadTestConfig(t), noEnv, jobs.WithLogger(log.logger())) }()
+		go func() {
+			done <- jobs.Run(ctx, client, reg, jobstest.LoadConfig(t), jobstest.NoEnv, jobs.WithLogger(log.logger()))
+		}()
 		time.Sleep(time.Second)
 		cancel()
 		if err := <-done; err != nil {

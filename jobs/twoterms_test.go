@@ -14,6 +14,7 @@ import (
 	"github.com/simba-go/simba/admin"
 	"github.com/simba-go/simba/backend/memory"
 	"github.com/simba-go/simba/internal/await"
+	"github.com/simba-go/simba/internal/jobstest"
 	"github.com/simba-go/simba/jobs"
 )
 
@@ -119,7 +120,7 @@ func TestJobsTwoTermsOfTheSameNode(t *testing.T) {
 				b := memory.New()
 				defer b.Close()
 				n := b.Node("a")
-				cfg, err := jobs.Load(strings.NewReader(twoTermsConfig), jobs.YAML, noEnv)
+				cfg, err := jobs.Load(strings.NewReader(twoTermsConfig), jobs.YAML, jobstest.NoEnv)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -144,11 +145,11 @@ func TestJobsTwoTermsOfTheSameNode(t *testing.T) {
 					c.add("claim", term, "")
 					return nil
 				}
-				client := newClient(t, n, simba.WithTTL(testTTL), simba.WithMemberID("a"))
+				client := jobstest.NewClient(t, n, simba.WithTTL(jobstest.TTL), simba.WithMemberID("a"))
 				ctx, cancel := context.WithCancel(context.Background())
 				done := make(chan error, 1)
 				go func() {
-					done <- jobs.Run(ctx, client, reg, cfg, noEnv, jobs.WithCommandRunner(runner),
+					done <- jobs.Run(ctx, client, reg, cfg, jobstest.NoEnv, jobs.WithCommandRunner(runner),
 						jobs.WithTaskOptions(simba.WithClaim(claim)))
 				}()
 				// ran reports whether every job has begun its term n (a

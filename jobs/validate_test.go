@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/internal/jobstest"
 	"github.com/simba-go/simba/jobs"
 )
 
@@ -108,7 +109,7 @@ func TestValidateMatchesHandlersAndJobs(t *testing.T) {
 
 // A loaded configuration keeps its positions for the problems Validate finds.
 func TestValidateReportsFilePositions(t *testing.T) {
-	cfg, err := jobs.Load(strings.NewReader("scheduled:\n  - name: report\n    fixedDelay: 1m\n"), jobs.YAML, noEnv)
+	cfg, err := jobs.Load(strings.NewReader("scheduled:\n  - name: report\n    fixedDelay: 1m\n"), jobs.YAML, jobstest.NoEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
