@@ -15,6 +15,7 @@ import (
 
 	"github.com/simba-go/simba/admin"
 	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/internal/consoletest"
 	"github.com/simba-go/simba/internal/records"
 )
 
@@ -72,7 +73,7 @@ func TestPagesShowWhoDisabledAndDrainedWhat(t *testing.T) {
 		b := memory.New()
 		defer b.Close()
 		f := startFleet(t, b)
-		defer f.stopAll()
+		defer f.StopAll()
 		s, a, done := openConsole(t, b, WithToken(testToken), WithOperators(map[string]string{"op-token-bob-0123456789": "bob"}))
 		defer done()
 
@@ -188,7 +189,7 @@ func TestAuditPageIsLiveAndBounded(t *testing.T) {
 		b := memory.New()
 		defer b.Close()
 		f := startFleet(t, b)
-		defer f.stopAll()
+		defer f.StopAll()
 		s, _, done := openConsole(t, b, WithToken(testToken))
 		defer done()
 
@@ -241,10 +242,10 @@ func TestAuditPageListsSkippedEntries(t *testing.T) {
 		s, _, done := openConsole(t, b, WithToken(testToken))
 		defer done()
 		badValue := records.AuditKey(time.Now(), "0123456789abcdef")
-		plantRecords(t, b.Node("foreign"), "audit/not-a-time", "{}", badValue, "not json")
+		consoletest.PlantRecords(t, b.Node("foreign"), "audit/not-a-time", "{}", badValue, "not json")
 		for _, path := range []string{"/audit", "/audit?name=x"} {
 			w := get(s, path)
-			requireNotice(t, path, w, []string{"audit/not-a-time", badValue})
+			consoletest.RequireNotice(t, path, w, []string{"audit/not-a-time", badValue})
 			assert.Contains(t, w.Body.String(), "No operations recorded", path)
 		}
 	})
@@ -255,7 +256,7 @@ func TestReadOnlyAuditPage(t *testing.T) {
 		b := memory.New()
 		defer b.Close()
 		f := startFleet(t, b)
-		defer f.stopAll()
+		defer f.StopAll()
 		a, err := admin.Open(t.Context(), b.Node("operator"), admin.WithOperator("dave@h1"))
 		require.NoError(t, err)
 		defer a.Close()

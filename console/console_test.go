@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/simba-go/simba/admin"
 	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/internal/consoletest"
 )
 
 // testToken is the operations token of the tests.
@@ -45,11 +44,11 @@ func openConsole(t *testing.T, b *memory.Backend, opts ...Option) (*Server, *adm
 }
 
 // startFleet starts nodes a, b and c on b and lets them settle.
-func startFleet(t *testing.T, b *memory.Backend) *fleet {
+func startFleet(t *testing.T, b *memory.Backend) *consoletest.Fleet {
 	t.Helper()
-	f := newFleet(t)
+	f := consoletest.NewFleet(t)
 	for _, id := range []string{"a", "b", "c"} {
-		f.start(b.Node(id), id, nodeTTL)
+		f.Start(b.Node(id), id, nodeTTL)
 	}
 	time.Sleep(20 * time.Second)
 	return f
@@ -97,18 +96,6 @@ func call(h http.Handler, c opCall) *httptest.ResponseRecorder {
 	return w
 }
 
-var electionRowPattern = regexp.MustCompile(`<tr data-election="([^"]+)" data-holder="([^"]*)" data-token="([0-9]*)">`)
-
-// electionRows returns the holder and token of each election row.
-func electionRows(html string) map[string]holding {
-	out := map[string]holding{}
-	for _, m := range electionRowPattern.FindAllStringSubmatch(html, -1) {
-		tok, _ := strconv.ParseUint(m[3], 10, 64)
-		out[m[1]] = holding{member: m[2], token: tok}
-	}
-	return out
-}
-
 func TestNewRefusesBadOptions(t *testing.T) {
 	b := memory.New()
 	defer b.Close()
@@ -148,7 +135,7 @@ func TestPagesShowWhatTheNodesHold(t *testing.T) {
 		b := memory.New()
 		defer b.Close()
 		f := startFleet(t, b)
-		defer f.stopAll()
+		defer f.StopAll()
 		s, _, done := openConsole(t, b, WithToken(testToken))
 		defer done()
 
@@ -169,17 +156,17 @@ func TestPagesShowWhatTheNodesHold(t *testing.T) {
 			pages[path] = body
 		}
 
-		require.NoError(t, f.gridMatches(parseGrid(pages["/groups"])), "the grid shows the true holders")
+		require.NoError(t, f.GridMatches(consoletest.ParseGrid(pages["/groups"])), "the grid shows the true holders")
 		holders := map[string]bool{}
-		for _, h := range f.partitionHolders() {
-			holders[h.member] = true
+		for _, h := range f.PartitionHolders() {
+			holders[h.Member] = true
 		}
 		assert.Len(t, holders, 3, "every node holds partitions")
 
-		rows := electionRows(pages["/elections"])
+		rows := consoletest.ElectionRows(pages["/elections"])
 		assert.Len(t, rows, 3, "ingest, report and digest; partitions are on the groups page")
 		for _, name := range []string{"ingest", "report", "digest"} {
-			h, ok := f.holder(name)
+			h, ok := f.Holder(name)
 			require.True(t, ok, name)
 			assert.Equal(t, h, rows[name], name)
 		}
@@ -209,7 +196,7 @@ func TestReadOnlyPagesOfferNoOperations(t *testing.T) {
 		b := memory.New()
 		defer b.Close()
 		f := startFleet(t, b)
-		defer f.stopAll()
+		defer f.StopAll()
 		s, _, done := openConsole(t, b, WithReadOnly(true))
 		defer done()
 		for _, path := range []string{"/elections", "/groups", "/jobs", "/members", "/jobs/digest"} {
@@ -379,7 +366,7 @@ func TestEventStreamSendsChanges(t *testing.T) {
 		b := memory.New()
 		defer b.Close()
 		f := startFleet(t, b)
-		defer f.stopAll()
+		defer f.StopAll()
 		s, _, done := openConsole(t, b, WithReadOnly(true))
 		defer done()
 
@@ -388,25 +375,25 @@ func TestEventStreamSendsChanges(t *testing.T) {
 		ev := w.next(t, 2*time.Second)
 		assert.Equal(t, "view", ev.name)
 		assert.Equal(t, "text/event-stream", w.header.Get("Content-Type"))
-		require.NoError(t, f.gridMatches(parseGrid(ev.data)))
+		require.NoError(t, f.GridMatches(consoletest.ParseGrid(ev.data)))
 		assert.NotContains(t, ev.data, "<html", "only the page's main part")
-		held := func(cells []gridCell, member string) int {
+		held := func(cells []consoletest.GridCell, member string) int {
 			n := 0
 			for _, c := range cells {
-				if c.holder == member {
+				if c.Holder == member {
 					n++
 				}
 			}
 			return n
 		}
-		require.Positive(t, held(parseGrid(ev.data), "c"))
+		require.Positive(t, held(consoletest.ParseGrid(ev.data), "c"))
 
-		f.stop("c")
+		f.Stop("c")
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			ev = w.next(t, time.Until(deadline))
-			cells := parseGrid(ev.data)
-			if held(cells, "c") == 0 && f.gridMatches(cells) == nil {
+			cells := consoletest.ParseGrid(ev.data)
+			if held(cells, "c") == 0 && f.GridMatches(cells) == nil {
 				break
 			}
 		}
@@ -415,7 +402,7 @@ func TestEventStreamSendsChanges(t *testing.T) {
 		// Nothing changes: nothing is sent.
 		select {
 		case ev := <-w.events:
-			if ev.name == "view" && f.gridMatches(parseGrid(ev.data)) != nil {
+			if ev.name == "view" && f.GridMatches(consoletest.ParseGrid(ev.data)) != nil {
 				t.Errorf("an event with a wrong grid")
 			}
 		case <-time.After(5 * time.Second):
@@ -428,7 +415,7 @@ func TestEventStreamsOfOtherViews(t *testing.T) {
 		b := memory.New()
 		defer b.Close()
 		f := startFleet(t, b)
-		defer f.stopAll()
+		defer f.StopAll()
 		s, _, done := openConsole(t, b, WithToken(testToken))
 		defer done()
 		for _, view := range []string{"/elections", "/jobs", "/members", "/jobs/digest"} {
@@ -453,7 +440,7 @@ func TestBackendIsReadWhilePagesAreOpenOnly(t *testing.T) {
 		f := startFleet(t, b)
 		s, _, done := openConsole(t, b, WithReadOnly(true))
 		defer done()
-		f.stopAll()
+		f.StopAll()
 		time.Sleep(time.Second)
 		before := b.Stats().Records
 		time.Sleep(10 * time.Second)

@@ -35,7 +35,7 @@ func TestOperationsWithTheToken(t *testing.T) {
 		b := memory.New()
 		defer b.Close()
 		f := startFleet(t, b)
-		defer f.stopAll()
+		defer f.StopAll()
 		var logs bytes.Buffer
 		s, a, done := openConsole(t, b, WithToken(testToken), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 		defer done()
@@ -54,14 +54,14 @@ func TestOperationsWithTheToken(t *testing.T) {
 		}
 
 		step("trigger runs once", func() {
-			require.Empty(t, f.runsOf("report"), "report's schedule is not due")
+			require.Empty(t, f.RunsOf("report"), "report's schedule is not due")
 			r := ok("trigger", "report", 0, "")
 			assert.Contains(t, r.Message, "triggered report")
 			time.Sleep(10 * time.Second)
-			runs := f.runsOf("report")
+			runs := f.RunsOf("report")
 			require.Len(t, runs, 1)
-			h, _ := f.holder("report")
-			assert.Equal(t, h.member, runs[0].member, "the holder runs it")
+			h, _ := f.Holder("report")
+			assert.Equal(t, h.Member, runs[0].Member, "the holder runs it")
 			hist, err := a.History(t.Context(), "report")
 			require.NoError(t, err)
 			require.Len(t, hist, 1)
@@ -75,36 +75,36 @@ func TestOperationsWithTheToken(t *testing.T) {
 		step("disable and enable", func() {
 			ok("disable", "digest", 0, "maintenance")
 			time.Sleep(5 * time.Second)
-			n := len(f.runsOf("digest"))
+			n := len(f.RunsOf("digest"))
 			time.Sleep(10 * time.Second)
-			assert.Len(t, f.runsOf("digest"), n, "a disabled job runs nowhere")
-			_, held := f.holder("digest")
+			assert.Len(t, f.RunsOf("digest"), n, "a disabled job runs nowhere")
+			_, held := f.Holder("digest")
 			assert.False(t, held, "nobody holds a disabled election")
 			page := get(s, "/jobs").Body.String()
 			assert.Contains(t, page, `data-op="enable" data-target="digest"`)
 			ok("enable", "digest", 0, "")
 			time.Sleep(10 * time.Second)
-			assert.Greater(t, len(f.runsOf("digest")), n, "enabled, it runs again")
+			assert.Greater(t, len(f.RunsOf("digest")), n, "enabled, it runs again")
 		})
 
 		step("resign", func() {
-			before, held := f.holder("ingest")
+			before, held := f.Holder("ingest")
 			require.True(t, held)
-			ok("resign", "ingest", before.token, "")
+			ok("resign", "ingest", before.Token, "")
 			time.Sleep(10 * time.Second)
-			after, held := f.holder("ingest")
+			after, held := f.Holder("ingest")
 			require.True(t, held)
-			assert.Greater(t, after.token, before.token, "a new term with a higher token")
-			w := call(s, opCall{op: "resign", body: body("ingest", before.token, "")})
+			assert.Greater(t, after.Token, before.Token, "a new term with a higher token")
+			w := call(s, opCall{op: "resign", body: body("ingest", before.Token, "")})
 			assert.Equal(t, http.StatusConflict, w.Code, "that term is over")
-			assert.Contains(t, decode(t, w.Body).Error, fmt.Sprintf("token %d holds it now", after.token))
+			assert.Contains(t, decode(t, w.Body).Error, fmt.Sprintf("token %d holds it now", after.Token))
 		})
 
 		step("drain and undrain", func() {
 			ok("drain", "c", 0, "")
 			time.Sleep(15 * time.Second)
-			for p, h := range f.partitionHolders() {
-				assert.NotEqual(t, "c", h.member, "partition %d", p)
+			for p, h := range f.PartitionHolders() {
+				assert.NotEqual(t, "c", h.Member, "partition %d", p)
 			}
 			assert.Contains(t, get(s, "/members").Body.String(), `<tr data-member="c" data-drained="true" data-state="drained">`)
 			ok("undrain", "c", 0, "")
@@ -133,7 +133,7 @@ func TestOperationsRefused(t *testing.T) {
 		b := memory.New()
 		defer b.Close()
 		f := startFleet(t, b)
-		defer f.stopAll()
+		defer f.StopAll()
 		var logs bytes.Buffer
 		log := slog.New(slog.NewTextHandler(&logs, nil))
 		s, a, done := openConsole(t, b, WithToken(testToken), WithLogger(log))
@@ -143,7 +143,7 @@ func TestOperationsRefused(t *testing.T) {
 		defer ro.Close()
 
 		trigger := body("report", 0, "")
-		ingest, held := f.holder("ingest")
+		ingest, held := f.Holder("ingest")
 		require.True(t, held)
 		for _, tc := range []struct {
 			name   string
@@ -168,7 +168,7 @@ func TestOperationsRefused(t *testing.T) {
 			{"an unknown member", s, opCall{op: "drain", body: body("nobody", 0, "")}, http.StatusNotFound},
 			{"an unknown election", s, opCall{op: "disable", body: body("nothing", 0, "")}, http.StatusNotFound},
 			{"a trigger of an unscheduled election", s, opCall{op: "trigger", body: body("ingest", 0, "")}, http.StatusConflict},
-			{"a resignation of a term that is over", s, opCall{op: "resign", body: body("ingest", ingest.token+1000, "")}, http.StatusConflict},
+			{"a resignation of a term that is over", s, opCall{op: "resign", body: body("ingest", ingest.Token+1000, "")}, http.StatusConflict},
 			{"no target", s, opCall{op: "trigger", body: `{}`}, http.StatusBadRequest},
 			{"an unknown field", s, opCall{op: "trigger", body: `{"target":"report","force":true}`}, http.StatusBadRequest},
 			{"a long reason", s, opCall{op: "disable", body: body("digest", 0, strings.Repeat("x", 201))}, http.StatusBadRequest},
@@ -192,7 +192,7 @@ func TestOperationsRefused(t *testing.T) {
 		assert.Empty(t, ops.Drained)
 		assert.Empty(t, ops.Triggers)
 		assert.Empty(t, ops.Resigns)
-		assert.Empty(t, f.runsOf("report"), "nothing was triggered")
+		assert.Empty(t, f.RunsOf("report"), "nothing was triggered")
 		assert.NotContains(t, logs.String(), testToken[:20], "no token in the log")
 		assert.NotContains(t, logs.String(), "wrong-token", "no token in the log")
 		assert.Contains(t, logs.String(), "operation refused")

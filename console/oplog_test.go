@@ -65,7 +65,7 @@ func TestOperationsAreLoggedWithTheirOperator(t *testing.T) {
 		b := memory.New()
 		defer b.Close()
 		f := startFleet(t, b)
-		defer f.stopAll()
+		defer f.StopAll()
 		var logs bytes.Buffer
 		s, _, done := openConsole(t, b, WithToken(testToken), WithOperators(map[string]string{aliceToken: "alice"}),
 			WithTimeout(outageTimeout), WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))))

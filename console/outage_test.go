@@ -15,6 +15,7 @@ import (
 
 	"github.com/simba-go/simba/admin"
 	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/internal/consoletest"
 )
 
 // outageTimeout is the console's timeout in the outage tests.
@@ -50,7 +51,7 @@ func TestStreamRecoversAfterAnOutage(t *testing.T) {
 		b := memory.New()
 		defer b.Close()
 		f := startFleet(t, b)
-		defer f.stopAll()
+		defer f.StopAll()
 		var logs bytes.Buffer
 		a, err := admin.Open(t.Context(), b.Node("console"), admin.WithTTL(time.Minute))
 		require.NoError(t, err)
@@ -63,7 +64,7 @@ func TestStreamRecoversAfterAnOutage(t *testing.T) {
 		w, stop := openStream(t, s, "/groups")
 		defer stop()
 		assert.True(t, backendState(t, w.nextOf(t, "backend", 5*time.Second)).OK, "reachable at first")
-		require.NoError(t, f.gridMatches(parseGrid(w.next(t, 5*time.Second).data)))
+		require.NoError(t, f.GridMatches(consoletest.ParseGrid(w.next(t, 5*time.Second).data)))
 
 		cut := time.Now()
 		b.Node("console").Partition()
@@ -75,9 +76,9 @@ func TestStreamRecoversAfterAnOutage(t *testing.T) {
 		ev := w.next(t, time.Second)
 		assert.Contains(t, ev.data, "The backend (memory, test) could not be read, since")
 		assert.Contains(t, ev.data, "no answer within 2s")
-		assert.Empty(t, parseGrid(ev.data), "the old grid is not shown as if it were current")
+		assert.Empty(t, consoletest.ParseGrid(ev.data), "the old grid is not shown as if it were current")
 
-		f.stop("c")
+		f.Stop("c")
 		time.Sleep(3 * nodeTTL)
 		b.Node("console").Heal()
 		healed := time.Now()
@@ -86,8 +87,8 @@ func TestStreamRecoversAfterAnOutage(t *testing.T) {
 		assert.Less(t, time.Since(healed), outageTimeout+retryLimit*time.Second, "within a timeout and the longest retry wait")
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			cells := parseGrid(w.next(t, time.Until(deadline)).data)
-			if len(cells) > 0 && f.gridMatches(cells) == nil {
+			cells := consoletest.ParseGrid(w.next(t, time.Until(deadline)).data)
+			if len(cells) > 0 && f.GridMatches(cells) == nil {
 				break
 			}
 		}

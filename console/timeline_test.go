@@ -16,9 +16,8 @@ import (
 
 	"github.com/simba-go/simba/admin"
 	"github.com/simba-go/simba/backend"
-	"github.com/simba-go/simba/backend/etcd"
 	"github.com/simba-go/simba/backend/memory"
-	"github.com/simba-go/simba/internal/etcdtest"
+	"github.com/simba-go/simba/internal/consoletest"
 	"github.com/simba-go/simba/internal/records"
 )
 
@@ -257,30 +256,6 @@ func TestTimelineBars(t *testing.T) {
 	assert.Equal(t, "Mar 3 12:00", p24.Timeline.Ticks[0].Label, "24h: the date where it changes")
 }
 
-// partTerms are the terms of one partition, in order.
-type partTerms struct {
-	index int
-	terms []records.Term
-}
-
-// groupSnapshot makes group g of partitions with the terms given; the
-// last term of each partition holds if it has no end.
-func groupSnapshot(g string, parts ...partTerms) admin.Snapshot {
-	var snap admin.Snapshot
-	for _, pt := range parts {
-		st := records.Status{Lease: fmt.Sprintf("%s.%d", g, pt.index), Group: g, Partition: pt.index, Terms: pt.terms}
-		held := false
-		if n := len(pt.terms); n > 0 && pt.terms[n-1].End.IsZero() {
-			last := pt.terms[n-1]
-			st.Holder = &records.Holder{Member: last.Member, Token: last.Token, Since: last.Start}
-			held = true
-		}
-		snap.Elections = append(snap.Elections, election(st, held))
-	}
-	snap.Groups = []admin.Group{{Name: g}}
-	return snap
-}
-
 // rebalanceGroup is a group of 5 partitions: at T (40m ago) a drained
 // member A hands partitions 0, 1 and 2 to B within 2s; 10m later A's
 // node crashes and C takes partition 3 over; partition 4 is re-acquired
@@ -288,20 +263,20 @@ func groupSnapshot(g string, parts ...partTerms) admin.Snapshot {
 func rebalanceGroup() admin.Snapshot {
 	T := ago(40 * time.Minute)
 	ms := time.Millisecond
-	drained := func(i int, at time.Time) partTerms {
-		return partTerms{i, []records.Term{
+	drained := func(i int, at time.Time) consoletest.PartTerms {
+		return consoletest.PartTerms{Index: i, Terms: []records.Term{
 			{Token: 10, Member: "A", Start: ago(50 * time.Minute), End: at, Ended: "member drained", TTLms: 3000},
 			{Token: 11, Member: "B", Start: at.Add(200 * ms), TTLms: 3000},
 		}}
 	}
 	crash := T.Add(10 * time.Minute)
-	return groupSnapshot("g",
+	return consoletest.GroupSnapshot("g",
 		drained(0, T), drained(1, T.Add(700*ms)), drained(2, T.Add(2*time.Second)),
-		partTerms{3, []records.Term{
+		consoletest.PartTerms{Index: 3, Terms: []records.Term{
 			{Token: 5, Member: "A", Start: ago(50 * time.Minute), End: crash, Ended: records.EndedFailOver, TTLms: 3000},
 			{Token: 6, Member: "C", Start: crash, TTLms: 3000},
 		}},
-		partTerms{4, []records.Term{
+		consoletest.PartTerms{Index: 4, Terms: []records.Term{
 			{Token: 1, Member: "C", Start: ago(50 * time.Minute), End: ago(20 * time.Minute), Ended: "yielded"},
 			{Token: 2, Member: "C", Start: ago(19 * time.Minute)},
 		}},
@@ -404,7 +379,7 @@ func TestTimelineZoom(t *testing.T) {
 }
 
 func TestTimelineCompact(t *testing.T) {
-	snap := bigGroup(100, 4)
+	snap := consoletest.BigGroup(tlNow, 100, 4)
 	p, html := timelinePage(t, snap, "/timeline?group=big")
 	assert.True(t, p.Timeline.Compact)
 	assert.Contains(t, html, `<svg class="timeline compact"`)
@@ -511,27 +486,6 @@ func TestTimelineServed(t *testing.T) {
 	require.NoError(t, lease.Release(ctx))
 }
 
-// bigGroup is a group of n partitions with terms terms each, in the last
-// hour, each ended by a hand-off or a fail-over but the last, held.
-func bigGroup(n, terms int) admin.Snapshot {
-	members := []string{"node-a", "node-b", "node-c", "node-d", "node-e"}
-	parts := make([]partTerms, n)
-	step := time.Hour / time.Duration(terms+1)
-	for i := range parts {
-		ts := make([]records.Term, terms)
-		for j := range ts {
-			start := ago(time.Hour).Add(time.Duration(j) * step).Add(time.Duration(i) * time.Millisecond)
-			ts[j] = records.Term{Token: uint64(j + 1), Member: members[(i+j)%len(members)], Start: start, TTLms: 3000}
-			if j < terms-1 {
-				ts[j].End = start.Add(step - 100*time.Millisecond)
-				ts[j].Ended = []string{"moved", records.EndedFailOver, "member drained"}[j%3]
-			}
-		}
-		parts[i] = partTerms{i, ts}
-	}
-	return groupSnapshot("big", parts...)
-}
-
 // BenchmarkPages1024 builds and renders, from a snapshot in memory, the
 // pages of a group of 1,024 partitions with 32 terms each, all within the
 // hour shown, and the health records of its 5 members: the worst case of
@@ -540,7 +494,7 @@ func bigGroup(n, terms int) admin.Snapshot {
 // per partition in the hour. The backend's read is not measured (it is the
 // same Snapshot for every page; see BENCHMARKS.md).
 func BenchmarkPages1024(b *testing.B) {
-	snap := bigGroup(1024, records.TermsLen)
+	snap := consoletest.BigGroup(tlNow, 1024, records.TermsLen)
 	for _, m := range []string{"node-a", "node-b", "node-c", "node-d", "node-e"} {
 		h := admin.Health{Member: m, Session: m + "-s", TTLms: 3000, Updated: tlNow.Add(-2 * time.Second)}
 		for i := range records.HealthLen {
@@ -548,7 +502,7 @@ func BenchmarkPages1024(b *testing.B) {
 		}
 		snap.Health = append(snap.Health, h)
 	}
-	light := bigGroup(1024, 2) // a deploy's worth: one move per partition in the hour
+	light := consoletest.BigGroup(tlNow, 1024, 2) // a deploy's worth: one move per partition in the hour
 	light.Health = snap.Health
 	for _, c := range []struct {
 		name string
@@ -575,100 +529,6 @@ func BenchmarkPages1024(b *testing.B) {
 					b.Fatal(err)
 				}
 				size = len(out)
-			}
-			b.ReportMetric(float64(size), "html-bytes")
-		})
-	}
-}
-
-// BenchmarkPagesEtcd1024 serves the pages of the same group of 1,024
-// partitions with 32 terms each, and of 50 jobs with 32 terms and 50 runs
-// of history each, as a console does: each request reads the backend
-// (embedded etcd: 1,074 status records of about 4.5 KB, 2,500 runs) and
-// renders, so it is the time an operator waits for the page, and the work
-// of each poll while the page is open.
-func BenchmarkPagesEtcd1024(b *testing.B) {
-	srv := etcdtest.Start(b)
-	for _, logs := range []bool{true, false} {
-		name := "termlogs"
-		if !logs {
-			name = "nologs" // what the pages cost before the term logs
-		}
-		b.Run(name, func(b *testing.B) { benchPagesEtcd(b, srv, name, logs) })
-	}
-}
-
-// benchPagesEtcd serves the pages of BenchmarkPagesEtcd1024 from a prefix
-// of srv of their own; without logs, the statuses have no term log.
-func benchPagesEtcd(b *testing.B, srv *etcdtest.Server, prefix string, logs bool) {
-	be, err := etcd.New(srv.Endpoints(), etcd.WithPrefix("/pages-bench-"+prefix+"/"))
-	require.NoError(b, err)
-	defer be.Close()
-	sess, err := be.Open(b.Context(), backend.SessionOptions{TTL: 10 * time.Second})
-	require.NoError(b, err)
-	defer sess.Close(context.Background())
-	snap := bigGroup(1024, records.TermsLen)
-	d := time.Since(tlNow) // the console draws at the time of the request
-	for _, e := range snap.Elections {
-		for i := range e.Status.Terms {
-			t := &e.Status.Terms[i]
-			t.Start = t.Start.Add(d)
-			if !t.End.IsZero() {
-				t.End = t.End.Add(d)
-			}
-		}
-		if h := e.Status.Holder; h != nil {
-			h.Since = h.Since.Add(d)
-		}
-		if !logs {
-			e.Status.Terms = nil
-		}
-		_, err := sess.(backend.Records).PutRecord(b.Context(), records.StatusKey(e.Name), records.Encode(e.Status), backend.Condition{})
-		require.NoError(b, err)
-	}
-	// 50 jobs besides, each with its term log and 50 runs of history.
-	now := time.Now()
-	for j := range 50 {
-		lease := fmt.Sprintf("job-%02d", j)
-		st := records.Status{Lease: lease, Partition: -1, Schedule: "fixed rate 1m", HistorySeq: records.HistoryLen, Succeeded: records.HistoryLen - 5, Failed: 5}
-		for i := range records.TermsLen {
-			start := now.Add(-time.Hour + time.Duration(i)*time.Minute)
-			t := records.Term{Token: uint64(i + 1), Member: fmt.Sprintf("node-%c", 'a'+i%5), Start: start, End: start.Add(time.Minute), Ended: "moved", TTLms: 3000}
-			if i == records.TermsLen-1 {
-				t.End, t.Ended = time.Time{}, ""
-				st.Holder = &records.Holder{Member: t.Member, Token: t.Token, Since: start}
-			}
-			if logs {
-				st.Terms = append(st.Terms, t)
-			}
-		}
-		for seq := uint64(1); seq <= records.HistoryLen; seq++ {
-			start := now.Add(-time.Duration(records.HistoryLen-seq) * time.Minute)
-			run := records.Run{Seq: seq, Token: 1, Member: "node-a", Start: start, End: start.Add(time.Duration(seq) * 10 * time.Millisecond), Result: "succeeded", Source: "normal"}
-			if seq%10 == 0 {
-				run.Result, run.Error = "failed", "boom"
-			}
-			_, err := sess.(backend.Records).PutRecord(b.Context(), records.HistoryKey(lease, seq), records.Encode(run), backend.Condition{})
-			require.NoError(b, err)
-		}
-		_, err := sess.(backend.Records).PutRecord(b.Context(), records.StatusKey(lease), records.Encode(st), backend.Condition{})
-		require.NoError(b, err)
-	}
-	a, err := admin.Open(b.Context(), be)
-	require.NoError(b, err)
-	defer a.Close()
-	s, err := New(a, WithReadOnly(true))
-	require.NoError(b, err)
-	defer s.Close()
-	for _, path := range []string{"/timeline?group=big", "/timeline", "/", "/groups", "/jobs", "/jobs/job-07"} {
-		b.Run(strings.ReplaceAll(path, "/", "_"), func(b *testing.B) {
-			var size int
-			for b.Loop() {
-				w := get(s, path)
-				if w.Code != http.StatusOK {
-					b.Fatalf("GET %s: %d %s", path, w.Code, w.Body.String())
-				}
-				size = w.Body.Len()
 			}
 			b.ReportMetric(float64(size), "html-bytes")
 		})

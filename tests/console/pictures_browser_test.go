@@ -1,4 +1,4 @@
-package console
+package console_test
 
 import (
 	"errors"
@@ -16,8 +16,13 @@ import (
 
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/internal/consoletest"
 	"github.com/simba-go/simba/internal/records"
 )
+
+// rebalanceWindow is how close in time the moves of one rebalance are, as
+// the console's documentation gives it: within 5s of each other.
+const rebalanceWindow = 5 * time.Second
 
 // jsBar is a term's bar on the timeline, read from the page.
 type jsBar struct {
@@ -53,11 +58,11 @@ const readRebalances = `[...document.querySelectorAll('[data-rebalance]')].map(r
 
 // moves returns the partitions whose holder differs from before to after,
 // as "p:from>to".
-func moves(before, after []holding) []string {
+func moves(before, after []consoletest.Holding) []string {
 	var out []string
 	for p := range before {
-		if before[p].member != after[p].member {
-			out = append(out, fmt.Sprintf("%d:%s>%s", p, before[p].member, after[p].member))
+		if before[p].Member != after[p].Member {
+			out = append(out, fmt.Sprintf("%d:%s>%s", p, before[p].Member, after[p].Member))
 		}
 	}
 	return out
@@ -76,28 +81,28 @@ func TestBrowserPictures(t *testing.T) {
 	path := chromium(t)
 	b := memory.New()
 	defer b.Close()
-	f := newFleet(t)
+	f := consoletest.NewFleet(t)
 	nodes := map[string]*memory.Node{}
 	startNode := func(id string) {
 		nodes[id] = b.Node(id)
-		f.start(nodes[id], id, e2eTTL)
+		f.Start(nodes[id], id, e2eTTL)
 	}
 	startNode("a")
 	startNode("b")
-	defer f.stopAll()
+	defer f.StopAll()
 	a, url := serveConsole(t, b.Node("console"))
 	e := &e2e{t: t, f: f, url: url, ctx: newBrowser(t, path), shotDir: screenshots}
 
 	// settled waits until every partition is held, by none of gone, and
 	// returns who holds each.
-	settled := func(what string, gone ...string) []holding {
+	settled := func(what string, gone ...string) []consoletest.Holding {
 		t.Helper()
-		var hs []holding
+		var hs []consoletest.Holding
 		e.eventually(60*time.Second, what, func() error {
-			hs = f.partitionHolders()
+			hs = f.PartitionHolders()
 			for p, h := range hs {
-				if h.member == "" || slices.Contains(gone, h.member) {
-					return fmt.Errorf("partition %d held by %q", p, h.member)
+				if h.Member == "" || slices.Contains(gone, h.Member) {
+					return fmt.Errorf("partition %d held by %q", p, h.Member)
 				}
 			}
 			return nil
@@ -112,11 +117,11 @@ func TestBrowserPictures(t *testing.T) {
 	apart()
 
 	// A hand-off: the holder of ingest resigns.
-	ingest, ok := f.holder("ingest")
+	ingest, ok := f.Holder("ingest")
 	require.True(t, ok, "ingest has a holder")
-	require.NoError(t, a.Resign(t.Context(), "ingest", ingest.token, "the pictures test"))
+	require.NoError(t, a.Resign(t.Context(), "ingest", ingest.Token, "the pictures test"))
 	e.eventually(30*time.Second, "ingest has a new holder", func() error {
-		if h, ok := f.holder("ingest"); !ok || h.token == ingest.token {
+		if h, ok := f.Holder("ingest"); !ok || h.Token == ingest.Token {
 			return errors.New("not yet")
 		}
 		return nil
@@ -124,10 +129,10 @@ func TestBrowserPictures(t *testing.T) {
 
 	// A join: c takes its share.
 	startNode("c")
-	var joined []holding
+	var joined []consoletest.Holding
 	e.eventually(60*time.Second, "c takes its share", func() error {
 		joined = settled("every partition is held")
-		if n := len(slices.DeleteFunc(slices.Clone(joined), func(h holding) bool { return h.member != "c" })); n < f.partitions/3 {
+		if n := len(slices.DeleteFunc(slices.Clone(joined), func(h consoletest.Holding) bool { return h.Member != "c" })); n < f.Partitions/3 {
 			return fmt.Errorf("c holds %d partitions", n)
 		}
 		return nil
@@ -158,24 +163,24 @@ func TestBrowserPictures(t *testing.T) {
 		for _, bar := range bars {
 			byTerm[bar.Lease+"/"+strconv.FormatUint(bar.Token, 10)] = bar
 		}
-		for p := range f.partitions {
+		for p := range f.Partitions {
 			lease := "billing." + strconv.Itoa(p)
-			for _, term := range f.termsOf(lease) {
-				bar, ok := byTerm[lease+"/"+strconv.FormatUint(term.token, 10)]
+			for _, term := range f.TermsOf(lease) {
+				bar, ok := byTerm[lease+"/"+strconv.FormatUint(term.Token, 10)]
 				switch {
 				case !ok:
-					return fmt.Errorf("%s: no bar for term %d of %s (bars: %v)", lease, term.token, term.member, slices.Collect(maps.Keys(byTerm)))
-				case bar.Member != term.member:
-					return fmt.Errorf("%s: the bar of term %d is %s's, the nodes say %s's", lease, term.token, bar.Member, term.member)
+					return fmt.Errorf("%s: no bar for term %d of %s (bars: %v)", lease, term.Token, term.Member, slices.Collect(maps.Keys(byTerm)))
+				case bar.Member != term.Member:
+					return fmt.Errorf("%s: the bar of term %d is %s's, the nodes say %s's", lease, term.Token, bar.Member, term.Member)
 				case bar.End < bar.Start:
-					return fmt.Errorf("%s: the bar of term %d ends before it starts", lease, term.token)
-				case lostTerm(term.revoked) && bar.Ended != records.EndedFailOver:
-					return fmt.Errorf("%s: %s's term %d, revoked by %q, ended %q on the timeline, want %q", lease, term.member, term.token, term.revoked, bar.Ended, records.EndedFailOver)
-				case term.revoked == simba.RevokeStopped.String() && bar.Ended != records.EndedMoved:
+					return fmt.Errorf("%s: the bar of term %d ends before it starts", lease, term.Token)
+				case lostTerm(term.Revoked) && bar.Ended != records.EndedFailOver:
+					return fmt.Errorf("%s: %s's term %d, revoked by %q, ended %q on the timeline, want %q", lease, term.Member, term.Token, term.Revoked, bar.Ended, records.EndedFailOver)
+				case term.Revoked == simba.RevokeStopped.String() && bar.Ended != records.EndedMoved:
 					// No task is stopped in the test: the assignment moved it.
-					return fmt.Errorf("%s: %s's term %d was moved, and ended %q on the timeline", lease, term.member, term.token, bar.Ended)
-				case term.revoked == simba.RevokeDrained.String() && bar.Ended != term.revoked:
-					return fmt.Errorf("%s: a's drained term %d ended %q on the timeline", lease, term.token, bar.Ended)
+					return fmt.Errorf("%s: %s's term %d was moved, and ended %q on the timeline", lease, term.Member, term.Token, bar.Ended)
+				case term.Revoked == simba.RevokeDrained.String() && bar.Ended != term.Revoked:
+					return fmt.Errorf("%s: a's drained term %d ended %q on the timeline", lease, term.Token, bar.Ended)
 				}
 			}
 		}
@@ -205,7 +210,7 @@ func TestBrowserPictures(t *testing.T) {
 		}
 		for _, want := range []struct {
 			kind          string
-			before, after []holding
+			before, after []consoletest.Holding
 		}{{"view-change", initial, joined}, {"drain", joined, drained}, {"crash", drained, crashed}} {
 			w := moves(want.before, want.after)
 			slices.Sort(w)
@@ -224,21 +229,21 @@ func TestBrowserPictures(t *testing.T) {
 
 	// One partition, zoomed.
 	e.do(10*time.Second, chromedp.Navigate(e.url+"/timeline?group=billing&p=0&range=15m"), chromedp.WaitVisible(chromedp.CSS(`#live[data-state="live"]`)))
-	require.Equal(t, len(f.termsOf("billing.0")), eval[int](e, `document.querySelectorAll('[data-lane] [data-member][data-token]').length`), "the zoomed lane has a bar per term of partition 0")
+	require.Equal(t, len(f.TermsOf("billing.0")), eval[int](e, `document.querySelectorAll('[data-lane] [data-member][data-token]').length`), "the zoomed lane has a bar per term of partition 0")
 	e.screenshot("timeline-partition")
 
 	// The elections' timeline: ingest's hand-off.
 	e.do(10*time.Second, chromedp.Navigate(e.url+"/timeline?range=15m"), chromedp.WaitVisible(chromedp.CSS(`#live[data-state="live"]`)))
 	e.eventually(30*time.Second, "ingest's lane shows the resigned term", func() error {
 		for _, bar := range eval[[]jsBar](e, readBars) {
-			if bar.Lease == "ingest" && bar.Token == ingest.token {
+			if bar.Lease == "ingest" && bar.Token == ingest.Token {
 				if bar.Ended != simba.RevokeResigned.String() {
-					return fmt.Errorf("ingest's term %d ended %q", ingest.token, bar.Ended)
+					return fmt.Errorf("ingest's term %d ended %q", ingest.Token, bar.Ended)
 				}
 				return nil
 			}
 		}
-		return fmt.Errorf("no bar for ingest's term %d", ingest.token)
+		return fmt.Errorf("no bar for ingest's term %d", ingest.Token)
 	})
 	e.screenshot("timeline-elections")
 
@@ -298,6 +303,6 @@ func docsShot(e *e2e, name string) {
 	e.do(5*time.Second, chromedp.EmulateViewport(1280, 760))
 	png, err := chromedp.Run(e.ctx, chromedp.CaptureScreenshot())
 	require.NoError(e.t, err)
-	require.NoError(e.t, os.WriteFile("../docs/"+name+".png", png, 0o644))
+	require.NoError(e.t, os.WriteFile("../../docs/"+name+".png", png, 0o644))
 	e.do(5*time.Second, chromedp.EmulateViewport(1280, 900))
 }

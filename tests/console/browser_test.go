@@ -1,4 +1,4 @@
-package console
+package console_test
 
 import (
 	"context"
@@ -20,6 +20,8 @@ import (
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/etcd"
 	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/console"
+	"github.com/simba-go/simba/internal/consoletest"
 	"github.com/simba-go/simba/internal/etcdtest"
 )
 
@@ -34,7 +36,7 @@ import (
 // the README shows, docs/console.png.
 
 // screenshots is where the screenshots go, relative to this package.
-const screenshots = "../build/console-screenshots"
+const screenshots = "../../build/console-screenshots"
 
 // e2eTTL is the session TTL of the nodes in the end-to-end tests.
 const e2eTTL = 3 * time.Second
@@ -85,7 +87,7 @@ func serveConsole(t *testing.T, b backend.Backend) (*admin.Admin, string) {
 	t.Helper()
 	a, err := admin.Open(t.Context(), b)
 	require.NoError(t, err)
-	s, err := New(a, WithToken(testToken))
+	s, err := console.New(a, console.WithToken(testToken))
 	require.NoError(t, err)
 	srv := httptest.NewServer(s)
 	t.Cleanup(func() {
@@ -99,7 +101,7 @@ func serveConsole(t *testing.T, b backend.Backend) (*admin.Admin, string) {
 // e2e is one end-to-end run: the nodes, the console and the browser.
 type e2e struct {
 	t       *testing.T
-	f       *fleet
+	f       *consoletest.Fleet
 	url     string // the console
 	roURL   string // a read-only console on the same backend
 	ctx     context.Context
@@ -221,10 +223,10 @@ const readGrid = `[...document.querySelectorAll('section[data-group="billing"] l
 	token: Number(c.dataset.token || 0), state: c.dataset.state}))`
 
 // grid reads the billing grid shown in the page.
-func (e *e2e) grid() []gridCell {
-	var out []gridCell
+func (e *e2e) grid() []consoletest.GridCell {
+	var out []consoletest.GridCell
 	for _, c := range eval[[]jsCell](e, readGrid) {
-		out = append(out, gridCell{partition: c.P, owner: c.Owner, holder: c.Holder, token: c.Token, state: c.State})
+		out = append(out, consoletest.GridCell{Partition: c.P, Owner: c.Owner, Holder: c.Holder, Token: c.Token, State: c.State})
 	}
 	return out
 }
@@ -235,7 +237,7 @@ func (e *e2e) post(token string) int {
 	e.t.Helper()
 	headers := `{'Content-Type': 'application/json'}`
 	if token != "" {
-		headers = fmt.Sprintf(`{'Content-Type': 'application/json', %q: %q}`, TokenHeader, token)
+		headers = fmt.Sprintf(`{'Content-Type': 'application/json', %q: %q}`, console.TokenHeader, token)
 	}
 	return eval[int](e, `fetch('/api/ops/trigger', {method: 'POST', headers: `+headers+`,
 		body: JSON.stringify({target: 'report'})}).then(r => r.status)`)
@@ -287,11 +289,11 @@ func (e *e2e) auditShows(reason string) {
 // console's admin on adm. It returns false, having skipped the test, when
 // the backend keeps no records.
 func scenario(t *testing.T, browserPath string, node func(id string) backend.Backend, adm backend.Backend, shotDir string) bool {
-	f := newFleet(t)
+	f := consoletest.NewFleet(t)
 	for _, id := range []string{"a", "b", "c"} {
-		f.start(node(id), id, e2eTTL)
+		f.Start(node(id), id, e2eTTL)
 	}
-	defer f.stopAll()
+	defer f.StopAll()
 	a, err := admin.Open(t.Context(), adm)
 	if errors.Is(err, admin.ErrNoRecords) {
 		t.Skip("this backend keeps no records (backend.Records) yet: admin.Open returns admin.ErrNoRecords; the scenario runs on the memory backend instead")
@@ -299,9 +301,9 @@ func scenario(t *testing.T, browserPath string, node func(id string) backend.Bac
 	}
 	require.NoError(t, err)
 	defer a.Close()
-	s, err := New(a, WithToken(testToken))
+	s, err := console.New(a, console.WithToken(testToken))
 	require.NoError(t, err)
-	ro, err := New(a, WithReadOnly(true))
+	ro, err := console.New(a, console.WithReadOnly(true))
 	require.NoError(t, err)
 	srv, roSrv := httptest.NewServer(s), httptest.NewServer(ro)
 	defer srv.Close()
@@ -314,14 +316,14 @@ func scenario(t *testing.T, browserPath string, node func(id string) backend.Bac
 	// The groups page shows every partition with its true owner.
 	e.do(10*time.Second, chromedp.Navigate(e.url+"/groups"), chromedp.WaitVisible(chromedp.CSS(`#live[data-state="live"]`)))
 	e.eventually(30*time.Second, "the grid shows every partition with its true owner", func() error {
-		return f.gridMatches(e.grid())
+		return f.GridMatches(e.grid())
 	})
 	e.screenshot("groups")
 	if os.Getenv("SIMBA_CONSOLE_DOCS") == "1" {
 		e.do(5*time.Second, chromedp.EmulateViewport(1280, 760))
 		png, err := chromedp.Run(e.ctx, chromedp.CaptureScreenshot())
 		require.NoError(t, err)
-		require.NoError(t, os.WriteFile("../docs/console.png", png, 0o644))
+		require.NoError(t, os.WriteFile("../../docs/console.png", png, 0o644))
 		e.do(5*time.Second, chromedp.EmulateViewport(1280, 900))
 	}
 	e.do(5*time.Second, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile))
@@ -331,15 +333,15 @@ func scenario(t *testing.T, browserPath string, node func(id string) backend.Bac
 	// After a node stops, the grid updates by itself.
 	eval[int](e, `window.simbaTestMark = 1`)
 	updates := eval[string](e, `document.body.dataset.updates || "0"`)
-	f.stop("c")
+	f.Stop("c")
 	e.eventually(30*time.Second, "the grid updates by itself after node c stopped", func() error {
 		cells := e.grid()
 		for _, c := range cells {
-			if c.holder == "c" || c.owner == "c" {
-				return fmt.Errorf("partition %d still shows c", c.partition)
+			if c.Holder == "c" || c.Owner == "c" {
+				return fmt.Errorf("partition %d still shows c", c.Partition)
 			}
 		}
-		return f.gridMatches(cells)
+		return f.GridMatches(cells)
 	})
 	assert.Equal(t, 1, eval[int](e, `window.simbaTestMark`), "the page was not reloaded")
 	assert.NotEqual(t, updates, eval[string](e, `document.body.dataset.updates || "0"`), "updates arrived by the event stream")
@@ -351,7 +353,7 @@ func scenario(t *testing.T, browserPath string, node func(id string) backend.Bac
 		chromedp.WaitVisible(chromedp.CSS(`#live[data-state="live"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`section[data-job="report"] button[data-op="trigger"]`)),
 	)
-	require.Empty(t, f.runsOf("report"), "report's schedule is not due")
+	require.Empty(t, f.RunsOf("report"), "report's schedule is not due")
 	e.do(10*time.Second,
 		click(`section[data-job="report"] button[data-op="trigger"]`),
 		chromedp.WaitVisible(chromedp.CSS(`#confirm #token`)),
@@ -368,7 +370,7 @@ func scenario(t *testing.T, browserPath string, node func(id string) backend.Bac
 	assert.Contains(t, eval[string](e, `document.getElementById('notice').textContent`), "triggered report")
 	assert.Contains(t, eval[string](e, `document.getElementById('notice').textContent`), "recorded as done by carol", "the name given with the token")
 	e.eventually(15*time.Second, "report runs", func() error {
-		if n := len(f.runsOf("report")); n != 1 {
+		if n := len(f.RunsOf("report")); n != 1 {
 			return fmt.Errorf("%d runs", n)
 		}
 		return nil
@@ -380,7 +382,7 @@ func scenario(t *testing.T, browserPath string, node func(id string) backend.Bac
 		return nil
 	})
 	time.Sleep(3 * time.Second)
-	assert.Len(t, f.runsOf("report"), 1, "one trigger, one run")
+	assert.Len(t, f.RunsOf("report"), 1, "one trigger, one run")
 	e.screenshot("jobs")
 
 	// The audit page shows the trigger done from the page: who, why (as
@@ -438,10 +440,10 @@ func scenario(t *testing.T, browserPath string, node func(id string) backend.Bac
 		await fetch(%[1]q + '/api/ops/trigger', {method: 'POST', mode: 'no-cors',
 			headers: {'Content-Type': 'text/plain'}, body: '{"target":"report"}'}).catch(() => {});
 		return cors;
-	})()`, e.url, TokenHeader, testToken))
+	})()`, e.url, console.TokenHeader, testToken))
 	assert.Equal(t, "blocked", got)
 	time.Sleep(2 * time.Second)
-	assert.Len(t, f.runsOf("report"), 1, "no run from another origin")
+	assert.Len(t, f.RunsOf("report"), 1, "no run from another origin")
 	ops, err := a.Ops(t.Context())
 	require.NoError(t, err)
 	assert.Empty(t, ops.Triggers)

@@ -1,4 +1,4 @@
-package console
+package console_test
 
 import (
 	"context"
@@ -21,6 +21,7 @@ import (
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/etcd"
 	"github.com/simba-go/simba/internal/await"
+	"github.com/simba-go/simba/internal/consoletest"
 	"github.com/simba-go/simba/internal/etcdtest"
 )
 
@@ -44,9 +45,9 @@ func TestMemberProcess(t *testing.T) {
 	b, err := etcd.New([]string{args[0]}, etcd.WithPrefix(args[1]))
 	require.NoError(t, err)
 	defer b.Close()
-	f := newFleet(t)
-	f.start(b, args[2], e2eTTL)
-	defer f.stopAll()
+	f := consoletest.NewFleet(t)
+	f.Start(b, args[2], e2eTTL)
+	defer f.StopAll()
 	fmt.Printf("%sready\n", memberProcessMarker)
 	io.Copy(io.Discard, os.Stdin)
 }
@@ -120,11 +121,11 @@ func TestBrowserRoughEdges(t *testing.T) {
 			b.Close()
 		}
 	}()
-	f := newFleet(t)
+	f := consoletest.NewFleet(t)
 	for _, id := range []string{"a", "b"} {
-		f.start(open(id), id, e2eTTL)
+		f.Start(open(id), id, e2eTTL)
 	}
-	defer f.stopAll()
+	defer f.StopAll()
 	k := startTestProcess(t, "TestMemberProcess", memberProcessEnv+"="+srv.Endpoints()[0]+" "+roughEdgesPrefix+" k", memberProcessMarker)
 	require.Equal(t, "ready", k.reply("that it is ready"))
 	exported, x := startExport(t, open("x"))

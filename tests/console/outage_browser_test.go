@@ -1,4 +1,4 @@
-package console
+package console_test
 
 import (
 	"bufio"
@@ -19,6 +19,8 @@ import (
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/etcd"
 	"github.com/simba-go/simba/backend/zookeeper"
+	"github.com/simba-go/simba/console"
+	"github.com/simba-go/simba/internal/consoletest"
 	"github.com/simba-go/simba/internal/etcdtest"
 	"github.com/simba-go/simba/internal/zktest"
 )
@@ -39,6 +41,20 @@ type liveState struct {
 	State string `json:"state"`
 	Text  string `json:"text"`
 	Title string `json:"title"` // the backend's error, when unreachable
+}
+
+// outageTimeout is the console's timeout (console.WithTimeout) in the
+// outage tests.
+const outageTimeout = 2 * time.Second
+
+// healthReply is the JSON body of the console's /healthz, as its
+// documentation gives it.
+type healthReply struct {
+	Status  string    `json:"status"` // "ok" or "unreachable"
+	Backend string    `json:"backend"`
+	Checked time.Time `json:"checked"`
+	Since   time.Time `json:"unreachable_since"` // for "unreachable"
+	Error   string    `json:"error"`             // for "unreachable"
 }
 
 func (e *e2e) live() liveState {
@@ -70,15 +86,15 @@ func healthz(t *testing.T, url string) (int, healthReply) {
 // o.recoverWithin of the server answering again the page must show the
 // truth again, live, by itself.
 func outageScenario(t *testing.T, browserPath string, o outage) {
-	f := newFleet(t)
+	f := consoletest.NewFleet(t)
 	for _, id := range []string{"a", "b", "c"} {
-		f.start(o.open(id), id, e2eTTL)
+		f.Start(o.open(id), id, e2eTTL)
 	}
-	defer f.stopAll()
+	defer f.StopAll()
 	a, err := admin.Open(t.Context(), o.open("console"))
 	require.NoError(t, err)
 	defer a.Close()
-	s, err := New(a, WithToken(testToken), WithTimeout(outageTimeout), WithBackendName(o.name))
+	s, err := console.New(a, console.WithToken(testToken), console.WithTimeout(outageTimeout), console.WithBackendName(o.name))
 	require.NoError(t, err)
 	srv := httptest.NewServer(s)
 	defer srv.Close()
@@ -92,7 +108,7 @@ func outageScenario(t *testing.T, browserPath string, o outage) {
 		if e.showsError() {
 			return fmt.Errorf("the page shows the error")
 		}
-		return f.gridMatches(e.grid())
+		return f.GridMatches(e.grid())
 	}
 	e.do(10*time.Second, chromedp.Navigate(e.url+"/groups"), chromedp.WaitVisible(chromedp.CSS(`#live[data-state="live"]`)))
 	e.eventually(30*time.Second, "the grid shows every partition with its true owner", truth)
