@@ -17,8 +17,8 @@ import (
 func savedBy(evs []ev, token uint64) []int64 {
 	var out []int64
 	for _, e := range evs {
-		if e.kind == kSaved && e.err == nil && e.token == token {
-			out = append(out, e.offset)
+		if e.Kind == kSaved && e.Err == nil && e.Token == token {
+			out = append(out, e.Offset)
 		}
 	}
 	return out
@@ -45,7 +45,7 @@ func TestCoordinatorCommit(t *testing.T) {
 					case msg.Offset == 4:
 						stream.CoordinatorFrom(ctx).RequestCommit()
 					case msg.Offset == 5 && n == 1:
-						if got := savedBy(rec.events(), term.Token()); len(got) != 1 || got[0] != 5 {
+						if got := savedBy(rec.Events(), term.Token()); len(got) != 1 || got[0] != 5 {
 							t.Errorf("checkpoints before offset 5 was processed: %v, want [5]", got)
 						}
 					}
@@ -53,9 +53,9 @@ func TestCoordinatorCommit(t *testing.T) {
 				}
 				a := startNode(t, b, "a", 1, newNumbered(M, M), rec, handlers(rec, "a", behave),
 					stream.WithMaxConcurrency(n), stream.WithCommitInterval(time.Hour))
-				waitFor(t, time.Minute, "every message processed", func() bool { return rec.processed(1, M) })
+				waitFor(t, time.Minute, "every message processed", func() bool { return rec.Processed(1, M) })
 				time.Sleep(time.Second)
-				evs := rec.events()
+				evs := rec.Events()
 				tokens := termsOf(evs, 0)
 				if len(tokens) != 1 {
 					t.Fatalf("terms %v, want 1", tokens)
@@ -64,7 +64,7 @@ func TestCoordinatorCommit(t *testing.T) {
 					t.Errorf("checkpoints before the hand-off %v, want one at 5 or later", got)
 				}
 				a.stop()
-				evs = rec.events()
+				evs = rec.Events()
 				if got := lastSaved(evs, tokens[0]); got != M {
 					t.Errorf("final checkpoint %d, want %d", got, M)
 				}
@@ -101,9 +101,9 @@ func TestCoordinatorHandOff(t *testing.T) {
 		}
 		a := startNode(t, b, "a", 1, newNumbered(M, M), rec, handlers(rec, "a", behave),
 			stream.WithCommitInterval(time.Hour))
-		waitFor(t, time.Minute, "every message processed", func() bool { return rec.processed(1, M) })
+		waitFor(t, time.Minute, "every message processed", func() bool { return rec.Processed(1, M) })
 		a.stop()
-		evs := rec.events()
+		evs := rec.Events()
 		tokens := termsOf(evs, 0)
 		if len(tokens) != 2 {
 			t.Fatalf("terms %v, want 2", tokens)
@@ -111,10 +111,10 @@ func TestCoordinatorHandOff(t *testing.T) {
 		var last, first int64 = -1, -1
 		for _, e := range evs {
 			switch {
-			case e.kind == kStart && e.token == tokens[0]:
-				last = max(last, e.offset)
-			case e.kind == kStart && e.token == tokens[1] && first < 0:
-				first = e.offset
+			case e.Kind == kStart && e.Token == tokens[0]:
+				last = max(last, e.Offset)
+			case e.Kind == kStart && e.Token == tokens[1] && first < 0:
+				first = e.Offset
 			}
 		}
 		if last != at {

@@ -40,9 +40,9 @@ func termsOf(evs []ev, p int) []uint64 {
 	var out []uint64
 	seen := map[uint64]bool{}
 	for _, e := range evs {
-		if e.partition == p && e.kind == kStart && !seen[e.token] {
-			seen[e.token] = true
-			out = append(out, e.token)
+		if e.Partition == p && e.Kind == kStart && !seen[e.Token] {
+			seen[e.Token] = true
+			out = append(out, e.Token)
 		}
 	}
 	return out
@@ -52,8 +52,8 @@ func termsOf(evs []ev, p int) []uint64 {
 func lastSaved(evs []ev, token uint64) int64 {
 	off := int64(-1)
 	for _, e := range evs {
-		if e.kind == kSaved && e.err == nil && e.token == token {
-			off = e.offset
+		if e.Kind == kSaved && e.Err == nil && e.Token == token {
+			off = e.Offset
 		}
 	}
 	return off
@@ -88,11 +88,11 @@ func TestCallTimeoutFailsOnlyItsPartition(t *testing.T) {
 				}
 				a := startNode(t, b, "a", P, newNumbered(M, 10), rec, handlers(rec, "a", behave),
 					stream.WithCallTimeout(time.Second), stream.WithCommitInterval(200*time.Millisecond))
-				waitFor(t, time.Minute, "every message processed", func() bool { return rec.processed(P, M) })
+				waitFor(t, time.Minute, "every message processed", func() bool { return rec.Processed(P, M) })
 				close(release)
 				a.stop()
 
-				evs := rec.events()
+				evs := rec.Events()
 				fails := a.failures()
 				if len(fails) != 1 {
 					t.Fatalf("%d partition failures, want 1: %v", len(fails), fails)
@@ -112,8 +112,8 @@ func TestCallTimeoutFailsOnlyItsPartition(t *testing.T) {
 				// The other partitions kept their one term and went on.
 				var retried time.Time
 				for _, e := range evs {
-					if e.token == tokens[1] && e.kind == kStart {
-						retried = e.at
+					if e.Token == tokens[1] && e.Kind == kStart {
+						retried = e.At
 						break
 					}
 				}
@@ -125,8 +125,8 @@ func TestCallTimeoutFailsOnlyItsPartition(t *testing.T) {
 						t.Errorf("partition %d had terms %v, want 1", p, ts)
 					}
 					for _, e := range evs {
-						if e.partition == p && e.kind == kEnd && e.offset == M-1 && !e.at.Before(retried) {
-							t.Errorf("partition %d finished at %v, not before the stuck one was retried at %v", p, e.at, retried)
+						if e.Partition == p && e.Kind == kEnd && e.Offset == M-1 && !e.At.Before(retried) {
+							t.Errorf("partition %d finished at %v, not before the stuck one was retried at %v", p, e.At, retried)
 						}
 					}
 				}
@@ -134,7 +134,7 @@ func TestCallTimeoutFailsOnlyItsPartition(t *testing.T) {
 				// it out of the checks.
 				var kept []ev
 				for _, e := range evs {
-					if !(ignoresCtx && e.token == tokens[0] && e.offset == at && (e.kind == kStart || e.kind == kEnd)) {
+					if !(ignoresCtx && e.Token == tokens[0] && e.Offset == at && (e.Kind == kStart || e.Kind == kEnd)) {
 						kept = append(kept, e)
 					}
 				}
@@ -171,9 +171,9 @@ func TestFailedCallFailsPartition(t *testing.T) {
 				}
 				a := startNode(t, b, "a", P, newNumbered(M, 10), rec, handlers(rec, "a", behave),
 					stream.WithMaxConcurrency(4), stream.WithCommitInterval(time.Hour))
-				waitFor(t, time.Minute, "every message processed", func() bool { return rec.processed(P, M) })
+				waitFor(t, time.Minute, "every message processed", func() bool { return rec.Processed(P, M) })
 				a.stop()
-				evs := rec.events()
+				evs := rec.Events()
 				fails := a.failures()
 				if len(fails) != 1 {
 					t.Fatalf("%d partition failures, want 1: %v", len(fails), fails)
@@ -206,8 +206,8 @@ func TestWindowFailureFailsPartition(t *testing.T) {
 		boom := errors.New("window boom")
 		var fail once
 		newHandler := func(p int) stream.Handler {
-			h := windowHandler{&handler{rec: rec, node: "a", partition: p, process: work(10 * time.Millisecond)}}
-			h.windowErr = func() error {
+			h := windowHandler{Handler: &handler{Rec: rec, Node: "a", Partition: p, Behaviour: work(10 * time.Millisecond)}}
+			h.WindowErr = func() error {
 				if fail.first(nil) {
 					return boom
 				}
@@ -216,13 +216,13 @@ func TestWindowFailureFailsPartition(t *testing.T) {
 			return h
 		}
 		a := startNode(t, b, "a", 1, newNumbered(100, 10), rec, newHandler, stream.WithWindow(200*time.Millisecond))
-		waitFor(t, time.Minute, "every message processed", func() bool { return rec.processed(1, 100) })
+		waitFor(t, time.Minute, "every message processed", func() bool { return rec.Processed(1, 100) })
 		a.stop()
 		fails := a.failures()
 		if len(fails) != 1 || fails[0].Op != "window" || !errors.Is(fails[0], boom) {
 			t.Fatalf("failures %v, want one of Window", fails)
 		}
-		checkAll(t, rec.events(), b, 1, 1, 100)
+		checkAll(t, rec.Events(), b, 1, 1, 100)
 	})
 }
 
@@ -246,13 +246,13 @@ func TestSourceFailureFailsPartition(t *testing.T) {
 		defer b.Close()
 		rec := &recorder{}
 		a := startNode(t, b, "a", 1, &badSource{numbered: newNumbered(60, 10)}, rec, handlers(rec, "a", work(10*time.Millisecond)))
-		waitFor(t, time.Minute, "every message processed", func() bool { return rec.processed(1, 60) })
+		waitFor(t, time.Minute, "every message processed", func() bool { return rec.Processed(1, 60) })
 		a.stop()
 		fails := a.failures()
 		if len(fails) != 1 || fails[0].Op != "poll" || !errors.Is(fails[0], stream.ErrOffsetOrder) {
 			t.Fatalf("failures %v, want one of the source's order", fails)
 		}
-		checkAll(t, rec.events(), b, 1, 1, 60)
+		checkAll(t, rec.Events(), b, 1, 1, 60)
 	})
 }
 
@@ -276,16 +276,16 @@ func TestInitFailureFailsPartition(t *testing.T) {
 		rec := &recorder{}
 		var fail once
 		newHandler := func(p int) stream.Handler {
-			return initFails{&handler{rec: rec, node: "a", partition: p, process: work(10 * time.Millisecond)}, &fail}
+			return initFails{&handler{Rec: rec, Node: "a", Partition: p, Behaviour: work(10 * time.Millisecond)}, &fail}
 		}
 		a := startNode(t, b, "a", 1, newNumbered(30, 10), rec, newHandler)
-		waitFor(t, time.Minute, "every message processed", func() bool { return rec.processed(1, 30) })
+		waitFor(t, time.Minute, "every message processed", func() bool { return rec.Processed(1, 30) })
 		a.stop()
 		fails := a.failures()
 		if len(fails) != 1 || fails[0].Op != "init" {
 			t.Fatalf("failures %v, want one of Init", fails)
 		}
-		evs := rec.events()
+		evs := rec.Events()
 		checkAll(t, evs, b, 1, 1, 30)
 		checkInitClose(t, evs)
 	})
@@ -312,8 +312,8 @@ func TestStaleCheckpointRefused(t *testing.T) {
 		nx := startNode(t, b, x, 1, src, rec, handlers(rec, x, work(10*time.Millisecond)), opts...)
 		var cut sync.Mutex
 		partitioned := false
-		nx.store.late = func() bool { cut.Lock(); defer cut.Unlock(); return partitioned }
-		waitFor(t, time.Minute, x+" processing", func() bool { return rec.count(func(e ev) bool { return e.kind == kSaved }) > 2 })
+		nx.store.Late = func() bool { cut.Lock(); defer cut.Unlock(); return partitioned }
+		waitFor(t, time.Minute, x+" processing", func() bool { return rec.Count(func(e ev) bool { return e.Kind == kSaved }) > 2 })
 		ny := startNode(t, b, y, 1, src, rec, handlers(rec, y, work(10*time.Millisecond)), opts...)
 		time.Sleep(time.Second)
 
@@ -321,11 +321,11 @@ func TestStaleCheckpointRefused(t *testing.T) {
 		partitioned = true
 		cut.Unlock()
 		nx.conn.Partition()
-		cutAt := len(rec.events())
+		cutAt := len(rec.Events())
 		var stale ev
 		waitFor(t, time.Minute, x+"'s checkpoint write sent into the cut link", func() bool {
-			for _, e := range rec.events()[cutAt:] {
-				if e.kind == kSave && e.node == x {
+			for _, e := range rec.Events()[cutAt:] {
+				if e.Kind == kSave && e.Node == x {
 					stale = e
 					return true
 				}
@@ -333,34 +333,34 @@ func TestStaleCheckpointRefused(t *testing.T) {
 			return false
 		})
 		waitFor(t, time.Minute, y+" took over and checkpointed", func() bool {
-			return rec.count(func(e ev) bool { return e.kind == kSaved && e.node == y && e.err == nil && e.offset > stale.offset }) > 0
+			return rec.Count(func(e ev) bool { return e.Kind == kSaved && e.Node == y && e.Err == nil && e.Offset > stale.Offset }) > 0
 		})
 		nx.conn.Heal()
 		var late ev
 		waitFor(t, time.Minute, "the late write answered", func() bool {
-			for _, e := range rec.events() {
-				if e.kind == kSaved && e.token == stale.token && e.offset == stale.offset {
+			for _, e := range rec.Events() {
+				if e.Kind == kSaved && e.Token == stale.Token && e.Offset == stale.Offset {
 					late = e
 					return true
 				}
 			}
 			return false
 		})
-		if late.err == nil || !errors.Is(late.err, stream.ErrFenced) {
-			t.Errorf("late checkpoint write of token %d answered %v, want an error matching ErrFenced", late.token, late.err)
+		if late.Err == nil || !errors.Is(late.Err, stream.ErrFenced) {
+			t.Errorf("late checkpoint write of token %d answered %v, want an error matching ErrFenced", late.Token, late.Err)
 		} else {
-			t.Logf("late checkpoint %d of token %d refused: %v", late.offset, late.token, late.err)
+			t.Logf("late checkpoint %d of token %d refused: %v", late.Offset, late.Token, late.Err)
 		}
 		// On the memory backend the write in flight ends with the session
 		// (the client closes it when its deadline passes); on a backend
 		// where it reaches the server, the server refuses it.
-		if !errors.Is(late.err, backend.ErrSessionDone) && !errors.Is(late.err, backend.ErrConflict) &&
-			!errors.Is(late.err, simba.ErrTermExpired) {
-			t.Errorf("late write refused by %v, not by the fence", late.err)
+		if !errors.Is(late.Err, backend.ErrSessionDone) && !errors.Is(late.Err, backend.ErrConflict) &&
+			!errors.Is(late.Err, simba.ErrTermExpired) {
+			t.Errorf("late write refused by %v, not by the fence", late.Err)
 		}
 		nx.stop()
 		ny.stop()
-		evs := rec.events()
+		evs := rec.Events()
 		_, errs := checkCalls(evs, 1)
 		errs = append(errs, checkCheckpoints(evs, grantsOf(b))...)
 		errs = append(errs, checkResume(evs)...)

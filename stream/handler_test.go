@@ -176,7 +176,7 @@ func TestWrappersInTheLoop(t *testing.T) {
 			})))
 		// Offsets ending in 3 fail and are skipped: wait for the others.
 		waitFor(t, time.Minute, "the partitions' ends", func() bool {
-			return rec.count(func(e ev) bool { return e.kind == kEnd && e.offset == 49 }) == 2
+			return rec.Count(func(e ev) bool { return e.Kind == kEnd && e.Offset == 49 }) == 2
 		})
 		time.Sleep(time.Second)
 		a.stop()
@@ -186,7 +186,7 @@ func TestWrappersInTheLoop(t *testing.T) {
 		if skipped != 10 || observed != 100 {
 			t.Errorf("%d skipped, %d observed; want 10 and 100", skipped, observed)
 		}
-		if rec.count(func(e ev) bool { return e.kind == kSaved && e.err == nil && e.offset == 50 }) != 2 {
+		if rec.Count(func(e ev) bool { return e.Kind == kSaved && e.Err == nil && e.Offset == 50 }) != 2 {
 			t.Error("no final checkpoint at 50: skipped messages did not count as processed")
 		}
 	})

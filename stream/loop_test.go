@@ -27,10 +27,10 @@ func TestInOrderWithMaxConcurrencyOne(t *testing.T) {
 		}
 		a := startNode(t, b, "a", P, src, rec, handlers(rec, "a", slow), stream.WithCommitInterval(300*time.Millisecond))
 		c := startNode(t, b, "c", P, src, rec, handlers(rec, "c", slow), stream.WithCommitInterval(300*time.Millisecond))
-		waitFor(t, time.Minute, "every message processed", func() bool { return rec.processed(P, M) })
+		waitFor(t, time.Minute, "every message processed", func() bool { return rec.Processed(P, M) })
 		a.stop()
 		c.stop()
-		if seen := checkAll(t, rec.events(), b, 1, P, M); seen != 1 {
+		if seen := checkAll(t, rec.Events(), b, 1, P, M); seen != 1 {
 			t.Errorf("concurrency %d seen, want 1", seen)
 		}
 	})
@@ -50,9 +50,9 @@ func TestConcurrencyBound(t *testing.T) {
 				}
 				a := startNode(t, b, "a", P, src, rec, handlers(rec, "a", slow),
 					stream.WithMaxConcurrency(n), stream.WithCommitInterval(time.Second))
-				waitFor(t, time.Minute, "every message processed", func() bool { return rec.processed(P, M) })
+				waitFor(t, time.Minute, "every message processed", func() bool { return rec.Processed(P, M) })
 				a.stop()
-				evs := rec.events()
+				evs := rec.Events()
 				if seen := checkAll(t, evs, b, n, P, M); seen != n {
 					t.Errorf("at most %d calls in flight, want %d", seen, n)
 				}
@@ -69,14 +69,14 @@ func TestConcurrencyBound(t *testing.T) {
 func outOfOrder(evs []ev) bool {
 	last := map[termKey]int64{}
 	for _, e := range evs {
-		if e.kind != kEnd {
+		if e.Kind != kEnd {
 			continue
 		}
-		k := termKey{e.partition, e.token}
-		if prev, ok := last[k]; ok && e.offset < prev {
+		k := termKey{Partition: e.Partition, Token: e.Token}
+		if prev, ok := last[k]; ok && e.Offset < prev {
 			return true
 		}
-		last[k] = max(last[k], e.offset)
+		last[k] = max(last[k], e.Offset)
 	}
 	return false
 }
@@ -96,11 +96,11 @@ func TestWindowExclusive(t *testing.T) {
 				a := startNode(t, b, "a", P, src, rec, windowHandlers(rec, "a", slow, 15*time.Millisecond),
 					stream.WithMaxConcurrency(n), stream.WithWindow(55*time.Millisecond),
 					stream.WithCommitInterval(200*time.Millisecond))
-				waitFor(t, time.Minute, "every message processed", func() bool { return rec.processed(P, M) })
+				waitFor(t, time.Minute, "every message processed", func() bool { return rec.Processed(P, M) })
 				a.stop()
-				evs := rec.events()
+				evs := rec.Events()
 				checkAll(t, evs, b, n, P, M)
-				windows := rec.count(func(e ev) bool { return e.kind == kWEnd })
+				windows := rec.Count(func(e ev) bool { return e.Kind == kWEnd })
 				if windows < 10 {
 					t.Errorf("%d Window calls, want at least 10", windows)
 				}
@@ -117,13 +117,13 @@ func TestWindowExclusive(t *testing.T) {
 func windowBetweenCalls(evs []ev) bool {
 	state := map[termKey]int{} // 1: process seen, 2: then window
 	for _, e := range evs {
-		k := termKey{e.partition, e.token}
+		k := termKey{Partition: e.Partition, Token: e.Token}
 		switch {
-		case e.kind == kEnd && state[k] == 0:
+		case e.Kind == kEnd && state[k] == 0:
 			state[k] = 1
-		case e.kind == kWEnd && state[k] == 1:
+		case e.Kind == kWEnd && state[k] == 1:
 			state[k] = 2
-		case e.kind == kStart && state[k] == 2:
+		case e.Kind == kStart && state[k] == 2:
 			return true
 		}
 	}
@@ -136,9 +136,9 @@ func TestNoWindowWithoutInterval(t *testing.T) {
 		defer b.Close()
 		rec := &recorder{}
 		a := startNode(t, b, "a", 1, newNumbered(20, 5), rec, windowHandlers(rec, "a", work(50*time.Millisecond), 0))
-		waitFor(t, time.Minute, "every message processed", func() bool { return rec.processed(1, 20) })
+		waitFor(t, time.Minute, "every message processed", func() bool { return rec.Processed(1, 20) })
 		a.stop()
-		if n := rec.count(func(e ev) bool { return e.kind == kWStart }); n != 0 {
+		if n := rec.Count(func(e ev) bool { return e.Kind == kWStart }); n != 0 {
 			t.Errorf("%d Window calls without WithWindow", n)
 		}
 	})
@@ -150,16 +150,16 @@ func TestCheckpointsAtIntervalOnlyWhenMoved(t *testing.T) {
 		defer b.Close()
 		rec := &recorder{}
 		src := newNumbered(1000, 10)
-		src.feed(0, 10)
+		src.Feed(0, 10)
 		a := startNode(t, b, "a", 1, src, rec, handlers(rec, "a", work(10*time.Millisecond)),
 			stream.WithCommitInterval(time.Second))
-		waitFor(t, time.Minute, "ten messages", func() bool { return rec.processed(1, 10) })
+		waitFor(t, time.Minute, "ten messages", func() bool { return rec.Processed(1, 10) })
 		time.Sleep(5 * time.Second) // idle: nothing new to save
 		saves := func() []int64 {
 			var out []int64
-			for _, e := range rec.events() {
-				if e.kind == kSaved && e.err == nil {
-					out = append(out, e.offset)
+			for _, e := range rec.Events() {
+				if e.Kind == kSaved && e.Err == nil {
+					out = append(out, e.Offset)
 				}
 			}
 			return out
@@ -167,14 +167,14 @@ func TestCheckpointsAtIntervalOnlyWhenMoved(t *testing.T) {
 		if got := saves(); len(got) != 1 || got[0] != 10 {
 			t.Errorf("checkpoints %v while idle, want [10]", got)
 		}
-		src.feed(0, 20)
-		waitFor(t, time.Minute, "twenty messages", func() bool { return rec.processed(1, 20) })
+		src.Feed(0, 20)
+		waitFor(t, time.Minute, "twenty messages", func() bool { return rec.Processed(1, 20) })
 		time.Sleep(2 * time.Second)
 		if got := saves(); len(got) != 2 || got[1] != 20 {
 			t.Errorf("checkpoints %v, want [10 20]", got)
 		}
 		a.stop()
-		checkAll(t, rec.events(), b, 1, 1, 20)
+		checkAll(t, rec.Events(), b, 1, 1, 20)
 	})
 }
 
@@ -191,16 +191,16 @@ func TestStopHandsOffWithFinalCheckpoint(t *testing.T) {
 		src := newNumbered(M, 16)
 		opts := []stream.Option{stream.WithMaxConcurrency(4), stream.WithCommitInterval(time.Hour)}
 		a := startNode(t, b, "a", P, src, rec, handlers(rec, "a", work(20*time.Millisecond)), opts...)
-		waitFor(t, time.Minute, "a started", func() bool { return rec.count(func(e ev) bool { return e.kind == kEnd }) > 50 })
+		waitFor(t, time.Minute, "a started", func() bool { return rec.Count(func(e ev) bool { return e.Kind == kEnd }) > 50 })
 		a.stop() // mid-stream, calls in flight
-		saved := rec.count(func(e ev) bool { return e.kind == kSaved && e.err == nil })
+		saved := rec.Count(func(e ev) bool { return e.Kind == kSaved && e.Err == nil })
 		if saved != P {
 			t.Errorf("%d final checkpoints accepted, want %d", saved, P)
 		}
 		c := startNode(t, b, "c", P, src, rec, handlers(rec, "c", work(20*time.Millisecond)), opts...)
-		waitFor(t, time.Minute, "every message processed", func() bool { return rec.processed(P, M) })
+		waitFor(t, time.Minute, "every message processed", func() bool { return rec.Processed(P, M) })
 		c.stop()
-		evs := rec.events()
+		evs := rec.Events()
 		checkAll(t, evs, b, 4, P, M)
 		if d := duplicates(evs); d != 0 {
 			t.Errorf("%d messages processed twice after a clean hand-off", d)
@@ -216,8 +216,8 @@ func checkInitClose(t *testing.T, evs []ev) {
 	type state struct{ init, close, calls int }
 	terms := map[termKey]*state{}
 	for i, e := range evs {
-		k := termKey{e.partition, e.token}
-		if e.kind == kLoad || e.kind == kSave || e.kind == kSaved {
+		k := termKey{Partition: e.Partition, Token: e.Token}
+		if e.Kind == kLoad || e.Kind == kSave || e.Kind == kSaved {
 			continue
 		}
 		s := terms[k]
@@ -225,7 +225,7 @@ func checkInitClose(t *testing.T, evs []ev) {
 			s = &state{}
 			terms[k] = s
 		}
-		switch e.kind {
+		switch e.Kind {
 		case kInit:
 			s.init++
 			if s.calls > 0 {
@@ -261,7 +261,7 @@ func TestCrashFailOver(t *testing.T) {
 		for _, name := range []string{"a", "c", "d"} {
 			nodes = append(nodes, startNode(t, b, name, P, src, rec, handlers(rec, name, work(20*time.Millisecond)), opts...))
 		}
-		waitFor(t, time.Minute, "started", func() bool { return rec.count(func(e ev) bool { return e.kind == kEnd }) > 300 })
+		waitFor(t, time.Minute, "started", func() bool { return rec.Count(func(e ev) bool { return e.Kind == kEnd }) > 300 })
 		victim := nodes[0]
 		for _, n := range nodes {
 			if len(n.task.Partitions()) > len(victim.task.Partitions()) {
@@ -270,14 +270,14 @@ func TestCrashFailOver(t *testing.T) {
 		}
 		held := len(victim.task.Partitions())
 		crashed := victim.crash()
-		waitFor(t, 2*time.Minute, "every message processed", func() bool { return rec.processed(P, M) })
+		waitFor(t, 2*time.Minute, "every message processed", func() bool { return rec.Processed(P, M) })
 		await.For(t, crashed, testTTL, "crashed %s did not stop, a TTL after every message was processed", victim.name)
 		for _, n := range nodes {
 			if n != victim {
 				n.stop()
 			}
 		}
-		evs := rec.events()
+		evs := rec.Events()
 		checkAll(t, evs, b, 2, P, M)
 		if d := duplicates(evs); d == 0 {
 			t.Error("no message processed twice after a crash: the test shows nothing")
@@ -305,14 +305,14 @@ func TestRebalanceMovesPartitions(t *testing.T) {
 		nodes[0].stop()
 		time.Sleep(2 * time.Second)
 		nodes[1].stop()
-		waitFor(t, 2*time.Minute, "every message processed", func() bool { return rec.processed(P, M) })
+		waitFor(t, 2*time.Minute, "every message processed", func() bool { return rec.Processed(P, M) })
 		nodes[2].stop()
-		evs := rec.events()
+		evs := rec.Events()
 		checkAll(t, evs, b, 3, P, M)
 		checkInitClose(t, evs)
 		terms := map[termKey]bool{}
 		for _, e := range evs {
-			terms[termKey{e.partition, e.token}] = true
+			terms[termKey{Partition: e.Partition, Token: e.Token}] = true
 		}
 		if len(terms) <= P {
 			t.Errorf("%d terms for %d partitions: nothing moved", len(terms), P)
@@ -343,10 +343,10 @@ func TestRebalanceHandOffWritesFinalCheckpoint(t *testing.T) {
 		if len(moved) == 0 {
 			t.Fatal("no partition moved to the new member")
 		}
-		evs := rec.events()
+		evs := rec.Events()
 		for _, e := range evs {
-			if e.kind == kSaved && e.node == "a" && e.err != nil && errors.Is(e.err, simba.ErrTermExpired) {
-				refused = e.err
+			if e.Kind == kSaved && e.Node == "a" && e.Err != nil && errors.Is(e.Err, simba.ErrTermExpired) {
+				refused = e.Err
 				return
 			}
 		}

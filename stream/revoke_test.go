@@ -174,15 +174,15 @@ func TestFinalCheckpointAfterTheCoreEndsTheTerm(t *testing.T) {
 			time.Sleep(time.Second)
 			c := startNode(t, b, "c", P, src, rec, handlers(rec, "c", work(10*time.Millisecond)), opts...)
 			waitFor(t, time.Minute, "a partition moved to c and c processed a message", func() bool {
-				return rec.count(func(e ev) bool { return e.node == "c" && e.kind == kEnd && e.err == nil }) > 0
+				return rec.Count(func(e ev) bool { return e.Node == "c" && e.Kind == kEnd && e.Err == nil }) > 0
 			})
 			a.stop()
 			c.stop()
-			evs := rec.events()
+			evs := rec.Events()
 			moved := map[int]bool{}
 			for _, e := range evs {
-				if e.node == "c" && e.kind == kLoad {
-					moved[e.partition] = true
+				if e.Node == "c" && e.Kind == kLoad {
+					moved[e.Partition] = true
 				}
 			}
 			for p := range moved {
@@ -191,11 +191,11 @@ func TestFinalCheckpointAfterTheCoreEndsTheTerm(t *testing.T) {
 					t.Errorf("partition %d moved to c, but a never saved a checkpoint of it", p)
 					continue
 				}
-				if final.err != nil {
-					t.Errorf("partition %d moved: a's final checkpoint @%d was refused: %v", p, final.offset, final.err)
+				if final.Err != nil {
+					t.Errorf("partition %d moved: a's final checkpoint @%d was refused: %v", p, final.Offset, final.Err)
 				}
-				if load, ok := firstLoad(evs, "c", p); !ok || load.offset != final.offset {
-					t.Errorf("partition %d moved: c resumed from %v, not from a's final checkpoint @%d", p, load, final.offset)
+				if load, ok := firstLoad(evs, "c", p); !ok || load.Offset != final.Offset {
+					t.Errorf("partition %d moved: c resumed from %v, not from a's final checkpoint @%d", p, load, final.Offset)
 				}
 			}
 			if len(moved) == 0 {
@@ -212,16 +212,16 @@ func TestFinalCheckpointAfterTheCoreEndsTheTerm(t *testing.T) {
 			opts := []stream.Option{stream.WithCommitInterval(time.Hour)}
 			a := startNode(t, b, "a", 1, src, rec, handlers(rec, "a", work(10*time.Millisecond)), opts...)
 			waitFor(t, time.Minute, "a processed a message", func() bool {
-				return rec.count(func(e ev) bool { return e.node == "a" && e.kind == kEnd && e.err == nil }) > 0
+				return rec.Count(func(e ev) bool { return e.Node == "a" && e.Kind == kEnd && e.Err == nil }) > 0
 			})
 			a.conn.Expire()
 			waitFor(t, time.Minute, "a's term's work returned", func() bool { return workCompleted(a) })
-			final, ok := finalSave(rec.events(), "a", 0)
+			final, ok := finalSave(rec.Events(), "a", 0)
 			if !ok {
 				t.Fatal("a's lost term wrote no final checkpoint")
 			}
-			if !errors.Is(final.err, simba.ErrTermExpired) {
-				t.Errorf("a's lost term: final checkpoint @%d: got %v, want it refused with ErrTermExpired", final.offset, final.err)
+			if !errors.Is(final.Err, simba.ErrTermExpired) {
+				t.Errorf("a's lost term: final checkpoint @%d: got %v, want it refused with ErrTermExpired", final.Offset, final.Err)
 			}
 		})
 	})
@@ -232,7 +232,7 @@ func finalSave(evs []ev, node string, p int) (ev, bool) {
 	var last ev
 	found := false
 	for _, e := range evs {
-		if e.kind == kSaved && e.node == node && e.partition == p {
+		if e.Kind == kSaved && e.Node == node && e.Partition == p {
 			last, found = e, true
 		}
 	}
@@ -242,7 +242,7 @@ func finalSave(evs []ev, node string, p int) (ev, bool) {
 // firstLoad returns the first checkpoint load of node for partition p.
 func firstLoad(evs []ev, node string, p int) (ev, bool) {
 	for _, e := range evs {
-		if e.kind == kLoad && e.node == node && e.partition == p {
+		if e.Kind == kLoad && e.Node == node && e.Partition == p {
 			return e, true
 		}
 	}

@@ -26,13 +26,13 @@ func TestShutdown(t *testing.T) {
 			const P, M = 3, 400
 			a := startNode(t, b, "a", P, newNumbered(M, 16), rec, handlers(rec, "a", work(20*time.Millisecond)),
 				stream.WithMaxConcurrency(4), stream.WithCommitInterval(time.Hour))
-			waitFor(t, time.Minute, "a started", func() bool { return rec.count(func(e ev) bool { return e.kind == kEnd }) > 50 })
+			waitFor(t, time.Minute, "a started", func() bool { return rec.Count(func(e ev) bool { return e.Kind == kEnd }) > 50 })
 			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 			defer cancel()
 			if err := a.task.Shutdown(ctx); err != nil {
 				t.Fatalf("Shutdown: %v", err)
 			}
-			if saved := rec.count(func(e ev) bool { return e.kind == kSaved && e.err == nil }); saved != P {
+			if saved := rec.Count(func(e ev) bool { return e.Kind == kSaved && e.Err == nil }); saved != P {
 				t.Errorf("%d final checkpoints accepted when Shutdown returned, want %d", saved, P)
 			}
 			select {
@@ -44,7 +44,7 @@ func TestShutdown(t *testing.T) {
 				t.Errorf("a second Shutdown: %v", err)
 			}
 			a.client.Close()
-			checkInitClose(t, rec.events())
+			checkInitClose(t, rec.Events())
 		})
 	})
 	t.Run("CallIgnoringCancellation", func(t *testing.T) {
@@ -61,7 +61,7 @@ func TestShutdown(t *testing.T) {
 			}
 			a := startNode(t, b, "a", 1, newNumbered(10, 1), rec, handlers(rec, "a", stuck))
 			waitFor(t, time.Minute, "the call on offset 3 began", func() bool {
-				return rec.count(func(e ev) bool { return e.kind == kStart && e.offset == 3 }) > 0
+				return rec.Count(func(e ev) bool { return e.Kind == kStart && e.Offset == 3 }) > 0
 			})
 			ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 			defer cancel()

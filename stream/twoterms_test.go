@@ -65,7 +65,7 @@ func TestSamePartitionTwoTerms(t *testing.T) {
 				defer b.Close()
 				rec := &recorder{}
 				src := newNumbered(1000, 10)
-				src.feed(0, 10)
+				src.Feed(0, 10)
 				var mu sync.Mutex
 				made := 0
 				inner := handlers(rec, "a", work(10*time.Millisecond))
@@ -77,17 +77,17 @@ func TestSamePartitionTwoTerms(t *testing.T) {
 				}
 				n := startNode(t, b, "a", 1, src, rec, newHandler, stream.WithCommitInterval(time.Second))
 				saved := func(token uint64, offset int64) bool {
-					return rec.count(func(e ev) bool {
-						return e.kind == kSaved && e.err == nil && e.token == token && e.offset == offset
+					return rec.Count(func(e ev) bool {
+						return e.Kind == kSaved && e.Err == nil && e.Token == token && e.Offset == offset
 					}) > 0
 				}
-				waitFor(t, time.Minute, "term 1 processed offsets 0-9", func() bool { return rec.processed(1, 10) })
-				t1 := rec.events()[0].token
+				waitFor(t, time.Minute, "term 1 processed offsets 0-9", func() bool { return rec.Processed(1, 10) })
+				t1 := rec.Events()[0].Token
 				waitFor(t, time.Minute, "term 1 checkpointed 10", func() bool { return saved(t1, 10) })
-				src.feed(0, 20)
-				waitFor(t, time.Minute, "term 1 processed offsets 10-19", func() bool { return rec.processed(1, 20) })
-				if rec.count(func(e ev) bool { return e.kind == kSave && e.offset > 10 }) > 0 {
-					t.Fatalf("term 1 checkpointed past 10 before its end: the test shows nothing; events %v", rec.events())
+				src.Feed(0, 20)
+				waitFor(t, time.Minute, "term 1 processed offsets 10-19", func() bool { return rec.Processed(1, 20) })
+				if rec.Count(func(e ev) bool { return e.Kind == kSave && e.Offset > 10 }) > 0 {
+					t.Fatalf("term 1 checkpointed past 10 before its end: the test shows nothing; events %v", rec.Events())
 				}
 
 				resume := int64(10) // where term 2 must begin
@@ -107,22 +107,22 @@ func TestSamePartitionTwoTerms(t *testing.T) {
 				}
 				var t2 uint64
 				waitFor(t, time.Minute, "term 2 of the same member began", func() bool {
-					for _, e := range rec.events() {
-						if e.token != t1 {
-							t2 = e.token
+					for _, e := range rec.Events() {
+						if e.Token != t1 {
+							t2 = e.Token
 							return true
 						}
 					}
 					return false
 				})
-				src.feed(0, 30)
+				src.Feed(0, 30)
 				waitFor(t, time.Minute, "term 2 processed offsets 20-29", func() bool {
-					return rec.count(func(e ev) bool { return e.kind == kEnd && e.err == nil && e.token == t2 && e.offset == 29 }) > 0
+					return rec.Count(func(e ev) bool { return e.Kind == kEnd && e.Err == nil && e.Token == t2 && e.Offset == 29 }) > 0
 				})
 				time.Sleep(1500 * time.Millisecond) // term 2 checkpoints 30
 				n.stop()
 
-				evs := rec.events()
+				evs := rec.Events()
 				if t2 <= t1 {
 					t.Errorf("term 2's token %d, not above term 1's %d", t2, t1)
 				}
@@ -130,24 +130,24 @@ func TestSamePartitionTwoTerms(t *testing.T) {
 				var first2 *ev
 				for i, e := range evs {
 					switch {
-					case e.kind == kLoad:
+					case e.Kind == kLoad:
 						loads = append(loads, e)
-					case e.kind == kStart && e.token == t2 && first2 == nil:
+					case e.Kind == kStart && e.Token == t2 && first2 == nil:
 						first2 = &evs[i]
 					}
 				}
-				if len(loads) != 2 || loads[0].token != t1 || loads[1].token != t2 {
+				if len(loads) != 2 || loads[0].Token != t1 || loads[1].Token != t2 {
 					t.Errorf("checkpoint loads %v, want one per term, the second with term 2 (token %d)", loads, t2)
 				} else {
-					if loads[0].offset != -1 || loads[1].offset != resume || loads[1].err != nil {
+					if loads[0].Offset != -1 || loads[1].Offset != resume || loads[1].Err != nil {
 						t.Errorf("checkpoint loads %v: want none found in term 1 and %d in term 2", loads, resume)
 					}
 				}
 				switch {
 				case first2 == nil:
 					t.Errorf("term 2 (token %d) processed nothing", t2)
-				case first2.offset != resume:
-					t.Errorf("term 2 (token %d) began at offset %d, want its loaded checkpoint %d", t2, first2.offset, resume)
+				case first2.Offset != resume:
+					t.Errorf("term 2 (token %d) began at offset %d, want its loaded checkpoint %d", t2, first2.Offset, resume)
 				}
 				mu.Lock()
 				if made != 2 {
@@ -157,8 +157,8 @@ func TestSamePartitionTwoTerms(t *testing.T) {
 				for _, k := range []kind{kInit, kClose} {
 					var tokens []uint64
 					for _, e := range evs {
-						if e.kind == k {
-							tokens = append(tokens, e.token)
+						if e.Kind == k {
+							tokens = append(tokens, e.Token)
 						}
 					}
 					if fmt.Sprint(tokens) != fmt.Sprint([]uint64{t1, t2}) {
@@ -167,9 +167,9 @@ func TestSamePartitionTwoTerms(t *testing.T) {
 				}
 				var saves2 []string
 				for _, e := range evs {
-					if e.kind == kSaved && e.token == t2 {
+					if e.Kind == kSaved && e.Token == t2 {
 						saves2 = append(saves2, e.String())
-						if e.err != nil {
+						if e.Err != nil {
 							t.Errorf("term 2's checkpoint refused: %v", e)
 						}
 					}

@@ -12,10 +12,11 @@ import (
 	"github.com/simba-go/simba/backend/etcd"
 	"github.com/simba-go/simba/internal/await"
 	"github.com/simba-go/simba/internal/etcdtest"
+	"github.com/simba-go/simba/internal/streamtest"
 	"github.com/simba-go/simba/stream"
 )
 
-// TestEtcdCrashFailOver is TestCrashFailOver on a real (embedded) etcd, in
+// TestEtcdCrashFailOver is stream's TestCrashFailOver on a real etcd, in
 // real time: three nodes, each with its own etcd client, run a stream of 8
 // partitions; one node's process dies (its etcd connection closes, its
 // session is abandoned and expires by its TTL); the others take its
@@ -38,9 +39,9 @@ func TestEtcdCrashFailOver(t *testing.T) {
 			"(RecordStore, through simba.Term.PutRecord) cannot run on it yet", missing)
 	}
 
-	rec := &recorder{}
+	rec := &streamtest.Recorder{}
 	const P, M = 8, 400
-	src := newNumbered(M, 10)
+	src := streamtest.NewNumbered(M, 10)
 	type etcdNode struct {
 		name    string
 		backend *etcd.Backend
@@ -50,14 +51,14 @@ func TestEtcdCrashFailOver(t *testing.T) {
 	var nodes []*etcdNode
 	for _, name := range []string{"a", "c", "d"} {
 		n := &etcdNode{name: name, backend: newBackend()}
-		c, err := simba.New(n.backend, simba.WithTTL(time.Second), simba.WithMemberID(name), simba.WithLogger(testLogger(t, name)))
+		c, err := simba.New(n.backend, simba.WithTTL(time.Second), simba.WithMemberID(name), simba.WithLogger(streamtest.Logger(t, name)))
 		if err != nil {
 			t.Fatal(err)
 		}
 		n.client = c
-		n.task, err = stream.Start(c.Group(group, P), src, handlers(rec, name, work(10*time.Millisecond)),
-			stream.WithCheckpointStore(&store{inner: stream.RecordStore{}, rec: rec, node: name}),
-			stream.WithMaxConcurrency(2), stream.WithCommitInterval(200*time.Millisecond), stream.WithLogger(testLogger(t, name)))
+		n.task, err = stream.Start(c.Group(streamtest.Group, P), src, streamtest.Handlers(rec, name, streamtest.Work(10*time.Millisecond)),
+			stream.WithCheckpointStore(&streamtest.Store{Inner: stream.RecordStore{}, Rec: rec, Node: name}),
+			stream.WithMaxConcurrency(2), stream.WithCommitInterval(200*time.Millisecond), stream.WithLogger(streamtest.Logger(t, name)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,8 +75,8 @@ func TestEtcdCrashFailOver(t *testing.T) {
 		}
 	}()
 
-	waitReal(t, 30*time.Second, "processing under way", func() bool {
-		return rec.count(func(e ev) bool { return e.kind == kEnd && e.err == nil }) > P*M/4
+	streamtest.WaitFor(t, 30*time.Second, "processing under way", func() bool {
+		return rec.Count(func(e streamtest.Event) bool { return e.Kind == streamtest.ProcessEnd && e.Err == nil }) > P*M/4
 	})
 	victim := nodes[0]
 	for _, n := range nodes {
@@ -86,25 +87,25 @@ func TestEtcdCrashFailOver(t *testing.T) {
 	held := victim.task.Partitions()
 	victim.backend.Close() // the process dies: no release, no goodbye
 	gone := await.Done(func() { victim.task.Close(); victim.client.Close() })
-	waitReal(t, time.Minute, "every message processed", func() bool { return rec.processed(P, M) })
+	streamtest.WaitFor(t, time.Minute, "every message processed", func() bool { return rec.Processed(P, M) })
 	await.For(t, gone, 10*time.Second, "%s, whose process died, did not stop, 10s after every message was processed", victim.name)
 	for _, n := range nodes {
 		n.task.Close()
 		n.client.Close()
 	}
 
-	evs := rec.events()
-	seen, errs := checkCalls(evs, 2)
-	errs = append(errs, checkCheckpoints(evs, nil)...)
-	errs = append(errs, checkAtLeastOnce(evs, P, M)...)
-	errs = append(errs, checkResume(evs)...)
+	evs := rec.Events()
+	seen, errs := streamtest.CheckCalls(evs, 2)
+	errs = append(errs, streamtest.CheckCheckpoints(evs, nil)...)
+	errs = append(errs, streamtest.CheckAtLeastOnce(evs, P, M)...)
+	errs = append(errs, streamtest.CheckResume(evs)...)
 	for _, err := range errs {
 		t.Error(err)
 	}
 	if t.Failed() {
-		dump(t, evs)
+		streamtest.Dump(t, evs)
 	}
-	t.Logf("%s crashed holding %v; %d messages processed again; concurrency %d", victim.name, held, duplicates(evs), seen)
+	t.Logf("%s crashed holding %v; %d messages processed again; concurrency %d", victim.name, held, streamtest.Duplicates(evs), seen)
 }
 
 // recordsMissing returns the name of the capability a backend's sessions
@@ -123,16 +124,4 @@ func recordsMissing(t *testing.T, b backend.Backend) string {
 		return fmt.Sprintf("backend.Records (%T has no PutRecord)", s)
 	}
 	return ""
-}
-
-// waitReal polls cond in real time until it holds, or fails the test.
-func waitReal(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, limit)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
