@@ -201,7 +201,7 @@ func TestSessionWithTooSmallGrantedTTLBacksOff(t *testing.T) {
 				b := &grantingBackend{Backend: srv.Node("a"), openTTL: granted, maxCalls: 1000}
 				h := newHistory()
 				var logs logRecorder
-				c, err := simba.New(b, simba.WithTTL(testTTL), simba.WithEventHandler(h.event), simba.WithLogger(logs.logger(slog.LevelWarn)))
+				c, err := simba.New(b, simba.WithTTL(testTTL), simba.WithEventHandler(h.Event), simba.WithLogger(logs.logger(slog.LevelWarn)))
 				require.NoError(t, err)
 				time.Sleep(10 * time.Second)
 				opens := b.opens.Load()
@@ -229,7 +229,7 @@ func TestRenewalWithTooSmallGrantedTTLBacksOff(t *testing.T) {
 				b := &grantingBackend{Backend: srv.Node("a"), openTTL: testTTL, renewTTL: granted, maxCalls: 1000}
 				h := newHistory()
 				var logs logRecorder
-				c, err := simba.New(b, simba.WithTTL(testTTL), simba.WithEventHandler(h.event), simba.WithLogger(logs.logger(slog.LevelWarn)))
+				c, err := simba.New(b, simba.WithTTL(testTTL), simba.WithEventHandler(h.Event), simba.WithLogger(logs.logger(slog.LevelWarn)))
 				require.NoError(t, err)
 				time.Sleep(10 * time.Second)
 				// No renewal extends the session, so each lives until
@@ -418,7 +418,7 @@ func TestCloseBoundedWhenReleaseKeepsFailing(t *testing.T) {
 		fb := &failingRelease{Backend: srv.Node("a")}
 		h := newHistory()
 		var logs logRecorder
-		c, err := simba.New(fb, simba.WithTTL(testTTL), simba.WithEventHandler(h.event), simba.WithLogger(logs.logger(slog.LevelWarn)))
+		c, err := simba.New(fb, simba.WithTTL(testTTL), simba.WithEventHandler(h.Event), simba.WithLogger(logs.logger(slog.LevelWarn)))
 		require.NoError(t, err)
 		_, err = c.Election("e").RunWhileLeader(holdUntilRevoked("a", h))
 		require.NoError(t, err)
@@ -442,7 +442,7 @@ func TestStopBoundedWhenReleaseKeepsFailing(t *testing.T) {
 		fb := &failingRelease{Backend: srv.Node("a")}
 		h := newHistory()
 		var logs logRecorder
-		c, err := simba.New(fb, simba.WithTTL(testTTL), simba.WithEventHandler(h.event), simba.WithLogger(logs.logger(slog.LevelWarn)))
+		c, err := simba.New(fb, simba.WithTTL(testTTL), simba.WithEventHandler(h.Event), simba.WithLogger(logs.logger(slog.LevelWarn)))
 		require.NoError(t, err)
 		defer c.Close()
 		task, err := c.Election("e").RunWhileLeader(holdUntilRevoked("a", h))

@@ -48,7 +48,7 @@ func TestElectedRunsWithToken(t *testing.T) {
 		require.ErrorAs(t, term.Err(), &te)
 		assert.Equal(t, simba.RevokeStopped, te.Reason)
 		closeAll(t, c)
-		h.checkTerms(t, b)
+		h.CheckTerms(t, b)
 	})
 }
 
@@ -101,7 +101,7 @@ func TestRenewalThatNeverAnswersRevokesAtDeadline(t *testing.T) {
 		synctest.Wait()
 		require.Eventually(t, func() bool { return len(eventsOf[simba.Elected](h)) == 2 }, time.Minute, 100*time.Millisecond)
 		closeAll(t, c)
-		h.checkTerms(t, b)
+		h.CheckTerms(t, b)
 		lost := eventsOf[simba.SessionLost](h)
 		require.Len(t, lost, 1)
 		assert.Equal(t, simba.RevokeDeadline, lost[0].Reason)
@@ -166,7 +166,7 @@ func TestSessionExpiryStartsNewSessionAndTerm(t *testing.T) {
 		assert.Greater(t, h.Terms()[1].Token(), h.Terms()[0].Token())
 		assert.NotEqual(t, first, c.SessionID())
 		closeAll(t, c)
-		h.checkTerms(t, b)
+		h.CheckTerms(t, b)
 	})
 }
 
@@ -178,7 +178,7 @@ func TestPanicFailsTheRunNotTheElection(t *testing.T) {
 		c, _ := node(t, b, "a", h)
 		var runs atomic.Int32
 		_, err := c.Election("e").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
-			h.sawTerm("a", term)
+			h.SawTerm("a", term)
 			runs.Add(1)
 			panic("boom")
 		})
@@ -229,7 +229,7 @@ func TestEarlyReturnKeepsTheTerm(t *testing.T) {
 		z, _ := node(t, b, "z", h)
 		var runs atomic.Int32
 		_, err := a.Election("e").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
-			h.sawTerm("a", term)
+			h.SawTerm("a", term)
 			runs.Add(1)
 			return nil
 		})
@@ -243,7 +243,7 @@ func TestEarlyReturnKeepsTheTerm(t *testing.T) {
 		require.Len(t, h.Terms(), 1, "the other client never got a term")
 		assert.True(t, h.Terms()[0].Valid())
 		closeAll(t, a, z)
-		h.checkTerms(t, b)
+		h.CheckTerms(t, b)
 	})
 }
 
@@ -278,7 +278,7 @@ func stopHandOff(t *testing.T) []error {
 	first, next := h.Terms()[0], h.Terms()[1]
 	require.Equal(t, "z", h.Owner(next))
 	require.Len(t, h.Runs(), 1)
-	exited := h.Runs()[0].end
+	exited := h.Runs()[0].End
 	if want := stopAt.Add(cleanUp); !exited.Equal(want) {
 		errs = append(errs, fmt.Errorf("a's run exited at +%v, want +%v: the scenario is broken", at(exited), at(want)))
 	}
@@ -305,7 +305,7 @@ func stopHandOff(t *testing.T) []error {
 		errs = append(errs, fmt.Errorf("HandedOff events %+v, want one with the lease released", ho))
 	}
 	closeAll(t, a, z)
-	h.checkTerms(t, b)
+	h.CheckTerms(t, b)
 	return errs
 }
 
@@ -344,7 +344,7 @@ func TestTaskIgnoringCancellationDelaysHandOffOnlyUntilTheCap(t *testing.T) {
 		a, _ := node(t, b, "a", h)
 		z, _ := node(t, b, "z", h)
 		ta, err := a.Election("e").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
-			h.sawTerm("a", term)
+			h.SawTerm("a", term)
 			time.Sleep(time.Minute) // ignores ctx
 			return nil
 		})
@@ -361,7 +361,7 @@ func TestTaskIgnoringCancellationDelaysHandOffOnlyUntilTheCap(t *testing.T) {
 		assert.Equal(t, capAt, h.Terms()[1].Start())
 		assert.False(t, h.Terms()[0].Deadline().After(h.Terms()[1].Start()))
 		closeAll(t, a, z) // waits for the minute-long run
-		h.checkTerms(t, b)
+		h.CheckTerms(t, b)
 	})
 }
 
@@ -388,7 +388,7 @@ func TestAlreadyStartedAndRestart(t *testing.T) {
 		closeAll(t, c)
 		_, err = c.Election("x").RunWhileLeader(holdUntilRevoked("a", h))
 		assert.ErrorIs(t, err, simba.ErrClosed)
-		h.checkTerms(t, b)
+		h.CheckTerms(t, b)
 	})
 }
 
@@ -400,7 +400,7 @@ func TestYieldSitsOutOneLeaseTerm(t *testing.T) {
 		c, _ := node(t, b, "a", h)
 		var runs atomic.Int32
 		_, err := c.Election("e").Schedule(simba.FixedDelay(time.Second), func(ctx context.Context, term *simba.Term) error {
-			h.sawTerm("a", term)
+			h.SawTerm("a", term)
 			if runs.Add(1) == 1 {
 				return errors.Join(errors.New("disk full"), simba.ErrYield)
 			}
@@ -417,7 +417,7 @@ func TestYieldSitsOutOneLeaseTerm(t *testing.T) {
 		assert.Equal(t, simba.Succeeded, done[0].Result)
 		assert.ErrorIs(t, done[0].Err, simba.ErrYield)
 		closeAll(t, c)
-		h.checkTerms(t, b)
+		h.CheckTerms(t, b)
 	})
 }
 
@@ -429,7 +429,7 @@ func TestYieldHandsOverToAnotherNode(t *testing.T) {
 		a, _ := node(t, b, "a", h)
 		z, _ := node(t, b, "z", h)
 		_, err := a.Election("e").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
-			h.sawTerm("a", term)
+			h.SawTerm("a", term)
 			return simba.ErrYield
 		})
 		require.NoError(t, err)
@@ -440,7 +440,7 @@ func TestYieldHandsOverToAnotherNode(t *testing.T) {
 		require.Len(t, h.Terms(), 2)
 		assert.Equal(t, "z", h.Owner(h.Terms()[1]))
 		closeAll(t, a, z)
-		h.checkTerms(t, b)
+		h.CheckTerms(t, b)
 	})
 }
 
@@ -504,7 +504,7 @@ func TestCloseLeavesNothingBehind(t *testing.T) {
 		closeAll(t, c) // idempotent
 		time.Sleep(time.Minute)
 		assert.Len(t, h.Events(), n, "no callbacks after Close")
-		h.checkTerms(t, b)
+		h.CheckTerms(t, b)
 	})
 }
 

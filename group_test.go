@@ -15,6 +15,7 @@ import (
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend/memory"
 	"github.com/simba-go/simba/internal/await"
+	"github.com/simba-go/simba/internal/scenario"
 )
 
 const billing = "billing"
@@ -65,7 +66,7 @@ func TestGroupSpreadsPartitionsAndMovesOnlyTheMinimalSet(t *testing.T) {
 		time.Sleep(time.Second)
 		want := simba.PartitionAssignment(billing, []string{"a", "c"}, P, simba.Rendezvous)
 		assert.Equal(t, want, holders(b, P))
-		assert.Equal(t, indexes(want, "a"), a.task.Partitions())
+		assert.Equal(t, scenario.Indexes(want, "a"), a.task.Partitions())
 
 		// A join moves exactly the partitions the new member gains.
 		before := holders(b, P)
@@ -81,9 +82,9 @@ func TestGroupSpreadsPartitionsAndMovesOnlyTheMinimalSet(t *testing.T) {
 				assert.Equal(t, "d", after[p], "partition %d moved between old members", p)
 			}
 		}
-		assert.Equal(t, len(indexes(after, "d")), moved)
+		assert.Equal(t, len(scenario.Indexes(after, "d")), moved)
 		assert.Equal(t, moved, len(b.History())-grants, "one new term per moved partition, no churn")
-		assert.Equal(t, indexes(after, "d"), d.task.Partitions())
+		assert.Equal(t, scenario.Indexes(after, "d"), d.task.Partitions())
 
 		// A graceful leave moves exactly the partitions the member had.
 		before = after
@@ -99,18 +100,8 @@ func TestGroupSpreadsPartitionsAndMovesOnlyTheMinimalSet(t *testing.T) {
 		views := eventsOf[simba.ViewChanged](h)
 		require.NotEmpty(t, views)
 		closeAll(t, a.client, c.client, d.client)
-		h.checkTerms(t, b)
+		h.CheckTerms(t, b)
 	})
-}
-
-func indexes(owners []string, who string) []int {
-	var out []int
-	for p, o := range owners {
-		if o == who {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 func TestGroupCrashedMemberLosesItsPartitionsAfterTheTTL(t *testing.T) {
@@ -131,7 +122,7 @@ func TestGroupCrashedMemberLosesItsPartitionsAfterTheTTL(t *testing.T) {
 		await.For(t, closed, testTTL, "Close of crashed b did not return within the TTL of its crash")
 		assert.Equal(t, simba.PartitionAssignment(billing, []string{"a", "c"}, P, simba.Rendezvous), holders(b, P))
 		closeAll(t, ms[0].client, ms[1].client, ms[2].client)
-		h.checkTerms(t, b)
+		h.CheckTerms(t, b)
 	})
 }
 
@@ -148,13 +139,13 @@ func TestGroupBalancedVariantCapsLoad(t *testing.T) {
 		time.Sleep(time.Second)
 		owners := holders(b, P)
 		for _, m := range ms {
-			assert.LessOrEqual(t, len(indexes(owners, m.name)), 6)
+			assert.LessOrEqual(t, len(scenario.Indexes(owners, m.name)), 6)
 		}
 		assert.Empty(t, eventsOf[simba.GroupMismatch](h))
 		for _, m := range ms {
 			closeAll(t, m.client)
 		}
-		h.checkTerms(t, b)
+		h.CheckTerms(t, b)
 	})
 }
 
@@ -176,7 +167,7 @@ func TestGroupDuplicateMemberIDIsReported(t *testing.T) {
 		assert.Contains(t, mis[0].Detail, "used by 2 live sessions")
 		assert.NotContains(t, holders(b, P), "", "every partition held by one of the two")
 		closeAll(t, x.client, c)
-		h.checkTerms(t, b)
+		h.CheckTerms(t, b)
 	})
 }
 
@@ -198,7 +189,7 @@ func TestGroupMismatchedCountsAreReportedAndNoPartitionStaysVacant(t *testing.T)
 		owners := holders(b, 16)
 		assert.NotContains(t, owners, "", "no partition stays vacant")
 		closeAll(t, a.client, z.client)
-		h.checkTerms(t, b)
+		h.CheckTerms(t, b)
 	})
 }
 
@@ -218,13 +209,13 @@ func TestGroupSlowOwnerKeepsItsPartitions(t *testing.T) {
 		require.Len(t, a.task.Partitions(), P)
 		slow := joinGroup(t, b, "slow", h, P, []simba.GroupOption{simba.WithHandOffLimit(0.2, 1)})
 		want := simba.PartitionAssignment(billing, []string{"a", "slow"}, P, simba.Rendezvous)
-		moving := len(indexes(want, "slow"))
+		moving := len(scenario.Indexes(want, "slow"))
 		require.Greater(t, moving, 3)
 		time.Sleep(time.Duration(moving)*5*time.Second + time.Second) // well past the grace (6 s)
 		assert.Equal(t, want, holders(b, P))
 		assert.Len(t, b.History(), P+moving, "each moving partition granted once more, to its owner")
 		closeAll(t, a.client, slow.client)
-		h.checkTerms(t, b)
+		h.CheckTerms(t, b)
 	})
 }
 
@@ -264,7 +255,7 @@ func TestGroupStandInHandsBackWhenTheOwnerSharesTheView(t *testing.T) {
 		}
 		assert.Equal(t, want, got, "z's partitions are back with z")
 		closeAll(t, a.client, z2.client)
-		h.checkTerms(t, b)
+		h.CheckTerms(t, b)
 	})
 }
 
@@ -284,7 +275,7 @@ func TestGroupDivergingVariantsNeverGiveTwoHolders(t *testing.T) {
 		for _, m := range ms {
 			closeAll(t, m.client)
 		}
-		h.checkTerms(t, b)
+		h.CheckTerms(t, b)
 	})
 }
 
@@ -297,7 +288,7 @@ func TestGroupStopWaitsForEarlierHandOffs(t *testing.T) {
 		// a's partitions ignore cancellation for a while.
 		ca, _ := node(t, b, "a", h, simba.WithMemberID("a"))
 		ta, err := ca.Group(billing, P).RunWhileLeader(func(ctx context.Context, term *simba.Term, p int) error {
-			h.sawTerm("a", term)
+			h.SawTerm("a", term)
 			<-ctx.Done()
 			time.Sleep(time.Minute)
 			return nil
@@ -325,7 +316,7 @@ func TestGroupStopWaitsForEarlierHandOffs(t *testing.T) {
 		time.Sleep(time.Second)
 		assert.NotContains(t, holders(b, P), "a")
 		closeAll(t, ca, bm.client)
-		h.checkTerms(t, b)
+		h.CheckTerms(t, b)
 	})
 }
 
@@ -417,15 +408,15 @@ func TestGroupHandOffLimitSpreadsARebalance(t *testing.T) {
 		require.NotContains(t, holders(b, P), "")
 		y := joinGroup(t, b, "y", h, P, limit)
 		want := simba.PartitionAssignment(billing, []string{"x", "y"}, P, simba.Rendezvous)
-		moving := len(indexes(want, "y"))
+		moving := len(scenario.Indexes(want, "y"))
 		time.Sleep(time.Second)
-		moved := len(indexes(holders(b, P), "y"))
+		moved := len(scenario.Indexes(holders(b, P), "y"))
 		assert.Less(t, moved, moving, "a second after the join, the limit holds the rebalance back")
 		assert.LessOrEqual(t, moved, 5+10, "at most a burst and a second's worth")
 		time.Sleep(time.Duration(moving/10+2) * time.Second)
 		assert.Equal(t, want, holders(b, P), "the rebalance completes")
 		closeAll(t, x.client, y.client)
-		h.checkTerms(t, b)
+		h.CheckTerms(t, b)
 		_, err := (&simba.Client{}).Group("g", 1, simba.WithHandOffLimit(0, 1)).RunWhileLeader(func(context.Context, *simba.Term, int) error { return nil })
 		assert.ErrorIs(t, err, simba.ErrInvalidArgument)
 	})
@@ -497,7 +488,7 @@ func TestGroupInitialRebalanceDelay(t *testing.T) {
 		want = simba.PartitionAssignment(billing, []string{"a", "b", "c", "d"}, P, simba.Rendezvous)
 		assert.Equal(t, want, holders(b, P), "moved within %v of the join", time.Since(joined))
 		closeAll(t, ms[0].client, ms[1].client, ms[2].client, d.client)
-		h.checkTerms(t, b)
+		h.CheckTerms(t, b)
 
 		c, err := simba.New(b)
 		require.NoError(t, err)

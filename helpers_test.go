@@ -2,8 +2,6 @@ package simba_test
 
 import (
 	"context"
-	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -11,123 +9,19 @@ import (
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/memory"
 	"github.com/simba-go/simba/internal/await"
-	"github.com/simba-go/simba/internal/check"
+	"github.com/simba-go/simba/internal/scenario"
 )
 
 // testTTL is the session TTL of the tests: renewals every second, a margin of
 // 300ms (10%), so a term's deadline is at most 2.7s after a renewal.
 const testTTL = 3 * time.Second
 
-// history records what the tasks of several clients saw, and the events.
-type history struct {
-	mu     sync.Mutex
-	terms  []*simba.Term
-	owner  map[*simba.Term]string
-	events []simba.Event
-	runs   []run
-}
+// history records what the tasks of several clients saw, and the events
+// (internal/scenario, shared with tests/core).
+type history = scenario.History
 
-type run struct {
-	node  string
-	token uint64
-	start time.Time
-	end   time.Time
-}
-
-func newHistory() *history { return &history{owner: map[*simba.Term]string{}} }
-
-// Terms returns the terms recorded so far, in the order tasks saw them.
-func (h *history) Terms() []*simba.Term {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]*simba.Term(nil), h.terms...)
-}
-
-// Owner returns the node that saw term.
-func (h *history) Owner(term *simba.Term) string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.owner[term]
-}
-
-// Runs returns the runs of holdUntilRevoked that have ended.
-func (h *history) Runs() []run {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]run(nil), h.runs...)
-}
-
-// Events returns the events delivered so far.
-func (h *history) Events() []simba.Event {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]simba.Event(nil), h.events...)
-}
-
-// sawTerm records term as seen by node, once.
-func (h *history) sawTerm(node string, term *simba.Term) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if _, ok := h.owner[term]; ok {
-		return
-	}
-	h.owner[term] = node
-	h.terms = append(h.terms, term)
-}
-
-func (h *history) event(e simba.Event) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.events = append(h.events, e)
-}
-
-// checkTerms runs the invariant checkers over every term recorded, and over
-// the backend's grants. Call it after every client is closed.
-func (h *history) checkTerms(t *testing.T, b *memory.Backend) {
-	t.Helper()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var terms []check.Term
-	for _, term := range h.terms {
-		select {
-		case <-term.Revoked():
-		default:
-			t.Errorf("term %d of %q not revoked at the end", term.Token(), term.Name())
-		}
-		terms = append(terms, check.Term{Name: term.Name(), Token: term.Token(), Start: term.Start(), End: term.Deadline()})
-	}
-	for _, err := range check.Terms(terms) {
-		t.Error(err)
-	}
-	grants := check.MemoryGrants(b.History())
-	if _, errs := check.AgainstGrants(terms, grants); len(errs) > 0 {
-		for _, err := range errs {
-			t.Error(err)
-		}
-	}
-}
-
-// violations is checkTerms returning the violations instead of failing.
-func (h *history) violations(b *memory.Backend) []error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var terms []check.Term
-	for _, term := range h.terms {
-		terms = append(terms, check.Term{Name: term.Name(), Token: term.Token(), Start: term.Start(), End: term.Deadline()})
-	}
-	errs := check.Terms(terms)
-	grants := check.MemoryGrants(b.History())
-	_, more := check.AgainstGrants(terms, grants)
-	return append(errs, more...)
-}
-
-// testLogger logs to the test's log when -v is given.
-func testLogger(t *testing.T, node string) *slog.Logger {
-	if !testing.Verbose() {
-		return slog.New(slog.DiscardHandler)
-	}
-	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", node)
-}
+// newHistory returns an empty history.
+func newHistory() *history { return scenario.NewHistory() }
 
 // closeBound bounds how long a test waits for Client.Close, in virtual
 // time: longer than the runs that ignore cancellation and the slow event
@@ -143,7 +37,7 @@ const closeBound = 24 * time.Hour
 func node(t *testing.T, b *memory.Backend, name string, h *history, opts ...simba.Option) (*simba.Client, *memory.Node) {
 	t.Helper()
 	n := b.Node(name)
-	opts = append([]simba.Option{simba.WithTTL(testTTL), simba.WithEventHandler(h.event), simba.WithLogger(testLogger(t, name))}, opts...)
+	opts = append([]simba.Option{simba.WithTTL(testTTL), simba.WithEventHandler(h.Event), simba.WithLogger(scenario.Logger(t, name))}, opts...)
 	c, err := simba.New(n, opts...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -165,39 +59,20 @@ func holdUntilRevoked(node string, h *history) func(context.Context, *simba.Term
 // cancelled, the run takes cleanUp to exit.
 func holdThenCleanUp(node string, h *history, cleanUp time.Duration) func(context.Context, *simba.Term) error {
 	return func(ctx context.Context, term *simba.Term) error {
-		h.sawTerm(node, term)
+		h.SawTerm(node, term)
 		start := time.Now()
 		<-ctx.Done()
 		time.Sleep(cleanUp)
-		h.mu.Lock()
-		h.runs = append(h.runs, run{node: node, token: term.Token(), start: start, end: time.Now()})
-		h.mu.Unlock()
+		h.AddRun(scenario.Run{Node: node, Token: term.Token(), Start: start, End: time.Now()})
 		return nil
 	}
 }
 
 // eventsOf returns the recorded events of type E.
-func eventsOf[E simba.Event](h *history) []E {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []E
-	for _, e := range h.events {
-		if x, ok := e.(E); ok {
-			out = append(out, x)
-		}
-	}
-	return out
-}
+func eventsOf[E simba.Event](h *history) []E { return scenario.EventsOf[E](h) }
 
 // closeAll closes the clients, each within closeBound.
-func closeAll(t *testing.T, cs ...*simba.Client) {
-	t.Helper()
-	for _, c := range cs {
-		if err := await.For(t, await.Returned(c.Close), closeBound, "Close of client %s did not return", c.SessionID()); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	}
-}
+func closeAll(t *testing.T, cs ...*simba.Client) { scenario.CloseAll(t, closeBound, cs...) }
 
 // wrapSessions is a backend whose sessions are wrapped as they open: a
 // test plants a fault in what a session does.

@@ -19,6 +19,7 @@ import (
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/memory"
 	"github.com/simba-go/simba/internal/await"
+	"github.com/simba-go/simba/internal/scenario"
 )
 
 // runLog records scheduled runs: node, token, time.
@@ -35,7 +36,7 @@ type logged struct {
 
 func (l *runLog) scheduled(node string, h *history) func(context.Context, *simba.Term) error {
 	return func(ctx context.Context, term *simba.Term) error {
-		h.sawTerm(node, term)
+		h.SawTerm(node, term)
 		l.mu.Lock()
 		l.runs = append(l.runs, logged{node, term.Token(), time.Now()})
 		l.mu.Unlock()
@@ -109,7 +110,7 @@ func TestFailOverIsRecordedAndInterruptedRunsReported(t *testing.T) {
 		log := &runLog{}
 		ca, na := node(t, b, "a", h, simba.WithMemberID("a"))
 		slow := func(ctx context.Context, term *simba.Term) error {
-			h.sawTerm("a", term)
+			h.SawTerm("a", term)
 			time.Sleep(time.Hour) // in flight when its node crashes
 			return nil
 		}
@@ -211,7 +212,7 @@ func TestDisableStopsRunsEverywhereUntilEnabled(t *testing.T) {
 		time.Sleep(3 * time.Second)
 		assert.NotEmpty(t, log.since(enabledAt))
 		closeAll(t, cs...)
-		h.checkTerms(t, b)
+		h.CheckTerms(t, b)
 	})
 }
 
@@ -268,7 +269,7 @@ func TestResignMovesTheTermToAnotherMember(t *testing.T) {
 		time.Sleep(time.Minute)
 		assert.Len(t, h.Terms(), 2, "the resigned member does not take it back")
 		closeAll(t, ca, cz)
-		h.checkTerms(t, b)
+		h.CheckTerms(t, b)
 	})
 }
 
@@ -316,7 +317,7 @@ func TestDrainEmptiesAMemberUntilUndrained(t *testing.T) {
 			assert.False(t, p.InHandOff())
 		}
 		closeAll(t, x.client, y.client)
-		h.checkTerms(t, b)
+		h.CheckTerms(t, b)
 	})
 }
 
@@ -331,7 +332,7 @@ func flakyClient(t *testing.T, b *memory.Backend, name string, reads, writes int
 	f := wrapSessions{b.Node(name), func(s backend.Session) backend.Session {
 		return flakySession{Session: s, Records: s.(backend.Records), fails: fails, writes: writesLeft}
 	}}
-	c, err := simba.New(f, simba.WithTTL(testTTL), simba.WithMemberID(name), simba.WithLogger(testLogger(t, name)))
+	c, err := simba.New(f, simba.WithTTL(testTTL), simba.WithMemberID(name), simba.WithLogger(scenario.Logger(t, name)))
 	require.NoError(t, err)
 	return c
 }
@@ -496,7 +497,7 @@ func TestDisableFoundAtTermStart(t *testing.T) {
 					stale := wrapSessions{b.Node("b"), func(s backend.Session) backend.Session {
 						return staleOpsSession{Session: s, Records: s.(backend.Records), fails: failing}
 					}}
-					cb, err := simba.New(stale, simba.WithTTL(testTTL), simba.WithMemberID("b"), simba.WithEventHandler(h.event), simba.WithLogger(testLogger(t, "b")))
+					cb, err := simba.New(stale, simba.WithTTL(testTTL), simba.WithMemberID("b"), simba.WithEventHandler(h.Event), simba.WithLogger(scenario.Logger(t, "b")))
 					require.NoError(t, err)
 					start(cb, "b")
 					time.Sleep(1500 * time.Millisecond) // between a's runs
@@ -518,7 +519,7 @@ func TestDisableFoundAtTermStart(t *testing.T) {
 					}
 					assert.Equal(t, 1, won, "b won the lease once after the disable (and gave it up)")
 					closeAll(t, ca, cb)
-					h.checkTerms(t, b)
+					h.CheckTerms(t, b)
 				})
 			})
 		}

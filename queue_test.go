@@ -87,7 +87,7 @@ func TestCandidaciesLeaveTheQueue(t *testing.T) {
 		// sits out one TTL and queues behind it.
 		yields := 0
 		tz, err := cx.Election("f").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
-			h.sawTerm("x", term)
+			h.SawTerm("x", term)
 			if yields == 0 {
 				yields++
 				time.Sleep(time.Second) // y is queued by then
@@ -128,6 +128,6 @@ func TestCandidaciesLeaveTheQueue(t *testing.T) {
 		time.Sleep(2 * time.Second)
 		check("after gy was drained")
 		closeAll(t, gx.client, gy.client, cx, cy)
-		h.checkTerms(t, b)
+		h.CheckTerms(t, b)
 	})
 }

@@ -60,7 +60,7 @@ func TestTermRecordsDuringTheHandOff(t *testing.T) {
 		c, _ := node(t, b, "a", h)
 		final := make(chan error, 1)
 		task, err := c.Election("stream").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
-			h.sawTerm("a", term)
+			h.SawTerm("a", term)
 			<-ctx.Done()
 			// The final checkpoint, after the stop revoked the term.
 			final <- term.PutRecord(context.Background(), "checkpoint", []byte("42"))

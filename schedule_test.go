@@ -29,7 +29,7 @@ func scheduled(t *testing.T, s simba.Schedule, d time.Duration, work func(i int)
 	var mu sync.Mutex
 	var starts []time.Duration
 	_, err := c.Election("report").Schedule(s, func(ctx context.Context, term *simba.Term) error {
-		h.sawTerm("a", term)
+		h.SawTerm("a", term)
 		mu.Lock()
 		i := len(starts)
 		starts = append(starts, time.Since(term.Start()))
@@ -42,7 +42,7 @@ func scheduled(t *testing.T, s simba.Schedule, d time.Duration, work func(i int)
 	require.NoError(t, err)
 	time.Sleep(d)
 	closeAll(t, c)
-	h.checkTerms(t, b)
+	h.CheckTerms(t, b)
 	mu.Lock()
 	defer mu.Unlock()
 	return starts, h
@@ -125,7 +125,7 @@ func TestInitialDelayRestartsEveryTerm(t *testing.T) {
 		first := map[uint64]time.Duration{}
 		fn := func(name string) func(context.Context, *simba.Term) error {
 			return func(ctx context.Context, term *simba.Term) error {
-				h.sawTerm(name, term)
+				h.SawTerm(name, term)
 				mu.Lock()
 				defer mu.Unlock()
 				if _, ok := first[term.Token()]; !ok {
@@ -144,7 +144,7 @@ func TestInitialDelayRestartsEveryTerm(t *testing.T) {
 		await.For(t, ta.Stop(), testTTL, "a's Stop did not complete within the TTL")
 		time.Sleep(20 * time.Second)
 		closeAll(t, a, z)
-		h.checkTerms(t, b)
+		h.CheckTerms(t, b)
 		require.Len(t, h.Terms(), 2)
 		for _, term := range h.Terms() {
 			assert.Equal(t, 5*time.Second, first[term.Token()], "first run of term %d", term.Token())
@@ -178,7 +178,7 @@ func TestScheduleChecksTheTermBeforeEveryRun(t *testing.T) {
 		c, n := node(t, b, "a", h)
 		var runs atomic.Int32
 		_, err := c.Election("r").Schedule(simba.FixedDelay(500*time.Millisecond), func(ctx context.Context, term *simba.Term) error {
-			h.sawTerm("a", term)
+			h.SawTerm("a", term)
 			// Ignores ctx: only EnsureValid before the next run stops the loop.
 			runs.Add(1)
 			time.Sleep(time.Second)
@@ -194,6 +194,6 @@ func TestScheduleChecksTheTermBeforeEveryRun(t *testing.T) {
 		assert.Equal(t, before, runs.Load(), "no run starts after the term ended")
 		n.Heal()
 		closeAll(t, c)
-		h.checkTerms(t, b)
+		h.CheckTerms(t, b)
 	})
 }

@@ -45,7 +45,7 @@ func handOffOrder(t *testing.T, obs *check.Observer, b *memory.Backend) {
 // about it, and then ignores its cancellation until release is closed.
 func stubborn(node string, h *history, obs *check.Observer, release <-chan struct{}) func(context.Context, *simba.Term) error {
 	return func(ctx context.Context, term *simba.Term) error {
-		h.sawTerm(node, term)
+		h.SawTerm(node, term)
 		defer obs.Exited(node, term)
 		obs.Valid(node, term)
 		<-release
@@ -112,7 +112,7 @@ func TestShutdownReturnsOnceHandedOff(t *testing.T) {
 		returned := time.Now()
 
 		require.Len(t, h.Runs(), 1)
-		exited := h.Runs()[0].end
+		exited := h.Runs()[0].End
 		assert.Equal(t, stopAt.Add(cleanUp), exited, "a's run exits after its clean-up")
 		assert.False(t, returned.Before(exited), "Shutdown returned at +%v, before the run exited at +%v", returned.Sub(stopAt), exited.Sub(stopAt))
 		g := grantOf(t, b, "e", h.Terms()[0].Token())
@@ -134,7 +134,7 @@ func TestShutdownReturnsOnceHandedOff(t *testing.T) {
 		assert.NoError(t, a.Shutdown(expired), "a second Shutdown after the first completed")
 		assert.NoError(t, a.Close())
 		closeAll(t, z)
-		h.checkTerms(t, b)
+		h.CheckTerms(t, b)
 	})
 }
 
@@ -187,7 +187,7 @@ func TestShutdownOfATaskIgnoringCancellationReturnsAtTheCtxDeadline(t *testing.T
 		close(release)
 		closeAll(t, a, z)
 		handOffOrder(t, obs, b)
-		h.checkTerms(t, b)
+		h.CheckTerms(t, b)
 	})
 }
 
@@ -213,7 +213,7 @@ func TestLeaderTaskShutdown(t *testing.T) {
 			assert.NotEmpty(t, a.SessionID(), "the task's Shutdown closed the client's session")
 			assert.NoError(t, ta.Shutdown(t.Context()), "a second Shutdown")
 			closeAll(t, a)
-			h.checkTerms(t, b)
+			h.CheckTerms(t, b)
 		})
 	})
 	t.Run("IgnoringCancellation", func(t *testing.T) {
@@ -249,7 +249,7 @@ func TestLeaderTaskShutdown(t *testing.T) {
 			require.NoError(t, ta.Shutdown(t.Context()), "Shutdown once the run returned")
 			closeAll(t, a, z)
 			handOffOrder(t, obs, b)
-			h.checkTerms(t, b)
+			h.CheckTerms(t, b)
 		})
 	})
 }
@@ -265,7 +265,7 @@ func TestGroupTaskShutdown(t *testing.T) {
 		release := make(chan struct{})
 		var runs atomic.Int32
 		gt, err := a.Group("g", 4).RunWhileLeader(func(ctx context.Context, term *simba.Term, p int) error {
-			h.sawTerm("a", term)
+			h.SawTerm("a", term)
 			runs.Add(1)
 			<-ctx.Done()
 			if p == 2 {
@@ -295,7 +295,7 @@ func TestGroupTaskShutdown(t *testing.T) {
 		require.NoError(t, gt.Shutdown(t.Context()))
 		assert.Empty(t, b.Members("g"), "a still a member after the group's Shutdown")
 		closeAll(t, a)
-		h.checkTerms(t, b)
+		h.CheckTerms(t, b)
 	})
 }
 
@@ -328,7 +328,7 @@ func TestShutdownFromATaskFunction(t *testing.T) {
 					called := make(chan error, 1)
 					var after atomic.Bool // the function went on after the call
 					task, err := a.Election("e").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
-						h.sawTerm("a", term)
+						h.SawTerm("a", term)
 						called <- tc.call(a, <-started)
 						select { // the stop cancels ctx, on a goroutine of its own
 						case <-ctx.Done():
@@ -347,7 +347,7 @@ func TestShutdownFromATaskFunction(t *testing.T) {
 					g := grantOf(t, b, "e", h.Terms()[0].Token())
 					assert.True(t, g.Ended && g.Reason == "released", "lease not released: ended %v, %q", g.Ended, g.Reason)
 					require.NoError(t, await.For(t, await.Returned(func() error { return a.Shutdown(t.Context()) }), time.Minute, "Shutdown after the task's did not return"))
-					h.checkTerms(t, b)
+					h.CheckTerms(t, b)
 				})
 			})
 		}
@@ -407,7 +407,7 @@ func TestShutdownConcurrentCalls(t *testing.T) {
 			_, _, held := b.Holder(l)
 			assert.False(t, held, "lease %s still held after Shutdown", l)
 		}
-		h.checkTerms(t, b)
+		h.CheckTerms(t, b)
 	})
 }
 
@@ -432,7 +432,7 @@ func TestShutdownWithEndedCtx(t *testing.T) {
 		assert.ErrorIs(t, err, simba.ErrClosed, "no task starts once the shutdown has begun")
 		await.For(t, ta.Done(), testTTL, "the hand-off did not complete in the background")
 		closeAll(t, a)
-		h.checkTerms(t, b)
+		h.CheckTerms(t, b)
 	})
 }
 
@@ -450,7 +450,7 @@ func TestGroupShutdownFromAPartitionFunction(t *testing.T) {
 				called := make(chan error, 1)
 				var once sync.Once
 				gt, err := a.Group("g", 2).RunWhileLeader(func(ctx context.Context, term *simba.Term, p int) error {
-					h.sawTerm("a", term)
+					h.SawTerm("a", term)
 					if p == 1 {
 						once.Do(func() {
 							gt := <-started
@@ -474,7 +474,7 @@ func TestGroupShutdownFromAPartitionFunction(t *testing.T) {
 					assert.False(t, held, "partition %s still held after the group's Shutdown", l)
 				}
 				closeAll(t, a)
-				h.checkTerms(t, b)
+				h.CheckTerms(t, b)
 			})
 		})
 	}

@@ -55,7 +55,7 @@ func TestTermHandOffDeadline(t *testing.T) {
 			await.For(t, stopped, time.Second, "Stop did not complete once the run returned")
 			closeAll(t, a, z)
 			handOffOrder(t, obs, b)
-			h.checkTerms(t, b)
+			h.CheckTerms(t, b)
 		})
 	})
 	t.Run("CleanUpBoundByIt", func(t *testing.T) {
@@ -70,7 +70,7 @@ func TestTermHandOffDeadline(t *testing.T) {
 			}
 			cleanUp := make(chan seen, 1)
 			task, err := c.Election("e").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
-				h.sawTerm("a", term)
+				h.SawTerm("a", term)
 				<-ctx.Done()
 				wctx, cancel := context.WithDeadline(context.Background(), term.HandOffDeadline())
 				defer cancel()

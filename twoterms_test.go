@@ -4,28 +4,21 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/admin"
 	"github.com/simba-go/simba/backend"
-	"github.com/simba-go/simba/backend/etcd"
 	"github.com/simba-go/simba/backend/memory"
-	"github.com/simba-go/simba/backend/postgres"
 	"github.com/simba-go/simba/internal/await"
-	"github.com/simba-go/simba/internal/etcdtest"
-	"github.com/simba-go/simba/internal/pgtest"
 	"github.com/simba-go/simba/internal/records"
+	"github.com/simba-go/simba/internal/scenario"
 )
 
 // The same task winning two terms in a row (issue 44, "Faults the tests
@@ -68,119 +61,21 @@ var twoTermWays = []twoTermWay{
 	},
 }
 
-// ledger records, in order, what a task's functions were called with.
-type ledger struct {
-	mu      sync.Mutex
-	entries []entry
-}
-
-type entry struct {
-	what      string // "claim", "run" (a call began) or "end" (a held run's ctx ended)
-	term      *simba.Term
-	partition int // -1 for an election
-	at        time.Time
-	ctxErr    error // the call's ctx's error as it began
-	valid     bool  // term.Valid() as it began
-}
-
-func (e entry) String() string {
-	if e.partition >= 0 {
-		return fmt.Sprintf("%s p%d t%d", e.what, e.partition, e.term.Token())
-	}
-	return fmt.Sprintf("%s t%d", e.what, e.term.Token())
-}
-
-func (l *ledger) add(what string, ctx context.Context, term *simba.Term, p int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.entries = append(l.entries, entry{what: what, term: term, partition: p, at: time.Now(), ctxErr: ctx.Err(), valid: term.Valid()})
-}
-
-// claim is a WithClaim function that records its calls.
-func (l *ledger) claim(ctx context.Context, term *simba.Term) error {
-	l.add("claim", ctx, term, partitionOf(term))
-	return nil
-}
-
-// hold is a RunWhileLeader function that records its run and holds the
-// term until its ctx ends.
-func (l *ledger) hold(ctx context.Context, term *simba.Term) error {
-	l.add("run", ctx, term, -1)
-	<-ctx.Done()
-	l.add("end", ctx, term, -1)
-	return nil
-}
-
-// tick is a Schedule function that records its runs.
-func (l *ledger) tick(ctx context.Context, term *simba.Term) error {
-	l.add("run", ctx, term, -1)
-	return nil
-}
-
-// holdPartition is hold for a group.
-func (l *ledger) holdPartition(ctx context.Context, term *simba.Term, p int) error {
-	l.add("run", ctx, term, p)
-	<-ctx.Done()
-	return nil
-}
-
-func (l *ledger) all() []entry {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.entries)
-}
-
-// terms returns the terms seen, in the order of their first entry; of one
-// partition only when p >= 0.
-func (l *ledger) terms(p int) []*simba.Term {
-	var out []*simba.Term
-	for _, e := range l.all() {
-		if (p < 0 || e.partition == p) && !slices.Contains(out, e.term) {
-			out = append(out, e.term)
-		}
-	}
-	return out
-}
-
-// of returns the entries of kind what in term.
-func (l *ledger) of(what string, term *simba.Term) []entry {
-	var out []entry
-	for _, e := range l.all() {
-		if e.what == what && e.term == term {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
-func (l *ledger) String() string { return fmt.Sprint(l.all()) }
-
-// partitionOf is the partition of a term of a group's partition
-// ("{group}.{p}"), or -1.
-func partitionOf(term *simba.Term) int {
-	name := term.Name()
-	i := strings.LastIndexByte(name, '.')
-	if i < 0 {
-		return -1
-	}
-	p, err := strconv.Atoi(name[i+1:])
-	if err != nil {
-		return -1
-	}
-	return p
-}
+// ledger records, in order, what a task's functions were called with
+// (internal/scenario, shared with tests/core's runs on real servers).
+type ledger = scenario.Ledger
 
 // twoTerms waits for term 1 of the one task l records, ends it the way w
 // does, and waits until the same task has begun term 2 (a claim or a run
 // in it); it returns both terms.
 func twoTerms(t *testing.T, b *memory.Backend, n *memory.Node, w twoTermWay, l *ledger) (t1, t2 *simba.Term) {
 	t.Helper()
-	await.Until(t, 10*testTTL, "term 1 began", func() bool { return len(l.terms(-1)) >= 1 }, l.String)
+	await.Until(t, 10*testTTL, "term 1 began", func() bool { return len(l.Terms(-1)) >= 1 }, l.String)
 	time.Sleep(1500 * time.Millisecond) // term 1 works a while (a schedule runs twice)
-	t1 = l.terms(-1)[0]
+	t1 = l.Terms(-1)[0]
 	w.end(t, b, n, t1)
-	await.Until(t, 10*testTTL, "term 2 began on the same task, after "+w.name, func() bool { return len(l.terms(-1)) >= 2 }, l.String)
-	return t1, l.terms(-1)[1]
+	await.Until(t, 10*testTTL, "term 2 began on the same task, after "+w.name, func() bool { return len(l.Terms(-1)) >= 2 }, l.String)
+	return t1, l.Terms(-1)[1]
 }
 
 // startShape starts election e on c as a leader task holding its term
@@ -190,9 +85,9 @@ func startShape(t *testing.T, c *simba.Client, shape string, l *ledger, opts ...
 	t.Helper()
 	var err error
 	if shape == "Schedule" {
-		_, err = c.Election("e").Schedule(simba.FixedDelay(time.Second), l.tick, opts...)
+		_, err = c.Election("e").Schedule(simba.FixedDelay(time.Second), l.Tick, opts...)
 	} else {
-		_, err = c.Election("e").RunWhileLeader(l.hold, opts...)
+		_, err = c.Election("e").RunWhileLeader(l.Hold, opts...)
 	}
 	require.NoError(t, err)
 }
@@ -218,31 +113,31 @@ func TestSameTaskTwoTermsClaims(t *testing.T) {
 					h := newHistory()
 					c, n := node(t, b, "a", h, simba.WithMemberID("a"))
 					l := &ledger{}
-					startShape(t, c, shape, l, simba.WithClaim(l.claim))
+					startShape(t, c, shape, l, simba.WithClaim(l.Claim))
 					t1, t2 := twoTerms(t, b, n, w, l)
 					time.Sleep(2500 * time.Millisecond) // term 2 works (a schedule runs again)
 					closeAll(t, c)
 
 					require.Greater(t, t2.Token(), t1.Token(), "term 2's token")
-					all := l.all()
+					all := l.All()
 					var claims []string
 					for _, e := range all {
-						if e.what == "claim" {
+						if e.What == "claim" {
 							claims = append(claims, e.String())
 						}
 					}
 					want := []string{"claim " + tok(t1), "claim " + tok(t2)}
 					assert.Equal(t, want, claims, "claims %v, want one per term: %v; log %v", claims, want, all)
 					for _, term := range []*simba.Term{t1, t2} {
-						assert.NotEmpty(t, l.of("run", term), "no run in %v; log %v", term, all)
+						assert.NotEmpty(t, l.Of("run", term), "no run in %v; log %v", term, all)
 						claimed := false
 						for i, e := range all {
 							switch {
-							case e.term != term:
-							case e.what == "claim":
+							case e.Term != term:
+							case e.What == "claim":
 								claimed = true
-								assert.True(t, e.ctxErr == nil && e.valid, "%v (entry %d): claimed with its ctx ended (%v) or the term not valid (%v); log %v", e, i, e.ctxErr, e.valid, all)
-							case e.what == "run" && !claimed:
+								assert.True(t, e.CtxErr == nil && e.Valid, "%v (entry %d): claimed with its ctx ended (%v) or the term not valid (%v); log %v", e, i, e.CtxErr, e.Valid, all)
+							case e.What == "run" && !claimed:
 								t.Errorf("%v (entry %d) began before term %d's claim; log %v", e, i, term.Token(), all)
 							}
 						}
@@ -292,7 +187,7 @@ func TestSameTaskTwoTermsRunGetsItsTerm(t *testing.T) {
 				c, n := node(t, b, "a", h, simba.WithMemberID("a"), mopt)
 				l := &ledger{}
 				startShape(t, c, "RunWhileLeader", l)
-				await.Until(t, 10*testTTL, "term 1 began", func() bool { return len(l.terms(-1)) >= 1 }, l.String)
+				await.Until(t, 10*testTTL, "term 1 began", func() bool { return len(l.Terms(-1)) >= 1 }, l.String)
 				session1 := c.SessionID()
 				t1, t2 := twoTerms(t, b, n, w, l)
 				synctest.Wait()
@@ -301,21 +196,21 @@ func TestSameTaskTwoTermsRunGetsItsTerm(t *testing.T) {
 				require.NotSame(t, t1, t2, "term 2's run got term 1's *Term")
 				assert.Equal(t, "e", t2.Name())
 				assert.Greater(t, t2.Token(), t1.Token(), "term 2's token")
-				run2 := l.of("run", t2)
+				run2 := l.Of("run", t2)
 				require.Len(t, run2, 1, "runs of term 2; log %v", l)
-				assert.NoError(t, run2[0].ctxErr, "term 2's run began with its ctx ended")
-				assert.True(t, run2[0].valid, "term 2's run began with its term not valid")
+				assert.NoError(t, run2[0].CtxErr, "term 2's run began with its ctx ended")
+				assert.True(t, run2[0].Valid, "term 2's run began with its term not valid")
 				assert.True(t, t2.Valid(), "term 2 not valid")
 				assert.NoError(t, t2.Err(), "term 2's Err")
 				assert.True(t, t2.Deadline().After(time.Now()), "term 2's deadline %v not ahead of now %v", t2.Deadline(), time.Now())
 				assert.False(t, t2.Start().Before(t1.Deadline()), "term 2 began at %v, before term 1 ended at %v", t2.Start(), t1.Deadline())
-				assert.False(t, run2[0].at.Before(t2.Start()), "term 2's run began at %v, before its term at %v", run2[0].at, t2.Start())
+				assert.False(t, run2[0].At.Before(t2.Start()), "term 2's run began at %v, before its term at %v", run2[0].At, t2.Start())
 				var te *simba.TermError
 				if assert.ErrorAs(t, t1.Err(), &te, "term 1's Err") {
 					assert.Equal(t, w.reason, te.Reason, "term 1 ended for %v, want %v", te.Reason, w.reason)
 					assert.Equal(t, t1.Token(), te.Token)
 				}
-				assert.Len(t, l.of("end", t1), 1, "term 1's run's ctx did not end; log %v", l)
+				assert.Len(t, l.Of("end", t1), 1, "term 1's run's ctx did not end; log %v", l)
 				// Records are fenced by the term each run holds.
 				assert.NoError(t, t2.PutRecord(t.Context(), "checkpoint", []byte("2")), "term 2's fenced write")
 				assert.ErrorIs(t, t1.PutRecord(t.Context(), "checkpoint", []byte("1")), simba.ErrTermExpired, "term 1's fenced write after term 2 began")
@@ -360,7 +255,7 @@ func TestSameTaskTwoTermsRunGetsItsTerm(t *testing.T) {
 				assert.Equal(t, 1.0, m.value(simba.MetricLeader, e...), "%s %v after term 2 began, want 1", simba.MetricLeader, m.value(simba.MetricLeader, e...))
 				assert.Equal(t, 1.0, m.value(simba.MetricTermsRevoked, e...), "%s", simba.MetricTermsRevoked)
 				closeAll(t, c)
-				h.checkTerms(t, b)
+				h.CheckTerms(t, b)
 			})
 		})
 	}
@@ -422,11 +317,11 @@ func TestSameTaskTwoTermsStatusRecord(t *testing.T) {
 				for _, r := range runs {
 					byToken[r.Token] = append(byToken[r.Token], r)
 				}
-				ran2 := len(l.of("run", t2))
+				ran2 := len(l.Of("run", t2))
 				if assert.Len(t, byToken[t2.Token()], ran2, "term 2's runs in the history, want its %d runs: %+v", ran2, runs) {
 					assert.Equal(t, w.source, byToken[t2.Token()][0].Source, "source of term 2's first run")
 				}
-				assert.Len(t, byToken[t1.Token()], len(l.of("run", t1)), "term 1's runs in the history: %+v", runs)
+				assert.Len(t, byToken[t1.Token()], len(l.Of("run", t1)), "term 1's runs in the history: %+v", runs)
 				assert.Equal(t, uint64(len(runs)), st.Succeeded, "runs counted in the status")
 				closeAll(t, c)
 			})
@@ -553,12 +448,12 @@ func TestSameTaskTwoTermsOpsCheckedAtTermStart(t *testing.T) {
 				blind := wrapSessions{b.Node("a"), func(s backend.Session) backend.Session {
 					return blindOpsSession{Session: s, Records: s.(backend.Records)}
 				}}
-				c, err := simba.New(blind, simba.WithTTL(testTTL), simba.WithMemberID("a"), simba.WithEventHandler(h.event), simba.WithLogger(testLogger(t, "a")))
+				c, err := simba.New(blind, simba.WithTTL(testTTL), simba.WithMemberID("a"), simba.WithEventHandler(h.Event), simba.WithLogger(scenario.Logger(t, "a")))
 				require.NoError(t, err)
 				l := &ledger{}
 				disabled := make(chan struct{})
 				_, err = c.Election("e").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
-					l.add("run", ctx, term, -1)
+					l.Add("run", ctx, term, -1)
 					if how != "Yielded" {
 						<-ctx.Done()
 						return nil
@@ -571,8 +466,8 @@ func TestSameTaskTwoTermsOpsCheckedAtTermStart(t *testing.T) {
 					}
 				})
 				require.NoError(t, err)
-				await.Until(t, 10*testTTL, "term 1 began", func() bool { return len(l.terms(-1)) >= 1 }, l.String)
-				t1 := l.terms(-1)[0]
+				await.Until(t, 10*testTTL, "term 1 began", func() bool { return len(l.Terms(-1)) >= 1 }, l.String)
+				t1 := l.Terms(-1)[0]
 				require.NoError(t, openAdmin(t, b).Disable(t.Context(), "e", "maintenance"))
 				synctest.Wait()
 				require.True(t, t1.Valid(), "term 1 ended when the election was disabled: the view saw it (%v); the test shows nothing", t1.Err())
@@ -585,8 +480,8 @@ func TestSameTaskTwoTermsOpsCheckedAtTermStart(t *testing.T) {
 				await.Until(t, 10*testTTL, "term 2 began", func() bool { return len(elected()) >= 2 }, func() string { return fmt.Sprint(h.Events()) })
 				time.Sleep(testTTL)
 				t2 := elected()[1].Token
-				for _, e := range l.all() {
-					if e.term.Token() == t2 {
+				for _, e := range l.All() {
+					if e.Term.Token() == t2 {
 						t.Errorf("term 2 (token %d) ran after the disable recorded during term 1: log %v", t2, l)
 					}
 				}
@@ -662,21 +557,21 @@ func TestSameTaskTwoTermsSchedule(t *testing.T) {
 					c, n := node(t, b, "a", h, simba.WithMemberID("a"))
 					l := &ledger{}
 					s := simba.FixedRate(10 * time.Second).WithInitialDelay(4 * time.Second).WithMisfire(policy)
-					_, err := c.Election("e").Schedule(s, l.tick)
+					_, err := c.Election("e").Schedule(s, l.Tick)
 					require.NoError(t, err)
-					await.Until(t, 10*testTTL, "term 1's first run", func() bool { return len(l.terms(-1)) >= 1 }, l.String)
-					t1 := l.terms(-1)[0]
+					await.Until(t, 10*testTTL, "term 1's first run", func() bool { return len(l.Terms(-1)) >= 1 }, l.String)
+					t1 := l.Terms(-1)[0]
 					w.end(t, b, n, t1)
-					await.Until(t, 10*testTTL, "term 2 of the same task ran", func() bool { return len(l.terms(-1)) >= 2 }, l.String)
-					t2 := l.terms(-1)[1]
+					await.Until(t, 10*testTTL, "term 2 of the same task ran", func() bool { return len(l.Terms(-1)) >= 2 }, l.String)
+					t2 := l.Terms(-1)[1]
 					require.True(t, t2.Start().After(t1.Start().Add(24*time.Second)), "term 2 began at +%v, not after term 1's planned start at +24s", t2.Start().Sub(t1.Start()))
 					time.Sleep(time.Until(t2.Start().Add(25 * time.Second)))
 					closeAll(t, c)
 
 					at := func(term *simba.Term) []time.Duration {
 						var out []time.Duration
-						for _, e := range l.of("run", term) {
-							out = append(out, e.at.Sub(term.Start()))
+						for _, e := range l.Of("run", term) {
+							out = append(out, e.At.Sub(term.Start()))
 						}
 						return out
 					}
@@ -727,11 +622,11 @@ func TestSameGroupMemberTwoTerms(t *testing.T) {
 				h := newHistory()
 				c, n := node(t, b, "a", h, simba.WithMemberID("a"))
 				l := &ledger{}
-				_, err := c.Group("g", P).RunWhileLeader(l.holdPartition, simba.WithClaim(l.claim))
+				_, err := c.Group("g", P).RunWhileLeader(l.HoldPartition, simba.WithClaim(l.Claim))
 				require.NoError(t, err)
 				await.Until(t, 10*testTTL, "term 1 of every partition", func() bool {
 					for p := range P {
-						if len(l.terms(p)) < 1 {
+						if len(l.Terms(p)) < 1 {
 							return false
 						}
 					}
@@ -740,7 +635,7 @@ func TestSameGroupMemberTwoTerms(t *testing.T) {
 				time.Sleep(time.Second)
 				first := map[int]*simba.Term{}
 				for p := range P {
-					first[p] = l.terms(p)[0]
+					first[p] = l.Terms(p)[0]
 				}
 				again := []int{0, 1, 2} // the partitions that begin a second term on a
 				switch how {
@@ -762,11 +657,11 @@ func TestSameGroupMemberTwoTerms(t *testing.T) {
 					}
 					require.NotEmpty(t, again, "the assignment %v gives z nothing: the test shows nothing", owners)
 					zl := &ledger{}
-					zt, err := z.Group("g", P).RunWhileLeader(zl.holdPartition)
+					zt, err := z.Group("g", P).RunWhileLeader(zl.HoldPartition)
 					require.NoError(t, err)
 					await.Until(t, 10*testTTL, "z holds its partitions "+fmt.Sprint(again), func() bool {
 						for _, p := range again {
-							if len(zl.terms(p)) < 1 {
+							if len(zl.Terms(p)) < 1 {
 								return false
 							}
 						}
@@ -788,7 +683,7 @@ func TestSameGroupMemberTwoTerms(t *testing.T) {
 				}
 				await.Until(t, 20*testTTL, fmt.Sprintf("%s: partitions %v back on a for a second term", how, again), func() bool {
 					for _, p := range again {
-						if len(l.terms(p)) < 2 {
+						if len(l.Terms(p)) < 2 {
 							return false
 						}
 					}
@@ -798,16 +693,16 @@ func TestSameGroupMemberTwoTerms(t *testing.T) {
 
 				a := openAdmin(t, b)
 				for p := range P {
-					terms := l.terms(p)
+					terms := l.Terms(p)
 					var claims, want []string
-					for _, e := range l.all() {
-						if e.partition == p && e.what == "claim" {
+					for _, e := range l.All() {
+						if e.Partition == p && e.What == "claim" {
 							claims = append(claims, e.String())
 						}
 					}
 					for _, term := range terms {
 						want = append(want, fmt.Sprintf("claim p%d %s", p, tok(term)))
-						assert.Len(t, l.of("run", term), 1, "partition %d: runs in %v; log %v", p, term, l)
+						assert.Len(t, l.Of("run", term), 1, "partition %d: runs in %v; log %v", p, term, l)
 					}
 					assert.Equal(t, want, claims, "partition %d: claims on a %v, want one per term of a: %v", p, claims, want)
 					if !slices.Contains(again, p) {
@@ -835,175 +730,8 @@ func TestSameGroupMemberTwoTerms(t *testing.T) {
 					assert.Equal(t, p, st.Partition)
 				}
 				closeAll(t, c)
-				h.checkTerms(t, b)
+				h.CheckTerms(t, b)
 			})
 		})
 	}
-}
-
-// twoTermServer is a real backend server for TestTwoTermsOnRealBackends:
-// connect gives a node its own backend on it; expire ends a session on
-// the server, as its TTL running out would.
-type twoTermServer struct {
-	name  string
-	start func(t *testing.T) (connect func(t *testing.T) backend.Backend, expire func(t *testing.T, session string))
-}
-
-var twoTermServers = []twoTermServer{
-	{name: "etcd", start: func(t *testing.T) (func(*testing.T) backend.Backend, func(*testing.T, string)) {
-		srv := etcdtest.Start(t)
-		prefix := "/" + strings.ReplaceAll(t.Name(), "/", ".") + "/"
-		connect := func(t *testing.T) backend.Backend {
-			b, err := etcd.New(srv.Endpoints(), etcd.WithPrefix(prefix))
-			require.NoError(t, err)
-			t.Cleanup(func() { b.Close() })
-			return b
-		}
-		expire := func(t *testing.T, session string) {
-			id, err := strconv.ParseUint(session, 16, 64) // the session's etcd lease, in hex
-			require.NoError(t, err, "session %q", session)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_, err = srv.Client(t).Revoke(ctx, clientv3.LeaseID(id))
-			require.NoError(t, err, "revoking the lease of session %s", session)
-		}
-		return connect, expire
-	}},
-	{name: "PostgreSQL", start: func(t *testing.T) (func(*testing.T) backend.Backend, func(*testing.T, string)) {
-		dsn := pgtest.DSN(t) // skipped (or failed under SIMBA_REQUIRE_SERVERS=1) without a server
-		schema := pgtest.Schema(t)
-		connect := func(t *testing.T) backend.Backend {
-			b, err := postgres.New(dsn, postgres.WithSchema(schema), postgres.WithLogger(testLogger(t, "postgres")))
-			require.NoError(t, err)
-			t.Cleanup(func() { b.Close() })
-			return b
-		}
-		expire := func(t *testing.T, session string) {
-			pgtest.Exec(t, "DELETE FROM "+pgx.Identifier{schema}.Sanitize()+".sessions WHERE id = $1", session)
-		}
-		return connect, expire
-	}},
-}
-
-// realTTL is the session TTL of TestTwoTermsOnRealBackends: renewals every
-// second, enough for a loaded machine.
-const realTTL = 3 * time.Second
-
-// TestTwoTermsOnRealBackends: on a real etcd (embedded) and a real
-// PostgreSQL server, in real time, the same task wins two terms in a row,
-// after its session ended on the server (etcd: its lease revoked;
-// PostgreSQL: its row deleted) or after its holder resigned, and each term
-// claims with its own token before its run, and the status record shows
-// the latest term as its holder, term 1 ended before it in the term log.
-//
-// Without a claim per term (patch: claimFirst's `claimed` flag, as in
-// TestSameTaskTwoTermsClaims), every case fails, etcd/SessionExpired with:
-//
-//	run t7 (entry 3) began before its term's claim; log [claim t3 run t3 end t3 run t7]
-//	term 2 (token 7) was claimed 0 times, want once: log [claim t3 run t3 end t3 run t7]
-//
-// (PostgreSQL/Resigned: "run t2 (entry 3) began before its term's claim;
-// log [claim t1 run t1 end t1 run t2]"), and without a status per term
-// (patch: as in TestSameTaskTwoTermsStatusRecord) with, on etcd:
-//
-//	the status shows the latest term (token 7) as its holder: not within 15s; saw holder &{Member:a Session:25c8a24708366303 Token:3 …}, term log [{Token:3 … Ended: TTLms:3000}]
-//	the status shows the latest term (token 22) as its holder: not within 15s; saw holder <nil>, term log [{Token:15 … Ended:resigned TTLms:3000}]
-func TestTwoTermsOnRealBackends(t *testing.T) {
-	if testing.Short() {
-		t.Skip("real time on real servers: skipped with -short")
-	}
-	for _, srv := range twoTermServers {
-		t.Run(srv.name, func(t *testing.T) {
-			connect, expire := srv.start(t)
-			for _, w := range []struct {
-				name, ended string
-				end         func(t *testing.T, ad *admin.Admin, c *simba.Client, term *simba.Term)
-			}{
-				{"SessionExpired", records.EndedFailOver, func(t *testing.T, _ *admin.Admin, c *simba.Client, _ *simba.Term) { expire(t, c.SessionID()) }},
-				{"Resigned", simba.RevokeResigned.String(), func(t *testing.T, ad *admin.Admin, _ *simba.Client, term *simba.Term) {
-					ctx, cancel := context.WithTimeout(context.Background(), groupWait)
-					defer cancel()
-					require.NoError(t, ad.Resign(ctx, term.Name(), term.Token(), "two terms in a row"))
-				}},
-			} {
-				t.Run(w.name, func(t *testing.T) {
-					name := "e-" + w.name
-					ad, err := admin.Open(t.Context(), connect(t))
-					require.NoError(t, err)
-					t.Cleanup(func() { ad.Close() })
-					c, err := simba.New(connect(t), simba.WithTTL(realTTL), simba.WithMemberID("a"), simba.WithLogger(testLogger(t, "a")))
-					require.NoError(t, err)
-					t.Cleanup(func() { await.Cleanup(t, await.Returned(c.Close), groupWait, "Close of a did not return") })
-					l := &ledger{}
-					_, err = c.Election(name).RunWhileLeader(l.hold, simba.WithClaim(l.claim))
-					require.NoError(t, err)
-					await.Until(t, groupWait, "term 1 ran", func() bool { return len(l.of("run", firstOf(l))) > 0 }, l.String)
-					t1 := l.terms(-1)[0]
-					w.end(t, ad, c, t1)
-					await.Until(t, groupWait, "term 2 of the same task ran, after "+w.name, func() bool {
-						terms := l.terms(-1)
-						return len(terms) >= 2 && len(l.of("run", terms[len(terms)-1])) > 0
-					}, l.String)
-
-					// Every term of the task claimed once, with its token,
-					// before its run. (A loaded machine may lose a session
-					// besides: every term is checked, however many.)
-					all := l.all()
-					terms := l.terms(-1)
-					for i, term := range terms {
-						if i > 0 {
-							assert.Greater(t, term.Token(), terms[i-1].Token(), "the tokens of the terms %v", all)
-						}
-						var claims []entry
-						for j, e := range all {
-							switch {
-							case e.term != term:
-							case e.what == "claim":
-								claims = append(claims, e)
-							case e.what == "run" && len(claims) == 0:
-								t.Errorf("%v (entry %d) began before its term's claim; log %v", e, j, all)
-							}
-						}
-						if len(claims) != 1 {
-							t.Errorf("term %d (token %d) was claimed %d times, want once: log %v", i+1, term.Token(), len(claims), all)
-						}
-					}
-
-					// The status: the latest term holds, term 1 ended before it.
-					last := terms[len(terms)-1]
-					var st admin.Status
-					await.Until(t, 5*realTTL, fmt.Sprintf("the status shows the latest term (token %d) as its holder", last.Token()), func() bool {
-						ctx, cancel := context.WithTimeout(context.Background(), realTTL)
-						defer cancel()
-						st, err = ad.Status(ctx, name)
-						return err == nil && st.Holder != nil && st.Holder.Token == last.Token()
-					}, func() string { return fmt.Sprintf("holder %+v, term log %+v (err %v)", st.Holder, st.Terms, err) })
-					assert.True(t, st.Holder.Member == "a" && st.Holder.Session == c.SessionID() && st.Holder.Since.Equal(last.Start()),
-						"status holder %+v, want a on session %s since %v", st.Holder, c.SessionID(), last.Start())
-					var logged1 *records.Term
-					for i := range st.Terms {
-						if st.Terms[i].Token == t1.Token() {
-							logged1 = &st.Terms[i]
-						}
-					}
-					if assert.NotNil(t, logged1, "term log %+v: no term 1 (token %d)", st.Terms, t1.Token()) {
-						assert.Equal(t, w.ended, logged1.Ended, "term log %+v: term 1 (token %d)", st.Terms, t1.Token())
-					}
-					if assert.NotEmpty(t, st.Terms) {
-						end := st.Terms[len(st.Terms)-1]
-						assert.True(t, end.Token == last.Token() && end.Ended == "" && end.Start.Equal(last.Start()),
-							"term log %+v does not end with the latest term (token %d) open", st.Terms, last.Token())
-					}
-				})
-			}
-		})
-	}
-}
-
-// firstOf is the first term l saw, or nil.
-func firstOf(l *ledger) *simba.Term {
-	if terms := l.terms(-1); len(terms) > 0 {
-		return terms[0]
-	}
-	return nil
 }

@@ -1,4 +1,4 @@
-package simba_test
+package scenario
 
 import (
 	"context"
@@ -18,9 +18,10 @@ import (
 	"github.com/simba-go/simba/internal/records"
 )
 
-// The group scenarios of group_test.go, written once and run in real time
-// on every backend: memory (group_memory_test.go), etcd
-// (group_etcd_test.go) and ZooKeeper (group_zk_test.go). Each node is a
+// The group scenarios of the root package's group_test.go, written once
+// and run in real time on every backend: memory (the root package's
+// group_memory_test.go), etcd, PostgreSQL and ZooKeeper (tests/core's
+// group_etcd_test.go, group_postgres_test.go, group_zk_test.go). Each node is a
 // client with a backend of its own, reaching the server through a link of
 // its own that a scenario can cut and heal. They check what the memory
 // tests of group_test.go check, except timings, and above all that no
@@ -28,74 +29,83 @@ import (
 // tasks saw, with each term's end its deadline after revocation; and, on a
 // backend that records its grants, against those).
 //
-// A backend added later plugs in with a [groupBackend] and a Test function
-// of its own calling [runGroupScenarios].
+// A backend added later plugs in with a [GroupBackend] and a Test function
+// of its own calling [RunGroupScenarios]. The backend-specific parts (a
+// server, its nodes, their links) stay with that test: this package
+// imports no real server's helper.
 //
 // A session lost to a slow machine (a renewal late past the deadline)
 // moves partitions that the scenario did not move; the checks of exactly
 // which partitions moved are then skipped, with a log line, and the safety
 // checks still run.
 
-// groupWait bounds every wait for a group to converge: generous, for a
+// GroupWait bounds every wait for a group to converge: generous, for a
 // shared machine under the race detector.
-const groupWait = 30 * time.Second
+const GroupWait = 30 * time.Second
 
-// groupBackend is what the scenarios need of a backend.
-type groupBackend struct {
-	// ttl is the session TTL the clients ask for; the backend must grant it
+// GroupBackend is what the scenarios need of a backend.
+type GroupBackend struct {
+	// TTL is the session TTL the clients ask for; the backend must grant it
 	// as asked.
-	ttl time.Duration
-	// cluster prepares one scenario: a server (or a prefix or root of its
+	TTL time.Duration
+	// Cluster prepares one scenario: a server (or a prefix or root of its
 	// own on a shared one) that every node of the scenario reaches. It is
 	// called once per scenario, before any node is started, so that the
 	// clean-ups it registers run after the nodes' have closed them.
-	cluster func(t *testing.T) groupCluster
+	Cluster func(t *testing.T) GroupCluster
 }
 
-// groupCluster makes the nodes of one scenario.
-type groupCluster struct {
-	// node returns the backend node name uses and the link it reaches the
+// GroupCluster makes the nodes of one scenario.
+type GroupCluster struct {
+	// Node returns the backend node name uses and the link it reaches the
 	// server through (nil if it has none a scenario can cut). Both are
 	// closed when the test ends, after the node's client: the clean-ups
-	// are registered before node returns.
-	node func(t *testing.T, name string) (backend.Backend, groupLink)
-	// grants, if not nil, returns the server's record of every grant, for
+	// are registered before Node returns.
+	Node func(t *testing.T, name string) (backend.Backend, GroupLink)
+	// Grants, if not nil, returns the server's record of every grant, for
 	// check.AgainstGrants once every node is closed.
-	grants func() []check.Grant
+	Grants func() []check.Grant
 }
 
-// groupLink is a node's link to the server, which a scenario cuts (every
+// GroupLink is a node's link to the server, which a scenario cuts (every
 // byte or request held, as a partition or a frozen host would) and heals.
-type groupLink interface {
+type GroupLink interface {
+	// Cut holds every byte or request from now on.
 	Cut()
+	// Heal delivers what was held and lets everything through again.
 	Heal()
 }
 
-// proxyLink is a link through an internal/faultproxy proxy.
-type proxyLink struct{ *faultproxy.Proxy }
+// ProxyLink is a link through an internal/faultproxy proxy: a node that
+// reaches its server at the proxy's Addr has a link a scenario can cut.
+type ProxyLink struct{ *faultproxy.Proxy }
 
-func (l proxyLink) Cut()  { l.Blackhole() }
-func (l proxyLink) Heal() { l.Proxy.Heal() }
+// Cut blackholes the proxy.
+func (l ProxyLink) Cut() { l.Blackhole() }
 
-// newProxyLink starts a proxy to target, closed when the test ends.
-func newProxyLink(t *testing.T, target string) proxyLink {
+// Heal heals the proxy.
+func (l ProxyLink) Heal() { l.Proxy.Heal() }
+
+// NewProxyLink starts a proxy to target, closed when the test ends.
+func NewProxyLink(t *testing.T, target string) ProxyLink {
 	t.Helper()
 	px, err := faultproxy.New(target)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { px.Close() })
-	return proxyLink{px}
+	return ProxyLink{px}
 }
 
-// runGroupScenarios runs every group scenario on gb, in parallel.
-func runGroupScenarios(t *testing.T, gb groupBackend) {
+// RunGroupScenarios runs every group scenario on gb, in parallel, each as
+// a subtest of t; it skips them with -short.
+func RunGroupScenarios(t *testing.T, gb GroupBackend) {
 	if testing.Short() {
 		t.Skip("real time on a real server: skipped with -short")
 	}
 	for _, sc := range []struct {
 		name string
-		run  func(*testing.T, groupBackend)
+		run  func(*testing.T, GroupBackend)
 	}{
 		{"JoinAndGracefulLeave", testGroupJoinAndLeave},
 		{"CrashCutOff", testGroupCrashCutOff},
@@ -108,47 +118,50 @@ func runGroupScenarios(t *testing.T, gb groupBackend) {
 	}
 }
 
-// groupScenario is one scenario: its cluster, the terms the tasks saw and
+// GroupScenario is one scenario: its cluster, the terms the tasks saw and
 // the partitions they run.
-type groupScenario struct {
+type GroupScenario struct {
 	t       *testing.T
-	cluster groupCluster
-	h       *history
-	runs    *runTracker
-	ttl     time.Duration
+	cluster GroupCluster
+	h       *History
+	// Runs records which nodes run each partition.
+	Runs *RunTracker
+	ttl  time.Duration
 	// logs are the partitions' term logs, as checkTerms read them.
 	logs map[string][]records.Term
 }
 
-func newGroupScenario(t *testing.T, gb groupBackend) *groupScenario {
-	return &groupScenario{t: t, cluster: gb.cluster(t), h: newHistory(), runs: newRunTracker(), ttl: gb.ttl}
+// NewGroupScenario prepares a scenario of t on gb: it calls gb.Cluster
+// once, before any node is started.
+func NewGroupScenario(t *testing.T, gb GroupBackend) *GroupScenario {
+	return &GroupScenario{t: t, cluster: gb.Cluster(t), h: NewHistory(), Runs: newRunTracker(), ttl: gb.TTL}
 }
 
-// groupNode is one client of a scenario.
-type groupNode struct {
-	name    string
-	link    groupLink // nil if the node has none
-	backend backend.Backend
-	client  *simba.Client
-	task    *simba.GroupTask
+// GroupNode is one client of a scenario.
+type GroupNode struct {
+	Name    string           // its name, which its logs are tagged with
+	Link    GroupLink        // its link to the server; nil if it has none
+	Backend backend.Backend  // its own backend
+	Client  *simba.Client    // its client, on Backend
+	Task    *simba.GroupTask // its group task, once it joined
 	// abandoned: its backend was closed under it.
 	abandoned bool
 	member    string // its member id: name unless given
 }
 
-// node starts a client called name (also its member id) on a backend and
+// Node starts a client called name (also its member id) on a backend and
 // a link of its own, and waits for its session. Everything is closed when
 // the test ends, the client first. If the test fails early, the link is
-// healed before the client is closed, and Close is given groupWait: a
+// healed before the client is closed, and Close is given GroupWait: a
 // client cut off from the server by a fault left in place would otherwise
 // wait for its session's deadline, for ever if that never ends it.
-func (g *groupScenario) node(name string, opts ...simba.Option) *groupNode {
+func (g *GroupScenario) Node(name string, opts ...simba.Option) *GroupNode {
 	t := g.t
 	t.Helper()
-	b, link := g.cluster.node(t, name)
+	b, link := g.cluster.Node(t, name)
 	opts = append([]simba.Option{
 		simba.WithTTL(g.ttl), simba.WithMemberID(name),
-		simba.WithEventHandler(g.h.event), simba.WithLogger(testLogger(t, name)),
+		simba.WithEventHandler(g.h.Event), simba.WithLogger(Logger(t, name)),
 	}, opts...)
 	c, err := simba.New(b, opts...)
 	if err != nil {
@@ -158,102 +171,102 @@ func (g *groupScenario) node(name string, opts ...simba.Option) *groupNode {
 		if link != nil {
 			link.Heal()
 		}
-		if err, late := await.Within(await.Returned(c.Close), groupWait, "%s: Close did not return", name); late != nil {
+		if err, late := await.Within(await.Returned(c.Close), GroupWait, "%s: Close did not return", name); late != nil {
 			t.Error(late)
 		} else if err != nil {
 			t.Errorf("%s: Close: %v", name, err)
 		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), groupWait)
+	ctx, cancel := context.WithTimeout(context.Background(), GroupWait)
 	defer cancel()
 	if err := c.Ready(ctx); err != nil {
 		t.Fatalf("%s: no session: %v", name, err)
 	}
-	return &groupNode{name: name, member: name, link: link, backend: b, client: c}
+	return &GroupNode{Name: name, member: name, Link: link, Backend: b, Client: c}
 }
 
-// join starts node n's group task with the given partition count, running
+// Join starts node n's group task with the given partition count, running
 // every partition it is assigned until its term ends.
-func (g *groupScenario) join(n *groupNode, partitions int, opts ...simba.GroupOption) *groupNode {
+func (g *GroupScenario) Join(n *GroupNode, partitions int, opts ...simba.GroupOption) *GroupNode {
 	g.t.Helper()
-	task, err := n.client.Group(billing, partitions, opts...).RunWhileLeader(g.runs.task(n.name, g.h, nil))
+	task, err := n.Client.Group(Group, partitions, opts...).RunWhileLeader(g.Runs.task(n.Name, g.h, nil))
 	if err != nil {
 		g.t.Fatal(err)
 	}
-	n.task = task
+	n.Task = task
 	return n
 }
 
-// member starts a node and joins it.
-func (g *groupScenario) member(name string, partitions int) *groupNode {
+// Member starts a node and joins it.
+func (g *GroupScenario) Member(name string, partitions int) *GroupNode {
 	g.t.Helper()
-	return g.join(g.node(name), partitions)
+	return g.Join(g.Node(name), partitions)
 }
 
-// cut cuts n's link; n must have one.
-func (g *groupScenario) cut(n *groupNode) {
+// Cut cuts n's link; n must have one.
+func (g *GroupScenario) Cut(n *GroupNode) {
 	g.t.Helper()
-	if n.link == nil {
-		g.t.Fatalf("%s has no link to cut", n.name)
+	if n.Link == nil {
+		g.t.Fatalf("%s has no link to cut", n.Name)
 	}
-	n.link.Cut()
+	n.Link.Cut()
 }
 
-// await waits until every partition runs on the owner want gives it, and
+// Await waits until every partition runs on the owner want gives it, and
 // nowhere else; it returns how long that took.
-func (g *groupScenario) await(want []string, what string) time.Duration {
+func (g *GroupScenario) Await(want []string, what string) time.Duration {
 	g.t.Helper()
-	return g.runs.await(g.t, func(owners []string) bool { return slices.Equal(owners[:len(want)], want) }, what, groupWait)
+	return g.Runs.Await(g.t, func(owners []string) bool { return slices.Equal(owners[:len(want)], want) }, what, GroupWait)
 }
 
-// awaitViews waits until each of nodes acts on the view that gives it its
+// AwaitViews waits until each of nodes acts on the view that gives it its
 // share of want (its task's Partitions), not only runs it: a member whose
 // view is behind still contends for partitions it no longer owns, and, its
 // candidacies queued behind their holders, takes one for a moment when its
 // holder hands it to a third member.
-func (g *groupScenario) awaitViews(want []string, what string, nodes ...*groupNode) {
+func (g *GroupScenario) AwaitViews(want []string, what string, nodes ...*GroupNode) {
 	g.t.Helper()
-	deadline := time.Now().Add(groupWait)
+	deadline := time.Now().Add(GroupWait)
 	for {
 		var behind []string
 		for _, n := range nodes {
-			if got, share := n.task.Partitions(), indexes(want, n.name); !slices.Equal(got, share) {
-				behind = append(behind, fmt.Sprintf("%s assigned %v, want %v", n.name, got, share))
+			if got, share := n.Task.Partitions(), Indexes(want, n.Name); !slices.Equal(got, share) {
+				behind = append(behind, fmt.Sprintf("%s assigned %v, want %v", n.Name, got, share))
 			}
 		}
 		if len(behind) == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			g.t.Fatalf("%s: not within %v: %s", what, groupWait, strings.Join(behind, "; "))
+			g.t.Fatalf("%s: not within %v: %s", what, GroupWait, strings.Join(behind, "; "))
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 }
 
-// sessionsLost returns the sessions lost so far, by any node.
-func (g *groupScenario) sessionsLost() []simba.SessionLost { return eventsOf[simba.SessionLost](g.h) }
+// SessionsLost returns the sessions lost so far, by any node.
+func (g *GroupScenario) SessionsLost() []simba.SessionLost { return EventsOf[simba.SessionLost](g.h) }
 
-// steady reports whether no session was lost: only then do partitions move
+// Steady reports whether no session was lost: only then do partitions move
 // exactly as the scenario moves them.
-func (g *groupScenario) steady() bool {
-	if lost := g.sessionsLost(); len(lost) > 0 {
+func (g *GroupScenario) Steady() bool {
+	if lost := g.SessionsLost(); len(lost) > 0 {
 		g.t.Logf("%d sessions lost on a slow machine (first: %s, %v, %v): which partitions moved is not checked", len(lost), lost[0].Session, lost[0].Reason, lost[0].Err)
 		return false
 	}
 	return true
 }
 
-// checkTerms closes the nodes and runs the invariant checkers over every
+// CheckTerms closes the nodes and runs the invariant checkers over every
 // term the tasks saw: at most one valid term per partition at any instant,
 // tokens increasing; and, if the backend records its grants, no term valid
 // past its grant.
-func (g *groupScenario) checkTerms(nodes ...*groupNode) {
+func (g *GroupScenario) CheckTerms(nodes ...*GroupNode) {
 	t := g.t
 	t.Helper()
 	for _, n := range nodes {
-		if err := await.For(t, await.Returned(n.client.Close), groupWait, "%s: Close did not return", n.name); err != nil {
-			t.Errorf("%s: Close: %v", n.name, err)
+		if err := await.For(t, await.Returned(n.Client.Close), GroupWait, "%s: Close did not return", n.Name); err != nil {
+			t.Errorf("%s: Close: %v", n.Name, err)
 		}
 	}
 	var terms []check.Term
@@ -272,8 +285,8 @@ func (g *groupScenario) checkTerms(nodes ...*groupNode) {
 	for _, err := range check.Terms(terms) {
 		t.Error(err)
 	}
-	if g.cluster.grants != nil {
-		_, errs := check.AgainstGrants(terms, g.cluster.grants())
+	if g.cluster.Grants != nil {
+		_, errs := check.AgainstGrants(terms, g.cluster.Grants())
 		for _, err := range errs {
 			t.Error(err)
 		}
@@ -283,23 +296,23 @@ func (g *groupScenario) checkTerms(nodes ...*groupNode) {
 // testGroupJoinAndLeave: a join moves exactly the partitions the new
 // member gains, one new term each; a graceful leave moves exactly the
 // partitions the member had.
-func testGroupJoinAndLeave(t *testing.T, gb groupBackend) {
-	g := newGroupScenario(t, gb)
+func testGroupJoinAndLeave(t *testing.T, gb GroupBackend) {
+	g := NewGroupScenario(t, gb)
 	const P = 16
-	a, c := g.member("a", P), g.member("c", P)
-	g.await(assignment(P, "a", "c"), "a and c run their partitions")
-	g.awaitViews(assignment(P, "a", "c"), "a and c act on the view of both", a, c)
-	before := g.runs.owners(P)
+	a, c := g.Member("a", P), g.Member("c", P)
+	g.Await(Assignment(P, "a", "c"), "a and c run their partitions")
+	g.AwaitViews(Assignment(P, "a", "c"), "a and c act on the view of both", a, c)
+	before := g.Runs.Owners(P)
 	terms := len(g.h.Terms())
 
 	joined := time.Now()
-	d := g.member("d", P)
-	took := g.await(assignment(P, "a", "c", "d"), "after d joined")
-	after := g.runs.owners(P)
-	gained := indexes(after, "d")
+	d := g.Member("d", P)
+	took := g.Await(Assignment(P, "a", "c", "d"), "after d joined")
+	after := g.Runs.Owners(P)
+	gained := Indexes(after, "d")
 	t.Logf("join: %d partitions moved to d in %v", len(gained), took)
-	if g.steady() {
-		for _, p := range moved(before, after) {
+	if g.Steady() {
+		for _, p := range Moved(before, after) {
 			if after[p] != "d" {
 				t.Errorf("partition %d moved from %s to %s, not to the new member", p, before[p], after[p])
 			}
@@ -308,35 +321,35 @@ func testGroupJoinAndLeave(t *testing.T, gb groupBackend) {
 			t.Errorf("%d new terms for %d partitions moved", n, len(gained))
 		}
 	}
-	if got := d.task.Partitions(); !slices.Equal(got, gained) {
+	if got := d.Task.Partitions(); !slices.Equal(got, gained) {
 		t.Errorf("d.Partitions() = %v, want %v", got, gained)
 	}
 
 	joinBefore := before
 	before = after
 	left := time.Now()
-	await.For(t, c.task.Stop(), groupWait, "c's group Stop did not complete")
-	took = g.await(assignment(P, "a", "d"), "after c left")
-	after = g.runs.owners(P)
+	await.For(t, c.Task.Stop(), GroupWait, "c's group Stop did not complete")
+	took = g.Await(Assignment(P, "a", "d"), "after c left")
+	after = g.Runs.Owners(P)
 	leaveBefore, leaveAfter := before, after
-	t.Logf("leave: %d partitions moved from c in %v", len(moved(before, after)), took)
-	if g.steady() {
-		for _, p := range moved(before, after) {
+	t.Logf("leave: %d partitions moved from c in %v", len(Moved(before, after)), took)
+	if g.Steady() {
+		for _, p := range Moved(before, after) {
 			if before[p] != "c" {
 				t.Errorf("partition %d moved from %s, a remaining member", p, before[p])
 			}
 		}
 	}
-	if views := eventsOf[simba.ViewChanged](g.h); len(views) == 0 {
+	if views := EventsOf[simba.ViewChanged](g.h); len(views) == 0 {
 		t.Error("no ViewChanged event")
 	}
-	g.checkTerms(a, c, d)
-	if g.steady() {
+	g.CheckTerms(a, c, d)
+	if g.Steady() {
 		// The term log says how each move ended the term before it.
 		for _, p := range gained {
 			g.checkEnded(p, joinBefore[p], joined, records.EndedMoved)
 		}
-		for _, p := range moved(leaveBefore, leaveAfter) {
+		for _, p := range Moved(leaveBefore, leaveAfter) {
 			g.checkEnded(p, "c", left, simba.RevokeStopped.String())
 		}
 	}
@@ -348,34 +361,34 @@ func testGroupJoinAndLeave(t *testing.T, gb groupBackend) {
 // its session, never while its terms are valid. When the link heals, it
 // learns that its session is gone, opens a new one, and gets its
 // partitions back.
-func testGroupCrashCutOff(t *testing.T, gb groupBackend) {
-	g := newGroupScenario(t, gb)
+func testGroupCrashCutOff(t *testing.T, gb GroupBackend) {
+	g := NewGroupScenario(t, gb)
 	const P = 12
-	a, b, c := g.member("a", P), g.member("b", P), g.member("c", P)
-	g.await(assignment(P, "a", "b", "c"), "a, b and c run their partitions")
+	a, b, c := g.Member("a", P), g.Member("b", P), g.Member("c", P)
+	g.Await(Assignment(P, "a", "b", "c"), "a, b and c run their partitions")
 
-	old := b.client.SessionID()
+	old := b.Client.SessionID()
 	cut := time.Now()
-	g.cut(b)
-	took := g.await(assignment(P, "a", "c"), "after b's link was cut")
-	t.Logf("b cut off: its %d partitions ran on a and c again after %v (TTL %v)", len(indexes(assignment(P, "a", "b", "c"), "b")), took, g.ttl)
+	g.Cut(b)
+	took := g.Await(Assignment(P, "a", "c"), "after b's link was cut")
+	t.Logf("b cut off: its %d partitions ran on a and c again after %v (TTL %v)", len(Indexes(Assignment(P, "a", "b", "c"), "b")), took, g.ttl)
 	for _, term := range g.h.Terms() {
 		if g.h.Owner(term) == "b" && term.Valid() {
 			t.Errorf("b's term %d of %q still valid after a and c took over", term.Token(), term.Name())
 		}
 	}
 
-	b.link.Heal()
-	took = g.await(assignment(P, "a", "b", "c"), "after b's link healed")
+	b.Link.Heal()
+	took = g.Await(Assignment(P, "a", "b", "c"), "after b's link healed")
 	t.Logf("b healed: back to the full assignment after %v", took)
-	if !slices.ContainsFunc(g.sessionsLost(), func(e simba.SessionLost) bool { return e.Session == old }) {
+	if !slices.ContainsFunc(g.SessionsLost(), func(e simba.SessionLost) bool { return e.Session == old }) {
 		t.Errorf("b never reported its session %s lost", old)
 	}
-	if b.client.SessionID() == old {
+	if b.Client.SessionID() == old {
 		t.Errorf("b still on session %s", old)
 	}
-	g.checkTerms(a, b, c)
-	for _, p := range indexes(assignment(P, "a", "b", "c"), "b") {
+	g.CheckTerms(a, b, c)
+	for _, p := range Indexes(Assignment(P, "a", "b", "c"), "b") {
 		g.checkEnded(p, "b", cut, records.EndedFailOver)
 	}
 }
@@ -384,60 +397,60 @@ func testGroupCrashCutOff(t *testing.T, gb groupBackend) {
 // ending its session (Backend.Close abandons it, as a killed process
 // would: nothing is released on the server, and the client cannot open
 // another) loses its partitions once the server expires the session.
-func testGroupCrashWithoutRelease(t *testing.T, gb groupBackend) {
-	g := newGroupScenario(t, gb)
+func testGroupCrashWithoutRelease(t *testing.T, gb GroupBackend) {
+	g := NewGroupScenario(t, gb)
 	const P = 12
-	a, b, c := g.member("a", P), g.member("b", P), g.member("c", P)
-	g.await(assignment(P, "a", "b", "c"), "a, b and c run their partitions")
+	a, b, c := g.Member("a", P), g.Member("b", P), g.Member("c", P)
+	g.Await(Assignment(P, "a", "b", "c"), "a, b and c run their partitions")
 
 	crashed := time.Now()
 	b.abandoned = true
-	if err := b.backend.Close(); err != nil {
+	if err := b.Backend.Close(); err != nil {
 		t.Fatal(err)
 	}
-	took := g.await(assignment(P, "a", "c"), "after b's backend was closed")
+	took := g.Await(Assignment(P, "a", "c"), "after b's backend was closed")
 	t.Logf("b abandoned its session: its partitions ran on a and c again after %v (TTL %v)", took, g.ttl)
 	for _, term := range g.h.Terms() {
 		if g.h.Owner(term) == "b" && term.Valid() {
 			t.Errorf("b's term %d of %q still valid after a and c took over", term.Token(), term.Name())
 		}
 	}
-	g.checkTerms(a, b, c)
-	for _, p := range indexes(assignment(P, "a", "b", "c"), "b") {
+	g.CheckTerms(a, b, c)
+	for _, p := range Indexes(Assignment(P, "a", "b", "c"), "b") {
 		g.checkEnded(p, "b", crashed, records.EndedFailOver)
 	}
 }
 
 // testGroupDuplicateMemberID: two live sessions with one member id are
 // reported, and every partition is still held by one of them at a time.
-func testGroupDuplicateMemberID(t *testing.T, gb groupBackend) {
-	g := newGroupScenario(t, gb)
+func testGroupDuplicateMemberID(t *testing.T, gb GroupBackend) {
+	g := NewGroupScenario(t, gb)
 	const P = 8
-	x := g.member("x", P)
-	x2 := g.node("x2", simba.WithMemberID("x"))
+	x := g.Member("x", P)
+	x2 := g.Node("x2", simba.WithMemberID("x"))
 	x2.member = "x"
-	g.join(x2, P)
-	g.runs.await(t, func(owners []string) bool {
+	g.Join(x2, P)
+	g.Runs.Await(t, func(owners []string) bool {
 		for _, o := range owners[:P] {
 			if o != "x" && o != "x2" {
 				return false
 			}
 		}
 		return true
-	}, "every partition runs on x or x2", groupWait)
+	}, "every partition runs on x or x2", GroupWait)
 	awaitEvent(t, g.h, "a duplicate member id reported", func(m simba.GroupMismatch) bool {
 		return strings.Contains(m.Detail, "used by 2 live sessions")
 	})
-	g.checkTerms(x, x2)
+	g.CheckTerms(x, x2)
 }
 
 // testGroupMismatchedCounts: members with different partition counts
 // report each other, and the vacancy net fills the partitions nobody's
 // view gives them to.
-func testGroupMismatchedCounts(t *testing.T, gb groupBackend) {
-	g := newGroupScenario(t, gb)
-	a := g.member("a", 16)
-	z := g.member("z", 8) // misconfigured
+func testGroupMismatchedCounts(t *testing.T, gb GroupBackend) {
+	g := NewGroupScenario(t, gb)
+	a := g.Member("a", 16)
+	z := g.Member("z", 8) // misconfigured
 	for _, who := range []string{"a", "z"} {
 		awaitEvent(t, g.h, "the mismatch of "+who+" reported", func(m simba.GroupMismatch) bool {
 			return m.Member == who && strings.Contains(m.Detail, "partitions")
@@ -445,19 +458,19 @@ func testGroupMismatchedCounts(t *testing.T, gb groupBackend) {
 	}
 	// a's view gives some of 8..15 to z, which never contends for them;
 	// after the grace (2×TTL) a stands in.
-	took := g.runs.await(t, func(owners []string) bool {
+	took := g.Runs.Await(t, func(owners []string) bool {
 		return !slices.Contains(owners[:16], "") && !slices.Contains(owners[:16], "*")
-	}, "every partition runs somewhere", groupWait)
+	}, "every partition runs somewhere", GroupWait)
 	t.Logf("every partition ran after %v", took)
-	g.checkTerms(a, z)
+	g.CheckTerms(a, z)
 }
 
 // testGroupStopDuringHandOff: a's tasks ignore cancellation; b joins, so a
 // hands partitions off, slowly (until each term's capped deadline). A
 // Stop meanwhile completes only when those hand-offs are done, and then
 // none of a's terms is valid, though its tasks still run.
-func testGroupStopDuringHandOff(t *testing.T, gb groupBackend) {
-	g := newGroupScenario(t, gb)
+func testGroupStopDuringHandOff(t *testing.T, gb GroupBackend) {
+	g := NewGroupScenario(t, gb)
 	const P = 8
 	hold := make(chan struct{})
 	defer func() {
@@ -467,26 +480,26 @@ func testGroupStopDuringHandOff(t *testing.T, gb groupBackend) {
 			close(hold)
 		}
 	}()
-	a := g.node("a")
-	task, err := a.client.Group(billing, P).RunWhileLeader(g.runs.task("a", g.h, hold))
+	a := g.Node("a")
+	task, err := a.Client.Group(Group, P).RunWhileLeader(g.Runs.task("a", g.h, hold))
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.task = task
-	g.await(assignment(P, "a"), "a runs every partition")
+	a.Task = task
+	g.Await(Assignment(P, "a"), "a runs every partition")
 
 	joined := time.Now()
-	b := g.member("b", P)
-	deadline := time.Now().Add(groupWait)
-	for len(a.task.Partitions()) == P {
+	b := g.Member("b", P)
+	deadline := time.Now().Add(GroupWait)
+	for len(a.Task.Partitions()) == P {
 		if time.Now().After(deadline) {
 			t.Fatal("a never saw b join")
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	select {
-	case <-a.task.Stop():
-	case <-time.After(groupWait):
+	case <-a.Task.Stop():
+	case <-time.After(GroupWait):
 		t.Fatal("a's Stop did not complete")
 	}
 	t.Logf("a's Stop completed %v after b joined (TTL %v)", time.Since(joined), g.ttl)
@@ -496,42 +509,42 @@ func testGroupStopDuringHandOff(t *testing.T, gb groupBackend) {
 		}
 	}
 	close(hold)
-	g.await(assignment(P, "b"), "b runs every partition")
-	g.checkTerms(a, b)
+	g.Await(Assignment(P, "b"), "b runs every partition")
+	g.CheckTerms(a, b)
 }
 
 // awaitEvent waits until an event of type E satisfying ok was published.
-func awaitEvent[E simba.Event](t *testing.T, h *history, what string, ok func(E) bool) {
+func awaitEvent[E simba.Event](t *testing.T, h *History, what string, ok func(E) bool) {
 	t.Helper()
-	deadline := time.Now().Add(groupWait)
+	deadline := time.Now().Add(GroupWait)
 	for {
-		if slices.ContainsFunc(eventsOf[E](h), ok) {
+		if slices.ContainsFunc(EventsOf[E](h), ok) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, groupWait)
+			t.Fatalf("%s: not within %v", what, GroupWait)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 }
 
-// runTracker records which nodes run each partition.
-type runTracker struct {
+// RunTracker records which nodes run each partition.
+type RunTracker struct {
 	mu      sync.Mutex
 	running map[int]map[string]int // partition → node → runs
 	changed chan struct{}          // a hint: something changed
 }
 
-func newRunTracker() *runTracker {
-	return &runTracker{running: map[int]map[string]int{}, changed: make(chan struct{}, 1)}
+func newRunTracker() *RunTracker {
+	return &RunTracker{running: map[int]map[string]int{}, changed: make(chan struct{}, 1)}
 }
 
 // task returns a group task for node that records its term and runs until
 // the term ends; then, if hold is not nil, it also waits for hold to be
 // closed (a task that ignores cancellation).
-func (r *runTracker) task(node string, h *history, hold <-chan struct{}) func(context.Context, *simba.Term, int) error {
+func (r *RunTracker) task(node string, h *History, hold <-chan struct{}) func(context.Context, *simba.Term, int) error {
 	return func(ctx context.Context, term *simba.Term, p int) error {
-		h.sawTerm(node, term)
+		h.SawTerm(node, term)
 		r.add(p, node, 1)
 		defer r.add(p, node, -1)
 		<-ctx.Done()
@@ -542,7 +555,7 @@ func (r *runTracker) task(node string, h *history, hold <-chan struct{}) func(co
 	}
 }
 
-func (r *runTracker) add(p int, node string, d int) {
+func (r *RunTracker) add(p int, node string, d int) {
 	r.mu.Lock()
 	if r.running[p] == nil {
 		r.running[p] = map[string]int{}
@@ -558,9 +571,9 @@ func (r *runTracker) add(p int, node string, d int) {
 	}
 }
 
-// owners returns, per partition up to the highest seen, the node running
-// it: "" if none, "*" if several.
-func (r *runTracker) owners(partitions int) []string {
+// Owners returns, for each of the first partitions partitions, the node
+// running it: "" if none, "*" if several.
+func (r *RunTracker) Owners(partitions int) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make([]string, partitions)
@@ -578,15 +591,15 @@ func (r *runTracker) owners(partitions int) []string {
 	return out
 }
 
-// await waits until ok holds for the owners of the first 1,024 partitions
+// Await waits until ok holds for the owners of the first 1,024 partitions
 // and returns how long that took.
-func (r *runTracker) await(t testing.TB, ok func([]string) bool, what string, timeout time.Duration) time.Duration {
+func (r *RunTracker) Await(t testing.TB, ok func([]string) bool, what string, timeout time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	for {
-		owners := r.owners(1024)
+		owners := r.Owners(1024)
 		if ok(owners) {
 			return time.Since(start)
 		}
@@ -607,14 +620,17 @@ func trimOwners(owners []string) []string {
 	return owners
 }
 
-// assignment is PartitionAssignment for the members named.
-func assignment(partitions int, members ...string) []string {
-	return simba.PartitionAssignment(billing, members, partitions, simba.Rendezvous)
+// Group is the name of the scenarios' group.
+const Group = "billing"
+
+// Assignment is PartitionAssignment of [Group] for the members named.
+func Assignment(partitions int, members ...string) []string {
+	return simba.PartitionAssignment(Group, members, partitions, simba.Rendezvous)
 }
 
-// moved returns the partitions whose owner differs between before and
+// Moved returns the partitions whose owner differs between before and
 // after.
-func moved(before, after []string) []int {
+func Moved(before, after []string) []int {
 	var out []int
 	for p := range after {
 		if before[p] != after[p] {
@@ -624,14 +640,25 @@ func moved(before, after []string) []int {
 	return out
 }
 
+// Indexes returns the partitions owners gives to who.
+func Indexes(owners []string, who string) []int {
+	var out []int
+	for p, o := range owners {
+		if o == who {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // termLogs reads the term log of every partition the tasks saw a term of,
 // through a session of its own on the backend of one of nodes still open.
-func (g *groupScenario) termLogs(n *groupNode) map[string][]records.Term {
+func (g *GroupScenario) termLogs(n *GroupNode) map[string][]records.Term {
 	t := g.t
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), groupWait)
+	ctx, cancel := context.WithTimeout(context.Background(), GroupWait)
 	defer cancel()
-	sess, err := n.backend.Open(ctx, backend.SessionOptions{TTL: g.ttl})
+	sess, err := n.Backend.Open(ctx, backend.SessionOptions{TTL: g.ttl})
 	if err != nil {
 		t.Fatalf("a session to read the status records: %v", err)
 	}
@@ -662,13 +689,13 @@ func (g *groupScenario) termLogs(n *groupNode) map[string][]records.Term {
 // hand-off, or its successor's fail-over), at or after its start; and, in
 // a steady run, every term seen is in the log and the last has ended with
 // its client's closing.
-func (g *groupScenario) checkTermLogs(nodes []*groupNode) {
+func (g *GroupScenario) checkTermLogs(nodes []*GroupNode) {
 	t := g.t
 	t.Helper()
-	var reader *groupNode
+	var reader *GroupNode
 	members := map[string]string{} // node name: member id
 	for _, n := range nodes {
-		members[n.name] = n.member
+		members[n.Name] = n.member
 		if reader == nil && !n.abandoned {
 			reader = n
 		}
@@ -683,7 +710,7 @@ func (g *groupScenario) checkTermLogs(nodes []*groupNode) {
 		}
 		seen[term.Name()][term.Token()] = members[g.h.Owner(term)]
 	}
-	steady := g.steady()
+	steady := g.Steady()
 	g.logs = g.termLogs(reader)
 	for lease, log := range g.logs {
 		logged := map[uint64]bool{}
@@ -717,7 +744,7 @@ func (g *groupScenario) checkTermLogs(nodes []*groupNode) {
 
 // endedAfter returns the term of lease that ended by since: the one before
 // the first term of the log that began after since.
-func (g *groupScenario) endedAfter(lease string, since time.Time) (records.Term, bool) {
+func (g *GroupScenario) endedAfter(lease string, since time.Time) (records.Term, bool) {
 	log := g.logs[lease]
 	for i := 1; i < len(log); i++ {
 		if log[i].Start.After(since) {
@@ -732,9 +759,9 @@ func (g *groupScenario) endedAfter(lease string, since time.Time) (records.Term,
 // missing from the log (its first status write not done when it ended: a
 // backend closed under it a few milliseconds into its term, say) is
 // logged, not failed.
-func (g *groupScenario) checkEnded(p int, member string, since time.Time, want string) {
+func (g *GroupScenario) checkEnded(p int, member string, since time.Time, want string) {
 	g.t.Helper()
-	lease := fmt.Sprintf("%s.%d", billing, p)
+	lease := fmt.Sprintf("%s.%d", Group, p)
 	prev, ok := g.endedAfter(lease, since)
 	switch {
 	case !ok && len(g.logs[lease]) <= 1:

@@ -1,4 +1,4 @@
-package simba_test
+package core_test
 
 import (
 	"testing"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/zookeeper"
+	"github.com/simba-go/simba/internal/scenario"
 	"github.com/simba-go/simba/internal/zktest"
 )
 
@@ -14,7 +15,7 @@ import (
 // every 333ms, margin 100ms.
 const zkGroupTTL = time.Second
 
-// TestZKGroups runs the group scenarios (group_backends_test.go) on a real
+// TestZKGroups runs the group scenarios (internal/scenario) on a real
 // ZooKeeper server (the one scripts/with-zookeeper.sh starts; see
 // internal/zktest), shared by the scenarios: each has a root of its own,
 // and each node reaches the server through a fault proxy of its own
@@ -24,13 +25,13 @@ func TestZKGroups(t *testing.T) {
 		t.Skip("real time on a real ZooKeeper server: skipped with -short")
 	}
 	addr := zktest.Addr(t) // skip (or fail under SIMBA_REQUIRE_SERVERS=1) without a server
-	runGroupScenarios(t, groupBackend{ttl: zkGroupTTL, cluster: func(t *testing.T) groupCluster {
+	scenario.RunGroupScenarios(t, scenario.GroupBackend{TTL: zkGroupTTL, Cluster: func(t *testing.T) scenario.GroupCluster {
 		// Root's clean-up, registered first, runs after the nodes' have
 		// closed them, and finds nothing left but directories and records.
 		root := zktest.Root(t, addr)
-		return groupCluster{node: func(t *testing.T, name string) (backend.Backend, groupLink) {
+		return scenario.GroupCluster{Node: func(t *testing.T, name string) (backend.Backend, scenario.GroupLink) {
 			t.Helper()
-			px := newProxyLink(t, addr)
+			px := scenario.NewProxyLink(t, addr)
 			b, err := zookeeper.New([]string{px.Addr()}, zookeeper.WithRoot(root))
 			if err != nil {
 				t.Fatal(err)

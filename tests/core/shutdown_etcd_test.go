@@ -1,4 +1,4 @@
-package simba_test
+package core_test
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"github.com/simba-go/simba/backend/etcd"
 	"github.com/simba-go/simba/internal/await"
 	"github.com/simba-go/simba/internal/etcdtest"
+	"github.com/simba-go/simba/internal/scenario"
+	"github.com/simba-go/simba/tests/internal/etcdclient"
 )
 
 // On a real etcd server, in real time: Client.Shutdown hands off
@@ -25,7 +27,7 @@ func TestEtcdShutdownHandsOff(t *testing.T) {
 	const cleanUp = 300 * time.Millisecond
 	srv := etcdtest.Start(t)
 	prefix := "/" + t.Name() + "/"
-	h := newHistory()
+	h := scenario.NewHistory()
 	var mu sync.Mutex
 	var exited time.Time
 	start := func(name string) *simba.Client {
@@ -38,18 +40,18 @@ func TestEtcdShutdownHandsOff(t *testing.T) {
 				t.Errorf("backend of %s: Close: %v", name, err)
 			}
 		})
-		c, err := simba.New(b, simba.WithTTL(etcdGroupTTL), simba.WithEventHandler(h.event), simba.WithLogger(testLogger(t, name)))
+		c, err := simba.New(b, simba.WithTTL(etcdGroupTTL), simba.WithEventHandler(h.Event), simba.WithLogger(scenario.Logger(t, name)))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
-			if err, late := await.Within(await.Returned(c.Close), groupWait, "%s: Close did not return", name); late != nil {
+			if err, late := await.Within(await.Returned(c.Close), scenario.GroupWait, "%s: Close did not return", name); late != nil {
 				t.Error(late)
 			} else if err != nil {
 				t.Errorf("%s: Close: %v", name, err)
 			}
 		})
-		ctx, cancel := context.WithTimeout(t.Context(), groupWait)
+		ctx, cancel := context.WithTimeout(t.Context(), scenario.GroupWait)
 		defer cancel()
 		if err := c.Ready(ctx); err != nil {
 			t.Fatalf("%s: no session: %v", name, err)
@@ -59,7 +61,7 @@ func TestEtcdShutdownHandsOff(t *testing.T) {
 	a, z := start("a"), start("z")
 	leading := make(chan struct{})
 	_, err := a.Election("e").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
-		h.sawTerm("a", term)
+		h.SawTerm("a", term)
 		close(leading)
 		<-ctx.Done()
 		time.Sleep(cleanUp) // a graceful task's clean-up, within its term
@@ -71,10 +73,10 @@ func TestEtcdShutdownHandsOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	await.For(t, leading, groupWait, "a did not lead")
+	await.For(t, leading, scenario.GroupWait, "a did not lead")
 	zLeads := make(chan struct{})
 	_, err = z.Election("e").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
-		h.sawTerm("z", term)
+		h.SawTerm("z", term)
 		close(zLeads)
 		<-ctx.Done()
 		return nil
@@ -84,7 +86,7 @@ func TestEtcdShutdownHandsOff(t *testing.T) {
 	}
 	session := a.SessionID()
 
-	ctx, cancel := context.WithTimeout(t.Context(), groupWait)
+	ctx, cancel := context.WithTimeout(t.Context(), scenario.GroupWait)
 	defer cancel()
 	stopAt := time.Now()
 	if err := a.Shutdown(ctx); err != nil {
@@ -106,7 +108,7 @@ func TestEtcdShutdownHandsOff(t *testing.T) {
 	}
 
 	// The session's lease is gone on the server: Shutdown ended it there.
-	cli := srv.Client(t)
+	cli := etcdclient.New(t, srv)
 	leases, err := cli.Leases(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +124,7 @@ func TestEtcdShutdownHandsOff(t *testing.T) {
 		t.Errorf("z's session %s not among the server's leases %v: the check above is blind", z.SessionID(), open)
 	}
 
-	await.For(t, zLeads, groupWait, "z did not take over after a's Shutdown")
+	await.For(t, zLeads, scenario.GroupWait, "z did not take over after a's Shutdown")
 	terms := h.Terms()
 	if len(terms) != 2 || h.Owner(terms[1]) != "z" {
 		t.Fatalf("terms %v, want a's then z's", terms)
@@ -133,9 +135,9 @@ func TestEtcdShutdownHandsOff(t *testing.T) {
 	if terms[1].Start().Before(ranUntil) {
 		t.Errorf("z's term began %v before a's run exited", ranUntil.Sub(terms[1].Start()))
 	}
-	closeAll(t, z)
+	scenario.CloseAll(t, scenario.GroupWait, z)
 	var ended []string
-	for _, e := range eventsOf[simba.HandedOff](h) {
+	for _, e := range scenario.EventsOf[simba.HandedOff](h) {
 		if e.Election == "e" && e.Token == terms[0].Token() {
 			ended = append(ended, "handed off")
 			if !e.Released {

@@ -1,4 +1,4 @@
-package simba_test
+package core_test
 
 import (
 	"fmt"
@@ -14,6 +14,7 @@ import (
 	"github.com/simba-go/simba/backend/etcd"
 	"github.com/simba-go/simba/internal/await"
 	"github.com/simba-go/simba/internal/etcdtest"
+	"github.com/simba-go/simba/internal/scenario"
 )
 
 // etcdGroupTTL is the session TTL of the etcd group scenarios: granted as
@@ -21,30 +22,30 @@ import (
 // every 667ms, margin 200ms.
 const etcdGroupTTL = 2 * time.Second
 
-// TestEtcdGroups runs the group scenarios (group_backends_test.go) on a
-// real etcd server, embedded (internal/etcdtest), shared by the scenarios:
-// each has a key prefix of its own, and each node reaches the server
-// through a fault proxy of its own (internal/faultproxy).
+// TestEtcdGroups runs the group scenarios (internal/scenario) on a real
+// etcd server (internal/etcdtest), shared by the scenarios: each has a key
+// prefix of its own, and each node reaches the server through a fault
+// proxy of its own (internal/faultproxy).
 func TestEtcdGroups(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real time on a real etcd server: skipped with -short")
 	}
 	srv := etcdtest.Start(t)
-	runGroupScenarios(t, etcdGroups(srv, etcdGroupTTL, true))
+	scenario.RunGroupScenarios(t, etcdGroups(srv, etcdGroupTTL, true))
 }
 
 // etcdGroups is the group backend of etcd server srv, with session TTL
 // ttl; each node reaches srv through a proxy of its own if proxied, else
 // directly (with no link to cut).
-func etcdGroups(srv *etcdtest.Server, ttl time.Duration, proxied bool) groupBackend {
-	return groupBackend{ttl: ttl, cluster: func(t *testing.T) groupCluster {
+func etcdGroups(srv *etcdtest.Server, ttl time.Duration, proxied bool) scenario.GroupBackend {
+	return scenario.GroupBackend{TTL: ttl, Cluster: func(t *testing.T) scenario.GroupCluster {
 		prefix := "/" + strings.ReplaceAll(t.Name(), "/", ".") + "/"
-		return groupCluster{node: func(t *testing.T, name string) (backend.Backend, groupLink) {
+		return scenario.GroupCluster{Node: func(t *testing.T, name string) (backend.Backend, scenario.GroupLink) {
 			t.Helper()
 			endpoints := srv.DirectEndpoints()
-			var link groupLink
+			var link scenario.GroupLink
 			if proxied {
-				px := newProxyLink(t, srv.Endpoints()[0])
+				px := scenario.NewProxyLink(t, srv.Endpoints()[0])
 				endpoints, link = []string{px.Addr()}, px
 			}
 			b, err := etcd.New(endpoints, etcd.WithPrefix(prefix))
@@ -63,7 +64,7 @@ func etcdGroups(srv *etcdtest.Server, ttl time.Duration, proxied bool) groupBack
 
 // groupBenchEnv turns on TestEtcdGroupBenchmark:
 //
-//	SIMBA_GROUP_BENCH=1 go test -run '^TestEtcdGroupBenchmark$' -v -count=1 .
+//	SIMBA_GROUP_BENCH=1 go test -C tests -run '^TestEtcdGroupBenchmark$' -v -count=1 ./core/
 const groupBenchEnv = "SIMBA_GROUP_BENCH"
 
 // Parameters of the group benchmark.
@@ -87,7 +88,7 @@ func TestEtcdGroupBenchmark(t *testing.T) {
 		t.Skipf("set %s=1 to run the group benchmark", groupBenchEnv)
 	}
 	var out strings.Builder
-	fmt.Fprintf(&out, "%d partitions over %d nodes (7, and an 8th joining and leaving), TTL %v, embedded etcd on loopback, GOMAXPROCS %d.\n",
+	fmt.Fprintf(&out, "%d partitions over %d nodes (7, and an 8th joining and leaving), TTL %v, etcd on loopback, GOMAXPROCS %d.\n",
 		benchPartitions, benchNodes, benchTTL, runtimeProcs())
 	for _, fsync := range []bool{false, true} {
 		t.Run(fmt.Sprintf("fsync=%v", fsync), func(t *testing.T) { benchGroup(t, fsync, &out) })
@@ -107,16 +108,16 @@ func benchGroup(t *testing.T, fsync bool, out *strings.Builder) {
 // benchGroupRounds runs the group benchmark's rounds on gb (see
 // TestEtcdGroupBenchmark) and writes their table to out under heading;
 // TestPostgresGroupBenchmark runs them on PostgreSQL.
-func benchGroupRounds(t *testing.T, gb groupBackend, heading string, out *strings.Builder) {
-	g := newGroupScenario(t, gb)
-	var nodes []*groupNode
+func benchGroupRounds(t *testing.T, gb scenario.GroupBackend, heading string, out *strings.Builder) {
+	g := scenario.NewGroupScenario(t, gb)
+	var nodes []*scenario.GroupNode
 	var ids []string
 	for i := range benchNodes - 1 {
 		name := fmt.Sprintf("n%d", i)
-		nodes = append(nodes, g.join(g.node(name), benchPartitions))
+		nodes = append(nodes, g.Join(g.Node(name), benchPartitions))
 		ids = append(ids, name)
 	}
-	cold := g.await(assignment(benchPartitions, ids...), "the first seven nodes")
+	cold := g.Await(scenario.Assignment(benchPartitions, ids...), "the first seven nodes")
 
 	type row struct {
 		round          int
@@ -128,26 +129,26 @@ func benchGroupRounds(t *testing.T, gb groupBackend, heading string, out *string
 	var rows []row
 	for round := 1; round <= benchRounds; round++ {
 		name := fmt.Sprintf("j%d", round)
-		before := assignment(benchPartitions, ids...)
-		with := assignment(benchPartitions, append(slices.Clone(ids), name)...)
-		lost := len(g.sessionsLost())
+		before := scenario.Assignment(benchPartitions, ids...)
+		with := scenario.Assignment(benchPartitions, append(slices.Clone(ids), name)...)
+		lost := len(g.SessionsLost())
 
-		n := g.node(name)
-		ownersBefore := g.runs.owners(benchPartitions)
+		n := g.Node(name)
+		ownersBefore := g.Runs.Owners(benchPartitions)
 		start := time.Now()
-		g.join(n, benchPartitions)
-		g.runs.await(t, func(o []string) bool { return slices.Equal(o[:benchPartitions], with) }, "after "+name+" joined", groupWait)
+		g.Join(n, benchPartitions)
+		g.Runs.Await(t, func(o []string) bool { return slices.Equal(o[:benchPartitions], with) }, "after "+name+" joined", scenario.GroupWait)
 		took := time.Since(start)
-		rows = append(rows, row{round, "join " + name, len(moved(ownersBefore, g.runs.owners(benchPartitions))), len(moved(before, with)), took, len(g.sessionsLost()) == lost})
+		rows = append(rows, row{round, "join " + name, len(scenario.Moved(ownersBefore, g.Runs.Owners(benchPartitions))), len(scenario.Moved(before, with)), took, len(g.SessionsLost()) == lost})
 
-		ownersBefore = g.runs.owners(benchPartitions)
+		ownersBefore = g.Runs.Owners(benchPartitions)
 		start = time.Now()
-		done := n.task.Stop()
-		g.runs.await(t, func(o []string) bool { return slices.Equal(o[:benchPartitions], before) }, "after "+name+" left", groupWait)
+		done := n.Task.Stop()
+		g.Runs.Await(t, func(o []string) bool { return slices.Equal(o[:benchPartitions], before) }, "after "+name+" left", scenario.GroupWait)
 		took = time.Since(start)
-		rows = append(rows, row{round, "leave " + name, len(moved(ownersBefore, g.runs.owners(benchPartitions))), len(moved(with, before)), took, len(g.sessionsLost()) == lost})
-		await.For(t, done, groupWait, "%s's group Stop did not complete", name)
-		if err := n.client.Close(); err != nil {
+		rows = append(rows, row{round, "leave " + name, len(scenario.Moved(ownersBefore, g.Runs.Owners(benchPartitions))), len(scenario.Moved(with, before)), took, len(g.SessionsLost()) == lost})
+		await.For(t, done, scenario.GroupWait, "%s's group Stop did not complete", name)
+		if err := n.Client.Close(); err != nil {
 			t.Error(err)
 		}
 	}
@@ -173,7 +174,7 @@ func benchGroupRounds(t *testing.T, gb groupBackend, heading string, out *string
 	}
 	fmt.Fprintf(out, "\njoin: median %v, max %v; leave: median %v, max %v (target ≤ 1s)\n",
 		median(joins), slices.Max(joins).Round(time.Millisecond), median(leaves), slices.Max(leaves).Round(time.Millisecond))
-	g.checkTerms(nodes...)
+	g.CheckTerms(nodes...)
 }
 
 func median(ds []time.Duration) time.Duration {

@@ -1,4 +1,4 @@
-package simba_test
+package core_test
 
 import (
 	"context"
@@ -14,13 +14,14 @@ import (
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/postgres"
 	"github.com/simba-go/simba/internal/pgtest"
+	"github.com/simba-go/simba/internal/scenario"
 )
 
 // pgGroupTTL is the session TTL of the PostgreSQL group scenarios, granted
 // as asked (to the millisecond). Renewals every 667ms, margin 200ms.
 const pgGroupTTL = 2 * time.Second
 
-// TestPostgresGroups runs the group scenarios (group_backends_test.go) on
+// TestPostgresGroups runs the group scenarios (internal/scenario) on
 // the shared PostgreSQL server (SIMBA_PG_DSN, see internal/pgtest): each
 // scenario has a schema of its own, dropped at its end, and each node
 // reaches the server through a fault proxy of its own
@@ -31,7 +32,7 @@ func TestPostgresGroups(t *testing.T) {
 		t.Skip("real time on a real PostgreSQL server: skipped with -short")
 	}
 	dsn := pgtest.DSN(t) // skip (or fail under SIMBA_REQUIRE_SERVERS=1) without a server
-	runGroupScenarios(t, postgresGroups(t, dsn, pgGroupTTL, true))
+	scenario.RunGroupScenarios(t, postgresGroups(t, dsn, pgGroupTTL, true))
 }
 
 // postgresGroups is the group backend of the PostgreSQL server dsn names,
@@ -39,27 +40,27 @@ func TestPostgresGroups(t *testing.T) {
 // server through a proxy of its own if proxied, else directly (with no
 // link to cut). dsn must be a URL, so that the proxy can take its host's
 // place.
-func postgresGroups(t *testing.T, dsn string, ttl time.Duration, proxied bool) groupBackend {
+func postgresGroups(t *testing.T, dsn string, ttl time.Duration, proxied bool) scenario.GroupBackend {
 	u, err := url.Parse(dsn)
 	if err != nil || u.Host == "" {
 		t.Fatalf("%s=%q: want a postgres:// URL with a host (%v)", pgtest.EnvDSN, dsn, err)
 	}
-	return groupBackend{ttl: ttl, cluster: func(t *testing.T) groupCluster {
+	return scenario.GroupBackend{TTL: ttl, Cluster: func(t *testing.T) scenario.GroupCluster {
 		// Schema's clean-up, registered first, drops the schema after the
 		// nodes have closed their clients and backends.
 		schema := pgtest.Schema(t)
-		return groupCluster{node: func(t *testing.T, name string) (backend.Backend, groupLink) {
+		return scenario.GroupCluster{Node: func(t *testing.T, name string) (backend.Backend, scenario.GroupLink) {
 			t.Helper()
 			nodeURL := *u
-			var link groupLink
+			var link scenario.GroupLink
 			if proxied {
-				px := newProxyLink(t, u.Host)
+				px := scenario.NewProxyLink(t, u.Host)
 				nodeURL.Host, link = px.Addr(), px
 			}
 			q := nodeURL.Query()
 			q.Set("application_name", "simba-group-"+name)
 			nodeURL.RawQuery = q.Encode()
-			b, err := postgres.New(nodeURL.String(), postgres.WithSchema(schema), postgres.WithLogger(testLogger(t, name+"/postgres")))
+			b, err := postgres.New(nodeURL.String(), postgres.WithSchema(schema), postgres.WithLogger(scenario.Logger(t, name+"/postgres")))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -77,7 +78,7 @@ func postgresGroups(t *testing.T, dsn string, ttl time.Duration, proxied bool) g
 // rounds (benchGroupRounds) on the PostgreSQL server SIMBA_PG_DSN names,
 // every node connecting directly:
 //
-//	SIMBA_GROUP_BENCH=1 ./scripts/with-postgres-redis.sh go test -run '^TestPostgresGroupBenchmark$' -v -count=1 .
+//	SIMBA_GROUP_BENCH=1 ./scripts/with-postgres-redis.sh go test -C tests -run '^TestPostgresGroupBenchmark$' -v -count=1 ./core/
 //
 // The server of scripts/with-postgres-redis.sh does not fsync; to measure
 // one that does, point SIMBA_PG_DSN at it (see docs/bench-groups.md).
