@@ -134,6 +134,7 @@ func benchGroupRounds(t *testing.T, gb scenario.GroupBackend, heading string, ou
 		lost := len(g.SessionsLost())
 
 		n := g.Node(name)
+		nodes = append(nodes, n) // its terms are in the partitions' term logs too
 		ownersBefore := g.Runs.Owners(benchPartitions)
 		start := time.Now()
 		g.Join(n, benchPartitions)
