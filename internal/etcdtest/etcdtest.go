@@ -1,54 +1,45 @@
-// Package etcdtest runs a real etcd server inside the test process, for the
-// tests of backend/etcd and of anything built on it. It imports the etcd
-// server (go.etcd.io/etcd/server/v3/embed); only tests import this package,
-// so the server never enters the library's import graph.
-//
-// The server is a single member with the fast timings of etcd's own
-// integration tests (TickMs 10, ElectionMs 100, so it grants leases of at
-// least one second), listening on free ports of 127.0.0.1, with its data in
-// a directory of the caller's and its logs discarded but for its fatal
-// errors ([FatalLogger]). It does not fsync
-// unless [WithFsync] is given: on a shared test machine a stalled fsync
-// holds up raft, and with it every lease renewal, for longer than a
-// one-second TTL. Its data survive [Server.Stop] and [Server.Restart] either
-// way, as the process does not crash.
-//
-// Clients reach it through a small TCP proxy in front of it
-// ([Server.Endpoints]), which keeps its address across [Server.Stop] and
-// [Server.Restart] and resets client connections when the server stops, as a
-// real server's exit would. Without that, etcd's shutdown waits up to five
-// seconds for open watch streams to end. The proxy also stands in for a
-// paused server ([Server.Pause], [Server.Resume]).
-//
-// [WithTLS] makes it serve its clients with TLS (the proxy passes TLS
-// through), and [Server.EnableAuth] turns on etcd's authentication with a
-// root user and users of the test's, each with a role on a key prefix.
 package etcdtest
 
 import (
-	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"golang.org/x/crypto/bcrypt"
-	"net/url"
+	"io"
+	"net"
+	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
-
-	"go.etcd.io/etcd/client/pkg/v3/transport"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/simba-go/simba/internal/certs"
 	"github.com/simba-go/simba/internal/faultproxy"
 )
 
-// startTimeout bounds the wait for a started server to be ready.
-const startTimeout = 30 * time.Second
+const (
+	// startTimeout bounds the wait for a started server to be ready.
+	startTimeout = 30 * time.Second
+	// stopTimeout bounds the wait for a server to exit after SIGTERM; it
+	// is killed then.
+	stopTimeout = 10 * time.Second
+	// startTries is how many times New tries free ports when another
+	// process took one before the server could listen on it.
+	startTries = 3
+	// memberName is the member's name, the same at every start: etcd
+	// refuses a data directory of another member.
+	memberName = "simba-test"
+	// LogName is the name of the server's log in its directory: what the
+	// process writes (its warnings and errors), across restarts.
+	LogName = "etcd.log"
+	// dataName is the name of the data directory in the server's.
+	dataName = "data"
+)
 
 // Option configures a [Server].
 type Option func(*config)
@@ -68,32 +59,54 @@ func WithFsync() Option { return func(c *config) { c.fsync = true } }
 // f's server certificate; with clientCerts it also requires every client
 // to present a certificate signed by f's CA (etcd's --client-cert-auth,
 // which then also takes the certificate's common name for the user when
-// authentication is on and the client gives no password). [Server.Config]
-// and [Server.Client] trust f's CA and, with clientCerts, present f's
+// authentication is on and the client gives no password).
+// [Server.ClientTLS] trusts f's CA and, with clientCerts, presents f's
 // client certificate.
 func WithTLS(f certs.Files, clientCerts bool) Option {
 	return func(c *config) { c.tls, c.clientCerts = &f, clientCerts }
 }
 
-// Server is an embedded etcd server. Its methods are safe for concurrent use.
+// Server is an etcd server running as a process of its own. Its methods
+// are safe for concurrent use.
 type Server struct {
 	dir   string
+	bin   string
 	cfg   config
 	front *faultproxy.Proxy
+	// report says that the process exited while nobody stopped it.
+	report func(msg string)
 
 	mu         sync.Mutex
-	root       string      // the root user's password once EnableAuth ran
-	e          *embed.Etcd // nil while stopped
-	clientHost string      // "127.0.0.1:port", fixed at the first start
+	root       string   // the root user's password once EnableAuth ran
+	proc       *process // nil while stopped
+	clientHost string   // "127.0.0.1:port", fixed at the first start
 	peerHost   string
 	closed     bool
 }
 
-// Start starts a server with its data in t.TempDir() and stops it when the
-// test ends. It stops the test if the server cannot start.
+// process is one run of the etcd binary.
+type process struct {
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once the process is reaped
+	// ready is set once it serves: an exit before is start's error, not
+	// one to report.
+	ready atomic.Bool
+	// stopping is set when it is asked to end: its exit is no news.
+	stopping atomic.Bool
+}
+
+// Start starts a server with its data and log in t.TempDir() and stops it
+// when the test ends. It skips the test (fails it under
+// SIMBA_REQUIRE_SERVERS=1) when there is no etcd binary ([ErrNoBinary]),
+// and stops the test if the server cannot start. If the server's process
+// exits while the test runs without [Server.Stop] or [Server.Close], the
+// test fails with the end of its log.
 func Start(tb testing.TB, opts ...Option) *Server {
 	tb.Helper()
-	s, err := New(tb.TempDir(), opts...)
+	s, err := newServer(tb.TempDir(), func(msg string) { tb.Error(msg) }, opts...)
+	if errors.Is(err, ErrNoBinary) {
+		Unavailable(tb, "%v", err)
+	}
 	if err != nil {
 		tb.Fatalf("etcdtest: %v", err)
 	}
@@ -105,80 +118,224 @@ func Start(tb testing.TB, opts ...Option) *Server {
 	return s
 }
 
-// New starts a server with its data in dir (created if needed). The caller
-// closes it with [Server.Close].
+// New starts a server with its data and log in dir (created if needed).
+// The caller closes it with [Server.Close]. The error wraps [ErrNoBinary]
+// when there is no etcd binary. If the server's process exits before
+// Stop or Close, New's server says so on the standard error, with the end
+// of its log.
 func New(dir string, opts ...Option) (*Server, error) {
+	return newServer(dir, func(msg string) { fmt.Fprintln(os.Stderr, msg) }, opts...)
+}
+
+func newServer(dir string, report func(string), opts ...Option) (*Server, error) {
+	bin, err := binary()
+	if err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	s := &Server{dir: dir, clientHost: "127.0.0.1:0", peerHost: "127.0.0.1:0"}
+	s := &Server{dir: dir, bin: bin, report: report}
 	for _, o := range opts {
 		o(&s.cfg)
 	}
-	e, err := s.launch()
-	if err != nil {
-		return nil, err
+	for try := 1; ; try++ {
+		if s.clientHost, err = freeAddr(); err != nil {
+			return nil, err
+		}
+		if s.peerHost, err = freeAddr(); err != nil {
+			return nil, err
+		}
+		s.proc, err = s.launch()
+		if err == nil {
+			break
+		}
+		if try == startTries || !strings.Contains(err.Error(), "address already in use") {
+			return nil, err
+		}
 	}
-	s.e = e
-	s.clientHost = e.Clients[0].Addr().String()
-	s.peerHost = e.Peers[0].Addr().String()
 	front, err := faultproxy.New(s.clientHost)
 	if err != nil {
-		e.Close()
+		s.proc.stop()
 		return nil, err
 	}
 	s.front = front
 	return s, nil
 }
 
-// launch starts etcd on s's data directory and addresses.
-func (s *Server) launch() (*embed.Etcd, error) {
-	cfg := embed.NewConfig()
-	cfg.Name = "simba-test"
-	cfg.Dir = s.dir
-	cfg.TickMs = 10
-	cfg.ElectionMs = 100
-	scheme := "http"
+// freeAddr returns 127.0.0.1 and a port that was free a moment ago.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("etcdtest: finding a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+func (s *Server) scheme() string {
+	if s.cfg.tls != nil {
+		return "https"
+	}
+	return "http"
+}
+
+// args returns the server's command line.
+func (s *Server) args() []string {
+	scheme := s.scheme()
+	args := []string{
+		"--name", memberName,
+		"--data-dir", filepath.Join(s.dir, dataName),
+		"--listen-client-urls", scheme + "://" + s.clientHost,
+		"--listen-peer-urls", "http://" + s.peerHost,
+		// The advertised URLs are recorded in the data directory: keep
+		// them the same across restarts. A single member never dials them.
+		"--advertise-client-urls", scheme + "://127.0.0.1:2379",
+		"--initial-advertise-peer-urls", "http://127.0.0.1:2380",
+		"--initial-cluster", memberName + "=http://127.0.0.1:2380",
+		"--initial-cluster-token", "simba-test",
+		"--heartbeat-interval", "10",
+		"--election-timeout", "100",
+		// The least bcrypt cost: etcd checks the password of every stream
+		// a client opens (each session's keep-alive), and the default cost
+		// makes each check take tens of milliseconds of CPU.
+		"--bcrypt-cost", "4",
+		"--log-level", "warn",
+	}
+	if !s.cfg.fsync {
+		args = append(args, "--unsafe-no-fsync")
+	}
 	if f := s.cfg.tls; f != nil {
-		scheme = "https"
-		cfg.ClientTLSInfo = transport.TLSInfo{
-			CertFile: f.ServerCert, KeyFile: f.ServerKey,
-			TrustedCAFile: f.CA, ClientCertAuth: s.cfg.clientCerts,
+		args = append(args, "--cert-file", f.ServerCert, "--key-file", f.ServerKey, "--trusted-ca-file", f.CA)
+		if s.cfg.clientCerts {
+			args = append(args, "--client-cert-auth")
 		}
 	}
-	listenClient := url.URL{Scheme: scheme, Host: s.clientHost}
-	listenPeer := url.URL{Scheme: "http", Host: s.peerHost}
-	cfg.ListenClientUrls = []url.URL{listenClient}
-	cfg.ListenPeerUrls = []url.URL{listenPeer}
-	// The advertised URLs are recorded in the data directory: keep them the
-	// same across restarts. A single member never dials them.
-	cfg.AdvertiseClientUrls = []url.URL{{Scheme: scheme, Host: "127.0.0.1:2379"}}
-	cfg.AdvertisePeerUrls = []url.URL{{Scheme: "http", Host: "127.0.0.1:2380"}}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	cfg.InitialClusterToken = "simba-test"
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(FatalLogger("etcd test server"))
-	cfg.LogLevel = "error"
-	cfg.UnsafeNoFsync = !s.cfg.fsync
-	// The least bcrypt cost: etcd checks the password of every stream a
-	// client opens (each session's keep-alive), and the default cost makes
-	// each check take tens of milliseconds of CPU.
-	cfg.BcryptCost = uint(bcrypt.MinCost)
+	return args
+}
 
-	e, err := embed.StartEtcd(cfg)
+// environ is the server's environment: this process's, but for the ETCD_
+// variables, which etcd would take for flags.
+func environ() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "ETCD_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// launch starts etcd on s's directory and addresses and waits until it is
+// ready, for up to startTimeout.
+func (s *Server) launch() (*process, error) {
+	logPath := filepath.Join(s.dir, LogName)
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("start etcd in %s: %w", s.dir, err)
+		return nil, fmt.Errorf("etcdtest: %w", err)
 	}
+	args := s.args()
+	fmt.Fprintf(logf, "=== etcdtest %s: %s %s\n", time.Now().Format(time.RFC3339Nano), s.bin, strings.Join(args, " "))
+	cmd := exec.Command(s.bin, args...)
+	cmd.Env = environ()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	reaped, err := startProcess(cmd)
+	logf.Close()
+	if err != nil {
+		return nil, fmt.Errorf("etcdtest: starting %s: %w", s.bin, err)
+	}
+	p := &process{cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		err := cmd.Wait()
+		reaped()
+		if p.ready.Load() && !p.stopping.Load() {
+			s.report(fmt.Sprintf("etcdtest: etcd on %s (%s) exited while nobody stopped it (%v); %s", s.clientHost, s.dir, err, s.logTail()))
+		}
+		close(p.exited)
+	}()
+	deadline := time.Now().Add(startTimeout)
+	for {
+		err := s.health()
+		if err == nil {
+			p.ready.Store(true)
+			return p, nil
+		}
+		select {
+		case <-p.exited:
+			return nil, fmt.Errorf("etcdtest: etcd on %s (%s) exited while starting (%v); %s", s.clientHost, s.dir, cmd.ProcessState, s.logTail())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			p.stopping.Store(true)
+			cmd.Process.Kill()
+			<-p.exited
+			return nil, fmt.Errorf("etcdtest: etcd on %s (%s) not ready after %v (last check: %v); %s", s.clientHost, s.dir, startTimeout, err, s.logTail())
+		}
+	}
+}
+
+// stop ends the process with SIGTERM, which etcd handles by shutting down
+// cleanly, and waits for it; it kills it if it has not exited after
+// stopTimeout. It does nothing to a process that has exited.
+func (p *process) stop() {
+	p.stopping.Store(true)
+	p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-e.Server.ReadyNotify():
-		return e, nil
-	case err := <-e.Err():
-		e.Close()
-		return nil, fmt.Errorf("etcd in %s failed to start: %w", s.dir, err)
-	case <-time.After(startTimeout):
-		e.Server.Stop()
-		e.Close()
-		return nil, fmt.Errorf("etcd in %s not ready after %v", s.dir, startTimeout)
+	case <-p.exited:
+	case <-time.After(stopTimeout):
+		p.cmd.Process.Kill()
+		<-p.exited
 	}
+}
+
+// httpClient returns a client of the server's HTTP endpoints, with
+// [Server.ClientTLS], that keeps no idle connection (and so leaves no
+// goroutine behind).
+func (s *Server) httpClient(timeout time.Duration) *http.Client {
+	return &http.Client{
+		Timeout:   timeout,
+		Transport: &http.Transport{TLSClientConfig: s.ClientTLS(), DisableKeepAlives: true},
+	}
+}
+
+// health asks the server itself (not through the proxy) for /health, and
+// returns nil once it reports itself healthy: it has a leader and serves
+// requests.
+func (s *Server) health() error {
+	resp, err := s.httpClient(2*time.Second).Get(s.scheme() + "://" + s.clientHost + "/health")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if err != nil {
+		return err
+	}
+	var h struct{ Health string }
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &h) != nil || h.Health != "true" {
+		return fmt.Errorf("/health: %s: %s", resp.Status, strings.TrimSpace(string(body)))
+	}
+	return nil
+}
+
+// Log returns what the server has written to its log so far, across
+// restarts, for failure messages.
+func (s *Server) Log() string {
+	b, err := os.ReadFile(filepath.Join(s.dir, LogName))
+	if err != nil {
+		return fmt.Sprintf("(no log: %v)", err)
+	}
+	return string(b)
+}
+
+// logTail returns the end of the server's log, introduced.
+func (s *Server) logTail() string {
+	path := filepath.Join(s.dir, LogName)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("no log: %v", err)
+	}
+	return fmt.Sprintf("its log %s ends:\n%s", path, tail(b, 30))
 }
 
 // Endpoints returns the endpoints for clients: the address of the proxy in
@@ -194,39 +351,48 @@ func (s *Server) DirectEndpoints() []string {
 	return []string{s.clientHost}
 }
 
-// Dir returns the server's data directory.
+// Dir returns the server's directory, which holds its data (data/) and
+// its log ([LogName]).
 func (s *Server) Dir() string { return s.dir }
 
 // Stop stops the server, keeping its data: client connections are reset
-// and new ones refused until [Server.Restart]. It does nothing if the
-// server is stopped.
+// and new ones refused until [Server.Restart]; the process is sent SIGTERM
+// and waited for (killed if it has not exited after 10 seconds). It does
+// nothing if the server is stopped.
 func (s *Server) Stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.e == nil {
+	if s.proc == nil {
 		return
 	}
 	s.front.Refuse()
-	s.e.Close()
-	s.e = nil
+	s.proc.stop()
+	s.proc = nil
 }
 
-// Restart starts the stopped server again on the same data and addresses,
-// and waits until it is ready. It does nothing if the server is running.
+// Restart starts the stopped server again on the same data, member name and
+// addresses, and waits until it is ready. It does nothing if the server is
+// running; a server whose process exited by itself is started again.
 func (s *Server) Restart() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return errors.New("etcdtest: restart of a closed server")
 	}
-	if s.e != nil {
-		return nil
+	if s.proc != nil {
+		select {
+		case <-s.proc.exited:
+			s.front.Refuse()
+			s.proc = nil
+		default:
+			return nil
+		}
 	}
-	e, err := s.launch()
+	p, err := s.launch()
 	if err != nil {
 		return err
 	}
-	s.e = e
+	s.proc = p
 	s.front.Accept()
 	return nil
 }
@@ -235,10 +401,9 @@ func (s *Server) Restart() error {
 // stopped with SIGSTOP: it blackholes the proxy in front of it
 // ([faultproxy.Proxy.Blackhole]), so connections stay open and new ones are
 // accepted, but nothing a client sends is answered until [Server.Resume].
-// The embedded server itself runs on (it shares the test's process, which
-// cannot be stopped); only what goes through [Server.Endpoints] is held, so
-// a client of [Server.DirectEndpoints] is not paused. It does nothing if the
-// server is paused already.
+// The server's process runs on; only what goes through [Server.Endpoints]
+// is held, so a client of [Server.DirectEndpoints] is not paused. It does
+// nothing if the server is paused already.
 func (s *Server) Pause() { s.front.Blackhole() }
 
 // Resume ends a [Server.Pause]: what clients sent meanwhile is delivered,
@@ -253,20 +418,6 @@ func (s *Server) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	return s.front.Close()
-}
-
-// Config returns a client configuration for the server's endpoints, with
-// logging discarded: with [WithTLS], its TLS configuration
-// ([Server.ClientTLS]); once [Server.EnableAuth] has run, the root
-// user's credentials.
-func (s *Server) Config() clientv3.Config {
-	cfg := clientv3.Config{Endpoints: s.Endpoints(), Logger: zap.NewNop(), TLS: s.ClientTLS()}
-	s.mu.Lock()
-	if s.root != "" {
-		cfg.Username, cfg.Password = "root", s.root
-	}
-	s.mu.Unlock()
-	return cfg
 }
 
 // ClientTLS returns the TLS configuration of a client of a server started
@@ -286,78 +437,4 @@ func (s *Server) ClientTLS() *tls.Config {
 		}
 	}
 	return cfg
-}
-
-// User is a user that [Server.EnableAuth] creates, with a role of its own
-// (named after it, "-role" appended) granted Perm on the keys under
-// Prefix.
-type User struct {
-	Name, Password string
-	Prefix         string // no permission at all when empty
-	Perm           clientv3.PermissionType
-}
-
-// EnableAuth creates the root user (password rootPassword, granted the
-// root role) and the users given, with their roles, and turns on
-// authentication. From then on [Server.Config] and [Server.Client] use
-// the root user. It stops the test on failure.
-func (s *Server) EnableAuth(tb testing.TB, rootPassword string, users ...User) {
-	tb.Helper()
-	if rootPassword == "" {
-		tb.Fatal("etcdtest: EnableAuth: empty root password")
-	}
-	cli := s.Client(tb)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	step := func(what string, err error) {
-		tb.Helper()
-		if err != nil {
-			tb.Fatalf("etcdtest: EnableAuth: %s: %v", what, err)
-		}
-	}
-	_, err := cli.UserAdd(ctx, "root", rootPassword)
-	step("adding root", err)
-	_, err = cli.UserGrantRole(ctx, "root", "root")
-	step("granting root the root role", err)
-	for _, u := range users {
-		role := u.Name + "-role"
-		_, err := cli.UserAdd(ctx, u.Name, u.Password)
-		step("adding "+u.Name, err)
-		_, err = cli.RoleAdd(ctx, role)
-		step("adding "+role, err)
-		if u.Prefix != "" {
-			_, err = cli.RoleGrantPermission(ctx, role, u.Prefix, clientv3.GetPrefixRangeEnd(u.Prefix), u.Perm)
-			step("granting "+role+" its permission", err)
-		}
-		_, err = cli.UserGrantRole(ctx, u.Name, role)
-		step("granting "+u.Name+" "+role, err)
-	}
-	_, err = cli.AuthEnable(ctx)
-	step("enabling authentication", err)
-	s.mu.Lock()
-	s.root = rootPassword
-	s.mu.Unlock()
-}
-
-// Client returns a client of the server, closed when the test ends.
-func (s *Server) Client(tb testing.TB) *clientv3.Client {
-	tb.Helper()
-	cli, err := clientv3.New(s.Config())
-	if err != nil {
-		tb.Fatalf("etcdtest: client: %v", err)
-	}
-	tb.Cleanup(func() { cli.Close() })
-	return cli
-}
-
-// FatalLogger is a zap logger for etcd servers and clients in tests: it
-// drops everything below DPanic, and writes DPanic, Panic and Fatal entries,
-// with the stack and the name given, to stderr. etcd ends the process on
-// its Fatal errors (os.Exit(1)) whatever the logger writes, so with
-// zap.NewNop a test process dies with status 1 and not a word of why.
-func FatalLogger(name string) *zap.Logger {
-	enc := zap.NewDevelopmentEncoderConfig()
-	core := zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.Lock(os.Stderr), zapcore.DPanicLevel)
-	return zap.New(core, zap.AddCaller(), zap.AddStacktrace(zapcore.DPanicLevel), zap.ErrorOutput(zapcore.Lock(os.Stderr))).
-		Named(name)
 }
