@@ -302,7 +302,7 @@ func (s *Server) httpClient(timeout time.Duration) *http.Client {
 // returns nil once it reports itself healthy: it has a leader and serves
 // requests.
 func (s *Server) health() error {
-	resp, err := s.httpClient(2*time.Second).Get(s.scheme() + "://" + s.clientHost + "/health")
+	resp, err := s.httpClient(2 * time.Second).Get(s.scheme() + "://" + s.clientHost + "/health")
 	if err != nil {
 		return err
 	}
