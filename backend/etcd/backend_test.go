@@ -126,7 +126,7 @@ func TestGrantedTTLIsRoundedUp(t *testing.T) {
 // and that tokens are the lease keys' create revisions.
 func TestKeyLayout(t *testing.T) {
 	srv := startServer(t)
-	cli := srv.Client(t)
+	cli := newClient(t, srv)
 	prefix := testPrefix(t)
 	b := newBackend(t, srv.Endpoints(), etcd.WithPrefix(prefix))
 	s := open(t, b, 5*time.Second)
@@ -200,7 +200,7 @@ func strconvHex(v int64) string {
 // the link heals, whatever the transaction did is undone.
 func TestInterruptedAcquireLeavesNothing(t *testing.T) {
 	srv := startServer(t)
-	cli := srv.Client(t)
+	cli := newClient(t, srv)
 	prefix := testPrefix(t)
 	px := newProxy(t, srv.Endpoints()[0])
 	b := newBackend(t, []string{px.Addr()}, etcd.WithPrefix(prefix))
@@ -261,7 +261,7 @@ func TestInterruptedAcquireLeavesNothing(t *testing.T) {
 // undone at all.
 func TestInterruptedAcquiresShareOneUndo(t *testing.T) {
 	srv := startServer(t)
-	cli := srv.Client(t)
+	cli := newClient(t, srv)
 	prefix := testPrefix(t)
 	px := newProxy(t, srv.Endpoints()[0])
 	const inFlight, names = 40, 60
@@ -321,7 +321,7 @@ func TestInterruptedAcquiresShareOneUndo(t *testing.T) {
 // caller at once but leaves them to expire on the server.
 func TestBackendCloseAbandonsSessions(t *testing.T) {
 	srv := startServer(t)
-	cli := srv.Client(t)
+	cli := newClient(t, srv)
 	prefix := testPrefix(t)
 	b, err := etcd.New(srv.Endpoints(), etcd.WithPrefix(prefix))
 	if err != nil {
@@ -374,7 +374,7 @@ func TestBackendCloseAbandonsSessions(t *testing.T) {
 // open on Close, and its sessions end when the caller closes the client.
 func TestUserClientStaysOpen(t *testing.T) {
 	srv := startServer(t)
-	cli, err := clientv3.New(srv.Config())
+	cli, err := clientv3.New(clientConfig(srv))
 	if err != nil {
 		t.Fatal(err)
 	}

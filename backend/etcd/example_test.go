@@ -15,8 +15,9 @@ import (
 	"github.com/simba-go/simba/internal/etcdtest"
 )
 
-// exampleServer starts an etcd server embedded in the process, for the
-// examples; a program passes its cluster's endpoints instead.
+// exampleServer starts an etcd server of the example's own (a process, by
+// internal/etcdtest), for the examples; a program passes its cluster's
+// endpoints instead.
 func exampleServer() (srv *etcdtest.Server, stop func(), err error) {
 	dir, err := os.MkdirTemp("", "simba-etcd-example-")
 	if err != nil {

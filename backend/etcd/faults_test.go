@@ -210,7 +210,7 @@ func TestServerRestart(t *testing.T) {
 // no goroutine of theirs runs.
 func TestCloseLeavesNothing(t *testing.T) {
 	srv := startServer(t)
-	cli := srv.Client(t)
+	cli := newClient(t, srv)
 	prefix := testPrefix(t)
 	if _, err := cli.Get(op(t), prefix); err != nil { // the client's goroutines are up
 		t.Fatal(err)

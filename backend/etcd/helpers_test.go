@@ -10,6 +10,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend"
@@ -255,8 +256,30 @@ func (n *node) awaitSession(t testing.TB, d time.Duration) simba.SessionStarted 
 	}
 }
 
-// startServer starts an embedded etcd server for one test.
+// startServer starts an etcd server for one test.
 func startServer(t testing.TB) *etcdtest.Server { return etcdtest.Start(t) }
+
+// clientConfig returns a client configuration for srv's endpoints (its
+// proxy), with logging discarded, its TLS configuration when it serves TLS
+// and, once authentication is on, the root user's credentials (as
+// tests/internal/etcdclient makes it for the tests module).
+func clientConfig(srv *etcdtest.Server) clientv3.Config {
+	cfg := clientv3.Config{Endpoints: srv.Endpoints(), Logger: zap.NewNop(), TLS: srv.ClientTLS()}
+	cfg.Username, cfg.Password = srv.Root()
+	return cfg
+}
+
+// newClient returns a client of srv made with [clientConfig], closed when
+// the test ends.
+func newClient(t testing.TB, srv *etcdtest.Server) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientConfig(srv))
+	if err != nil {
+		t.Fatalf("etcd client: %v", err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
 
 // fmtDurations formats durations rounded to the millisecond.
 func fmtDurations(ds []time.Duration) string {

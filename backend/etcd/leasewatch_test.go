@@ -16,7 +16,7 @@ import (
 // its holding, and only it.
 func TestSharedWatchTellsEachHoldingAlone(t *testing.T) {
 	srv := startServer(t)
-	cli := srv.Client(t)
+	cli := newClient(t, srv)
 	prefix := testPrefix(t)
 	b := newBackend(t, srv.Endpoints(), etcd.WithPrefix(prefix))
 	s := open(t, b, 10*time.Second)
@@ -80,7 +80,7 @@ func TestSharedWatchTellsEachHoldingAlone(t *testing.T) {
 // the deleted key's holding learns of its loss, the others not.
 func TestSharedWatchResyncsAfterCompaction(t *testing.T) {
 	srv := startServer(t)
-	cli := srv.Client(t)
+	cli := newClient(t, srv)
 	prefix := testPrefix(t)
 	px := newProxy(t, srv.Endpoints()[0])
 	b := newBackend(t, []string{px.Addr()}, etcd.WithPrefix(prefix))

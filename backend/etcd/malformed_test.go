@@ -17,7 +17,7 @@ import (
 // returns a *backend.MalformedError.
 func TestMalformedRecordsAreSkipped(t *testing.T) {
 	srv := startServer(t)
-	cli := srv.Client(t)
+	cli := newClient(t, srv)
 	prefix := testPrefix(t)
 	b := newBackend(t, srv.Endpoints(), etcd.WithPrefix(prefix))
 	r := records(t, open(t, b, 5*time.Second))
@@ -73,7 +73,7 @@ func TestMalformedRecordsAreSkipped(t *testing.T) {
 // listed, and SkipReporter names the key's session part.
 func TestMalformedMemberIsSkipped(t *testing.T) {
 	srv := startServer(t)
-	cli := srv.Client(t)
+	cli := newClient(t, srv)
 	prefix := testPrefix(t)
 	b := newBackend(t, srv.Endpoints(), etcd.WithPrefix(prefix))
 	s := open(t, b, 5*time.Second)

@@ -62,7 +62,7 @@ func poll(t testing.TB, check func() error) {
 // fail, and HeldLeases lists the name once.
 func TestQueuedCandidacy(t *testing.T) {
 	srv := startServer(t)
-	cli := srv.Client(t)
+	cli := newClient(t, srv)
 	prefix := testPrefix(t)
 	a := open(t, newBackend(t, srv.Endpoints(), etcd.WithPrefix(prefix)), 10*time.Second)
 	b := open(t, newBackend(t, srv.Endpoints(), etcd.WithPrefix(prefix)), 10*time.Second)
@@ -251,7 +251,7 @@ func awaitWaiting(t *testing.T, s backend.Session, name string) {
 func holderAndProxiedWaiter(t *testing.T) (cli *clientv3.Client, prefix string, px *faultproxy.Proxy, a, b backend.Session, la backend.Lease) {
 	t.Helper()
 	srv := startServer(t)
-	cli = srv.Client(t)
+	cli = newClient(t, srv)
 	prefix = testPrefix(t)
 	px = newProxy(t, srv.Endpoints()[0])
 	a = open(t, newBackend(t, srv.Endpoints(), etcd.WithPrefix(prefix)), 10*time.Second)

@@ -26,7 +26,7 @@ func records(t *testing.T, s backend.Session) backend.Records {
 // Version is the key's mod revision; it outlives the session.
 func TestRecordKeyLayout(t *testing.T) {
 	srv := startServer(t)
-	cli := srv.Client(t)
+	cli := newClient(t, srv)
 	prefix := testPrefix(t)
 	b := newBackend(t, srv.Endpoints(), etcd.WithPrefix(prefix))
 	s := open(t, b, 5*time.Second)

@@ -38,7 +38,7 @@ func TestWithTLS(t *testing.T) {
 	if _, err := s.Acquire(op(t), "report"); err != nil {
 		t.Fatalf("Acquire over TLS: %v", err)
 	}
-	if got := keys(t, srv.Client(t), prefix); len(got) != 2 {
+	if got := keys(t, newClient(t, srv), prefix); len(got) != 2 {
 		t.Errorf("keys over TLS: %v, want the session's and the lease's", got)
 	}
 	// https:// endpoints too.
@@ -75,7 +75,7 @@ func TestWithTLS(t *testing.T) {
 			t.Errorf("%s: Open: %v, want not connected", tc.name, err)
 		}
 	}
-	if got := keys(t, srv.Client(t), prefix); len(got) != 3 {
+	if got := keys(t, newClient(t, srv), prefix); len(got) != 3 {
 		t.Errorf("keys after the refused clients: %v, want the two sessions' and the lease's", got)
 	}
 }
@@ -91,10 +91,10 @@ func TestWithAuth(t *testing.T) {
 	srv := etcdtest.Start(t)
 	prefix := testPrefix(t)
 	srv.EnableAuth(t, "rootpw",
-		etcdtest.User{Name: "app", Password: "apppw", Prefix: prefix, Perm: clientv3.PermissionType(clientv3.PermReadWrite)},
-		etcdtest.User{Name: "viewer", Password: "viewerpw", Prefix: prefix, Perm: clientv3.PermissionType(clientv3.PermRead)},
+		etcdtest.User{Name: "app", Password: "apppw", Prefix: prefix, Perm: etcdtest.ReadWrite},
+		etcdtest.User{Name: "viewer", Password: "viewerpw", Prefix: prefix, Perm: etcdtest.Read},
 	)
-	root := srv.Client(t)
+	root := newClient(t, srv)
 
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
