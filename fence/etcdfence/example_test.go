@@ -8,6 +8,7 @@ import (
 	"os"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/simba-go/simba/fence/etcdfence"
 	"github.com/simba-go/simba/internal/etcdtest"
@@ -21,12 +22,12 @@ func ExampleFence_Guard() {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	srv, err := etcdtest.New(dir) // an embedded etcd server, for the example
+	srv, err := etcdtest.New(dir) // an etcd server of the example's own (a process)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer srv.Close()
-	cli, err := clientv3.New(srv.Config())
+	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), Logger: zap.NewNop()})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/simba-go/simba/fence"
 	"github.com/simba-go/simba/fence/etcdfence"
@@ -14,11 +15,17 @@ import (
 	"github.com/simba-go/simba/internal/fencetest"
 )
 
-// etcdClient starts an embedded etcd server for the test and returns a
-// client of it.
+// etcdClient starts an etcd server for the test and returns a client of
+// it, closed when the test ends.
 func etcdClient(t *testing.T) *clientv3.Client {
 	t.Helper()
-	return etcdtest.Start(t).Client(t)
+	srv := etcdtest.Start(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatalf("etcd client: %v", err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
 }
 
 func TestEtcdGuard(t *testing.T) {
