@@ -1,6 +1,8 @@
 // Package kubetest runs a real kube-apiserver for the tests of the
-// Kubernetes backend, on an etcd server of its own embedded in the test
-// (internal/etcdtest). Only tests import it.
+// Kubernetes backend, on an etcd server of its own, a process started by
+// internal/etcdtest (which needs an etcd binary: SIMBA_ETCD, see
+// scripts/with-etcd.sh). Only tests import it, and it imports no etcd
+// package.
 //
 // The binary is the one named by SIMBA_KUBE_APISERVER ([EnvBinary]), which
 // scripts/with-kube-apiserver.sh builds from the tools module tools/kube and
