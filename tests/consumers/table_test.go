@@ -54,6 +54,7 @@ func TestConsumersTable(t *testing.T) {
 	var zipSize struct {
 		Files int
 		Bytes int64
+		How   string
 	}
 	t.Run("measure", func(t *testing.T) {
 		for i, c := range tableConsumers {
@@ -70,7 +71,7 @@ func TestConsumersTable(t *testing.T) {
 		}
 		t.Run("root zip", func(t *testing.T) {
 			t.Parallel()
-			zipSize.Files, zipSize.Bytes = rootZip(t, root)
+			zipSize.Files, zipSize.Bytes, zipSize.How = rootZip(t, root)
 		})
 	})
 	if t.Failed() {
@@ -104,8 +105,8 @@ func TestConsumersTable(t *testing.T) {
 		}
 	}
 	if zipSize.Files > 0 {
-		fmt.Fprintf(&b, "\nRoot module zip (golang.org/x/mod/zip.Create of the checkout's files, git ls-files -co --exclude-standard, nested modules left out as the go command leaves them out): %d files, %.2f MB.\n",
-			zipSize.Files, float64(zipSize.Bytes)/1e6)
+		fmt.Fprintf(&b, "\nRoot module zip (golang.org/x/mod/zip.Create of the checkout's files: %s; nested modules left out as the go command leaves them out): %d files, %.2f MB.\n",
+			zipSize.How, zipSize.Files, float64(zipSize.Bytes)/1e6)
 	}
 	fmt.Print(b.String())
 }
@@ -177,26 +178,19 @@ func measureConsumer(t *testing.T, root string, mods []localModule, c consumer) 
 // command would make of the checkout's root module: golang.org/x/mod/zip's
 // Create (which leaves out nested modules, vendor directories and what a
 // module zip may not hold) over the files git lists as tracked or
-// untracked and not ignored.
-func rootZip(t testing.TB, root string) (files int, size int64) {
+// untracked and not ignored; in a directory that is no git checkout (a
+// copy of those files), over every file but build/.
+func rootZip(t testing.TB, root string) (files int, size int64, how string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), cmdTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "git", "-C", root, "ls-files", "-z", "-co", "--exclude-standard")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("git ls-files in %s: %v\n%s", root, err, stderr.String())
-	}
+	names, how := checkoutFiles(t, root)
 	data, err := os.ReadFile(filepath.Join(root, "go.mod"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var list []zip.File
 	seen := map[string]bool{}
-	for _, name := range strings.Split(string(out), "\x00") {
-		if name == "" || seen[name] {
+	for _, name := range names {
+		if seen[name] {
 			continue
 		}
 		seen[name] = true
@@ -218,7 +212,51 @@ func rootZip(t testing.TB, root string) (files int, size int64) {
 	if err := zip.Create(&w, m, list); err != nil {
 		t.Fatalf("zipping the root module of %s: %v", root, err)
 	}
-	return len(cf.Valid), w.n
+	return len(cf.Valid), w.n, how
+}
+
+// checkoutFiles returns the files of the checkout at root, slash-separated
+// and relative to it: git ls-files -co --exclude-standard, or, when root is
+// no git checkout, every regular file outside build/ and .git; and which
+// of the two it did.
+func checkoutFiles(t testing.TB, root string) ([]string, string) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(root, ".git")); err != nil {
+		var names []string
+		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(root, p)
+			if d.IsDir() && (rel == "build" || d.Name() == ".git") {
+				return filepath.SkipDir
+			}
+			if d.Type().IsRegular() {
+				names = append(names, filepath.ToSlash(rel))
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("listing the files of %s: %v", root, err)
+		}
+		return names, "every file of the directory but build/ (no git checkout)"
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), cmdTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "git", "-C", root, "ls-files", "-z", "-co", "--exclude-standard")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("git ls-files in %s: %v\n%s", root, err, stderr.String())
+	}
+	var names []string
+	for _, name := range strings.Split(string(out), "\x00") {
+		if name != "" {
+			names = append(names, name)
+		}
+	}
+	return names, "git ls-files -co --exclude-standard"
 }
 
 // diskFile is a file of the checkout, for zip.Create.
