@@ -172,7 +172,10 @@ check) check ;;
 vet)
 	failed=()
 	for m in $(modules); do
-		(cd "$m" && "$GO" vet ./...) || failed+=("$m")
+		(cd "$m" && "$GO" vet ./...) || {
+			echo "modules: go vet ./... failed in module $m ($(modpath "$m")): see above" >&2
+			failed+=("$m")
+		}
 	done
 	if [[ ${#failed[@]} -gt 0 ]]; then
 		echo "modules: go vet failed in: ${failed[*]}" >&2

@@ -1,5 +1,10 @@
 #!/usr/bin/env bash
-# race-tests.sh: go test -race ./... (extra arguments are passed on), with one
+# race-tests.sh: go test -race over the packages of every module of the
+# repository (scripts/modules.sh), in one go test run from the workspace
+# (go.work) at the root, so that -p 3 spreads over them all; extra arguments
+# are passed on to go test. (At the root, ./... is the root module's packages
+# only: the list is made with go list of each module's path/..., which in
+# the workspace names its packages wherever they are.) One
 # exception to "a failure fails the run": a package whose only failure is the
 # runtime crashing under the race detector ("ThreadSanitizer: CHECK failed",
 # or a bare fatal "SIGSEGV: segmentation violation" with its PC outside Go
@@ -8,15 +13,35 @@
 # testing/synctest (golang/go#78156), is run once more, and the run says
 # so. Any other failure, or the same crash twice, fails the run.
 set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
 GO=${GO:-go}
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
+
+# The packages of every module: go list -e lists a package that does not
+# build too, so that go test reports it as a failure with its error.
+if ! paths=$(./scripts/modules.sh paths); then
+	echo "race-tests: scripts/modules.sh paths failed: cannot list the modules" >&2
+	exit 1
+fi
+pkgs=()
+for p in $paths; do
+	if ! list=$("$GO" list -e "$p/..."); then
+		echo "race-tests: go list -e $p/... failed (see above): cannot list the packages of module $p" >&2
+		exit 1
+	fi
+	pkgs+=($list)
+done
+# (In the workspace, the root's path/... matches the nested modules' packages
+# too: sort -u drops the repeats.)
+mapfile -t pkgs < <(printf '%s\n' "${pkgs[@]}" | sort -u)
+echo "race-tests: ${#pkgs[@]} packages of $(echo $paths | wc -w) modules" >&2
 
 # Three packages at a time on 2 cores: most tests wait on real time (TTLs,
 # servers), and two at a time (go test's default here) kept the machine
 # about half busy (11m40s); four (8m36s–9m34s) loaded it enough to weaken
 # the Kubernetes chaos controls.
-"$GO" test -race -p 3 "$@" ./... 2>&1 | tee "$log"
+"$GO" test -race -p 3 "$@" "${pkgs[@]}" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 [ "$status" -eq 0 ] && exit 0
 
