@@ -1,4 +1,4 @@
-package postgres_test
+package postgresbench_test
 
 import (
 	"context"
@@ -28,14 +28,14 @@ import (
 
 // benchEnv turns on TestBenchmarkReport, which measures simba on
 // PostgreSQL side by side with the peers teams use today
-// (internal/pgpeers: an advisory-lock elector and a leader-table elector
+// (tests/internal/pgpeers: an advisory-lock elector and a leader-table elector
 // modelled on river's) on one server and prints a Markdown report: the
 // graceful hand-off, and overlap and fail-over when the holder's link is
 // cut, when the server ends its connections and when it crashes. It
 // takes about ten minutes. Run it without the race detector, with a server:
 //
-//	./scripts/with-postgres-redis.sh env SIMBA_PG_BENCH=1 \
-//		go test -run '^TestBenchmarkReport$' -v -count=1 -timeout 30m ./backend/postgres/
+//	cd tests && ../scripts/with-postgres-redis.sh env SIMBA_PG_BENCH=1 \
+//		go test -run '^TestBenchmarkReport$' -v -count=1 -timeout 30m ./bench/postgres/
 //
 // SIMBA_PG_BENCH=1 (or all) runs every section; or name them,
 // comma-separated: handoff, cut, terminate, crash. With SIMBA_PG_BENCH_OUT=file it
@@ -76,6 +76,10 @@ const (
 	survived = 5 * time.Second
 )
 
+// opTimeout bounds calls expected to succeed promptly (as in
+// backend/postgres's tests).
+const opTimeout = 20 * time.Second
+
 // handOffSettles are the pauses between the waiter starting to wait and
 // the hand-off.
 var handOffSettles = []time.Duration{20 * time.Millisecond, 50 * time.Millisecond, 150 * time.Millisecond}
@@ -93,7 +97,7 @@ func TestBenchmarkReport(t *testing.T) {
 	var report strings.Builder
 	fmt.Fprintf(&report, "PostgreSQL %s (Debian's, started by scripts/with-postgres-redis.sh: fsync off, synchronous_commit off), loopback, GOMAXPROCS %d, load average at the start %s.\n\n",
 		version, runtime.GOMAXPROCS(0), loadAverage())
-	fmt.Fprintf(&report, "Peers (internal/pgpeers), river's defaults divided by 20: interval %v (+ jitter up to %v for the leader table's waiters), leader TTL %v, statement timeout %v, first backoff %v, 5 re-election errors before the leader table's leader gives up.\n\n",
+	fmt.Fprintf(&report, "Peers (tests/internal/pgpeers), river's defaults divided by 20: interval %v (+ jitter up to %v for the leader table's waiters), leader TTL %v, statement timeout %v, first backoff %v, 5 re-election errors before the leader table's leader gives up.\n\n",
 		peerInterval, peerJitter, peerTTL, peerTimeout, peerBackoff)
 	fmt.Fprintf(&report, "simba: `simba.WithTTL(%v)` (renewals every TTL/3), each client on a `postgres.NewFromPool` backend of its own (its own pool), one schema per section.\n\n", peerTTL)
 	if section("handoff") {
