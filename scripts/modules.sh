@@ -26,7 +26,9 @@
 # go list -m all, would try to download the unreleased version.)
 # go mod tidy ignores go.work, so tidy and check run it on a copy of each
 # go.mod (-modfile) to which a replace directive per module of the
-# repository has been added, and copy the result back without them.
+# repository has been added, and copy the result back without them. (Those
+# replaces make tidy drop the go.sum lines of simba's own modules; the lines
+# at the versions required, which a release adds, are kept.)
 #
 # The tool modules under tools/ (the kube-apiserver and etcd the tests run)
 # are not in go.work and are not checked here: each is built by its
@@ -59,23 +61,52 @@ with_replaces() {
 	(cd "$dir" && GOWORK=off "$GO" mod edit -modfile="$tmp/go.mod" "${args[@]}")
 }
 
+# tidied DIR TMP writes to TMP/go.mod and TMP/go.sum what go mod tidy makes
+# of DIR's go.mod and go.sum with the other modules replaced by their
+# directories, without those replace directives, and with DIR's go.sum lines
+# for simba's modules at the versions it requires kept: tidy drops them, as
+# a module replaced by a directory needs no checksum, but a release adds
+# them (RELEASING.md) so that each tagged module builds on its own
+# (GOWORK=off).
+tidied() {
+	local dir=$1 tmp=$2 m drop=()
+	with_replaces "$dir" "$tmp"
+	if ! (cd "$dir" && GOWORK=off "$GO" mod tidy -modfile="$tmp/go.mod") >"$tmp/log" 2>&1; then
+		echo "modules: go mod tidy failed in $dir:" >&2
+		sed 's/^/    /' "$tmp/log" >&2
+		return 1
+	fi
+	for m in $(modules); do
+		[[ "$m" == "$dir" ]] || drop+=("-dropreplace=$(modpath "$m")")
+	done
+	(cd "$dir" && GOWORK=off "$GO" mod edit -modfile="$tmp/go.mod" "${drop[@]}")
+	[[ -f "$dir/go.sum" ]] || return 0
+	# The lines to keep, then the merge: both files are in go's order
+	# (by module path), so each kept line goes in before the first tidied
+	# line of a greater path.
+	GOWORK=off "$GO" mod edit -json "$tmp/go.mod" | awk -F'"' '
+		$2 == "Path" { p = $4 }
+		$2 == "Version" && p ~ /^github\.com\/simba-go\/simba(\/|$)/ { print p, $4 }' >"$tmp/required"
+	awk 'NR == FNR { want[$1 " " $2] = 1; next }
+		$1 ~ /^github\.com\/simba-go\/simba(\/|$)/ { v = $2; sub(/\/go\.mod$/, "", v); if (($1 " " v) in want) print }' \
+		"$tmp/required" "$dir/go.sum" >"$tmp/keep"
+	[[ -s "$tmp/keep" ]] || return 0
+	LC_ALL=C awk 'NR == FNR { keep[++n] = $0; path[n] = $1; next }
+		{ while (i < n && path[i + 1] < $1) print keep[++i]; print }
+		END { while (i < n) print keep[++i] }' "$tmp/keep" "$tmp/go.sum" >"$tmp/go.sum.merged"
+	mv "$tmp/go.sum.merged" "$tmp/go.sum"
+}
+
 tidy() {
-	local dir tmp m dirs=("$@")
+	local dir tmp dirs=("$@")
 	[[ ${#dirs[@]} -gt 0 ]] || dirs=($(modules))
 	for dir in "${dirs[@]}"; do
 		dir=${dir%/}
 		tmp=$(mktemp -d)
-		with_replaces "$dir" "$tmp"
-		if ! (cd "$dir" && GOWORK=off "$GO" mod tidy -modfile="$tmp/go.mod"); then
-			echo "modules: go mod tidy failed in $dir" >&2
+		if ! tidied "$dir" "$tmp"; then
 			rm -rf "$tmp"
 			return 1
 		fi
-		local drop=()
-		for m in $(modules); do
-			[[ "$m" == "$dir" ]] || drop+=("-dropreplace=$(modpath "$m")")
-		done
-		(cd "$dir" && GOWORK=off "$GO" mod edit -modfile="$tmp/go.mod" "${drop[@]}")
 		cp "$tmp/go.mod" "$dir/go.mod"
 		if [[ -s "$tmp/go.sum" ]]; then cp "$tmp/go.sum" "$dir/go.sum"; else rm -f "$dir/go.sum"; fi
 		rm -rf "$tmp"
@@ -124,11 +155,20 @@ check() {
 			failed=1
 		fi
 		tmp=$(mktemp -d)
-		with_replaces "$dir" "$tmp"
-		if ! (cd "$dir" && GOWORK=off "$GO" mod tidy -diff -modfile="$tmp/go.mod" >"$tmp/diff" 2>&1); then
-			echo "modules: $dir is not tidy (scripts/modules.sh tidy fixes it); go mod tidy -diff says:" >&2
-			sed 's/^/    /' "$tmp/diff" >&2
+		mkdir "$tmp/tidy"
+		if ! tidied "$dir" "$tmp/tidy"; then
+			echo "modules: cannot tell whether $dir is tidy: go mod tidy failed there (above)" >&2
 			failed=1
+		else
+			[[ -f "$tmp/tidy/go.sum" ]] || : >"$tmp/tidy/go.sum"
+			local sum=/dev/null
+			[[ ! -f "$dir/go.sum" ]] || sum=$dir/go.sum
+			if ! { diff -u --label "$dir/go.mod" --label "tidy/go.mod" "$dir/go.mod" "$tmp/tidy/go.mod" &&
+				diff -u --label "$dir/go.sum" --label "tidy/go.sum" "$sum" "$tmp/tidy/go.sum"; } >"$tmp/diff" 2>&1; then
+				echo "modules: $dir is not tidy (scripts/modules.sh tidy $dir fixes it); tidy would change:" >&2
+				sed 's/^/    /' "$tmp/diff" >&2
+				failed=1
+			fi
 		fi
 		rm -rf "$tmp"
 	done
@@ -150,7 +190,7 @@ check() {
 			$2 == "Version" && p ~ /^github\.com\/simba-go\/simba(\/|$)/ { print d ": " p " " $4 }'
 	done)
 	if [[ $(echo "$versions" | awk 'NF { print $3 }' | sort -u | wc -l) -gt 1 ]]; then
-		echo "modules: the modules require simba's modules at different versions (set one with scripts/release-check.sh's advice):" >&2
+		echo "modules: the modules require simba's modules at different versions (scripts/release-check.sh --set VERSION sets one):" >&2
 		echo "$versions" | sed 's/^/    /' >&2
 		failed=1
 	fi
