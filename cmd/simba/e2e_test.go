@@ -227,7 +227,7 @@ func TestEndToEnd(t *testing.T) {
 					return etcd.New(endpoints, etcd.WithPrefix(prefix))
 				},
 				putRaw: func(t *testing.T, key, value string) {
-					if _, err := srv.Client(t).Put(t.Context(), prefix+key, value); err != nil {
+					if _, err := newEtcdClient(t, srv).Put(t.Context(), prefix+key, value); err != nil {
 						t.Fatalf("putting %s: %v", key, err)
 					}
 				},

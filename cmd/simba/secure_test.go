@@ -62,13 +62,12 @@ func startSecuredEtcd(t *testing.T) *securedEtcd {
 	}
 	srv := etcdtest.Start(t, etcdtest.WithTLS(f, true))
 	prefix := fmt.Sprintf("/secured-%08x/", rand.Uint32())
-	rw := clientv3.PermissionType(clientv3.PermReadWrite)
 	srv.EnableAuth(t, rootPassword,
-		etcdtest.User{Name: "app", Password: appPassword, Prefix: prefix, Perm: rw},
-		etcdtest.User{Name: "viewer", Password: viewerPassword, Prefix: prefix, Perm: clientv3.PermissionType(clientv3.PermRead)},
-		etcdtest.User{Name: "other", Password: otherPassword, Prefix: "/elsewhere/", Perm: rw},
+		etcdtest.User{Name: "app", Password: appPassword, Prefix: prefix, Perm: etcdtest.ReadWrite},
+		etcdtest.User{Name: "viewer", Password: viewerPassword, Prefix: prefix, Perm: etcdtest.Read},
+		etcdtest.User{Name: "other", Password: otherPassword, Prefix: "/elsewhere/", Perm: etcdtest.ReadWrite},
 	)
-	return &securedEtcd{srv: srv, files: f, prefix: prefix, root: srv.Client(t)}
+	return &securedEtcd{srv: srv, files: f, prefix: prefix, root: newEtcdClient(t, srv)}
 }
 
 // tlsArgs are the command's flags for the server's TLS.
