@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -16,8 +17,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
-	"github.com/simba-go/simba/internal/etcdtest"
 	"github.com/simba-go/simba/internal/faultproxy"
 )
 
@@ -144,7 +146,7 @@ func (m *etcdMember) launch() (*embed.Etcd, error) {
 	cfg.InitialCluster = m.cluster
 	cfg.InitialClusterToken = "simba-chaos"
 	cfg.ClusterState = embed.ClusterStateFlagNew // ignored once the data exist
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(etcdtest.FatalLogger("etcd member " + m.name))
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(fatalLogger("etcd member " + m.name))
 	cfg.LogLevel = "error"
 	// No fsync: on a shared test machine a stalled fsync holds raft up for
 	// longer than a TTL. The data survive a stop, as the process does not
@@ -343,7 +345,7 @@ func (c *etcdCluster) leftovers(prefix string) ([]string, error) {
 	for _, m := range c.members {
 		eps = append(eps, m.clientHost)
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, Logger: etcdtest.FatalLogger("etcd client (leftovers)"), DialTimeout: 5 * time.Second})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, Logger: fatalLogger("etcd client (leftovers)"), DialTimeout: 5 * time.Second})
 	if err != nil {
 		return nil, err
 	}
@@ -364,4 +366,17 @@ func (c *etcdCluster) leftovers(prefix string) ([]string, error) {
 		out = append(out, fmt.Sprintf("key %s (lease %x)", kv.Key, kv.Lease))
 	}
 	return out, nil
+}
+
+// fatalLogger is a zap logger for the embedded etcd members and their
+// clients: it drops everything below DPanic, and writes DPanic, Panic and
+// Fatal entries, with the stack and the name given, to stderr. etcd ends
+// the process on its Fatal errors (os.Exit(1)) whatever the logger writes,
+// so with zap.NewNop a test process dies with status 1 and not a word of
+// why.
+func fatalLogger(name string) *zap.Logger {
+	enc := zap.NewDevelopmentEncoderConfig()
+	core := zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.Lock(os.Stderr), zapcore.DPanicLevel)
+	return zap.New(core, zap.AddCaller(), zap.AddStacktrace(zapcore.DPanicLevel), zap.ErrorOutput(zapcore.Lock(os.Stderr))).
+		Named(name)
 }

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/simba-go/simba/internal/etcdtest"
 )
 
 // etcd lays a lease out as a queue of candidacies: the keys
@@ -53,7 +51,7 @@ func (c *etcdCluster) watchGrants(prefix string) (*grantWatch, error) {
 	for _, m := range c.members {
 		eps = append(eps, m.clientHost)
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, Logger: etcdtest.FatalLogger("etcd client (grant watch)"), DialTimeout: 5 * time.Second})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, Logger: fatalLogger("etcd client (grant watch)"), DialTimeout: 5 * time.Second})
 	if err != nil {
 		return nil, err
 	}
