@@ -64,7 +64,8 @@ with_replaces() {
 # tidied DIR TMP writes to TMP/go.mod and TMP/go.sum what go mod tidy makes
 # of DIR's go.mod and go.sum with the other modules replaced by their
 # directories, without those replace directives, and with DIR's go.sum lines
-# for simba's modules at the versions it requires kept: tidy drops them, as
+# for simba's modules at the version it requires them at kept (those of the
+# modules it requires and of the modules they require): tidy drops them, as
 # a module replaced by a directory needs no checksum, but a release adds
 # them (RELEASING.md) so that each tagged module builds on its own
 # (GOWORK=off).
@@ -87,8 +88,8 @@ tidied() {
 	GOWORK=off "$GO" mod edit -json "$tmp/go.mod" | awk -F'"' '
 		$2 == "Path" { p = $4 }
 		$2 == "Version" && p ~ /^github\.com\/simba-go\/simba(\/|$)/ { print p, $4 }' >"$tmp/required"
-	awk 'NR == FNR { want[$1 " " $2] = 1; next }
-		$1 ~ /^github\.com\/simba-go\/simba(\/|$)/ { v = $2; sub(/\/go\.mod$/, "", v); if (($1 " " v) in want) print }' \
+	awk 'NR == FNR { want[$2] = 1; next }
+		$1 ~ /^github\.com\/simba-go\/simba(\/|$)/ { v = $2; sub(/\/go\.mod$/, "", v); if (v in want) print }' \
 		"$tmp/required" "$dir/go.sum" >"$tmp/keep"
 	[[ -s "$tmp/keep" ]] || return 0
 	LC_ALL=C awk 'NR == FNR { keep[++n] = $0; path[n] = $1; next }
