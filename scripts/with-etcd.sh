@@ -3,7 +3,9 @@
 # tests, and exports its path as SIMBA_ETCD. It starts no server: each test
 # starts its own, as a process (internal/etcdtest).
 #
-# - If SIMBA_ETCD is already set, the command runs with that binary.
+# - If SIMBA_ETCD is already set, the command runs with that binary. (The
+#   simba command reads its etcd endpoints from $SIMBA_ETCD: a value that is
+#   no executable file is refused, saying so.)
 # - Otherwise the binary is built from the tools module tools/etcd (a Go
 #   module of its own that requires go.etcd.io/etcd/server/v3, so that no
 #   simba module does) with `go build go.etcd.io/etcd/server/v3`, and kept
@@ -22,13 +24,18 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 with_init etcd "$@"
 
+# no_binary explains why there is no binary, then fails or runs without.
+no_binary() { run_without "$1" "an etcd binary: the tests that need one build it or skip"; }
+
 if [[ -n "${SIMBA_ETCD:-}" ]]; then
+	if [[ ! -f "$SIMBA_ETCD" || ! -x "$SIMBA_ETCD" ]]; then
+		# The simba command reads endpoints from $SIMBA_ETCD: a shell set
+		# up for it has one there.
+		no_binary "SIMBA_ETCD=$SIMBA_ETCD is not an executable file (for the tests it names the etcd binary; the simba command's endpoints in it are another use of the name: unset it)"
+	fi
 	log "using the etcd at $SIMBA_ETCD"
 	exec "$@"
 fi
-
-# no_binary explains why there is no binary, then fails or runs without.
-no_binary() { run_without "$1" "an etcd binary: the tests that need one build it or skip"; }
 
 tools=$(cd "$(dirname "${BASH_SOURCE[0]}")/../tools/etcd" && pwd)
 version=$(tool_version "$tools" go.etcd.io/etcd/server/v3)

@@ -74,7 +74,7 @@ func binary() (string, error) {
 func findBinary() (string, error) {
 	if p := os.Getenv(EnvBinary); p != "" {
 		if err := executable(p); err != nil {
-			return "", fmt.Errorf("%s=%s: %v", EnvBinary, p, err)
+			return "", fmt.Errorf("%s=%s: %v (for the tests it names the etcd binary; the simba command's endpoints in it are another use of the name: unset it)", EnvBinary, p, err)
 		}
 		return p, nil
 	}
