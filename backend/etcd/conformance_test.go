@@ -15,7 +15,7 @@ import (
 	"github.com/simba-go/simba/internal/etcdtest"
 )
 
-// TestConformance runs the conformance suite against one embedded etcd
+// TestConformance runs the conformance suite against one etcd
 // server, each case under a key prefix of its own, on a backend that
 // creates its own client. The TTL is 2s rather than etcd's minimum of 1s, so
 // that the suite's renewals every TTL/3 keep their sessions alive on a busy

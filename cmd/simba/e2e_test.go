@@ -29,7 +29,7 @@ import (
 )
 
 // The end-to-end tests build the simba command and the opsdemo example, and
-// drive the command against a real etcd (embedded) and a real ZooKeeper
+// drive the command against a real etcd (a process of internal/etcdtest) and a real ZooKeeper
 // while simba nodes run: in-process clients, and opsdemo processes where a
 // node must crash.
 

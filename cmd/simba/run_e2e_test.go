@@ -29,7 +29,7 @@ import (
 )
 
 // The end-to-end tests of simba run: the built command runs real child
-// processes while it holds terms on etcd (embedded), ZooKeeper and
+// processes while it holds terms on etcd (internal/etcdtest), ZooKeeper and
 // PostgreSQL. The children are testdata/run/child.sh, which logs its
 // start, its term and whether an earlier child of the same lease is still
 // alive (the OVERLAP probe), and, for the fence scenario, this test binary

@@ -57,7 +57,7 @@ func (r *etcdRegister) Read(ctx context.Context) (string, error) {
 	return string(resp.Kvs[0].Value), nil
 }
 
-// TestEtcdRace is fencetest.Race on the embedded etcd; the commit
+// TestEtcdRace is fencetest.Race on a real etcd (internal/etcdtest); the commit
 // order is the transactions' revision.
 func TestEtcdRace(t *testing.T) {
 	cli := etcdClient(t)
