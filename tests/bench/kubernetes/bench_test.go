@@ -1,4 +1,4 @@
-package kubernetes_test
+package kubernetesbench_test
 
 import (
 	"bufio"
@@ -28,21 +28,22 @@ import (
 	"github.com/simba-go/simba/internal/await"
 	"github.com/simba-go/simba/internal/faultproxy"
 	"github.com/simba-go/simba/internal/kubetest"
+	"github.com/simba-go/simba/internal/termlog"
 	"github.com/simba-go/simba/tests/internal/handoffbench"
 	"github.com/simba-go/simba/tests/internal/kubepeers"
 )
 
 // kubeBenchEnv turns on TestBenchmarkReport, which measures simba on the
 // Kubernetes API side by side with client-go's leaderelection on a
-// LeaseLock (internal/kubepeers), on one kube-apiserver, and prints a
+// LeaseLock (tests/internal/kubepeers), on one kube-apiserver, and prints a
 // Markdown report: the graceful hand-off, the fail-over and overlap when the
 // holder crashes (as the server sees it) and when its link is cut, and the
 // API requests per second at rest for 1, 100 and 1,000 elections on one
 // client. It takes about fifteen minutes. Run it without the race
 // detector, with a kube-apiserver:
 //
-//	./scripts/with-kube-apiserver.sh env SIMBA_KUBE_BENCH=1 \
-//		go test -run '^TestBenchmarkReport$' -v -count=1 -timeout 60m ./backend/kubernetes/
+//	cd tests && ../scripts/with-kube-apiserver.sh env SIMBA_KUBE_BENCH=1 \
+//		go test -run '^TestBenchmarkReport$' -v -count=1 -timeout 60m ./bench/kubernetes/
 //
 // SIMBA_KUBE_BENCH=1 (or all) runs every section; or name them,
 // comma-separated: handoff, crash, cut, rest. With SIMBA_KUBE_BENCH_OUT=file
@@ -113,7 +114,7 @@ func TestBenchmarkReport(t *testing.T) {
 	})
 	fmt.Fprintf(&report, "kube-apiserver %s (built from k8s.io/kubernetes by scripts/with-kube-apiserver.sh, started by internal/kubetest on an embedded etcd), loopback, GOMAXPROCS %d, load average at the start %s.\n\n",
 		version.GitVersion, runtime.GOMAXPROCS(0), benchLoad())
-	fmt.Fprintf(&report, "client-go leaderelection (internal/kubepeers, a LeaseLock per election, ReleaseOnCancel): LeaseDuration %v, RenewDeadline %v, RetryPeriod %v (client-go's 15 s / 10 s / 2 s divided by 7.5) but at rest, where they are 15 s / 10 s / 2 s. "+
+	fmt.Fprintf(&report, "client-go leaderelection (tests/internal/kubepeers, a LeaseLock per election, ReleaseOnCancel): LeaseDuration %v, RenewDeadline %v, RetryPeriod %v (client-go's 15 s / 10 s / 2 s divided by 7.5) but at rest, where they are 15 s / 10 s / 2 s. "+
 		"simba: `simba.WithTTL` the LeaseDuration (renewals every TTL/3), status records on unless said. Every client, of either side, on a clientset of its own with no client-side rate limit (`rest.Config.QPS` -1).\n\n",
 		benchLeaseDuration, benchRenewDeadline.Round(time.Millisecond), benchRetryPeriod.Round(time.Millisecond))
 	for _, sec := range []struct {
@@ -508,7 +509,7 @@ func simbaFaultPair(t *testing.T, srv *kubetest.Server, ns string, f kubeFault, 
 		f.heal(proxies[h])
 		// The old holder contends again on a new session before the next
 		// round.
-		if !eventually(benchWait, func() bool { id := clients[h].SessionID(); return id != "" && id != session }) {
+		if !termlog.Eventually(benchWait, func() bool { id := clients[h].SessionID(); return id != "" && id != session }) {
 			t.Errorf("simba %s round %d: the old holder has no new session %v after the fault healed", election, round, benchWait)
 			return
 		}
