@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Runs the command given (e.g. `make vet unit`) with an etcd binary for the
-# tests, and exports its path as SIMBA_ETCD. It starts no server: each test
+# tests, and exports its path as SIMBA_ETCD_BIN. It starts no server: each test
 # starts its own, as a process (internal/etcdtest).
 #
-# - If SIMBA_ETCD is already set, the command runs with that binary. (The
-#   simba command reads its etcd endpoints from $SIMBA_ETCD: a value that is
+# - If SIMBA_ETCD_BIN is already set, the command runs with that binary. (The
+#   simba command reads its etcd endpoints from $SIMBA_ETCD_BIN: a value that is
 #   no executable file is refused, saying so.)
 # - Otherwise the binary is built from the tools module tools/etcd (a Go
 #   module of its own that requires go.etcd.io/etcd/server/v3, so that no
@@ -15,7 +15,7 @@
 #   it is. The first build takes about a minute on 2 cores (and downloads
 #   the modules); later ones reuse Go's build cache. Concurrent runs wait
 #   for one another's build (flock). internal/etcdtest builds the same
-#   binary at the same path when a test runs without SIMBA_ETCD.
+#   binary at the same path when a test runs without SIMBA_ETCD_BIN.
 # - When the binary cannot be had (no go, the build fails), it says why;
 #   with SIMBA_REQUIRE_SERVERS=1 it fails, otherwise it runs the command
 #   without it (the tests then try to build it themselves, and skip if
@@ -27,13 +27,11 @@ with_init etcd "$@"
 # no_binary explains why there is no binary, then fails or runs without.
 no_binary() { run_without "$1" "an etcd binary: the tests that need one build it or skip"; }
 
-if [[ -n "${SIMBA_ETCD:-}" ]]; then
-	if [[ ! -f "$SIMBA_ETCD" || ! -x "$SIMBA_ETCD" ]]; then
-		# The simba command reads endpoints from $SIMBA_ETCD: a shell set
-		# up for it has one there.
-		no_binary "SIMBA_ETCD=$SIMBA_ETCD is not an executable file (for the tests it names the etcd binary; the simba command's endpoints in it are another use of the name: unset it)"
+if [[ -n "${SIMBA_ETCD_BIN:-}" ]]; then
+	if [[ ! -f "$SIMBA_ETCD_BIN" || ! -x "$SIMBA_ETCD_BIN" ]]; then
+		no_binary "SIMBA_ETCD_BIN=$SIMBA_ETCD_BIN is not an executable file (it names the etcd binary of the tests)"
 	fi
-	log "using the etcd at $SIMBA_ETCD"
+	log "using the etcd at $SIMBA_ETCD_BIN"
 	exec "$@"
 fi
 
@@ -47,6 +45,6 @@ tool_binary etcd "$tools" go.etcd.io/etcd/server/v3 "$version" \
 	"the first build takes about a minute on 2 cores; later ones reuse Go's build cache" ||
 	no_binary "$tool_why"
 
-export SIMBA_ETCD="$tool_bin"
-log "etcd $version at $SIMBA_ETCD"
+export SIMBA_ETCD_BIN="$tool_bin"
+log "etcd $version at $SIMBA_ETCD_BIN"
 exec "${cmd[@]}"

@@ -20,9 +20,9 @@ import (
 
 // EnvBinary names the variable holding the path of the etcd binary
 // (scripts/with-etcd.sh sets it).
-const EnvBinary = "SIMBA_ETCD"
+const EnvBinary = "SIMBA_ETCD_BIN"
 
-// The build of the binary when SIMBA_ETCD is not set, as scripts/with-etcd.sh
+// The build of the binary when SIMBA_ETCD_BIN is not set, as scripts/with-etcd.sh
 // does it (lib.sh's tool_binary): the same module, package and cache path.
 const (
 	toolsDir    = "tools/etcd"
@@ -35,7 +35,7 @@ const (
 )
 
 // ErrNoBinary is the error, wrapped, of [New] when there is no etcd binary
-// to run: SIMBA_ETCD is not set and the binary could not be built. [Start]
+// to run: SIMBA_ETCD_BIN is not set and the binary could not be built. [Start]
 // skips the test then (fails it under SIMBA_REQUIRE_SERVERS=1).
 var ErrNoBinary = errors.New("etcdtest: no etcd binary")
 
@@ -69,12 +69,12 @@ func binary() (string, error) {
 	return binaryPath, binaryErr
 }
 
-// findBinary returns SIMBA_ETCD if set, or else the binary of the
+// findBinary returns SIMBA_ETCD_BIN if set, or else the binary of the
 // checkout's tools/etcd in the cache, built if missing.
 func findBinary() (string, error) {
 	if p := os.Getenv(EnvBinary); p != "" {
 		if err := executable(p); err != nil {
-			return "", fmt.Errorf("%s=%s: %v (for the tests it names the etcd binary; the simba command's endpoints in it are another use of the name: unset it)", EnvBinary, p, err)
+			return "", fmt.Errorf("%s=%s: %v (it names the etcd binary of the tests)", EnvBinary, p, err)
 		}
 		return p, nil
 	}

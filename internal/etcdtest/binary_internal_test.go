@@ -48,7 +48,7 @@ func TestFindRoot(t *testing.T) {
 	}
 }
 
-// TestBuildBinary builds the binary as a test run without SIMBA_ETCD does,
+// TestBuildBinary builds the binary as a test run without SIMBA_ETCD_BIN does,
 // from two goroutines at once, into a cache of its own: each gets the same
 // binary, named as scripts/with-etcd.sh names it, and it runs.
 func TestBuildBinary(t *testing.T) {

@@ -7,10 +7,10 @@
 //
 // # The binary
 //
-// The etcd binary is the one SIMBA_ETCD names; scripts/with-etcd.sh (which
+// The etcd binary is the one SIMBA_ETCD_BIN names; scripts/with-etcd.sh (which
 // make test runs the tests through) builds it from the build-only module
 // tools/etcd into ${XDG_CACHE_HOME:-$HOME/.cache}/simba and sets it. When
-// SIMBA_ETCD is not set, as under a bare go test, etcdtest builds the same
+// SIMBA_ETCD_BIN is not set, as under a bare go test, etcdtest builds the same
 // binary at the same path itself, once for every test package of a run (a
 // lock file in the cache), from the checkout found above the working
 // directory (the directory holding go.work and tools/etcd). When it cannot,

@@ -4,7 +4,7 @@
 // every test that needs an etcd, run as a process of its own
 // (internal/etcdtest). It is a module of its own, not in go.work, so that no
 // simba module requires etcd's server: scripts/with-etcd.sh builds it (and
-// internal/etcdtest, the same way, when a test runs without SIMBA_ETCD) with
+// internal/etcdtest, the same way, when a test runs without SIMBA_ETCD_BIN) with
 //
 //	GOWORK=off go build -o BINARY go.etcd.io/etcd/server/v3
 //
