@@ -193,8 +193,13 @@ func TestCheckpointedConsumer(t *testing.T) {
 
 // Without the claim, a deposed consumer's batch lands after the new
 // consumer read the checkpoint: items are appended twice.
+//
+// The simulation is not fully deterministic under load (goroutines of one
+// instant run in the order the runtime picks): a quiet machine catches it at
+// seed 23, a loaded one at 23, 33 or 40, and once (CI, load 11) not within
+// 100 seeds; hence 300, which costs nothing when it is caught early.
 func TestConsumerWithoutClaimIsCaught(t *testing.T) {
-	const seeds = 100
+	const seeds = 300
 	r := firstFailure(t, simtest.Config{}, seeds, consumer(false))
 	requireCaught(t, r, seeds, "lost-update:")
 }

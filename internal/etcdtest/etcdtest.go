@@ -248,10 +248,13 @@ func (s *Server) launch() (*process, error) {
 	go func() {
 		err := cmd.Wait()
 		reaped()
-		if p.ready.Load() && !p.stopping.Load() {
+		unexpected := p.ready.Load() && !p.stopping.Load()
+		// Closed before the report, so that whoever acts on the report
+		// (a Restart) finds the process exited.
+		close(p.exited)
+		if unexpected {
 			s.report(fmt.Sprintf("etcdtest: etcd on %s (%s) exited while nobody stopped it (%v); %s", s.clientHost, s.dir, err, s.logTail()))
 		}
-		close(p.exited)
 	}()
 	deadline := time.Now().Add(startTimeout)
 	for {
