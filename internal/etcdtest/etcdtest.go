@@ -20,6 +20,7 @@ import (
 
 	"github.com/simba-go/simba/internal/certs"
 	"github.com/simba-go/simba/internal/faultproxy"
+	"github.com/simba-go/simba/internal/proc"
 )
 
 const (
@@ -239,7 +240,7 @@ func (s *Server) launch() (*process, error) {
 	cmd := exec.Command(s.bin, args...)
 	cmd.Env = environ()
 	cmd.Stdout, cmd.Stderr = logf, logf
-	reaped, err := startProcess(cmd)
+	reaped, err := proc.StartTied(cmd)
 	logf.Close()
 	if err != nil {
 		return nil, fmt.Errorf("etcdtest: starting %s: %w", s.bin, err)
