@@ -28,6 +28,11 @@ var (
 	// ErrNoRecord is returned by Records.GetRecord for a key with no record.
 	ErrNoRecord = errors.New("simba/backend: no such record")
 
+	// ErrRecordsUnsupported is matched by the errors of every record
+	// operation (simba's Term.GetRecord and Term.PutRecord, admin.Open,
+	// the simba command) on a backend that does not implement [Records].
+	ErrRecordsUnsupported = errors.New("simba/backend: the backend keeps no records")
+
 	// ErrNotHeld is returned by Lease.Release when the lease was already
 	// lost: its key was deleted, it belongs to another holder now, or its
 	// session is gone. Nothing was changed on the server.

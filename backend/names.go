@@ -1,18 +1,53 @@
 package backend
 
 import (
+	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
-// ValidName reports whether s is a valid lease or group name: 1–128
-// characters of A–Z a–z 0–9 . _ -, starting with a letter or a digit. Such a
-// name contains no "/", so backends may use it as one path element.
+// MaxNameLen is the longest lease or group name: an election's name, or a
+// group's partition lease "{group}.{partition}".
+const MaxNameLen = 128
+
+// ErrInvalidName is matched by every error [CheckName] returns.
+var ErrInvalidName = errors.New("simba/backend: invalid name")
+
+// CheckName is the one rule for lease and group names, the same in simba,
+// its backends and its tools: 1–128 characters of A–Z a–z 0–9 . _ -,
+// starting with a letter or a digit. Such a name contains no "/", so a
+// backend may use it as one path element. It returns nil for a valid name,
+// otherwise an error matching [ErrInvalidName] that says what is wrong
+// (empty, too long, which character at which byte). Callers add what the
+// name is for: fmt.Errorf("simba/etcd: election name: %w", err).
+func CheckName(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: empty", ErrInvalidName)
+	}
+	if len(name) > MaxNameLen {
+		return fmt.Errorf("%w: %.20q… is %d bytes long, at most %d allowed", ErrInvalidName, name, len(name), MaxNameLen)
+	}
+	for i, c := range name { // runes, so that a bad character is shown whole
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case (c == '.' || c == '_' || c == '-') && i > 0:
+		case c == utf8.RuneError && !strings.HasPrefix(name[i:], string(utf8.RuneError)):
+			return fmt.Errorf("%w: %q: invalid UTF-8 at byte %d (allowed: A-Z a-z 0-9 . _ -, first a letter or digit)", ErrInvalidName, name, i)
+		default:
+			return fmt.Errorf("%w: %q: character %q at byte %d (allowed: A-Z a-z 0-9 . _ -, first a letter or digit)", ErrInvalidName, name, c, i)
+		}
+	}
+	return nil
+}
+
+// ValidName reports whether s is a valid lease or group name (see
+// [CheckName]).
 func ValidName(s string) bool {
-	if len(s) < 1 || len(s) > 128 {
+	if len(s) < 1 || len(s) > MaxNameLen {
 		return false
 	}
-	for i := 0; i < len(s); i++ {
+	for i := 0; i < len(s); i++ { // the fast path of CheckName: bytes, no allocation
 		switch c := s[i]; {
 		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
 		case c == '.' || c == '_' || c == '-':

@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"errors"
 	"strings"
 	"testing"
 )
@@ -14,6 +15,28 @@ func TestValidName(t *testing.T) {
 	for _, s := range []string{"", ".a", "-a", "_a", "a b", "a/b", "ä", strings.Repeat("x", 129)} {
 		if ValidName(s) {
 			t.Errorf("%q: valid, want invalid", s)
+		}
+	}
+}
+
+// TestCheckNameAgreesWithValidName: one rule, two forms; the error says what
+// is wrong and matches ErrInvalidName.
+func TestCheckNameAgreesWithValidName(t *testing.T) {
+	for _, tc := range []struct{ name, says string }{
+		{"a", ""}, {"billing.15", ""}, {strings.Repeat("x", 128), ""},
+		{"", "empty"}, {".a", `character '.' at byte 0`}, {"a b", `character ' ' at byte 1`},
+		{"ä", `character 'ä' at byte 0`}, {"a\xff", "invalid UTF-8 at byte 1"},
+		{strings.Repeat("x", 129), "129 bytes long, at most 128"},
+	} {
+		err := CheckName(tc.name)
+		if (err == nil) != ValidName(tc.name) {
+			t.Errorf("%q: CheckName %v, ValidName %v", tc.name, err, ValidName(tc.name))
+		}
+		switch {
+		case tc.says == "" && err != nil:
+			t.Errorf("%q: %v, want nil", tc.name, err)
+		case tc.says != "" && (!errors.Is(err, ErrInvalidName) || !strings.Contains(err.Error(), tc.says)):
+			t.Errorf("%q: %v, want an ErrInvalidName saying %q", tc.name, err, tc.says)
 		}
 	}
 }
