@@ -40,7 +40,7 @@ unit:
 # (tests/chaos).
 # SIMBA_CHAOS_DURATION and SIMBA_CHAOS_SEED change the length and the seed.
 chaos:
-	$(SERVERS) $(GO) test -race -count=1 -timeout=80m -v -run '^(TestEtcd|TestZooKeeper|TestPostgres|TestKubernetes)$$' github.com/simba-go/simba/tests/chaos -chaos.duration=$${SIMBA_CHAOS_DURATION:-5m}
+	$(SERVERS) $(GO) test -race -tags simba_plant -count=1 -timeout=80m -v -run '^(TestEtcd|TestZooKeeper|TestPostgres|TestKubernetes)$$' github.com/simba-go/simba/tests/chaos -chaos.duration=$${SIMBA_CHAOS_DURATION:-5m}
 
 # Mutation testing of the safety-critical code (docs/RELIABILITY.md,
 # "Mutation testing"): each mutant is one small bug planted in a copy of a

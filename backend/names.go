@@ -11,7 +11,9 @@ import (
 // group's partition lease "{group}.{partition}".
 const MaxNameLen = 128
 
-// ErrInvalidName is matched by every error [CheckName] returns.
+// ErrInvalidName is matched by every error [CheckName] returns, and so by
+// the errors of simba, its backends and its tools for a name that breaks
+// the rule.
 var ErrInvalidName = errors.New("simba/backend: invalid name")
 
 // CheckName is the one rule for lease and group names, the same in simba,
@@ -19,27 +21,35 @@ var ErrInvalidName = errors.New("simba/backend: invalid name")
 // starting with a letter or a digit. Such a name contains no "/", so a
 // backend may use it as one path element. It returns nil for a valid name,
 // otherwise an error matching [ErrInvalidName] that says what is wrong
-// (empty, too long, which character at which byte). Callers add what the
-// name is for: fmt.Errorf("simba/etcd: election name: %w", err).
+// (empty, too long, which character at which byte), without a package
+// prefix: callers add theirs and what the name is for,
+// fmt.Errorf("simba/etcd: election %w", err) giving
+// `simba/etcd: election invalid name "a b": character ' ' at byte 1 (…)`.
 func CheckName(name string) error {
 	if name == "" {
-		return fmt.Errorf("%w: empty", ErrInvalidName)
+		return nameError(`invalid name "": empty`)
 	}
 	if len(name) > MaxNameLen {
-		return fmt.Errorf("%w: %.20q… is %d bytes long, at most %d allowed", ErrInvalidName, name, len(name), MaxNameLen)
+		return nameError(fmt.Sprintf("invalid name %.20q…: %d bytes long, at most %d allowed", name, len(name), MaxNameLen))
 	}
 	for i, c := range name { // runes, so that a bad character is shown whole
 		switch {
 		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
 		case (c == '.' || c == '_' || c == '-') && i > 0:
 		case c == utf8.RuneError && !strings.HasPrefix(name[i:], string(utf8.RuneError)):
-			return fmt.Errorf("%w: %q: invalid UTF-8 at byte %d (allowed: A-Z a-z 0-9 . _ -, first a letter or digit)", ErrInvalidName, name, i)
+			return nameError(fmt.Sprintf("invalid name %q: invalid UTF-8 at byte %d (allowed: A-Z a-z 0-9 . _ -, first a letter or digit)", name, i))
 		default:
-			return fmt.Errorf("%w: %q: character %q at byte %d (allowed: A-Z a-z 0-9 . _ -, first a letter or digit)", ErrInvalidName, name, c, i)
+			return nameError(fmt.Sprintf("invalid name %q: character %q at byte %d (allowed: A-Z a-z 0-9 . _ -, first a letter or digit)", name, c, i))
 		}
 	}
 	return nil
 }
+
+// nameError is an error of CheckName: its message, matching ErrInvalidName.
+type nameError string
+
+func (e nameError) Error() string        { return string(e) }
+func (e nameError) Is(target error) bool { return target == ErrInvalidName }
 
 // ValidName reports whether s is a valid lease or group name (see
 // [CheckName]).

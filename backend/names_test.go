@@ -24,7 +24,7 @@ func TestValidName(t *testing.T) {
 func TestCheckNameAgreesWithValidName(t *testing.T) {
 	for _, tc := range []struct{ name, says string }{
 		{"a", ""}, {"billing.15", ""}, {strings.Repeat("x", 128), ""},
-		{"", "empty"}, {".a", `character '.' at byte 0`}, {"a b", `character ' ' at byte 1`},
+		{"", `invalid name "": empty`}, {".a", `invalid name ".a": character '.' at byte 0`}, {"a b", `character ' ' at byte 1`},
 		{"ä", `character 'ä' at byte 0`}, {"a\xff", "invalid UTF-8 at byte 1"},
 		{strings.Repeat("x", 129), "129 bytes long, at most 128"},
 	} {

@@ -12,7 +12,7 @@
 #                                  different versions, when go.work does not
 #                                  list exactly the modules, or when a go.mod
 #                                  has a replace directive
-#   scripts/modules.sh vet         go vet in every module
+#   scripts/modules.sh vet         go vet in every module (with and without -tags simba_plant)
 #   scripts/modules.sh work        writes go.work: every module, and a
 #                                  replace of each at the version the
 #                                  modules require by its own directory
@@ -213,8 +213,10 @@ check) check ;;
 vet)
 	failed=()
 	for m in $(modules); do
-		(cd "$m" && "$GO" vet ./...) || {
-			echo "modules: go vet ./... failed in module $m ($(modpath "$m")): see above" >&2
+		# Both builds: the default one users get, and the tests' one with
+		# the planted-bug switch (internal/plant, -tags simba_plant).
+		(cd "$m" && "$GO" vet ./... && "$GO" vet -tags simba_plant ./...) || {
+			echo "modules: go vet ./... (with and without -tags simba_plant) failed in module $m ($(modpath "$m")): see above" >&2
 			failed+=("$m")
 		}
 	done

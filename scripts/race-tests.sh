@@ -41,7 +41,9 @@ echo "race-tests: ${#pkgs[@]} packages of $(echo $paths | wc -w) modules" >&2
 # servers), and two at a time (go test's default here) kept the machine
 # about half busy (11m40s); four (8m36s–9m34s) loaded it enough to weaken
 # the Kubernetes chaos controls.
-"$GO" test -race -p 3 "$@" "${pkgs[@]}" 2>&1 | tee "$log"
+# -tags simba_plant compiles in the planted-bug switch (internal/plant) that
+# the tests of the checkers use; the default build has none.
+"$GO" test -race -tags simba_plant -p 3 "$@" "${pkgs[@]}" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 [ "$status" -eq 0 ] && exit 0
 
@@ -68,4 +70,4 @@ if [ ${#other[@]} -gt 0 ] || [ ${#retry[@]} -eq 0 ]; then
 	exit "$status"
 fi
 echo "race-tests: the race detector's runtime crashed in ${retry[*]} (ThreadSanitizer CHECK failed or SIGSEGV outside Go code, golang/go#78156, not a failure of a test): running it once more" >&2
-exec "$GO" test -race -count=1 "$@" "${retry[@]}"
+exec "$GO" test -race -tags simba_plant -count=1 "$@" "${retry[@]}"

@@ -1,15 +1,19 @@
 // Package plant holds the switch for deliberate safety bugs, for tests only:
 // the invariant checkers and the tests must catch each bug planted here, or
-// they prove nothing. It is internal, so no program outside this module can
-// set it; within the module only tests do (simba.PlantBug in the root
-// package's tests, and the chaos harness's client processes), and it is
-// always None in production.
+// they prove nothing.
+//
+// The switch exists only in a build with the tag simba_plant (make test and
+// make chaos build with it). In the default build, the one users get, [Is]
+// is a constant false that the compiler removes with the code it guards,
+// [Set] and [ForTest] refuse, and [ForRun] refuses a $SIMBA_PLANT. Within
+// the repository only tests plant bugs ([ForTest] in the packages' tests,
+// the chaos harness's client processes).
 package plant
 
 import (
 	"fmt"
 	"os"
-	"sync/atomic"
+	"testing"
 )
 
 // Bug is one deliberate safety bug.
@@ -56,44 +60,8 @@ var names = map[string]Bug{
 	"trust-db-clock":      TrustDBClock,
 }
 
-var current, forRun atomic.Int32
-
-// Is reports whether b is planted.
-func Is(b Bug) bool { return Bug(current.Load()) == b }
-
-// Set plants the bug called name ("" plants none) and returns a function
-// that puts back the bug planted for the whole run (see ForRun), or none.
-func Set(name string) (undo func(), err error) {
-	b, err := lookUp(name)
-	if err != nil {
-		return nil, err
-	}
-	current.Store(int32(b))
-	return func() { current.Store(forRun.Load()) }, nil
-}
-
 // EnvVar names the bug that ForRun plants for a whole test run.
 const EnvVar = "SIMBA_PLANT"
-
-// ForRun plants the bug named by $SIMBA_PLANT for the whole test run, if
-// any: a TestMain calls it before m.Run. It says so on stderr, and ends the
-// process with status 2 on an unknown name. With a bug planted, the tests
-// that depend on what it breaks must fail with a message, and none may
-// hang.
-func ForRun() {
-	name := os.Getenv(EnvVar)
-	if name == "" {
-		return
-	}
-	b, err := lookUp(name)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", EnvVar, err)
-		os.Exit(2)
-	}
-	forRun.Store(int32(b))
-	current.Store(int32(b))
-	fmt.Fprintf(os.Stderr, "%s: bug %q planted for the whole run\n", EnvVar, name)
-}
 
 func lookUp(name string) (Bug, error) {
 	if name == "" {
@@ -104,4 +72,34 @@ func lookUp(name string) (Bug, error) {
 		return None, fmt.Errorf("plant: unknown planted bug %q", name)
 	}
 	return b, nil
+}
+
+// Require skips t, saying how to run it, in a build that cannot plant the
+// bug called name (one without the tag simba_plant), or fails it there when
+// $SIMBA_REQUIRE_SERVERS is 1 (CI, where every test must run). A test that
+// has other processes plant the bug (the chaos harness) calls it.
+func Require(t testing.TB, name string) {
+	t.Helper()
+	if Enabled {
+		return
+	}
+	if os.Getenv("SIMBA_REQUIRE_SERVERS") == "1" {
+		t.Fatalf("plant: this test plants the bug %q, which needs a build with -tags simba_plant (make test builds with it)", name)
+	}
+	t.Skipf("plant: this test plants the bug %q: run it with go test -tags simba_plant (make test does)", name)
+}
+
+// ForTest plants the bug called name for the test t, and puts back the bug
+// planted for the run (see [ForRun]) when t ends. Tests that plant bugs must
+// not run in parallel. In a build without the tag simba_plant it skips t,
+// saying how to run it, or fails it when $SIMBA_REQUIRE_SERVERS is 1 (CI,
+// where every test must run).
+func ForTest(t testing.TB, name string) {
+	t.Helper()
+	Require(t, name)
+	undo, err := Set(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(undo)
 }

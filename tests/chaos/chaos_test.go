@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/internal/check"
+	"github.com/simba-go/simba/internal/plant"
 )
 
 // The shape of every run.
@@ -27,7 +28,12 @@ func testBackend(t *testing.T, w world) {
 	t.Run("NegativeControl", func(t *testing.T) { testControl(t, w, seed, negativeControl) })
 	t.Run("PlantedBug", func(t *testing.T) {
 		for _, c := range plantedBugs {
-			t.Run(c.plant, func(t *testing.T) { testControl(t, w, seed, c) })
+			t.Run(c.plant, func(t *testing.T) {
+				if c.plant != plantOverstatedTTL {
+					plant.Require(t, c.plant) // the clients are this test binary
+				}
+				testControl(t, w, seed, c)
+			})
 		}
 	})
 }
