@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/connectivity"
 
 	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/backend/kit/limit"
+	"github.com/simba-go/simba/backend/kit/option"
 )
 
 var _ backend.Backend = (*Backend)(nil)
@@ -55,6 +57,7 @@ type config struct {
 	prefix      string
 	logger      *slog.Logger
 	maxRequests int
+	lim         *limit.Limiter // of maxRequests slots, made by configure
 	// Only for New: the client's TLS and credentials.
 	tls            *tls.Config
 	user, password string
@@ -261,14 +264,14 @@ func NewFromClient(cli *clientv3.Client, opts ...Option) (*Backend, error) {
 
 func configure(opts []Option) (config, error) {
 	cfg := defaultConfig()
-	for _, o := range opts {
-		if o == nil {
-			return cfg, errors.New("simba/etcd: nil option")
-		}
-		if err := o(&cfg); err != nil {
-			return cfg, err
-		}
+	if err := option.Apply("simba/etcd", &cfg, opts); err != nil {
+		return cfg, err
 	}
+	lim, err := limit.New(cfg.maxRequests)
+	if err != nil {
+		return cfg, fmt.Errorf("simba/etcd: %w", err)
+	}
+	cfg.lim = lim
 	return cfg, nil
 }
 
@@ -276,7 +279,7 @@ func newBackend(cli *clientv3.Client, owned bool, cfg config) *Backend {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Backend{
 		cli:      cli,
-		kv:       newLimitedKV(cli.KV, cfg.maxRequests),
+		kv:       newLimitedKV(cli.KV, cfg.lim),
 		owned:    owned,
 		prefix:   cfg.prefix,
 		log:      cfg.logger,
@@ -314,8 +317,7 @@ func (b *Backend) Open(ctx context.Context, o backend.SessionOptions) (backend.S
 		return nil, fmt.Errorf("simba/etcd: open: etcd client closed: %w", backend.ErrClosed)
 	}
 	seconds := int64((o.TTL + time.Second - 1) / time.Second) // never round down
-	cctx, cancel := context.WithCancel(ctx)
-	defer context.AfterFunc(b.ctx, cancel)()
+	cctx, cancel := bindTo(ctx, b.ctx)
 	defer cancel()
 
 	grant, err := b.cli.Grant(cctx, seconds)

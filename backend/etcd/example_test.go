@@ -67,7 +67,8 @@ func Example() {
 	token := <-tokens
 	fmt.Println("leading ingest, token above zero:", token > 0)
 
-	<-task.Stop() // hand-off: the task ends, then the key is deleted
+	task.Stop()
+	<-task.Done() // hand-off: the task ends, then the key is deleted
 	resp, err := b.Client().Get(context.Background(), "/simba/lease/ingest/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		fmt.Println(err)

@@ -2,14 +2,15 @@ package etcd
 
 import (
 	"context"
-	"errors"
-	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/simba-go/simba/backend/kit/limit"
 )
 
-// limitedKV is the client's KV with a bound on the requests in flight: a
-// request waits for a slot (or for its ctx) before it is sent.
+// limitedKV is the client's KV with a bound on the requests in flight (see
+// backend/kit/limit): a request waits for a slot (or for its ctx) before
+// it is sent; one that ended while it waited reports limit.ErrNotSent.
 //
 // Why: a client that starts ten thousand elections at once would put ten
 // thousand transactions (and their status writes) in front of its own
@@ -28,74 +29,27 @@ import (
 // partitions, and the member came late into the others' views.
 type limitedKV struct {
 	clientv3.KV
-	slots chan struct{}
+	lim *limit.Limiter
 }
 
-func newLimitedKV(kv clientv3.KV, n int) *limitedKV {
-	return &limitedKV{KV: kv, slots: make(chan struct{}, n)}
-}
-
-// errNotSent marks the error of a request that ended while it waited for
-// a slot: it was never sent, so it cannot have taken effect.
-var errNotSent = errors.New("not sent")
-
-// take waits for a slot; if ctx ends first, it returns ctx's error, also
-// marked errNotSent.
-func (k *limitedKV) take(ctx context.Context) error {
-	select {
-	case k.slots <- struct{}{}:
-		if ctx.Err() == nil {
-			return nil
-		}
-		k.free() // ended as the slot came: send nothing
-	case <-ctx.Done():
-	}
-	return fmt.Errorf("%w (%w)", ctx.Err(), errNotSent)
-}
-
-func (k *limitedKV) free() { <-k.slots }
-
-// tryTake takes a slot if one is free now, and reports whether it did; the
-// caller then sends its request on k.KV and frees the slot.
-func (k *limitedKV) tryTake() bool {
-	select {
-	case k.slots <- struct{}{}:
-		return true
-	default:
-		return false
-	}
+func newLimitedKV(kv clientv3.KV, lim *limit.Limiter) *limitedKV {
+	return &limitedKV{KV: kv, lim: lim}
 }
 
 func (k *limitedKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
-	if err := k.take(ctx); err != nil {
-		return nil, err
-	}
-	defer k.free()
-	return k.KV.Get(ctx, key, opts...)
+	return limit.Do(ctx, k.lim, func() (*clientv3.GetResponse, error) { return k.KV.Get(ctx, key, opts...) })
 }
 
 func (k *limitedKV) Put(ctx context.Context, key, val string, opts ...clientv3.OpOption) (*clientv3.PutResponse, error) {
-	if err := k.take(ctx); err != nil {
-		return nil, err
-	}
-	defer k.free()
-	return k.KV.Put(ctx, key, val, opts...)
+	return limit.Do(ctx, k.lim, func() (*clientv3.PutResponse, error) { return k.KV.Put(ctx, key, val, opts...) })
 }
 
 func (k *limitedKV) Delete(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.DeleteResponse, error) {
-	if err := k.take(ctx); err != nil {
-		return nil, err
-	}
-	defer k.free()
-	return k.KV.Delete(ctx, key, opts...)
+	return limit.Do(ctx, k.lim, func() (*clientv3.DeleteResponse, error) { return k.KV.Delete(ctx, key, opts...) })
 }
 
 func (k *limitedKV) Do(ctx context.Context, op clientv3.Op) (clientv3.OpResponse, error) {
-	if err := k.take(ctx); err != nil {
-		return clientv3.OpResponse{}, err
-	}
-	defer k.free()
-	return k.KV.Do(ctx, op)
+	return limit.Do(ctx, k.lim, func() (clientv3.OpResponse, error) { return k.KV.Do(ctx, op) })
 }
 
 func (k *limitedKV) Txn(ctx context.Context) clientv3.Txn {
@@ -125,9 +79,5 @@ func (t *limitedTxn) Else(ops ...clientv3.Op) clientv3.Txn {
 }
 
 func (t *limitedTxn) Commit() (*clientv3.TxnResponse, error) {
-	if err := t.k.take(t.ctx); err != nil {
-		return nil, err
-	}
-	defer t.k.free()
-	return t.Txn.Commit()
+	return limit.Do(t.ctx, t.k.lim, t.Txn.Commit)
 }

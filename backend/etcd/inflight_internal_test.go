@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/backend/kit/limit"
 	"github.com/simba-go/simba/internal/etcdtest"
 )
 
@@ -36,29 +37,33 @@ func (x unsentTxn) Commit() (*clientv3.TxnResponse, error) {
 }
 
 // TestRequestNotSentIsMarked: a request that ends while it waits for a
-// slot, or as the slot comes, reports errNotSent (Acquire then has nothing
+// slot, or as the slot comes, reports limit.ErrNotSent (Acquire then has nothing
 // to undo), and still wraps its context's error.
 func TestRequestNotSentIsMarked(t *testing.T) {
-	k := newLimitedKV(unsentKV{t: t}, 1)
-	if err := k.take(context.Background()); err != nil {
+	lim, err := limit.New(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := newLimitedKV(unsentKV{t: t}, lim)
+	if err := k.lim.Take(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
-	_, err := k.Txn(ctx).Commit()
-	if !errors.Is(err, errNotSent) || !errors.Is(err, context.DeadlineExceeded) {
+	_, err = k.Txn(ctx).Commit()
+	if !errors.Is(err, limit.ErrNotSent) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Commit waiting for a slot: %v", err)
 	}
-	k.free()
+	k.lim.Free()
 
 	// A slot is free, but ctx has ended: send nothing either.
 	done, stop := context.WithCancel(context.Background())
 	stop()
-	if _, err := k.Get(done, "k"); !errors.Is(err, errNotSent) || !errors.Is(err, context.Canceled) {
+	if _, err := k.Get(done, "k"); !errors.Is(err, limit.ErrNotSent) || !errors.Is(err, context.Canceled) {
 		t.Errorf("Get with an ended ctx: %v", err)
 	}
-	if len(k.slots) != 0 {
-		t.Errorf("%d slots taken after requests that were not sent", len(k.slots))
+	if k.lim.InUse() != 0 {
+		t.Errorf("%d slots taken after requests that were not sent", k.lim.InUse())
 	}
 }
 
@@ -78,10 +83,10 @@ func TestMembershipGoesAroundTheBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := bs.(*session)
-	if err := b.kv.take(t.Context()); err != nil { // the only slot
+	if err := b.kv.lim.Take(t.Context()); err != nil { // the only slot
 		t.Fatal(err)
 	}
-	defer b.kv.free()
+	defer b.kv.lim.Free()
 
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()

@@ -7,13 +7,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/backend/kit/limit"
+	"github.com/simba-go/simba/backend/kit/lost"
 )
 
 // Acquire takes the lease called name by queued candidacy: it registers
@@ -46,8 +47,8 @@ import (
 // on one session, the later one frees the earlier one's holding, or makes
 // its wait fail.
 func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, error) {
-	if !backend.ValidName(name) {
-		return nil, nameError("lease", name)
+	if err := checkName("lease", name); err != nil {
+		return nil, err
 	}
 	op := fmt.Sprintf("acquire %q", name)
 	if err := s.overErr(op); err != nil {
@@ -71,7 +72,7 @@ func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, erro
 			Else(clientv3.OpGet(key), clientv3.OpGet(s.key)).
 			Commit()
 		if err != nil {
-			if !isLeaseNotFound(err) && !errors.Is(err, errNotSent) {
+			if !isLeaseNotFound(err) && !errors.Is(err, limit.ErrNotSent) {
 				s.cleanupLater(name, key) // the put may have been applied
 			}
 			return nil, s.failure(ctx, op, err)
@@ -132,7 +133,7 @@ func (s *session) await(ctx, cctx context.Context, op, name, key string, wt *wai
 	holds, gone, superseded := s.turn(wt)
 	switch {
 	case cctx.Err() == nil && holds:
-		l = &lease{s: s, key: key, name: name, token: wt.token}
+		l = &lease{s: s, key: key, name: name, token: wt.token, sig: lost.New()}
 		s.hold(l, wt)
 		return l, false, nil
 	case s.ctx.Err() != nil:
@@ -165,12 +166,12 @@ const withdrawTimeout = time.Second
 // otherwise, or if that fails, by the undo worker (cleanupLater), which
 // batches the withdrawals of many Acquires ending together.
 func (s *session) withdraw(name, key string, token int64) {
-	if s.b.kv.tryTake() {
+	if s.b.kv.lim.TryTake() {
 		ctx, cancel := context.WithTimeout(s.ctx, withdrawTimeout)
 		mine := clientv3.Compare(clientv3.CreateRevision(key), "=", token)
 		_, err := s.b.kv.KV.Txn(ctx).If(mine).Then(clientv3.OpDelete(key)).Commit()
 		cancel()
-		s.b.kv.free()
+		s.b.kv.lim.Free()
 		if err == nil || isLeaseNotFound(err) || s.ctx.Err() != nil {
 			return // withdrawn, or gone with the session
 		}
@@ -343,21 +344,10 @@ type lease struct {
 	key   string // the candidacy key, <prefix>lease/<name>/<session ID>
 	name  string
 	token int64
-
-	mu          sync.Mutex
-	lost        chan struct{} // made by the first call of Lost
-	lostClosed  bool
-	onLost      []onLost // OnLost functions not yet called, in order
-	nextOnLost  int
-	releasing   int  // Release calls in flight
-	released    bool // a Release succeeded
-	pendingLost bool // the key went while a Release was in flight
-}
-
-// onLost is a function registered by OnLost.
-type onLost struct {
-	id int
-	f  func()
+	// sig is Lost. A loss seen while a Release is in flight (maybe the
+	// Release's own delete, seen by the watch before the Release returns)
+	// waits for the Release's outcome.
+	sig *lost.Signal
 }
 
 // Name returns the lease name.
@@ -370,17 +360,7 @@ func (l *lease) Token() uint64 { return uint64(l.token) }
 // candidacy or bound to another etcd lease (seen by the session's watch of the lease
 // keys), or when the session is over, unless the holding ended by its own
 // Release first.
-func (l *lease) Lost() <-chan struct{} {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.lost == nil {
-		l.lost = make(chan struct{})
-		if l.lostClosed {
-			close(l.lost)
-		}
-	}
-	return l.lost
-}
+func (l *lease) Lost() <-chan struct{} { return l.sig.C() }
 
 // Release deletes the candidacy key by a transaction conditional on its
 // create revision, so it never deletes a newer candidacy, and returns an
@@ -413,35 +393,28 @@ func (l *lease) release(ctx context.Context, op string, ops []clientv3.Op) error
 	if err := s.overErr(op); err != nil {
 		return fmt.Errorf("%w: %w", backend.ErrNotHeld, err)
 	}
-	l.mu.Lock()
-	if l.released {
-		l.mu.Unlock()
+	if l.sig.IsReleased() {
 		return l.notHeld(op)
 	}
-	l.releasing++
-	l.mu.Unlock()
-
+	l.sig.BeginRelease()
 	cctx, unbind := s.bind(ctx)
 	defer unbind()
 	mine := clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.token)
 	resp, err := s.b.kv.Txn(cctx).If(mine).Then(append(ops, clientv3.OpDelete(l.key))...).Commit()
-
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.releasing--
 	switch {
 	case err == nil && resp.Succeeded:
-		l.released = true
+		l.sig.EndRelease(true)
 		s.unhold(l)
 		return nil
 	case err == nil:
-		l.closeLostLocked()
+		// Gone, or another candidacy's: lost, though the watch, from which
+		// unhold takes the holding, may not have told it yet.
+		l.sig.EndRelease(false)
+		l.sig.Lose()
 		s.unhold(l)
 		return l.notHeld(op)
 	}
-	if l.pendingLost && l.releasing == 0 {
-		l.closeLostLocked()
-	}
+	l.sig.EndRelease(false) // a loss seen meanwhile is passed on
 	err = s.failure(ctx, op, err)
 	if errors.Is(err, backend.ErrSessionDone) {
 		return fmt.Errorf("%w: %w", backend.ErrNotHeld, err)
@@ -455,62 +428,15 @@ func (l *lease) notHeld(op string) error {
 
 // markLost closes Lost, unless the holding was released; while a Release is
 // in flight it leaves the decision to Release.
-func (l *lease) markLost() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch {
-	case l.released:
-	case l.releasing > 0:
-		l.pendingLost = true
-	default:
-		l.closeLostLocked()
-	}
-}
-
-// closeLostLocked closes Lost and calls the OnLost functions, once. l.mu
-// is held.
-func (l *lease) closeLostLocked() {
-	if l.lostClosed {
-		return
-	}
-	l.lostClosed = true
-	if l.lost != nil {
-		close(l.lost)
-	}
-	calls := l.onLost
-	l.onLost = nil
-	for _, c := range calls {
-		c.f()
-	}
-}
+func (l *lease) markLost() { l.sig.Lose() }
 
 // OnLost calls f once when Lost is closed, at once if it is closed already:
 // the optional [backend.LostNotifier] capability, so that a caller holding
 // many leases needs no goroutine of its own per lease. f runs on the
 // session's goroutine watching the lease keys (or the caller's of Release,
-// Acquire or OnLost), with the lease's lock held, and must not block.
-func (l *lease) OnLost(f func()) (stop func() bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.lostClosed {
-		f()
-		return func() bool { return false }
-	}
-	id := l.nextOnLost
-	l.nextOnLost++
-	l.onLost = append(l.onLost, onLost{id: id, f: f})
-	return func() bool {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		for i, c := range l.onLost {
-			if c.id == id {
-				l.onLost = slices.Delete(l.onLost, i, i+1)
-				return true
-			}
-		}
-		return false
-	}
-}
+// Acquire or OnLost), after the functions registered before it, and must
+// not block.
+func (l *lease) OnLost(f func()) (stop func() bool) { return l.sig.OnLost(f) }
 
 // HeldLeases lists, sorted, the names starting with prefix that have at
 // least one candidacy now, whoever's, each once: one range request over
@@ -555,8 +481,8 @@ var _ backend.CandidateLister = (*session)(nil)
 // first: one range request of <prefix>lease/<name>/, keys only, sorted by
 // create revision. It implements [backend.CandidateLister].
 func (s *session) Candidates(ctx context.Context, name string) ([]string, error) {
-	if !backend.ValidName(name) {
-		return nil, nameError("lease", name)
+	if err := checkName("lease", name); err != nil {
+		return nil, err
 	}
 	op := fmt.Sprintf("candidates of %q", name)
 	if err := s.overErr(op); err != nil {

@@ -7,6 +7,8 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/simba-go/simba/backend/kit/lost"
 )
 
 const me, other = clientv3.LeaseID(7), clientv3.LeaseID(8)
@@ -42,9 +44,12 @@ func event(s *session, key string, st keyState) {
 }
 
 func isLost(l *lease) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.lostClosed
+	select {
+	case <-l.Lost():
+		return true
+	default:
+		return false
+	}
 }
 
 func isDone(wt *waiter) bool {
@@ -66,7 +71,7 @@ func acquireAt(s *session, token int64, events ...keyState) *lease {
 		event(s, mine, st)
 	}
 	wt := s.queue("k", token, map[string]int64{})
-	l := &lease{s: s, key: mine, name: "k", token: token}
+	l := &lease{s: s, key: mine, name: "k", token: token, sig: lost.New()}
 	s.hold(l, wt)
 	return l
 }
@@ -146,7 +151,7 @@ func TestLeaseWatchRegistration(t *testing.T) {
 	t.Run("released", func(t *testing.T) {
 		s := testSession(t)
 		l := acquireAt(s, 10)
-		l.released = true
+		l.sig.Released()
 		s.unhold(l)
 		event(s, mine, del(11))
 		if isLost(l) || len(s.lw.names) != 0 {
@@ -185,7 +190,7 @@ func TestQueueOlderSet(t *testing.T) {
 		if holds, gone, _ := s.turn(wt); !holds || gone {
 			t.Errorf("turn: holds %v, gone %v; want true, false", holds, gone)
 		}
-		l := &lease{s: s, key: mine, name: "k", token: 10}
+		l := &lease{s: s, key: mine, name: "k", token: 10, sig: lost.New()}
 		s.hold(l, wt)
 		if isLost(l) {
 			t.Error("the holding is lost")

@@ -11,6 +11,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/backend/kit/frame"
+	"github.com/simba-go/simba/backend/kit/wake"
 )
 
 // memberRecord is the value of a member key, in JSON: {"id":"…","data":"…"},
@@ -23,8 +25,8 @@ type memberRecord struct {
 // Join writes the member key <prefix>group/<group>/<session ID>, bound to the
 // session's etcd lease, with m's ID (the session ID when empty) and Data.
 func (s *session) Join(ctx context.Context, group string, m backend.Member) error {
-	if !backend.ValidName(group) {
-		return nameError("group", group)
+	if err := checkName("group", group); err != nil {
+		return err
 	}
 	if len(m.Data) > backend.MaxMemberData {
 		return fmt.Errorf("simba/etcd: join %q: member data of %d bytes exceeds %d", group, len(m.Data), backend.MaxMemberData)
@@ -51,8 +53,8 @@ func (s *session) Join(ctx context.Context, group string, m backend.Member) erro
 
 // Leave deletes the session's member key of group, if any.
 func (s *session) Leave(ctx context.Context, group string) error {
-	if !backend.ValidName(group) {
-		return nameError("group", group)
+	if err := checkName("group", group); err != nil {
+		return err
 	}
 	op := fmt.Sprintf("leave %q", group)
 	if err := s.overErr(op); err != nil {
@@ -80,8 +82,8 @@ func (s *session) Members(ctx context.Context, group string) ([]backend.Member, 
 // MembersWithSkipped is Members, which also returns the member keys it
 // skipped, by their session part.
 func (s *session) MembersWithSkipped(ctx context.Context, group string) ([]backend.Member, []backend.MalformedError, error) {
-	if !backend.ValidName(group) {
-		return nil, nil, nameError("group", group)
+	if err := checkName("group", group); err != nil {
+		return nil, nil, err
 	}
 	op := fmt.Sprintf("members of %q", group)
 	if err := s.overErr(op); err != nil {
@@ -114,7 +116,7 @@ func (b *Backend) members(ctx context.Context, group string, fail func(error) er
 			}
 			skipped = append(skipped, backend.MalformedError{
 				Key:    session,
-				Reason: fmt.Sprintf("value %s, not a member record (JSON with an id): %s", quoteStart(kv.Value), why),
+				Reason: fmt.Sprintf("value %s, not a member record (JSON with an id): %s", frame.Quote(kv.Value), why),
 			})
 			continue
 		}
@@ -128,8 +130,8 @@ func (b *Backend) members(ctx context.Context, group string, fail func(error) er
 // watch, so every change after it returns is signalled. The channel is
 // closed when ctx ends or the session is over.
 func (s *session) WatchMembers(ctx context.Context, group string) (<-chan struct{}, error) {
-	if !backend.ValidName(group) {
-		return nil, nameError("group", group)
+	if err := checkName("group", group); err != nil {
+		return nil, err
 	}
 	return s.watchHints(ctx, fmt.Sprintf("watch members of %q", group), s.b.groupPrefix(group))
 }
@@ -204,12 +206,6 @@ func watchHints(s hintOwner, b *Backend, ctx context.Context, op, prefix string)
 // prefix, until ctx ends. A broken watch is set up again from the revision
 // it reached, with a hint in case something was missed.
 func hint(s hintOwner, b *Backend, ctx context.Context, prefix string, wch clientv3.WatchChan, next int64, hints chan<- struct{}) {
-	hint := func() {
-		select {
-		case hints <- struct{}{}:
-		default:
-		}
-	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -218,7 +214,7 @@ func hint(s hintOwner, b *Backend, ctx context.Context, prefix string, wch clien
 			if ok && resp.Err() == nil {
 				if len(resp.Events) > 0 {
 					next = resp.Header.Revision + 1
-					hint()
+					wake.Poke(hints)
 				}
 				continue
 			}
@@ -232,7 +228,7 @@ func hint(s hintOwner, b *Backend, ctx context.Context, prefix string, wch clien
 			if resp.CompactRevision != 0 {
 				opts = opts[:1] // history is gone: from now on
 			}
-			hint()
+			wake.Poke(hints)
 			wch = b.cli.Watch(ctx, prefix, opts...)
 		}
 	}

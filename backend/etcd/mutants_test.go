@@ -21,7 +21,7 @@ import (
 // until the Release has returned (a watch goroutine descheduled on a
 // loaded machine does the same).
 //
-// Kills the mutant backend/etcd/lease.go:438:3:call (l.closeLostLocked()
+// Kills the mutant backend/etcd/lease.go:413:3:call (l.sig.Lose()
 // removed from release's failed-compare branch): fails with "Lost of the
 // deleted holding not closed within 5s of its Release returning ErrNotHeld
 // (...) and of the watch going on".

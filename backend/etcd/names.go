@@ -1,8 +1,16 @@
 package etcd
 
-import "fmt"
+import (
+	"fmt"
 
-// nameError is the error for an invalid lease or group name.
-func nameError(what, name string) error {
-	return fmt.Errorf("simba/etcd: invalid %s name %q: want 1-128 characters of A-Z a-z 0-9 . _ - starting with a letter or digit", what, name)
+	"github.com/simba-go/simba/backend"
+)
+
+// checkName is [backend.CheckName] with the package prefix and what the
+// name is for ("lease", "group").
+func checkName(what, name string) error {
+	if err := backend.CheckName(name); err != nil {
+		return fmt.Errorf("simba/etcd: %s %w", what, err)
+	}
+	return nil
 }

@@ -2,16 +2,15 @@ package etcd
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/backend/kit/frame"
 )
 
 var (
@@ -19,53 +18,26 @@ var (
 	_ backend.SkipReporter = (*session)(nil)
 )
 
-// tokenLen is the length of the token stored in front of a record's value.
-const tokenLen = 8
-
-// A record's key is <prefix>rec/<key>; its value is the token of the write
-// that stored it, 8 bytes big-endian (0 for an unfenced write), followed by
-// the record's value. Big-endian makes the byte order of stored values
-// follow the order of their tokens, which is what lets a transaction
-// compare a record's token with a fence (see tokenAtMost). The key is not
-// bound to any etcd lease: records outlive the session that wrote them.
+// A record's key is <prefix>rec/<key>; its value is the record's stored
+// form (see backend/kit/frame): the token of the write that stored it, 8
+// bytes big-endian (0 for an unfenced write), followed by the record's
+// value. Big-endian makes the byte order of stored values follow the order
+// of their tokens, which is what lets a transaction compare a record's
+// token with a fence (see tokenAtMost). The key is not bound to any etcd
+// lease: records outlive the session that wrote them.
 
 // encodeRecord returns the stored value of a record written with token.
-func encodeRecord(token uint64, value []byte) string {
-	buf := make([]byte, tokenLen+len(value))
-	binary.BigEndian.PutUint64(buf, token)
-	copy(buf[tokenLen:], value)
-	return string(buf)
-}
+func encodeRecord(token uint64, value []byte) string { return string(frame.Encode(token, value)) }
 
 // decodeRecord returns the record stored as kv under base, or a
 // *backend.MalformedError when the stored value is too short to hold the
 // token: a value that this backend did not write (etcdctl put, say).
 func decodeRecord(base string, kv *mvccpb.KeyValue) (backend.Record, *backend.MalformedError) {
-	key := strings.TrimPrefix(string(kv.Key), base)
-	if len(kv.Value) < tokenLen {
-		return backend.Record{}, &backend.MalformedError{
-			Key:    key,
-			Reason: fmt.Sprintf("value %s of %d bytes, shorter than the %d-byte token in front of every record", quoteStart(kv.Value), len(kv.Value), tokenLen),
-		}
+	r, bad := frame.Decode(strings.TrimPrefix(string(kv.Key), base), kv.Value)
+	if bad == nil {
+		r.Version = uint64(kv.ModRevision)
 	}
-	return backend.Record{
-		Key:     key,
-		Value:   append([]byte{}, kv.Value[tokenLen:]...),
-		Version: uint64(kv.ModRevision),
-		Token:   binary.BigEndian.Uint64(kv.Value),
-	}, nil
-}
-
-// maxQuoted bounds the bytes of a stored value that a MalformedError quotes.
-const maxQuoted = 32
-
-// quoteStart quotes the first maxQuoted bytes of b, with "…" when there is
-// more.
-func quoteStart(b []byte) string {
-	if len(b) <= maxQuoted {
-		return strconv.Quote(string(b))
-	}
-	return strconv.Quote(string(b[:maxQuoted])) + "…"
+	return r, bad
 }
 
 // tokenAtMost compares the token stored in front of the value of key with
@@ -78,9 +50,7 @@ func quoteStart(b []byte) string {
 // absence first. token is below math.MaxInt64: a fence with a larger token
 // never matches a lease (see fenceCmps).
 func tokenAtMost(key string, token uint64) clientv3.Cmp {
-	var bound [tokenLen]byte
-	binary.BigEndian.PutUint64(bound[:], token+1)
-	return clientv3.Compare(clientv3.Value(key), "<", string(bound[:]))
+	return clientv3.Compare(clientv3.Value(key), "<", string(frame.Encode(token+1, nil)))
 }
 
 // GetRecord returns the record at key, or an error wrapping
@@ -324,8 +294,8 @@ func (s *session) conflict(op string, cond backend.Condition, resp *clientv3.Txn
 // written with a newer token; kvs holds the record as read.
 func (s *session) newerToken(op string, kvs []*mvccpb.KeyValue, cond backend.Condition) error {
 	var token uint64
-	if len(kvs) > 0 && len(kvs[0].Value) >= tokenLen {
-		token = binary.BigEndian.Uint64(kvs[0].Value)
+	if len(kvs) > 0 {
+		token, _ = frame.Token(kvs[0].Value)
 	}
 	return fmt.Errorf("simba/etcd: %s: written with token %d, newer than %d: %w", op, token, cond.Token, backend.ErrConflict)
 }

@@ -162,8 +162,14 @@ func (s *session) spawn(f func()) bool {
 
 // bind returns a context that ends when ctx ends or the session is over.
 func (s *session) bind(ctx context.Context) (context.Context, context.CancelFunc) {
+	return bindTo(ctx, s.ctx)
+}
+
+// bindTo returns a context that ends when ctx or owner ends (a session's,
+// a view's, the backend's context), and its cancel function.
+func bindTo(ctx, owner context.Context) (context.Context, context.CancelFunc) {
 	cctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(s.ctx, cancel)
+	stop := context.AfterFunc(owner, cancel)
 	return cctx, func() {
 		stop()
 		cancel()
@@ -253,18 +259,9 @@ func (s *session) watchSelf(rev int64) {
 // retryDelay is the pause before a watch is set up again after an error.
 const retryDelay = 100 * time.Millisecond
 
-// pause waits d, jittered (see internal/backoff), unless the session ends
-// first; it reports whether the wait passed.
-func (s *session) pause(d time.Duration) bool {
-	t := time.NewTimer(backoff.Jitter(d))
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-s.ctx.Done():
-		return false
-	}
-}
+// pause waits d, jittered (see backend/kit/backoff), unless the session
+// ends first; it reports whether the wait passed.
+func (s *session) pause(d time.Duration) bool { return backoff.Sleep(s.ctx, backoff.Jitter(d)) }
 
 // watchKey watches key from revision rev, under ctx, until gone reports
 // true for an event, which watchKey then reports. It returns early, not gone,

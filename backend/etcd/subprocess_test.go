@@ -283,7 +283,8 @@ func TestSubprocessKilled(t *testing.T) {
 		if next.term.Token() <= childToken {
 			t.Errorf("round %d: token %d after the killed holder's %d", round, next.term.Token(), childToken)
 		}
-		await.For(t, task.Stop(), closeWait, "round %d: the parent's Stop did not complete", round)
+		task.Stop()
+		await.For(t, task.Done(), closeWait, "round %d: the parent's Stop did not complete", round)
 		// The bound is the system's when the node taking over is healthy:
 		// a round in which it lost its own session (starved of CPU by
 		// other processes, say) measures something else, and is played

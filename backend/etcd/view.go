@@ -87,8 +87,8 @@ func (v *view) ListRecordsWithSkipped(ctx context.Context, prefix string) ([]bac
 // MembersWithSkipped returns the members of group and the member keys
 // that are not member records: one range request.
 func (v *view) MembersWithSkipped(ctx context.Context, group string) ([]backend.Member, []backend.MalformedError, error) {
-	if !backend.ValidName(group) {
-		return nil, nil, nameError("group", group)
+	if err := checkName("group", group); err != nil {
+		return nil, nil, err
 	}
 	op := fmt.Sprintf("members of %q", group)
 	if err := v.overErr(op); err != nil {
@@ -115,8 +115,8 @@ func (v *view) HeldLeases(ctx context.Context, prefix string) ([]string, error) 
 // first (as a session's [backend.CandidateLister] does): one range
 // request, keys only.
 func (v *view) Candidates(ctx context.Context, name string) ([]string, error) {
-	if !backend.ValidName(name) {
-		return nil, nameError("lease", name)
+	if err := checkName("lease", name); err != nil {
+		return nil, err
 	}
 	op := fmt.Sprintf("candidates of %q", name)
 	if err := v.overErr(op); err != nil {
@@ -134,8 +134,8 @@ func (v *view) WatchRecords(ctx context.Context, prefix string) (<-chan struct{}
 
 // WatchMembers watches the members of group.
 func (v *view) WatchMembers(ctx context.Context, group string) (<-chan struct{}, error) {
-	if !backend.ValidName(group) {
-		return nil, nameError("group", group)
+	if err := checkName("group", group); err != nil {
+		return nil, err
 	}
 	return watchHints(v, v.b, ctx, fmt.Sprintf("watch members of %q", group), v.b.groupPrefix(group))
 }
@@ -173,12 +173,7 @@ func (v *view) doneErr(op string) error {
 
 // bind returns a ctx that ends with ctx or the view.
 func (v *view) bind(ctx context.Context) (context.Context, context.CancelFunc) {
-	cctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(v.ctx, cancel)
-	return cctx, func() {
-		stop()
-		cancel()
-	}
+	return bindTo(ctx, v.ctx)
 }
 
 // failure describes err, an error of the etcd client during op: the
@@ -226,13 +221,4 @@ func (v *view) spawn(f func()) bool {
 }
 
 // pause waits for d, jittered, unless the view ends first.
-func (v *view) pause(d time.Duration) bool {
-	t := time.NewTimer(backoff.Jitter(d))
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-v.ctx.Done():
-		return false
-	}
-}
+func (v *view) pause(d time.Duration) bool { return backoff.Sleep(v.ctx, backoff.Jitter(d)) }

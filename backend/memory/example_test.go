@@ -84,7 +84,11 @@ func ExampleNode_Partition() {
 
 // The server may grant another TTL than the one requested.
 func ExampleWithTTLBounds() {
-	srv := memory.New(memory.WithTTLBounds(time.Second, time.Minute))
+	srv, err := memory.NewWithOptions(memory.WithTTLBounds(time.Second, time.Minute))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer srv.Close()
 	s, _ := srv.Open(context.Background(), backend.SessionOptions{TTL: 100 * time.Millisecond})
 	fmt.Println("granted:", s.TTL())

@@ -3,10 +3,9 @@ package memory
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
 
 	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/backend/kit/lost"
 )
 
 // lease is one candidacy of a session for a lease name (see
@@ -21,10 +20,7 @@ type lease struct {
 	told       chan struct{} // closed when the node learns the candidacy holds; guarded by s.b.mu
 	toldClosed bool
 
-	lost       chan struct{} // guarded by s.b.mu
-	lostClosed bool
-	onLost     map[int]func() // guarded by s.b.mu
-	nextOnLost int
+	sig *lost.Signal // Lost, closed (by closeLost) with s.b.mu held
 }
 
 // Name returns the lease name.
@@ -37,7 +33,7 @@ func (l *lease) Token() uint64 { return l.token }
 // its own Release: the session expired or was closed, or acquired the name
 // again. Like Done it is withheld while the node is partitioned and never
 // closed after a crash.
-func (l *lease) Lost() <-chan struct{} { return l.lost }
+func (l *lease) Lost() <-chan struct{} { return l.sig.C() }
 
 // Release ends the holding if it is still the current one (same token) and
 // returns an error wrapping [backend.ErrNotHeld] otherwise.
@@ -74,43 +70,18 @@ func (l *lease) ReleaseWithRecords(ctx context.Context, records []backend.Record
 	})
 }
 
-// OnLost calls f when Lost is closed (at once if it is): the optional
-// [backend.LostNotifier] capability. f runs with the server's lock held and
-// must not block.
+// OnLost calls f when Lost is closed (at once if it is), after the
+// functions registered before it: the optional [backend.LostNotifier]
+// capability. f runs with the server's lock held and must not block.
 func (l *lease) OnLost(f func()) (stop func() bool) {
 	b := l.s.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if l.lostClosed {
-		f()
-		return func() bool { return false }
-	}
-	if l.onLost == nil {
-		l.onLost = map[int]func(){}
-	}
-	id := l.nextOnLost
-	l.nextOnLost++
-	l.onLost[id] = f
-	return func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		_, ok := l.onLost[id]
-		delete(l.onLost, id)
-		return ok
-	}
+	return l.sig.OnLost(f)
 }
 
 // closeLost closes Lost, once, and calls the OnLost functions. b.mu is held.
-func (l *lease) closeLost() {
-	if !l.lostClosed {
-		l.lostClosed = true
-		close(l.lost)
-		for _, id := range slices.Sorted(maps.Keys(l.onLost)) {
-			l.onLost[id]()
-		}
-		l.onLost = nil
-	}
-}
+func (l *lease) closeLost() { l.sig.Lose() }
 
 // closeTold tells the node that the candidacy holds the lease, once.
 // b.mu is held.

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/backend/kit/wake"
 )
 
 // watcher is one WatchMembers channel.
@@ -25,12 +26,8 @@ type watcher struct {
 
 // hint signals a possible change, without blocking. b.mu is held.
 func (w *watcher) hint() {
-	if w.closed {
-		return
-	}
-	select {
-	case w.ch <- struct{}{}:
-	default:
+	if !w.closed {
+		wake.Poke(w.ch)
 	}
 }
 
@@ -45,8 +42,8 @@ func (w *watcher) close() {
 // Join makes the session a member of group. An empty m.ID is replaced by the
 // session's ID; m.Data is copied.
 func (s *session) Join(ctx context.Context, group string, m backend.Member) error {
-	if !backend.ValidName(group) {
-		return nameError("group", group)
+	if err := checkName("group", group); err != nil {
+		return err
 	}
 	if len(m.Data) > backend.MaxMemberData {
 		return fmt.Errorf("simba/memory: join %q: member data of %d bytes exceeds %d", group, len(m.Data), backend.MaxMemberData)
@@ -74,8 +71,8 @@ func (s *session) Join(ctx context.Context, group string, m backend.Member) erro
 
 // Leave ends the session's membership of group, if any.
 func (s *session) Leave(ctx context.Context, group string) error {
-	if !backend.ValidName(group) {
-		return nameError("group", group)
+	if err := checkName("group", group); err != nil {
+		return err
 	}
 	b := s.b
 	return s.n.exchange(ctx, opLeave, s, func() (func(), error) {
@@ -91,8 +88,8 @@ func (s *session) Leave(ctx context.Context, group string) error {
 
 // Members lists the members of group, ordered by Session.
 func (s *session) Members(ctx context.Context, group string) ([]backend.Member, error) {
-	if !backend.ValidName(group) {
-		return nil, nameError("group", group)
+	if err := checkName("group", group); err != nil {
+		return nil, err
 	}
 	b := s.b
 	var out []backend.Member
@@ -144,8 +141,8 @@ func (b *Backend) heldLeases(prefix string) []string {
 // the members of group, delivered through the node's notifications. It is
 // closed when ctx ends or the session is over.
 func (s *session) WatchMembers(ctx context.Context, group string) (<-chan struct{}, error) {
-	if !backend.ValidName(group) {
-		return nil, nameError("group", group)
+	if err := checkName("group", group); err != nil {
+		return nil, err
 	}
 	return s.watch(ctx, &watcher{s: s, n: s.n, group: group, ch: make(chan struct{}, 1)}, opWatchMembers)
 }

@@ -45,7 +45,8 @@ func TestConformanceTTLBounds(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			backendtest.Run(t, func(t *testing.T) backend.Backend {
-				b := memory.New(memory.WithTTLBounds(bounds[0], bounds[1]))
+				b, err := memory.NewWithOptions(memory.WithTTLBounds(bounds[0], bounds[1]))
+				require.NoError(t, err)
 				t.Cleanup(func() { b.Close() })
 				return b
 			}, backendtest.WithSynctest())
@@ -184,7 +185,8 @@ func TestExpiryTiming(t *testing.T) {
 
 func TestTTLBounds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := memory.New(memory.WithTTLBounds(2*time.Second, 10*time.Second))
+		srv, err := memory.NewWithOptions(memory.WithTTLBounds(2*time.Second, 10*time.Second))
+		require.NoError(t, err)
 		defer srv.Close()
 		for requested, granted := range map[time.Duration]time.Duration{
 			time.Millisecond: 2 * time.Second,
@@ -206,11 +208,31 @@ func TestTTLBounds(t *testing.T) {
 		acquire(t, b, "x")
 		assert.Equal(t, 2*time.Second, time.Since(start))
 	})
-	for _, bounds := range [][2]time.Duration{{-1, 0}, {0, -1}, {2, 1}} {
-		assert.Panics(t, func() { memory.New(memory.WithTTLBounds(bounds[0], bounds[1])) }, "bounds %v", bounds)
-	}
-	assert.NotPanics(t, func() { memory.New(memory.WithTTLBounds(0, time.Second)).Close() })
 	assert.Panics(t, func() { memory.New().Node("a").SetDelay(-1, 0) })
+}
+
+// TestOptionsRefuseBadValues: NewWithOptions reports a bad option's value,
+// and makes no server.
+func TestOptionsRefuseBadValues(t *testing.T) {
+	for _, c := range []struct {
+		opts []memory.Option
+		says string
+	}{
+		{[]memory.Option{memory.WithTTLBounds(-1, 0)}, "simba/memory: WithTTLBounds: negative bound"},
+		{[]memory.Option{memory.WithTTLBounds(0, -1)}, "simba/memory: WithTTLBounds: negative bound"},
+		{[]memory.Option{memory.WithTTLBounds(2, 1)}, "simba/memory: WithTTLBounds: min 2ns above max 1ns"},
+		{[]memory.Option{nil}, "simba/memory: nil option"},
+	} {
+		b, err := memory.NewWithOptions(c.opts...)
+		assert.Nil(t, b)
+		assert.ErrorContains(t, err, c.says)
+	}
+	for _, bounds := range [][2]time.Duration{{0, time.Second}, {time.Second, 0}, {time.Second, time.Second}, {0, 0}} {
+		b, err := memory.NewWithOptions(memory.WithTTLBounds(bounds[0], bounds[1]))
+		if assert.NoError(t, err, "bounds %v", bounds) {
+			b.Close()
+		}
+	}
 }
 
 func TestHistoryAndStats(t *testing.T) {
@@ -435,8 +457,11 @@ func TestInvalidInput(t *testing.T) {
 	defer srv.Close()
 	s := open(t, srv, time.Hour)
 	_, err := s.Acquire(t.Context(), "bad/name")
-	assert.EqualError(t, err, `simba/memory: invalid lease name "bad/name": want 1-128 characters of A-Z a-z 0-9 . _ - starting with a letter or digit`)
-	assert.ErrorContains(t, s.Join(t.Context(), ".g", backend.Member{}), `invalid group name ".g"`)
+	assert.EqualError(t, err, `simba/memory: lease invalid name "bad/name": character '/' at byte 3 (allowed: A-Z a-z 0-9 . _ -, first a letter or digit)`)
+	assert.ErrorIs(t, err, backend.ErrInvalidName)
+	err = s.Join(t.Context(), ".g", backend.Member{})
+	assert.ErrorContains(t, err, `simba/memory: group invalid name ".g": character '.' at byte 0`)
+	assert.ErrorIs(t, err, backend.ErrInvalidName)
 	err = s.Join(t.Context(), "g", backend.Member{Data: make([]byte, backend.MaxMemberData+1)})
 	assert.ErrorContains(t, err, "exceeds 1024")
 	assert.Equal(t, memory.Stats{Open: 1}, srv.Stats(), "invalid calls are refused before they are sent")

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/backend/kit/lost"
+	"github.com/simba-go/simba/backend/kit/option"
 )
 
 var (
@@ -59,8 +61,10 @@ type Backend struct {
 	stats       Stats
 }
 
-// Option configures a [Backend] made by [New].
-type Option func(*config)
+// Option configures a [Backend] made by [NewWithOptions]. Options refuse
+// bad values: NewWithOptions returns their error instead of correcting
+// them.
+type Option func(*config) error
 
 type config struct {
 	minTTL, maxTTL time.Duration
@@ -72,9 +76,18 @@ type config struct {
 // differs from the requested one, as etcd (which raises small TTLs to its
 // minimum) and ZooKeeper (which negotiates the session timeout) do.
 //
-// New panics if a bound is negative or min > max.
+// A negative bound, or min above max (both given), is an error.
 func WithTTLBounds(min, max time.Duration) Option {
-	return func(c *config) { c.minTTL, c.maxTTL = min, max }
+	return func(c *config) error {
+		switch {
+		case min < 0 || max < 0:
+			return fmt.Errorf("simba/memory: WithTTLBounds: negative bound in [%v, %v]", min, max)
+		case min > 0 && max > 0 && min > max:
+			return fmt.Errorf("simba/memory: WithTTLBounds: min %v above max %v", min, max)
+		}
+		c.minTTL, c.maxTTL = min, max
+		return nil
+	}
 }
 
 // grant returns the TTL granted for the requested one.
@@ -88,15 +101,22 @@ func (c config) grant(requested time.Duration) time.Duration {
 	return requested
 }
 
-// New returns a new, empty server.
-func New(opts ...Option) *Backend {
+// New returns a new, empty server that grants every session the TTL it
+// requests. [NewWithOptions] configures it.
+func New() *Backend { return newBackend(config{}) }
+
+// NewWithOptions returns a new, empty server configured by opts, or the
+// error of the first option that refuses its value.
+func NewWithOptions(opts ...Option) (*Backend, error) {
 	var cfg config
-	for _, o := range opts {
-		o(&cfg)
+	if err := option.Apply("simba/memory", &cfg, opts); err != nil {
+		return nil, err
 	}
-	if cfg.minTTL < 0 || cfg.maxTTL < 0 || (cfg.minTTL > 0 && cfg.maxTTL > 0 && cfg.minTTL > cfg.maxTTL) {
-		panic(fmt.Sprintf("simba/memory: invalid TTL bounds [%v, %v]", cfg.minTTL, cfg.maxTTL))
-	}
+	return newBackend(cfg), nil
+}
+
+// newBackend returns a new, empty server with cfg.
+func newBackend(cfg config) *Backend {
 	b := &Backend{
 		cfg:      cfg,
 		nodes:    make(map[string]*Node),
@@ -244,7 +264,7 @@ func (b *Backend) endSession(s *session, reason string) {
 // serves it at once if the queue was empty. b.mu is held.
 func (b *Backend) register(s *session, name string) *lease {
 	b.token++
-	l := &lease{s: s, name: name, token: b.token, lost: make(chan struct{}), told: make(chan struct{}), grant: -1}
+	l := &lease{s: s, name: name, token: b.token, sig: lost.New(), told: make(chan struct{}), grant: -1}
 	b.queues[name] = append(b.queues[name], l)
 	s.cands[l] = struct{}{}
 	if len(b.queues[name]) == 1 {
@@ -326,7 +346,11 @@ func (b *Backend) candidates(name string) []string {
 	return ids
 }
 
-// nameError describes an invalid lease or group name.
-func nameError(what, name string) error {
-	return fmt.Errorf("simba/memory: invalid %s name %q: want 1-128 characters of A-Z a-z 0-9 . _ - starting with a letter or digit", what, name)
+// checkName is [backend.CheckName] with the package prefix and what the
+// name is for ("lease", "group").
+func checkName(what, name string) error {
+	if err := backend.CheckName(name); err != nil {
+		return fmt.Errorf("simba/memory: %s %w", what, err)
+	}
+	return nil
 }

@@ -69,8 +69,8 @@ func (s *session) KeepAlive(ctx context.Context) (time.Duration, error) {
 // "reacquired"). When ctx ends first the candidacy is withdrawn, if the
 // link lets the withdrawal through, or else stays until the session ends.
 func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, error) {
-	if !backend.ValidName(name) {
-		return nil, nameError("lease", name)
+	if err := checkName("lease", name); err != nil {
+		return nil, err
 	}
 	b := s.b
 	var l *lease
@@ -146,8 +146,8 @@ func (s *session) withdraw(ctx context.Context, l *lease) {
 // lease called name, oldest (the holder) first: the optional
 // [backend.CandidateLister] capability.
 func (s *session) Candidates(ctx context.Context, name string) ([]string, error) {
-	if !backend.ValidName(name) {
-		return nil, nameError("lease", name)
+	if err := checkName("lease", name); err != nil {
+		return nil, err
 	}
 	var ids []string
 	err := s.n.exchange(ctx, opCandidates, s, func() (func(), error) {

@@ -92,8 +92,8 @@ func (v *view) ListRecordsWithSkipped(ctx context.Context, prefix string) ([]bac
 // MembersWithSkipped returns the members of group, ordered by Session;
 // none is ever skipped.
 func (v *view) MembersWithSkipped(ctx context.Context, group string) ([]backend.Member, []backend.MalformedError, error) {
-	if !backend.ValidName(group) {
-		return nil, nil, nameError("group", group)
+	if err := checkName("group", group); err != nil {
+		return nil, nil, err
 	}
 	var out []backend.Member
 	err := v.read(ctx, opMembers, func(b *Backend) error {
@@ -123,8 +123,8 @@ func (v *view) WatchRecords(ctx context.Context, prefix string) (<-chan struct{}
 // WatchMembers returns a channel of hints after changes to the members of
 // group.
 func (v *view) WatchMembers(ctx context.Context, group string) (<-chan struct{}, error) {
-	if !backend.ValidName(group) {
-		return nil, nameError("group", group)
+	if err := checkName("group", group); err != nil {
+		return nil, err
 	}
 	return v.watch(ctx, &watcher{v: v, n: v.n, group: group, ch: make(chan struct{}, 1)}, opWatchMembers)
 }

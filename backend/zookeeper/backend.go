@@ -16,6 +16,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/backend/kit/option"
 )
 
 var _ backend.Backend = (*Backend)(nil)
@@ -52,13 +53,8 @@ func New(servers []string, opts ...Option) (*Backend, error) {
 		addrs[i] = a
 	}
 	cfg := defaults()
-	for _, o := range opts {
-		if o == nil {
-			return nil, errors.New("simba/zookeeper: nil option")
-		}
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	if err := option.Apply("simba/zookeeper", &cfg, opts); err != nil {
+		return nil, err
 	}
 	cfg.defaultACL()
 	return &Backend{
@@ -133,7 +129,11 @@ func (b *Backend) Open(ctx context.Context, o backend.SessionOptions) (backend.S
 		b.mu.Unlock()
 		return nil, fmt.Errorf("simba/zookeeper: open: %w", backend.ErrClosed)
 	}
-	s := newSession(b, int32(ms))
+	s, err := newSession(b, int32(ms))
+	if err != nil {
+		b.mu.Unlock()
+		return nil, fmt.Errorf("simba/zookeeper: open: %w", err)
+	}
 	b.sessions[s] = struct{}{}
 	b.mu.Unlock()
 

@@ -40,6 +40,7 @@ func Example() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	<-ctx.Done()  // until Ctrl-C
-	<-task.Stop() // hand-off: the task ends, then the znode is deleted
+	<-ctx.Done() // until Ctrl-C
+	task.Stop()
+	<-task.Done() // hand-off: the task ends, then the znode is deleted
 }

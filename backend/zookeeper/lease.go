@@ -12,6 +12,8 @@ import (
 
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/kit/backoff"
+	"github.com/simba-go/simba/backend/kit/lost"
+	"github.com/simba-go/simba/backend/kit/wake"
 )
 
 // leaseState is where a candidacy stands.
@@ -30,19 +32,17 @@ const (
 type lease struct {
 	s       *session
 	name    string
-	lost    chan struct{}
+	sig     *lost.Signal  // Lost
 	wake    chan struct{} // buffer of one: older emptied, or the znode went
 	path    string        // the candidacy znode, once created (guarded by s.mu until held)
 	token   uint64        // the znode's czxid (set before it is held)
 	version int32         // the znode's data version when read
 
 	// Guarded by s.mu.
-	state      leaseState
-	older      map[string]bool // pending: older candidacies not known to be gone
-	releasing  bool            // Release or a re-Acquire is deleting the znode
-	deleted    bool            // the znode was deleted while pending or releasing
-	onLost     map[int]func()  // OnLost functions not yet called
-	nextOnLost int
+	state     leaseState
+	older     map[string]bool // pending: older candidacies not known to be gone
+	releasing bool            // Release or a re-Acquire is deleting the znode
+	deleted   bool            // the znode was deleted while pending or releasing
 }
 
 // Name returns the lease name.
@@ -58,64 +58,33 @@ func (l *lease) Token() uint64 { return l.token }
 // session is over. It hears of a deletion from a watch on the
 // znode, so it closes late, or only once the session is declared over,
 // while the server cannot be reached.
-func (l *lease) Lost() <-chan struct{} { return l.lost }
+func (l *lease) Lost() <-chan struct{} { return l.sig.C() }
 
 // OnLost arranges for f to run once when Lost is closed: it implements
 // [backend.LostNotifier]. f runs on go-zookeeper's receiving goroutine or
-// on the goroutine that ends the session, with the session's lock held, or
-// before OnLost returns when Lost is closed already; it must not block nor
-// call the session. stop cancels the call and reports whether it did so
-// before f started.
-func (l *lease) OnLost(f func()) (stop func() bool) {
-	s := l.s
-	s.mu.Lock()
-	select {
-	case <-l.lost:
-		s.mu.Unlock()
-		f()
-		return func() bool { return false }
-	default:
-	}
-	if l.onLost == nil {
-		l.onLost = make(map[int]func())
-	}
-	id := l.nextOnLost
-	l.nextOnLost++
-	l.onLost[id] = f
-	s.mu.Unlock()
-	return func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		_, ok := l.onLost[id]
-		delete(l.onLost, id)
-		return ok
-	}
-}
+// on the goroutine that ends the session, with the session's lock held,
+// after the functions registered before it, or before OnLost returns when
+// Lost is closed already; it must not block nor call the session. stop
+// cancels the call and reports whether it did so before f started.
+func (l *lease) OnLost(f func()) (stop func() bool) { return l.sig.OnLost(f) }
 
-// endLocked ends the holding; lost closes the Lost channel and runs the
-// OnLost functions. s.mu is held.
-func (l *lease) endLocked(lost bool) {
+// endLocked ends the holding; lose closes the Lost channel and runs the
+// OnLost functions, and otherwise (released by its owner) Lost stays open.
+// s.mu is held.
+func (l *lease) endLocked(lose bool) {
 	if l.state == leaseEnded {
 		return
 	}
 	l.state = leaseEnded
-	if lost {
-		close(l.lost)
-		fs := l.onLost
-		l.onLost = nil
-		for _, f := range fs {
-			f()
-		}
+	if lose {
+		l.sig.Lose()
+	} else {
+		l.sig.Released()
 	}
 }
 
 // signalLocked wakes the Acquire waiting on l. s.mu is held.
-func (l *lease) signalLocked() {
-	select {
-	case l.wake <- struct{}{}:
-	default:
-	}
-}
+func (l *lease) signalLocked() { wake.Poke(l.wake) }
 
 // leaseEvent handles a watch event for the candidacy znode path of lease
 // name: the session's own (Lost), or an older one a waiting Acquire counts.
@@ -228,8 +197,8 @@ var errLeaseGone = errors.New("znode gone or not ours")
 // a create's outcome is unknown), the session does so as soon as it can:
 // until then the candidacy keeps its place in the queue.
 func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, error) {
-	if !validName(name) {
-		return nil, nameError("lease", name)
+	if err := checkName("lease", name); err != nil {
+		return nil, err
 	}
 	const op = "acquire"
 	if err := s.live(op); err != nil {
@@ -317,43 +286,85 @@ func (a *acquisition) stopped(ctx context.Context) error {
 //
 // Registration is two round trips. The create, and a listing of the
 // container's children sent right behind it as soon as the create is on
-// the wire (the server answers a session's requests in order, so the
-// listing sees the create): the candidacies older than this one are those
+// the wire (see create): the candidacies older than this one are those
 // listed with a lower sequence number; none can appear later. Then, sent
-// together: an exists watch on the new znode (its czxid is the token; the
-// watch closes Lost), an exists watch on each older candidacy (their
-// delete events are counted), and a delete of every candidacy of this
-// session's left by an earlier attempt.
+// together (see watch): an exists watch on the new znode (its czxid is the
+// token; the watch closes Lost), an exists watch on each older candidacy
+// (their delete events are counted), and a delete of every candidacy of
+// this session's left by an earlier attempt. Then it waits for its turn
+// (see await).
 func (a *acquisition) attempt(ctx context.Context) (*lease, error) {
 	s := a.s
-	l := &lease{s: s, name: a.name, lost: make(chan struct{}), wake: make(chan struct{}, 1)}
+	l, prefix, err := a.register()
+	if err != nil {
+		return nil, err
+	}
+	defer a.unregister(l) // unless held
+	path, me, children, err := a.create(ctx, prefix)
+	if path == "" {
+		return nil, err
+	}
+	older, orphans := a.sortOut(me, children)
 	s.mu.Lock()
-	if s.over {
-		s.mu.Unlock()
-		return nil, s.live("acquire")
+	l.path = path
+	l.older = make(map[string]bool, len(older))
+	for _, o := range older {
+		l.older[o] = true
 	}
-	s.leases[a.name] = l // pending: events are recorded from now on
-	s.nonce++
-	prefix := s.p.candidacyPrefix(a.name, s.sid, s.nonce)
 	s.mu.Unlock()
-	held := false
-	defer func() {
-		if !held {
-			s.mu.Lock()
-			if s.leases[a.name] == l {
-				delete(s.leases, a.name)
-			}
-			s.mu.Unlock()
-		}
-	}()
-
-	type listing struct {
-		children []string
-		stat     *zk.Stat
+	st, err := a.watch(ctx, l, older, orphans)
+	if err != nil {
+		a.withdraw(path, -1)
+		return nil, err
 	}
-	list := func(c *zk.Conn) (listing, error) {
-		ch, st, err := c.Children(a.dir)
-		return listing{ch, st}, err
+	if st == nil {
+		return nil, nil // deleted meanwhile: register again
+	}
+	l.token, l.version = uint64(st.Czxid), st.Version
+	return a.await(ctx, l)
+}
+
+// register makes the pending holding of this attempt the session's lease
+// of the name, so that watch events are recorded from now on, and returns
+// it with the path prefix of its candidacy (a new nonce).
+func (a *acquisition) register() (l *lease, prefix string, err error) {
+	s := a.s
+	l = &lease{s: s, name: a.name, sig: lost.New(), wake: make(chan struct{}, 1)}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.over {
+		return nil, "", s.live("acquire")
+	}
+	s.leases[a.name] = l
+	s.nonce++
+	return l, s.p.candidacyPrefix(a.name, s.sid, s.nonce), nil
+}
+
+// unregister removes l, an attempt's holding, from the session's leases
+// unless it is held.
+func (a *acquisition) unregister(l *lease) {
+	s := a.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l.state != leaseHeld && s.leases[a.name] == l {
+		delete(s.leases, a.name)
+	}
+}
+
+// create creates the candidacy znode, sequential under prefix, and lists
+// the container's children right behind it, sent as soon as the create is
+// on the wire: the server answers a session's requests in order, so the
+// listing sees the create. When that listing cannot serve (the create was
+// answered first, or an earlier create of this attempt's prefix was the
+// one sent), the children are listed again. It returns the candidacy's
+// path and parsed name, and the children; or no path and an error, or
+// neither to try again at once (the container was missing, and is created
+// now).
+func (a *acquisition) create(ctx context.Context, prefix string) (path string, me candidacy, children []string, err error) {
+	s := a.s
+	list := func(c *zk.Conn) ([]string, error) {
+		children, _, err := c.Children(a.dir)
+		return children, err
 	}
 	sent, forget := s.link.awaitCreateSent(prefix)
 	defer forget()
@@ -361,9 +372,9 @@ func (a *acquisition) attempt(ctx context.Context) (*lease, error) {
 		return c.Create(prefix, nil, zk.FlagEphemeralSequential, s.b.cfg.acl)
 	})
 	if create == nil {
-		return nil, s.live("acquire")
+		return "", me, nil, s.live("acquire")
 	}
-	var behind *request[listing]
+	var behind *request[[]string]
 	select {
 	case <-sent:
 		behind = start(s, ctx, list)
@@ -371,49 +382,54 @@ func (a *acquisition) attempt(ctx context.Context) (*lease, error) {
 	case <-ctx.Done():
 	case <-s.ctx.Done():
 	}
-	path, err := create.wait(ctx, "acquire: create")
+	path, err = create.wait(ctx, "acquire: create")
 	switch {
 	case err == nil:
 	case refused(err):
-		return nil, err // answered: nothing was created
+		return "", me, nil, err // answered: nothing was created
 	case errors.Is(err, zk.ErrNoNode):
 		_, err := call(s, ctx, "acquire: create the lease's container", func(c *zk.Conn) (struct{}, error) {
 			return struct{}{}, s.ensureDir(c, a.dir)
 		})
-		return nil, err
+		return "", me, nil, err
 	case errors.Is(err, zk.ErrNoChildrenForEphemerals):
-		return nil, fmt.Errorf("simba/zookeeper: acquire %q: %s is an ephemeral znode, the lease layout of an earlier simba version; it goes with its session: %w", a.name, a.dir, err)
+		return "", me, nil, fmt.Errorf("simba/zookeeper: acquire %q: %s is an ephemeral znode, the lease layout of an earlier simba version; it goes with its session: %w", a.name, a.dir, err)
 	default:
 		if !errors.Is(err, zk.ErrNodeExists) {
 			a.unknown = append(a.unknown, create) // maybe applied: swept once answered
 		}
-		return nil, err
+		return "", me, nil, err
 	}
 	own := path[len(a.dir)+1:]
 	me, ok := parseCandidacy(own)
 	if !ok {
-		return nil, fmt.Errorf("simba/zookeeper: acquire %q: the server named the candidacy %q", a.name, path)
+		return "", me, nil, fmt.Errorf("simba/zookeeper: acquire %q: the server named the candidacy %q", a.name, path)
 	}
-	var ls listing
 	lerr := errors.New("not listed")
 	if behind != nil {
-		ls, lerr = behind.wait(ctx, "acquire: list")
+		children, lerr = behind.wait(ctx, "acquire: list")
 	}
-	if lerr == nil && !slices.Contains(ls.children, own) {
+	if lerr == nil && !slices.Contains(children, own) {
 		lerr = errors.New("listed before the create") // an earlier create was the one sent
 	}
 	if lerr != nil {
-		ls, lerr = call(s, ctx, "acquire: list", list)
+		children, lerr = call(s, ctx, "acquire: list", list)
 	}
 	if lerr != nil {
 		a.withdraw(path, -1)
-		return nil, lerr
+		return "", me, nil, lerr
 	}
-	var older, orphans []string
-	for _, c := range queue(ls.children) {
+	return path, me, children, nil
+}
+
+// sortOut returns the paths of the candidacies among children older than
+// me, the attempt's own, and of the session's own other candidacies (left
+// by an earlier attempt), to be deleted.
+func (a *acquisition) sortOut(me candidacy, children []string) (older, orphans []string) {
+	for _, c := range queue(children) {
 		switch {
-		case c.name == own:
-		case c.sid == s.sid:
+		case c.name == me.name:
+		case c.sid == a.s.sid:
 			orphans = append(orphans, a.dir+"/"+c.name)
 			if c.seq < me.seq {
 				older = append(older, a.dir+"/"+c.name)
@@ -422,23 +438,23 @@ func (a *acquisition) attempt(ctx context.Context) (*lease, error) {
 			older = append(older, a.dir+"/"+c.name)
 		}
 	}
-	s.mu.Lock()
-	l.path = path
-	l.older = make(map[string]bool, len(older))
-	for _, o := range older {
-		l.older[o] = true
-	}
-	s.mu.Unlock()
+	return older, orphans
+}
 
-	// The watches and deletes, together.
+// watch sends together, in one round trip, an exists watch on l's znode,
+// an exists watch on each older candidacy (one found gone already leaves
+// l.older), and a delete of each orphan. It returns the stat of l's znode,
+// nil when it is gone already.
+func (a *acquisition) watch(ctx context.Context, l *lease, older, orphans []string) (*zk.Stat, error) {
+	s := a.s
 	var st *zk.Stat
 	present := false
-	_, err = call(s, ctx, "acquire: watch", func(c *zk.Conn) (struct{}, error) {
+	_, err := call(s, ctx, "acquire: watch", func(c *zk.Conn) (struct{}, error) {
 		return struct{}{}, together(1+len(older)+len(orphans), func(i int) error {
 			switch {
 			case i == 0:
 				var err error
-				present, st, _, err = c.ExistsW(path)
+				present, st, _, err = c.ExistsW(l.path)
 				return err
 			case i <= len(older):
 				ok, _, _, err := c.ExistsW(older[i-1])
@@ -457,15 +473,18 @@ func (a *acquisition) attempt(ctx context.Context) (*lease, error) {
 			}
 		})
 	})
-	if err != nil {
-		a.withdraw(path, -1)
+	if err != nil || !present {
 		return nil, err
 	}
-	if !present {
-		return nil, nil // deleted meanwhile: register again
-	}
-	l.token, l.version = uint64(st.Czxid), st.Version
+	return st, nil
+}
 
+// await waits until every candidacy older than l is gone, and returns l,
+// held; or neither when l's znode was deleted meanwhile, to register
+// again; or an error when ctx ends (l is withdrawn) or the session is
+// over.
+func (a *acquisition) await(ctx context.Context, l *lease) (*lease, error) {
+	s := a.s
 	for {
 		s.mu.Lock()
 		switch {
@@ -477,7 +496,6 @@ func (a *acquisition) attempt(ctx context.Context) (*lease, error) {
 			return nil, nil // deleted while it waited: register again
 		case len(l.older) == 0:
 			l.state = leaseHeld
-			held = true
 			s.mu.Unlock()
 			return l, nil
 		}
@@ -485,7 +503,7 @@ func (a *acquisition) attempt(ctx context.Context) (*lease, error) {
 		select {
 		case <-l.wake:
 		case <-ctx.Done():
-			a.withdraw(path, l.version)
+			a.withdraw(l.path, l.version)
 			return nil, a.stopped(ctx)
 		case <-s.ctx.Done():
 			return nil, s.live("acquire")
@@ -878,7 +896,7 @@ func (s *session) HeldLeases(ctx context.Context, prefix string) ([]string, erro
 		if err != nil {
 			return nil, err
 		}
-		names = slices.DeleteFunc(names, func(n string) bool { return !strings.HasPrefix(n, prefix) || !validName(n) })
+		names = slices.DeleteFunc(names, func(n string) bool { return !strings.HasPrefix(n, prefix) || !backend.ValidName(n) })
 		held := make([]bool, len(names))
 		var unknown []int
 		epochs := make(map[string]uint64)
@@ -953,8 +971,8 @@ const heldLeasesInFlight = 256
 // name, oldest first: one listing of its container. It implements
 // [backend.CandidateLister].
 func (s *session) Candidates(ctx context.Context, name string) ([]string, error) {
-	if !validName(name) {
-		return nil, nameError("lease", name)
+	if err := checkName("lease", name); err != nil {
+		return nil, err
 	}
 	return call(s, ctx, "candidates", func(c *zk.Conn) ([]string, error) {
 		children, _, err := c.Children(s.p.lease(name))

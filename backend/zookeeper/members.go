@@ -6,12 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/kit/backoff"
+	"github.com/simba-go/simba/backend/kit/frame"
+	"github.com/simba-go/simba/backend/kit/wake"
 )
 
 // memberVersion is the first byte of an encoded member record.
@@ -66,8 +67,8 @@ func isSessionID(s string) bool {
 // run (the requests of Join and Leave take one lock of the session), so a
 // Join given up never makes the session a member again after a Leave.
 func (s *session) Join(ctx context.Context, group string, m backend.Member) error {
-	if !validName(group) {
-		return nameError("group", group)
+	if err := checkName("group", group); err != nil {
+		return err
 	}
 	if len(m.Data) > backend.MaxMemberData {
 		return fmt.Errorf("simba/zookeeper: join %q: member data of %d bytes exceeds %d", group, len(m.Data), backend.MaxMemberData)
@@ -118,8 +119,8 @@ func (s *session) Join(ctx context.Context, group string, m backend.Member) erro
 
 // Leave deletes the session's member znode of group, if any.
 func (s *session) Leave(ctx context.Context, group string) error {
-	if !validName(group) {
-		return nameError("group", group)
+	if err := checkName("group", group); err != nil {
+		return err
 	}
 	path := s.p.member(group, s.sid)
 	s.mu.Lock()
@@ -151,8 +152,8 @@ func (s *session) Members(ctx context.Context, group string) ([]backend.Member, 
 // skipped, by name (a session ID). Children whose names are not session
 // IDs are not members, and not reported.
 func (s *session) MembersWithSkipped(ctx context.Context, group string) ([]backend.Member, []backend.MalformedError, error) {
-	if !validName(group) {
-		return nil, nil, nameError("group", group)
+	if err := checkName("group", group); err != nil {
+		return nil, nil, err
 	}
 	dir := s.p.group(group)
 	type listing struct {
@@ -171,33 +172,26 @@ func (s *session) MembersWithSkipped(ctx context.Context, group string) ([]backe
 		slices.Sort(names)
 		out := make([]backend.Member, len(names))
 		bad := make([]backend.MalformedError, len(names))
-		errs := make([]error, len(names))
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, 32) // requests in flight
-		for i, n := range names {
-			sem <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				data, _, err := c.Get(dir + "/" + n)
-				switch {
-				case errors.Is(err, zk.ErrNoNode): // left meanwhile
-				case err != nil:
-					errs[i] = err
-				default:
-					id, d, err := decodeMember(data)
-					if err == nil && id == "" {
-						err = errors.New("it names no member id") // Join always writes one
-					}
-					if err != nil {
-						bad[i] = backend.MalformedError{Key: n, Reason: fmt.Sprintf("data %s: %v", quoteStart(data), err)}
-						return
-					}
-					out[i] = backend.Member{ID: id, Session: n, Data: d}
+		if err := together(len(names), func(i int) error {
+			n := names[i]
+			data, _, err := c.Get(dir + "/" + n)
+			switch {
+			case errors.Is(err, zk.ErrNoNode): // left meanwhile
+			case err != nil:
+				return err
+			default:
+				id, d, err := decodeMember(data)
+				if err == nil && id == "" {
+					err = errors.New("it names no member id") // Join always writes one
 				}
-			})
-		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
+				if err != nil {
+					bad[i] = backend.MalformedError{Key: n, Reason: fmt.Sprintf("data %s: %v", frame.Quote(data), err)}
+					return nil
+				}
+				out[i] = backend.Member{ID: id, Session: n, Data: d}
+			}
+			return nil
+		}); err != nil {
 			return listing{}, err
 		}
 		bad = slices.DeleteFunc(bad, func(m backend.MalformedError) bool { return m.Key == "" })
@@ -214,8 +208,8 @@ func (s *session) MembersWithSkipped(ctx context.Context, group string) ([]backe
 // sets the next, then sends a hint on the channel. The channel is closed
 // when ctx ends or the session is over.
 func (s *session) WatchMembers(ctx context.Context, group string) (<-chan struct{}, error) {
-	if !validName(group) {
-		return nil, nameError("group", group)
+	if err := checkName("group", group); err != nil {
+		return nil, err
 	}
 	op := fmt.Sprintf("watch members %q", group)
 	dir := s.p.group(group)
@@ -249,12 +243,6 @@ func watchChildren(c *zk.Conn, dir string) (<-chan zk.Event, error) {
 // is over; it closes ch.
 func (s *session) watchMembers(ctx context.Context, op, dir string, ev <-chan zk.Event, ch chan struct{}) {
 	defer close(ch)
-	hint := func() {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
 	for {
 		select {
 		case <-ev:
@@ -276,6 +264,6 @@ func (s *session) watchMembers(ctx context.Context, op, dir string, ev <-chan zk
 				return
 			}
 		}
-		hint()
+		wake.Poke(ch)
 	}
 }

@@ -24,7 +24,7 @@ import (
 // the held requests and fails the delete. The candidacy must be gone
 // within 10s, while the session lives on (renewed, on a 4s timeout).
 //
-// Kills the mutant backend/zookeeper/lease.go:515:11 "==" → "!=" (withdraw
+// Kills the mutant backend/zookeeper/lease.go:533:11 "==" → "!=" (withdraw
 // returns on any error, and retries after a success): fails with
 // "candidates of "q": [<watcher> <waiter>], want [<watcher>]" after 10s.
 func TestWithdrawRetriesALostDelete(t *testing.T) {

@@ -20,14 +20,14 @@ const (
 	recordLeaf = "="
 )
 
-// validName reports whether s is a valid lease or group name (see
-// [backend.ValidName]). Such a name is always a valid znode name: it
-// contains no "/" and is never "." or "..".
-func validName(s string) bool { return backend.ValidName(s) }
-
-// nameError describes an invalid lease or group name.
-func nameError(what, name string) error {
-	return fmt.Errorf("simba/zookeeper: invalid %s name %q: want 1-128 characters of A-Z a-z 0-9 . _ - starting with a letter or digit", what, name)
+// checkName is [backend.CheckName] with the package prefix and what the
+// name is for ("lease", "group"). A valid name is always a valid znode
+// name: it contains no "/" and is never "." or "..".
+func checkName(what, name string) error {
+	if err := backend.CheckName(name); err != nil {
+		return fmt.Errorf("simba/zookeeper: %s %w", what, err)
+	}
+	return nil
 }
 
 // checkRoot validates a root path: absolute, not "/", no trailing slash, no
@@ -82,7 +82,7 @@ func (p paths) candidacyPrefix(name, sid string, nonce uint64) string {
 // container.
 func (p paths) leaseContainer(path string) (name string, ok bool) {
 	name, ok = strings.CutPrefix(path, p.root+leaseDir+"/")
-	return name, ok && validName(name)
+	return name, ok && backend.ValidName(name)
 }
 
 // leaseChild splits the path of a candidacy znode into its lease name and
@@ -93,7 +93,7 @@ func (p paths) leaseChild(path string) (name, child string, ok bool) {
 		return "", "", false
 	}
 	name, child, ok = strings.Cut(rest, "/")
-	return name, child, ok && validName(name) && !strings.Contains(child, "/")
+	return name, child, ok && backend.ValidName(name) && !strings.Contains(child, "/")
 }
 
 // candidacy is the name of a candidacy znode, split: <sid>-<nonce>-<seq>,

@@ -2,7 +2,6 @@ package zookeeper
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/backend/kit/frame"
 )
 
 // The record cache: what the session last read or wrote of each record's
@@ -81,8 +81,8 @@ func (s *session) noteRead(leaf string, r recordRead) {
 	}
 	st := r.state()
 	c := cachedRecord{present: st.present, leaf: st.leaf, dir: st.dir, czxid: st.czxid, marked: st.marked}
-	if r.present && len(r.data) >= tokenLen {
-		c.token = binary.BigEndian.Uint64(r.data)
+	if r.present {
+		c.token = storedToken(r.data)
 	}
 	s.cacheRecord(leaf, c)
 }
@@ -176,12 +176,11 @@ func (s *session) noteMulti(ops []any, res []zk.MultiResponse) {
 	}
 }
 
-// storedToken is the token in front of a leaf's data.
+// storedToken is the token in front of a leaf's data, 0 for data too short
+// to hold one.
 func storedToken(data []byte) uint64 {
-	if len(data) < tokenLen {
-		return 0
-	}
-	return binary.BigEndian.Uint64(data)
+	token, _ := frame.Token(data)
+	return token
 }
 
 // PrefetchRecords reads the records at keys (and their directories) into

@@ -2,11 +2,9 @@ package zookeeper
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -14,6 +12,8 @@ import (
 
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/kit/backoff"
+	"github.com/simba-go/simba/backend/kit/frame"
+	"github.com/simba-go/simba/backend/kit/wake"
 )
 
 // Records (see the package documentation, # Records).
@@ -28,8 +28,9 @@ import (
 // "." or ".." (which ZooKeeper refuses as a znode name) is stored as
 // "%2E" or "%2E%2E".
 //
-// The leaf's data is the token of the write that stored it, 8 bytes
-// big-endian (0 for an unfenced write), followed by the value. A record's
+// The leaf's data is the record's stored form (see backend/kit/frame): the
+// token of the write that stored it, 8 bytes big-endian (0 for an unfenced
+// write), followed by the value. A record's
 // Version is the leaf's mzxid, the zxid of the transaction that last wrote
 // it: it changes with every write and is never reused, even by a record
 // deleted and created again, unlike the znode's data version, which starts
@@ -59,30 +60,19 @@ import (
 
 var _ backend.SkipReporter = (*session)(nil)
 
-// tokenLen is the length of the token stored in front of a record's value.
-const tokenLen = 8
-
-// encodeRecord returns the data of a record's leaf written with token.
-func encodeRecord(token uint64, value []byte) []byte {
-	return append(binary.BigEndian.AppendUint64(make([]byte, 0, tokenLen+len(value)), token), value...)
-}
+// encodeRecord returns the data of a record's leaf written with token (see
+// backend/kit/frame).
+func encodeRecord(token uint64, value []byte) []byte { return frame.Encode(token, value) }
 
 // decodeRecord returns the record at key from its leaf's data and stat, or
 // a *backend.MalformedError when the data is too short to hold the token:
 // data that this backend did not write.
 func decodeRecord(key string, data []byte, st *zk.Stat) (backend.Record, *backend.MalformedError) {
-	if len(data) < tokenLen {
-		return backend.Record{}, &backend.MalformedError{
-			Key:    key,
-			Reason: fmt.Sprintf("data %s of %d bytes, shorter than the %d-byte token in front of every record", quoteStart(data), len(data), tokenLen),
-		}
+	r, bad := frame.Decode(key, data)
+	if bad == nil {
+		r.Version = uint64(st.Mzxid)
 	}
-	return backend.Record{
-		Key:     key,
-		Value:   slices.Clone(data[tokenLen:]),
-		Version: uint64(st.Mzxid),
-		Token:   binary.BigEndian.Uint64(data),
-	}, nil
+	return r, bad
 }
 
 // GetRecord returns the record at key, or an error wrapping
@@ -124,18 +114,6 @@ func (s *session) GetRecord(ctx context.Context, key string) (backend.Record, er
 		}
 		return rec, nil
 	})
-}
-
-// maxQuoted bounds the bytes of stored data that a MalformedError quotes.
-const maxQuoted = 32
-
-// quoteStart quotes the first maxQuoted bytes of b, with "…" when there is
-// more.
-func quoteStart(b []byte) string {
-	if len(b) <= maxQuoted {
-		return strconv.Quote(string(b))
-	}
-	return strconv.Quote(string(b[:maxQuoted])) + "…"
 }
 
 // ListRecords returns the records whose keys start with prefix, sorted by
@@ -638,10 +616,7 @@ func (s *session) recordEventLocked(path string) {
 		if w.watching[path] {
 			delete(w.watching, path)
 			w.fired[path] = true
-			select {
-			case w.wake <- struct{}{}:
-			default:
-			}
+			wake.Poke(w.wake)
 		}
 	}
 }
@@ -676,10 +651,7 @@ func (w *recordWatch) run(ctx context.Context, op string) {
 				return
 			}
 		}
-		select {
-		case w.ch <- struct{}{}:
-		default:
-		}
+		wake.Poke(w.ch)
 	}
 }
 

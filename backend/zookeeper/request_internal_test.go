@@ -2,10 +2,13 @@ package zookeeper
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/simba-go/simba/backend/kit/limit"
 )
 
 // TestRequestNotSentIsKnown: a request that ends while it waits for one of
@@ -14,21 +17,27 @@ import (
 func TestRequestNotSentIsKnown(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s := &session{ctx: ctx, slots: make(chan struct{}, 1)}
+	lim, err := limit.New(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &session{ctx: ctx, lim: lim}
 	defer s.calls.Wait()
 	ran := false
 	f := func(*zk.Conn) (string, error) { ran = true; return "", nil }
 
-	s.slots <- struct{}{} // the only slot is taken
+	if !lim.TryTake() { // the only slot
+		t.Fatal("no slot free")
+	}
 	short, stop := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer stop()
 	r := start(s, short, f)
 	<-r.done
-	if r.sent || ran || r.err == nil {
+	if r.sent || ran || !errors.Is(r.err, limit.ErrNotSent) || !errors.Is(r.err, context.DeadlineExceeded) {
 		t.Errorf("request without a slot: sent %v, ran %v, err %v", r.sent, ran, r.err)
 	}
 
-	<-s.slots
+	lim.Free()
 	r = start(s, context.Background(), f)
 	<-r.done
 	if !r.sent || !ran || r.err != nil {

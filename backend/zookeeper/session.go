@@ -13,6 +13,7 @@ import (
 
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/kit/backoff"
+	"github.com/simba-go/simba/backend/kit/limit"
 )
 
 // Causes of a session's end; each wraps backend.ErrSessionDone.
@@ -67,11 +68,15 @@ type session struct {
 	memberMu sync.Mutex
 
 	calls        sync.WaitGroup // goroutines running requests and watches
-	slots        chan struct{}  // one per call in flight (see WithMaxRequests)
+	lim          *limit.Limiter // a slot per call in flight (see WithMaxRequests)
 	shutdownDone chan struct{}  // closed when the connection is shut down
 }
 
-func newSession(b *Backend, requestedMs int32) *session {
+func newSession(b *Backend, requestedMs int32) (*session, error) {
+	lim, err := limit.New(b.cfg.max)
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &session{
 		b:            b,
@@ -82,11 +87,11 @@ func newSession(b *Backend, requestedMs int32) *session {
 		leases:       make(map[string]*lease),
 		names:        make(map[string]*nameLock),
 		leaves:       make(map[string]uint64),
-		slots:        make(chan struct{}, b.cfg.max),
+		lim:          lim,
 		shutdownDone: make(chan struct{}),
 	}
 	s.link = newLink(b.cfg.dial, requestedMs, len(b.servers), func(err error) { s.end(err, false) })
-	return s
+	return s, nil
 }
 
 func (s *session) setConn(conn *zk.Conn, events <-chan zk.Event) {
@@ -331,20 +336,14 @@ func startWith[T any](s *session, ctx context.Context, bounded bool, f func(*zk.
 	if !s.goCall(func() {
 		defer close(r.done)
 		if bounded {
-			select {
-			case s.slots <- struct{}{}:
-				defer func() { <-s.slots }()
-			case <-ctx.Done():
-				r.err = ctx.Err()
-				return
-			case <-s.ctx.Done():
-				r.err = zk.ErrClosing
+			if err := s.lim.TakeUntil(ctx, s.ctx); err != nil {
+				r.err = err // gone while waiting, or as the slot came: send nothing
+				if s.ctx.Err() != nil {
+					r.err = zk.ErrClosing
+				}
 				return
 			}
-			if err := ctx.Err(); err != nil {
-				r.err = err // gone while waiting: send nothing
-				return
-			}
+			defer s.lim.Free()
 		}
 		r.sent = true
 		r.v, r.err = f(s.conn)
@@ -413,15 +412,10 @@ func (s *session) onEvent(ev zk.Event) {
 // sleep waits for d, or until ctx ends or the session is over; it reports
 // whether d passed.
 func (s *session) sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-	case <-s.ctx.Done():
-	}
-	return false
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.ctx, cancel)()
+	return backoff.Sleep(ctx, d)
 }
 
 // nameLock serialises Acquire and Release of one name on one session.

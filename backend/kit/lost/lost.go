@@ -1,17 +1,27 @@
 package lost
 
-import "sync"
+import (
+	"slices"
+	"sync"
+)
 
 // Signal is one holding's Lost signal. Make it with New.
 type Signal struct {
 	ch chan struct{}
 
 	mu        sync.Mutex
-	lost      bool // ch is closed
-	released  bool // the owner released the holding: never lost
-	releasing int  // the owner's releases in flight
-	pending   bool // a loss seen while releasing
-	onLost    map[*func()]struct{}
+	lost      bool     // ch is closed
+	released  bool     // the owner released the holding: never lost
+	releasing int      // the owner's releases in flight
+	pending   bool     // a loss seen while releasing
+	onLost    []onLost // the OnLost functions to run, in the order registered
+	nextID    uint64
+}
+
+// onLost is one function registered by OnLost.
+type onLost struct {
+	id uint64
+	f  func()
 }
 
 // New returns a Signal not lost.
@@ -20,9 +30,10 @@ func New() *Signal { return &Signal{ch: make(chan struct{})} }
 // C is closed when the holding is lost.
 func (s *Signal) C() <-chan struct{} { return s.ch }
 
-// Lose closes C and runs the OnLost functions, once, unless the holding
-// was released; while a release is in flight it only notes the loss, for
-// EndRelease. It reports whether this call closed C.
+// Lose closes C and runs the OnLost functions, once, in the order they
+// were registered, unless the holding was released; while a release is in
+// flight it only notes the loss, for EndRelease. It reports whether this
+// call closed C.
 func (s *Signal) Lose() bool {
 	s.mu.Lock()
 	if s.releasing > 0 && !s.released {
@@ -44,8 +55,8 @@ func (s *Signal) closeLocked() bool {
 	fs := s.onLost
 	s.onLost = nil
 	s.mu.Unlock()
-	for f := range fs {
-		(*f)()
+	for _, o := range fs {
+		o.f()
 	}
 	return true
 }
@@ -82,8 +93,19 @@ func (s *Signal) Released() {
 	s.mu.Unlock()
 }
 
-// OnLost runs f once when C closes (at once if it is closed), until stop,
-// which reports whether it stopped f from running.
+// IsReleased reports whether the owner released the holding (Released, or
+// EndRelease(true)), so that a second release need not ask the server.
+func (s *Signal) IsReleased() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.released
+}
+
+// OnLost runs f once when C closes (at once if it is closed), after the
+// functions registered before it, until stop, which reports whether it
+// stopped f from running. f runs on the goroutine that closes C, after
+// Signal's own lock is released (a caller's lock held around Lose is still
+// held), and must not block.
 func (s *Signal) OnLost(f func()) (stop func() bool) {
 	s.mu.Lock()
 	if s.lost {
@@ -91,17 +113,19 @@ func (s *Signal) OnLost(f func()) (stop func() bool) {
 		f()
 		return func() bool { return false }
 	}
-	if s.onLost == nil {
-		s.onLost = map[*func()]struct{}{}
-	}
-	p := &f
-	s.onLost[p] = struct{}{}
+	id := s.nextID
+	s.nextID++
+	s.onLost = append(s.onLost, onLost{id: id, f: f})
 	s.mu.Unlock()
 	return func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		_, ok := s.onLost[p]
-		delete(s.onLost, p)
-		return ok
+		for i, o := range s.onLost {
+			if o.id == id {
+				s.onLost = slices.Delete(s.onLost, i, i+1)
+				return true
+			}
+		}
+		return false
 	}
 }

@@ -1,6 +1,9 @@
 package lost
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 func closed(s *Signal) bool {
 	select {
@@ -65,5 +68,45 @@ func TestLossDuringRelease(t *testing.T) {
 	}
 	if !quiet.Lose() {
 		t.Error("a loss after the failed release did not close C")
+	}
+}
+
+// The OnLost functions run in the order they were registered, a stopped one
+// left out: a backend whose runs must repeat (the memory backend's seeded
+// simulations) depends on it.
+func TestOnLostOrder(t *testing.T) {
+	s := New()
+	var got []int
+	for i := range 5 {
+		stop := s.OnLost(func() { got = append(got, i) })
+		if i == 2 {
+			stop()
+		}
+	}
+	s.Lose()
+	if want := []int{0, 1, 3, 4}; !slices.Equal(got, want) {
+		t.Errorf("OnLost functions ran as %v, want %v", got, want)
+	}
+}
+
+func TestIsReleased(t *testing.T) {
+	s := New()
+	if s.IsReleased() {
+		t.Error("a new Signal is released")
+	}
+	s.BeginRelease()
+	s.EndRelease(false)
+	if s.IsReleased() {
+		t.Error("a failed release counted as released")
+	}
+	s.BeginRelease()
+	s.EndRelease(true)
+	if !s.IsReleased() {
+		t.Error("a successful release did not count as released")
+	}
+	r := New()
+	r.Released()
+	if !r.IsReleased() {
+		t.Error("Released did not count as released")
 	}
 }

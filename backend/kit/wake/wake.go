@@ -114,7 +114,7 @@ func Call(fs []func()) {
 func Hints(ctx, stop context.Context, wg *sync.WaitGroup, subscribe func(func()) (cancel func()), next func(context.Context) time.Duration) <-chan struct{} {
 	out := make(chan struct{}, 1)
 	woken := make(chan struct{}, 1)
-	unsub := subscribe(func() { poke(woken) })
+	unsub := subscribe(func() { Poke(woken) })
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -141,14 +141,15 @@ func Hints(ctx, stop context.Context, wg *sync.WaitGroup, subscribe func(func())
 			if ctx.Err() != nil || stop.Err() != nil {
 				return
 			}
-			poke(out)
+			Poke(out)
 		}
 	}()
 	return out
 }
 
-// poke sends on ch without blocking.
-func poke(ch chan struct{}) {
+// Poke sends on ch without blocking: a hint or a wake-up on a channel with
+// a buffer of one coalesces with the one still unread, if any.
+func Poke(ch chan<- struct{}) {
 	select {
 	case ch <- struct{}{}:
 	default:

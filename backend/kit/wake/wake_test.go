@@ -81,3 +81,14 @@ func TestHints(t *testing.T) {
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// Poke never blocks: a second hint coalesces with the unread one.
+func TestPoke(t *testing.T) {
+	ch := make(chan struct{}, 1)
+	Poke(ch)
+	Poke(ch)
+	if len(ch) != 1 {
+		t.Errorf("%d hints buffered after two Pokes, want 1", len(ch))
+	}
+	Poke(make(chan struct{})) // no reader: returns all the same
+}
