@@ -13,44 +13,13 @@ import (
 
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/internal/assign"
 	"github.com/simba-go/simba/internal/records"
 )
 
-// Record types, as the nodes write them.
-type (
-	// Status is the status of an election or partition, written by its
-	// holder.
-	Status = records.Status
-	// Holder is the holder of a term.
-	Holder = records.Holder
-	// Run is one entry of an election's execution history.
-	Run = records.Run
-	// Op is an operation request.
-	Op = records.Op
-	// Term is one term in a status's term log (Status.Terms).
-	Term = records.Term
-	// Health is a client's recent session renewals.
-	Health = records.Health
-	// Renewal is one confirmed session renewal of a Health.
-	Renewal = records.Renewal
-)
-
-// How terms ended (Term.Ended), besides the words of a revocation's
-// reason.
-const (
-	EndedFailOver = records.EndedFailOver // without a hand-off: its successor wrote the end
-	EndedMoved    = records.EndedMoved    // the group's assignment moved the partition
-)
-
-// Errors.
-var (
-	// ErrNoRecords is returned by Open for a backend that keeps no records
-	// (see backend.Records).
-	ErrNoRecords = errors.New("simba/admin: the backend keeps no records")
-	// ErrNotFound is returned for an election, job or group of which the
-	// backend knows nothing.
-	ErrNotFound = errors.New("simba/admin: not found")
-)
+// ErrNotFound is returned for an election, job or group of which the
+// backend knows nothing.
+var ErrNotFound = errors.New("simba/admin: not found")
 
 // Admin reads the status simba's nodes keep in a backend and writes the
 // operations they obey. It reads through the backend's read-only View
@@ -71,8 +40,9 @@ type Admin struct {
 // closes both.
 func (a *Admin) As(operator string) *Admin { return &Admin{conn: a.conn, by: operator} }
 
-// Option configures Open.
-type Option func(*config)
+// Option configures Open. Options refuse bad values: Open returns their
+// error.
+type Option func(*config) error
 
 type config struct {
 	ttl time.Duration
@@ -80,27 +50,45 @@ type config struct {
 }
 
 // WithTTL sets the TTL of the admin's own session (default 10s), the one
-// its operations write with.
-func WithTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
+// its operations write with. It must be positive.
+func WithTTL(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("simba/admin: WithTTL(%v): the TTL must be positive", d)
+		}
+		c.ttl = d
+		return nil
+	}
+}
 
 // WithOperator names who performs operations, recorded with them (default
-// "simba admin").
-func WithOperator(name string) Option { return func(c *config) { c.by = name } }
+// "simba admin"). The name must not be empty.
+func WithOperator(name string) Option {
+	return func(c *config) error {
+		if strings.TrimSpace(name) == "" {
+			return fmt.Errorf("simba/admin: WithOperator(%q): the operator needs a name", name)
+		}
+		c.by = name
+		return nil
+	}
+}
 
 // Open returns an Admin of b. It does not own b.
 //
 // When b implements backend.Viewer, Open opens a View (which, on
 // ZooKeeper, connects) and no session: the reads need nothing but read
 // permission, and the first operation opens the session. Otherwise Open
-// opens the session now, and returns ErrNoRecords when the backend keeps
-// no records.
+// opens the session now, and returns an error matching
+// backend.ErrRecordsUnsupported when the backend keeps no records.
 func Open(ctx context.Context, b backend.Backend, opts ...Option) (*Admin, error) {
 	cfg := config{ttl: 10 * time.Second, by: "simba admin"}
 	for _, o := range opts {
-		o(&cfg)
-	}
-	if cfg.ttl <= 0 {
-		return nil, fmt.Errorf("simba/admin: TTL must be positive, got %v", cfg.ttl)
+		if o == nil {
+			return nil, errors.New("simba/admin: nil Option")
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
 	}
 	c := &conn{b: b, ttl: cfg.ttl, lock: make(chan struct{}, 1)}
 	if vr, ok := b.(backend.Viewer); ok {
@@ -109,7 +97,7 @@ func Open(ctx context.Context, b backend.Backend, opts ...Option) (*Admin, error
 			return nil, fmt.Errorf("simba/admin: opening a view: %w", err)
 		}
 		c.view = v
-	} else if _, err := c.session(ctx); errors.Is(err, ErrNoRecords) {
+	} else if _, err := c.session(ctx); errors.Is(err, errNoRecords) {
 		return nil, err
 	} else if err != nil {
 		return nil, fmt.Errorf("simba/admin: %w", err)
@@ -431,7 +419,7 @@ func (a *Admin) held(ctx context.Context, prefix string) (map[string]bool, []Pro
 	out := make(map[string]bool, len(names))
 	var problems []Problem
 	for _, n := range names {
-		if simba.CheckName(n) != nil {
+		if !backend.ValidName(n) {
 			problems = append(problems, *newProblem("lease/"+n, "the lease key does not name a lease (%s)", nameRule))
 			continue
 		}
@@ -582,7 +570,7 @@ func buildGroup(name string, members []backend.Member, statuses []Status, proble
 	g := Group{Name: name, Disabled: ops.Disabled[name], Disable: disableOf(ops, name, ""), Problems: slices.Clone(problems)}
 	counts := map[string]bool{}
 	ids := map[string][]string{}
-	partitions, variant := 0, simba.Rendezvous
+	partitions, variant := 0, simba.AssignRendezvous
 	for _, m := range members {
 		ids[m.ID] = append(ids[m.ID], m.Session)
 		d, p := parseMember(name, m)
@@ -595,8 +583,8 @@ func buildGroup(name string, members []backend.Member, statuses []Status, proble
 		counts[fmt.Sprintf("%d partitions, %s", d.P, d.A)] = true
 		if d.P > partitions {
 			partitions = d.P
-			if d.A == simba.Balanced.String() {
-				variant = simba.Balanced
+			if d.A == simba.AssignBalanced.String() {
+				variant = simba.AssignBalanced
 			}
 		}
 	}
@@ -619,7 +607,7 @@ func buildGroup(name string, members []backend.Member, statuses []Status, proble
 			partitions = st.Partition + 1
 		}
 	}
-	owners := simba.PartitionAssignment(name, live, partitions, variant)
+	owners := assign.Owners(name, live, partitions, assign.Variant(variant))
 	byPartition := map[int]Status{}
 	for _, st := range statuses {
 		byPartition[st.Partition] = st
@@ -715,6 +703,24 @@ func (a *Admin) Ops(ctx context.Context) (Ops, error) {
 	return ops, nil
 }
 
+// opKind is one kind of operation: what it is called in the audit trail,
+// where its record is, and which names it takes.
+type opKind struct {
+	name   string             // records.OpDisable, …
+	prefix string             // of the key of its operation record, before the target
+	del    bool               // it deletes the record (Enable, Undrain) rather than writes it
+	check  func(string) error // checks the target: a name or a member id
+}
+
+var (
+	opDisable = opKind{records.OpDisable, records.DisabledPrefix, false, checkName}
+	opEnable  = opKind{records.OpEnable, records.DisabledPrefix, true, checkName}
+	opTrigger = opKind{records.OpTrigger, records.TriggerPrefix, false, checkName}
+	opResign  = opKind{records.OpResign, records.ResignPrefix, false, checkName}
+	opDrain   = opKind{records.OpDrain, records.DrainPrefix, false, checkMember}
+	opUndrain = opKind{records.OpUndrain, records.DrainPrefix, true, checkMember}
+)
+
 // Disable stops an election, job or group everywhere: its holder hands off
 // and no node contends for it until Enable. Disabling what is disabled
 // already replaces who, why and since when. reason says why, for the
@@ -722,46 +728,34 @@ func (a *Admin) Ops(ctx context.Context) (Ops, error) {
 // recorded, not once the holder has handed off (see "Operations" in the
 // package documentation for what is guaranteed when).
 func (a *Admin) Disable(ctx context.Context, name, reason string) error {
-	if err := checkName(name); err != nil {
-		return err
-	}
-	return a.writeOp(ctx, records.OpDisable, name, 0, reason, records.DisabledPrefix+name, false,
-		func(_ context.Context, _ *session, prev Op, had bool) (bool, string) {
-			if had {
-				return false, "disabled again; was disabled " + DescribeOp(prev)
-			}
-			return true, "disabled; was enabled"
-		})
+	return a.writeOp(ctx, opDisable, name, 0, reason, func(_ context.Context, _ *session, prev Op, had bool) (bool, string) {
+		if had {
+			return false, "disabled again; was disabled " + DescribeOp(prev)
+		}
+		return true, "disabled; was enabled"
+	})
 }
 
 // Enable undoes Disable; reason says why, for the audit trail.
 func (a *Admin) Enable(ctx context.Context, name, reason string) error {
-	if err := checkName(name); err != nil {
-		return err
-	}
-	return a.writeOp(ctx, records.OpEnable, name, 0, reason, records.DisabledPrefix+name, true,
-		func(_ context.Context, _ *session, prev Op, had bool) (bool, string) {
-			if had {
-				return true, "enabled; was disabled " + DescribeOp(prev)
-			}
-			return false, "enable of what was not disabled: nothing changed"
-		})
+	return a.writeOp(ctx, opEnable, name, 0, reason, func(_ context.Context, _ *session, prev Op, had bool) (bool, string) {
+		if had {
+			return true, "enabled; was disabled " + DescribeOp(prev)
+		}
+		return false, "enable of what was not disabled: nothing changed"
+	})
 }
 
 // Trigger asks the holder of a scheduled election or partition to run it
 // once as soon as it can. The request stays until a holder carries it out.
 // reason says why.
 func (a *Admin) Trigger(ctx context.Context, lease, reason string) error {
-	if err := checkName(lease); err != nil {
-		return err
-	}
-	return a.writeOp(ctx, records.OpTrigger, lease, 0, reason, records.TriggerPrefix+lease, false,
-		func(_ context.Context, _ *session, prev Op, had bool) (bool, string) {
-			if had {
-				return false, "trigger; one requested " + DescribeOp(prev) + " was pending still"
-			}
-			return true, "trigger requested"
-		})
+	return a.writeOp(ctx, opTrigger, lease, 0, reason, func(_ context.Context, _ *session, prev Op, had bool) (bool, string) {
+		if had {
+			return false, "trigger; one requested " + DescribeOp(prev) + " was pending still"
+		}
+		return true, "trigger requested"
+	})
 }
 
 // Resign asks the holder of lease to hand off gracefully and sit out one
@@ -770,76 +764,68 @@ func (a *Admin) Trigger(ctx context.Context, lease, reason string) error {
 // it; otherwise only to the term with that token. The lease key is never
 // deleted: that would break the one-valid-term guarantee. reason says why.
 func (a *Admin) Resign(ctx context.Context, lease string, token uint64, reason string) error {
-	if err := checkName(lease); err != nil {
-		return err
-	}
-	return a.writeOp(ctx, records.OpResign, lease, token, reason, records.ResignPrefix+lease, false,
-		func(ctx context.Context, w *session, prev Op, had bool) (bool, string) {
-			holder := a.holderOf(ctx, w, lease)
-			var change string
-			switch {
-			case token != 0 && holder != nil && holder.Token == token:
-				change = fmt.Sprintf("resign of token %d held by %s", token, holder.Member)
-			case token != 0:
-				change = fmt.Sprintf("resign of token %d", token)
-			case holder != nil:
-				change = fmt.Sprintf("resign of whichever term holds it (token %d held by %s when asked)", holder.Token, holder.Member)
-			default:
-				change = "resign of whichever term holds it (no holder in the status when asked)"
-			}
-			if had && prev.Token == token {
-				return false, change + "; the same request was pending still"
-			}
-			return true, change
-		})
+	return a.writeOp(ctx, opResign, lease, token, reason, func(ctx context.Context, w *session, prev Op, had bool) (bool, string) {
+		holder := a.holderOf(ctx, w, lease)
+		var change string
+		switch {
+		case token != 0 && holder != nil && holder.Token == token:
+			change = fmt.Sprintf("resign of token %d held by %s", token, holder.Member)
+		case token != 0:
+			change = fmt.Sprintf("resign of token %d", token)
+		case holder != nil:
+			change = fmt.Sprintf("resign of whichever term holds it (token %d held by %s when asked)", holder.Token, holder.Member)
+		default:
+			change = "resign of whichever term holds it (no holder in the status when asked)"
+		}
+		if had && prev.Token == token {
+			return false, change + "; the same request was pending still"
+		}
+		return true, change
+	})
 }
 
 // Drain makes a member hand off everything it holds and stop contending,
 // until Undrain. reason says why.
 func (a *Admin) Drain(ctx context.Context, member, reason string) error {
-	if err := checkMember(member); err != nil {
-		return err
-	}
-	return a.writeOp(ctx, records.OpDrain, member, 0, reason, records.DrainPrefix+member, false,
-		func(ctx context.Context, w *session, prev Op, had bool) (bool, string) {
-			change := fmt.Sprintf("drain of %s, who held %s", member, a.heldBy(ctx, w, member))
-			if had {
-				return false, change + "; was drained " + DescribeOp(prev) + " already"
-			}
-			return true, change
-		})
+	return a.writeOp(ctx, opDrain, member, 0, reason, func(ctx context.Context, w *session, prev Op, had bool) (bool, string) {
+		change := fmt.Sprintf("drain of %s, who held %s", member, a.heldBy(ctx, w, member))
+		if had {
+			return false, change + "; was drained " + DescribeOp(prev) + " already"
+		}
+		return true, change
+	})
 }
 
 // Undrain undoes Drain; reason says why, for the audit trail.
 func (a *Admin) Undrain(ctx context.Context, member, reason string) error {
-	if err := checkMember(member); err != nil {
-		return err
-	}
-	return a.writeOp(ctx, records.OpUndrain, member, 0, reason, records.DrainPrefix+member, true,
-		func(_ context.Context, _ *session, prev Op, had bool) (bool, string) {
-			if had {
-				return true, "undrained; was drained " + DescribeOp(prev)
-			}
-			return false, "undrain of a member that was not drained: nothing changed"
-		})
+	return a.writeOp(ctx, opUndrain, member, 0, reason, func(_ context.Context, _ *session, prev Op, had bool) (bool, string) {
+		if had {
+			return true, "undrained; was drained " + DescribeOp(prev)
+		}
+		return false, "undrain of a member that was not drained: nothing changed"
+	})
 }
 
-// writeOp performs the operation op on target (see operate) by writing its
-// operation record at key, with token and reason, or by deleting the
-// record when del is set. Before the write, describe says, from the
-// record the write replaces (had: there was one) and what else it reads
-// through w, whether the write changes what is in force and how, for the
-// audit trail.
-func (a *Admin) writeOp(ctx context.Context, op, target string, token uint64, reason, key string, del bool,
+// writeOp checks target and performs the operation of kind on it (see
+// operate): it writes the operation record, with token and reason, or
+// deletes it (kind.del). Before the write, describe says, from the record
+// the write replaces (had: there was one) and what else it reads through
+// w, whether the write changes what is in force and how, for the audit
+// trail.
+func (a *Admin) writeOp(ctx context.Context, kind opKind, target string, token uint64, reason string,
 	describe func(ctx context.Context, w *session, prev Op, had bool) (changed bool, change string)) error {
-	return a.operate(ctx, op, target, token, reason, func(ctx context.Context, w *session, at time.Time) (bool, string, error) {
+	if err := kind.check(target); err != nil {
+		return err
+	}
+	key := kind.prefix + target
+	return a.operate(ctx, kind.name, target, token, reason, func(ctx context.Context, w *session, at time.Time) (bool, string, error) {
 		prev, had := a.prevOp(ctx, w, key)
 		changed, change := describe(ctx, w, prev, had)
 		var err error
-		if del {
+		if kind.del {
 			err = a.del(ctx, w, key)
 		} else {
-			err = a.put(ctx, w, key, Op{Token: token, Reason: reason}, at)
+			err = a.put(ctx, w, key, records.Op{Token: token, Reason: reason}, at)
 		}
 		if err != nil {
 			return false, "", err
@@ -866,7 +852,7 @@ func DescribeOp(op Op) string {
 }
 
 // put writes an operation record at key, by the admin's operator at at.
-func (a *Admin) put(ctx context.Context, w *session, key string, op Op, at time.Time) error {
+func (a *Admin) put(ctx context.Context, w *session, key string, op records.Op, at time.Time) error {
 	op.By, op.At = a.by, at
 	_, err := w.rec.PutRecord(ctx, key, records.Encode(op), backend.Condition{})
 	return err
@@ -888,10 +874,11 @@ func (a *Admin) prevOp(ctx context.Context, w *session, key string) (op Op, had 
 	case err != nil:
 		return Op{By: "(unreadable record)"}, true
 	}
-	if records.Decode(r.Value, &op) != nil {
+	var rec records.Op
+	if records.Decode(r.Value, &rec) != nil {
 		return Op{By: "(unreadable record)"}, true
 	}
-	return op, true
+	return opOf(rec), true
 }
 
 // holderOf returns the holder of lease as its status record names it, or
@@ -937,7 +924,7 @@ func checkMember(member string) error {
 
 // checkName checks an election, job or group name.
 func checkName(name string) error {
-	if err := simba.CheckName(name); err != nil {
+	if err := backend.CheckName(name); err != nil {
 		return fmt.Errorf("simba/admin: %w", err)
 	}
 	return nil

@@ -15,17 +15,6 @@ import (
 	"github.com/simba-go/simba/internal/records"
 )
 
-// AuditEntry is one entry of the audit trail: an operation, who asked,
-// why, when, and what it changed.
-type AuditEntry = records.Audit
-
-// Audit retention: the Admin that writes an entry deletes the entries
-// beyond the newest AuditKeep and those older than AuditMaxAge.
-const (
-	AuditKeep   = records.AuditKeep
-	AuditMaxAge = records.AuditMaxAge
-)
-
 // ErrAuditNotWritten is wrapped by the error of an operation that took
 // effect but whose audit entry could not be written: the operation is not
 // to be repeated.
@@ -69,7 +58,7 @@ func (a *Admin) operate(ctx context.Context, op, target string, token uint64, re
 	case err != nil:
 		return &OpError{Op: op, Target: target, Err: err}
 	}
-	entry := AuditEntry{
+	entry := records.Audit{
 		V: records.AuditVersion, At: at, By: a.by, Reason: reason,
 		Op: op, Target: target, Token: token, Changed: changed, Change: change,
 	}
@@ -80,8 +69,8 @@ func (a *Admin) operate(ctx context.Context, op, target string, token uint64, re
 }
 
 // appendAudit writes entry under a new key, then prunes the trail (see
-// AuditKeep), deleting at most pruneBatch entries per write.
-func (a *Admin) appendAudit(ctx context.Context, w *session, entry AuditEntry) error {
+// records.AuditKeep), deleting at most pruneBatch entries per write.
+func (a *Admin) appendAudit(ctx context.Context, w *session, entry records.Audit) error {
 	key := records.AuditKey(entry.At, uniqueSuffix())
 	if _, err := w.rec.PutRecord(ctx, key, records.Encode(entry), backend.Condition{IfVersion: true}); err != nil {
 		return err
@@ -103,9 +92,9 @@ func (a *Admin) appendAudit(ctx context.Context, w *session, entry AuditEntry) e
 const pruneBatch = 100
 
 // pruneKeys returns the keys of the audit entries to delete at now, oldest
-// first, at most pruneBatch: those beyond the newest AuditKeep, and those
-// older than AuditMaxAge. Entries whose key has no time are left alone
-// (Audit reports them).
+// first, at most pruneBatch: those beyond the newest records.AuditKeep,
+// and those older than records.AuditMaxAge. Entries whose key has no time
+// are left alone (Audit reports them).
 func pruneKeys(list []backend.Record, now time.Time) []string {
 	type keyed struct {
 		key string
@@ -123,7 +112,7 @@ func pruneKeys(list []backend.Record, now time.Time) []string {
 		if len(out) == pruneBatch {
 			break
 		}
-		if len(entries)-i > AuditKeep || now.Sub(e.at) > AuditMaxAge {
+		if len(entries)-i > records.AuditKeep || now.Sub(e.at) > records.AuditMaxAge {
 			out = append(out, e.key)
 		}
 	}
@@ -194,5 +183,5 @@ func parseAudit(r backend.Record) (AuditEntry, *Problem) {
 	if err != nil {
 		return AuditEntry{}, decodeProblem(r.Key, "an audit entry (JSON)", r.Value, err)
 	}
-	return e, nil
+	return auditEntryOf(e), nil
 }

@@ -246,18 +246,18 @@ func TestAuditProblems(t *testing.T) {
 }
 
 // TestAuditRetention: the writer of an entry prunes the entries beyond
-// the newest AuditKeep and those older than AuditMaxAge, and leaves
-// entries it cannot date alone.
+// the newest records.AuditKeep and those older than records.AuditMaxAge,
+// and leaves entries it cannot date alone.
 func TestAuditRetention(t *testing.T) {
 	f := newFixture(t)
 	a := f.openView()
 	ctx := t.Context()
 	now := time.Now()
-	old := records.AuditKey(now.Add(-AuditMaxAge-time.Hour), "01")
+	old := records.AuditKey(now.Add(-records.AuditMaxAge-time.Hour), "01")
 	f.put(old, `{"v":1,"op":"enable","target":"x","at":"2020-01-01T00:00:00Z"}`)
 	f.put("audit/undated", `{"v":1}`)
-	for i := range AuditKeep + 3 {
-		f.put(records.AuditKey(now.Add(-time.Duration(AuditKeep+3-i)*time.Second), fmt.Sprintf("%04d", i)), `{"v":1,"op":"enable","target":"x","at":"2025-01-01T00:00:00Z"}`)
+	for i := range records.AuditKeep + 3 {
+		f.put(records.AuditKey(now.Add(-time.Duration(records.AuditKeep+3-i)*time.Second), fmt.Sprintf("%04d", i)), `{"v":1,"op":"enable","target":"x","at":"2025-01-01T00:00:00Z"}`)
 	}
 	if err := a.Trigger(ctx, "report", "one more"); err != nil {
 		t.Fatal(err)
@@ -270,11 +270,11 @@ func TestAuditRetention(t *testing.T) {
 	for _, r := range list {
 		keys[r.Key] = true
 	}
-	if len(list) != AuditKeep+1 || keys[old] || !keys["audit/undated"] {
-		t.Errorf("%d entries left (old one kept: %v, undated kept: %v), want %d dated and the undated one", len(list), keys[old], keys["audit/undated"], AuditKeep)
+	if len(list) != records.AuditKeep+1 || keys[old] || !keys["audit/undated"] {
+		t.Errorf("%d entries left (old one kept: %v, undated kept: %v), want %d dated and the undated one", len(list), keys[old], keys["audit/undated"], records.AuditKeep)
 	}
 	for i := range 4 { // the oldest four of the 1003: beyond the newest 1000 with the new one
-		if k := records.AuditKey(now.Add(-time.Duration(AuditKeep+3-i)*time.Second), fmt.Sprintf("%04d", i)); keys[k] != (i >= 4) {
+		if k := records.AuditKey(now.Add(-time.Duration(records.AuditKeep+3-i)*time.Second), fmt.Sprintf("%04d", i)); keys[k] != (i >= 4) {
 			t.Errorf("entry %s kept: %v", k, keys[k])
 		}
 	}

@@ -42,6 +42,10 @@ type session struct {
 // errClosed is the error of a call after Close.
 var errClosed = errors.New("simba/admin: closed")
 
+// errNoRecords is the error of a session that keeps no records (is no
+// backend.Records), returned by Open or the first operation.
+var errNoRecords = fmt.Errorf("simba/admin: opening a session: %w", backend.ErrRecordsUnsupported)
+
 // closeTimeout bounds the wait of Close for the backend to end the admin's
 // session (and the view's connection): past it, the session expires by
 // itself on the server within its TTL.
@@ -119,7 +123,7 @@ func openSession(ctx context.Context, b backend.Backend, ttl time.Duration) (*se
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(sess.TTL(), closeTimeout))
 		defer cancel()
 		_ = sess.Close(cctx) // it expires by itself otherwise
-		return nil, ErrNoRecords
+		return nil, errNoRecords
 	}
 	kctx, cancel := context.WithCancel(context.Background())
 	s := &session{sess: sess, rec: rec, cancel: cancel, renewed: make(chan struct{}), lost: make(chan struct{})}
@@ -260,7 +264,7 @@ func (c *conn) withSession(ctx context.Context, f func(*session) error) error {
 	for attempt := 0; ; attempt++ {
 		s, err := c.session(ctx)
 		if err != nil {
-			if errors.Is(err, errClosed) || errors.Is(err, ErrNoRecords) {
+			if errors.Is(err, errClosed) || errors.Is(err, errNoRecords) {
 				return err
 			}
 			return &errOpen{err}

@@ -5,13 +5,15 @@
 // enable, trigger, resign, drain and undrain. The simba command and its
 // console are built on it.
 //
-// It needs a backend with records (see backend.Records): memory, etcd and
-// ZooKeeper all have them.
+// It needs a backend with records (see backend.Records): memory, etcd,
+// ZooKeeper, PostgreSQL and Kubernetes all have them. On a backend without, Open (or, on a backend
+// with a View, the first operation) returns an error matching
+// backend.ErrRecordsUnsupported.
 //
 // # Reading costs reads only
 //
-// When the backend implements backend.Viewer (memory, etcd and ZooKeeper
-// do), Open opens a read-only View and no session: Snapshot, Elections,
+// When the backend implements backend.Viewer (all five of this module's
+// tree do), Open opens a read-only View and no session: Snapshot, Elections,
 // Groups, Status, History, Ops and Audit open no session, grant no lease,
 // create no znode and write nothing, so they work for a user whose
 // credentials may only read the backend's keys, and a command run every
@@ -69,10 +71,10 @@
 // written first and its entry after it: an entry never tells of an
 // operation that did not happen, and an operation whose entry could not be
 // written returns an error wrapping ErrAuditNotWritten (it took effect: do
-// not repeat it). The writer of an entry keeps the newest AuditKeep (1000)
-// entries and none older than AuditMaxAge (30 days), deleting at most 100
-// per write. Audit lists the entries, newest first, filtered by name, time
-// or number, with the problems of entries it cannot use.
+// not repeat it). The writer of an entry keeps the newest 1000 entries and
+// none older than 30 days, deleting at most 100 per write. Audit lists the
+// entries, newest first, filtered by name, time or number, with the
+// problems of entries it cannot use.
 //
 // # Records that cannot be used
 //

@@ -34,7 +34,7 @@ func FuzzParseAudit(f *testing.F) {
 	f.Fuzz(func(t *testing.T, key string, value []byte) {
 		e, p := parseAudit(backend.Record{Key: key, Value: value})
 		if p != nil {
-			if len(p.Key) > MaxProblemKey || len(p.Reason) > MaxProblemReason || !utf8.ValidString(p.Key) || !utf8.ValidString(p.Reason) {
+			if len(p.Key) > maxProblemKey || len(p.Reason) > maxProblemReason || !utf8.ValidString(p.Key) || !utf8.ValidString(p.Reason) {
 				t.Fatalf("problem out of bounds or not UTF-8: %q", p)
 			}
 			return

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/internal/records"
 )
@@ -21,19 +20,19 @@ import (
 // theirs.
 type Problem struct {
 	// Key is the record's key (for a group member's record,
-	// "group/{group}/{session}"), cut to MaxProblemKey bytes with "…".
+	// "group/{group}/{session}"), cut to 160 bytes with "…".
 	Key string `json:"key"`
-	// Reason says why it was skipped, cut to MaxProblemReason bytes with
-	// "…". It quotes at most the first MaxProblemEcho bytes of a bad value.
+	// Reason says why it was skipped, cut to 320 bytes with "…". It
+	// quotes at most the first 48 bytes of a bad value.
 	Reason string `json:"reason"`
 }
 
 // Bounds of what a Problem repeats of a record, so that a huge key or value
-// is not printed whole.
+// is not printed whole (the numbers are in Problem's documentation).
 const (
-	MaxProblemKey    = 160 // bytes of the key
-	MaxProblemReason = 320 // bytes of the reason
-	MaxProblemEcho   = 48  // bytes of a bad value or name quoted in a reason
+	maxProblemKey    = 160 // bytes of the key
+	maxProblemReason = 320 // bytes of the reason
+	maxProblemEcho   = 48  // bytes of a bad value or name quoted in a reason
 )
 
 // String formats p for a line of text: the key quoted, then the reason.
@@ -42,7 +41,7 @@ func (p Problem) String() string { return strconv.Quote(p.Key) + ": " + p.Reason
 // newProblem returns the problem of key, with both parts cut to their
 // bounds.
 func newProblem(key, format string, args ...any) *Problem {
-	return &Problem{Key: clip(key, MaxProblemKey), Reason: clip(fmt.Sprintf(format, args...), MaxProblemReason)}
+	return &Problem{Key: clip(key, maxProblemKey), Reason: clip(fmt.Sprintf(format, args...), maxProblemReason)}
 }
 
 // RecordError is the error of a read of one record that could not be used
@@ -68,13 +67,13 @@ func clip(s string, n int) string {
 	return s[:cut] + ellipsis
 }
 
-// echo quotes the first MaxProblemEcho bytes of b for a reason, with "…"
+// echo quotes the first maxProblemEcho bytes of b for a reason, with "…"
 // when there is more.
 func echo(b []byte) string {
-	if len(b) <= MaxProblemEcho {
+	if len(b) <= maxProblemEcho {
 		return strconv.Quote(string(b))
 	}
-	return strconv.Quote(string(b[:MaxProblemEcho])) + "…"
+	return strconv.Quote(string(b[:maxProblemEcho])) + "…"
 }
 
 // echoString is echo of a string.
@@ -101,13 +100,14 @@ func decodeProblem(key, what string, value []byte, err error) *Problem {
 // partition consistently.
 func parseStatus(r backend.Record) (Status, *Problem) {
 	name, ok := strings.CutPrefix(r.Key, records.StatusPrefix)
-	if !ok || simba.CheckName(name) != nil {
+	if !ok || !backend.ValidName(name) {
 		return Status{}, newProblem(r.Key, "the key does not name a lease (status/ then %s)", nameRule)
 	}
-	var st Status
-	if err := records.Decode(r.Value, &st); err != nil {
+	var rec records.Status
+	if err := records.Decode(r.Value, &rec); err != nil {
 		return Status{}, decodeProblem(r.Key, "a status record (JSON)", r.Value, err)
 	}
+	st := statusOf(rec)
 	switch {
 	case st.Lease == "":
 		return Status{}, newProblem(r.Key, "the status names no lease (value %s)", echo(r.Value))
@@ -115,7 +115,7 @@ func parseStatus(r backend.Record) (Status, *Problem) {
 		return Status{}, newProblem(r.Key, "the status is of lease %s, not of the lease its key names", echoString(st.Lease))
 	case st.Group == "":
 		return st, nil
-	case simba.CheckName(st.Group) != nil:
+	case !backend.ValidName(st.Group):
 		return Status{}, newProblem(r.Key, "the status names group %s, which is not a group name (%s)", echoString(st.Group), nameRule)
 	case st.Partition < 0 || st.Partition >= maxPartitions:
 		return Status{}, newProblem(r.Key, "the status names partition %d of group %s, out of range (0 to %d)", st.Partition, echoString(st.Group), maxPartitions-1)
@@ -129,10 +129,11 @@ func parseStatus(r backend.Record) (Status, *Problem) {
 // is of.
 func parseHealth(r backend.Record) (Health, *Problem) {
 	member, _ := strings.CutPrefix(r.Key, records.HealthPrefix)
-	var h Health
-	if err := records.Decode(r.Value, &h); err != nil {
+	var rec records.Health
+	if err := records.Decode(r.Value, &rec); err != nil {
 		return Health{}, decodeProblem(r.Key, "a health record (JSON)", r.Value, err)
 	}
+	h := healthOf(rec)
 	if h.Member != member {
 		return Health{}, newProblem(r.Key, "the health record is of member %s, not of the member its key names", echoString(h.Member))
 	}
@@ -146,14 +147,14 @@ func parseRun(r backend.Record, lease string) (Run, *Problem) {
 	if !ok || slot == "" || len(slot) > 4 || strings.Trim(slot, "0123456789") != "" {
 		return Run{}, newProblem(r.Key, "the key is not a slot of the history of %s (history/%s/ then a number)", lease, lease)
 	}
-	var run Run
-	if err := records.Decode(r.Value, &run); err != nil {
+	var rec records.Run
+	if err := records.Decode(r.Value, &rec); err != nil {
 		return Run{}, decodeProblem(r.Key, "a run record (JSON)", r.Value, err)
 	}
-	if run.Seq == 0 {
+	if rec.Seq == 0 {
 		return Run{}, newProblem(r.Key, "the run has no sequence number (value %s)", echo(r.Value))
 	}
-	return run, nil
+	return runOf(rec), nil
 }
 
 // Kinds of operation records, by key prefix.
@@ -170,20 +171,21 @@ func parseOp(r backend.Record) (prefix, name string, op Op, p *Problem) {
 	name = records.Name(r.Key, prefix)
 	if prefix == records.DrainPrefix {
 		if !validMemberID(name) {
-			return "", "", Op{}, newProblem(r.Key, "the key does not name a member (ops/drain/ then 1-%d characters without /)", simba.MaxNameLen)
+			return "", "", Op{}, newProblem(r.Key, "the key does not name a member (ops/drain/ then 1-%d characters without /)", backend.MaxNameLen)
 		}
-	} else if simba.CheckName(name) != nil {
+	} else if !backend.ValidName(name) {
 		return "", "", Op{}, newProblem(r.Key, "the key does not name an election, job, group or lease (%s then %s)", prefix, nameRule)
 	}
-	if err := records.Decode(r.Value, &op); err != nil {
+	var rec records.Op
+	if err := records.Decode(r.Value, &rec); err != nil {
 		return "", "", Op{}, decodeProblem(r.Key, "an operation record (JSON)", r.Value, err)
 	}
-	return prefix, name, op, nil
+	return prefix, name, opOf(rec), nil
 }
 
 // validMemberID reports whether id may be a member id in an operation.
 func validMemberID(id string) bool {
-	return id != "" && len(id) <= simba.MaxNameLen && !strings.ContainsAny(id, "/ ")
+	return id != "" && len(id) <= backend.MaxNameLen && !strings.ContainsAny(id, "/ ")
 }
 
 // memberData is what a member of a group publishes: the partition count

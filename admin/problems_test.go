@@ -117,7 +117,7 @@ func TestParseOp(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			prefix, target, _, p := parseOp(backend.Record{Key: tc.key, Value: []byte(tc.value)})
-			wantProblem(t, p, clip(tc.key, MaxProblemKey), tc.reason)
+			wantProblem(t, p, clip(tc.key, maxProblemKey), tc.reason)
 			if tc.reason == "" && (prefix != tc.prefix || target != tc.target) {
 				t.Errorf("parsed %q %q, want %q %q", prefix, target, tc.prefix, tc.target)
 			}
@@ -181,13 +181,13 @@ func TestProblemsAreBounded(t *testing.T) {
 			if tc.p == nil {
 				t.Fatal("no problem")
 			}
-			if len(tc.p.Key) > MaxProblemKey || len(tc.p.Reason) > MaxProblemReason {
-				t.Errorf("problem of %d+%d bytes, want at most %d+%d: %v", len(tc.p.Key), len(tc.p.Reason), MaxProblemKey, MaxProblemReason, tc.p)
+			if len(tc.p.Key) > maxProblemKey || len(tc.p.Reason) > maxProblemReason {
+				t.Errorf("problem of %d+%d bytes, want at most %d+%d: %v", len(tc.p.Key), len(tc.p.Reason), maxProblemKey, maxProblemReason, tc.p)
 			}
 			if !utf8.ValidString(tc.p.Key) || !utf8.ValidString(tc.p.Reason) {
 				t.Errorf("problem not valid UTF-8: %q", tc.p)
 			}
-			if s := tc.p.String(); !strings.Contains(s, "…") || len(s) > 2*(MaxProblemKey+MaxProblemReason) {
+			if s := tc.p.String(); !strings.Contains(s, "…") || len(s) > 2*(maxProblemKey+maxProblemReason) {
 				t.Errorf("problem %d bytes, not shortened with an ellipsis: %s", len(s), s)
 			}
 		})
@@ -210,7 +210,7 @@ func TestClip(t *testing.T) {
 			t.Errorf("clip(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
 		}
 	}
-	if got := echo([]byte(strings.Repeat("x", 100))); got != `"`+strings.Repeat("x", MaxProblemEcho)+`"…` {
+	if got := echo([]byte(strings.Repeat("x", 100))); got != `"`+strings.Repeat("x", maxProblemEcho)+`"…` {
 		t.Errorf("echo = %s", got)
 	}
 }

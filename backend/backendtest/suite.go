@@ -11,8 +11,9 @@ import (
 	"github.com/simba-go/simba/backend"
 )
 
-// Option configures [Run].
-type Option func(*config)
+// Option configures [Run]. Options refuse bad values: Run fails the test
+// with their error.
+type Option func(*config) error
 
 type config struct {
 	ttl         time.Duration
@@ -23,9 +24,16 @@ type config struct {
 }
 
 // WithTTL sets the session TTL the cases request (default 1s). The cases
-// time everything from the TTL the backend grants, which may differ.
+// time everything from the TTL the backend grants, which may differ. It
+// must be positive.
 func WithTTL(d time.Duration) Option {
-	return func(c *config) { c.ttl = d }
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("simba/backendtest: WithTTL(%v): the TTL must be positive", d)
+		}
+		c.ttl = d
+		return nil
+	}
 }
 
 // WithSynctest runs the body of every case inside [synctest.Test], in a
@@ -33,7 +41,10 @@ func WithTTL(d time.Duration) Option {
 // only the time package and channels. Subtests are still started outside
 // the bubbles.
 func WithSynctest() Option {
-	return func(c *config) { c.synctest = true }
+	return func(c *config) error {
+		c.synctest = true
+		return nil
+	}
 }
 
 // WithServerClockRate lets the server time sessions on a clock that runs
@@ -46,7 +57,13 @@ func WithSynctest() Option {
 // Without the option the server must not run fast at all, as etcd and
 // ZooKeeper, which time sessions by their monotonic clocks, do not.
 func WithServerClockRate(rate float64) Option {
-	return func(c *config) { c.clockRate = rate }
+	return func(c *config) error {
+		if !(rate >= 0 && rate <= 0.05) {
+			return fmt.Errorf("simba/backendtest: WithServerClockRate(%v): want a rate in [0, 0.05]", rate)
+		}
+		c.clockRate = rate
+		return nil
+	}
 }
 
 // Malformer plants, for the case MalformedSkipped, entries that the backend
@@ -67,11 +84,17 @@ type Malformer struct {
 }
 
 // WithMalformed gives the case MalformedSkipped the means to plant
-// malformed entries; without it (or without SpoilRecord) the case checks
-// only that SkipReporter, if the sessions implement it, agrees with the
-// plain listings when nothing is malformed.
+// malformed entries; m.SpoilRecord must not be nil. Without it the case
+// checks only that SkipReporter, if the sessions implement it, agrees with
+// the plain listings when nothing is malformed.
 func WithMalformed(m Malformer) Option {
-	return func(c *config) { c.malformed = m }
+	return func(c *config) error {
+		if m.SpoilRecord == nil {
+			return errors.New("simba/backendtest: WithMalformed: the Malformer has no SpoilRecord")
+		}
+		c.malformed = m
+		return nil
+	}
 }
 
 // Run runs the conformance suite against backends made by newBackend, one
@@ -80,15 +103,9 @@ func WithMalformed(m Malformer) Option {
 // [WithSynctest] the factory is called inside the case's bubble.
 func Run(t *testing.T, newBackend func(t *testing.T) backend.Backend, opts ...Option) {
 	t.Helper()
-	cfg := config{ttl: time.Second}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	if cfg.ttl <= 0 {
-		t.Fatalf("backendtest: WithTTL(%v): the TTL must be positive", cfg.ttl)
-	}
-	if !(cfg.clockRate >= 0 && cfg.clockRate <= 0.05) {
-		t.Fatalf("backendtest: WithServerClockRate(%v): want a rate in [0, 0.05]", cfg.clockRate)
+	cfg, err := configure(opts)
+	if err != nil {
+		t.Fatal(err)
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -102,6 +119,20 @@ func Run(t *testing.T, newBackend func(t *testing.T) backend.Backend, opts ...Op
 			}
 		})
 	}
+}
+
+// configure applies opts over the defaults.
+func configure(opts []Option) (config, error) {
+	cfg := config{ttl: time.Second}
+	for _, o := range opts {
+		if o == nil {
+			return cfg, errors.New("simba/backendtest: nil Option")
+		}
+		if err := o(&cfg); err != nil {
+			return cfg, err
+		}
+	}
+	return cfg, nil
 }
 
 // opTimeout bounds every call that is expected to succeed promptly.

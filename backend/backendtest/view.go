@@ -14,9 +14,15 @@ import (
 // for ZooKeeper the tree under the root with each znode's zxids, for the
 // memory backend its sessions, grants and records). The case compares it
 // before and after a view's reads, watches and close; without it the case
-// is skipped.
+// is skipped. f must not be nil.
 func WithFingerprint(f func(t *testing.T, b backend.Backend) string) Option {
-	return func(c *config) { c.fingerprint = f }
+	return func(c *config) error {
+		if f == nil {
+			return errors.New("simba/backendtest: WithFingerprint: nil function")
+		}
+		c.fingerprint = f
+		return nil
+	}
 }
 
 // view returns a view of the case's backend, closed at the end of the

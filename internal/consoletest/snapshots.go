@@ -5,13 +5,12 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/admin"
-	"github.com/simba-go/simba/internal/records"
 )
 
 // PartTerms are the terms of one partition, in order.
 type PartTerms struct {
 	Index int
-	Terms []records.Term
+	Terms []admin.Term
 }
 
 // GroupSnapshot makes group g of partitions with the terms given; the last
@@ -19,11 +18,11 @@ type PartTerms struct {
 func GroupSnapshot(g string, parts ...PartTerms) admin.Snapshot {
 	var snap admin.Snapshot
 	for _, pt := range parts {
-		st := records.Status{Lease: fmt.Sprintf("%s.%d", g, pt.Index), Group: g, Partition: pt.Index, Terms: pt.Terms}
+		st := admin.Status{Lease: fmt.Sprintf("%s.%d", g, pt.Index), Group: g, Partition: pt.Index, Terms: pt.Terms}
 		held := false
 		if n := len(pt.Terms); n > 0 && pt.Terms[n-1].End.IsZero() {
 			last := pt.Terms[n-1]
-			st.Holder = &records.Holder{Member: last.Member, Token: last.Token, Since: last.Start}
+			st.Holder = &admin.Holder{Member: last.Member, Token: last.Token, Since: last.Start}
 			held = true
 		}
 		snap.Elections = append(snap.Elections, admin.Election{Name: st.Lease, Status: st, Held: held})
@@ -40,13 +39,13 @@ func BigGroup(now time.Time, n, terms int) admin.Snapshot {
 	parts := make([]PartTerms, n)
 	step := time.Hour / time.Duration(terms+1)
 	for i := range parts {
-		ts := make([]records.Term, terms)
+		ts := make([]admin.Term, terms)
 		for j := range ts {
 			start := now.Add(-time.Hour).Add(time.Duration(j) * step).Add(time.Duration(i) * time.Millisecond)
-			ts[j] = records.Term{Token: uint64(j + 1), Member: members[(i+j)%len(members)], Start: start, TTLms: 3000}
+			ts[j] = admin.Term{Token: uint64(j + 1), Member: members[(i+j)%len(members)], Start: start, TTLms: 3000}
 			if j < terms-1 {
 				ts[j].End = start.Add(step - 100*time.Millisecond)
-				ts[j].Ended = []string{"moved", records.EndedFailOver, "member drained"}[j%3]
+				ts[j].Ended = []string{"moved", admin.EndedFailOver, "member drained"}[j%3]
 			}
 		}
 		parts[i] = PartTerms{Index: i, Terms: ts}
