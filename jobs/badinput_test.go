@@ -141,8 +141,8 @@ func TestErrorMessagesQuoteBoundedInput(t *testing.T) {
 
 func TestNonASCIINamesAreReportedByRune(t *testing.T) {
 	for name, want := range map[string]string{
-		"café":                          `character 'é' at 3`,
-		"日本":                            `character '日' at 0`,
+		"café":                          `character 'é' at byte 3`,
+		"日本":                            `character '日' at byte 0`,
 		strings.Repeat("a", 59) + "ééé": `"` + strings.Repeat("a", 59) + `é`, // clipped on a rune
 	} {
 		in := "scheduled:\n- name: " + name + "\n  fixedDelay: 1s\n"

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/simba-go/simba"
+
+	"github.com/simba-go/simba/backend"
 )
 
 // Config declares the jobs of an application: when each runs and with which
@@ -28,9 +30,9 @@ type Config struct {
 	origin *origin
 }
 
-// ScheduledJob is the Go form of the seed's @SimbaScheduled: a job run by the
-// leader of the election called Name, on a fixed delay or a fixed rate,
-// within each term (see [simba.Election.Schedule]).
+// ScheduledJob is a job run by the leader of the election called Name, on
+// a fixed delay, a fixed rate or a cron expression, within each term (see
+// [simba.Election.Schedule]): one node at a time runs it.
 //
 // Exactly one of FixedDelay, FixedRate and Cron must be set (a zero value
 // is unset); a duration must be positive.
@@ -66,10 +68,10 @@ type ScheduledJob struct {
 	Command []string
 }
 
-// PartitionedJob is the Go form of the seed's @SimbaPartitioned: a partition
-// group called Group whose Partitions partitions are spread over the live
-// members, each run on its timing by the leader of the election
-// "{Group}.{p}" (see [simba.Group.Schedule]).
+// PartitionedJob is a job split into Partitions partitions: a partition
+// group called Group whose partitions are spread over the live members,
+// each run on its timing by the leader of the election "{Group}.{p}" (see
+// [simba.Group.Schedule]).
 //
 // Exactly one of FixedDelay, FixedRate and Cron must be set, as for
 // [ScheduledJob]; they apply per partition.
@@ -273,8 +275,8 @@ func checkConfig(p *problems, cfg Config) {
 			c.add("group", fmt.Errorf("%w: missing", ErrInvalidValue))
 		} else if err := checkLeaseName(j.Group); err != nil {
 			c.add("group", err)
-		} else if last := fmt.Sprintf("%s.%d", j.Group, j.Partitions-1); j.Partitions > 0 && len(last) > simba.MaxNameLen {
-			c.add("group", fmt.Errorf("%w: the lease of the last partition, %s, is longer than %d characters", ErrInvalidValue, quote(last), simba.MaxNameLen))
+		} else if last := fmt.Sprintf("%s.%d", j.Group, j.Partitions-1); j.Partitions > 0 && len(last) > backend.MaxNameLen {
+			c.add("group", fmt.Errorf("%w: the lease of the last partition, %s, is longer than %d characters", ErrInvalidValue, quote(last), backend.MaxNameLen))
 		} else {
 			ns.claim(c, "group")
 		}
@@ -438,8 +440,8 @@ func partitionLease(name string, groups map[string]int) (group string, partition
 
 // checkLeaseName checks a job or group name with simba's own rules.
 func checkLeaseName(s string) error {
-	if err := simba.CheckName(s); err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrInvalidValue, quote(s), err)
+	if err := backend.CheckName(s); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidValue, err)
 	}
 	return nil
 }

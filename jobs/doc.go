@@ -1,8 +1,10 @@
 // Package jobs declares an application's leader jobs by name and runs them
-// on a [simba.Client]: the Go rendering of the seed's @SimbaScheduled and
-// @SimbaPartitioned annotations. Handlers are registered in code, with their
-// shapes checked by the compiler; when and where they run is declared in code
-// ([Config]) or in a YAML or JSON file ([LoadFile]).
+// on a [simba.Client]: scheduled jobs, each run on a schedule by the one
+// node that leads its election, and partitioned jobs, whose partitions are
+// spread over the live nodes and each run on a schedule by its holder.
+// Handlers are registered in code, with their shapes checked by the
+// compiler; when and where they run is declared in code ([Config]) or in a
+// YAML or JSON file ([LoadFile]).
 //
 //	reg := jobs.NewRegistry()
 //	reg.ScheduledTerm("report", func(ctx context.Context, term *simba.Term) error {
@@ -48,7 +50,7 @@
 //	  app:
 //	    region: eu
 //	    report-every: 1m
-//	scheduled:                 # @SimbaScheduled
+//	scheduled:                 # jobs run by one node at a time
 //	  - name: report           # election (lease) name, unique; also the handler's
 //	    fixedDelay: ${app.report-every}
 //	    initialDelay: 10s      # default 0s
@@ -58,7 +60,7 @@
 //	  - name: nightly
 //	    cron: "CRON_TZ=Asia/Shanghai 0 0 2 * * *"  # seconds first, a time zone
 //	    misfire: run-once      # default skip
-//	partitioned:               # @SimbaPartitioned
+//	partitioned:               # jobs split into partitions over the nodes
 //	  - group: billing         # group name, unique; partition p is lease "billing.p"
 //	    partitions: ${BILLING_PARTITIONS:4}
 //	    fixedRate: 500ms
@@ -130,9 +132,9 @@
 // signalled. [Config.CommandJobs] and [Config.HandlerJobs] split one file
 // in two, the jobs simba run can run and those it leaves to a Go program.
 //
-// A Go program that gives a configuration with command jobs to [Run]
-// refuses it before starting anything, with an error per command job
-// (wrapping [ErrNoHandler]), unless it gives [WithCommandRunner]: the
+// A Go program that gives a configuration with command jobs to [Start] or
+// [Run] has it refused before anything starts, with an error per command
+// job (wrapping [ErrNoHandler]), unless it gives [WithCommandRunner]: the
 // function that runs a command, called once per planned run, as a handler
 // would be, with the term and a [CommandRun]. Run cfg.HandlerJobs() to run
 // only the jobs with handlers.
@@ -168,8 +170,8 @@
 //
 // # Errors
 //
-// [Load], [LoadFile], [Validate] and [Run] report every problem of a
-// configuration at once, before anything starts, as a [*ConfigError]: one
+// [Load], [LoadFile], [Validate], [Start] and [Run] report every problem of
+// a configuration at once, before anything starts, as a [*ConfigError]: one
 // [*FieldError] per problem, naming the position, the job, the key, and
 // wrapping a sentinel error ([ErrDuplicateName], [ErrTiming], [ErrDuration],
 // [ErrPlaceholder], [ErrNoHandler], …) for errors.Is. Given [WithRegistry],
@@ -181,16 +183,23 @@
 //		jobs.yaml:14: partitioned job "billing": group: no such handler: no handler registered as "billing"
 //
 // A registered handler that no job uses is not a problem but a warning
-// ([Warnings]): [Run] logs it at Warn and starts. It is usually a
-// job left out of the configuration, or a misspelt name.
+// ([Warnings]): [Start] logs it at Warn and starts. It is usually a job
+// left out of the configuration, or a misspelt name.
 //
 // # Lifecycle
 //
-// [Run] starts the jobs once the client's session is ready and, when its
-// ctx ends, stops them and waits until every job has handed off, task first
-// and then lease, before it returns. Close the client after Run returns: that
-// is the seed's shutdown order, jobs first, then the session, so another node
-// takes every job over at once instead of after a TTL.
+// [Start] checks everything, starts the jobs and returns a [*Jobs], which
+// follows the lifecycle of [simba.Client]: Stop begins stopping every job
+// and returns at once (a handler stops the jobs with it), Done is closed
+// once every job has stopped (its runs returned, its leases released),
+// Shutdown waits for that within a ctx, and Close without bound. [Run] is
+// Start, then Shutdown once its ctx ends, by default without bound
+// ([WithShutdownTimeout] sets one).
+//
+// Stop the jobs before closing the client: jobs first, then the session.
+// The jobs' leases are then released one by one as their runs return, and
+// another node takes every job over at once; a client closed first ends its
+// session, and the other nodes wait for the session's TTL.
 //
 // # Turning jobs off
 //
@@ -198,6 +207,7 @@
 // (Config.Disabled in code), or the environment variable
 // SIMBA_SCHEDULING_ENABLED ([EnabledEnv]). The environment wins when it is
 // set, in either direction, so that one deployment can turn the jobs off (or
-// on) without editing the file. A disabled Run logs that it starts nothing and
-// returns when its ctx ends. The configuration is still checked.
+// on) without editing the file. A disabled Start logs that it starts
+// nothing (Run then returns when its ctx ends). The configuration is still
+// checked.
 package jobs

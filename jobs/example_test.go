@@ -13,9 +13,9 @@ import (
 	"github.com/simba-go/simba/jobs"
 )
 
-// A scheduled job declared in YAML and run until its ctx ends: Run waits for
-// the session, starts the job, and hands it off before it returns; the client
-// closes after.
+// A scheduled job declared in YAML and run until its ctx ends: Run starts
+// the job and, once ctx ends, stops it and waits until it has handed off
+// before it returns; the client closes after.
 func Example() {
 	b := memory.New()
 	defer b.Close()
@@ -54,6 +54,47 @@ scheduled:
 	// report runs with token 1
 	// Run returned: <nil>
 	// report's lease held after Run: false
+}
+
+// Jobs started with Start, stopped from a handler with Stop, and waited for
+// with Shutdown, bounded by a ctx.
+func ExampleStart() {
+	b := memory.New()
+	defer b.Close()
+	client, err := simba.New(b)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer client.Close() // after the jobs: they stop first
+
+	var running *jobs.Jobs
+	started := make(chan struct{})
+	reg := jobs.NewRegistry()
+	reg.ScheduledTerm("report", func(ctx context.Context, term *simba.Term) error {
+		<-started
+		fmt.Println("report runs with token", term.Token())
+		running.Stop() // returns at once; Shutdown(ctx) here would return an error
+		return nil
+	})
+	cfg := jobs.Config{Scheduled: []jobs.ScheduledJob{{Name: "report", FixedDelay: time.Minute}}}
+	running, err = jobs.Start(client, reg, cfg)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	close(started)
+
+	<-running.Done() // the handler stopped the jobs
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	fmt.Println("Shutdown:", running.Shutdown(ctx))
+	_, _, held := b.Holder("report")
+	fmt.Println("report's lease held:", held)
+	// Output:
+	// report runs with token 1
+	// Shutdown: <nil>
+	// report's lease held: false
 }
 
 // A partitioned job whose handler receives each partition's sharding-item

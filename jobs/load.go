@@ -17,7 +17,8 @@ import (
 // whatever the configuration says: "false" (or 0, f, F, FALSE, False)
 // disables them, "true" (or 1, t, T, TRUE, True) enables them even when the
 // configuration has scheduling.enabled: false. Any other value is an error.
-// It is the relaxed environment name of the seed's simba.scheduling.enabled.
+// Its name is simba.scheduling.enabled written as an environment variable,
+// as Spring Boot's relaxed binding writes property names.
 const EnabledEnv = "SIMBA_SCHEDULING_ENABLED"
 
 // Load reads a configuration in the given format from r (see the package

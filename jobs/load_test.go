@@ -223,8 +223,8 @@ scheduled:
   - {name: "daily report", fixedDelay: 1m}
   - {name: -x, fixedDelay: 1m}
 `, []problem{
-			{"line 3", sched, "daily report", "name", jobs.ErrInvalidValue, `character ' ' at 5`},
-			{"line 4", sched, "-x", "name", jobs.ErrInvalidValue, `character '-' at 0`},
+			{"line 3", sched, "daily report", "name", jobs.ErrInvalidValue, `character ' ' at byte 5`},
+			{"line 4", sched, "-x", "name", jobs.ErrInvalidValue, `character '-' at byte 0`},
 		}},
 		{"group too long for its partitions", "partitioned:\n  - {group: " + strings.Repeat("g", 127) + ", partitions: 10, fixedDelay: 1m}\n",
 			[]problem{{"line 2", part, strings.Repeat("g", 127), "group", jobs.ErrInvalidValue, "longer than 128"}}},

@@ -5,12 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/simba-go/simba"
 )
 
-// Option configures [Load], [LoadFile] and [Run]; each option says which of
-// them it affects. Options refuse bad values: the function given one returns
+// Option configures [Load], [LoadFile], [Start] and [Run]; each option says
+// which of them it affects. Options refuse bad values: the function given one returns
 // an error wrapping [ErrInvalidValue].
 type Option func(*options) error
 
@@ -21,6 +22,8 @@ type options struct {
 	groupOpts []simba.GroupOption
 	registry  *Registry     // for Load and LoadFile; nil: no handler checks
 	commands  commandRunner // nil: command jobs are refused
+	// shutdownTimeout bounds Run's wait for the jobs to stop; 0: no bound.
+	shutdownTimeout time.Duration
 }
 
 // buildOptions applies opts over the defaults.
@@ -40,10 +43,11 @@ func buildOptions(opts []Option) (options, error) {
 	return o, nil
 }
 
-// WithLogger sets the logger [Run] reports to: jobs started and stopped,
-// scheduling disabled, the [Warnings] (default: [slog.Default] when the
-// options are applied; slog.New(slog.DiscardHandler) logs nothing). [Load]
-// and [LoadFile] given [WithRegistry] log the warnings to it too.
+// WithLogger sets the logger [Start] and [Run] report to: jobs started and
+// stopped, scheduling disabled, the [Warnings] (default: [slog.Default]
+// when the options are applied; slog.New(slog.DiscardHandler) logs
+// nothing). [Load] and [LoadFile] given [WithRegistry] log the warnings to
+// it too.
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) error {
 		if l == nil {
@@ -55,8 +59,8 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithLookupEnv sets how environment variables are read (default
-// os.LookupEnv): by [Load] and [LoadFile] for placeholders, by [Run] for
-// [EnabledEnv]. Tests use it to give an environment of their own.
+// os.LookupEnv): by [Load] and [LoadFile] for placeholders, by [Start] and
+// [Run] for [EnabledEnv]. Tests use it to give an environment of their own.
 func WithLookupEnv(lookup func(name string) (value string, ok bool)) Option {
 	return func(o *options) error {
 		if lookup == nil {
@@ -67,8 +71,8 @@ func WithLookupEnv(lookup func(name string) (value string, ok bool)) Option {
 	}
 }
 
-// WithTaskOptions passes opts to every job [Run] starts (for example
-// [simba.WithExecutor]). By default none are passed.
+// WithTaskOptions passes opts to every job [Start] and [Run] start (for
+// example [simba.WithExecutor]). By default none are passed.
 func WithTaskOptions(opts ...simba.TaskOption) Option {
 	return func(o *options) error {
 		o.taskOpts = append(o.taskOpts, opts...)
@@ -76,9 +80,9 @@ func WithTaskOptions(opts ...simba.TaskOption) Option {
 	}
 }
 
-// WithGroupOptions passes opts to every partitioned job [Run] starts (for
-// example [simba.WithAssignment]; every member of a group must use the
-// same). By default none are passed.
+// WithGroupOptions passes opts to every partitioned job [Start] and [Run]
+// start (for example [simba.WithAssignment]; every member of a group must
+// use the same). By default none are passed.
 func WithGroupOptions(opts ...simba.GroupOption) Option {
 	return func(o *options) error {
 		o.groupOpts = append(o.groupOpts, opts...)
@@ -91,8 +95,8 @@ func WithGroupOptions(opts ...simba.GroupOption) Option {
 // round: unknown keys, bad values and durations, bad cron expressions, jobs
 // whose handler is not registered, and the problems of registration, each
 // with its line. The [Warnings] (handlers no job uses) are logged at Warn to
-// the logger of [WithLogger], not returned as errors. Run ignores this
-// option: it checks its own registry.
+// the logger of [WithLogger], not returned as errors. Start and Run ignore
+// this option: they check their own registry.
 func WithRegistry(reg *Registry) Option {
 	return func(o *options) error {
 		if reg == nil {
@@ -117,24 +121,42 @@ type CommandRun struct {
 	Partition   Partition
 }
 
-// WithCommandRunner makes [Run] run the jobs that have a Command: run is
-// called once per planned run, as a registered handler would be, with the
-// run's term and the job's command line; it starts the command, ends it
-// when ctx ends, and returns its outcome. A scheduled job's runs are those
-// of [simba.Election.Schedule], a partitioned job's those of
+// WithCommandRunner makes [Start] and [Run] run the jobs that have a
+// Command: run is called once per planned run, as a registered handler
+// would be, with the run's term and the job's command line; it starts the
+// command, ends it when ctx ends, and returns its outcome. A scheduled job's
+// runs are those of [simba.Election.Schedule], a partitioned job's those of
 // [simba.Group.Schedule], one per partition this node holds, with
 // CommandRun.Partition set. As for a handler, an error or a panic is logged
 // and published as a failed run, and an error wrapping [simba.ErrYield]
 // gives the lease up; run should return as soon as ctx ends, and by the
-// term's deadline (term.Deadline()) at the latest. Without this option Run refuses a configuration with
-// such jobs, before starting anything. `simba run --jobs FILE` is such a
-// runner. A later WithCommandRunner replaces an earlier one.
+// term's deadline (term.Deadline()) at the latest. Without this option
+// Start and Run refuse a configuration with such jobs, before starting
+// anything. `simba run --jobs FILE` is such a runner. A later
+// WithCommandRunner replaces an earlier one.
 func WithCommandRunner(run func(ctx context.Context, term *simba.Term, r CommandRun) error) Option {
 	return func(o *options) error {
 		if run == nil {
 			return fmt.Errorf("%w: nil command runner", ErrInvalidValue)
 		}
 		o.commands = run
+		return nil
+	}
+}
+
+// WithShutdownTimeout bounds how long [Run] waits, once its ctx has ended,
+// for the jobs to stop (default: no bound, as [Jobs.Close]). Past d, Run
+// returns an error wrapping [context.DeadlineExceeded] that names the jobs
+// still stopping (a handler that ignores the cancellation of its ctx keeps
+// its job stopping until it returns), and the stop goes on in the
+// background. d must be positive. [Start] ignores this option: bound
+// [Jobs.Shutdown] with its ctx.
+func WithShutdownTimeout(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: shutdown timeout %v: must be positive", ErrInvalidValue, d)
+		}
+		o.shutdownTimeout = d
 		return nil
 	}
 }

@@ -6,52 +6,50 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/simba-go/simba"
 )
 
-// Run runs the jobs of cfg with the handlers of reg on client, for as long
-// as ctx lasts, in the seed's order:
+// Start starts the jobs of cfg with the handlers of reg on client, and
+// returns at once, with the handle that stops them:
 //
 //  1. It checks cfg and reg with [Validate] and returns every problem, before
 //     anything starts; it logs each of the [Warnings] at Warn. Without
 //     [WithCommandRunner], a job with a Command is a problem too (wrapping
 //     [ErrNoHandler]): nothing would run it.
 //  2. If scheduling is disabled ([EnabledEnv] when set, else
-//     Config.Disabled), it logs so, starts nothing and returns nil when ctx
-//     ends.
-//  3. It waits until the client's session is ready ([simba.Client.Ready]).
-//     If ctx ends first, it returns nil, having started nothing.
-//  4. It starts every job: each scheduled job as an election on its
+//     Config.Disabled), it logs so and starts nothing; the handle it returns
+//     stops at once when stopped.
+//  3. It starts every job: each scheduled job as an election on its
 //     schedule, each partitioned job as a partition group; a job with a
 //     Command calls the function of [WithCommandRunner] where a handler
-//     would run. If one fails to start (for example with
+//     would run. The jobs contend for their leases in the background, as
+//     every task of the client does: no job runs before the client's session
+//     is ready. If one fails to start (for example with
 //     [simba.ErrAlreadyStarted], because the election was started on the
-//     client by other code), it stops those already started, waits for
-//     their hand-offs and returns the error.
-//  5. When ctx ends it stops every job and waits until each has handed off
-//     (its runs exited, its leases released), then returns nil. The caller
-//     closes the client after Run returns: jobs first, then the session.
+//     client by other code), Start stops those already started, waits until
+//     they have stopped, and returns the error.
 //
-// If the client is closed while the jobs run, their tasks end with it; Run
-// then stops the others and returns an error wrapping [simba.ErrClosed].
-// A handler that ignores the cancellation of its ctx delays Run's return by at
-// most its term's remaining time. A nil reg is an empty [Registry].
-func Run(ctx context.Context, client *simba.Client, reg *Registry, cfg Config, opts ...Option) error {
+// Stop the jobs with the handle (see [Jobs]) before closing the client:
+// jobs first, then the session, so that another node takes every job over
+// at once instead of after a TTL. [Run] does all of it for as long as a ctx
+// lasts. A nil reg is an empty [Registry].
+func Start(client *simba.Client, reg *Registry, cfg Config, opts ...Option) (*Jobs, error) {
 	o, err := buildOptions(opts)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if client == nil {
-		return fmt.Errorf("%w: nil client", ErrInvalidValue)
+		return nil, fmt.Errorf("%w: nil client", ErrInvalidValue)
 	}
 	if reg == nil {
 		reg = new(Registry)
 	}
 	hs := reg.snapshot()
 	if err := validate(hs, cfg, o.commands != nil); err != nil {
-		return err
+		return nil, err
 	}
 	log := o.logger
 	for _, w := range warnings(hs, cfg) {
@@ -59,33 +57,191 @@ func Run(ctx context.Context, client *simba.Client, reg *Registry, cfg Config, o
 	}
 	enabled, by, err := schedulingEnabled(cfg, o.lookupEnv)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	j := &Jobs{log: log, stopping: make(chan struct{}), done: make(chan struct{})}
 	if !enabled {
 		log.Info("scheduling disabled; no job started", "by", by)
-		<-ctx.Done()
-		return nil
-	}
-	log.Debug("waiting for the client's session", "jobs", len(cfg.Scheduled)+len(cfg.Partitioned))
-	if err := client.Ready(ctx); err != nil {
-		if ctx.Err() != nil {
-			log.Info("stopped before the session was ready; no job started")
-			return nil
+	} else {
+		j.jobs, err = j.start(client, hs, cfg, o)
+		if err != nil {
+			j.stopAll()
+			log.Error("a job failed to start; the others were stopped", "err", err)
+			return nil, err
 		}
-		return fmt.Errorf("%swait for the client's session: %w", prefix, err)
+		log.Info("jobs started", "scheduled", len(cfg.Scheduled), "partitioned", len(cfg.Partitioned))
 	}
-	started, err := start(client, hs, cfg, o)
+	go j.own()
+	return j, nil
+}
+
+// Run runs the jobs of cfg with the handlers of reg on client for as long
+// as ctx lasts: it calls [Start], waits until ctx ends, then stops the jobs
+// and waits until they have stopped, as [Jobs.Shutdown] does, before it
+// returns nil. The caller closes the client after Run returns: jobs first,
+// then the session.
+//
+// Run returns the errors of Start at once. When scheduling is disabled, it
+// starts nothing and returns nil when ctx ends. If the client is closed
+// while the jobs run, their tasks end with it; Run then stops the others and
+// returns an error wrapping [simba.ErrClosed].
+//
+// Once ctx has ended, Run waits for the jobs without bound by default: a
+// handler that ignores the cancellation of its ctx keeps Run waiting until
+// it returns. [WithShutdownTimeout] bounds that wait; past it, Run returns
+// the error of Jobs.Shutdown, which wraps [context.DeadlineExceeded] and
+// names the jobs still stopping, while the stop goes on in the background.
+// For any other bound, call Start and [Jobs.Shutdown].
+func Run(ctx context.Context, client *simba.Client, reg *Registry, cfg Config, opts ...Option) error {
+	o, err := buildOptions(opts)
 	if err != nil {
-		stopAll(started)
-		log.Error("a job failed to start; the others were stopped", "err", err)
 		return err
 	}
-	log.Info("jobs started", "scheduled", len(cfg.Scheduled), "partitioned", len(cfg.Partitioned))
+	j, err := Start(client, reg, cfg, opts...)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-j.done:
+	}
+	sctx := context.Background()
+	if o.shutdownTimeout > 0 {
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithTimeout(sctx, o.shutdownTimeout)
+		defer cancel()
+	}
+	if err := j.Shutdown(sctx); err != nil {
+		return err
+	}
+	if j.ended != "" {
+		return fmt.Errorf("%s%s ended without being stopped: %w", prefix, j.ended, simba.ErrClosed)
+	}
+	return nil
+}
 
-	err = waitEnd(ctx, started)
-	stopAll(started)
-	log.Info("jobs stopped; every hand-off complete")
-	return err
+// Jobs is the handle of the jobs [Start] started. It follows the lifecycle
+// of [simba.Client]: [Jobs.Stop] begins stopping every job and returns at
+// once, from a handler too; [Jobs.Done] is closed once every job has
+// stopped; [Jobs.Shutdown] waits for it within a ctx, and [Jobs.Close]
+// without bound (never from a handler of the jobs). A job has stopped when
+// its runs have returned and its leases are released: its election or group
+// may then be started again on the client.
+//
+// A Jobs is safe for concurrent use by multiple goroutines.
+type Jobs struct {
+	log  *slog.Logger
+	jobs []started
+
+	stopOnce sync.Once
+	stopping chan struct{} // closed by Stop
+	done     chan struct{} // closed when every job has stopped
+	ended    string        // the job whose task ended by itself, if any; set before done is closed
+}
+
+// jobsKey is the key of the [Jobs] in the ctx of its handlers' runs, which
+// lets Shutdown tell them from the rest.
+type jobsKey struct{}
+
+// started is one job started by Start.
+type started struct {
+	label   string        // "scheduled job \"report\""
+	stop    func()        // the task's Stop
+	task    task          // the task
+	stopped chan struct{} // closed once the task has stopped
+}
+
+// task is what LeaderTask and GroupTask have in common, besides Stop.
+type task interface {
+	Done() <-chan struct{}
+	Shutdown(ctx context.Context) error
+}
+
+// Stop begins stopping every job and returns at once: each job's term ends,
+// its runs' ctx is cancelled, and its leases are released once its runs
+// have returned. [Jobs.Done] tells when all of it is over. Stop is
+// idempotent and safe to call from anywhere, from a handler of the jobs
+// too: it is how a handler stops them.
+func (j *Jobs) Stop() {
+	j.stopOnce.Do(func() { close(j.stopping) })
+}
+
+// Done is closed once every job has stopped (every run returned, every
+// lease released) and every goroutine of the handle has ended: at the
+// moment [Jobs.Shutdown] returns nil. The jobs also stop by themselves when
+// the client closes, which ends their tasks.
+func (j *Jobs) Done() <-chan struct{} { return j.done }
+
+// Shutdown stops the jobs like [Jobs.Stop] and waits for [Jobs.Done], at
+// most until ctx ends, as the lifecycle of [simba.Client] says. It returns
+// nil once every job has stopped. If ctx ends first, it returns an error
+// that wraps ctx.Err() and names the jobs still stopping; the stop goes on
+// in the background, and no lease is released before its runs have
+// returned or its term's deadline has passed.
+//
+// Given the ctx of a run of the jobs' handlers (or of the command runner),
+// or a ctx derived from it, Shutdown cannot wait for the run that called
+// it: it begins the stop, as Stop does, and returns an error at once
+// instead of waiting. Call Stop there.
+//
+// Shutdown is safe to call several times and concurrently with Stop and
+// Close. Shut the jobs down before closing their client.
+func (j *Jobs) Shutdown(ctx context.Context) error {
+	j.Stop()
+	if own, _ := ctx.Value(jobsKey{}).(*Jobs); own == j {
+		return fmt.Errorf("%sshutdown called with the ctx of a run of the jobs' own handlers: it cannot wait for itself, so it only began the stop (a handler stops the jobs with Stop)", prefix)
+	}
+	select {
+	case <-j.done:
+		return nil
+	case <-ctx.Done():
+	}
+	select {
+	case <-j.done: // done wins over an ended ctx
+		return nil
+	default:
+	}
+	var pending []string
+	for _, s := range j.jobs {
+		select {
+		case <-s.stopped:
+		default:
+			pending = append(pending, s.label)
+		}
+	}
+	what := "the stop under way"
+	switch len(pending) {
+	case 0:
+	case 1:
+		what = pending[0] + " still stopping"
+	default:
+		what = fmt.Sprintf("%d jobs still stopping (%s)", len(pending), strings.Join(pending, ", "))
+	}
+	return fmt.Errorf("%sshutdown stopped waiting with %s; the stop goes on in the background: %w", prefix, what, ctx.Err())
+}
+
+// Close is Shutdown(context.Background()): it stops the jobs and waits
+// until every one has stopped, without bound. It must not be called from a
+// handler of the jobs: it would wait for the very run that called it,
+// forever, as [net/http.Server.Shutdown] called from an HTTP handler does.
+// Call [Jobs.Stop] there.
+func (j *Jobs) Close() error {
+	return j.Shutdown(context.Background())
+}
+
+// own stops the jobs when Stop is called or a job's task ends by itself
+// (only the closing of the client does that), and closes done once every
+// job has stopped.
+func (j *Jobs) own() {
+	j.ended = j.waitEnd()
+	if j.ended != "" {
+		j.log.Warn("a job ended without being stopped: stopping the others", "job", j.ended)
+	}
+	j.stopAll()
+	if len(j.jobs) > 0 {
+		j.log.Info("jobs stopped; every hand-off complete")
+	}
+	close(j.done)
 }
 
 // schedulingEnabled applies the switch: the environment wins over cfg.
@@ -100,55 +256,45 @@ func schedulingEnabled(cfg Config, lookup func(string) (string, bool)) (enabled 
 	return !cfg.Disabled, "configuration scheduling.enabled=" + strconv.FormatBool(!cfg.Disabled), nil
 }
 
-// task is what LeaderTask and GroupTask have in common.
-type task interface {
-	Stop() <-chan struct{}
-	Done() <-chan struct{}
-}
-
-// started is one job started by Run.
-type started struct {
-	label string // "scheduled job \"report\""
-	task  task
-}
-
-// start starts every job of cfg, in order; on error it returns the jobs
-// started so far with it.
-func start(client *simba.Client, hs handlers, cfg Config, o options) ([]started, error) {
+// start starts every job of cfg, in order, their runs' ctx carrying j; on
+// error it returns the jobs started so far with it.
+func (j *Jobs) start(client *simba.Client, hs handlers, cfg Config, o options) ([]started, error) {
 	var out []started
-	for _, j := range cfg.Scheduled {
-		h, _ := handlerName(j.Name, j.Handler)
-		s := j.timing().schedule()
-		label := kindScheduled + " " + quote(j.Name)
+	for _, job := range cfg.Scheduled {
+		h, _ := handlerName(job.Name, job.Handler)
+		s := job.timing().schedule()
+		label := kindScheduled + " " + quote(job.Name)
 		fn, runs := hs.byName[h].scheduled, slog.String("handler", h)
-		if len(j.Command) > 0 {
-			fn, runs = scheduledCommand(o.commands, j.Name, j.Command), slog.Any("command", j.Command)
+		if len(job.Command) > 0 {
+			fn, runs = scheduledCommand(o.commands, job.Name, job.Command), slog.Any("command", job.Command)
 		}
-		t, err := client.Election(j.Name).Schedule(s, fn, o.taskOpts...)
+		t, err := client.Election(job.Name).Schedule(s, func(ctx context.Context, term *simba.Term) error {
+			return fn(context.WithValue(ctx, jobsKey{}, j), term)
+		}, o.taskOpts...)
 		if err != nil {
 			return out, fmt.Errorf("%sstart %s: %w", prefix, label, err)
 		}
-		o.logger.Info("job started", "job", j.Name, runs, "schedule", s.String())
-		out = append(out, started{label, t})
+		o.logger.Info("job started", "job", job.Name, runs, "schedule", s.String())
+		out = append(out, started{label: label, stop: func() { t.Stop() }, task: t, stopped: make(chan struct{})})
 	}
-	for _, j := range cfg.Partitioned {
-		h, _ := handlerName(j.Group, j.Handler)
-		s := j.timing().schedule()
-		label := kindPartitioned + " " + quote(j.Group)
+	for _, job := range cfg.Partitioned {
+		h, _ := handlerName(job.Group, job.Handler)
+		s := job.timing().schedule()
+		label := kindPartitioned + " " + quote(job.Group)
 		fn, runs := hs.byName[h].partitioned, slog.String("handler", h)
-		if len(j.Command) > 0 {
-			fn, runs = partitionedCommand(o.commands, j.Group, j.Command), slog.Any("command", j.Command)
+		if len(job.Command) > 0 {
+			fn, runs = partitionedCommand(o.commands, job.Group, job.Command), slog.Any("command", job.Command)
 		}
-		params := j.Params
-		t, err := client.Group(j.Group, j.Partitions, o.groupOpts...).Schedule(s,
+		params := job.Params
+		t, err := client.Group(job.Group, job.Partitions, o.groupOpts...).Schedule(s,
 			func(ctx context.Context, term *simba.Term, p int) error {
-				return fn(ctx, term, Partition{Index: p, Param: params[p]})
+				return fn(context.WithValue(ctx, jobsKey{}, j), term, Partition{Index: p, Param: params[p]})
 			}, o.taskOpts...)
 		if err != nil {
 			return out, fmt.Errorf("%sstart %s: %w", prefix, label, err)
 		}
-		o.logger.Info("job started", "group", j.Group, "partitions", j.Partitions, runs, "schedule", s.String())
-		out = append(out, started{label, t})
+		o.logger.Info("job started", "group", job.Group, "partitions", job.Partitions, runs, "schedule", s.String())
+		out = append(out, started{label: label, stop: func() { t.Stop() }, task: t, stopped: make(chan struct{})})
 	}
 	return out, nil
 }
@@ -189,21 +335,22 @@ func (t timing) schedule() simba.Schedule {
 	return s.WithInitialDelay(t.initial).WithMisfire(t.misfire)
 }
 
-// waitEnd waits until ctx ends, or until a job's task ends by itself, which
-// only the closing of the client does.
-func waitEnd(ctx context.Context, jobs []started) error {
-	if len(jobs) == 0 {
-		<-ctx.Done()
-		return nil
+// waitEnd waits until Stop is called, or until a job's task ends by itself,
+// which only the closing of the client does; it returns that job's label,
+// or "" after Stop.
+func (j *Jobs) waitEnd() string {
+	if len(j.jobs) == 0 {
+		<-j.stopping
+		return ""
 	}
-	ended := make(chan string, len(jobs))
+	ended := make(chan string, len(j.jobs))
 	quit := make(chan struct{})
 	var wg sync.WaitGroup
-	for _, j := range jobs {
+	for _, s := range j.jobs {
 		wg.Go(func() {
 			select {
-			case <-j.task.Done():
-				ended <- j.label
+			case <-s.task.Done():
+				ended <- s.label
 			case <-quit:
 			}
 		})
@@ -211,19 +358,25 @@ func waitEnd(ctx context.Context, jobs []started) error {
 	defer wg.Wait()
 	defer close(quit)
 	select {
-	case <-ctx.Done():
-		return nil
+	case <-j.stopping:
+		return ""
 	case label := <-ended:
-		return fmt.Errorf("%s%s ended without being stopped: %w", prefix, label, simba.ErrClosed)
+		return label
 	}
 }
 
-// stopAll stops every job at once and waits until each has handed off.
-func stopAll(jobs []started) {
-	for _, j := range jobs {
-		j.task.Stop()
+// stopAll stops every job at once and waits until each has stopped: its
+// runs returned and its leases released.
+func (j *Jobs) stopAll() {
+	for _, s := range j.jobs {
+		s.stop()
 	}
-	for _, j := range jobs {
-		<-j.task.Done()
+	var wg sync.WaitGroup
+	for _, s := range j.jobs {
+		wg.Go(func() {
+			s.task.Shutdown(context.Background())
+			close(s.stopped)
+		})
 	}
+	wg.Wait()
 }

@@ -23,7 +23,9 @@ func holderNode(b *memory.Backend, lease string) string {
 	return s[:strings.LastIndex(s, "-")] // session ids are "<node>-<n>"
 }
 
-func TestRunStartsOnlyOnceTheSessionIsReady(t *testing.T) {
+// The jobs are started at once, without waiting for the client's session,
+// and run only once it is ready, as every task of the client does.
+func TestJobsRunOnlyOnceTheSessionIsReady(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := memory.New()
 		defer b.Close()
@@ -33,12 +35,13 @@ func TestRunStartsOnlyOnceTheSessionIsReady(t *testing.T) {
 		var log logBuffer
 		r := jobstest.StartRunner(t, "a", n, rec, jobstest.LoadConfig(t), jobs.WithLogger(log.logger()))
 
+		synctest.Wait()
+		if !strings.Contains(log.String(), "jobs started") {
+			t.Errorf("the jobs were not started at once:\n%s", log.String())
+		}
 		time.Sleep(20 * time.Second)
 		if runs := rec.Runs(); len(runs) != 0 || len(b.History()) != 0 {
 			t.Fatalf("ran before the session was ready: %d runs, %d grants", len(runs), len(b.History()))
-		}
-		if strings.Contains(log.String(), "jobs started") || !strings.Contains(log.String(), "waiting for the client's session") {
-			t.Errorf("log before the session was ready:\n%s", log.String())
 		}
 
 		healed := time.Now()
@@ -49,9 +52,6 @@ func TestRunStartsOnlyOnceTheSessionIsReady(t *testing.T) {
 			if len(ran[lease]) != 1 {
 				t.Errorf("%s ran on %v after the heal, want on a alone", lease, ran[lease])
 			}
-		}
-		if !strings.Contains(log.String(), "jobs started") {
-			t.Errorf("log lacks the start:\n%s", log.String())
 		}
 		// The sharding-item parameters reached the handler.
 		params := map[string]string{}
@@ -70,7 +70,7 @@ func TestRunStartsOnlyOnceTheSessionIsReady(t *testing.T) {
 	})
 }
 
-func TestRunStoppedBeforeTheSessionStartsNothing(t *testing.T) {
+func TestRunStoppedBeforeTheSessionRunsNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := memory.New()
 		defer b.Close()
@@ -83,7 +83,7 @@ func TestRunStoppedBeforeTheSessionStartsNothing(t *testing.T) {
 		n.Heal()
 		time.Sleep(5 * time.Second)
 		if len(rec.Runs()) != 0 || len(b.History()) != 0 {
-			t.Errorf("Run stopped before the session was ready started jobs: %d runs, %d grants", len(rec.Runs()), len(b.History()))
+			t.Errorf("Run stopped before the session was ready ran jobs: %d runs, %d grants", len(rec.Runs()), len(b.History()))
 		}
 		// Nothing of Run's is left on the client: the jobs may be started by hand.
 		task, err := r.Client.Election("report").RunWhileLeader(noopTerm)
@@ -331,7 +331,7 @@ func TestRunPassesTaskAndGroupOptions(t *testing.T) {
 		rec := jobstest.NewRecorder(0)
 		r := jobstest.StartRunner(t, "a", b, rec, jobstest.LoadConfig(t),
 			jobs.WithTaskOptions(simba.WithExecutor(exec)),
-			jobs.WithGroupOptions(simba.WithAssignment(simba.Balanced)))
+			jobs.WithGroupOptions(simba.WithAssignment(simba.AssignBalanced)))
 		time.Sleep(time.Second)
 		if len(executed) != len(jobstest.Leases) {
 			t.Errorf("executor ran %d terms, want %d (one per lease)", len(executed), len(jobstest.Leases))

@@ -44,7 +44,7 @@ const DefaultRecordPrefix = "stream/"
 // fenced by the term's holding of the partition's lease, checked by the
 // backend with the write, so a deposed owner's late write is refused. Values
 // are the offset in decimal. On a backend without records, Load fails with
-// an error matching [simba.ErrNoRecords], and so does every partition.
+// an error matching [backend.ErrRecordsUnsupported], and so does every partition.
 //
 // The zero RecordStore is ready to use, with [DefaultRecordPrefix].
 type RecordStore struct {

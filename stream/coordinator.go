@@ -53,7 +53,7 @@ func (c *Coordinator) RequestCommit() {
 // given up, as with [simba.ErrYield]: the partition is taken over after one
 // lease term, from that checkpoint, by another member or by this one again.
 // The run is published as [simba.WorkCompleted] with result
-// [simba.Succeeded] and an error matching [simba.ErrYield]; it is not a
+// [simba.ResultSucceeded] and an error matching [simba.ErrYield]; it is not a
 // failure. When the term ends or the task stops meanwhile, the hand-off is
 // theirs.
 func (c *Coordinator) RequestHandOff() {

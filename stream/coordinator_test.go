@@ -137,7 +137,7 @@ func TestCoordinatorHandOff(t *testing.T) {
 			}
 		}
 		a.mu.Unlock()
-		if len(yielded) != 1 || yielded[0].Result != simba.Succeeded || !errors.Is(yielded[0].Err, simba.ErrYield) {
+		if len(yielded) != 1 || yielded[0].Result != simba.ResultSucceeded || !errors.Is(yielded[0].Err, simba.ErrYield) {
 			t.Errorf("the first term's runs %+v, want one succeeded yield", yielded)
 		}
 		checkAll(t, evs, b, 1, 1, M)

@@ -57,7 +57,7 @@ func (e *PartitionError) Error() string {
 
 // Failed returns true: a partition failure yields the partition's lease,
 // and the run is published as [simba.WorkCompleted] with result
-// [simba.Failed] (not [simba.Succeeded], as a plain yield is), logged at
+// [simba.ResultFailed] (not [simba.ResultSucceeded], as a plain yield is), logged at
 // Warn, counted in the metrics with simba.result "failed", and recorded as
 // a failed run in the status records that `simba status` and the console
 // show.

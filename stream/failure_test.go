@@ -11,6 +11,7 @@ import (
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/internal/assign"
 	"github.com/simba-go/simba/internal/await"
 	"github.com/simba-go/simba/stream"
 )
@@ -304,7 +305,7 @@ func TestStaleCheckpointRefused(t *testing.T) {
 		rec := &recorder{}
 		// x is the partition's owner when both are members.
 		x, y := "a", "c"
-		if simba.PartitionAssignment(group, []string{x, y}, 1, simba.Rendezvous)[0] != x {
+		if assign.Owners(group, []string{x, y}, 1, assign.Rendezvous)[0] != x {
 			x, y = y, x
 		}
 		src := newNumbered(1_000_000, 10)
@@ -403,7 +404,8 @@ func TestRecordStoreFencesByTerm(t *testing.T) {
 		if off, found, err := s.Load(ctx, first, 0); off != 42 || !found || err != nil {
 			t.Fatalf("Load = %d, %v, %v; want 42", off, found, err)
 		}
-		await.For(t, task.Stop(), testTTL, "Stop of the first term's task did not complete within the TTL")
+		task.Stop()
+		await.For(t, task.Done(), testTTL, "Stop of the first term's task did not complete within the TTL")
 		if err := s.Save(ctx, first, 0, 50); !errors.Is(err, stream.ErrFenced) {
 			t.Errorf("Save after the term ended: %v, want ErrFenced", err)
 		}
@@ -428,6 +430,7 @@ func TestRecordStoreFencesByTerm(t *testing.T) {
 		if off, _, _ := s.Load(ctx, second, 0); off != 43 {
 			t.Errorf("checkpoint %d, want 43", off)
 		}
-		await.For(t, task.Stop(), testTTL, "Stop of the second term's task did not complete within the TTL")
+		task.Stop()
+		await.For(t, task.Done(), testTTL, "Stop of the second term's task did not complete within the TTL")
 	})
 }

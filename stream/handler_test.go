@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/memory"
 	"github.com/simba-go/simba/stream"
 )
@@ -237,7 +238,7 @@ func TestStartRefusesBadInput(t *testing.T) {
 				task.Close()
 			}
 		}
-		if _, err := stream.Start(c.Group("bad name!", 2), src, h); !errors.Is(err, simba.ErrInvalidName) {
+		if _, err := stream.Start(c.Group("bad name!", 2), src, h); !errors.Is(err, backend.ErrInvalidName) {
 			t.Errorf("bad group name: %v", err)
 		}
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -84,5 +85,154 @@ func TestShutdown(t *testing.T) {
 			}
 			a.client.Close()
 		})
+	})
+}
+
+// Done is closed at the moment Shutdown returns nil: here when the call that
+// ignores its cancellation returns, 250ms after the stop, and not before.
+func TestDoneClosesWhenShutdownReturns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		rec := &recorder{}
+		began := make(chan struct{})
+		var once atomic.Bool
+		slow := func(ctx context.Context, _ *simba.Term, msg stream.Message) error {
+			if msg.Offset == 3 && once.CompareAndSwap(false, true) {
+				close(began)
+				time.Sleep(250 * time.Millisecond) // ignores ctx
+			}
+			return nil
+		}
+		a := startNode(t, b, "a", 1, newNumbered(10, 1), rec, handlers(rec, "a", slow))
+		<-began
+		doneAt := make(chan time.Time, 1)
+		go func() {
+			<-a.task.Done()
+			doneAt <- time.Now()
+		}()
+		stopped := time.Now()
+		if err := a.task.Shutdown(t.Context()); err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+		returned := time.Now()
+		if d := returned.Sub(stopped); d != 250*time.Millisecond {
+			t.Errorf("Shutdown returned %v after the stop, want when the call returned, 250ms", d)
+		}
+		if at := <-doneAt; !at.Equal(returned) {
+			t.Errorf("Done closed %v after Shutdown returned nil, want at the same moment", at.Sub(returned))
+		}
+		a.client.Close()
+	})
+}
+
+// From the task's own calls: Stop returns at once; Shutdown, given the
+// call's ctx or a ctx derived from it, begins the stop and returns an error
+// at once, since it cannot wait for the call that made it. Either way the
+// stop completes once the call has returned, with the final checkpoint.
+func TestStopFromOwnHandler(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		call func(ctx context.Context, task *stream.Task) error
+	}{
+		{"Stop", func(_ context.Context, task *stream.Task) error { task.Stop(); return nil }},
+		{"Shutdown", func(ctx context.Context, task *stream.Task) error { return task.Shutdown(ctx) }},
+		{"ShutdownDerivedCtx", func(ctx context.Context, task *stream.Task) error {
+			ctx, cancel := context.WithTimeout(ctx, time.Hour)
+			defer cancel()
+			return task.Shutdown(ctx)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := memory.New()
+				defer b.Close()
+				rec := &recorder{}
+				var n *node
+				ready := make(chan struct{})
+				type result struct {
+					err  error
+					took time.Duration
+				}
+				got := make(chan result, 1)
+				var once atomic.Bool
+				h := func(ctx context.Context, _ *simba.Term, msg stream.Message) error {
+					if msg.Offset != 3 || !once.CompareAndSwap(false, true) {
+						return nil
+					}
+					<-ready
+					at := time.Now()
+					err := tc.call(ctx, n.task)
+					got <- result{err, time.Since(at)}
+					return nil
+				}
+				n = startNode(t, b, "a", 1, newNumbered(10, 1), rec, handlers(rec, "a", h), stream.WithCommitInterval(time.Hour))
+				close(ready)
+				r := <-got
+				if r.took != 0 {
+					t.Errorf("%s from the handler returned after %v, want at once", tc.name, r.took)
+				}
+				switch {
+				case tc.name == "Stop":
+				case r.err == nil:
+					t.Errorf("Shutdown from the handler returned nil, want an error saying it cannot wait for itself")
+				default:
+					t.Logf("Shutdown: %v", r.err)
+					const want = `simba/stream: shutdown of stream "` + group + `" called with the ctx of one of its own calls`
+					if !strings.HasPrefix(r.err.Error(), want) {
+						t.Errorf("Shutdown's error %q, want it to begin with %q", r.err, want)
+					}
+				}
+				<-n.task.Done() // the stop began: it completes once the call returned
+				var final []ev
+				for _, e := range rec.Events() {
+					if e.Kind == kSaved && e.Err == nil {
+						final = append(final, e)
+					}
+				}
+				if len(final) != 1 || final[0].Offset != 4 {
+					t.Errorf("checkpoints accepted %v, want one final checkpoint at 4 (past the calling message)", final)
+				}
+				if err := n.task.Shutdown(t.Context()); err != nil {
+					t.Errorf("Shutdown from the test once Done: %v", err)
+				}
+				n.client.Close()
+			})
+		})
+	}
+}
+
+// A ctx of another task's calls does not count as the task's own: Shutdown
+// given it waits as from anywhere else.
+func TestShutdownWithAnotherTasksCtx(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		rec := &recorder{}
+		var other *stream.Task
+		ready := make(chan struct{})
+		got := make(chan error, 1)
+		var once atomic.Bool
+		h := func(ctx context.Context, _ *simba.Term, msg stream.Message) error {
+			if once.CompareAndSwap(false, true) {
+				<-ready
+				got <- other.Shutdown(ctx)
+			}
+			return nil
+		}
+		a := startNode(t, b, "a", 1, newNumbered(10, 1), rec, handlers(rec, "a", h))
+		other, err := stream.Start(a.client.Group("other", 1), newNumbered(10, 1), handlers(&recorder{}, "a", work(0)),
+			stream.WithLogger(testLogger(t, "a")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		close(ready)
+		if err := <-got; err != nil {
+			t.Errorf("Shutdown of another task from a handler: %v, want nil once it stopped", err)
+		}
+		if !closed(other.Done()) {
+			t.Error("Shutdown of another task returned before its Done was closed")
+		}
+		a.stop()
 	})
 }

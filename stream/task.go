@@ -9,8 +9,11 @@ import (
 )
 
 // Task is a started stream: a partition group whose per-partition work is
-// the event loop. Create it with [Start]; end it with [Task.Stop] or
-// [Task.Close].
+// the event loop. Create it with [Start]. It ends as every task of simba
+// does (see the lifecycle of [simba.Client]): [Task.Stop] begins the stop
+// and returns at once, from a handler too; [Task.Done] is closed once it is
+// over; [Task.Shutdown] waits for it within a ctx, and [Task.Close] without
+// bound (never from the task's own handlers).
 //
 // A Task is safe for concurrent use by multiple goroutines.
 type Task struct {
@@ -33,6 +36,10 @@ type Task struct {
 	closing bool // no new loop starts
 	idle    chan struct{}
 }
+
+// taskKey is the key of the [Task] in the ctx of its calls, which lets
+// Shutdown tell the task's own calls from the rest.
+type taskKey struct{}
 
 // Start runs the stream on group g: for every partition of g this client
 // holds, it loads the partition's checkpoint, gets a [Handler] from
@@ -86,44 +93,45 @@ func (t *Task) Name() string { return t.group.Name() }
 // view of the group, sorted.
 func (t *Task) Partitions() []int { return t.group.Partitions() }
 
-// Stop stops the stream and returns at once. Every partition's loop hands
-// off while its term is still valid: it stops taking messages, waits for
-// the calls in flight (at most until the term's deadline as it stood when
-// the hand-off began), writes a final checkpoint, and calls Close. Then the
-// group is stopped and the leases released. The returned channel (the same
-// as [Task.Done]) is closed when all of it is over, including calls
-// abandoned at a hand-off's bound. Stop is idempotent.
-func (t *Task) Stop() <-chan struct{} {
-	t.stop()
-	return t.done
-}
+// Stop begins stopping the stream and returns at once. Every partition's
+// loop hands off while its term is still valid: it stops taking messages,
+// waits for the calls in flight (at most until the term's deadline as it
+// stood when the hand-off began), writes a final checkpoint, and calls
+// Close. Then the group is stopped and the leases released. [Task.Done]
+// tells when all of it is over. Stop is idempotent and safe to call from
+// anywhere, from the task's own handlers too: it is how a handler stops its
+// stream.
+func (t *Task) Stop() { t.stop() }
 
-// Close stops the stream like [Task.Stop] and waits for it. Close a Task
-// before its client: a client closed first revokes every term at once, and
-// the loops' final checkpoints may then be refused.
-func (t *Task) Close() error {
-	<-t.Stop()
-	return nil
-}
+// Done is closed once the stream has stopped: every partition handed off
+// (final checkpoint, Close, lease released), the group stopped, every
+// handler call returned, abandoned ones included, and every goroutine of
+// the task ended. It is closed at the moment [Task.Shutdown] returns nil,
+// and also when the stream stops by itself, which only the closing of its
+// client makes it do.
+func (t *Task) Done() <-chan struct{} { return t.done }
 
-// Shutdown stops the stream like [Task.Stop] and waits for it, at most
-// until ctx ends, in the manner of [simba.Client.Shutdown]: it returns nil
-// once every partition has handed off (final checkpoint, Close, lease
-// released) and every goroutine of the task has ended. If ctx ends first,
-// it returns an error that wraps ctx.Err() and says what was still running;
-// the stop goes on in the background in the same order ([Task.Done] tells
-// when it is over), and no lease is released before its loop has handed off
-// or its term's deadline has passed. Shutdown is safe to call several times
-// and concurrently with Stop and Close. Shut a Task down before its client,
-// as with Close. From a [Handler]'s call, use Stop: Shutdown and Close wait
-// for every call, the calling one too, so there they return only when their
-// ctx ends (Close never).
+// Shutdown stops the stream like [Task.Stop] and waits for [Task.Done], at
+// most until ctx ends, as the lifecycle of [simba.Client] says. It returns
+// nil once every partition has handed off and every goroutine of the task
+// has ended. If ctx ends first, it returns an error that wraps ctx.Err() and
+// says what was still running; the stop goes on in the background in the
+// same order, and no lease is released before its loop has handed off or
+// its term's deadline has passed.
+//
+// Given the ctx of one of the task's own calls (Init, Process, Window,
+// Close, a [Wrapper]'s, the [Source]'s or the [CheckpointStore]'s) or a ctx
+// derived from it, Shutdown cannot wait for the call that made it: it begins
+// the stop, as Stop does, and returns an error at once instead of waiting.
+// Call Stop there.
+//
+// Shutdown is safe to call several times and concurrently with Stop and
+// Close. Shut a Task down before its client: a client closed first revokes
+// every term at once, and the loops' final checkpoints may then be refused.
 func (t *Task) Shutdown(ctx context.Context) error {
 	t.stop()
-	select {
-	case <-t.done:
-		return nil
-	default:
+	if own, _ := ctx.Value(taskKey{}).(*Task); own == t {
+		return fmt.Errorf("simba/stream: shutdown of %s called with the ctx of one of its own calls: it cannot wait for itself, so it only began the stop (a handler stops its stream with Stop)", t)
 	}
 	select {
 	case <-t.done:
@@ -131,7 +139,7 @@ func (t *Task) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	select {
-	case <-t.done:
+	case <-t.done: // done wins over an ended ctx
 		return nil
 	default:
 	}
@@ -154,10 +162,14 @@ func (t *Task) Shutdown(ctx context.Context) error {
 	return fmt.Errorf("simba/stream: shutdown of %s stopped waiting with %s still running; the stop goes on in the background: %w", t, what, ctx.Err())
 }
 
-// Done is closed when the stream has stopped: every partition handed off,
-// the group stopped, and every goroutine of the task ended. The group stops
-// by itself when its client closes.
-func (t *Task) Done() <-chan struct{} { return t.done }
+// Close is Shutdown(context.Background()): it stops the stream and waits
+// for all of it, without bound. It must not be called from the task's own
+// handlers: it would wait for the very call that made it, forever, as
+// [net/http.Server.Shutdown] called from an HTTP handler does. Call
+// [Task.Stop] there. Close a Task before its client, as with Shutdown.
+func (t *Task) Close() error {
+	return t.Shutdown(context.Background())
+}
 
 // own ends the task: when stopped (or when the group ended by itself), it
 // waits for every loop to hand off, stops the group, and waits for every
@@ -175,7 +187,8 @@ func (t *Task) own() {
 	}
 	t.mu.Unlock()
 	<-t.idle
-	<-t.group.Stop()
+	t.group.Stop()
+	<-t.group.Done()
 	t.wg.Wait()
 	close(t.done)
 }
@@ -212,7 +225,7 @@ func (t *Task) run(ctx context.Context, term *simba.Term, partition int) error {
 	l := &loop{t: t, o: &t.o, term: term, partition: partition,
 		log: t.o.logger.With("lease", term.Name(), "token", term.Token())}
 	l.coord = &Coordinator{l: l}
-	l.ctx = context.WithValue(ctx, coordinatorKey{}, l.coord)
+	l.ctx = context.WithValue(context.WithValue(ctx, coordinatorKey{}, l.coord), taskKey{}, t)
 	err := l.run()
 	if err == nil && l.coord.handingOff() && ctx.Err() == nil && t.stopping.Err() == nil {
 		l.log.Info("handed off at the handler's request: giving the lease up", "offset", l.saved)

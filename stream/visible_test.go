@@ -59,7 +59,7 @@ func runsCounted(t *testing.T, r *sdkmetric.ManualReader, result string) int64 {
 	for _, sm := range rm.ScopeMetrics {
 		for _, md := range sm.Metrics {
 			sum, ok := md.Data.(metricdata.Sum[int64])
-			if md.Name != simba.MetricRuns || !ok {
+			if md.Name != "simba.run.completed" || !ok {
 				continue
 			}
 			for _, p := range sum.DataPoints {
@@ -129,13 +129,13 @@ func TestPartitionFailureIsVisible(t *testing.T) {
 		mu.Lock()
 		var failed []simba.WorkCompleted
 		for _, w := range done {
-			if w.Result != simba.Succeeded {
+			if w.Result != simba.ResultSucceeded {
 				failed = append(failed, w)
 			}
 		}
 		mu.Unlock()
 		var pe *stream.PartitionError
-		if len(failed) != 1 || failed[0].Result != simba.Failed || !errors.As(failed[0].Err, &pe) ||
+		if len(failed) != 1 || failed[0].Result != simba.ResultFailed || !errors.As(failed[0].Err, &pe) ||
 			pe.Offset != 3 || !errors.Is(pe, boom) || failed[0].Partition != 0 {
 			t.Errorf("runs not succeeded: %+v, want one Failed with the partition error at offset 3", failed)
 		}
@@ -165,7 +165,7 @@ func TestPartitionFailureIsVisible(t *testing.T) {
 		for _, r := range runs {
 			results = append(results, r.Result)
 		}
-		if len(runs) == 0 || runs[0].Result != simba.Failed.String() {
+		if len(runs) == 0 || runs[0].Result != simba.ResultFailed.String() {
 			t.Errorf("history results %q, want the first run failed", results)
 		}
 	})

@@ -3,7 +3,8 @@
 // second node joins a second after the first and takes over the billing
 // partitions assigned to it. On SIGINT or SIGTERM (or when the -for time is
 // up) each node stops its jobs, waits until every job has handed off, and
-// only then closes its client: the seed's shutdown order.
+// only then closes its client: jobs first, then the session, so that the
+// other node takes the jobs over at once instead of after a TTL.
 //
 //	go run ./examples/jobs              # until Ctrl-C
 //	go run ./examples/jobs -for 5s      # five seconds

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/internal/assign"
 )
 
 // TwoClientsShareTheJobs runs two clients, a and b, on the same
@@ -26,7 +26,7 @@ func TwoClientsShareTheJobs(t *testing.T, connect func(node string) backend.Back
 	settled := time.Now()
 	time.Sleep(2 * time.Second)
 	ran := rec.RanSince(settled)
-	owners := simba.PartitionAssignment("billing", []string{"a", "b"}, 4, simba.Rendezvous)
+	owners := assign.Owners("billing", []string{"a", "b"}, 4, assign.Rendezvous)
 	for p, owner := range owners {
 		lease := fmt.Sprintf("billing.%d", p)
 		if len(ran[lease]) != 1 || ran[lease][0] != owner {
