@@ -2,7 +2,9 @@
 // nodes keep in a backend — elections, partition groups, scheduled jobs and
 // members — and buttons for the cluster-wide operations they obey. It is
 // built on package [admin], as the simba command is, and served by it as
-// `simba console --etcd … | --zk …`.
+// `simba console --etcd … | --zk … | --postgres … | --kubernetes` for a
+// backend of etcd, ZooKeeper, PostgreSQL or Kubernetes; a program that
+// runs its nodes on the in-memory backend serves its own, as below.
 //
 //	a, err := admin.Open(ctx, b)
 //	if err != nil { ... }

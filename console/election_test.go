@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/simba-go/simba/admin"
 	"github.com/simba-go/simba/internal/records"
 )
 
@@ -19,11 +20,11 @@ func TestElectionPage(t *testing.T) {
 	require.NoError(t, sc.a.As("carol").Enable(ctx, "ingest", ""))
 	st, err := sc.a.Status(ctx, "ingest")
 	require.NoError(t, err)
-	st.Terms = []records.Term{
+	st.Terms = []admin.Term{
 		{Token: 1, Member: "b", Start: drawnAt.Add(-2 * time.Hour), End: drawnAt.Add(-90 * time.Minute), Ended: "resigned"},
 		{Token: st.Holder.Token, Member: "a", Start: drawnAt.Add(-time.Hour)},
 	}
-	sc.status(st)
+	sc.put(records.StatusKey(st.Lease), st)
 
 	p, html := sc.draw("/elections/ingest", drawnAt)
 	require.NotNil(t, p.Election)

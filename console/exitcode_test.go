@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os/exec"
 	"regexp"
@@ -17,6 +18,13 @@ import (
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend/memory"
 )
+
+// exitStatus is a command's exit status as an error, with the method
+// ExitCode() int whose code the run history records.
+type exitStatus int
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+func (e exitStatus) ExitCode() int { return int(e) }
 
 // TestRunsShowTheirExitStatus runs a job whose runs end as commands do
 // (exit 0, then exit 3 from a real process) and checks that the jobs page
@@ -35,7 +43,7 @@ func TestRunsShowTheirExitStatus(t *testing.T) {
 		_, err = c.Election("build").Schedule(simba.FixedRate(time.Second), func(ctx context.Context, term *simba.Term) error {
 			switch n.Add(1) {
 			case 1:
-				return simba.Exited(0)
+				return exitStatus(0)
 			case 2:
 				return exit3
 			case 3:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/admin"
+	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/internal/records"
 )
 
@@ -69,9 +70,9 @@ type attention struct {
 
 // Run results as the history names them.
 var (
-	resultSucceeded = simba.Succeeded.String()
-	resultFailed    = simba.Failed.String()
-	resultCancelled = simba.Cancelled.String()
+	resultSucceeded = simba.ResultSucceeded.String()
+	resultFailed    = simba.ResultFailed.String()
+	resultCancelled = simba.ResultCancelled.String()
 )
 
 // Attention kinds, in the order the overview lists them.
@@ -106,13 +107,29 @@ func (p *page) buildOverview(l *loader) error {
 			return err
 		}
 	}
-	ops := snap.Ops
 	o := &overview{}
-	var items []attention
-	add := func(a attention) { items = append(items, a) }
+	items := slices.Concat(
+		o.countElections(q.Elections),
+		o.countGroups(q.Groups, snap.Ops),
+		o.countJobs(snap),
+		o.countMembers(q.Members),
+		disabledItems(snap),
+		drainedItems(snap.Ops),
+		problemItems(snap.Problems, p.View.Path()),
+	)
+	slices.SortStableFunc(items, func(a, b attention) int {
+		return slices.Index(attentionOrder, a.Kind) - slices.Index(attentionOrder, b.Kind)
+	})
+	o.Attention = items
+	p.Overview = o
+	return nil
+}
 
-	// Elections.
-	for _, e := range q.Elections {
+// countElections counts the plain elections, and returns the vacant ones
+// that are not disabled.
+func (o *overview) countElections(rows []electionRow) []attention {
+	var items []attention
+	for _, e := range rows {
 		o.Elections++
 		switch {
 		case e.Disabled:
@@ -130,12 +147,18 @@ func (p *page) buildOverview(l *loader) error {
 				a.Reason += "; its status was last written"
 				a.At = e.Status.Updated
 			}
-			add(a)
+			items = append(items, a)
 		}
 	}
+	return items
+}
 
-	// Groups and their partitions.
-	for _, g := range q.Groups {
+// countGroups counts the groups' partitions, and returns the vacant
+// partitions that are not disabled: one by one, or as one item for a
+// group with more than maxVacantItems of them.
+func (o *overview) countGroups(groups []groupView, ops admin.Ops) []attention {
+	var items []attention
+	for _, g := range groups {
 		gc := groupCount{Name: g.Name, Total: len(g.Cells), Disabled: g.Disabled}
 		var vacant []cell
 		for _, c := range g.Cells {
@@ -148,39 +171,50 @@ func (p *page) buildOverview(l *loader) error {
 			}
 		}
 		o.Groups = append(o.Groups, gc)
-		if len(vacant) > maxVacantItems {
-			var nums []string
-			for _, c := range vacant {
-				nums = append(nums, "#"+strconv.Itoa(c.Index))
-			}
-			add(attention{Kind: "vacant", Target: g.Name, Href: "/groups", Level: "bad", What: "group " + g.Name,
-				Reason: fmt.Sprintf("%d of its %d partitions are vacant: no member holds them", len(vacant), len(g.Cells)),
-				Detail: strings.Join(nums, ", ")})
-			continue
-		}
-		for _, c := range vacant {
-			href := "/groups"
-			if c.Scheduled {
-				href = "/jobs/" + c.Lease
-			}
-			a := attention{Kind: "vacant", Target: c.Lease, Href: href, Level: "bad", What: "partition " + c.Lease,
-				Reason: "no member holds it"}
-			if c.Owner != "" {
-				a.Reason += "; its owner is " + c.Owner
-			}
-			add(a)
-		}
+		items = append(items, vacantPartitionItems(g, vacant)...)
 	}
+	return items
+}
 
-	// Jobs: a plain election with a schedule is one job, and so is a
-	// group whose partitions have one, however many they are, as simba
-	// status counts them; runs and failures are of each election and
-	// partition.
+// vacantPartitionItems are the items of the vacant partitions of g.
+func vacantPartitionItems(g groupView, vacant []cell) []attention {
+	if len(vacant) > maxVacantItems {
+		var nums []string
+		for _, c := range vacant {
+			nums = append(nums, "#"+strconv.Itoa(c.Index))
+		}
+		return []attention{{Kind: "vacant", Target: g.Name, Href: "/groups", Level: "bad", What: "group " + g.Name,
+			Reason: fmt.Sprintf("%d of its %d partitions are vacant: no member holds them", len(vacant), len(g.Cells)),
+			Detail: strings.Join(nums, ", ")}}
+	}
+	var items []attention
+	for _, c := range vacant {
+		href := "/groups"
+		if c.Scheduled {
+			href = "/jobs/" + c.Lease
+		}
+		a := attention{Kind: "vacant", Target: c.Lease, Href: href, Level: "bad", What: "partition " + c.Lease,
+			Reason: "no member holds it"}
+		if c.Owner != "" {
+			a.Reason += "; its owner is " + c.Owner
+		}
+		items = append(items, a)
+	}
+	return items
+}
+
+// countJobs counts the jobs and their runs, and returns those whose last
+// run failed or was interrupted. A plain election with a schedule is one
+// job, and so is a group whose partitions have one, however many they
+// are, as simba status counts them; runs and failures are of each
+// election and partition.
+func (o *overview) countJobs(snap admin.Snapshot) []attention {
 	_, parts := splitElections(snap.Elections)
 	groupOf := map[string]string{} // by partition
 	for _, e := range parts {
 		groupOf[e.Name] = partitionGroup(e)
 	}
+	var items []attention
 	jobs, failing := map[string]bool{}, map[string]bool{} // "election NAME" or "group NAME"
 	for _, e := range snap.Elections {
 		if e.Status.Schedule == "" {
@@ -197,60 +231,85 @@ func (p *page) buildOverview(l *loader) error {
 			o.JobElections++
 		}
 		jobs[job] = true
-		row := jobRowOf(e, ops)
+		row := jobRowOf(e, snap.Ops)
 		o.Succeeded += row.Status.Succeeded
 		o.Failed += row.Status.Failed
-		r := row.Status.LastRun
-		if r == nil || (r.Result != resultFailed && r.Result != records.Interrupted) {
-			continue
+		if a, ok := failedRunItem(row); ok {
+			failing[job] = true
+			items = append(items, a)
 		}
-		failing[job] = true
-		a := attention{Kind: "failed", Target: row.Name, Href: "/jobs/" + row.Name, Level: "bad", What: "job " + row.Name, At: r.Start}
-		if row.Status.Group != "" {
-			a.What = "partition job " + row.Name
-		}
-		if r.Result == records.Interrupted {
-			a.Reason = fmt.Sprintf("its last run, #%d, was interrupted: its holder's term ended while it ran; it started", r.Seq)
-		} else {
-			a.Reason = fmt.Sprintf("its last run, #%d, failed; it started", r.Seq)
-			a.Detail = r.Error
-			if c := exit(r.ExitCode); c != "" {
-				a.Detail = strings.TrimPrefix(a.Detail+" ("+c+")", " ")
-			}
-		}
-		add(a)
 	}
 	o.Jobs, o.JobsFailing = len(jobs), len(failing)
+	return items
+}
 
-	// Members: their headroom, and drains.
-	for _, m := range q.Members {
+// failedRunItem is the item of a job whose last run failed or was
+// interrupted; false for another.
+func failedRunItem(row jobRow) (attention, bool) {
+	r := row.Status.LastRun
+	if r == nil || (r.Result != resultFailed && r.Result != records.Interrupted) {
+		return attention{}, false
+	}
+	a := attention{Kind: "failed", Target: row.Name, Href: "/jobs/" + row.Name, Level: "bad", What: "job " + row.Name, At: r.Start}
+	if row.Status.Group != "" {
+		a.What = "partition job " + row.Name
+	}
+	if r.Result == records.Interrupted {
+		a.Reason = fmt.Sprintf("its last run, #%d, was interrupted: its holder's term ended while it ran; it started", r.Seq)
+		return a, true
+	}
+	a.Reason = fmt.Sprintf("its last run, #%d, failed; it started", r.Seq)
+	a.Detail = r.Error
+	if c := exit(r.ExitCode); c != "" {
+		a.Detail = strings.TrimPrefix(a.Detail+" ("+c+")", " ")
+	}
+	return a, true
+}
+
+// countMembers counts the members, and returns those whose headroom is
+// stale or close to their deadline.
+func (o *overview) countMembers(rows []memberRow) []attention {
+	var items []attention
+	for _, m := range rows {
 		o.Members++
 		if m.Live {
 			o.MembersLive++
 		}
-		h := m.Headroom
-		if h == nil {
+		if m.Headroom == nil {
 			continue
 		}
 		o.MembersReporting++
-		switch h.Level {
-		case "stale":
-			add(attention{Kind: "stale", Target: m.ID, Href: "/members", Level: "warn", What: "member " + m.ID,
-				Reason: "its client has not published its renewals for longer than it would while alive; it may be gone. Last written",
-				At:     h.Updated})
-		case "warn", "bad":
-			share := "a third"
-			if h.Level == "bad" {
-				share = "a tenth"
-			}
-			add(attention{Kind: "deadline", Target: m.ID, Href: "/members", Level: h.Level, What: "member " + m.ID,
-				Reason: fmt.Sprintf("close to its deadline: a recent renewal came with %s of its %s TTL left, under %s of it",
-					fmtMs(h.MinMs), fmtMs(h.TTLms), share)})
+		if a, ok := headroomItem(m.ID, m.Headroom); ok {
+			items = append(items, a)
 		}
 	}
+	return items
+}
 
-	// Disables, of anything: elections, jobs, partitions, groups, names
-	// not seen yet.
+// headroomItem is the item of member id with headroom h, if h is stale
+// or close to the deadline.
+func headroomItem(id string, h *headroom) (attention, bool) {
+	switch h.Level {
+	case "stale":
+		return attention{Kind: "stale", Target: id, Href: "/members", Level: "warn", What: "member " + id,
+			Reason: "its client has not published its renewals for longer than it would while alive; it may be gone. Last written",
+			At:     h.Updated}, true
+	case "warn", "bad":
+		share := "a third"
+		if h.Level == "bad" {
+			share = "a tenth"
+		}
+		return attention{Kind: "deadline", Target: id, Href: "/members", Level: h.Level, What: "member " + id,
+			Reason: fmt.Sprintf("close to its deadline: a recent renewal came with %s of its %s TTL left, under %s of it",
+				fmtMs(h.MinMs), fmtMs(h.TTLms), share)}, true
+	}
+	return attention{}, false
+}
+
+// disabledItems are the disables in force, of anything: elections, jobs,
+// partitions, groups, names not seen yet.
+func disabledItems(snap admin.Snapshot) []attention {
+	ops := snap.Ops
 	groups := map[string]bool{}
 	for _, g := range snap.Groups {
 		groups[g.Name] = true
@@ -259,6 +318,7 @@ func (p *page) buildOverview(l *loader) error {
 	for _, e := range snap.Elections {
 		byName[e.Name] = e
 	}
+	var items []attention
 	for _, name := range slices.Sorted(maps.Keys(ops.Disabled)) {
 		if !ops.Disabled[name] {
 			continue
@@ -283,8 +343,14 @@ func (p *page) buildOverview(l *loader) error {
 		if op, ok := ops.Disables[name]; ok {
 			a.Detail = describe(&opNote{Op: op})
 		}
-		add(a)
+		items = append(items, a)
 	}
+	return items
+}
+
+// drainedItems are the drains in force.
+func drainedItems(ops admin.Ops) []attention {
+	var items []attention
 	for _, id := range slices.Sorted(maps.Keys(ops.Drained)) {
 		if !ops.Drained[id] {
 			continue
@@ -294,27 +360,27 @@ func (p *page) buildOverview(l *loader) error {
 		if op, ok := ops.Drains[id]; ok {
 			a.Detail = describe(&opNote{Op: op})
 		}
-		add(a)
+		items = append(items, a)
 	}
+	return items
+}
 
-	// Records skipped.
-	for i, pr := range snap.Problems {
+// problemItems are the records skipped: maxProblemItems one by one, then
+// one item for the rest, whose link is here (the page's notice lists
+// them).
+func problemItems(problems []admin.Problem, here string) []attention {
+	var items []attention
+	for i, pr := range problems {
 		if i == maxProblemItems {
-			add(attention{Kind: "problem", Target: "", Href: p.View.Path(), Level: "warn",
-				What:   fmt.Sprintf("%d more records", len(snap.Problems)-maxProblemItems),
+			items = append(items, attention{Kind: "problem", Target: "", Href: here, Level: "warn",
+				What:   fmt.Sprintf("%d more records", len(problems)-maxProblemItems),
 				Reason: "could not be used and were skipped; the notice above lists them"})
 			break
 		}
-		add(attention{Kind: "problem", Target: pr.Key, Href: problemHref(pr.Key), Level: "warn", What: "record " + pr.Key,
+		items = append(items, attention{Kind: "problem", Target: pr.Key, Href: problemHref(pr.Key), Level: "warn", What: "record " + pr.Key,
 			Reason: "could not be used and is skipped", Detail: pr.Reason})
 	}
-
-	slices.SortStableFunc(items, func(a, b attention) int {
-		return slices.Index(attentionOrder, a.Kind) - slices.Index(attentionOrder, b.Kind)
-	})
-	o.Attention = items
-	p.Overview = o
-	return nil
+	return items
 }
 
 // problemHref is the page that shows what a skipped record is of.
@@ -344,7 +410,7 @@ func problemHref(key string) string {
 
 // validLease reports whether lease is a lease name, whose job page can
 // be asked for.
-func validLease(lease string) bool { return simba.CheckName(lease) == nil }
+func validLease(lease string) bool { return backend.CheckName(lease) == nil }
 
 // percent renders n of all as a percentage, rounded down to a tenth (so
 // that 100% means all), or "—" when all is 0.

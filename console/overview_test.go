@@ -351,7 +351,9 @@ func TestJobChartDrawsEveryRun(t *testing.T) {
 	assert.Contains(t, html, `>start (UTC)</text>`)
 
 	// The runs are placed by their start, left to right.
-	c := newRunChart(toRuns(runs), drawnAt, false)
+	history, err := sc.a.History(sc.ctx, "digest")
+	require.NoError(t, err)
+	c := newRunChart(history, drawnAt, false)
 	for i := 1; i < len(c.Marks); i++ {
 		assert.Greater(t, c.Marks[i].X, c.Marks[i-1].X, "run %d after run %d", c.Marks[i].Seq, c.Marks[i-1].Seq)
 	}
@@ -365,9 +367,6 @@ func TestJobChartDrawsEveryRun(t *testing.T) {
 	assert.Equal(t, len(runs), strings.Count(list, `data-spark-run="`), list)
 	assert.Contains(t, list, `<span class="spark-rate">50% ok</span>`)
 }
-
-// toRuns converts records to admin's runs.
-func toRuns(rs []records.Run) []admin.Run { return rs }
 
 func TestJobChartOfOddHistories(t *testing.T) {
 	for name, runs := range map[string][]admin.Run{

@@ -13,8 +13,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/admin"
+	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/internal/records"
 )
 
@@ -183,7 +183,7 @@ type mark struct {
 
 // termRow is one term of the zoomed partition, as its table shows it.
 type termRow struct {
-	records.Term
+	admin.Term
 	Open    bool
 	Unseen  bool
 	Took    string
@@ -261,7 +261,7 @@ func parseTimelineView(q url.Values) (view, bool) {
 		v.Range = r
 	}
 	if g := q.Get("group"); g != "" {
-		if simba.CheckName(g) != nil {
+		if backend.CheckName(g) != nil {
 			return view{}, false
 		}
 		v.Name = g
@@ -299,7 +299,7 @@ func (v view) timelinePath() string {
 type laneSrc struct {
 	e     admin.Election
 	index int // the partition, or -1
-	terms []records.Term
+	terms []admin.Term
 }
 
 // partitionIndex returns the partition of a group's election: from its
@@ -330,8 +330,8 @@ func partitionGroup(e admin.Election) string {
 
 // orderedTerms returns the terms that have a start, sorted by start (then
 // token), and how many have none.
-func orderedTerms(ts []records.Term) ([]records.Term, int) {
-	out := make([]records.Term, 0, len(ts))
+func orderedTerms(ts []admin.Term) ([]admin.Term, int) {
+	out := make([]admin.Term, 0, len(ts))
 	skipped := 0
 	for _, t := range ts {
 		if t.Start.IsZero() {
@@ -340,7 +340,7 @@ func orderedTerms(ts []records.Term) ([]records.Term, int) {
 		}
 		out = append(out, t)
 	}
-	slices.SortStableFunc(out, func(a, b records.Term) int {
+	slices.SortStableFunc(out, func(a, b admin.Term) int {
 		if c := a.Start.Compare(b.Start); c != 0 {
 			return c
 		}
@@ -349,6 +349,8 @@ func orderedTerms(ts []records.Term) ([]records.Term, int) {
 	return out, skipped
 }
 
+// buildTimeline fills the timeline of the view: its selectors, its lanes
+// over the range, and for a group its rebalances.
 func (p *page) buildTimeline(l *loader) error {
 	snap, err := l.snapshot()
 	if err != nil {
@@ -357,11 +359,44 @@ func (p *page) buildTimeline(l *loader) error {
 	v := p.View
 	now := l.now
 	tl := &timeline{Group: v.Name, Part: v.Part, Range: v.Range, To: now, Zoom: v.Part >= 0}
+	p.Timeline = tl
 	plain, parts := splitElections(snap.Elections)
+	groups := timelineGroups(snap.Groups, parts)
+	tl.selectors(v, groups)
+	if v.Name != "" && !groups[v.Name] {
+		p.NotFound = true
+		return nil
+	}
+	all := tl.laneSources(v, plain, parts)
+	srcs := all
+	if tl.Zoom {
+		i := slices.IndexFunc(all, func(s laneSrc) bool { return s.index == v.Part })
+		if i < 0 {
+			p.NotFound = true
+			return nil
+		}
+		srcs = all[i : i+1]
+		tl.Lease = srcs[0].e.Name
+		if srcs[0].e.Status.Schedule != "" {
+			tl.JobHref = "/jobs/" + tl.Lease
+		}
+	}
+	tl.From = rangeStart(v.Range, now, srcs)
+	tl.draw(srcs, now)
+	if v.Name != "" {
+		tl.Rebalances, tl.MoreRebalances = shownRebalances(rebalances(all, v.Name), tl.From, tl.Zoom, v.Part)
+	}
+	if tl.Zoom {
+		tl.Terms = termRows(srcs[0], now)
+	}
+	return nil
+}
 
-	// The group selector.
+// timelineGroups returns the groups the timeline can show: those known,
+// and those of the partitions in parts.
+func timelineGroups(known []admin.Group, parts []admin.Election) map[string]bool {
 	groups := map[string]bool{}
-	for _, g := range snap.Groups {
+	for _, g := range known {
 		groups[g.Name] = true
 	}
 	for _, e := range parts {
@@ -369,6 +404,12 @@ func (p *page) buildTimeline(l *loader) error {
 			groups[g] = true
 		}
 	}
+	return groups
+}
+
+// selectors fills the group selector ("elections", then groups) and the
+// range selector of view v.
+func (tl *timeline) selectors(v view, groups map[string]bool) {
 	withRange := func(w view) string { w.Kind, w.Range = "timeline", v.Range; return w.timelinePath() }
 	tl.Groups = append(tl.Groups, tlLink{Label: "elections", Href: withRange(view{Part: -1}), Current: v.Name == ""})
 	for _, g := range slices.Sorted(maps.Keys(groups)) {
@@ -379,8 +420,12 @@ func (p *page) buildTimeline(l *loader) error {
 		w.Range = r.Name
 		tl.Ranges = append(tl.Ranges, tlLink{Label: r.Name, Href: w.timelinePath(), Current: v.Range == r.Name})
 	}
+}
 
-	// The lanes' sources.
+// laneSources returns the lanes of view v: the plain elections, or the
+// partitions of its group by index (counting in tl.Undrawn the terms
+// without a start of those shown, and linking back to the whole group).
+func (tl *timeline) laneSources(v view, plain, parts []admin.Election) []laneSrc {
 	var srcs []laneSrc
 	if v.Name == "" {
 		for _, e := range plain {
@@ -388,50 +433,35 @@ func (p *page) buildTimeline(l *loader) error {
 			tl.Undrawn += skipped
 			srcs = append(srcs, laneSrc{e: e, index: -1, terms: ts})
 		}
-	} else {
-		if !groups[v.Name] {
-			p.NotFound = true
-			p.Timeline = tl
-			return nil
-		}
-		for _, e := range parts {
-			if partitionGroup(e) != v.Name {
-				continue
-			}
-			ts, skipped := orderedTerms(e.Status.Terms)
-			srcs = append(srcs, laneSrc{e: e, index: partitionIndex(e), terms: ts})
-			if v.Part < 0 || partitionIndex(e) == v.Part {
-				tl.Undrawn += skipped
-			}
-		}
-		slices.SortStableFunc(srcs, func(a, b laneSrc) int { return cmp.Compare(a.index, b.index) })
-		w := v
-		w.Part = -1
-		tl.AllHref = w.timelinePath()
+		return srcs
 	}
-	all := srcs
-	if tl.Zoom {
-		i := slices.IndexFunc(srcs, func(s laneSrc) bool { return s.index == v.Part })
-		if i < 0 {
-			p.NotFound = true
-			p.Timeline = tl
-			return nil
+	for _, e := range parts {
+		if partitionGroup(e) != v.Name {
+			continue
 		}
-		srcs = srcs[i : i+1]
-		tl.Lease = srcs[0].e.Name
-		if srcs[0].e.Status.Schedule != "" {
-			tl.JobHref = "/jobs/" + tl.Lease
+		ts, skipped := orderedTerms(e.Status.Terms)
+		srcs = append(srcs, laneSrc{e: e, index: partitionIndex(e), terms: ts})
+		if v.Part < 0 || partitionIndex(e) == v.Part {
+			tl.Undrawn += skipped
 		}
 	}
+	slices.SortStableFunc(srcs, func(a, b laneSrc) int { return cmp.Compare(a.index, b.index) })
+	w := v
+	w.Part = -1
+	tl.AllHref = w.timelinePath()
+	return srcs
+}
 
-	// The range.
+// rangeStart returns the start of the range named name, ending now: for
+// "all", the earliest start of the terms of srcs, at least a minute ago.
+func rangeStart(name string, now time.Time, srcs []laneSrc) time.Time {
 	from := now.Add(-time.Hour)
 	for _, r := range timelineRanges {
-		if r.Name == v.Range && r.D > 0 {
+		if r.Name == name && r.D > 0 {
 			from = now.Add(-r.D)
 		}
 	}
-	if v.Range == "all" {
+	if name == "all" {
 		first := now
 		for _, s := range srcs {
 			if len(s.terms) > 0 && s.terms[0].Start.Before(first) {
@@ -440,8 +470,12 @@ func (p *page) buildTimeline(l *loader) error {
 		}
 		from = earlier(first, now.Add(-time.Minute))
 	}
-	tl.From = from
+	return from
+}
 
+// draw lays srcs out as lanes from tl.From to now, with the axis and the
+// legend of the members.
+func (tl *timeline) draw(srcs []laneSrc, now time.Time) {
 	size := normalLane
 	switch {
 	case tl.Zoom:
@@ -450,22 +484,13 @@ func (p *page) buildTimeline(l *loader) error {
 		size = compactLane
 		tl.Compact = true
 	}
-	d := &drawing{from: from, now: now, span: now.Sub(from), size: size, text: !tl.Compact, titles: !tl.Compact, handoffs: !tl.Compact}
+	d := &drawing{from: tl.From, now: now, span: now.Sub(tl.From), size: size, text: !tl.Compact, titles: !tl.Compact, handoffs: !tl.Compact}
 	members := map[string]bool{}
 	y := tlAxisH + 4
 	for i, s := range srcs {
 		ln := d.lane(s, px(y))
 		ln.ShowLabel = !tl.Compact || i%compactLabelEvery == 0
-		if s.index >= 0 && !tl.Zoom {
-			ln.Href = zoomHref(tl, s.index)
-			ln.Title = s.e.Name + ": zoom in"
-		} else if s.e.Status.Schedule != "" {
-			ln.Href = "/jobs/" + s.e.Name
-			ln.Title = s.e.Name + ": its job page"
-		} else if s.index < 0 {
-			ln.Href = "/elections/" + s.e.Name
-			ln.Title = s.e.Name + ": its page"
-		}
+		tl.link(&ln, s)
 		if len(s.terms) > 0 {
 			tl.HasTerms = true
 		}
@@ -480,37 +505,51 @@ func (p *page) buildTimeline(l *loader) error {
 	tl.Members = slices.Sorted(maps.Keys(members))
 	tl.Width, tl.Height = tlWidth, px(y+tlBottom)
 	tl.PlotX, tl.PlotEnd, tl.PlotW, tl.LabelW, tl.AxisY = tlLabelW, tlLabelW+tlPlotW, tlPlotW, tlLabelW, tlAxisH
-	tl.Ticks = d.ticks(v.Range)
+	tl.Ticks = d.ticks(tl.Range)
+}
 
-	if v.Name != "" {
-		rbs := rebalances(all, v.Name)
-		var shown []rebalance
-		for i := len(rbs) - 1; i >= 0; i-- { // newest first
-			r := rbs[i]
-			if r.Last.Before(from) {
-				break
-			}
-			if tl.Zoom && !slices.ContainsFunc(r.Moves, func(m move) bool { return m.Partition == v.Part }) {
-				continue
-			}
-			if tl.Zoom {
-				r.Moves = slices.DeleteFunc(slices.Clone(r.Moves), func(m move) bool { return m.Partition != v.Part })
-			} else {
-				r.Moves = r.Moves[:min(len(r.Moves), movesShown)]
-			}
-			shown = append(shown, r)
-		}
-		if len(shown) > rebalancesShown {
-			tl.MoreRebalances = len(shown) - rebalancesShown
-			shown = shown[:rebalancesShown]
-		}
-		tl.Rebalances = shown
+// link sets the link of lane ln of s: a partition's zoom, else a job's
+// page, else a plain election's page.
+func (tl *timeline) link(ln *lane, s laneSrc) {
+	switch {
+	case s.index >= 0 && !tl.Zoom:
+		ln.Href = zoomHref(tl, s.index)
+		ln.Title = s.e.Name + ": zoom in"
+	case s.e.Status.Schedule != "":
+		ln.Href = "/jobs/" + s.e.Name
+		ln.Title = s.e.Name + ": its job page"
+	case s.index < 0:
+		ln.Href = "/elections/" + s.e.Name
+		ln.Title = s.e.Name + ": its page"
 	}
-	if tl.Zoom {
-		tl.Terms = termRows(srcs[0], now)
+}
+
+// shownRebalances returns the rebalances of rbs (oldest first) to list,
+// newest first: those that ended after from, at most rebalancesShown,
+// each with its first movesShown moves, or with a zoom (zoom true) only
+// those that moved partition part, with only its moves; and how many
+// more there are.
+func shownRebalances(rbs []rebalance, from time.Time, zoom bool, part int) ([]rebalance, int) {
+	var shown []rebalance
+	for i := len(rbs) - 1; i >= 0; i-- { // newest first
+		r := rbs[i]
+		if r.Last.Before(from) {
+			break
+		}
+		if zoom && !slices.ContainsFunc(r.Moves, func(m move) bool { return m.Partition == part }) {
+			continue
+		}
+		if zoom {
+			r.Moves = slices.DeleteFunc(slices.Clone(r.Moves), func(m move) bool { return m.Partition != part })
+		} else {
+			r.Moves = r.Moves[:min(len(r.Moves), movesShown)]
+		}
+		shown = append(shown, r)
 	}
-	p.Timeline = tl
-	return nil
+	if len(shown) > rebalancesShown {
+		return shown[:rebalancesShown], len(shown) - rebalancesShown
+	}
+	return shown, 0
 }
 
 // drawing places terms on the picture: times from..now across the plot.
@@ -546,7 +585,7 @@ const (
 
 // isOpen reports whether term t of election e is its current holder's
 // open term.
-func isOpen(e admin.Election, t records.Term) bool {
+func isOpen(e admin.Election, t admin.Term) bool {
 	h := e.Status.Holder
 	return t.End.IsZero() && e.Held && h != nil && h.Token == t.Token && h.Member == t.Member
 }
@@ -554,7 +593,7 @@ func isOpen(e admin.Election, t records.Term) bool {
 // termEnd returns the end of the i-th of terms (of election e) as the
 // picture draws it, and its state: "open" (to now), "ended", or "unseen"
 // (ended, nobody saw when: up to the next term's start, or a TTL).
-func termEnd(e admin.Election, terms []records.Term, i int, now time.Time) (time.Time, string) {
+func termEnd(e admin.Election, terms []admin.Term, i int, now time.Time) (time.Time, string) {
 	t := terms[i]
 	switch {
 	case !t.End.IsZero():
@@ -668,7 +707,7 @@ func later(a, b time.Time) time.Time {
 func tlTime(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000") + " UTC" }
 
 // termTitle is a bar's tooltip.
-func termTitle(t records.Term, end time.Time, state string) string {
+func termTitle(t admin.Term, end time.Time, state string) string {
 	var how string
 	switch state {
 	case "open":
@@ -686,7 +725,7 @@ func termTitle(t records.Term, end time.Time, state string) string {
 }
 
 // endedWords says how a term ended.
-func endedWords(t records.Term) string {
+func endedWords(t admin.Term) string {
 	switch t.Ended {
 	case records.EndedFailOver:
 		return "fail-over: it ended without a hand-off; its successor recorded the end at its own start, so it ended no later"
@@ -699,7 +738,7 @@ func endedWords(t records.Term) string {
 }
 
 // markTitle is an end mark's tooltip.
-func markTitle(t records.Term) string {
+func markTitle(t admin.Term) string {
 	return fmt.Sprintf("token %d of %s ended at %s\n%s", t.Token, t.Member, tlTime(t.End), endedWords(t))
 }
 

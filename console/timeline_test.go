@@ -90,7 +90,7 @@ func attrFloat(t *testing.T, el svgEl, name string) float64 {
 }
 
 // election makes an election of status st.
-func election(st records.Status, held bool) admin.Election {
+func election(st admin.Status, held bool) admin.Election {
 	return admin.Election{Name: st.Lease, Status: st, Held: held}
 }
 
@@ -149,18 +149,18 @@ func TestTimelineViews(t *testing.T) {
 //   - fresh: no terms.
 func tlSnapshot() admin.Snapshot {
 	return admin.Snapshot{Elections: []admin.Election{
-		election(records.Status{Lease: "alpha", Partition: -1, Schedule: "every 1m",
-			Holder: &records.Holder{Member: "c", Token: 3, Since: ago(30 * time.Minute)},
-			Terms: []records.Term{
+		election(admin.Status{Lease: "alpha", Partition: -1, Schedule: "every 1m",
+			Holder: &admin.Holder{Member: "c", Token: 3, Since: ago(30 * time.Minute)},
+			Terms: []admin.Term{
 				{Token: 1, Member: "a", Start: ago(2 * time.Hour), End: ago(50 * time.Minute), Ended: "resigned", TTLms: 3000},
 				{Token: 2, Member: "b", Start: ago(45 * time.Minute), End: ago(30 * time.Minute), Ended: records.EndedFailOver, TTLms: 3000},
 				{Token: 3, Member: "c", Start: ago(30 * time.Minute), TTLms: 3000},
 			}}, true),
-		election(records.Status{Lease: "beta", Partition: -1,
-			Terms: []records.Term{{Token: 7, Member: "a", Start: ago(20 * time.Minute), TTLms: 3000}}}, false),
-		election(records.Status{Lease: "fresh", Partition: -1}, false),
-		election(records.Status{Lease: "old", Partition: -1,
-			Terms: []records.Term{{Token: 1, Member: "d", Start: ago(4 * time.Hour), End: ago(3 * time.Hour), Ended: "stopped"}}}, false),
+		election(admin.Status{Lease: "beta", Partition: -1,
+			Terms: []admin.Term{{Token: 7, Member: "a", Start: ago(20 * time.Minute), TTLms: 3000}}}, false),
+		election(admin.Status{Lease: "fresh", Partition: -1}, false),
+		election(admin.Status{Lease: "old", Partition: -1,
+			Terms: []admin.Term{{Token: 1, Member: "d", Start: ago(4 * time.Hour), End: ago(3 * time.Hour), Ended: "stopped"}}}, false),
 	}}
 }
 
@@ -264,7 +264,7 @@ func rebalanceGroup() admin.Snapshot {
 	T := ago(40 * time.Minute)
 	ms := time.Millisecond
 	drained := func(i int, at time.Time) consoletest.PartTerms {
-		return consoletest.PartTerms{Index: i, Terms: []records.Term{
+		return consoletest.PartTerms{Index: i, Terms: []admin.Term{
 			{Token: 10, Member: "A", Start: ago(50 * time.Minute), End: at, Ended: "member drained", TTLms: 3000},
 			{Token: 11, Member: "B", Start: at.Add(200 * ms), TTLms: 3000},
 		}}
@@ -272,11 +272,11 @@ func rebalanceGroup() admin.Snapshot {
 	crash := T.Add(10 * time.Minute)
 	return consoletest.GroupSnapshot("g",
 		drained(0, T), drained(1, T.Add(700*ms)), drained(2, T.Add(2*time.Second)),
-		consoletest.PartTerms{Index: 3, Terms: []records.Term{
+		consoletest.PartTerms{Index: 3, Terms: []admin.Term{
 			{Token: 5, Member: "A", Start: ago(50 * time.Minute), End: crash, Ended: records.EndedFailOver, TTLms: 3000},
 			{Token: 6, Member: "C", Start: crash, TTLms: 3000},
 		}},
-		consoletest.PartTerms{Index: 4, Terms: []records.Term{
+		consoletest.PartTerms{Index: 4, Terms: []admin.Term{
 			{Token: 1, Member: "C", Start: ago(50 * time.Minute), End: ago(20 * time.Minute), Ended: "yielded"},
 			{Token: 2, Member: "C", Start: ago(19 * time.Minute)},
 		}},
@@ -392,9 +392,9 @@ func TestTimelineCompact(t *testing.T) {
 
 func TestTimelineBadRecords(t *testing.T) {
 	snap := admin.Snapshot{Elections: []admin.Election{
-		election(records.Status{Lease: "bad", Partition: -1,
-			Holder: &records.Holder{Member: "<b>x</b>", Token: 9},
-			Terms: []records.Term{
+		election(admin.Status{Lease: "bad", Partition: -1,
+			Holder: &admin.Holder{Member: "<b>x</b>", Token: 9},
+			Terms: []admin.Term{
 				{Token: 9, Member: "<b>x</b>", Start: ago(5 * time.Minute)},                                                             // open, out of order
 				{Token: 4, Member: "a", Start: ago(30 * time.Minute), End: ago(40 * time.Minute), Ended: "?"},                           // ends before it starts
 				{Token: 5, Member: "", Start: time.Time{}, End: ago(20 * time.Minute)},                                                  // no start
@@ -427,7 +427,7 @@ func TestTimelineEmpty(t *testing.T) {
 	_, html := timelinePage(t, admin.Snapshot{}, "/timeline")
 	assert.Contains(t, html, "data-empty")
 	assert.NotContains(t, html, "<svg class=\"timeline")
-	_, html = timelinePage(t, admin.Snapshot{Elections: []admin.Election{election(records.Status{Lease: "x", Partition: -1}, false)}}, "/timeline")
+	_, html = timelinePage(t, admin.Snapshot{Elections: []admin.Election{election(admin.Status{Lease: "x", Partition: -1}, false)}}, "/timeline")
 	assert.Contains(t, html, "No terms recorded yet")
 }
 

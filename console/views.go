@@ -14,8 +14,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/admin"
+	"github.com/simba-go/simba/backend"
 )
 
 // view names what a page or an event stream shows: one of the pages, or
@@ -76,7 +76,7 @@ func parseView(pathQuery string) (view, bool) {
 	}
 	for _, page := range []struct{ prefix, kind string }{{"/jobs/", "job"}, {"/elections/", "election"}} {
 		if lease, ok := strings.CutPrefix(u.Path, page.prefix); ok {
-			if simba.CheckName(lease) != nil {
+			if backend.CheckName(lease) != nil {
 				return view{}, false
 			}
 			return view{Kind: page.kind, Lease: lease}, true
@@ -102,10 +102,10 @@ func parseView(pathQuery string) (view, bool) {
 }
 
 // validFilter reports whether name may filter the audit page: "", or at
-// most simba.MaxNameLen bytes of UTF-8 without control characters (a name
+// most backend.MaxNameLen bytes of UTF-8 without control characters (a name
 // no operation has cannot match, but is shown as asked).
 func validFilter(name string) bool {
-	return len(name) <= simba.MaxNameLen && utf8.ValidString(name) &&
+	return len(name) <= backend.MaxNameLen && utf8.ValidString(name) &&
 		!strings.ContainsFunc(name, unicode.IsControl)
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/admin"
+	"github.com/simba-go/simba/internal/records"
 )
 
 // The audit trail: every operation, from the command or the console, is
@@ -34,7 +35,7 @@ operation and what it applies to, whether it changed anything, the
 --reason given, and what it changed, in words. NAME selects the
 operations on an election, job, partition or member, and for a group on
 its partitions too. The writer of an entry keeps the newest %d entries
-and none older than %d days.`, admin.AuditKeep, int(admin.AuditMaxAge/(24*time.Hour))),
+and none older than %d days.`, records.AuditKeep, int(records.AuditMaxAge/(24*time.Hour))),
 	setup: func(fs *flag.FlagSet) action {
 		var since sinceFlag
 		fs.Var(&since, "since", "only the operations of the last `D` (a duration: 90m, 2h, 7d) or since a time (RFC 3339: 2026-03-01T16:00:00Z)")

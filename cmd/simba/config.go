@@ -314,39 +314,60 @@ func pathError(err error) string {
 // config file, if any.
 func (c *connFlags) resolve(g *globals, getenv func(string) string, explicit map[string]bool) error {
 	c.from = map[string]string{}
-	path := c.config
-	if !explicit["config"] {
-		if path = getenv(envConfig); path == "" {
-			path = defaultConfigFile(getenv)
-		}
-	}
 	var file fileConfig
-	if path != "" {
+	if path := configPath(c.config, getenv, explicit); path != "" {
 		f, err := readConfig(path)
 		if err != nil {
 			return err
 		}
 		file, c.file = *f, path
 	}
-	fromFile := "config file " + c.file
+	if err := c.resolveConn(file, getenv, explicit); err != nil {
+		return err
+	}
+	if err := g.resolveBackend(file, "config file "+c.file, explicit); err != nil {
+		return err
+	}
+	return g.resolveTimeout(file, getenv, explicit)
+}
 
-	// A string setting: flag, else environment, else file.
-	str := func(name string, flagVal *string, env, fileVal string) {
+// configPath returns the config file to read: --config, else
+// $SIMBA_CONFIG, else the default one if it exists; "" for none.
+func configPath(flagVal string, getenv func(string) string, explicit map[string]bool) string {
+	if explicit["config"] {
+		return flagVal
+	}
+	if path := getenv(envConfig); path != "" {
+		return path
+	}
+	return defaultConfigFile(getenv)
+}
+
+// resolveConn settles TLS and the credentials: flag, else environment,
+// else file, noting in c.from where each came from.
+func (c *connFlags) resolveConn(file fileConfig, getenv func(string) string, explicit map[string]bool) error {
+	for _, s := range []struct {
+		name    string
+		val     *string
+		env     string
+		fileVal string
+	}{
+		{"cacert", &c.cacert, envCACert, file.CACert},
+		{"cert", &c.cert, envCert, file.Cert},
+		{"key", &c.key, envKey, file.Key},
+		{"user", &c.user, envUser, file.User},
+		{"password", &c.password, envPassword, ""},
+		{"zk-auth", &c.zkAuth, envZKAuth, ""},
+	} {
 		switch {
-		case explicit[name]:
-			c.from[name] = "--" + name
-		case getenv(env) != "":
-			*flagVal, c.from[name] = getenv(env), "$"+env
-		case fileVal != "":
-			*flagVal, c.from[name] = fileVal, fromFile
+		case explicit[s.name]:
+			c.from[s.name] = "--" + s.name
+		case getenv(s.env) != "":
+			*s.val, c.from[s.name] = getenv(s.env), "$"+s.env
+		case s.fileVal != "":
+			*s.val, c.from[s.name] = s.fileVal, "config file "+c.file
 		}
 	}
-	str("cacert", &c.cacert, envCACert, file.CACert)
-	str("cert", &c.cert, envCert, file.Cert)
-	str("key", &c.key, envKey, file.Key)
-	str("user", &c.user, envUser, file.User)
-	str("password", &c.password, envPassword, "")
-	str("zk-auth", &c.zkAuth, envZKAuth, "")
 	if !explicit["password"] && getenv(envPassword) == "" {
 		c.passwordFile = file.PasswordFile
 	}
@@ -364,14 +385,19 @@ func (c *connFlags) resolve(g *globals, getenv func(string) string, explicit map
 	default:
 		c.insecure = file.InsecureSkipTLSVerify
 	}
+	return nil
+}
 
-	// The backend: flags and environment (g, as parsed), else the file.
+// resolveBackend settles the backend, the prefix and the backends'
+// settings: flags and environment (g, as parsed), else the file, named
+// fromFile in g.kube.from.
+func (g *globals) resolveBackend(file fileConfig, fromFile string, explicit map[string]bool) error {
 	if v := g.kube.onEnv; v != "" && !explicit["kubernetes"] {
 		if _, err := strconv.ParseBool(v); err != nil {
 			return configErrorf("$%s=%q: want true or false", envKubernetes, v)
 		}
 	}
-	if g.etcd == "" && g.zk == "" && g.postgres == "" && !g.kube.on && !explicit["etcd"] && !explicit["zk"] && !explicit["postgres"] && kubeExplicit(explicit) == "" {
+	if !g.backendGiven(explicit) {
 		switch file.Backend {
 		case "kubernetes":
 			g.kube.on = true
@@ -390,36 +416,56 @@ func (c *connFlags) resolve(g *globals, getenv func(string) string, explicit map
 		g.pgNoListen = file.PostgresNoListen
 	}
 	if file.Backend == "kubernetes" {
-		for _, k := range []struct {
-			name      string
-			val       *string
-			fileVal   string
-			explicits bool
-		}{
-			{"kubeconfig", &g.kube.kubeconfig, file.Kubeconfig, explicit["kubeconfig"]},
-			{"context", &g.kube.context, file.Context, explicit["context"]},
-			{"namespace", &g.kube.namespace, file.Namespace, explicit["namespace"] || explicit["n"]},
-		} {
-			if *k.val == "" && !k.explicits && k.fileVal != "" {
-				*k.val = k.fileVal
-				if g.kube.from == nil {
-					g.kube.from = map[string]string{}
-				}
-				g.kube.from[k.name] = fromFile
+		g.kube.resolveFile(file, fromFile, explicit)
+	}
+	return nil
+}
+
+// resolveFile takes the Kubernetes settings that neither a flag nor the
+// environment gave from the config file, named fromFile in k.from.
+func (k *kubeFlags) resolveFile(file fileConfig, fromFile string, explicit map[string]bool) {
+	for _, s := range []struct {
+		name      string
+		val       *string
+		fileVal   string
+		explicits bool
+	}{
+		{"kubeconfig", &k.kubeconfig, file.Kubeconfig, explicit["kubeconfig"]},
+		{"context", &k.context, file.Context, explicit["context"]},
+		{"namespace", &k.namespace, file.Namespace, explicit["namespace"] || explicit["n"]},
+	} {
+		if *s.val == "" && !s.explicits && s.fileVal != "" {
+			*s.val = s.fileVal
+			if k.from == nil {
+				k.from = map[string]string{}
 			}
+			k.from[s.name] = fromFile
 		}
 	}
-	if !explicit["timeout"] {
-		switch v := getenv(envTimeout); {
-		case v != "":
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				return configErrorf("$%s=%q: want a positive duration such as 5s", envTimeout, v)
-			}
-			g.timeout = d
-		case file.Timeout != "":
-			g.timeout, _ = time.ParseDuration(file.Timeout) // checked by readConfig
+}
+
+// backendGiven reports whether the command line or the environment names
+// a backend, or gives a backend flag.
+func (g *globals) backendGiven(explicit map[string]bool) bool {
+	return g.etcd != "" || g.zk != "" || g.postgres != "" || g.kube.on ||
+		explicit["etcd"] || explicit["zk"] || explicit["postgres"] || kubeExplicit(explicit) != ""
+}
+
+// resolveTimeout settles the timeout: --timeout, else $SIMBA_TIMEOUT, else
+// the file's.
+func (g *globals) resolveTimeout(file fileConfig, getenv func(string) string, explicit map[string]bool) error {
+	if explicit["timeout"] {
+		return nil
+	}
+	switch v := getenv(envTimeout); {
+	case v != "":
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return configErrorf("$%s=%q: want a positive duration such as 5s", envTimeout, v)
 		}
+		g.timeout = d
+	case file.Timeout != "":
+		g.timeout, _ = time.ParseDuration(file.Timeout) // checked by readConfig
 	}
 	return nil
 }

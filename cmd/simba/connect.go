@@ -271,7 +271,7 @@ func (inv *invocation) admin(ctx context.Context) (*admin.Admin, error) {
 	inv.b = b
 	a, err := admin.Open(ctx, b, admin.WithOperator(operator()))
 	switch {
-	case errors.Is(err, admin.ErrNoRecords):
+	case errors.Is(err, backend.ErrRecordsUnsupported):
 		return nil, failf("%s keeps no status or operation records: this build of its backend lacks backend.Records, so there is nothing to show or operate", t)
 	case err != nil:
 		return nil, inv.backendErr(ctx, "opening a session", err)

@@ -600,7 +600,7 @@ func TestMessagesHaveNoDoubledPrefixes(t *testing.T) {
 				t.Errorf("a doubled or package prefix:\n%s", r.stderr)
 			}
 		}
-		check(h.run("disable", "no/slash"), exitUsage, `simba: invalid name: lease name "no/slash": character '/' at 2`)
+		check(h.run("disable", "no/slash"), exitUsage, `simba: invalid name "no/slash": character '/' at byte 2`)
 		check(h.run("status", "nosuch"), exitFailed, `simba: no such election, job or group "nosuch"`)
 		h.wrap = func(b backend.Backend) backend.Backend { return failingPuts{b} }
 		check(h.run("disable", "report"), exitUnreachable, "simba: etcd at memory:2379: failed while disabling report: put record: the disk is full")

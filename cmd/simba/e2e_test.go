@@ -140,7 +140,7 @@ func (c *cluster) requireRecords(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	a, err := admin.Open(ctx, b)
-	if errors.Is(err, admin.ErrNoRecords) {
+	if errors.Is(err, backend.ErrRecordsUnsupported) {
 		t.Skipf("backend/%s does not implement backend.Records yet (admin.Open: %v): the simba command has nothing to show or operate", c.kind, err)
 	}
 	if err != nil {

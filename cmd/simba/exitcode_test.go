@@ -30,7 +30,7 @@ func TestExitCodesShown(t *testing.T) {
 		rec := &recorder{}
 		a := startNode(t, b.Node("a"), "a", ttl, rec)
 		var n atomic.Int32
-		ends := []error{errors.New("no"), simba.Exited(0), exit3}
+		ends := []error{errors.New("no"), commandExit(0), exit3}
 		task, err := a.client.Election("report").Schedule(simba.FixedRate(time.Second), func(ctx context.Context, term *simba.Term) error {
 			i := int(n.Add(1)) - 1
 			if i >= len(ends) {
@@ -55,7 +55,7 @@ func TestExitCodesShown(t *testing.T) {
 			t.Errorf("run 1 (a plain error): %+v, want failed without an exit code", r)
 		}
 		if r := runs[1]; r.Result != "succeeded" || r.ExitCode == nil || *r.ExitCode != 0 || r.Error != "" {
-			t.Errorf("run 2 (Exited(0)): %+v, want succeeded, exit code 0, no error", r)
+			t.Errorf("run 2 (exit status 0): %+v, want succeeded, exit code 0, no error", r)
 		}
 		if r := runs[2]; r.Result != "failed" || r.ExitCode == nil || *r.ExitCode != 3 || r.Error != "exit status 3" {
 			t.Errorf("run 3 (exit 3): %+v, want failed, exit code 3", r)

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/admin"
+	"github.com/simba-go/simba/backend"
 )
 
 // pollInterval is how often --wait reads the backend again.
@@ -116,7 +116,7 @@ not seen it yet.`,
 }
 
 func runDisable(ctx context.Context, inv *invocation, name, reason string, force, wait bool) error {
-	if err := simba.CheckName(name); err != nil {
+	if err := backend.CheckName(name); err != nil {
 		return usagef(nil, "%v", err)
 	}
 	s, err := inv.readSnapshot(ctx)
@@ -162,7 +162,7 @@ it, unless --force.`,
 		force := fs.Bool("force", false, "say that a name the backend does not show is not disabled, rather than refuse it")
 		return func(ctx context.Context, inv *invocation, args []string) error {
 			name := args[0]
-			if err := simba.CheckName(name); err != nil {
+			if err := backend.CheckName(name); err != nil {
 				return usagef(nil, "%v", err)
 			}
 			return runUndo(ctx, inv, undo{
@@ -379,7 +379,7 @@ func (s *snapshot) holdings(member string) []string {
 }
 
 func runDrain(ctx context.Context, inv *invocation, member, reason string, force, wait bool) error {
-	if member == "" || len(member) > simba.MaxNameLen || strings.ContainsAny(member, "/ \t\n") {
+	if member == "" || len(member) > backend.MaxNameLen || strings.ContainsAny(member, "/ \t\n") {
 		return usagef(nil, "invalid member id %q", member)
 	}
 	s, err := inv.readSnapshot(ctx)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/internal/proc"
 	"github.com/simba-go/simba/jobs"
 )
@@ -157,55 +158,11 @@ type runFlags struct {
 // check refuses bad input before anything connects. It returns the
 // schedule, if one was given.
 func (o *runFlags) check(explicit func(string) bool) (*simba.Schedule, error) {
-	modes := 0
-	for _, m := range []string{o.election, o.group, o.jobsFile} {
-		if m != "" {
-			modes++
-		}
-	}
-	switch {
-	case modes == 0:
-		return nil, badRunf("give --election NAME, --group NAME --partitions N, or --jobs FILE")
-	case modes > 1:
-		return nil, badRunf("--election, --group and --jobs exclude each other: give one")
-	case o.group != "" && o.partitions <= 0:
-		return nil, badRunf("--group needs --partitions N (a positive number, the same on every member)")
-	case o.group == "" && explicit("partitions"):
-		return nil, badRunf("--partitions applies to --group only")
-	case o.partitions > simba.MaxPartitions:
-		return nil, badRunf("--partitions must be at most %d, got %d", simba.MaxPartitions, o.partitions)
-	case o.member != "" && len(o.member) > simba.MaxNameLen:
-		return nil, badRunf("--member must be at most %d bytes, got %d", simba.MaxNameLen, len(o.member))
-	case o.grace <= 0:
-		return nil, badRunf("--grace must be positive, got %v", o.grace)
-	case o.ttl < simba.MinTTL:
-		return nil, badRunf("--ttl must be at least %v, got %v", simba.MinTTL, o.ttl)
-	case o.restartDelay < 0:
-		return nil, badRunf("--restart-delay must not be negative, got %v", o.restartDelay)
-	}
-	for _, name := range []string{o.election, o.group} {
-		if name == "" {
-			continue
-		}
-		if err := simba.CheckName(name); err != nil {
-			return nil, badRunf("%s", message(err.Error()))
-		}
-	}
-	if o.group != "" {
-		if err := simba.CheckName(partitionLease(o.group, o.partitions-1)); err != nil {
-			return nil, badRunf("--group %s: %s", o.group, message(err.Error()))
-		}
+	if err := o.checkMode(explicit); err != nil {
+		return nil, err
 	}
 	if o.jobsFile != "" {
-		for _, f := range []string{"every", "fixed-rate", "cron", "initial-delay", "misfire", "once", "restart", "restart-delay"} {
-			if explicit(f) {
-				return nil, badRunf("--%s does not apply to --jobs: the file gives each job its timing", f)
-			}
-		}
-		if len(o.argv) > 0 {
-			return nil, badRunf("--jobs takes no command: the file gives each job its command (got %s)", strings.Join(o.argv, " "))
-		}
-		return nil, nil
+		return nil, o.checkJobs(explicit)
 	}
 	if len(o.argv) == 0 {
 		return nil, badRunf("no command: give it after --, as in simba run --election NAME -- COMMAND [ARGS]")
@@ -213,6 +170,73 @@ func (o *runFlags) check(explicit func(string) bool) (*simba.Schedule, error) {
 	if err := proc.Check(o.argv); err != nil {
 		return nil, badRunf("%v", err)
 	}
+	timing, err := o.checkTiming(explicit)
+	if err != nil || timing == "" {
+		return nil, err
+	}
+	return o.schedule(explicit)
+}
+
+// checkMode checks the flags of every mode: one of --election, --group
+// and --jobs, the names, the numbers and the durations.
+func (o *runFlags) checkMode(explicit func(string) bool) error {
+	modes := 0
+	for _, m := range []string{o.election, o.group, o.jobsFile} {
+		if m != "" {
+			modes++
+		}
+	}
+	for _, r := range []struct {
+		bad bool
+		msg string
+	}{
+		{modes == 0, "give --election NAME, --group NAME --partitions N, or --jobs FILE"},
+		{modes > 1, "--election, --group and --jobs exclude each other: give one"},
+		{o.group != "" && o.partitions <= 0, "--group needs --partitions N (a positive number, the same on every member)"},
+		{o.group == "" && explicit("partitions"), "--partitions applies to --group only"},
+		{o.partitions > simba.MaxPartitions, fmt.Sprintf("--partitions must be at most %d, got %d", simba.MaxPartitions, o.partitions)},
+		{o.member != "" && len(o.member) > backend.MaxNameLen, fmt.Sprintf("--member must be at most %d bytes, got %d", backend.MaxNameLen, len(o.member))},
+		{o.grace <= 0, fmt.Sprintf("--grace must be positive, got %v", o.grace)},
+		{o.ttl < simba.MinTTL, fmt.Sprintf("--ttl must be at least %v, got %v", simba.MinTTL, o.ttl)},
+		{o.restartDelay < 0, fmt.Sprintf("--restart-delay must not be negative, got %v", o.restartDelay)},
+	} {
+		if r.bad {
+			return badRunf("%s", r.msg)
+		}
+	}
+	for _, name := range []string{o.election, o.group} {
+		if name == "" {
+			continue
+		}
+		if err := backend.CheckName(name); err != nil {
+			return badRunf("%s", message(err.Error()))
+		}
+	}
+	if o.group != "" {
+		if err := backend.CheckName(partitionLease(o.group, o.partitions-1)); err != nil {
+			return badRunf("--group %s: %s", o.group, message(err.Error()))
+		}
+	}
+	return nil
+}
+
+// checkJobs checks the flags of --jobs: no timing, no command.
+func (o *runFlags) checkJobs(explicit func(string) bool) error {
+	for _, f := range []string{"every", "fixed-rate", "cron", "initial-delay", "misfire", "once", "restart", "restart-delay"} {
+		if explicit(f) {
+			return badRunf("--%s does not apply to --jobs: the file gives each job its timing", f)
+		}
+	}
+	if len(o.argv) > 0 {
+		return badRunf("--jobs takes no command: the file gives each job its command (got %s)", strings.Join(o.argv, " "))
+	}
+	return nil
+}
+
+// checkTiming checks the flags that say when a command runs: at most one
+// schedule, returned as its flag ("--every", "--fixed-rate", "--cron", or
+// "" for none), or else --once or --restart.
+func (o *runFlags) checkTiming(explicit func(string) bool) (string, error) {
 	var timings []string
 	for _, f := range []string{"every", "fixed-rate", "cron"} {
 		if explicit(f) {
@@ -220,35 +244,43 @@ func (o *runFlags) check(explicit func(string) bool) (*simba.Schedule, error) {
 		}
 	}
 	if len(timings) > 1 {
-		return nil, badRunf("%s exclude each other: give one schedule", strings.Join(timings, " and "))
+		return "", badRunf("%s exclude each other: give one schedule", strings.Join(timings, " and "))
 	}
-	if len(timings) == 0 {
+	timing := ""
+	if len(timings) == 1 {
+		timing = timings[0]
+	}
+	if timing == "" {
 		for _, f := range []string{"initial-delay", "misfire"} {
 			if explicit(f) {
-				return nil, badRunf("--%s applies to a schedule (--every, --fixed-rate or --cron) only", f)
+				return "", badRunf("--%s applies to a schedule (--every, --fixed-rate or --cron) only", f)
 			}
 		}
 	}
 	switch o.restart {
 	case restartNever, restartOnFailure, restartAlways:
 	default:
-		return nil, badRunf("--restart %s: use never, on-failure or always", o.restart)
+		return "", badRunf("--restart %s: use never, on-failure or always", o.restart)
 	}
-	switch {
-	case o.once && len(timings) > 0:
-		return nil, badRunf("--once and %s exclude each other: --once runs the command one time", timings[0])
-	case o.once && o.group != "":
-		return nil, badRunf("--once applies to --election only: a group runs one command per partition")
-	case o.once && explicit("restart"):
-		return nil, badRunf("--once and --restart exclude each other")
-	case len(timings) > 0 && explicit("restart"):
-		return nil, badRunf("--restart applies without a schedule only: %s runs the command again by itself", timings[0])
-	case explicit("restart-delay") && o.restart == restartNever:
-		return nil, badRunf("--restart-delay applies to --restart on-failure or always only")
+	for _, r := range []struct {
+		bad bool
+		msg string
+	}{
+		{o.once && timing != "", "--once and " + timing + " exclude each other: --once runs the command one time"},
+		{o.once && o.group != "", "--once applies to --election only: a group runs one command per partition"},
+		{o.once && explicit("restart"), "--once and --restart exclude each other"},
+		{timing != "" && explicit("restart"), "--restart applies without a schedule only: " + timing + " runs the command again by itself"},
+		{explicit("restart-delay") && o.restart == restartNever, "--restart-delay applies to --restart on-failure or always only"},
+	} {
+		if r.bad {
+			return "", badRunf("%s", r.msg)
+		}
 	}
-	if len(timings) == 0 {
-		return nil, nil
-	}
+	return timing, nil
+}
+
+// schedule returns the schedule of the flags, with one given.
+func (o *runFlags) schedule(explicit func(string) bool) (*simba.Schedule, error) {
 	var s simba.Schedule
 	switch {
 	case explicit("every"):
@@ -353,24 +385,24 @@ func runRun(ctx context.Context, inv *invocation, o runFlags) error {
 		return usagef(nil, "%s: %v", t, err)
 	}
 	inv.b = b // closed by the invocation, after the client
-	client, err := simba.New(b, simba.WithTTL(o.ttl), simba.WithMemberID(o.member), simba.WithLogger(logger))
-	if err != nil {
-		return usagef(nil, "run: %v", err)
-	}
 	r := &runner{inv: inv, o: o, out: out}
-	defer r.cleanup()
 	rctx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
-
+	opts := []simba.Option{simba.WithTTL(o.ttl), simba.WithMemberID(o.member), simba.WithLogger(logger)}
 	if o.once {
 		// Once the run is recorded in the history, simba run ends: the
 		// event comes after the record.
-		defer client.Subscribe(func(e simba.Event) {
+		opts = append(opts, simba.WithEventHandler(func(e simba.Event) {
 			if wc, ok := e.(simba.WorkCompleted); ok && wc.Election == o.election && r.onceOver() {
 				cancelRun()
 			}
-		})()
+		}))
 	}
+	client, err := simba.New(b, opts...)
+	if err != nil {
+		return usagef(nil, "run: %v", err)
+	}
+	defer r.cleanup()
 	rctx2, cancel2 := context.WithTimeout(rctx, inv.g.timeout)
 	err = client.Ready(rctx2)
 	cancel2()
@@ -389,7 +421,7 @@ func runRun(ctx context.Context, inv *invocation, o runFlags) error {
 		return err
 	}
 	var task interface {
-		Stop() <-chan struct{}
+		Stop()
 		Done() <-chan struct{}
 	}
 	switch {
@@ -418,7 +450,8 @@ func runRun(ctx context.Context, inv *invocation, o runFlags) error {
 	case <-rctx.Done():
 	case <-task.Done():
 	}
-	<-task.Stop()
+	task.Stop()
+	<-task.Done()
 	client.Close()
 	if o.once && ctx.Err() == nil {
 		return r.onceResult()
@@ -631,14 +664,24 @@ func (r *runner) runChild(ctx context.Context, term *simba.Term, argv []string, 
 }
 
 // recorded is what a run that ran a command returns to the library: its
-// outcome, with exit status 0 as simba.Exited(0), so that the history
-// records it.
+// outcome, with exit status 0 as a commandExit, so that the history
+// records it (a nil return records no exit status).
 func recorded(err error) error {
 	if err == nil {
-		return simba.Exited(0)
+		return commandExit(0)
 	}
 	return err
 }
+
+// commandExit is a command's exit status as an error. Its method ExitCode
+// is what the library records in the run history, and a code of 0 makes
+// the run a success (see "Exit codes" in package simba's doc).
+type commandExit int
+
+func (e commandExit) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+// ExitCode returns the exit status.
+func (e commandExit) ExitCode() int { return int(e) }
 
 // deadlineFile creates the file of a child's SIMBA_DEADLINE_FILE.
 func (r *runner) deadlineFile(term *simba.Term, deadline time.Time) (string, error) {
