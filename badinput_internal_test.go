@@ -13,7 +13,7 @@ import (
 func TestTokenBucketNeverSpins(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		for _, burst := range []int{1, 1 << 40, math.MaxInt} {
-			b := newTokenBucket(MinHandOffRate, burst)
+			b := newTokenBucket(minHandOffRate, burst)
 			if got := b.take(burst); got != burst {
 				t.Errorf("burst %d: first take got %d", burst, got)
 			}

@@ -13,7 +13,7 @@ import (
 // (time.Now, which is the bubble's clock under testing/synctest), plus the
 // two questions a group asks of it: how many of n changes may go now, and
 // how long until the next batch may. A nil *tokenBucket allows everything.
-// The rate is finite and at least MinHandOffRate (WithHandOffLimit checks
+// The rate is finite and at least minHandOffRate (WithHandOffLimit checks
 // it), so that no wait is longer than maxTokenWait.
 type tokenBucket struct {
 	rate  float64 // tokens a second, as given; the limiter's Limit
@@ -51,7 +51,7 @@ func (b *tokenBucket) take(n int) int {
 
 // maxTokenWait bounds a wait for tokens: a caller waiting for a batch wakes
 // at least this often and takes what has come (one token, at
-// MinHandOffRate).
+// minHandOffRate).
 const maxTokenWait = time.Hour
 
 // wait returns the time until n tokens are there, or burst tokens when n

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/memory"
 )
 
@@ -56,9 +57,9 @@ func TestStartRefusesBadInput(t *testing.T) {
 
 		for _, name := range []string{"", ".x", "-x", "_x", "a b", "a/b", "ä", strings.Repeat("x", 129), "a\x00"} {
 			_, err := c.Election(name).RunWhileLeader(ok)
-			assert.ErrorIs(t, err, simba.ErrInvalidName, "%q", name)
+			assert.ErrorIs(t, err, backend.ErrInvalidName, "%q", name)
 			_, err = c.Election(name).Schedule(simba.FixedDelay(time.Second), ok)
-			assert.ErrorIs(t, err, simba.ErrInvalidName, "%q", name)
+			assert.ErrorIs(t, err, backend.ErrInvalidName, "%q", name)
 		}
 		for _, name := range []string{"a", "0", "billing.15", "A_b-c.9", strings.Repeat("x", 128)} {
 			task, err := c.Election(name).RunWhileLeader(ok)
@@ -109,29 +110,6 @@ func TestScheduleString(t *testing.T) {
 	assert.Equal(t, "invalid schedule", simba.Schedule{}.String())
 }
 
-func TestSubscribe(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		b := memory.New()
-		defer b.Close()
-		c, err := simba.New(b)
-		require.NoError(t, err)
-		var got []simba.Event
-		unsubscribe := c.Subscribe(func(e simba.Event) { got = append(got, e) })
-		c.Subscribe(nil)() // a nil handler is ignored
-		task, err := c.Election("e").RunWhileLeader(func(ctx context.Context, _ *simba.Term) error { <-ctx.Done(); return nil })
-		require.NoError(t, err)
-		synctest.Wait()
-		unsubscribe()
-		require.NoError(t, task.Close())
-		require.NoError(t, c.Close())
-		require.NotEmpty(t, got)
-		for _, e := range got {
-			_, revoked := e.(simba.Revoked)
-			assert.False(t, revoked, "no event after unsubscribe")
-		}
-	})
-}
-
 func TestEventHandlerPanicIsContained(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := memory.New()
@@ -153,7 +131,7 @@ func TestStringers(t *testing.T) {
 		assert.NotContains(t, r.String(), "RevokeReason(")
 	}
 	assert.Equal(t, "RevokeReason(99)", simba.RevokeReason(99).String())
-	assert.Equal(t, "failed", simba.Failed.String())
+	assert.Equal(t, "failed", simba.ResultFailed.String())
 	assert.Equal(t, "Result(0)", simba.Result(0).String())
 	assert.Equal(t, "skip", simba.MisfireSkip.String())
 }

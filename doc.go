@@ -2,9 +2,10 @@
 // node at a time, per election or per partition, with a fencing token that
 // lets shared resources reject a deposed leader.
 //
-// A [Client] wraps a pluggable lease backend (etcd, ZooKeeper, or the
-// in-memory backend in package backend/memory). Elections yield [Term]s whose
-// tokens fence work; work runs on goroutines cancelled through context.
+// A [Client] wraps a pluggable lease backend (etcd, ZooKeeper, PostgreSQL,
+// Kubernetes, or the in-memory backend in package backend/memory). Elections
+// yield [Term]s whose tokens fence work; work runs on goroutines cancelled
+// through context.
 //
 //	client, err := simba.New(memory.New())
 //	if err != nil { ... }
@@ -52,15 +53,58 @@
 // order: first the task, then the lease, so the next leader starts only after
 // the previous run exited or its term's time ran out.
 //
-// A task function that runs a command reports how it ended with [Exited]:
-// the run history (the simba command, the console) then shows the exit
-// status with the run's result, and Exited(0) counts as success.
+// # Exit codes
 //
-// # Shutting down
+// A task function that runs a command reports how the command ended by
+// returning an error that has, or wraps an error that has, a method
+// ExitCode() int, as an [*os/exec.ExitError] does. The run history (the
+// simba command, the console) then records the code with the run's result:
 //
-// [Client.Shutdown] stops every task, waits for the task functions to return
-// and the leases to be released, then ends the session, at most until its
-// ctx ends, like [net/http.Server.Shutdown]:
+//   - A code of 0 is a success: the run is one that returned nil in every
+//     way ([ResultSucceeded], a nil [WorkCompleted.Err], the schedule goes
+//     on), with exit code 0 recorded.
+//   - A code above 0 is recorded, and the run is an error like any other:
+//     [ResultFailed], or [ResultCancelled] when its term had already ended.
+//   - A negative code stands for a command ended by a signal, as
+//     [os.ProcessState.ExitCode] reports it: no code is recorded, and the
+//     run is an error like any other.
+//
+// A code of 0 counts only on the error returned or one it wraps through
+// Unwrap() error: joined with a failure (errors.Join) it is neither a
+// success nor recorded.
+//
+// A nil return records no exit code: the library cannot tell a command's
+// success from that of any other function. As [os/exec.Cmd.Run] returns
+// nil for exit status 0, a function reports that status with an error type
+// of its own:
+//
+//	type exitStatus int
+//
+//	func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+//	func (e exitStatus) ExitCode() int { return int(e) }
+//
+// # Stopping: one rule for every handle
+//
+// A [Client], a [LeaderTask], a [GroupTask], a stream.Task and a jobs.Jobs
+// stop the same way, with four methods:
+//
+//   - Stop() begins the stop and returns at once. It is idempotent, and the
+//     one to call from inside: from a task function, a handler, an event
+//     handler.
+//   - Done() is closed once the stop is over: every task function has
+//     returned, every lease is released (task first, then lease: the next
+//     leader starts only after the previous run exited or its term's time ran
+//     out), and, for a client, the session has ended and the event handlers
+//     have been called.
+//   - Shutdown(ctx) is Stop, then waits for Done at most until ctx ends, like
+//     [net/http.Server.Shutdown]. It returns nil at the moment Done is
+//     closed; when ctx ends first, an error that wraps ctx.Err() and says
+//     what was still running, while the stop goes on in the background in
+//     the same order (no lease is released before its task function
+//     returned or its term's deadline passed).
+//   - Close() is Shutdown(context.Background()).
+//
+// For example:
 //
 //	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 //	defer cancel()
@@ -68,19 +112,22 @@
 //		log.Print(err) // what still ran; the closing goes on in the background
 //	}
 //
-// When ctx ends first, the error says what was still running, and the
-// closing goes on in the same order: no lease is released before its task
-// function returned or its term's deadline passed. [Client.Close] is
-// Shutdown without a deadline. [LeaderTask.Shutdown] and [GroupTask.Shutdown]
-// do the same for one task.
+// A task function or handler must not wait for its own stop, which waits for
+// it: it calls Stop and returns. Shutdown called with the ctx a task
+// function was given (or a ctx derived from it) knows it, begins the stop
+// and returns an error at once; Close, which has no ctx, would wait for
+// itself, as http.Server.Shutdown called from a handler does. An event
+// handler that waits for its client's closing delays it 5 seconds, after
+// which the handler is abandoned (see [Client.Shutdown]).
 //
 // # Events and logs
 //
 // Typed events ([Elected], [Revoked], [WorkCompleted], …) are delivered to
-// handlers registered with [WithEventHandler] or [Client.Subscribe], in
-// order and off the election path. Logs go to the [log/slog] logger given
-// with [WithLogger], by default [slog.Default]: failed runs at Error, a
-// lost session or an unreachable backend at Warn, terms at Info.
+// the handlers given with [WithEventHandler], in order and off the election
+// path; past 16,384 undelivered events the oldest are dropped, counted and
+// logged (see [Event]). Logs go to the [log/slog] logger given with
+// [WithLogger], by default [slog.Default]: failed runs at Error, a lost
+// session or an unreachable backend at Warn, terms at Info.
 //
 // # Errors
 //

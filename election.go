@@ -38,14 +38,14 @@ func (e *Election) Name() string { return e.name }
 // closed; fn should return when either happens. A fn that returns early keeps
 // the term until the term ends, and does not run again before the next term.
 // An error or a panic from fn is logged and published as [WorkCompleted]
-// with result [Failed] ([Cancelled] when the term had already ended); it
+// with result [ResultFailed] ([ResultCancelled] when the term had already ended); it
 // never affects the election. An error wrapping [ErrYield] gives the lease up
-// and sits out one lease term (published with result [Succeeded], or
-// [Failed] when the error reports a failure: see [Failed]).
+// and sits out one lease term (published with result [ResultSucceeded], or
+// [ResultFailed] when the error reports a failure: see [ResultFailed]).
 //
 // It returns [ErrAlreadyStarted] when the election is already started on this
 // client, [ErrClosed] when the client is closing, and errors matching
-// [ErrInvalidName] or [ErrInvalidArgument] for bad input.
+// [backend.ErrInvalidName] or [ErrInvalidArgument] for bad input.
 func (e *Election) RunWhileLeader(fn func(ctx context.Context, term *Term) error, opts ...TaskOption) (*LeaderTask, error) {
 	if fn == nil {
 		return nil, fmt.Errorf("%w: nil task function for election %q", ErrInvalidArgument, e.name)
@@ -84,7 +84,7 @@ type LeaderTask struct {
 	c        *Client
 	ref      TermRef // Token unset
 	body     func(context.Context, *Term) error
-	exec     Executor
+	exec     func(f func())
 	schedule string     // the schedule's description, "" for RunWhileLeader
 	group    *GroupTask // the group of a partition's election, nil for an election
 
@@ -140,37 +140,6 @@ func (c *Client) start(what string, ref TermRef, group *GroupTask, schedule stri
 
 // Name returns the task's lease name.
 func (t *LeaderTask) Name() string { return t.ref.Election }
-
-// Stop stops the election and returns at once. The returned channel (the same
-// as [LeaderTask.Done]) is closed once the current term has been handed off:
-// the run has exited (or the term's time ran out) and the lease is released.
-// During the hand-off the term is no longer extended, so a run that ignores
-// cancellation delays it by at most the term's remaining time. A release
-// that keeps failing is retried at most until the session's deadline as it
-// began (about one TTL); then the lease is left to go with the session,
-// which the client ends at once (logged, with a [SessionLost] event) unless
-// it is closing or not renewed anyway. Stop is idempotent.
-func (t *LeaderTask) Stop() <-chan struct{} {
-	t.stop(RevokeStopped)
-	return t.done
-}
-
-// Done is closed when the task has stopped and handed off. After that, the
-// same election may be started again on the client. A function that
-// ignored its cancellation may still run (see [LeaderTask.Shutdown]).
-func (t *LeaderTask) Done() <-chan struct{} { return t.done }
-
-// Close stops the task like [LeaderTask.Stop] and waits for the hand-off;
-// [LeaderTask.Shutdown] bounds the wait by a ctx. Called from the task's own
-// function (on the goroutine the client runs it on), Close stops the task
-// and returns at once: the hand-off follows when the function returns.
-func (t *LeaderTask) Close() error {
-	t.Stop()
-	if !t.calledFromOwn() {
-		<-t.done
-	}
-	return nil
-}
 
 // finish marks the task complete, once: the election may start again.
 func (t *LeaderTask) finish() {
@@ -390,7 +359,8 @@ func (t *LeaderTask) giveUpRelease(g *generation, lease backend.Lease, until int
 }
 
 // invoke runs fn once for term, turning a panic into a [*PanicError] and
-// [Exited](0) into nil, and logs, records and publishes the outcome.
+// an error reporting exit code 0 (see exitCodeOf) into nil, and logs,
+// records and publishes the outcome.
 func (c *Client) invoke(ctx context.Context, term *Term, fn func(context.Context, *Term) error, source string) (err error) {
 	start := time.Now()
 	run := term.status.started(start, source)
@@ -399,23 +369,23 @@ func (c *Client) invoke(ctx context.Context, term *Term, fn func(context.Context
 			err = &PanicError{Value: v, Stack: debug.Stack()}
 		}
 		exit := exitCodeOf(err)
-		if err == exitedZero {
+		if exit != nil && *exit == 0 {
 			err = nil // a command's success: a run that returned nil, its exit status recorded
 		}
-		result := Succeeded
+		result := ResultSucceeded
 		yield := errors.Is(err, ErrYield)
 		switch {
 		case err == nil, yield && !failedYield(err):
 		case term.valid():
-			result = Failed
+			result = ResultFailed
 		default:
-			result = Cancelled
+			result = ResultCancelled
 		}
 		d := time.Since(start)
 		switch {
-		case result == Failed && yield:
+		case result == ResultFailed && yield:
 			c.log.Warn("run failed: giving the lease up", "election", term.ref.Election, "token", term.ref.Token, "err", err, "duration", d)
-		case result == Failed:
+		case result == ResultFailed:
 			c.log.Error("run failed", "election", term.ref.Election, "token", term.ref.Token, "err", err, "duration", d)
 		default:
 			c.log.Debug("run completed", "election", term.ref.Election, "token", term.ref.Token, "result", result, "err", err, "duration", d)

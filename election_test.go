@@ -33,7 +33,7 @@ func TestElectedRunsWithToken(t *testing.T) {
 		assert.Equal(t, "ingest", term.Name())
 		assert.NotZero(t, term.Token())
 		assert.True(t, term.Valid())
-		assert.NoError(t, term.Err())
+		assert.NoError(t, term.EnsureValid())
 		assert.Equal(t, term.Start().Add(testTTL-300*time.Millisecond), term.Deadline(), "deadline = open send time + TTL - 10% margin")
 
 		// Renewals move the deadline.
@@ -41,11 +41,12 @@ func TestElectedRunsWithToken(t *testing.T) {
 		synctest.Wait()
 		assert.Equal(t, term.Start().Add(time.Second+testTTL-300*time.Millisecond), term.Deadline())
 
-		await.For(t, task.Stop(), testTTL, "the task's Stop did not complete within the TTL")
+		task.Stop()
+		await.For(t, task.Done(), testTTL, "the task's Stop did not complete within the TTL")
 		assert.False(t, term.Valid())
-		assert.ErrorIs(t, term.Err(), simba.ErrTermExpired)
+		assert.ErrorIs(t, term.EnsureValid(), simba.ErrTermExpired)
 		var te *simba.TermError
-		require.ErrorAs(t, term.Err(), &te)
+		require.ErrorAs(t, term.EnsureValid(), &te)
 		assert.Equal(t, simba.RevokeStopped, te.Reason)
 		closeAll(t, c)
 		h.CheckTerms(t, b)
@@ -91,7 +92,7 @@ func TestRenewalThatNeverAnswersRevokesAtDeadline(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, want, time.Now(), "revoked exactly at the deadline, without a network answer")
 		var te *simba.TermError
-		require.ErrorAs(t, term.Err(), &te)
+		require.ErrorAs(t, term.EnsureValid(), &te)
 		assert.Equal(t, simba.RevokeDeadline, te.Reason)
 		holder, _, ok := b.Holder("ingest")
 		assert.True(t, ok, "the backend still holds the lease for the old session: local revocation came first")
@@ -132,11 +133,12 @@ func TestRenewalNeverAnsweredCatchesDeadTimer(t *testing.T) {
 
 func TestGrantedTTLIsUsed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := memory.New(memory.WithTTLBounds(5*time.Second, 0))
+		b, err := memory.NewWithOptions(memory.WithTTLBounds(5*time.Second, 0))
+		require.NoError(t, err)
 		defer b.Close()
 		h := newHistory()
 		c, _ := node(t, b, "a", h) // requests 3s
-		_, err := c.Election("e").RunWhileLeader(holdUntilRevoked("a", h))
+		_, err = c.Election("e").RunWhileLeader(holdUntilRevoked("a", h))
 		require.NoError(t, err)
 		synctest.Wait()
 		started := eventsOf[simba.SessionStarted](h)
@@ -161,7 +163,7 @@ func TestSessionExpiryStartsNewSessionAndTerm(t *testing.T) {
 		synctest.Wait()
 		require.Len(t, h.Terms(), 2)
 		var te *simba.TermError
-		require.ErrorAs(t, h.Terms()[0].Err(), &te)
+		require.ErrorAs(t, h.Terms()[0].EnsureValid(), &te)
 		assert.Equal(t, simba.RevokeSessionLost, te.Reason)
 		assert.Greater(t, h.Terms()[1].Token(), h.Terms()[0].Token())
 		assert.NotEqual(t, first, c.SessionID())
@@ -190,7 +192,7 @@ func TestPanicFailsTheRunNotTheElection(t *testing.T) {
 		assert.True(t, h.Terms()[0].Valid(), "the term outlives the panic")
 		done := eventsOf[simba.WorkCompleted](h)
 		require.Len(t, done, 1)
-		assert.Equal(t, simba.Failed, done[0].Result)
+		assert.Equal(t, simba.ResultFailed, done[0].Result)
 		var pe *simba.PanicError
 		require.ErrorAs(t, done[0].Err, &pe)
 		assert.Equal(t, "boom", pe.Value)
@@ -211,11 +213,12 @@ func TestErrorAfterTheTermEndedIsCancelled(t *testing.T) {
 		})
 		require.NoError(t, err)
 		synctest.Wait()
-		await.For(t, task.Stop(), testTTL, "the task's Stop did not complete within the TTL")
+		task.Stop()
+		await.For(t, task.Done(), testTTL, "the task's Stop did not complete within the TTL")
 		closeAll(t, c)
 		done := eventsOf[simba.WorkCompleted](h)
 		require.Len(t, done, 1)
-		assert.Equal(t, simba.Cancelled, done[0].Result)
+		assert.Equal(t, simba.ResultCancelled, done[0].Result)
 		assert.ErrorIs(t, done[0].Err, context.Canceled)
 	})
 }
@@ -268,7 +271,8 @@ func stopHandOff(t *testing.T) []error {
 	require.NoError(t, err)
 	time.Sleep(5 * time.Second)
 	stopAt := time.Now()
-	await.For(t, ta.Stop(), testTTL, "a's Stop did not complete within the TTL")
+	ta.Stop()
+	await.For(t, ta.Done(), testTTL, "a's Stop did not complete within the TTL")
 	doneAt := time.Now()
 	time.Sleep(2 * cleanUp) // a run still going at the completion exits meanwhile
 
@@ -354,7 +358,8 @@ func TestTaskIgnoringCancellationDelaysHandOffOnlyUntilTheCap(t *testing.T) {
 		require.NoError(t, err)
 		time.Sleep(2500 * time.Millisecond)
 		capAt := h.Terms()[0].Deadline() // 2s + 3s - 0.3s
-		await.For(t, ta.Stop(), testTTL, "a's Stop did not complete within the TTL, though the hand-off is capped by the term's deadline")
+		ta.Stop()
+		await.For(t, h.HandedOff(h.Terms()[0]), testTTL, "a's Stop did not hand off within the TTL, though the hand-off is capped by the term's deadline")
 		assert.Equal(t, capAt, time.Now(), "hand-off waits for the run until the term's deadline at the stop, no longer")
 		synctest.Wait()
 		require.Len(t, h.Terms(), 2)
@@ -414,7 +419,7 @@ func TestYieldSitsOutOneLeaseTerm(t *testing.T) {
 		assert.Equal(t, simba.RevokeYielded, rev[0].Reason)
 		assert.Equal(t, testTTL, h.Terms()[1].Start().Sub(rev[0].At), "sits out one granted TTL")
 		done := eventsOf[simba.WorkCompleted](h)
-		assert.Equal(t, simba.Succeeded, done[0].Result)
+		assert.Equal(t, simba.ResultSucceeded, done[0].Result)
 		assert.ErrorIs(t, done[0].Err, simba.ErrYield)
 		closeAll(t, c)
 		h.CheckTerms(t, b)
@@ -460,7 +465,8 @@ func TestEnsureValid(t *testing.T) {
 		err = term.EnsureValid(10 * time.Second)
 		assert.ErrorIs(t, err, simba.ErrTermExpired, "a step that would outlive the term is refused")
 		assert.ErrorIs(t, term.EnsureValid(-time.Second), simba.ErrInvalidArgument)
-		await.For(t, task.Stop(), testTTL, "the task's Stop did not complete within the TTL")
+		task.Stop()
+		await.For(t, task.Done(), testTTL, "the task's Stop did not complete within the TTL")
 		assert.ErrorIs(t, term.EnsureValid(), simba.ErrTermExpired)
 		closeAll(t, c)
 	})
@@ -541,7 +547,8 @@ func TestEventsInOrderAndSlowHandlersDoNotDelayHandOff(t *testing.T) {
 		require.NoError(t, err)
 		synctest.Wait()
 		stopAt := time.Now()
-		await.For(t, ta.Stop(), testTTL, "a's Stop did not complete within the TTL")
+		ta.Stop()
+		await.For(t, ta.Done(), testTTL, "a's Stop did not complete within the TTL")
 		synctest.Wait()
 		require.Len(t, h.Terms(), 2)
 		assert.Equal(t, stopAt, h.Terms()[1].Start(), "a slow handler on a does not delay its hand-off")

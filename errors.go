@@ -10,7 +10,7 @@ import (
 var (
 	// ErrTermExpired reports that a term is over, or would be over before an
 	// expected step could finish. Returned by [Term.EnsureValid] and matched
-	// by every [Term.Err].
+	// by every [Term.EnsureValid].
 	ErrTermExpired = errors.New("simba: term expired")
 
 	// ErrAlreadyStarted is returned by RunWhileLeader and Schedule when the
@@ -27,10 +27,6 @@ var (
 	// contending again: "this node should not lead now".
 	ErrYield = errors.New("simba: yield leadership")
 
-	// ErrInvalidName reports a lease, election or group name that breaks the
-	// naming rules (see [Client.Election]).
-	ErrInvalidName = errors.New("simba: invalid name")
-
 	// ErrInvalidSchedule reports a schedule that cannot run: a non-positive
 	// period, a negative initial delay, a malformed cron expression.
 	ErrInvalidSchedule = errors.New("simba: invalid schedule")
@@ -40,7 +36,7 @@ var (
 	ErrInvalidArgument = errors.New("simba: invalid argument")
 )
 
-// TermError is the error of a term that has ended: [Term.Err] returns one
+// TermError is the error of a term that has ended: [Term.EnsureValid] returns one
 // after revocation. It matches [ErrTermExpired] and, when set, Cause.
 type TermError struct {
 	// Name is the lease name of the term's election.

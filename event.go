@@ -1,14 +1,10 @@
 package simba
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
-	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -16,11 +12,16 @@ import (
 // [SessionLost], [Elected], [Revoked], [HandedOff], [WorkCompleted],
 // [Misfired], [ViewChanged], [GroupMismatch]. Switch on the concrete type.
 //
-// Events are delivered to handlers registered with [WithEventHandler] or
-// [Client.Subscribe], in the order they were published, on one goroutine of
-// the client's that never blocks the election machinery: a slow handler
-// delays later events, not hand-offs. [Client.Close] waits for the handlers
-// at most 5 seconds, and may be called from a handler.
+// Events are delivered to the handlers given with [WithEventHandler], in
+// the order they were published, on one goroutine of the client's that
+// never blocks the election machinery: a slow handler delays later events,
+// not hand-offs. The events not yet delivered wait in a queue of at most
+// 16,384: past it the oldest are dropped, so that a stuck handler cannot
+// hold the client's memory. Drops are counted by the metric
+// simba.events.dropped (see [WithMeterProvider]); the first is logged at
+// Warn, later ones at Debug. [Client.Shutdown] waits for the handlers at
+// most 5 seconds; a handler must not wait for its client's closing (call
+// [Client.Stop] there).
 type Event interface {
 	isEvent()
 }
@@ -30,21 +31,22 @@ type Result int
 
 // Results of a run.
 const (
-	// Succeeded: the function returned nil (or [Exited](0)).
-	Succeeded Result = iota + 1
-	// Failed: the function returned an error or panicked while its term was
-	// valid. An error wrapping [ErrYield] counts as Failed (logged at Warn,
+	// ResultSucceeded: the function returned nil, or an error reporting exit
+	// code 0 (see "Exit codes" in the package doc).
+	ResultSucceeded Result = iota + 1
+	// ResultFailed: the function returned an error or panicked while its term was
+	// valid. An error wrapping [ErrYield] counts as ResultFailed (logged at Warn,
 	// not Error) when it reports a failure all the same: when it, or an
 	// error it wraps, has a method Failed() bool that returns true, as a
 	// partition failure of package stream has.
-	Failed
-	// Cancelled: the function returned an error or panicked after its term
+	ResultFailed
+	// ResultCancelled: the function returned an error or panicked after its term
 	// had ended.
-	Cancelled
+	ResultCancelled
 )
 
 // failedYield reports whether err, an error wrapping [ErrYield], reports a
-// failure all the same (see [Failed]).
+// failure all the same (see [ResultFailed]).
 func failedYield(err error) bool {
 	var f interface{ Failed() bool }
 	return errors.As(err, &f) && f.Failed()
@@ -53,11 +55,11 @@ func failedYield(err error) bool {
 // String returns "succeeded", "failed" or "cancelled".
 func (r Result) String() string {
 	switch r {
-	case Succeeded:
+	case ResultSucceeded:
 		return "succeeded"
-	case Failed:
+	case ResultFailed:
 		return "failed"
-	case Cancelled:
+	case ResultCancelled:
 		return "cancelled"
 	}
 	return fmt.Sprintf("Result(%d)", int(r))
@@ -125,7 +127,7 @@ type HandedOff struct {
 type WorkCompleted struct {
 	TermRef
 	Result   Result        // how the run ended
-	Err      error         // what the function returned (nil for [Exited](0)), or a *PanicError
+	Err      error         // what the function returned (nil for an exit code of 0), or a *PanicError
 	Start    time.Time     // when the run started
 	Duration time.Duration // how long it ran
 }
@@ -198,12 +200,17 @@ type eventBus struct {
 	// from it.
 	abandoned   chan struct{}
 	abandonOnce sync.Once
-	goroutine   atomic.Uint64 // the delivery goroutine's id, 0 if unknown
+
+	// onDrop counts dropped events (the metric simba.events.dropped);
+	// droppedBefore is whether a drop was logged already.
+	onDrop        func(n int)
+	droppedBefore bool
 }
 
-func newEventBus(log *slog.Logger, handlers []func(Event)) *eventBus {
+func newEventBus(log *slog.Logger, handlers []func(Event), onDrop func(n int)) *eventBus {
 	b := &eventBus{
 		log:       log,
+		onDrop:    onDrop,
 		handlers:  make(map[int]func(Event)),
 		wake:      make(chan struct{}, 1),
 		finished:  make(chan struct{}),
@@ -291,34 +298,6 @@ func (b *eventBus) abandon() (dropped int) {
 	return dropped
 }
 
-// inHandler reports whether the caller runs on the delivery goroutine, that
-// is, inside an event handler.
-func (b *eventBus) inHandler() bool {
-	id := goroutineID()
-	return id != 0 && id == b.goroutine.Load()
-}
-
-// goroutineID returns the id of the calling goroutine, read from the first
-// line of its stack ("goroutine 18 [running]:"), or 0 if that cannot be
-// read. It only tells whether Close runs on the event goroutine, so that
-// Close called from a handler does not wait for that handler to return.
-func goroutineID() uint64 {
-	var buf [64]byte
-	line := buf[:runtime.Stack(buf[:], false)]
-	line, ok := bytes.CutPrefix(line, []byte("goroutine "))
-	if !ok {
-		return 0
-	}
-	if i := bytes.IndexByte(line, ' '); i > 0 {
-		line = line[:i]
-	}
-	id, err := strconv.ParseUint(string(line), 10, 64)
-	if err != nil {
-		return 0
-	}
-	return id
-}
-
 func (b *eventBus) isAbandoned() bool {
 	select {
 	case <-b.abandoned:
@@ -330,7 +309,6 @@ func (b *eventBus) isAbandoned() bool {
 
 func (b *eventBus) run() {
 	defer close(b.finished)
-	b.goroutine.Store(goroutineID())
 	for {
 		b.mu.Lock()
 		batch, closed, dropped := b.queue, b.closed, b.dropped
@@ -347,7 +325,13 @@ func (b *eventBus) run() {
 		b.mu.Unlock()
 
 		if dropped > 0 {
-			b.log.Warn("event handlers too slow: events dropped", "dropped", dropped)
+			b.onDrop(dropped)
+			if !b.droppedBefore {
+				b.droppedBefore = true
+				b.log.Warn("event handlers too slow: events dropped (the oldest first); later drops are counted by the metric simba.events.dropped and logged at Debug", "dropped", dropped, "queue", maxQueuedEvents)
+			} else {
+				b.log.Debug("event handlers too slow: events dropped", "dropped", dropped)
+			}
 		}
 		for _, e := range batch {
 			for _, h := range hs {

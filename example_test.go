@@ -37,7 +37,8 @@ func Example() {
 		return
 	}
 	<-running
-	<-task.Stop() // hand off: the task exits, then the lease is released
+	task.Stop()
+	<-task.Done() // hand off: the task exits, then the lease is released
 	fmt.Println("handed off")
 	// Output:
 	// leading ingest with token 1
@@ -238,7 +239,8 @@ func ExampleElection_RunWhileLeader() {
 		return
 	}
 	<-running
-	<-task.Stop() // the function exits, then the lease is released
+	task.Stop()
+	<-task.Done() // the function exits, then the lease is released
 	_, _, held := b.Holder("ingest")
 	fmt.Println("lease held after the hand-off:", held)
 	// Output:
@@ -275,7 +277,8 @@ func ExampleGroup_Schedule() {
 	}
 	fmt.Println("every partition ran once:", !slices.Contains(seen, false))
 	fmt.Println("partitions held:", task.Partitions())
-	<-task.Stop() // every partition hands off
+	task.Stop()
+	<-task.Done() // every partition hands off
 	// Output:
 	// every partition ran once: true
 	// partitions held: [0 1 2 3]
@@ -306,17 +309,25 @@ func ExampleGroup_RunWhileLeader() {
 	leases := []string{<-started, <-started}
 	slices.Sort(leases)
 	fmt.Println(leases)
-	<-task.Stop()
+	task.Stop()
+	<-task.Done()
 	fmt.Println("partitions after Stop:", len(task.Partitions()))
 	// Output:
 	// [orders.0 orders.1]
 	// partitions after Stop: 0
 }
 
+// exitStatus is a command's exit status as an error: its method ExitCode
+// is what the run history records (see "Exit codes" in the package doc).
+type exitStatus int
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+func (e exitStatus) ExitCode() int { return int(e) }
+
 // A task that runs a command returns how it ended: the error of os/exec
-// for a failure (its exit status is recorded), Exited(0) for a success, so
-// that the run history records exit 0 too.
-func ExampleExited() {
+// for a failure (its exit status is recorded), an error whose ExitCode is 0
+// for a success, so that the run history records exit 0 too.
+func Example_exitCode() {
 	b := memory.New()
 	defer b.Close()
 	client, _ := simba.New(b)
@@ -328,14 +339,15 @@ func ExampleExited() {
 		if err := exec.CommandContext(ctx, "sh", "-c", "exit 0").Run(); err != nil {
 			return err // an *exec.ExitError, with its exit status
 		}
-		return simba.Exited(0)
+		return exitStatus(0)
 	})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	<-ran
-	<-task.Stop() // the hand-off writes the last records
+	task.Stop()
+	<-task.Done() // the hand-off writes the last records
 
 	adm, err := admin.Open(context.Background(), b.Node("admin"))
 	if err != nil {

@@ -46,12 +46,16 @@ func TestRunHistoryRecordsExitCodes(t *testing.T) {
 		{"killed by a signal", signalled, "failed", nil, "signal: terminated"},
 		{"plain error", errors.New("no"), "failed", nil, "no"},
 		{"nil", nil, "succeeded", nil, ""},
-		{"Exited(0)", simba.Exited(0), "succeeded", &zero, ""},
-		{"Exited(7)", simba.Exited(7), "failed", &seven, "exit status 7"},
-		{"Exited(-1)", simba.Exited(-1), "failed", nil, "killed by a signal"},
-		// Wrapped, Exited(0) is an error like any other: the run failed,
-		// though the command it ran succeeded.
-		{"wrapped Exited(0)", fmt.Errorf("upload: %w", simba.Exited(0)), "failed", &zero, "upload: exit status 0"},
+		// Any error with a method ExitCode() int counts, exitStatus (of
+		// example_test.go) as well as os/exec's: a code of 0 is a success,
+		// wrapped or not.
+		{"exit code 0", exitStatus(0), "succeeded", &zero, ""},
+		{"wrapped exit code 0", fmt.Errorf("upload: %w", exitStatus(0)), "succeeded", &zero, ""},
+		{"exit code 7", exitStatus(7), "failed", &seven, "exit status 7"},
+		// Joined with a failure, a code of 0 is not a success, and not
+		// recorded.
+		{"joined exit code 0", errors.Join(errors.New("upload failed"), exitStatus(0)), "failed", nil, "upload failed\nexit status 0"},
+		{"exit code -1", exitStatus(-1), "failed", nil, "exit status -1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -94,10 +98,10 @@ func TestRunHistoryRecordsExitCodes(t *testing.T) {
 				}
 				require.Len(t, done, 1)
 				if tc.result == "succeeded" {
-					assert.Equal(t, simba.Succeeded, done[0].Result)
-					assert.NoError(t, done[0].Err, "Exited(0) is published as a nil error")
+					assert.Equal(t, simba.ResultSucceeded, done[0].Result)
+					assert.NoError(t, done[0].Err, "exit code 0 is published as a nil error")
 				} else {
-					assert.Equal(t, simba.Failed, done[0].Result)
+					assert.Equal(t, simba.ResultFailed, done[0].Result)
 					assert.Equal(t, tc.ret, done[0].Err)
 				}
 				closeAll(t, c)
@@ -121,7 +125,8 @@ func TestRunHistoryExitCodeOfACancelledRun(t *testing.T) {
 		})
 		require.NoError(t, err)
 		synctest.Wait()
-		await.For(t, task.Stop(), testTTL, "the task's Stop did not complete within the TTL")
+		task.Stop()
+		await.For(t, task.Done(), testTTL, "the task's Stop did not complete within the TTL")
 		a := openAdmin(t, b)
 		runs, err := a.History(t.Context(), "ingest")
 		require.NoError(t, err)
@@ -144,6 +149,7 @@ func TestRunHandedOffAtTheDeadlineIsRecorded(t *testing.T) {
 		c, _ := node(t, b, "a", h, simba.WithMemberID("a"))
 		z, _ := node(t, b, "z", h, simba.WithMemberID("z"))
 		task, err := c.Election("ingest").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
+			h.SawTerm("a", term)
 			time.Sleep(time.Minute) // ignores ctx
 			return nil
 		})
@@ -154,7 +160,8 @@ func TestRunHandedOffAtTheDeadlineIsRecorded(t *testing.T) {
 			return nil
 		})
 		require.NoError(t, err)
-		await.For(t, task.Stop(), testTTL, "the task's Stop did not complete within the TTL")
+		task.Stop()
+		await.For(t, h.HandedOff(h.Terms()[0]), testTTL, "the task's Stop did not hand off within the TTL")
 		synctest.Wait()
 		a := openAdmin(t, b)
 		runs, err := a.History(t.Context(), "ingest")

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/memory"
 )
 
@@ -31,7 +32,7 @@ func FuzzElectionName(f *testing.F) {
 		switch {
 		case err == nil && want:
 			task.Close()
-		case errors.Is(err, simba.ErrInvalidName) && !want:
+		case errors.Is(err, backend.ErrInvalidName) && !want:
 		default:
 			t.Fatalf("name %q: valid by the rules %v, got error %v", name, want, err)
 		}
@@ -83,64 +84,6 @@ func FuzzDurations(f *testing.F) {
 			want := period > 0 && initial >= 0
 			if got := s.Err() == nil; got != want {
 				t.Fatalf("period %d initial %d: valid %v, want %v (%v)", period, initial, got, want, s.Err())
-			}
-		}
-	})
-}
-
-// FuzzAssignment: any members and count give an owner per partition among
-// the members, the same for any order, within the cap for Balanced.
-func FuzzAssignment(f *testing.F) {
-	f.Add("billing", "a,b,c", 16, false)
-	f.Add("g", "x", 1, true)
-	f.Add("", "", 0, false)
-	f.Add("g", "a,a,b,,c", 7, true)
-	f.Add("billing", "n1,n2,n3,n4,n5,n6,n7,n8", 256, true)
-	f.Fuzz(func(t *testing.T, group, members string, partitions int, balanced bool) {
-		if partitions > 4096 {
-			partitions %= 4096
-		}
-		v := simba.Rendezvous
-		if balanced {
-			v = simba.Balanced
-		}
-		ms := strings.Split(members, ",")
-		owners := simba.PartitionAssignment(group, ms, partitions, v)
-		if partitions <= 0 {
-			if owners != nil {
-				t.Fatalf("%d partitions: %v", partitions, owners)
-			}
-			return
-		}
-		if len(owners) != partitions {
-			t.Fatalf("%d owners for %d partitions", len(owners), partitions)
-		}
-		distinct := map[string]bool{}
-		for _, m := range ms {
-			distinct[m] = true
-		}
-		load := map[string]int{}
-		for _, o := range owners {
-			if !distinct[o] {
-				t.Fatalf("owner %q is not a member", o)
-			}
-			load[o]++
-		}
-		if limit := (partitions + len(distinct) - 1) / len(distinct); balanced {
-			for m, n := range load {
-				if n > limit {
-					t.Fatalf("%q has %d > %d partitions", m, n, limit)
-				}
-			}
-		}
-		reversed := make([]string, len(ms))
-		for i, m := range ms {
-			reversed[len(ms)-1-i] = m
-		}
-		again := simba.PartitionAssignment(group, reversed, partitions, v)
-		for p := range owners {
-			if owners[p] != again[p] {
-				t.Fatalf("partition %d: %q, or %q with the members reversed", p, owners[p], again[p])
 			}
 		}
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/simba-go/simba/internal/assign"
 	"hash/fnv"
 	"maps"
 	"math"
@@ -57,11 +58,11 @@ func WithInitialRebalanceDelay(d time.Duration) GroupOption {
 	}
 }
 
-// MinHandOffRate is the slowest hand-off limit [WithHandOffLimit] accepts:
+// minHandOffRate is the slowest hand-off limit [WithHandOffLimit] accepts:
 // one partition change an hour. A slower limit would leave a rebalance of a
 // few partitions undone for days, and its token interval would overflow the
 // time arithmetic of the group.
-const MinHandOffRate = 1.0 / 3600
+const minHandOffRate = 1.0 / 3600
 
 // WithHandOffLimit limits how fast this member starts and stops contending
 // for partitions when its view changes: at most rate partition changes per
@@ -71,26 +72,26 @@ const MinHandOffRate = 1.0 / 3600
 // instead of stampeding the backend; partitions not yet moved stay with
 // their current holders (or vacant) a little longer.
 //
-// The rate must be a finite number of at least [MinHandOffRate] (one change
-// an hour), and burst at least 1; anything else (NaN, infinities, zero,
+// The rate must be a finite number of at least 1/3600 (one change an
+// hour), and burst at least 1; anything else (NaN, infinities, zero,
 // negative or smaller rates) is refused with an error matching
 // [ErrInvalidArgument] when the group is started.
 func WithHandOffLimit(rate float64, burst int) GroupOption {
 	return func(o *groupOptions) error {
-		if math.IsNaN(rate) || math.IsInf(rate, 0) || rate < MinHandOffRate || burst <= 0 {
-			return fmt.Errorf("%w: hand-off limit needs a finite rate of at least one change an hour (%.3g a second) and a positive burst, got rate %v and burst %d", ErrInvalidArgument, MinHandOffRate, rate, burst)
+		if math.IsNaN(rate) || math.IsInf(rate, 0) || rate < minHandOffRate || burst <= 0 {
+			return fmt.Errorf("%w: hand-off limit needs a finite rate of at least one change an hour (%.3g a second) and a positive burst, got rate %v and burst %d", ErrInvalidArgument, minHandOffRate, rate, burst)
 		}
 		o.limit = newTokenBucket(rate, burst)
 		return nil
 	}
 }
 
-// WithAssignment sets the assignment variant (default [Rendezvous]). Every
+// WithAssignment sets the assignment variant (default [AssignRendezvous]). Every
 // member of a group must use the same one; a member that sees another
 // reports a [GroupMismatch].
 func WithAssignment(v AssignmentVariant) GroupOption {
 	return func(o *groupOptions) error {
-		if v != Rendezvous && v != Balanced {
+		if v != AssignRendezvous && v != AssignBalanced {
 			return fmt.Errorf("%w: unknown assignment variant %d", ErrInvalidArgument, int(v))
 		}
 		o.variant = v
@@ -134,7 +135,7 @@ const MaxPartitions = 1 << 16
 // [MaxPartitions]. Group names follow the lease-name rules, and
 // "{name}.{partitions-1}" must be at most 128 characters; bad names and
 // counts are reported when the group is started, with errors matching
-// [ErrInvalidName] and [ErrInvalidArgument].
+// [backend.ErrInvalidName] and [ErrInvalidArgument].
 func (c *Client) Group(name string, partitions int, opts ...GroupOption) *Group {
 	return &Group{c: c, name: name, partitions: partitions, opts: opts}
 }
@@ -178,8 +179,8 @@ func (g *Group) start(schedule string, body func(p int) func(context.Context, *T
 	if g.partitions <= 0 || g.partitions > MaxPartitions {
 		return nil, fmt.Errorf("%w: group %q: partitions must be from 1 to %d, got %d", ErrInvalidArgument, g.name, MaxPartitions, g.partitions)
 	}
-	if last := partitionName(g.name, g.partitions-1); len(last) > MaxNameLen {
-		return nil, fmt.Errorf("%w: group %q with %d partitions: lease name %q is longer than %d characters", ErrInvalidName, g.name, g.partitions, last, MaxNameLen)
+	if err := backend.CheckName(partitionName(g.name, g.partitions-1)); err != nil {
+		return nil, fmt.Errorf("simba: group %q with %d partitions: its last partition's lease: %w", g.name, g.partitions, err)
 	}
 	var o groupOptions
 	for _, opt := range g.opts {
@@ -276,33 +277,6 @@ func (t *GroupTask) Partitions() []int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return slices.Clone(t.assigned)
-}
-
-// Stop leaves the group and stops every partition, and returns at once. The
-// returned channel (the same as [GroupTask.Done]) is closed when every
-// partition has handed off, including partitions moved away by an earlier
-// view change and still handing off.
-func (t *GroupTask) Stop() <-chan struct{} {
-	t.cancel(nil)
-	return t.done
-}
-
-// Done is closed when the group task has stopped and every partition has
-// handed off. After that the group may be started again on the client. A
-// partition's function that ignored its cancellation may still run (see
-// [GroupTask.Shutdown]).
-func (t *GroupTask) Done() <-chan struct{} { return t.done }
-
-// Close stops the group task like [GroupTask.Stop] and waits for it;
-// [GroupTask.Shutdown] bounds the wait by a ctx. Called from one of the
-// group's partition functions (on the goroutine the client runs it on),
-// Close stops the group and returns at once.
-func (t *GroupTask) Close() error {
-	t.Stop()
-	if !t.calledFromOwn() {
-		<-t.done
-	}
-	return nil
 }
 
 func (t *GroupTask) stop(reason RevokeReason) {
@@ -492,7 +466,7 @@ func (t *GroupTask) apply(ctx context.Context, g *generation, self string, membe
 	if !drained {
 		var disagree bool
 		ids, peers, disagree = t.checkMembers(self, members)
-		owners = PartitionAssignment(t.name, ids, t.partitions, t.opts.variant)
+		owners = assign.Owners(t.name, ids, t.partitions, assign.Variant(t.opts.variant))
 		held = t.heldPartitions(ctx, g, disagree)
 		view = viewHash(ids)
 	}
@@ -760,7 +734,7 @@ func (t *GroupTask) takeVacant(self, view string, peers peerViews, ids, owners [
 			continue
 		}
 		rank := 0
-		for _, m := range rendezvousOrder(t.name, ids, p) {
+		for _, m := range assign.Order(t.name, ids, p) {
 			if m == owners[p] {
 				continue
 			}
@@ -814,7 +788,7 @@ func (t *GroupTask) shutdown() {
 		lt.stop(reason)
 	}
 	for _, lt := range all {
-		<-lt.Done()
+		<-lt.done
 	}
 	wg.Wait()
 }

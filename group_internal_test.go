@@ -26,9 +26,9 @@ func TestCheckMembersDecodesChangedRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	g := &GroupTask{c: c, name: "billing", partitions: 4, own: memberRecord{Partitions: 4, Assignment: Rendezvous.String()}, reported: map[string]bool{}}
+	g := &GroupTask{c: c, name: "billing", partitions: 4, own: memberRecord{Partitions: 4, Assignment: AssignRendezvous.String()}, reported: map[string]bool{}}
 	member := func(id, session string, partitions int, view string) backend.Member {
-		r := memberRecord{Partitions: partitions, Assignment: Rendezvous.String(), View: view}
+		r := memberRecord{Partitions: partitions, Assignment: AssignRendezvous.String(), View: view}
 		data, _ := json.Marshal(r) // as GroupTask.record: a memberRecord always encodes
 		return backend.Member{ID: id, Session: session, Data: data}
 	}

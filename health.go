@@ -41,29 +41,23 @@ type Health struct {
 	TTL time.Duration
 }
 
-// healthJSON is the JSON form of Health. Headroom and TTL are the
-// nanosecond counts of earlier versions, kept for readers of those.
+// healthJSON is the JSON form of Health.
 type healthJSON struct {
 	State           SessionState `json:"state"`
 	Session         string       `json:"session,omitempty"`
 	Deadline        *time.Time   `json:"deadline,omitempty"`
 	HeadroomSeconds float64      `json:"headroom_seconds"`
 	TTLSeconds      float64      `json:"ttl_seconds"`
-	Headroom        *int64       `json:"headroom,omitempty"` // deprecated: nanoseconds
-	TTL             *int64       `json:"ttl,omitempty"`      // deprecated: nanoseconds
 }
 
 // MarshalJSON encodes h as
 //
 //	{"state":"live","session":"7587888","deadline":"2026-05-04T10:00:02.7+02:00",
-//	 "headroom_seconds":2.2,"ttl_seconds":3,"headroom":2200000000,"ttl":3000000000}
+//	 "headroom_seconds":2.2,"ttl_seconds":3}
 //
 // state is connecting, live or closed; session and deadline are left out
 // unless live; deadline is RFC 3339 with fractional seconds and the zone's
 // offset; headroom_seconds and ttl_seconds are seconds (0 unless live).
-// headroom and ttl are the same durations in nanoseconds, the format of
-// earlier versions, kept for their readers: new readers should use the
-// "_seconds" fields.
 func (h Health) MarshalJSON() ([]byte, error) {
 	j := healthJSON{
 		State:           h.State,
@@ -74,13 +68,10 @@ func (h Health) MarshalJSON() ([]byte, error) {
 	if !h.Deadline.IsZero() {
 		j.Deadline = &h.Deadline
 	}
-	headroom, ttl := int64(h.Headroom), int64(h.TTL)
-	j.Headroom, j.TTL = &headroom, &ttl
 	return json.Marshal(j)
 }
 
-// UnmarshalJSON decodes what [Health.MarshalJSON] encodes, and the format
-// of earlier versions (durations in nanoseconds only).
+// UnmarshalJSON decodes what [Health.MarshalJSON] encodes.
 func (h *Health) UnmarshalJSON(data []byte) error {
 	var j healthJSON
 	if err := json.Unmarshal(data, &j); err != nil {
@@ -91,22 +82,18 @@ func (h *Health) UnmarshalJSON(data []byte) error {
 		h.Deadline = *j.Deadline
 	}
 	var err error
-	if h.Headroom, err = seconds("headroom_seconds", j.HeadroomSeconds, j.Headroom); err != nil {
+	if h.Headroom, err = seconds("headroom_seconds", j.HeadroomSeconds); err != nil {
 		return err
 	}
-	if h.TTL, err = seconds("ttl_seconds", j.TTLSeconds, j.TTL); err != nil {
+	if h.TTL, err = seconds("ttl_seconds", j.TTLSeconds); err != nil {
 		return err
 	}
 	return nil
 }
 
-// seconds is s seconds as a duration, rounded to the nanosecond, or ns when
-// s is 0 and ns is given (the older format). A value out of a duration's
-// range is an error naming the field.
-func seconds(field string, s float64, ns *int64) (time.Duration, error) {
-	if s == 0 && ns != nil {
-		return time.Duration(*ns), nil
-	}
+// seconds is s seconds as a duration, rounded to the nanosecond. A value
+// out of a duration's range is an error naming the field.
+func seconds(field string, s float64) (time.Duration, error) {
 	d := math.Round(s * float64(time.Second))
 	if d >= math.MaxInt64 || d < math.MinInt64 {
 		return 0, fmt.Errorf("simba: health JSON: %s %g is out of a duration's range", field, s)
@@ -146,11 +133,9 @@ func (c *Client) headroom() float64 { return c.Health().Headroom.Seconds() }
 // closing and closed), with the [Health] as a JSON body:
 //
 //	{"state":"live","session":"7587888","deadline":"2026-05-04T10:00:02.7+02:00",
-//	 "headroom_seconds":2.2,"ttl_seconds":3,"headroom":2200000000,"ttl":3000000000}
+//	 "headroom_seconds":2.2,"ttl_seconds":3}
 //
-// Durations are in seconds in the fields ending in "_seconds"; headroom and
-// ttl repeat them in nanoseconds for readers of earlier versions (see
-// [Health.MarshalJSON]). The deadline is RFC 3339 with the zone's offset,
+// Durations are in seconds (see [Health.MarshalJSON]). The deadline is RFC 3339 with the zone's offset,
 // and present only while live.
 func (c *Client) ReadyHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -50,12 +50,9 @@ func TestHealthAndReadyHandler(t *testing.T) {
 		assert.Equal(t, 2200*time.Millisecond, h.Headroom)
 		assert.Equal(t, testTTL, h.TTL)
 		assert.WithinDuration(t, time.Now().Add(h.Headroom), h.Deadline, 0)
-		// Durations in seconds, the deadline with its zone; the
-		// nanoseconds of earlier versions kept.
+		// Durations in seconds, the deadline with its zone.
 		assert.Equal(t, 2.2, raw["headroom_seconds"])
 		assert.Equal(t, 3.0, raw["ttl_seconds"])
-		assert.Equal(t, float64(2200*time.Millisecond), raw["headroom"])
-		assert.Equal(t, float64(testTTL), raw["ttl"])
 		deadline, err := time.Parse(time.RFC3339Nano, raw["deadline"].(string))
 		require.NoError(t, err, "deadline %v is not RFC 3339 with a zone", raw["deadline"])
 		assert.True(t, deadline.Equal(h.Deadline), "deadline %v, want %v", deadline, h.Deadline)
@@ -64,30 +61,24 @@ func TestHealthAndReadyHandler(t *testing.T) {
 		code, h = get()
 		assert.Equal(t, http.StatusServiceUnavailable, code)
 		assert.Equal(t, simba.SessionClosed, h.State)
-		assert.Equal(t, map[string]any{"state": "closed", "headroom_seconds": 0.0, "ttl_seconds": 0.0, "headroom": 0.0, "ttl": 0.0}, raw,
+		assert.Equal(t, map[string]any{"state": "closed", "headroom_seconds": 0.0, "ttl_seconds": 0.0}, raw,
 			"no session and no deadline unless live")
 	})
 }
 
-// Health's JSON round-trips, and the format of earlier versions
-// (nanoseconds only) still decodes.
+// Health's JSON round-trips, and refuses what no duration can hold.
 func TestHealthJSON(t *testing.T) {
 	at := time.Date(2026, 5, 4, 10, 0, 2, 700_000_000, time.FixedZone("CEST", 2*3600))
 	h := simba.Health{State: simba.SessionLive, Session: "s1", Deadline: at, Headroom: 2200 * time.Millisecond, TTL: 3 * time.Second}
 	data, err := json.Marshal(h)
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"state":"live","session":"s1","deadline":"2026-05-04T10:00:02.7+02:00",
-		"headroom_seconds":2.2,"ttl_seconds":3,"headroom":2200000000,"ttl":3000000000}`, string(data))
+		"headroom_seconds":2.2,"ttl_seconds":3}`, string(data))
 	var back simba.Health
 	require.NoError(t, json.Unmarshal(data, &back))
 	assert.True(t, back.Deadline.Equal(at))
 	back.Deadline = at
 	assert.Equal(t, h, back)
-
-	var old simba.Health
-	require.NoError(t, json.Unmarshal([]byte(`{"state":"live","session":"s1","deadline":"2026-05-04T10:00:02.7+02:00","headroom":2200000000,"ttl":3000000000}`), &old))
-	assert.Equal(t, 2200*time.Millisecond, old.Headroom)
-	assert.Equal(t, 3*time.Second, old.TTL)
 
 	var bad simba.Health
 	assert.Error(t, json.Unmarshal([]byte(`{"state":"live","ttl_seconds":"three"}`), &bad), "a malformed duration is an error")

@@ -70,7 +70,7 @@ func (t *LeaderTask) startTerm(g *generation, lease backend.Lease) bool {
 	c.events.publish(Elected{TermRef: ref, Session: g.sess.ID(), At: term.start})
 	term.status = c.openStatus(g, term, t.schedule)
 
-	runCtx, cancelRun := context.WithCancel(context.Background())
+	runCtx, cancelRun := context.WithCancel(withTask(context.Background(), t))
 	h := &holding{t: t, g: g, lease: lease, term: term, runCtx: runCtx, cancelRun: cancelRun, running: true}
 	c.runStarting(h)
 	h.watch()
@@ -137,7 +137,6 @@ func (h *holding) next() {
 func (h *holding) work() error {
 	t, c := h.t, h.t.c
 	if t.exec == nil {
-		c.runOn(h)
 		defer c.runEnded(h)
 		return t.body(h.runCtx, h.term)
 	}
@@ -145,7 +144,6 @@ func (h *holding) work() error {
 	c.wg.Add(1)
 	t.exec(func() {
 		defer c.wg.Done()
-		c.runOn(h)
 		err := t.body(h.runCtx, h.term)
 		c.runEnded(h)
 		done <- err

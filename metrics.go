@@ -12,47 +12,74 @@ import (
 	"go.opentelemetry.io/otel/metric"
 )
 
-// Instrument names. Attributes are low-cardinality only: simba.election (a
-// plain election's name) or simba.group (a partition group's name), and
-// small enums (simba.reason, simba.result). Never member ids, session ids,
-// tokens or partition numbers.
+// Instrument names, documented for users at WithMeterProvider.
 const (
-	// MetricLeader is 1 while this client holds a term of the election
+	// metricLeader is 1 while this client holds a term of the election
 	// (simba.election), else 0. An up-down counter.
-	MetricLeader = "simba.election.leader"
-	// MetricPartitionsHeld is the number of partitions of the group
+	metricLeader = "simba.election.leader"
+	// metricPartitionsHeld is the number of partitions of the group
 	// (simba.group) this client holds terms of. An up-down counter.
-	MetricPartitionsHeld = "simba.group.partitions.held"
-	// MetricTermsStarted counts terms begun by this client.
-	MetricTermsStarted = "simba.term.started"
-	// MetricTermsRevoked counts terms ended, by simba.reason.
-	MetricTermsRevoked = "simba.term.revoked"
-	// MetricRuns counts runs of task functions, by simba.result.
-	MetricRuns = "simba.run.completed"
-	// MetricRunDuration is the duration of runs, in seconds, by simba.result.
-	MetricRunDuration = "simba.run.duration"
-	// MetricHandOffDuration is the time from a term's revocation to the end
+	metricPartitionsHeld = "simba.group.partitions.held"
+	// metricTermsStarted counts terms begun by this client.
+	metricTermsStarted = "simba.term.started"
+	// metricTermsRevoked counts terms ended, by simba.reason.
+	metricTermsRevoked = "simba.term.revoked"
+	// metricRuns counts runs of task functions, by simba.result.
+	metricRuns = "simba.run.completed"
+	// metricRunDuration is the duration of runs, in seconds, by simba.result.
+	metricRunDuration = "simba.run.duration"
+	// metricHandOffDuration is the time from a term's revocation to the end
 	// of its hand-off (run exited, lease released), in seconds.
-	MetricHandOffDuration = "simba.handoff.duration"
-	// MetricRenewalDuration is the round trip of session renewals, in
+	metricHandOffDuration = "simba.handoff.duration"
+	// metricRenewalDuration is the round trip of session renewals, in
 	// seconds.
-	MetricRenewalDuration = "simba.session.renewal.duration"
-	// MetricRenewalFailures counts renewals that failed.
-	MetricRenewalFailures = "simba.session.renewal.failures"
-	// MetricSessionsLost counts sessions that ended, by simba.reason.
-	MetricSessionsLost = "simba.session.lost"
-	// MetricDeadlineHeadroom is the time left before the session deadline,
+	metricRenewalDuration = "simba.session.renewal.duration"
+	// metricRenewalFailures counts renewals that failed.
+	metricRenewalFailures = "simba.session.renewal.failures"
+	// metricSessionsLost counts sessions that ended, by simba.reason.
+	metricSessionsLost = "simba.session.lost"
+	// metricDeadlineHeadroom is the time left before the session deadline,
 	// in seconds, observed at collection; 0 without a live session.
-	MetricDeadlineHeadroom = "simba.session.deadline.headroom"
-	// MetricMissedStarts counts planned schedule starts that passed during
+	metricDeadlineHeadroom = "simba.session.deadline.headroom"
+	// metricMissedStarts counts planned schedule starts that passed during
 	// an overrunning run.
-	MetricMissedStarts = "simba.schedule.missed"
+	metricMissedStarts = "simba.schedule.missed"
+	// metricEventsDropped counts events dropped from the event queue.
+	metricEventsDropped = "simba.events.dropped"
 )
 
 // WithMeterProvider sets where the client's instruments come from (default:
 // the global provider from [otel.GetMeterProvider], which records nothing
-// until the application installs one). See the Metric… constants for the
-// instruments.
+// until the application installs one). The instruments, under the meter
+// "github.com/simba-go/simba":
+//
+//   - simba.election.leader: 1 while this client holds a term of the
+//     election (attribute simba.election), else 0. An up-down counter.
+//   - simba.group.partitions.held: the partitions of the group
+//     (simba.group) this client holds terms of. An up-down counter.
+//   - simba.term.started: terms begun by this client.
+//   - simba.term.revoked: terms ended, by simba.reason.
+//   - simba.run.completed: runs of task functions, by simba.result.
+//   - simba.run.duration: the duration of runs, in seconds, by
+//     simba.result.
+//   - simba.handoff.duration: the time from a term's revocation to the end
+//     of its hand-off (run exited, lease released), in seconds.
+//   - simba.session.renewal.duration: the round trip of session renewals,
+//     in seconds.
+//   - simba.session.renewal.failures: renewals that failed.
+//   - simba.session.lost: sessions that ended, by simba.reason.
+//   - simba.session.deadline.headroom: the time left before the session
+//     deadline, in seconds, observed at collection; 0 without a live
+//     session.
+//   - simba.schedule.missed: planned schedule starts that passed during an
+//     overrunning run.
+//   - simba.events.dropped: events dropped because the event handlers fell
+//     16,384 events behind (see [Event]).
+//
+// Attributes are low-cardinality only: simba.election (a plain election's
+// name) or simba.group (a partition group's name), and small enums
+// (simba.reason, simba.result). Never member ids, session ids, tokens or
+// partition numbers.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(o *options) error {
 		if mp == nil {
@@ -79,6 +106,7 @@ type metrics struct {
 	renewFails  metric.Int64Counter
 	lost        metric.Int64Counter
 	missed      metric.Int64Counter
+	dropped     metric.Int64Counter
 	headroom    metric.Registration
 
 	mu    sync.Mutex
@@ -98,9 +126,9 @@ type nameMetrics struct {
 	attr    attribute.KeyValue
 	base    []metric.AddOption
 	record  []metric.RecordOption
-	reason  [lastRevokeReason + 1][]metric.AddOption // guarded by metrics.mu
-	result  [Cancelled + 1][]metric.AddOption        // guarded by metrics.mu
-	resultR [Cancelled + 1][]metric.RecordOption     // guarded by metrics.mu
+	reason  [lastRevokeReason + 1][]metric.AddOption   // guarded by metrics.mu
+	result  [ResultCancelled + 1][]metric.AddOption    // guarded by metrics.mu
+	resultR [ResultCancelled + 1][]metric.RecordOption // guarded by metrics.mu
 }
 
 func newMetrics(mp metric.MeterProvider, headroom func() float64) (*metrics, error) {
@@ -112,29 +140,31 @@ func newMetrics(mp metric.MeterProvider, headroom func() float64) (*metrics, err
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
 	var err error
-	m.leader, err = meter.Int64UpDownCounter(MetricLeader, metric.WithDescription("1 while this client leads the election"))
+	m.leader, err = meter.Int64UpDownCounter(metricLeader, metric.WithDescription("1 while this client leads the election"))
 	add(err)
-	m.held, err = meter.Int64UpDownCounter(MetricPartitionsHeld, metric.WithDescription("partitions of the group this client holds"))
+	m.held, err = meter.Int64UpDownCounter(metricPartitionsHeld, metric.WithDescription("partitions of the group this client holds"))
 	add(err)
-	m.started, err = meter.Int64Counter(MetricTermsStarted, metric.WithDescription("terms begun by this client"))
+	m.started, err = meter.Int64Counter(metricTermsStarted, metric.WithDescription("terms begun by this client"))
 	add(err)
-	m.revoked, err = meter.Int64Counter(MetricTermsRevoked, metric.WithDescription("terms of this client that ended, by reason"))
+	m.revoked, err = meter.Int64Counter(metricTermsRevoked, metric.WithDescription("terms of this client that ended, by reason"))
 	add(err)
-	m.runs, err = meter.Int64Counter(MetricRuns, metric.WithDescription("runs of task functions, by result"))
+	m.runs, err = meter.Int64Counter(metricRuns, metric.WithDescription("runs of task functions, by result"))
 	add(err)
-	m.runDuration, err = meter.Float64Histogram(MetricRunDuration, metric.WithUnit("s"), metric.WithDescription("duration of runs"), secondsBuckets)
+	m.runDuration, err = meter.Float64Histogram(metricRunDuration, metric.WithUnit("s"), metric.WithDescription("duration of runs"), secondsBuckets)
 	add(err)
-	m.handOff, err = meter.Float64Histogram(MetricHandOffDuration, metric.WithUnit("s"), metric.WithDescription("time from a term's revocation to the end of its hand-off"), secondsBuckets)
+	m.handOff, err = meter.Float64Histogram(metricHandOffDuration, metric.WithUnit("s"), metric.WithDescription("time from a term's revocation to the end of its hand-off"), secondsBuckets)
 	add(err)
-	m.renewal, err = meter.Float64Histogram(MetricRenewalDuration, metric.WithUnit("s"), metric.WithDescription("round trip of session renewals"), secondsBuckets)
+	m.renewal, err = meter.Float64Histogram(metricRenewalDuration, metric.WithUnit("s"), metric.WithDescription("round trip of session renewals"), secondsBuckets)
 	add(err)
-	m.renewFails, err = meter.Int64Counter(MetricRenewalFailures, metric.WithDescription("session renewals that failed"))
+	m.renewFails, err = meter.Int64Counter(metricRenewalFailures, metric.WithDescription("session renewals that failed"))
 	add(err)
-	m.lost, err = meter.Int64Counter(MetricSessionsLost, metric.WithDescription("sessions that ended, by reason"))
+	m.lost, err = meter.Int64Counter(metricSessionsLost, metric.WithDescription("sessions that ended, by reason"))
 	add(err)
-	m.missed, err = meter.Int64Counter(MetricMissedStarts, metric.WithDescription("planned schedule starts missed during overruns"))
+	m.missed, err = meter.Int64Counter(metricMissedStarts, metric.WithDescription("planned schedule starts missed during overruns"))
 	add(err)
-	gauge, err := meter.Float64ObservableGauge(MetricDeadlineHeadroom, metric.WithUnit("s"), metric.WithDescription("time left before the session deadline"))
+	m.dropped, err = meter.Int64Counter(metricEventsDropped, metric.WithDescription("events dropped because the event handlers fell behind"))
+	add(err)
+	gauge, err := meter.Float64ObservableGauge(metricDeadlineHeadroom, metric.WithUnit("s"), metric.WithDescription("time left before the session deadline"))
 	add(err)
 	if err == nil {
 		m.headroom, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
@@ -244,6 +274,8 @@ func (m *metrics) handedOff(ref TermRef, d time.Duration) {
 func (m *metrics) misfired(ref TermRef, missed int) {
 	m.missed.Add(bg, int64(missed), m.of(ref).base...)
 }
+
+func (m *metrics) eventsDropped(n int) { m.dropped.Add(bg, int64(n)) }
 
 func (m *metrics) renewed(d time.Duration, err error) {
 	m.renewal.Record(bg, d.Seconds())

@@ -25,10 +25,10 @@ func sdkMetrics(tb testing.TB) *metrics {
 func BenchmarkMetricsPerRun(b *testing.B) {
 	m := sdkMetrics(b)
 	ref := TermRef{Election: "ingest", Partition: -1, Token: 7}
-	m.ran(ref, Succeeded, time.Millisecond) // builds the attribute sets once
+	m.ran(ref, ResultSucceeded, time.Millisecond) // builds the attribute sets once
 	b.ReportAllocs()
 	for b.Loop() {
-		m.ran(ref, Succeeded, time.Millisecond)
+		m.ran(ref, ResultSucceeded, time.Millisecond)
 	}
 }
 
@@ -43,11 +43,11 @@ func BenchmarkMetricsPerRenewal(b *testing.B) {
 func TestMetricsDoNotAllocatePerRenewalOrRun(t *testing.T) {
 	m := sdkMetrics(t)
 	ref := TermRef{Election: "ingest", Partition: -1, Token: 7}
-	m.ran(ref, Succeeded, time.Millisecond)
+	m.ran(ref, ResultSucceeded, time.Millisecond)
 	if a := testing.AllocsPerRun(100, func() { m.renewed(time.Millisecond, nil) }); a != 0 {
 		t.Errorf("a renewal allocates %v times", a)
 	}
-	if a := testing.AllocsPerRun(100, func() { m.ran(ref, Succeeded, time.Millisecond) }); a != 0 {
+	if a := testing.AllocsPerRun(100, func() { m.ran(ref, ResultSucceeded, time.Millisecond) }); a != 0 {
 		t.Errorf("a run allocates %v times", a)
 	}
 }

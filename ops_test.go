@@ -3,6 +3,7 @@ package simba_test
 import (
 	"context"
 	"fmt"
+	"github.com/simba-go/simba/internal/assign"
 	"slices"
 	"strings"
 	"sync"
@@ -306,7 +307,7 @@ func TestDrainEmptiesAMemberUntilUndrained(t *testing.T) {
 
 		require.NoError(t, a.Undrain(t.Context(), "x", ""))
 		time.Sleep(time.Second)
-		assert.Equal(t, simba.PartitionAssignment(billing, []string{"x", "y"}, P, simba.Rendezvous), holders(b, P))
+		assert.Equal(t, assign.Owners(billing, []string{"x", "y"}, P, assign.Rendezvous), holders(b, P))
 		_, _, held = b.Holder("solo")
 		assert.True(t, held)
 		g, err = a.Group(t.Context(), billing)

@@ -9,6 +9,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/simba-go/simba/internal/plant"
+
+	"github.com/simba-go/simba/backend"
 )
 
 // Option configures a [Client]. Options refuse bad values: [New] returns an
@@ -125,8 +127,8 @@ func WithEventHandler(h func(Event)) Option {
 // reports a [GroupMismatch].
 func WithMemberID(id string) Option {
 	return func(o *options) error {
-		if id == "" || len(id) > MaxNameLen {
-			return fmt.Errorf("%w: member id must be 1 to %d bytes, got %d", ErrInvalidArgument, MaxNameLen, len(id))
+		if id == "" || len(id) > backend.MaxNameLen {
+			return fmt.Errorf("%w: member id must be 1 to %d bytes, got %d", ErrInvalidArgument, backend.MaxNameLen, len(id))
 		}
 		o.memberID = id
 		return nil
@@ -149,20 +151,16 @@ func (o *options) marginFor(granted time.Duration) time.Duration {
 type TaskOption func(*taskOptions) error
 
 type taskOptions struct {
-	executor Executor
+	executor func(f func())
 	claim    func(context.Context, *Term) error
 }
 
-// Executor runs a task function. It must run f exactly once, eventually,
-// on some goroutine; [Client.Close] and [Client.Shutdown] wait until f has
-// returned (Shutdown until its ctx ends; the client then goes on closing in
-// the background). By default each term's function runs on a new
-// goroutine, which is also the only goroutine the held term costs.
-type Executor func(f func())
-
 // WithExecutor runs each term's function through e instead of on a new
-// goroutine of the client's.
-func WithExecutor(e Executor) TaskOption {
+// goroutine of the client's (by default each term's function runs on a new
+// goroutine, which is also the only goroutine the held term costs). e must
+// run f exactly once, eventually, on some goroutine; the task's and the
+// client's Shutdown wait until f has returned.
+func WithExecutor(e func(f func())) TaskOption {
 	return func(o *taskOptions) error {
 		if e == nil {
 			return fmt.Errorf("%w: nil executor", ErrInvalidArgument)

@@ -3,6 +3,7 @@ package simba_test
 import (
 	"context"
 	"fmt"
+	"github.com/simba-go/simba/internal/assign"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -123,7 +124,7 @@ func TestCandidaciesLeaveTheQueue(t *testing.T) {
 		}
 		time.Sleep(2 * time.Second)
 		check("after gy joined")
-		assert.Equal(t, simba.PartitionAssignment(billing, []string{"gx", "gy"}, P, simba.Rendezvous), holders(b, P))
+		assert.Equal(t, assign.Owners(billing, []string{"gx", "gy"}, P, assign.Rendezvous), holders(b, P))
 		require.NoError(t, a.Drain(ctx, "gy", "test"))
 		time.Sleep(2 * time.Second)
 		check("after gy was drained")

@@ -2,20 +2,16 @@ package simba
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/internal/records"
 )
 
-// ErrNoRecords is returned by the record methods of [Term] when the backend
-// keeps no records (see [backend.Records]; memory, etcd and ZooKeeper do).
-var ErrNoRecords = errors.New("simba: the backend keeps no records")
-
-// DataPrefix is where the records written through [Term.PutRecord] live in
-// the backend, apart from simba's own status and operation records.
-const DataPrefix = "data/"
+// errNoRecords is the error of the record methods of [Term] on a backend
+// that keeps no records (every backend of this module's tree does).
+var errNoRecords = fmt.Errorf("simba: %w (it does not implement backend.Records)", backend.ErrRecordsUnsupported)
 
 // PutRecord stores value under key in the backend's records, fenced by the
 // term: the write succeeds only while this term's holding of the lease is
@@ -26,17 +22,18 @@ const DataPrefix = "data/"
 // most until the deadline the term had when it ended) — for a final
 // checkpoint. It returns an error matching [ErrTermExpired] otherwise, one
 // matching [backend.ErrConflict] when the backend refused the write because
-// the lease has moved on, and [ErrNoRecords] when the backend keeps none.
-// Keys follow [backend.Records]' rules and are stored under [DataPrefix].
+// the lease has moved on, and one matching [backend.ErrRecordsUnsupported] when the backend keeps
+// none. Keys follow [backend.Records]' rules; they are stored apart from
+// simba's own status and operation records.
 func (t *Term) PutRecord(ctx context.Context, key string, value []byte) error {
 	rec, ok := t.gen.sess.(backend.Records)
 	if !ok {
-		return ErrNoRecords
+		return errNoRecords
 	}
 	if !t.valid() && (t.gen.ended.Load() || time.Duration(t.handOffUntil.Load()) <= t.gen.now()) {
-		return t.Err()
+		return t.endErr()
 	}
-	_, err := rec.PutRecord(ctx, DataPrefix+key, value, backend.Condition{Lease: t.ref.Election, Token: t.ref.Token})
+	_, err := rec.PutRecord(ctx, records.DataPrefix+key, value, backend.Condition{Lease: t.ref.Election, Token: t.ref.Token})
 	if err != nil {
 		return fmt.Errorf("simba: record %q by %v: %w", key, t, err)
 	}
@@ -49,9 +46,9 @@ func (t *Term) PutRecord(ctx context.Context, key string, value []byte) error {
 func (t *Term) GetRecord(ctx context.Context, key string) ([]byte, error) {
 	rec, ok := t.gen.sess.(backend.Records)
 	if !ok {
-		return nil, ErrNoRecords
+		return nil, errNoRecords
 	}
-	r, err := rec.GetRecord(ctx, DataPrefix+key)
+	r, err := rec.GetRecord(ctx, records.DataPrefix+key)
 	if err != nil {
 		return nil, fmt.Errorf("simba: record %q: %w", key, err)
 	}

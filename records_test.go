@@ -68,7 +68,8 @@ func TestTermRecordsDuringTheHandOff(t *testing.T) {
 		})
 		require.NoError(t, err)
 		synctest.Wait()
-		await.For(t, task.Stop(), testTTL, "the task's Stop did not complete within the TTL")
+		task.Stop()
+		await.For(t, task.Done(), testTTL, "the task's Stop did not complete within the TTL")
 		require.NoError(t, await.For(t, final, testTTL, "the stopped run's final write did not return within the TTL"),
 			"a stopped term may still write until its lease is released")
 		term := h.Terms()[0]

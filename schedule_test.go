@@ -141,7 +141,8 @@ func TestInitialDelayRestartsEveryTerm(t *testing.T) {
 		_, err = z.Election("report").Schedule(s, fn("z"))
 		require.NoError(t, err)
 		time.Sleep(12 * time.Second)
-		await.For(t, ta.Stop(), testTTL, "a's Stop did not complete within the TTL")
+		ta.Stop()
+		await.For(t, ta.Done(), testTTL, "a's Stop did not complete within the TTL")
 		time.Sleep(20 * time.Second)
 		closeAll(t, a, z)
 		h.CheckTerms(t, b)
@@ -166,7 +167,7 @@ func TestScheduledRunFailureContinuesTheLoop(t *testing.T) {
 		for _, w := range eventsOf[simba.WorkCompleted](h) {
 			results = append(results, w.Result)
 		}
-		assert.Equal(t, []simba.Result{simba.Succeeded, simba.Failed, simba.Succeeded, simba.Succeeded}, results)
+		assert.Equal(t, []simba.Result{simba.ResultSucceeded, simba.ResultFailed, simba.ResultSucceeded, simba.ResultSucceeded}, results)
 	})
 }
 

@@ -48,34 +48,15 @@ func (r *runs) finish() {
 	}
 }
 
-// running is one task function that has not returned: the term it runs in
-// and, once it has begun, the goroutine it runs on (0 before, or if that
-// cannot be read).
-type running struct {
-	h         *holding
-	goroutine uint64
-}
-
 // runStarting registers the function of h's term before its goroutine
 // starts: from then on Shutdown waits for it.
 func (c *Client) runStarting(h *holding) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.running[h] = 0
+	c.running[h] = struct{}{}
 	h.t.runs.add()
 	if h.t.group != nil {
 		h.t.group.runs.add()
-	}
-}
-
-// runOn records the goroutine h's function runs on, so that a Shutdown or
-// Close called from the function does not wait for it.
-func (c *Client) runOn(h *holding) {
-	id := goroutineID()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.running[h]; ok {
-		c.running[h] = id
 	}
 }
 
@@ -94,21 +75,27 @@ func (c *Client) runEnded(h *holding) {
 	}
 }
 
-// calledFromTask reports whether the caller runs on the goroutine of a task
-// function of this client for which in is true.
-func (c *Client) calledFromTask(in func(*LeaderTask) bool) bool {
-	id := goroutineID()
-	if id == 0 {
-		return false
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for h, g := range c.running {
-		if g == id && in(h.t) {
-			return true
-		}
-	}
-	return false
+// taskKey is the key of the value every task function's ctx carries: the
+// *LeaderTask it runs for. Shutdown looks for it in its own ctx, to refuse
+// to wait for the function that called it.
+type taskKey struct{}
+
+// withTask returns ctx carrying t (see taskKey).
+func withTask(ctx context.Context, t *LeaderTask) context.Context {
+	return context.WithValue(ctx, taskKey{}, t)
+}
+
+// taskOf returns the task whose function's ctx ctx is, or derives from;
+// nil for any other ctx.
+func taskOf(ctx context.Context) *LeaderTask {
+	t, _ := ctx.Value(taskKey{}).(*LeaderTask)
+	return t
+}
+
+// waitsForItself is the error of a Shutdown called with the ctx of a task
+// function it would wait for: what began (the stop), and what to do.
+func waitsForItself(what string, own *LeaderTask) error {
+	return fmt.Errorf("simba: shutdown of %s called with the ctx of its own task function (%s), which it would wait for: the stop has begun and completes once that function returns (call Stop from a task function)", what, own.describe())
 }
 
 // stillRunning lists the task functions of this client for which in is
@@ -166,46 +153,67 @@ func notDone(ts []*LeaderTask) []string {
 	return out
 }
 
-// Shutdown closes the client gracefully, as [Client.Close] does, waiting
-// for it at most until ctx ends, in the manner of [net/http.Server.Shutdown]:
-// it stops every task and group at once (no task contends from then on),
-// then waits for every task function to return, every lease to be released
-// (task first, then lease), the session to end on the backend and the event
-// handlers to be called with the events published before, and returns nil.
+// Stop begins the client's closing, as [Client.Shutdown] describes it, and
+// returns at once; [Client.Done] tells when it is over. It is the form to
+// call from a task function or an event handler, which must not wait for
+// the client's closing (it waits for them). Stop is idempotent.
+func (c *Client) Stop() { c.beginClose() }
+
+// Done is closed once the client has closed: every task stopped and handed
+// off, every task function returned, the session ended, every goroutine of
+// the client ended and the event handlers called (or abandoned, see
+// [Client.Shutdown]). It is closed at the moment Shutdown returns nil.
+func (c *Client) Done() <-chan struct{} { return c.closed }
+
+// Shutdown closes the client gracefully and waits for it at most until ctx
+// ends, in the manner of [net/http.Server.Shutdown]: it stops every task
+// and group at once (no task contends from then on), then waits
 //
-// If ctx ends first, Shutdown returns an error that wraps ctx.Err() and says
-// what was still running (the hand-offs not complete, the task functions
-// that had not returned, the session's end, the event handlers). The client
-// goes on closing in the background, in the same order, which keeps every
-// promise of a term: a lease is released only once its task function has
-// returned, or the deadline its term had when it was stopped has passed
-// (then the function still runs, and is waited for). Nothing is released
-// early because Shutdown stopped waiting. A later Close, or Shutdown with
-// another ctx, waits for the rest.
+//   - for every task function to return. One that ignores the cancellation
+//     of its ctx delays Shutdown until it returns (its lease is handed off at
+//     its term's deadline all the same);
+//   - for every lease to be released (task first, then lease), retrying
+//     failures for about one TTL from the start of the release. A lease not
+//     released by then is logged and goes with the session;
+//   - for the session to end on the backend, at most until its deadline
+//     plus the drift margin; past it the session expires by itself;
+//   - for the event handlers to be called with the events published before,
+//     at most 5 seconds. A handler still running then is abandoned: it is
+//     logged, that handler call is the last one (its goroutine ends when it
+//     returns), and the events not yet delivered are dropped.
 //
-// Shutdown is safe to call several times and concurrently with Close: each
-// call waits for the same shutdown, within its own ctx. Called from an event
-// handler, it acts as Close does there (see [Client.Close]). Called from a
-// task function of the client, on the goroutine the client runs it on, it
-// begins the shutdown and returns nil at once, since it cannot wait for the
-// function that called it: the function should return then, and the client
-// finishes closing once it has. Call Close or Shutdown elsewhere to wait for
-// that.
+// and returns nil, at the moment [Client.Done] is closed. If ctx ends first,
+// Shutdown returns an error that wraps ctx.Err() and says what was still
+// running. The client goes on closing in the background, in the same
+// order, which keeps every promise of a term: a lease is released only once
+// its task function has returned, or the deadline its term had when it was
+// stopped has passed. Nothing is released early because Shutdown stopped
+// waiting. A later Shutdown or Close waits for the rest.
+//
+// A task function or an event handler must not wait for the client's
+// closing, which waits for it: call [Client.Stop] there. Called with the
+// ctx of one of the client's task functions (or a ctx derived from it),
+// Shutdown knows it: it begins the closing and returns an error at once.
+// Called from an event handler it cannot know, and waits the 5 seconds
+// above before abandoning the handler.
+//
+// Shutdown is safe to call several times and concurrently with Stop and
+// Close: each call waits for the same closing, within its own ctx.
 func (c *Client) Shutdown(ctx context.Context) error {
-	if c.events.inHandler() {
-		dropped := c.events.abandon()
-		c.log.Warn("client closed from an event handler: no handler is called from now on", "dropped", dropped)
-	}
 	c.beginClose()
-	if c.calledFromTask(func(*LeaderTask) bool { return true }) {
-		c.log.Info("client closed from a task function: the client finishes closing once the function returns")
-		return nil
+	if own := taskOf(ctx); own != nil && own.c == c {
+		return waitsForItself("the client", own)
 	}
 	if awaitClosed(ctx, c.closed) {
 		return nil
 	}
 	return fmt.Errorf("simba: shutdown stopped waiting with %s; the client goes on closing in the background: %w", c.closingState(), ctx.Err())
 }
+
+// Close is [Client.Shutdown] without a bound: Shutdown(context.Background()).
+// It must not be called from a task function or an event handler of the
+// client (see Shutdown); use [Client.Stop] there. Close is idempotent.
+func (c *Client) Close() error { return c.Shutdown(context.Background()) }
 
 // closingState says what the client's closing still waits for.
 func (c *Client) closingState() string {
@@ -287,27 +295,44 @@ func (c *Client) finishClose(groups []*GroupTask, tasks []*LeaderTask) {
 	close(c.closed)
 }
 
+// Stop stops the election and returns at once; [LeaderTask.Done] tells when
+// it is over. The current term is revoked and handed off: its function's
+// ctx is cancelled, and the lease is released once the function has
+// returned, or at the latest at the deadline the term had when it was
+// stopped (the term is no longer extended). A release that keeps failing is
+// retried at most until the session's deadline as it began (about one TTL);
+// then the lease is left to go with the session, which the client ends at
+// once (logged, with a [SessionLost] event) unless it is closing or not
+// renewed anyway. Stop is idempotent, and is the form to call from the
+// task's own function.
+func (t *LeaderTask) Stop() { t.stop(RevokeStopped) }
+
+// Done is closed once the task has stopped (by [LeaderTask.Stop], Shutdown,
+// Close or the client's closing), its lease is handed off, and every run of
+// its function has returned: at the moment Shutdown returns nil. After that
+// the same election may be started again on the client.
+func (t *LeaderTask) Done() <-chan struct{} { return t.runs.quiet }
+
 // Shutdown stops the task like [LeaderTask.Stop] and waits, at most until
-// ctx ends, for the graceful hand-off: every run of the task's function has
-// returned and the lease is released (task first, then lease). Unlike
-// [LeaderTask.Close], which returns once the lease is handed off, it also
-// waits for a function that ignored its cancellation past its term's
-// deadline (the lease is handed off at that deadline all the same).
+// ctx ends, for all of it: every run of the task's function has returned
+// and the lease is released (task first, then lease). It returns nil at the
+// moment [LeaderTask.Done] is closed. A function that ignores its
+// cancellation delays Shutdown until it returns, though the lease is handed
+// off at its term's deadline all the same.
 //
 // If ctx ends first, Shutdown returns an error that wraps ctx.Err() and says
-// what was still running; the hand-off goes on in the background, as after
-// Stop, and never releases the lease before the function returned or the
-// term's deadline passed. [LeaderTask.Done] tells when the lease is handed
-// off.
+// what was still running; the stop goes on in the background, and never
+// releases the lease before the function returned or the term's deadline
+// passed. Called with the ctx of the task's own function (or one derived
+// from it), it stops the task and returns an error at once, since it would
+// wait for itself.
 //
 // Shutdown is safe to call several times, concurrently with Stop and Close,
-// and with the client's Close. Called from the task's own function (on the
-// goroutine the client runs it on), it stops the task and returns nil at
-// once: the hand-off follows when the function returns.
+// and with the client's closing.
 func (t *LeaderTask) Shutdown(ctx context.Context) error {
 	t.stop(RevokeStopped)
-	if t.calledFromOwn() {
-		return nil
+	if own := taskOf(ctx); own == t {
+		return waitsForItself(t.describe(), own)
 	}
 	if awaitClosed(ctx, t.runs.quiet) {
 		return nil
@@ -324,28 +349,39 @@ func (t *LeaderTask) Shutdown(ctx context.Context) error {
 	return fmt.Errorf("simba: shutdown of %s stopped waiting with %s; the hand-off goes on in the background: %w", t.describe(), strings.Join(parts, " and "), ctx.Err())
 }
 
-// calledFromOwn reports whether the caller runs on the goroutine of one of
-// t's functions.
-func (t *LeaderTask) calledFromOwn() bool {
-	return t.c.calledFromTask(func(x *LeaderTask) bool { return x == t })
-}
+// Close is [LeaderTask.Shutdown] without a bound. It must not be called from
+// the task's own function, which it would wait for: use Stop there.
+func (t *LeaderTask) Close() error { return t.Shutdown(context.Background()) }
+
+// Stop leaves the group and stops every partition, and returns at once;
+// [GroupTask.Done] tells when it is over. Each partition's term is handed
+// off as [LeaderTask.Stop] describes, partitions moved away by an earlier
+// view change and still handing off included. Stop is idempotent, and is
+// the form to call from one of the group's partition functions.
+func (t *GroupTask) Stop() { t.cancel(nil) }
+
+// Done is closed once the group task has stopped, every partition has
+// handed off and every run of the partitions' functions has returned: at
+// the moment Shutdown returns nil. After that the group may be started
+// again on the client.
+func (t *GroupTask) Done() <-chan struct{} { return t.runs.quiet }
 
 // Shutdown stops the group task like [GroupTask.Stop] and waits, at most
-// until ctx ends, for the graceful hand-off of every partition: every run of
-// the partitions' functions has returned and every lease is released, as
-// [LeaderTask.Shutdown] does for an election. If ctx ends first, it returns
-// an error that wraps ctx.Err() and says what was still running; the
-// hand-offs go on in the background, and never release a lease before its
-// function returned or its term's deadline passed.
+// until ctx ends, for all of it: every run of the partitions' functions has
+// returned and every lease is released, as [LeaderTask.Shutdown] does for an
+// election. It returns nil at the moment [GroupTask.Done] is closed. If ctx
+// ends first, it returns an error that wraps ctx.Err() and says what was
+// still running; the hand-offs go on in the background, and never release a
+// lease before its function returned or its term's deadline passed. Called
+// with the ctx of one of the group's partition functions, it stops the
+// group and returns an error at once, since it would wait for itself.
 //
 // Shutdown is safe to call several times, concurrently with Stop and Close,
-// and with the client's Close. Called from one of the group's partition
-// functions (on the goroutine the client runs it on), it stops the group and
-// returns nil at once.
+// and with the client's closing.
 func (t *GroupTask) Shutdown(ctx context.Context) error {
 	t.cancel(nil)
-	if t.calledFromOwn() {
-		return nil
+	if own := taskOf(ctx); own != nil && own.group == t {
+		return waitsForItself(fmt.Sprintf("group %q", t.name), own)
 	}
 	if awaitClosed(ctx, t.runs.quiet) {
 		return nil
@@ -369,11 +405,10 @@ func (t *GroupTask) Shutdown(ctx context.Context) error {
 	return fmt.Errorf("simba: shutdown of group %q stopped waiting with %s; the hand-offs go on in the background: %w", t.name, strings.Join(parts, " and "), ctx.Err())
 }
 
-// calledFromOwn reports whether the caller runs on the goroutine of one of
-// the group's partition functions.
-func (t *GroupTask) calledFromOwn() bool {
-	return t.c.calledFromTask(func(x *LeaderTask) bool { return x.group == t })
-}
+// Close is [GroupTask.Shutdown] without a bound. It must not be called from
+// one of the group's partition functions, which it would wait for: use Stop
+// there.
+func (t *GroupTask) Close() error { return t.Shutdown(context.Background()) }
 
 // awaitClosed waits for ch to be closed until ctx ends, and reports whether
 // it was; a ch closed by then wins over an ended ctx.

@@ -238,15 +238,25 @@ func TestLeaderTaskShutdown(t *testing.T) {
 			t.Logf("past the term's deadline: %v", err)
 			assert.ErrorContains(t, err, `simba: shutdown of election "e" stopped waiting with 1 task function running (term 1 of election "e")`)
 			select {
-			case <-ta.Done():
+			case <-h.HandedOff(h.Terms()[0]):
 			default:
-				t.Error("Done not closed past the term's deadline")
+				t.Error("not handed off past the term's deadline")
+			}
+			select {
+			case <-ta.Done():
+				t.Error("Done closed while the task function still runs")
+			default:
 			}
 			assert.Equal(t, capAt, grantOf(t, b, "e", h.Terms()[0].Token()).End, "the lease goes at the term's deadline")
 			require.Len(t, h.Terms(), 2, "z did not take over")
 
 			close(release)
 			require.NoError(t, ta.Shutdown(t.Context()), "Shutdown once the run returned")
+			select {
+			case <-ta.Done():
+			default:
+				t.Error("Done not closed when Shutdown returned nil")
+			}
 			closeAll(t, a, z)
 			handOffOrder(t, obs, b)
 			h.CheckTerms(t, b)
@@ -299,17 +309,24 @@ func TestGroupTaskShutdown(t *testing.T) {
 	})
 }
 
-// Shutdown and Close called from a task function begin the shutdown and
-// return at once: they cannot wait for the function that called them.
+// From a task function: Stop begins the stop and returns at once, and
+// Shutdown called with the function's ctx (or one derived from it) begins
+// it and returns an error at once, as it cannot wait for the function that
+// called it. (Close there would wait for itself, as documented.)
 func TestShutdownFromATaskFunction(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		call func(c *simba.Client, task *simba.LeaderTask) error
+		name    string
+		call    func(ctx context.Context, c *simba.Client, task *simba.LeaderTask) error
+		refused bool // an error at once, saying why
 	}{
-		{"ClientShutdown", func(c *simba.Client, _ *simba.LeaderTask) error { return c.Shutdown(context.Background()) }},
-		{"ClientClose", func(c *simba.Client, _ *simba.LeaderTask) error { return c.Close() }},
-		{"TaskShutdown", func(_ *simba.Client, task *simba.LeaderTask) error { return task.Shutdown(context.Background()) }},
-		{"TaskClose", func(_ *simba.Client, task *simba.LeaderTask) error { return task.Close() }},
+		{"ClientStop", func(_ context.Context, c *simba.Client, _ *simba.LeaderTask) error { c.Stop(); return nil }, false},
+		{"TaskStop", func(_ context.Context, _ *simba.Client, task *simba.LeaderTask) error { task.Stop(); return nil }, false},
+		{"ClientShutdown", func(ctx context.Context, c *simba.Client, _ *simba.LeaderTask) error { return c.Shutdown(ctx) }, true},
+		{"TaskShutdown", func(ctx context.Context, _ *simba.Client, task *simba.LeaderTask) error {
+			ctx, cancel := context.WithTimeout(ctx, time.Hour) // derived from the function's
+			defer cancel()
+			return task.Shutdown(ctx)
+		}, true},
 	} {
 		for _, executor := range []bool{false, true} {
 			name := tc.name
@@ -329,7 +346,7 @@ func TestShutdownFromATaskFunction(t *testing.T) {
 					var after atomic.Bool // the function went on after the call
 					task, err := a.Election("e").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
 						h.SawTerm("a", term)
-						called <- tc.call(a, <-started)
+						called <- tc.call(ctx, a, <-started)
 						select { // the stop cancels ctx, on a goroutine of its own
 						case <-ctx.Done():
 							after.Store(true)
@@ -340,7 +357,12 @@ func TestShutdownFromATaskFunction(t *testing.T) {
 					require.NoError(t, err)
 					started <- task
 					err = await.For(t, called, time.Minute, "%s from the task function did not return", tc.name)
-					assert.NoError(t, err)
+					if tc.refused {
+						require.Error(t, err)
+						assert.Contains(t, err.Error(), "called with the ctx of its own task function")
+					} else {
+						assert.NoError(t, err)
+					}
 					await.For(t, task.Done(), testTTL, "the task did not hand off after its function returned")
 					synctest.Wait()
 					assert.True(t, after.Load(), "the function's ctx was not cancelled by the call")
@@ -436,10 +458,11 @@ func TestShutdownWithEndedCtx(t *testing.T) {
 	})
 }
 
-// GroupTask.Shutdown and Close called from a partition's function stop the
-// group and return at once.
+// GroupTask.Stop called from a partition's function stops the group and
+// returns at once; Shutdown called with the function's ctx stops it and
+// returns an error at once, as it cannot wait for itself.
 func TestGroupShutdownFromAPartitionFunction(t *testing.T) {
-	for _, name := range []string{"Shutdown", "Close"} {
+	for _, name := range []string{"Stop", "Shutdown"} {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b := memory.New()
@@ -455,9 +478,10 @@ func TestGroupShutdownFromAPartitionFunction(t *testing.T) {
 						once.Do(func() {
 							gt := <-started
 							if name == "Shutdown" {
-								called <- gt.Shutdown(context.Background())
+								called <- gt.Shutdown(ctx)
 							} else {
-								called <- gt.Close()
+								gt.Stop()
+								called <- nil
 							}
 						})
 					}
@@ -466,7 +490,13 @@ func TestGroupShutdownFromAPartitionFunction(t *testing.T) {
 				})
 				require.NoError(t, err)
 				started <- gt
-				assert.NoError(t, await.For(t, called, time.Minute, "%s from a partition's function did not return", name))
+				err = await.For(t, called, time.Minute, "%s from a partition's function did not return", name)
+				if name == "Shutdown" {
+					require.Error(t, err)
+					assert.Contains(t, err.Error(), `shutdown of group "g" called with the ctx of its own task function (partition "g.1")`)
+				} else {
+					assert.NoError(t, err)
+				}
 				await.For(t, gt.Done(), testTTL, "the group did not stop after the call")
 				require.NoError(t, await.For(t, await.Returned(func() error { return gt.Shutdown(t.Context()) }), time.Minute, "Shutdown after the partition's did not return"))
 				for _, l := range []string{"g.0", "g.1"} {

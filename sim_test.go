@@ -283,7 +283,8 @@ func (s *simulation) fault(r *rand.Rand, cfg *simtest.Config) simtest.Fault {
 		e := s.elections[r.IntN(len(s.elections))]
 		return simtest.Custom(fmt.Sprintf("slot %d: %s stopped and restarted", slot, e), 0, func(c *simtest.Cluster) {
 			n, ts := s.node(c, slot)
-			<-ts.elections[e].Stop()
+			ts.elections[e].Stop()
+			<-ts.elections[e].Done()
 			if err := s.startElection(n, ts, e); err != nil {
 				c.Logf("%s: restarting %s: %v", n.Name(), e, err)
 			}
@@ -294,7 +295,8 @@ func (s *simulation) fault(r *rand.Rand, cfg *simtest.Config) simtest.Fault {
 		}
 		return simtest.Custom(fmt.Sprintf("slot %d: group stopped and restarted", slot), 0, func(c *simtest.Cluster) {
 			n, ts := s.node(c, slot)
-			<-ts.group.Stop()
+			ts.group.Stop()
+			<-ts.group.Done()
 			if err := s.startGroup(n, ts); err != nil {
 				c.Logf("%s: restarting the group: %v", n.Name(), err)
 			}

@@ -39,7 +39,7 @@ type Client struct {
 	genChanged chan struct{} // closed and replaced when gen changes
 	tasks      map[string]*LeaderTask
 	groups     map[string]*GroupTask
-	running    map[*holding]uint64 // task functions not returned, by term: their goroutine (see runOn)
+	running    map[*holding]struct{} // task functions not returned, by term
 	closing    bool
 	closed     chan struct{} // closed when the closing is complete
 
@@ -81,7 +81,7 @@ func New(b backend.Backend, opts ...Option) (*Client, error) {
 		genChanged: make(chan struct{}),
 		tasks:      make(map[string]*LeaderTask),
 		groups:     make(map[string]*GroupTask),
-		running:    make(map[*holding]uint64),
+		running:    make(map[*holding]struct{}),
 		closed:     make(chan struct{}),
 	}
 	m, err := newMetrics(o.meterProvider, c.headroom)
@@ -92,20 +92,10 @@ func New(b backend.Backend, opts ...Option) (*Client, error) {
 	}
 	c.metrics = m
 	c.ops = newOpsView(c)
-	c.events = newEventBus(c.log, o.handlers)
+	c.events = newEventBus(c.log, o.handlers, m.eventsDropped)
 	go c.keep(ctx)
 	c.wg.Go(c.ops.watch)
 	return c, nil
-}
-
-// Subscribe registers h for the events published from now on (see [Event])
-// and returns a function that unregisters it. Use [WithEventHandler] to see
-// the events of the client's start too.
-func (c *Client) Subscribe(h func(Event)) (unsubscribe func()) {
-	if h == nil {
-		return func() {}
-	}
-	return c.events.subscribe(h)
 }
 
 // Ready waits until the client has a live session, and returns nil then,
@@ -135,46 +125,6 @@ func (c *Client) SessionID() string {
 		return ""
 	}
 	return c.gen.sess.ID()
-}
-
-// Close stops every task of the client and hands each off (task first, then
-// lease), then ends the session on the backend, and waits for all of it:
-// when Close returns, no goroutine of the client runs and no event handler
-// will be called again, with the exceptions below. It is [Client.Shutdown]
-// without a bound of the caller's: Close waits
-//
-//   - for every task function to return. One that ignores the cancellation
-//     of its ctx delays Close until it returns (its lease is handed off at
-//     its term's deadline all the same). Use Shutdown to bound this wait.
-//   - for every lease to be released, retrying failures for about one TTL
-//     from the start of the release. A lease not released by then is logged
-//     and goes with the session.
-//   - for the session to end on the backend, at most until its deadline
-//     plus the drift margin; past it the session expires by itself. (A
-//     session the client ended early because a lease could not be
-//     released is closed only at the deadline it had reached, at most one
-//     TTL later.)
-//   - for the event handlers to be called with the events published before,
-//     at most 5 seconds. A handler still running then is abandoned: Close
-//     logs an error and returns, that handler call is the last one (its
-//     goroutine ends when it returns), and the events not yet delivered are
-//     dropped.
-//
-// Close may be called from an event handler. It then hands off and ends the
-// session as above, but no handler is called from then on (the calling one
-// is the last; the events not yet delivered, including those of the
-// hand-offs, are dropped), and Close returns without waiting for the event
-// goroutine, which ends when the calling handler returns.
-//
-// Close called from a task function of the client (on the goroutine the
-// client runs it on) begins the closing and returns at once, as Shutdown
-// does there: it cannot wait for the function that called it.
-//
-// Close is idempotent and safe to call concurrently with Shutdown; a second
-// call waits for the first. It always returns nil.
-func (c *Client) Close() error {
-	c.Shutdown(context.Background()) // without a deadline it returns nil
-	return nil
 }
 
 // register reserves a lease name for t on this client.

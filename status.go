@@ -381,7 +381,7 @@ func (w *statusWriter) started(start time.Time, source string) *runHandle {
 
 // ended records the end of a run in the history (in place of the run
 // HistoryLen before it) and the status; exit is the exit status the run
-// reported (see [Exited]), or nil.
+// reported (see "Exit codes" in the package doc), or nil.
 func (w *statusWriter) ended(h *runHandle, end time.Time, result Result, err error, exit *int) {
 	if w == nil || h == nil {
 		return
@@ -396,7 +396,7 @@ func (w *statusWriter) ended(h *runHandle, end time.Time, result Result, err err
 			run.Error = err.Error()
 		}
 		w.st.LastRun = &run
-		if result == Failed {
+		if result == ResultFailed {
 			w.st.Failed++
 		} else {
 			w.st.Succeeded++

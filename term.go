@@ -126,9 +126,9 @@ func (t *Term) HandOffDeadline() time.Time {
 // Revoked is closed when the term ends.
 func (t *Term) Revoked() <-chan struct{} { return t.revoked }
 
-// Err returns nil while the term is valid, and afterwards an error that
-// matches [ErrTermExpired] (a [*TermError] once the client has revoked it).
-func (t *Term) Err() error {
+// endErr returns nil while the term is valid, and afterwards an error that
+// matches ErrTermExpired (a *TermError once the client has revoked it).
+func (t *Term) endErr() error {
 	t.mu.Lock()
 	err := t.err
 	t.mu.Unlock()
@@ -147,7 +147,9 @@ func (t *Term) Err() error {
 
 // EnsureValid returns nil if the term is valid now and will stay valid for
 // the expected step duration (the sum of the steps given; none means zero),
-// and otherwise an error matching [ErrTermExpired]. Call it before a long
+// and otherwise an error matching [ErrTermExpired]: once the term has
+// ended, a [*TermError] that says why (EnsureValid() is then the term's
+// counterpart of ctx.Err()). Call it before a long
 // step so that the step is not begun when it would outlive the term:
 //
 //	if err := term.EnsureValid(30 * time.Second); err != nil {
@@ -169,12 +171,12 @@ func (t *Term) EnsureValid(step ...time.Duration) error {
 			need += s
 		}
 	}
-	if err := t.Err(); err != nil {
+	if err := t.endErr(); err != nil {
 		return err
 	}
 	if left := t.leftNow(); left <= need {
 		if left <= 0 {
-			return t.Err()
+			return t.endErr()
 		}
 		return errStepTooLong(t.ref.Election, t.ref.Token, left, need)
 	}

@@ -30,7 +30,8 @@ func TestTermHandOffDeadline(t *testing.T) {
 			assert.True(t, capAt.After(time.Now()), "the deadline %v of a valid term is not in the future", capAt)
 
 			stopAt := time.Now()
-			stopped := task.Stop()
+			task.Stop()
+			stopped := task.Done()
 			synctest.Wait()
 			assert.False(t, term.Valid(), "the term is valid after Stop")
 			assert.Equal(t, stopAt, term.Deadline(), "Deadline after Stop: the instant the term stopped being valid")
@@ -84,7 +85,8 @@ func TestTermHandOffDeadline(t *testing.T) {
 			term := h.Terms()[0]
 			capAt := term.Deadline()
 			stopAt := time.Now()
-			stopped := task.Stop()
+			task.Stop()
+			stopped := task.Done()
 			s := <-cleanUp
 			assert.Equal(t, capAt, time.Now(), "the clean-up's ctx did not end at the hand-off deadline")
 			assert.Equal(t, stopAt, s.deadline)
@@ -138,7 +140,8 @@ func ExampleTerm_HandOffDeadline() {
 		return nil
 	})
 	<-running
-	<-task.Stop()
+	task.Stop()
+	<-task.Done()
 	// Output:
 	// valid after the stop: false
 	// time left for the final checkpoint: true

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/admin"
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/memory"
 	"github.com/simba-go/simba/internal/records"
@@ -33,7 +34,8 @@ func TestStatusTermLog(t *testing.T) {
 		time.Sleep(time.Second)
 
 		stopped := time.Now()
-		<-ta.Stop() // a hands off: b takes over
+		ta.Stop()
+		<-ta.Done() // a hands off: b takes over
 		time.Sleep(time.Second)
 		_, err = ca.Election("ingest").RunWhileLeader(holdUntilRevoked("a", h))
 		require.NoError(t, err)
@@ -138,7 +140,7 @@ func TestHealthRecord(t *testing.T) {
 		a := openAdmin(t, b)
 		health, err := a.Health(t.Context())
 		require.NoError(t, err)
-		members := map[string]records.Health{}
+		members := map[string]admin.Health{}
 		for _, r := range health {
 			members[r.Member] = r
 		}

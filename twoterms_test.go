@@ -3,6 +3,7 @@ package simba_test
 import (
 	"context"
 	"fmt"
+	"github.com/simba-go/simba/internal/assign"
 	"slices"
 	"strings"
 	"testing"
@@ -201,12 +202,12 @@ func TestSameTaskTwoTermsRunGetsItsTerm(t *testing.T) {
 				assert.NoError(t, run2[0].CtxErr, "term 2's run began with its ctx ended")
 				assert.True(t, run2[0].Valid, "term 2's run began with its term not valid")
 				assert.True(t, t2.Valid(), "term 2 not valid")
-				assert.NoError(t, t2.Err(), "term 2's Err")
+				assert.NoError(t, t2.EnsureValid(), "term 2's Err")
 				assert.True(t, t2.Deadline().After(time.Now()), "term 2's deadline %v not ahead of now %v", t2.Deadline(), time.Now())
 				assert.False(t, t2.Start().Before(t1.Deadline()), "term 2 began at %v, before term 1 ended at %v", t2.Start(), t1.Deadline())
 				assert.False(t, run2[0].At.Before(t2.Start()), "term 2's run began at %v, before its term at %v", run2[0].At, t2.Start())
 				var te *simba.TermError
-				if assert.ErrorAs(t, t1.Err(), &te, "term 1's Err") {
+				if assert.ErrorAs(t, t1.EnsureValid(), &te, "term 1's Err") {
 					assert.Equal(t, w.reason, te.Reason, "term 1 ended for %v, want %v", te.Reason, w.reason)
 					assert.Equal(t, t1.Token(), te.Token)
 				}
@@ -251,9 +252,9 @@ func TestSameTaskTwoTermsRunGetsItsTerm(t *testing.T) {
 
 				// Metrics, counted per term.
 				e := []string{"simba.election", "e"}
-				assert.Equal(t, 2.0, m.value(simba.MetricTermsStarted, e...), "%s %v, want 2: one per term", simba.MetricTermsStarted, m.value(simba.MetricTermsStarted, e...))
-				assert.Equal(t, 1.0, m.value(simba.MetricLeader, e...), "%s %v after term 2 began, want 1", simba.MetricLeader, m.value(simba.MetricLeader, e...))
-				assert.Equal(t, 1.0, m.value(simba.MetricTermsRevoked, e...), "%s", simba.MetricTermsRevoked)
+				assert.Equal(t, 2.0, m.value("simba.term.started", e...), "%s %v, want 2: one per term", "simba.term.started", m.value("simba.term.started", e...))
+				assert.Equal(t, 1.0, m.value("simba.election.leader", e...), "%s %v after term 2 began, want 1", "simba.election.leader", m.value("simba.election.leader", e...))
+				assert.Equal(t, 1.0, m.value("simba.term.revoked", e...), "%s", "simba.term.revoked")
 				closeAll(t, c)
 				h.CheckTerms(t, b)
 			})
@@ -470,7 +471,7 @@ func TestSameTaskTwoTermsOpsCheckedAtTermStart(t *testing.T) {
 				t1 := l.Terms(-1)[0]
 				require.NoError(t, openAdmin(t, b).Disable(t.Context(), "e", "maintenance"))
 				synctest.Wait()
-				require.True(t, t1.Valid(), "term 1 ended when the election was disabled: the view saw it (%v); the test shows nothing", t1.Err())
+				require.True(t, t1.Valid(), "term 1 ended when the election was disabled: the view saw it (%v); the test shows nothing", t1.EnsureValid())
 				if how == "Yielded" {
 					close(disabled)
 				} else {
@@ -648,7 +649,7 @@ func TestSameGroupMemberTwoTerms(t *testing.T) {
 					// z takes the partitions the assignment gives it, then
 					// leaves: they come back to a.
 					z, _ := node(t, b, "z", h, simba.WithMemberID("z"))
-					owners := simba.PartitionAssignment("g", []string{"a", "z"}, P, simba.Rendezvous)
+					owners := assign.Owners("g", []string{"a", "z"}, P, assign.Rendezvous)
 					again = nil
 					for p, o := range owners {
 						if o == "z" {
@@ -668,7 +669,8 @@ func TestSameGroupMemberTwoTerms(t *testing.T) {
 						return true
 					}, zl.String)
 					time.Sleep(time.Second)
-					<-zt.Stop()
+					zt.Stop()
+					<-zt.Done()
 					closeAll(t, z)
 				}
 				held := func() map[int]string {

@@ -2,8 +2,10 @@
 // sessions, named leases with fencing tokens, and group membership.
 //
 // The user-facing API lives in package simba; this package is for the
-// implementations (backend/memory, backend/etcd, backend/zookeeper) and for
-// anyone writing another one. Like database/sql/driver, it is small and
+// implementations (backend/memory, backend/etcd, backend/zookeeper,
+// backend/postgres, backend/kubernetes) and for anyone writing another one,
+// with the shared parts in backend/kit and the conformance suite in
+// backend/backendtest. Like database/sql/driver, it is small and
 // storage-only: it knows nothing of terms, schedules or deadlines. The core
 // keeps the safety rules (a term is valid only until the last confirmed
 // renewal's send time plus the granted TTL, minus a margin); a backend keeps

@@ -41,6 +41,27 @@ func TestCheckNameAgreesWithValidName(t *testing.T) {
 	}
 }
 
+func TestCheckNameReportsRunes(t *testing.T) {
+	for name, want := range map[string]string{
+		"café":                        `character 'é' at byte 3`,
+		"日本":                          `character '日' at byte 0`,
+		"a\x00":                       `character '\x00' at byte 1`,
+		strings.Repeat("é", 100):      "200 bytes long",
+		strings.Repeat("x", 129):      "129 bytes long",
+		"ok" + strings.Repeat("é", 1): `character 'é' at byte 2`,
+		"a\xff":                       `"a\xff": invalid UTF-8 at byte 1`,
+	} {
+		err := CheckName(name)
+		if errors.Is(err, ErrInvalidName) {
+			if !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "Ã") {
+				t.Errorf("%q: %v, want it to say %s, and no byte of a rune shown as a character", name, err, want)
+			}
+		} else {
+			t.Errorf("%q: %v, want an ErrInvalidName", name, err)
+		}
+	}
+}
+
 func TestValidKey(t *testing.T) {
 	for _, s := range []string{"a", "status/e", "history/e/00000000000000000001", "ops/disabled/billing.3"} {
 		if !ValidKey(s) {

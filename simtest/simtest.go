@@ -220,10 +220,14 @@ type violation struct {
 }
 
 func newCluster(t *testing.T, cfg Config, seed uint64) *Cluster {
+	b, err := memory.NewWithOptions(cfg.Backend...)
+	if err != nil {
+		t.Fatalf("simtest: Config.Backend: %v", err)
+	}
 	return &Cluster{
 		t: t, cfg: cfg, seed: seed,
 		rng:    rand.New(rand.NewPCG(seed, 0x5117e57)),
-		b:      memory.New(cfg.Backend...),
+		b:      b,
 		start:  time.Now(),
 		stores: map[string]*store{},
 		terms:  map[uint64]*Term{},
@@ -433,14 +437,14 @@ func (c *Cluster) addNode(slot int) *Node {
 	n := &Node{c: c, name: name, mem: c.b.Node(name), crashed: make(chan struct{}),
 		rng: rand.New(rand.NewPCG(c.seed, h.Sum64()))}
 	n.ctx, n.stop = context.WithCancel(context.Background())
-	opts := append([]simba.Option{simba.WithTTL(c.cfg.TTL), simba.WithMemberID(name), simba.WithLogger(logger(c.t, name))}, c.cfg.Options...)
+	opts := append([]simba.Option{simba.WithTTL(c.cfg.TTL), simba.WithMemberID(name), simba.WithLogger(logger(c.t, name)),
+		simba.WithEventHandler(func(e simba.Event) { c.event(n, e) })}, c.cfg.Options...)
 	cl, err := simba.New(n.mem, opts...)
 	if err != nil {
 		n.stop()
 		c.fatalf("simtest: starting %s: %v", name, err)
 	}
 	n.client = cl
-	cl.Subscribe(func(e simba.Event) { c.event(n, e) })
 	c.mu.Lock()
 	c.slots[slot] = n
 	c.all = append(c.all, n)

@@ -123,7 +123,8 @@ func serve(ctx context.Context, w io.Writer, ln net.Listener, handedOff chan<- s
 	for began := term.Deadline(); term.Deadline().Equal(began) && ctx.Err() == nil; {
 		time.Sleep(50 * time.Millisecond)
 	}
-	<-task.Stop()
+	task.Stop()
+	<-task.Done()
 	fmt.Fprintln(w, "first handed \"report\" over to second")
 	if handedOff != nil {
 		close(handedOff)

@@ -260,9 +260,12 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 	}
 	<-ctx.Done()
 	p.say("stopping: handing everything off")
-	<-ingest.Stop()
-	<-report.Stop()
-	<-billing.Stop()
+	ingest.Stop()
+	report.Stop()
+	billing.Stop()
+	for _, done := range []<-chan struct{}{ingest.Done(), report.Done(), billing.Done()} {
+		<-done
+	}
 	if err := client.Close(); err != nil {
 		return err
 	}

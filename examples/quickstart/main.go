@@ -127,7 +127,8 @@ func run(w io.Writer) error {
 	current := nodes["alpha"]
 	stopped := time.Now()
 	say("%s stops its task (graceful hand-off: first the task, then the lease)", current.name)
-	<-current.task.Stop()
+	current.task.Stop()
+	<-current.task.Done()
 	l := <-leaders
 	say("%s took over %v after the stop, with token %d", l.name, l.at.Sub(stopped).Round(10*time.Microsecond), l.term.Token())
 	time.Sleep(time.Second)

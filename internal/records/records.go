@@ -30,6 +30,7 @@ const HistoryLen = 50
 
 // Key prefixes.
 const (
+	DataPrefix     = "data/" // the records of Term.PutRecord
 	StatusPrefix   = "status/"
 	HistoryPrefix  = "history/"
 	OpsPrefix      = "ops/"
@@ -189,7 +190,8 @@ type Run struct {
 	Error  string    `json:"error,omitempty"` // the error, if any
 	Source string    `json:"source"`          // normal, misfire, trigger or fail-over
 	// ExitCode is the exit status of the command the run ran, as the run
-	// reported it (see simba.Exited); nil when it reported none, as runs
+	// reported it (an error with a method ExitCode() int: see "Exit codes"
+	// in package simba's doc); nil when it reported none, as runs
 	// of other functions, runs of commands a signal ended, and records
 	// written before the field existed.
 	ExitCode *int `json:"exitCode,omitempty"`

@@ -3,6 +3,7 @@ package scenario
 import (
 	"context"
 	"fmt"
+	"github.com/simba-go/simba/internal/assign"
 	"maps"
 	"slices"
 	"strings"
@@ -328,7 +329,8 @@ func testGroupJoinAndLeave(t *testing.T, gb GroupBackend) {
 	joinBefore := before
 	before = after
 	left := time.Now()
-	await.For(t, c.Task.Stop(), GroupWait, "c's group Stop did not complete")
+	c.Task.Stop()
+	await.For(t, c.Task.Done(), GroupWait, "c's group Stop did not complete")
 	took = g.Await(Assignment(P, "a", "d"), "after c left")
 	after = g.Runs.Owners(P)
 	leaveBefore, leaveAfter := before, after
@@ -497,18 +499,34 @@ func testGroupStopDuringHandOff(t *testing.T, gb GroupBackend) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	select {
-	case <-a.Task.Stop():
-	case <-time.After(GroupWait):
-		t.Fatal("a's Stop did not complete")
+	a.Task.Stop()
+	for _, term := range g.h.Terms() {
+		if g.h.Owner(term) != "a" {
+			continue
+		}
+		select {
+		case <-g.h.HandedOff(term):
+		case <-time.After(GroupWait):
+			t.Fatalf("a's %v not handed off within %v of the Stop", term, GroupWait)
+		}
 	}
-	t.Logf("a's Stop completed %v after b joined (TTL %v)", time.Since(joined), g.ttl)
+	t.Logf("a's hand-offs completed %v after b joined (TTL %v)", time.Since(joined), g.ttl)
+	select {
+	case <-a.Task.Done():
+		t.Error("a's Done closed while its tasks still run: Done waits for every function")
+	default:
+	}
 	for _, term := range g.h.Terms() {
 		if g.h.Owner(term) == "a" && term.Valid() {
 			t.Errorf("a's term %d of %q valid after Stop completed", term.Token(), term.Name())
 		}
 	}
 	close(hold)
+	select {
+	case <-a.Task.Done():
+	case <-time.After(GroupWait):
+		t.Fatal("a's Done not closed after its tasks returned")
+	}
 	g.Await(Assignment(P, "b"), "b runs every partition")
 	g.CheckTerms(a, b)
 }
@@ -623,9 +641,9 @@ func trimOwners(owners []string) []string {
 // Group is the name of the scenarios' group.
 const Group = "billing"
 
-// Assignment is PartitionAssignment of [Group] for the members named.
+// Assignment is the Rendezvous assignment of [Group] for the members named.
 func Assignment(partitions int, members ...string) []string {
-	return simba.PartitionAssignment(Group, members, partitions, simba.Rendezvous)
+	return assign.Owners(Group, members, partitions, assign.Rendezvous)
 }
 
 // Moved returns the partitions whose owner differs between before and

@@ -20,6 +20,9 @@ type History struct {
 	owner  map[*simba.Term]string
 	events []simba.Event
 	runs   []Run
+	// handed are closed by the HandedOff event of their term (see
+	// HandedOff).
+	handed map[termKey]chan struct{}
 }
 
 // Run is a run of a task that has ended, as [History.AddRun] recorded it.
@@ -84,6 +87,36 @@ func (h *History) Event(e simba.Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.events = append(h.events, e)
+	if ho, ok := e.(simba.HandedOff); ok {
+		close(h.handedLocked(termKey{ho.Election, ho.Token}))
+	}
+}
+
+// HandedOff returns a channel closed once the HandedOff event of term is
+// recorded: its hand-off is complete, though its function may still run
+// (the task's Done waits for that too).
+func (h *History) HandedOff(term *simba.Term) <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.handedLocked(termKey{term.Name(), term.Token()})
+}
+
+// termKey names a term: its lease and token.
+type termKey struct {
+	lease string
+	token uint64
+}
+
+func (h *History) handedLocked(ref termKey) chan struct{} {
+	if h.handed == nil {
+		h.handed = map[termKey]chan struct{}{}
+	}
+	ch, ok := h.handed[ref]
+	if !ok {
+		ch = make(chan struct{})
+		h.handed[ref] = ch
+	}
+	return ch
 }
 
 // CheckTerms runs the invariant checkers over every term recorded, and

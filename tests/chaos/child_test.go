@@ -197,7 +197,7 @@ func childMain() int {
 		if err != nil {
 			return nil, err
 		}
-		return t.Stop, nil
+		return func() <-chan struct{} { t.Stop(); return t.Done() }, nil
 	}
 	startGroup := func() (func() <-chan struct{}, error) {
 		t, err := c.Group(group, partitions).RunWhileLeader(func(ctx context.Context, term *simba.Term, _ int) error {
@@ -206,7 +206,7 @@ func childMain() int {
 		if err != nil {
 			return nil, err
 		}
-		return t.Stop, nil
+		return func() <-chan struct{} { t.Stop(); return t.Done() }, nil
 	}
 	tasks := map[string]*task{election: {start: startElection}, group: {start: startGroup}}
 	for _, name := range []string{election, group} {
@@ -326,7 +326,7 @@ func (w *writer) run(ctx context.Context, term *simba.Term) error {
 		defer close(ended)
 		<-term.Revoked()
 		why := "?"
-		if err := term.Err(); err != nil {
+		if err := term.EnsureValid(); err != nil {
 			var te *simba.TermError
 			if errors.As(err, &te) {
 				why = te.Reason.String()

@@ -144,7 +144,8 @@ func benchGroupRounds(t *testing.T, gb scenario.GroupBackend, heading string, ou
 
 		ownersBefore = g.Runs.Owners(benchPartitions)
 		start = time.Now()
-		done := n.Task.Stop()
+		n.Task.Stop()
+		done := n.Task.Done()
 		g.Runs.Await(t, func(o []string) bool { return slices.Equal(o[:benchPartitions], before) }, "after "+name+" left", scenario.GroupWait)
 		took = time.Since(start)
 		rows = append(rows, row{round, "leave " + name, len(scenario.Moved(ownersBefore, g.Runs.Owners(benchPartitions))), len(scenario.Moved(with, before)), took, len(g.SessionsLost()) == lost})

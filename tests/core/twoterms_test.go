@@ -169,7 +169,7 @@ func TestTwoTermsOnRealBackends(t *testing.T) {
 					}, func() string { return fmt.Sprintf("holder %+v, term log %+v (err %v)", st.Holder, st.Terms, err) })
 					assert.True(t, st.Holder.Member == "a" && st.Holder.Session == c.SessionID() && st.Holder.Since.Equal(last.Start()),
 						"status holder %+v, want a on session %s since %v", st.Holder, c.SessionID(), last.Start())
-					var logged1 *records.Term
+					var logged1 *admin.Term
 					for i := range st.Terms {
 						if st.Terms[i].Token == t1.Token() {
 							logged1 = &st.Terms[i]

@@ -24,6 +24,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/simba-go/simba/internal/assign"
 	"io"
 	"log/slog"
 	"net"
@@ -758,7 +759,7 @@ func converge(ms []*groupMember, cfg config) ([]string, error) {
 	for i, m := range ms {
 		ids[i] = m.id
 	}
-	want := simba.PartitionAssignment("scale", ids, cfg.partitions, simba.Rendezvous)
+	want := assign.Owners("scale", ids, cfg.partitions, assign.Rendezvous)
 	deadline := time.Now().Add(cfg.timeout)
 	for time.Now().Before(deadline) {
 		ok := true

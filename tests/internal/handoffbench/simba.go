@@ -74,7 +74,8 @@ func (h *simbaSide) once(settle time.Duration) (Round, error) {
 	}
 	h.p.Probes[h.holder].Reset()
 	t0 := time.Now()
-	done := h.tasks[h.holder].Stop()
+	h.tasks[h.holder].Stop()
+	done := h.tasks[h.holder].Done()
 	running, err := await.Within(h.ch, h.p.Timeout, "no hand-off")
 	if err != nil {
 		return Round{}, err
