@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/backend/kit/option"
 )
 
 var _ backend.Backend = (*Backend)(nil)
@@ -77,24 +78,54 @@ type Backend struct {
 	hub *hub
 	obs *observer
 
+	// beforeFencedWrite, when not nil, runs between the read of a lease
+	// name object and a record write to it (set by the tests, through
+	// export_test.go, to open the window in which a deposed holder's
+	// write used to land).
+	beforeFencedWrite func()
+
 	closeOnce sync.Once
 	// conns are the connections of a backend made by New, which Close
 	// closes (nil for NewFromClient: the caller's client is the caller's).
 	conns *conns
 }
 
-// Option configures a Backend.
-type Option func(*Backend)
+// Option configures a Backend. Options refuse bad values: [New] and
+// [NewFromClient] return their error instead of correcting them.
+type Option func(*config) error
+
+// config is what the options set.
+type config struct {
+	ns  string
+	log *slog.Logger
+}
 
 // WithNamespace sets the namespace of the backend's Lease objects (default
-// "default"). Backends on the same namespace share leases, groups and
-// records.
-func WithNamespace(ns string) Option { return func(b *Backend) { b.ns = ns } }
+// "default"): a valid namespace name (a DNS-1123 label). Backends on the
+// same namespace share leases, groups and records.
+func WithNamespace(ns string) Option {
+	return func(c *config) error {
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return fmt.Errorf("simba/kubernetes: namespace %q is not a valid namespace name: %s", ns, errs[0])
+		}
+		c.ns = ns
+		return nil
+	}
+}
 
 // WithLogger sets the logger of the backend's own events (its watch lost
 // and regained, a withdrawal retried): default [slog.Default] when New is
-// called. Pass slog.New(slog.DiscardHandler) to log nothing.
-func WithLogger(l *slog.Logger) Option { return func(b *Backend) { b.log = l } }
+// called. Pass slog.New(slog.DiscardHandler) to log nothing; nil is
+// refused.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return errors.New("simba/kubernetes: WithLogger: nil logger")
+		}
+		c.log = l
+		return nil
+	}
+}
 
 // defaultQPS is the client-side rate limit New sets when cfg sets none.
 const defaultQPS = 50
@@ -194,16 +225,11 @@ func NewFromClient(c k8s.Interface, opts ...Option) (*Backend, error) {
 	if c == nil {
 		return nil, errors.New("simba/kubernetes: NewFromClient: nil client")
 	}
-	b := &Backend{client: c, ns: "default"}
-	for _, o := range opts {
-		o(b)
+	cfg := config{ns: "default", log: slog.Default()}
+	if err := option.Apply("simba/kubernetes", &cfg, opts); err != nil {
+		return nil, err
 	}
-	if errs := validation.IsDNS1123Label(b.ns); len(errs) > 0 {
-		return nil, fmt.Errorf("simba/kubernetes: namespace %q is not a valid namespace name: %s", b.ns, errs[0])
-	}
-	if b.log == nil {
-		b.log = slog.Default()
-	}
+	b := &Backend{client: c, ns: cfg.ns, log: cfg.log}
 	b.leases = c.CoordinationV1().Leases(b.ns)
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.obs = newObserver()
@@ -280,14 +306,6 @@ func selector(kind string) string {
 
 func newLabels(kind string) map[string]string {
 	return map[string]string{labelManaged: managedBy, labelKind: kind}
-}
-
-// checkName returns an error for an invalid lease or group name.
-func checkName(what, name string) error {
-	if !backend.ValidName(name) {
-		return fmt.Errorf("simba/kubernetes: invalid %s name %q: want 1-128 characters of A-Z a-z 0-9 . _ - starting with a letter or digit", what, name)
-	}
-	return nil
 }
 
 // Open creates a session object whose TTL is counted, by this client, from

@@ -2,11 +2,12 @@ package kubernetes
 
 import "time"
 
-// SetBeforeFencedWrite sets the hook run between the read of a lease name
-// object and a record write to it, and returns a function restoring none.
-func SetBeforeFencedWrite(f func()) (restore func()) {
-	beforeFencedWrite = f
-	return func() { beforeFencedWrite = nil }
+// SetBeforeFencedWrite sets the hook b runs between the read of a lease
+// name object and a record write to it, and returns a function restoring
+// none. Set it before the calls it concerns.
+func SetBeforeFencedWrite(b *Backend, f func()) (restore func()) {
+	b.beforeFencedWrite = f
+	return func() { b.beforeFencedWrite = nil }
 }
 
 // Saw makes b's contenders count the object obj as seen at resourceVersion

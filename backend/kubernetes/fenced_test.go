@@ -43,7 +43,7 @@ func TestDeposedFencedWrite(t *testing.T) {
 	var lc backend.Lease
 	var hookErr error
 	ran := false
-	restore := kubernetes.SetBeforeFencedWrite(func() {
+	restore := kubernetes.SetBeforeFencedWrite(b, func() {
 		once.Do(func() {
 			ran = true
 			// a is deposed and c granted, after a's write read the lease.
@@ -89,7 +89,7 @@ func TestDeposedFencedWrite(t *testing.T) {
 	}
 	var once2 sync.Once
 	ran = false
-	restore = kubernetes.SetBeforeFencedWrite(func() {
+	restore = kubernetes.SetBeforeFencedWrite(b, func() {
 		once2.Do(func() {
 			ran = true
 			if hookErr = la2.Release(ctx); hookErr != nil {

@@ -13,63 +13,31 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/simba-go/simba/backend"
-	"github.com/simba-go/simba/backend/kit/backoff"
-	"github.com/simba-go/simba/backend/kit/lost"
+	"github.com/simba-go/simba/backend/kit/candidacy"
 )
 
-var (
-	_ backend.Lease          = (*lease)(nil)
-	_ backend.LostNotifier   = (*lease)(nil)
-	_ backend.RecordReleaser = (*lease)(nil)
-)
+// queue is the session's side of Acquire and Release (see
+// candidacy.Queue): a candidacy is an entry of the queue in the name's
+// object, appended with the next token of its counter in one
+// compare-and-swap, and its Acquire waits until it is first (see the
+// package documentation for how a dead holder is removed).
+type queue struct{ *session }
 
-// Acquire appends this session's candidacy to the queue of name, with the
-// next token of its counter, in one compare-and-swap, and waits until it is
-// first (see the package documentation for how a dead holder is removed).
-func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, error) {
-	op := fmt.Sprintf("acquire %q", name)
-	if err := checkName("lease", name); err != nil {
-		return nil, err
-	}
-	if err := s.overErr(op); err != nil {
-		return nil, err
-	}
-	if ctx.Err() != nil {
-		return nil, fmt.Errorf("simba/kubernetes: %s: %w", op, context.Cause(ctx))
-	}
-	wake := make(chan struct{}, 1)
-	unsub := s.b.hub.subscribe("o:"+nameObject(name), func() { poke(wake) })
-	defer unsub()
-	token, err := s.register(ctx, op, name)
-	if err != nil {
-		return nil, err
-	}
-	s.replaced(name, token)
-	if err := s.waitFirst(ctx, op, name, token, wake); err != nil {
-		return nil, err
-	}
-	l := &lease{s: s, name: name, token: token, sig: lost.New()}
-	l.unsub = s.b.hub.subscribe("o:"+nameObject(name), func() { s.recheck(name) })
-	s.mu.Lock()
-	if s.over {
-		s.mu.Unlock()
-		l.unsub()
-		return nil, fmt.Errorf("simba/kubernetes: %s: session %s: %w", op, s.id, backend.ErrSessionDone)
-	}
-	s.held[l] = struct{}{}
-	s.mu.Unlock()
-	select {
-	case <-wake: // a change since the last read: the monitor reads again
-		s.recheck(name)
-	default:
-	}
-	return l, nil
+var _ candidacy.Queue = queue{}
+
+// Watch calls f on the watch's events of name's object.
+func (s queue) Watch(name string, f func()) (cancel func()) {
+	return s.b.hub.subscribe("o:"+nameObject(name), f)
 }
 
-// register appends the candidacy and returns its token; this session's
+// Changed makes the monitor read name's queue again.
+func (s queue) Changed(name string) { s.recheck(name) }
+
+// Register appends the candidacy and returns its token; this session's
 // older candidacies for name go (a re-Acquire frees the old holding and
 // queues at the back).
-func (s *session) register(ctx context.Context, op, name string) (uint64, error) {
+func (s queue) Register(ctx context.Context, name string) (uint64, error) {
+	op := fmt.Sprintf("acquire %q", name)
 	s.mu.Lock()
 	s.cands[name] = struct{}{}
 	s.mu.Unlock()
@@ -97,7 +65,7 @@ func (s *session) register(ctx context.Context, op, name string) (uint64, error)
 			return 0, err
 		}
 		// The outcome is unknown: a candidacy may exist.
-		s.withdraw(name, 0)
+		s.Withdraw(name, 0)
 		if ctx.Err() != nil {
 			return 0, fmt.Errorf("simba/kubernetes: %s: %w", op, context.Cause(ctx))
 		}
@@ -106,94 +74,47 @@ func (s *session) register(ctx context.Context, op, name string) (uint64, error)
 	return token, nil
 }
 
-// waitFirst waits until the candidacy (name, token) is first in the queue.
-// When the first is another session's, it observes that session's object
-// and ends it once it has stayed unchanged for its TTL plus margin.
-func (s *session) waitFirst(ctx context.Context, op, name string, token uint64, wake chan struct{}) error {
-	gaveUp := func() error {
-		s.withdraw(name, token)
-		return fmt.Errorf("simba/kubernetes: %s: %w", op, context.Cause(ctx))
+// Ahead reads the queue once and acts on its first candidacy (see step).
+// A queue that does not decode ends the wait, its candidacy withdrawn.
+func (s queue) Ahead(ctx context.Context, w *candidacy.Waiter) (time.Duration, error) {
+	wait, err := s.step(ctx, w)
+	if ctx.Err() == nil && errors.As(err, new(*CorruptObjectError)) {
+		s.Withdraw(w.Name, w.Token)
+		return 0, candidacy.Final(err)
 	}
-	var headObj string
-	unsubHead := func() {}
-	defer func() { unsubHead() }()
-	for attempt := 0; ; {
-		if ctx.Err() != nil {
-			return gaveUp()
-		}
-		if s.ctx.Err() != nil {
-			return fmt.Errorf("simba/kubernetes: %s: session %s: %w", op, s.id, backend.ErrSessionDone)
-		}
-		wait, head, err := s.step(ctx, name, token)
-		switch {
-		case err == nil && wait < 0:
-			return nil
-		case err != nil && ctx.Err() != nil:
-			return gaveUp()
-		case errors.Is(err, errCandidacyGone):
-			return fmt.Errorf("simba/kubernetes: %s: the candidacy with token %d was deleted while it waited", op, token)
-		case errors.As(err, new(*CorruptObjectError)):
-			s.withdraw(name, token)
-			return err
-		case err != nil:
-			attempt++
-			s.b.log.Debug("simba/kubernetes: reading the queue", "lease", name, "err", err)
-			if !backoff.Sleep(ctx, backoff.Wait(attempt, time.Second)) {
-				return gaveUp()
-			}
-			continue
-		case wait == 0:
-			continue
-		}
-		attempt = 0
-		if head != headObj {
-			unsubHead()
-			headObj = head
-			unsubHead = s.b.hub.subscribe("d:"+head, func() { poke(wake) })
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return gaveUp()
-		case <-s.ctx.Done():
-			t.Stop()
-			return fmt.Errorf("simba/kubernetes: %s: session %s: %w", op, s.id, backend.ErrSessionDone)
-		case <-wake:
-		case <-t.C:
-		}
-		t.Stop()
-	}
+	return wait, err
 }
 
-var errCandidacyGone = errors.New("candidacy gone")
-
 // step reads the queue once and acts on its first candidacy: it returns a
-// negative wait when token is first, zero to read again at once, or how
-// long to sleep before reading again (unless woken), and the object of the
-// session it waits for.
-func (s *session) step(ctx context.Context, name string, token uint64) (time.Duration, string, error) {
+// negative wait when w's candidacy is first, zero to read again at once,
+// or how long to sleep before reading again (unless woken: w follows the
+// deletion of the object of the session it waits for). When the first is
+// another session's, it observes that session's object and ends it once
+// it has stayed unchanged for its TTL plus margin.
+func (s queue) step(ctx context.Context, w *candidacy.Waiter) (time.Duration, error) {
+	name, token := w.Name, w.Token
 	st, err := s.b.readName(ctx, name)
 	if err != nil {
-		return 0, "", err
+		return 0, err
 	}
 	if !st.has(s.id, token) {
-		return 0, "", errCandidacyGone
+		return 0, candidacy.ErrGone
 	}
 	head := st.queue[0]
 	if head.S == s.id && head.T == token {
-		return -1, "", nil
+		return -1, nil
 	}
 	obj := sessionObject(head.S)
+	w.Follow(obj, func(f func()) func() { return s.b.hub.subscribe("d:"+obj, f) })
 	l, err := s.b.leases.Get(ctx, obj, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		// Dead: sessions are never re-created.
 		s.b.obs.forget(obj)
 		_, err := s.b.removeEntries(ctx, name, head.S, 0)
-		return 0, obj, err
+		return 0, err
 	}
 	if err != nil {
-		return 0, obj, s.b.apiErr("reading session "+head.S, err)
+		return 0, s.b.apiErr("reading session "+head.S, err)
 	}
 	ttl, problem := sessionTTL(l)
 	if problem != "" {
@@ -204,7 +125,7 @@ func (s *session) step(ctx context.Context, name string, token uint64) (time.Dur
 	if left > 0 {
 		// The watch moves the sighting on with every renewal; without it,
 		// the next get does (later: safe, only slower).
-		return left + time.Millisecond, obj, nil
+		return left + time.Millisecond, nil
 	}
 	// Unchanged for TTL + margin on this clock: end it, unless it renews
 	// meanwhile (the precondition fails).
@@ -215,64 +136,28 @@ func (s *session) step(ctx context.Context, name string, token uint64) (time.Dur
 		s.b.log.Info("simba/kubernetes: ended a session that stopped renewing", "session", head.S, "lease", name, "unchanged", takeoverAfter(ttl))
 		s.b.obs.forget(obj)
 		_, err := s.b.removeEntries(ctx, name, head.S, 0)
-		return 0, obj, err
+		return 0, err
 	case apierrors.IsConflict(err):
-		return 0, obj, nil // renewed: observe afresh
+		return 0, nil // renewed: observe afresh
 	}
-	return 0, obj, s.b.apiErr("ending session "+head.S, err)
-}
-
-// replaced closes Lost of this session's earlier holdings of name, which
-// the Acquire that registered token removed.
-func (s *session) replaced(name string, token uint64) {
-	var old []*lease
-	s.mu.Lock()
-	for l := range s.held {
-		if l.name == name && l.token < token {
-			old = append(old, l)
-			delete(s.held, l)
-		}
-	}
-	s.mu.Unlock()
-	for _, l := range old {
-		l.lose()
-	}
+	return 0, s.b.apiErr("ending session "+head.S, err)
 }
 
 // withdrawTimeout bounds the withdrawal an Acquire makes before it
 // returns; past it, the withdrawal goes on in the background.
 const withdrawTimeout = 2 * time.Second
 
-// withdraw removes the candidacy (name, token) (all of this session's for
+// Withdraw removes the candidacy (name, token) (all of this session's for
 // name when token is 0), now or, when the server cannot be reached, in the
 // background until it can or the session is over.
-func (s *session) withdraw(name string, token uint64) {
-	f := func(ctx context.Context) error {
+func (s queue) Withdraw(name string, token uint64) {
+	err := s.Retry(withdrawTimeout, lookTimeout, func(ctx context.Context) error {
 		_, err := s.b.removeEntries(ctx, name, s.id, token)
 		return err
+	})
+	if err != nil {
+		s.b.log.Warn("simba/kubernetes: withdrawing a candidacy failed; retrying in the background", "session", s.id, "lease", name, "err", err)
 	}
-	ctx, cancel := context.WithTimeout(s.ctx, withdrawTimeout)
-	err := f(ctx)
-	cancel()
-	if err == nil || s.ctx.Err() != nil {
-		return
-	}
-	s.b.log.Warn("simba/kubernetes: withdrawing a candidacy failed; retrying in the background", "session", s.id, "lease", name, "err", err)
-	s.b.wg.Add(1)
-	go func() {
-		defer s.b.wg.Done()
-		for attempt := 1; ; attempt++ {
-			if !backoff.Sleep(s.ctx, backoff.Wait(attempt, s.ttl/3)) {
-				return
-			}
-			ctx, cancel := context.WithTimeout(s.ctx, lookTimeout)
-			err := f(ctx)
-			cancel()
-			if err == nil {
-				return
-			}
-		}
-	}()
 }
 
 // liveSessions lists the ids of the session objects that exist.
@@ -290,13 +175,12 @@ func (b *Backend) liveSessions(ctx context.Context) (map[string]bool, error) {
 	return ids, nil
 }
 
+var _ backend.CandidateLister = (*session)(nil)
+
 // Candidates lists the sessions of the candidacies of name whose session
 // objects exist, oldest first.
 func (s *session) Candidates(ctx context.Context, name string) ([]string, error) {
-	if err := checkName("lease", name); err != nil {
-		return nil, err
-	}
-	if err := s.overErr("candidates"); err != nil {
+	if err := s.CheckName("candidates", name); err != nil {
 		return nil, err
 	}
 	st, err := s.b.readName(ctx, name)
@@ -318,14 +202,8 @@ func (s *session) Candidates(ctx context.Context, name string) ([]string, error)
 
 // HeldLeases lists the names under prefix with a candidacy whose session
 // object exists.
-func (s *session) HeldLeases(ctx context.Context, prefix string) ([]string, error) {
-	if err := s.overErr("held leases"); err != nil {
-		return nil, err
-	}
-	return s.b.heldLeases(ctx, prefix)
-}
-
-func (b *Backend) heldLeases(ctx context.Context, prefix string) ([]string, error) {
+func (src source) HeldLeases(ctx, _ context.Context, prefix string) ([]string, error) {
+	b := src.b
 	list, err := b.leases.List(ctx, metav1.ListOptions{LabelSelector: selector(kindLease)})
 	if err != nil {
 		return nil, b.apiErr("held leases", err)
@@ -357,60 +235,16 @@ func (b *Backend) heldLeases(ctx context.Context, prefix string) ([]string, erro
 	return names, nil
 }
 
-// lease is one holding: the candidacy (name, token) of its session.
-type lease struct {
-	s     *session
-	name  string
-	token uint64
-	unsub func()
-	// sig is Lost. A loss seen while the owner's release is in flight
-	// (maybe the release's own write) waits for its outcome.
-	sig *lost.Signal
-}
-
-func (l *lease) Name() string          { return l.name }
-func (l *lease) Token() uint64         { return l.token }
-func (l *lease) Lost() <-chan struct{} { return l.sig.C() }
-
-// lose closes Lost and runs the OnLost functions, unless released.
-func (l *lease) lose() {
-	if l.sig.Lose() {
-		l.unsub()
-	}
-}
-
-// OnLost runs f once when Lost closes.
-func (l *lease) OnLost(f func()) (stop func() bool) { return l.sig.OnLost(f) }
-
-// forget marks the holding released by its owner: Lost stays open.
-func (l *lease) forget() {
-	l.sig.Released()
-	l.unsub()
-	l.s.mu.Lock()
-	delete(l.s.held, l)
-	l.s.mu.Unlock()
-}
-
-// Release removes the candidacy (name, token) of this session if it is
-// still in the queue: one compare-and-swap.
-func (l *lease) Release(ctx context.Context) error {
-	return l.ReleaseWithRecords(ctx, nil)
-}
-
-// ReleaseWithRecords writes records fenced by this holding and releases it
-// in one compare-and-swap of the name's object: the records go into that
-// object (see the package documentation), the candidacy leaves its queue.
-func (l *lease) ReleaseWithRecords(ctx context.Context, records []backend.Record) error {
-	s := l.s
-	op := fmt.Sprintf("release %q (token %d)", l.name, l.token)
-	for _, r := range records {
-		if err := backend.CheckRecord(r.Key, r.Value); err != nil {
-			return fmt.Errorf("simba/kubernetes: %s: %w", op, err)
-		}
-	}
+// Release removes the candidacy (name, token) of this session from the
+// queue in one compare-and-swap of the name's object, if it is still
+// there, and writes records fenced by the holding in the same
+// compare-and-swap: they go into that object (see the package
+// documentation).
+func (s queue) Release(ctx context.Context, h *candidacy.Holding, op string, records []backend.Record) (bool, error) {
 	if !s.live() {
-		return fmt.Errorf("simba/kubernetes: %s: the session is over: %w", op, backend.ErrNotHeld)
+		return false, nil
 	}
+	name, token := h.Name(), h.Token()
 	// Copies elsewhere (the record objects, other leases' objects) are read
 	// first; one with a larger token is kept. Read before the swap, not
 	// with it: a copy with a larger token written meanwhile wins over ours
@@ -419,80 +253,65 @@ func (l *lease) ReleaseWithRecords(ctx context.Context, records []backend.Record
 	for i, r := range records {
 		cs, err := s.b.locate(ctx, r.Key)
 		if err != nil {
-			return s.fail(ctx, op, err)
+			return false, s.fail(ctx, op, err)
 		}
 		located[i] = cs
 	}
 	var written []int
 	for attempt := 1; ; attempt++ {
-		st, err := s.b.readName(ctx, l.name)
+		st, err := s.b.readName(ctx, name)
 		if err != nil {
-			return s.fail(ctx, op, err)
+			return false, s.fail(ctx, op, err)
 		}
-		if !st.has(s.id, l.token) || st.obj == nil {
-			l.s.mu.Lock()
-			_, mine := l.s.held[l]
-			l.s.mu.Unlock()
-			if mine {
-				s.recheck(l.name) // Lost follows
-			}
-			return fmt.Errorf("simba/kubernetes: %s: %w", op, backend.ErrNotHeld)
-		}
-		if !s.live() {
-			return fmt.Errorf("simba/kubernetes: %s: the session is over: %w", op, backend.ErrNotHeld)
+		if !st.has(s.id, token) || st.obj == nil || !s.live() {
+			return false, nil // Lost, or the session's end, follows
 		}
 		obj := st.obj.DeepCopy()
 		written = written[:0]
 		for i, r := range records {
 			newer := false
 			for j := range located[i] {
-				if c := &located[i][j]; c.lease != l.name && c.rec.Token > l.token {
+				if c := &located[i][j]; c.lease != name && c.rec.Token > token {
 					newer = true
 				}
 			}
 			if _, ok := obj.Annotations[fencedAnn(r.Key)]; ok {
-				if _, cur, me := decodeFenced(obj, fencedAnn(r.Key)); me == nil && cur.Token > l.token {
+				if _, cur, me := decodeFenced(obj, fencedAnn(r.Key)); me == nil && cur.Token > token {
 					newer = true
 				}
 			}
 			if newer {
 				continue // a newer record is kept
 			}
-			rec := backend.Record{Key: r.Key, Value: append([]byte{}, r.Value...), Version: rand.Uint64N(1<<63-1) + 1, Token: l.token}
+			rec := backend.Record{Key: r.Key, Value: append([]byte{}, r.Value...), Version: rand.Uint64N(1<<63-1) + 1, Token: token}
 			setFenced(obj, r.Key, &rec)
 			written = append(written, i)
 		}
 		q := st.queue[:0:0]
 		for _, e := range st.queue {
-			if e != (entry{T: l.token, S: s.id}) {
+			if e != (entry{T: token, S: s.id}) {
 				q = append(q, e)
 			}
 		}
 		st.queue = q
-		encodeName(obj, l.name, st)
-		if err := checkLeaseSize(op, l.name, obj); err != nil {
-			return err
+		encodeName(obj, name, st)
+		if err := checkLeaseSize(op, name, obj); err != nil {
+			return false, err
 		}
-		l.sig.BeginRelease()
 		_, err = s.b.leases.Update(ctx, obj, metav1.UpdateOptions{})
 		if err == nil {
-			l.sig.EndRelease(true)
 			break
-		}
-		if l.sig.EndRelease(false) {
-			l.unsub() // seen gone, and not by this release
 		}
 		if apierrors.IsConflict(err) {
 			if err := retry(ctx, op, attempt); err != nil {
-				return err
+				return false, err
 			}
 			continue
 		}
-		return s.fail(ctx, op, err)
+		return false, s.fail(ctx, op, err)
 	}
-	l.forget()
 	for _, i := range written {
-		s.b.dropCopies(ctx, records[i].Key, located[i], l.name)
+		s.b.dropCopies(ctx, records[i].Key, located[i], name)
 	}
-	return nil
+	return true, nil
 }

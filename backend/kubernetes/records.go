@@ -18,6 +18,7 @@ import (
 
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/kit/backoff"
+	"github.com/simba-go/simba/backend/kit/view"
 	"github.com/simba-go/simba/backend/kit/wake"
 )
 
@@ -243,11 +244,6 @@ func checkLeaseSize(op, name string, obj *coordv1.Lease) error {
 	return nil
 }
 
-// beforeFencedWrite, when not nil, runs between the read of a lease name
-// object and a record write to it (tests only: it opens the window in
-// which a deposed holder's write used to land).
-var beforeFencedWrite func()
-
 // writeInLease writes rec (nil: removes the record) of key in the object
 // of lease name, in one compare-and-swap that also requires, when
 // cond.Token is set, this session's candidacy with that token to be
@@ -275,8 +271,8 @@ func (s *session) writeInLease(ctx context.Context, op, name, key string, rec *b
 			return err
 		}
 	}
-	if beforeFencedWrite != nil {
-		beforeFencedWrite()
+	if hook := s.b.beforeFencedWrite; hook != nil {
+		hook()
 	}
 	_, err = s.b.leases.Update(ctx, obj, metav1.UpdateOptions{})
 	if apierrors.IsConflict(err) {
@@ -375,17 +371,22 @@ func retry(ctx context.Context, op string, attempt int) error {
 	return nil
 }
 
-func (s *session) GetRecord(ctx context.Context, key string) (backend.Record, error) {
-	if err := backend.CheckKey(key); err != nil {
-		return backend.Record{}, fmt.Errorf("simba/kubernetes: %w", err)
-	}
-	if err := s.overErr("get record"); err != nil {
-		return backend.Record{}, err
-	}
-	return s.b.getRecord(ctx, key)
-}
+// source is what sessions and views read (view.Source): Gets and Lists
+// of the namespace's objects.
+type source struct{ b *Backend }
 
-func (b *Backend) getRecord(ctx context.Context, key string) (backend.Record, error) {
+var (
+	_ view.Source = source{}
+	// With view.Reader's reads: records, skipped entries, held leases.
+	_ backend.Records      = (*session)(nil)
+	_ backend.SkipReporter = (*session)(nil)
+	_ backend.LeaseLister  = (*session)(nil)
+)
+
+// GetRecord reads the copies of key's record and returns the one that
+// wins (see stored.wins).
+func (src source) GetRecord(ctx, _ context.Context, key string) (backend.Record, error) {
+	b := src.b
 	op := fmt.Sprintf("get record %q", key)
 	cs, err := b.locate(ctx, key)
 	if err != nil {
@@ -401,19 +402,10 @@ func (b *Backend) getRecord(ctx context.Context, key string) (backend.Record, er
 	return w.rec, nil
 }
 
-func (s *session) ListRecords(ctx context.Context, prefix string) ([]backend.Record, error) {
-	list, _, err := s.ListRecordsWithSkipped(ctx, prefix)
-	return list, err
-}
-
-func (s *session) ListRecordsWithSkipped(ctx context.Context, prefix string) ([]backend.Record, []backend.MalformedError, error) {
-	if err := s.overErr("list records"); err != nil {
-		return nil, nil, err
-	}
-	return s.b.listRecords(ctx, prefix)
-}
-
-func (b *Backend) listRecords(ctx context.Context, prefix string) ([]backend.Record, []backend.MalformedError, error) {
+// ListRecords lists the record objects and the lease objects' records,
+// and keeps, for each key under prefix, the copy that wins.
+func (src source) ListRecords(ctx, _ context.Context, prefix string) ([]backend.Record, []backend.MalformedError, error) {
+	b := src.b
 	recs, err := b.leases.List(ctx, metav1.ListOptions{LabelSelector: selector(kindRecord)})
 	if err != nil {
 		return nil, nil, b.apiErr("list records", err)
@@ -618,11 +610,10 @@ func (s *session) DeleteRecord(ctx context.Context, key string, cond backend.Con
 	}
 }
 
-func (s *session) WatchRecords(ctx context.Context, prefix string) (<-chan struct{}, error) {
-	if err := s.overErr("watch records"); err != nil {
-		return nil, err
-	}
-	return s.b.watch(ctx, s.ctx, func(f func()) func() { return s.b.hub.subscribeRecords(prefix, f) }, nil), nil
+// WatchRecords hints changes of the records under prefix, from the
+// watch's events.
+func (src source) WatchRecords(ctx, stop context.Context, prefix string) <-chan struct{} {
+	return src.b.watch(ctx, stop, func(f func()) func() { return src.b.hub.subscribeRecords(prefix, f) }, nil)
 }
 
 // watch returns a hint channel fed by subscribe, closed when ctx or stop
@@ -640,7 +631,7 @@ type memberRecord struct {
 }
 
 func (s *session) Join(ctx context.Context, group string, m backend.Member) error {
-	if err := checkName("group", group); err != nil {
+	if err := s.CheckGroup(group); err != nil {
 		return err
 	}
 	if len(m.Data) > backend.MaxMemberData {
@@ -660,7 +651,7 @@ func (s *session) Join(ctx context.Context, group string, m backend.Member) erro
 }
 
 func (s *session) Leave(ctx context.Context, group string) error {
-	if err := checkName("group", group); err != nil {
+	if err := s.CheckGroup(group); err != nil {
 		return err
 	}
 	op := fmt.Sprintf("leave %q", group)
@@ -679,19 +670,10 @@ func (s *session) Leave(ctx context.Context, group string) error {
 	})
 }
 
-func (s *session) Members(ctx context.Context, group string) ([]backend.Member, error) {
-	ms, _, err := s.MembersWithSkipped(ctx, group)
-	return ms, err
-}
-
-func (s *session) MembersWithSkipped(ctx context.Context, group string) ([]backend.Member, []backend.MalformedError, error) {
-	if err := checkName("group", group); err != nil {
-		return nil, nil, err
-	}
-	if err := s.overErr("members"); err != nil {
-		return nil, nil, err
-	}
-	ms, skipped, _, err := s.b.members(ctx, group)
+// Members lists the member sessions of group that this process has not
+// seen unchanged for their TTL plus margin (see members).
+func (src source) Members(ctx, _ context.Context, group string) ([]backend.Member, []backend.MalformedError, error) {
+	ms, skipped, _, err := src.b.members(ctx, group)
 	return ms, skipped, err
 }
 
@@ -731,17 +713,12 @@ func (b *Backend) members(ctx context.Context, group string) ([]backend.Member, 
 	return ms, skipped, next, nil
 }
 
-func (s *session) WatchMembers(ctx context.Context, group string) (<-chan struct{}, error) {
-	if err := checkName("group", group); err != nil {
-		return nil, err
-	}
-	if err := s.overErr("watch members"); err != nil {
-		return nil, err
-	}
-	return s.b.watchMembers(ctx, s.ctx, group), nil
-}
-
-func (b *Backend) watchMembers(ctx, stop context.Context, group string) <-chan struct{} {
+// WatchMembers hints changes of group: the watch's events of its members'
+// session objects, and a wake when the first of them would be seen
+// unchanged for its TTL plus margin (a session that stops renewing
+// writes nothing).
+func (src source) WatchMembers(ctx, stop context.Context, group string) <-chan struct{} {
+	b := src.b
 	return b.watch(ctx, stop, func(f func()) func() { return b.hub.subscribe("g:"+groupLabel(group), f) }, func(ctx context.Context) time.Duration {
 		rctx, cancel := context.WithTimeout(ctx, lookTimeout)
 		defer cancel()

@@ -12,39 +12,35 @@ import (
 
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/kit/backoff"
+	"github.com/simba-go/simba/backend/kit/candidacy"
+	"github.com/simba-go/simba/backend/kit/view"
+	"github.com/simba-go/simba/backend/kit/wake"
 )
 
-var (
-	_ backend.Session         = (*session)(nil)
-	_ backend.CandidateLister = (*session)(nil)
-	_ backend.LeaseLister     = (*session)(nil)
-	_ backend.Records         = (*session)(nil)
-	_ backend.SkipReporter    = (*session)(nil)
-)
+var _ backend.Session = (*session)(nil)
 
 // session is one session object. Its client renews it (KeepAlive: one
 // compare-and-swap Update) and ends it at its deadline; a monitor goroutine
 // does that, and re-reads the queues of the names it holds when the watch
 // says they changed (to close Lost).
 type session struct {
+	*candidacy.Session // Done, Acquire and the held leases; queue in lease.go
+	*view.Reader       // the reads of backend.Records and of groups; source in records.go
+
 	b   *Backend
 	id  string
 	obj string // the object's name
 
-	ctx    context.Context // ends when the session is over or the backend closed
-	cancel context.CancelFunc
-	done   chan struct{}
-	check  chan struct{} // wakes the monitor: re-read the held queues
-	renew  chan struct{} // wakes the monitor: the deadline moved
+	ctx   context.Context // ends when the session is over (End) or the backend closed
+	ttl   time.Duration
+	check chan struct{} // wakes the monitor: re-read the held queues
+	renew chan struct{} // wakes the monitor: the deadline moved
 
 	wmu sync.Mutex     // serialises writes of the session object
 	cur *coordv1.Lease // the object as last written or read, under wmu
 
 	mu       sync.Mutex
-	ttl      time.Duration
-	deadline time.Time // start of the last successful renewal (or Open) + ttl
-	over     bool
-	held     map[*lease]struct{}
+	deadline time.Time           // start of the last successful renewal (or Open) + ttl
 	cands    map[string]struct{} // names this session registered for
 	// checkFails counts the failed reads of checkHeld since the last
 	// good one; checkRetry: a retry of it is pending.
@@ -57,20 +53,19 @@ type session struct {
 }
 
 func newSession(b *Backend, id string, ttl time.Duration, start time.Time, obj *coordv1.Lease) *session {
-	ctx, cancel := context.WithCancel(b.ctx)
 	s := &session{
-		b: b, id: id, obj: obj.Name,
-		ctx: ctx, cancel: cancel,
-		done: make(chan struct{}), check: make(chan struct{}, 1), renew: make(chan struct{}, 1),
-		cur: obj,
-		ttl: ttl, deadline: start.Add(ttl), held: map[*lease]struct{}{}, cands: map[string]struct{}{},
+		b: b, id: id, obj: obj.Name, ttl: ttl,
+		check: make(chan struct{}, 1), renew: make(chan struct{}, 1),
+		cur: obj, deadline: start.Add(ttl), cands: map[string]struct{}{},
 	}
+	s.Session = candidacy.New(b.ctx, candidacy.Config{
+		Prefix: "simba/kubernetes", ID: id, Logger: b.log, WaitGroup: &b.wg, TTL: s.TTL,
+		Queue: queue{s},
+	})
+	s.ctx = s.Context()
+	s.Reader = view.NewReader("simba/kubernetes", s.ctx, s.overErr, source{b})
 	b.obs.observe(obj.Name, obj.ResourceVersion)
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		s.monitor()
-	}()
+	b.wg.Go(s.monitor)
 	return s
 }
 
@@ -80,15 +75,15 @@ func (s *session) ID() string { return s.id }
 // TTL is the granted TTL: the one requested, rounded to milliseconds.
 func (s *session) TTL() time.Duration { return s.ttl }
 
-// Done is closed when the session is over.
-func (s *session) Done() <-chan struct{} { return s.done }
-
 // live reports whether the session may still write: not over, and its
 // deadline not passed.
 func (s *session) live() bool {
+	if s.Over() {
+		return false
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return !s.over && time.Now().Before(s.deadline)
+	return time.Now().Before(s.deadline)
 }
 
 func (s *session) overErr(op string) error {
@@ -98,28 +93,10 @@ func (s *session) overErr(op string) error {
 	return nil
 }
 
-// end makes the session over locally: Done and every held lease's Lost
-// close. It reports whether it did (false: over already).
-func (s *session) end() bool {
-	s.mu.Lock()
-	if s.over {
-		s.mu.Unlock()
-		return false
-	}
-	s.over = true
-	held := s.held
-	s.held = map[*lease]struct{}{}
-	s.mu.Unlock()
-	for l := range held {
-		l.lose()
-	}
-	close(s.done)
-	s.cancel()
-	return true
-}
-
+// doneErr ends the session locally (Done and every held lease's Lost
+// close) and returns the error of op on a session that is over.
 func (s *session) doneErr(op string) error {
-	if s.end() {
+	if s.End() {
 		s.b.log.Debug("simba/kubernetes: the session is over", "session", s.id, "op", op)
 	}
 	return fmt.Errorf("simba/kubernetes: %s: session %s is over on the server: %w", op, s.id, backend.ErrSessionDone)
@@ -182,16 +159,15 @@ func (s *session) KeepAlive(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	s.mu.Lock()
-	if s.over {
-		s.mu.Unlock()
-		return 0, fmt.Errorf("simba/kubernetes: %s: session %s: %w", op, s.id, backend.ErrSessionDone)
+	if err := s.OverErr(op); err != nil {
+		return 0, err
 	}
+	s.mu.Lock()
 	if d := start.Add(s.ttl); d.After(s.deadline) {
 		s.deadline = d
 	}
 	s.mu.Unlock()
-	poke(s.renew)
+	wake.Poke(s.renew)
 	return s.ttl, nil
 }
 
@@ -248,7 +224,7 @@ func (s *session) cleanup(ctx context.Context) error {
 // Close ends the session: its object is deleted and its candidacies
 // removed.
 func (s *session) Close(ctx context.Context) error {
-	if !s.end() {
+	if !s.End() {
 		return nil
 	}
 	if err := s.cleanup(ctx); err != nil {
@@ -278,7 +254,7 @@ func (s *session) monitor() {
 			if s.live() {
 				continue // renewed meanwhile
 			}
-			if s.end() {
+			if s.End() {
 				s.b.log.Debug("simba/kubernetes: the session's deadline passed", "session", s.id)
 				if err := s.cleanup(context.Background()); err != nil {
 					s.b.log.Warn("simba/kubernetes: cleaning up an expired session; contenders will take over after its TTL", "session", s.id, "err", err)
@@ -298,7 +274,7 @@ func (s *session) recheck(name string) {
 	}
 	s.dirty[name] = struct{}{}
 	s.mu.Unlock()
-	poke(s.check)
+	wake.Poke(s.check)
 }
 
 // checkHeld reads the queues of the held leases whose objects changed
@@ -307,14 +283,14 @@ func (s *session) checkHeld() {
 	s.mu.Lock()
 	dirty := s.dirty
 	s.dirty = nil
-	byName := map[string][]*lease{}
-	for l := range s.held {
-		if _, ok := dirty[l.name]; ok {
-			byName[l.name] = append(byName[l.name], l)
+	s.mu.Unlock()
+	byName := map[string][]*candidacy.Holding{}
+	for _, h := range s.Holdings() {
+		if _, ok := dirty[h.Name()]; ok {
+			byName[h.Name()] = append(byName[h.Name()], h)
 		}
 	}
-	s.mu.Unlock()
-	for name, ls := range byName {
+	for name, hs := range byName {
 		ctx, cancel := context.WithTimeout(s.ctx, lookTimeout)
 		st, err := s.b.readName(ctx, name)
 		cancel()
@@ -335,14 +311,13 @@ func (s *session) checkHeld() {
 		s.mu.Lock()
 		s.checkFails = 0
 		s.mu.Unlock()
-		for _, l := range ls {
-			if !st.has(s.id, l.token) {
-				s.mu.Lock()
-				delete(s.held, l)
-				s.mu.Unlock()
-				l.lose()
+		var gone []*candidacy.Holding
+		for _, h := range hs {
+			if !st.has(s.id, h.Token()) {
+				gone = append(gone, h)
 			}
 		}
+		s.Lose(gone...)
 	}
 }
 
@@ -366,7 +341,7 @@ func (s *session) retryCheck() {
 		s.checkRetry = false
 		s.mu.Unlock()
 		if ok {
-			poke(s.check)
+			wake.Poke(s.check)
 		}
 	}()
 }

@@ -60,10 +60,10 @@ type hub struct {
 
 	subs wake.Registry // topics "o:", "d:" + object, "g:" + group; prefixes of record keys
 
-	mu      sync.Mutex
-	groups  map[string][]string // session object name -> its group labels
-	fenced  map[string][]string // lease name object -> the keys of its records
-	started bool
+	once   sync.Once // start
+	mu     sync.Mutex
+	groups map[string][]string // session object name -> its group labels
+	fenced map[string][]string // lease name object -> the keys of its records
 }
 
 func newHub(b *Backend) *hub {
@@ -76,19 +76,8 @@ func (h *hub) subscribeRecords(prefix string, f func()) (cancel func()) {
 	return h.subs.SubscribePrefix(prefix, f)
 }
 
-func (h *hub) start() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.started {
-		return
-	}
-	h.started = true
-	h.b.wg.Add(1)
-	go func() {
-		defer h.b.wg.Done()
-		h.run()
-	}()
-}
+// start starts the list-and-watch, once.
+func (h *hub) start() { h.once.Do(func() { h.b.wg.Go(h.run) }) }
 
 func (h *hub) run() {
 	ctx := h.b.ctx
@@ -237,11 +226,3 @@ func (h *hub) event(t watch.EventType, l *coordv1.Lease) {
 }
 
 func (h *hub) wakeAll() { wake.Call(h.subs.All()) }
-
-// poke sends a value on ch without blocking (a buffer of one coalesces).
-func poke(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}

@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/backend/kit/limit"
+	"github.com/simba-go/simba/backend/kit/option"
 )
 
 var (
@@ -32,8 +34,8 @@ type Backend struct {
 	log      *slog.Logger
 	noListen bool
 	poll     time.Duration
-	maxReq   int      // WithMaxRequests' n
-	lim      *limiter // the bound in effect: min(maxReq, the pool's MaxConns - 1)
+	maxReq   int            // WithMaxRequests' n
+	lim      *limit.Limiter // the bound in effect: min(maxReq, the pool's MaxConns - 1)
 
 	ctx    context.Context // ends with Close
 	cancel context.CancelFunc
@@ -49,35 +51,67 @@ type Backend struct {
 	wg        sync.WaitGroup
 }
 
-// Option configures a Backend.
-type Option func(*Backend)
+// Option configures a Backend. Options refuse bad values: [New] and
+// [NewFromPool] return their error instead of correcting them.
+type Option func(*config) error
 
-// WithSchema names the schema of the backend's tables (default "simba").
-// They are created on first use when the schema has none (see the package
-// documentation for their SQL). Backends that share a schema share
-// leases, groups and records.
-func WithSchema(name string) Option { return func(b *Backend) { b.schema = name } }
+// config is what the options set.
+type config struct {
+	schema   string
+	log      *slog.Logger
+	noListen bool
+	poll     time.Duration
+	maxReq   int
+}
+
+// WithSchema names the schema of the backend's tables (default "simba"):
+// 1-57 characters of a-z 0-9 _, starting with a letter. They are created
+// on first use when the schema has none (see the package documentation
+// for their SQL). Backends that share a schema share leases, groups and
+// records.
+func WithSchema(name string) Option {
+	return func(c *config) error {
+		if !validSchema.MatchString(name) {
+			return fmt.Errorf("simba/postgres: schema name %q: want 1-57 characters of a-z 0-9 _, starting with a letter", name)
+		}
+		c.schema = name
+		return nil
+	}
+}
 
 // WithLogger sets the logger of the backend's own events (its listening
 // connection lost and regained, a pooler detected, a withdrawal retried;
 // warnings all): default [slog.Default] when New is called. Pass
-// slog.New(slog.DiscardHandler) to log nothing.
-func WithLogger(l *slog.Logger) Option { return func(b *Backend) { b.log = l } }
+// slog.New(slog.DiscardHandler) to log nothing; nil is refused.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return errors.New("simba/postgres: WithLogger: nil logger")
+		}
+		c.log = l
+		return nil
+	}
+}
 
 // WithoutListen makes the backend never LISTEN: waiting Acquires read the
 // queue at the expiry times of the candidacies ahead and at least every
-// interval (default 1s when interval is not positive), and watches send a
-// hint every interval. Without this option the backend LISTENs unless it
-// detects a connection pooler between it and the server (then it reads as
-// here; see the package documentation), and falls back to the same
-// reading while its listening connection is down. Pass it for a pooler in
-// transaction mode that the detection might miss.
+// interval (default 1s when interval is 0; a negative interval is
+// refused), and watches send a hint every interval. Without this option
+// the backend LISTENs unless it detects a connection pooler between it
+// and the server (then it reads as here; see the package documentation),
+// and falls back to the same reading while its listening connection is
+// down. Pass it for a pooler in transaction mode that the detection might
+// miss.
 func WithoutListen(interval time.Duration) Option {
-	return func(b *Backend) {
-		b.noListen = true
-		if interval > 0 {
-			b.poll = interval
+	return func(c *config) error {
+		if interval < 0 {
+			return fmt.Errorf("simba/postgres: WithoutListen: negative interval %v (0 means the default, %v)", interval, defaultPoll)
 		}
+		c.noListen = true
+		if interval > 0 {
+			c.poll = interval
+		}
+		return nil
 	}
 }
 
@@ -101,7 +135,15 @@ const DefaultMaxRequests = 64
 // with the leases held (Open and Close of a session, its monitor's read of
 // its own row, group membership, held-lease listings). n must be positive;
 // the pool must allow at least two connections.
-func WithMaxRequests(n int) Option { return func(b *Backend) { b.maxReq = n } }
+func WithMaxRequests(n int) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return fmt.Errorf("simba/postgres: max requests must be positive, got %d", n)
+		}
+		c.maxReq = n
+		return nil
+	}
+}
 
 // validSchema is the form of a schema name: one that needs no quoting in
 // SQL text and in the NOTIFY channel's name.
@@ -155,24 +197,20 @@ func NewFromPool(pool *pgxpool.Pool, opts ...Option) (*Backend, error) {
 }
 
 func newBackend(opts []Option, maxConns int32) (*Backend, error) {
-	b := &Backend{schema: "simba", poll: defaultPoll, maxReq: DefaultMaxRequests}
-	for _, o := range opts {
-		o(b)
-	}
-	if b.maxReq <= 0 {
-		return nil, fmt.Errorf("simba/postgres: max requests must be positive, got %d", b.maxReq)
+	c := config{schema: "simba", log: slog.Default(), poll: defaultPoll, maxReq: DefaultMaxRequests}
+	if err := option.Apply("simba/postgres", &c, opts); err != nil {
+		return nil, err
 	}
 	if maxConns < 2 {
 		return nil, fmt.Errorf("simba/postgres: the pool allows %d connection(s) (MaxConns, pool_max_conns): want at least 2, one of them left free for the sessions' renewals", maxConns)
 	}
-	b.lim = newLimiter(min(b.maxReq, int(maxConns)-1))
-	if !validSchema.MatchString(b.schema) {
-		return nil, fmt.Errorf("simba/postgres: schema name %q: want 1-57 characters of a-z 0-9 _, starting with a letter", b.schema)
+	b := &Backend{schema: c.schema, log: c.log, noListen: c.noListen, poll: c.poll, maxReq: c.maxReq}
+	lim, err := limit.New(min(b.maxReq, int(maxConns)-1))
+	if err != nil {
+		return nil, fmt.Errorf("simba/postgres: %w", err)
 	}
+	b.lim = lim
 	b.q = pgx.Identifier{b.schema}.Sanitize()
-	if b.log == nil {
-		b.log = slog.Default()
-	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	return b, nil
 }
@@ -182,7 +220,7 @@ func (b *Backend) Schema() string { return b.schema }
 
 // MaxRequests returns the bound on statements in flight in effect: the
 // smaller of [WithMaxRequests]' n and the pool's MaxConns minus one.
-func (b *Backend) MaxRequests() int { return cap(b.lim.slots) }
+func (b *Backend) MaxRequests() int { return b.lim.Cap() }
 
 // Pool returns the backend's pool (for tests and tools).
 func (b *Backend) Pool() *pgxpool.Pool { return b.pool }

@@ -99,11 +99,7 @@ func TestClockStepAfterRenewal(t *testing.T) {
 // deadline, or TestClockStepForward and TestClockStepAfterRenewal prove
 // nothing.
 func TestClockStepCaughtWithoutGuard(t *testing.T) {
-	undo, err := plant.Set("trust-db-clock")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer undo()
+	plant.ForTest(t, "trust-db-clock")
 	for _, renewed := range []bool{false, true} {
 		t.Run(map[bool]string{false: "before renewal", true: "after renewal"}[renewed], func(t *testing.T) {
 			granted, deadline, _ := clockStep(t, renewed)

@@ -27,9 +27,9 @@ type hub struct {
 
 	subs wake.Registry // topics: the payloads; prefixes: of record keys
 
+	once      sync.Once // start
 	mu        sync.Mutex
 	listening bool
-	started   bool
 }
 
 func newHub(b *Backend) *hub { return &hub{b: b} }
@@ -62,25 +62,12 @@ func (h *hub) wakeAll() { wake.Call(h.subs.All()) }
 // start starts the listener (unless WithoutListen) and the fallback
 // ticker, once.
 func (h *hub) start() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.started {
-		return
-	}
-	h.started = true
-	b := h.b
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		h.tick()
-	}()
-	if !b.noListen {
-		b.wg.Add(1)
-		go func() {
-			defer b.wg.Done()
-			h.listen()
-		}()
-	}
+	h.once.Do(func() {
+		h.b.wg.Go(h.tick)
+		if !h.b.noListen {
+			h.b.wg.Go(h.listen)
+		}
+	})
 }
 
 // tick wakes every subscriber every poll interval while not listening.
@@ -196,11 +183,3 @@ func (e *poolerError) Error() string {
 // probeWait is how long the listener waits for its probe before it warns
 // that notifications do not arrive.
 const probeWait = 5 * time.Second
-
-// poke sends a value on ch without blocking (a buffer of one coalesces).
-func poke(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}

@@ -2,19 +2,16 @@ package postgres
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// limiter bounds the backend's statements in flight whose number grows
-// with the leases and records its sessions use (see WithMaxRequests): a
-// statement waits for a slot, within its caller's ctx, before it asks the
-// pool for a connection, and gives the slot back when it has returned the
-// connection.
+// The backend's statements in flight whose number grows with the leases
+// and records its sessions use are bounded (see WithMaxRequests) by a
+// limit.Limiter: a statement waits for a slot, within its caller's ctx,
+// before it asks the pool for a connection, and gives the slot back when
+// it has returned the connection.
 //
 // Why: pgxpool hands out connections in the order they were asked for. A
 // client that starts ten thousand elections at once asks for tens of
@@ -25,80 +22,44 @@ import (
 // bound below the pool's size keeps at least one connection that no
 // bounded statement can take, and the statements that go around the bound
 // (the keep-alive among them) find it free.
-type limiter struct {
-	slots   chan struct{}
-	waiting atomic.Int64 // statements waiting for a slot now (for tests)
-}
-
-func newLimiter(n int) *limiter { return &limiter{slots: make(chan struct{}, n)} }
-
-// errNotSent marks the error of a statement that ended while it waited
-// for a slot: it was never sent, so it cannot have taken effect.
-var errNotSent = errors.New("not sent: no statement slot came free in time (see WithMaxRequests)")
-
-// take waits for a slot until ctx or stop ends (stop: the session's or
-// view's context, which ends with the backend's). Its error wraps the
-// ended context's error and errNotSent.
-func (l *limiter) take(ctx, stop context.Context) error {
-	select {
-	case l.slots <- struct{}{}:
-	default:
-		l.waiting.Add(1)
-		select {
-		case l.slots <- struct{}{}:
-			l.waiting.Add(-1)
-		case <-ctx.Done():
-			l.waiting.Add(-1)
-			return fmt.Errorf("%w (%w)", context.Cause(ctx), errNotSent)
-		case <-stop.Done():
-			l.waiting.Add(-1)
-			return fmt.Errorf("%w (%w)", stop.Err(), errNotSent)
-		}
-	}
-	if err := ctx.Err(); err != nil {
-		l.free() // ended as the slot came: send nothing
-		return fmt.Errorf("%w (%w)", context.Cause(ctx), errNotSent)
-	}
-	return nil
-}
-
-func (l *limiter) free() { <-l.slots }
 
 // The bounded statements: each takes a slot of b.lim first, stop being
-// the session's or view's context.
+// the session's or view's context. One that ended while it waited for a
+// slot fails with an error wrapping limit.ErrNotSent: it was never sent,
+// so it cannot have taken effect.
 
 func (b *Backend) exec(ctx, stop context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if err := b.lim.take(ctx, stop); err != nil {
+	if err := b.lim.TakeUntil(ctx, stop); err != nil {
 		return pgconn.CommandTag{}, err
 	}
-	defer b.lim.free()
+	defer b.lim.Free()
 	return b.pool.Exec(ctx, sql, args...)
 }
 
 func (b *Backend) queryRow(ctx, stop context.Context, sql string, args ...any) pgx.Row {
-	if err := b.lim.take(ctx, stop); err != nil {
+	if err := b.lim.TakeUntil(ctx, stop); err != nil {
 		return errRow{err}
 	}
-	return &limitedRow{Row: b.pool.QueryRow(ctx, sql, args...), free: b.lim.free}
+	return &limitedRow{Row: b.pool.QueryRow(ctx, sql, args...), free: b.lim.Free}
 }
 
 func (b *Backend) query(ctx, stop context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if err := b.lim.take(ctx, stop); err != nil {
+	if err := b.lim.TakeUntil(ctx, stop); err != nil {
 		return nil, err
 	}
 	rows, err := b.pool.Query(ctx, sql, args...)
 	if err != nil {
-		b.lim.free()
+		b.lim.Free()
 		return nil, err
 	}
-	return &limitedRows{Rows: rows, free: b.lim.free}, nil
+	return &limitedRows{Rows: rows, free: b.lim.Free}, nil
 }
 
 func (b *Backend) beginFunc(ctx, stop context.Context, f func(pgx.Tx) error) error {
-	if err := b.lim.take(ctx, stop); err != nil {
+	if err := b.lim.TakeUntil(ctx, stop); err != nil {
 		return err
 	}
-	defer b.lim.free()
+	defer b.lim.Free()
 	return pgx.BeginFunc(ctx, b.pool, f)
 }
 

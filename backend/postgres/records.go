@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/backend/kit/view"
 	"github.com/simba-go/simba/backend/kit/wake"
 )
 
@@ -72,18 +73,22 @@ func checkCond(op string, cond backend.Condition) error {
 	return nil
 }
 
-// GetRecord reads the record at key.
-func (s *session) GetRecord(ctx context.Context, key string) (backend.Record, error) {
-	if err := backend.CheckKey(key); err != nil {
-		return backend.Record{}, fmt.Errorf("simba/postgres: %w", err)
-	}
-	if err := s.overErr("get record"); err != nil {
-		return backend.Record{}, err
-	}
-	return s.b.getRecord(ctx, s.ctx, key)
-}
+// source is the backend's SELECTs for sessions and views (view.Source):
+// they need no session row.
+type source struct{ b *Backend }
 
-func (b *Backend) getRecord(ctx, stop context.Context, key string) (backend.Record, error) {
+var _ view.Source = source{}
+
+// The session's reads are view.Reader's, on source.
+var (
+	_ backend.LeaseLister  = (*session)(nil)
+	_ backend.Records      = (*session)(nil)
+	_ backend.SkipReporter = (*session)(nil)
+)
+
+// GetRecord reads the record at key.
+func (src source) GetRecord(ctx, stop context.Context, key string) (backend.Record, error) {
+	b := src.b
 	op := fmt.Sprintf("get record %q", key)
 	r := backend.Record{Key: key}
 	var version, token int64
@@ -98,25 +103,13 @@ func (b *Backend) getRecord(ctx, stop context.Context, key string) (backend.Reco
 	return r, nil
 }
 
-// ListRecords lists the records under prefix, by key.
-func (s *session) ListRecords(ctx context.Context, prefix string) ([]backend.Record, error) {
-	if err := s.overErr("list records"); err != nil {
-		return nil, err
-	}
-	return s.b.listRecords(ctx, s.ctx, prefix)
-}
-
-// ListRecordsWithSkipped is ListRecords: a row of the records table is
-// always a record, so nothing is ever skipped.
-func (s *session) ListRecordsWithSkipped(ctx context.Context, prefix string) ([]backend.Record, []backend.MalformedError, error) {
-	list, err := s.ListRecords(ctx, prefix)
-	return list, nil, err
-}
-
-func (b *Backend) listRecords(ctx, stop context.Context, prefix string) ([]backend.Record, error) {
+// ListRecords lists the records under prefix, by key. A row of the
+// records table is always a record: nothing is ever skipped.
+func (src source) ListRecords(ctx, stop context.Context, prefix string) ([]backend.Record, []backend.MalformedError, error) {
+	b := src.b
 	rows, err := b.query(ctx, stop, "SELECT key, value, version, token FROM "+b.q+".records WHERE starts_with(key, $1) ORDER BY key", prefix)
 	if err != nil {
-		return nil, b.connErr("list records", err)
+		return nil, nil, b.connErr("list records", err)
 	}
 	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (backend.Record, error) {
 		var r backend.Record
@@ -126,9 +119,9 @@ func (b *Backend) listRecords(ctx, stop context.Context, prefix string) ([]backe
 		return r, err
 	})
 	if err != nil {
-		return nil, b.connErr("list records", err)
+		return nil, nil, b.connErr("list records", err)
 	}
-	return list, nil
+	return list, nil, nil
 }
 
 // PutRecord writes value at key if cond holds, checked in the same
@@ -138,7 +131,7 @@ func (s *session) PutRecord(ctx context.Context, key string, value []byte, cond 
 		return backend.Record{}, fmt.Errorf("simba/postgres: %w", err)
 	}
 	op := fmt.Sprintf("put record %q", key)
-	if err := s.overErr(op); err != nil {
+	if err := s.OverErr(op); err != nil {
 		return backend.Record{}, err
 	}
 	if err := checkCond(op, cond); err != nil {
@@ -195,7 +188,7 @@ func (s *session) DeleteRecord(ctx context.Context, key string, cond backend.Con
 		return fmt.Errorf("simba/postgres: %w", err)
 	}
 	op := fmt.Sprintf("delete record %q", key)
-	if err := s.overErr(op); err != nil {
+	if err := s.OverErr(op); err != nil {
 		return err
 	}
 	if err := checkCond(op, cond); err != nil {
@@ -230,11 +223,8 @@ func (s *session) DeleteRecord(ctx context.Context, key string, cond backend.Con
 
 // WatchRecords hints changes of records under prefix, from the records
 // table's NOTIFY trigger.
-func (s *session) WatchRecords(ctx context.Context, prefix string) (<-chan struct{}, error) {
-	if err := s.overErr("watch records"); err != nil {
-		return nil, err
-	}
-	return s.b.watch(ctx, s.ctx, func(f func()) func() { return s.b.hub.subscribeRecords(prefix, f) }, nil), nil
+func (src source) WatchRecords(ctx, stop context.Context, prefix string) <-chan struct{} {
+	return src.b.watch(ctx, stop, func(f func()) func() { return src.b.hub.subscribeRecords(prefix, f) }, nil)
 }
 
 // watch returns a hint channel fed by subscribe, closed when ctx or stop
@@ -260,14 +250,14 @@ func (b *Backend) watch(ctx, stop context.Context, subscribe func(func()) func()
 // of thousands of Acquires to start or stop, and must not wait behind
 // them.
 func (s *session) Join(ctx context.Context, group string, m backend.Member) error {
-	if err := checkName("group", group); err != nil {
+	if err := s.CheckGroup(group); err != nil {
 		return err
 	}
 	if len(m.Data) > backend.MaxMemberData {
 		return fmt.Errorf("simba/postgres: join %q: member data of %d bytes, more than %d", group, len(m.Data), backend.MaxMemberData)
 	}
 	op := fmt.Sprintf("join %q", group)
-	if err := s.overErr(op); err != nil {
+	if err := s.OverErr(op); err != nil {
 		return err
 	}
 	tag, err := s.b.pool.Exec(ctx, `INSERT INTO `+s.b.q+`.members (grp, session, id, data)
@@ -284,11 +274,11 @@ func (s *session) Join(ctx context.Context, group string, m backend.Member) erro
 
 // Leave deletes this session's member row of group.
 func (s *session) Leave(ctx context.Context, group string) error {
-	if err := checkName("group", group); err != nil {
+	if err := s.CheckGroup(group); err != nil {
 		return err
 	}
 	op := fmt.Sprintf("leave %q", group)
-	if err := s.overErr(op); err != nil {
+	if err := s.OverErr(op); err != nil {
 		return err
 	}
 	if _, err := s.b.pool.Exec(ctx, "DELETE FROM "+s.b.q+".members WHERE grp = $1 AND session = $2", group, s.id); err != nil {
@@ -297,29 +287,14 @@ func (s *session) Leave(ctx context.Context, group string) error {
 	return nil
 }
 
-// Members lists the members of group whose sessions are alive.
-func (s *session) Members(ctx context.Context, group string) ([]backend.Member, error) {
-	ms, _, err := s.MembersWithSkipped(ctx, group)
-	return ms, err
-}
-
-// MembersWithSkipped is Members: a member row always decodes.
-func (s *session) MembersWithSkipped(ctx context.Context, group string) ([]backend.Member, []backend.MalformedError, error) {
-	if err := checkName("group", group); err != nil {
-		return nil, nil, err
-	}
-	if err := s.overErr("members"); err != nil {
-		return nil, nil, err
-	}
-	ms, err := s.b.members(ctx, group)
-	return ms, nil, err
-}
-
-func (b *Backend) members(ctx context.Context, group string) ([]backend.Member, error) {
+// Members lists the members of group whose sessions are alive. A member
+// row always decodes: nothing is ever skipped.
+func (src source) Members(ctx, _ context.Context, group string) ([]backend.Member, []backend.MalformedError, error) {
+	b := src.b
 	rows, err := b.pool.Query(ctx, `SELECT m.id, m.session, m.data FROM `+b.q+`.members m JOIN `+b.q+`.sessions x ON x.id = m.session
 		WHERE m.grp = $1 AND x.expires_at > clock_timestamp()`, group)
 	if err != nil {
-		return nil, b.connErr("members", err)
+		return nil, nil, b.connErr("members", err)
 	}
 	ms, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (backend.Member, error) {
 		var m backend.Member
@@ -329,26 +304,17 @@ func (b *Backend) members(ctx context.Context, group string) ([]backend.Member, 
 		return m, err
 	})
 	if err != nil {
-		return nil, b.connErr("members", err)
+		return nil, nil, b.connErr("members", err)
 	}
 	slices.SortFunc(ms, func(a, c backend.Member) int { return strings.Compare(a.Session, c.Session) })
-	return ms, nil
+	return ms, nil, nil
 }
 
 // WatchMembers hints changes of group: the members table's NOTIFY
 // trigger, and a wake at the earliest expiry of a member's session (an
 // expiry writes nothing, so notifies nobody).
-func (s *session) WatchMembers(ctx context.Context, group string) (<-chan struct{}, error) {
-	if err := checkName("group", group); err != nil {
-		return nil, err
-	}
-	if err := s.overErr("watch members"); err != nil {
-		return nil, err
-	}
-	return s.b.watchMembers(ctx, s.ctx, group), nil
-}
-
-func (b *Backend) watchMembers(ctx, stop context.Context, group string) <-chan struct{} {
+func (src source) WatchMembers(ctx, stop context.Context, group string) <-chan struct{} {
+	b := src.b
 	return b.watch(ctx, stop, func(f func()) func() { return b.hub.subscribe("m "+group, f) }, func(ctx context.Context) time.Duration {
 		rctx, cancel := context.WithTimeout(ctx, lookTimeout)
 		defer cancel()

@@ -145,7 +145,7 @@ func TestServerRestart(t *testing.T) {
 	time.Sleep(time.Until(restarted.Add(ttl))) // past the TTL since the last renewal before the stop
 	select {
 	case <-holder.Term.Revoked():
-		t.Fatalf("term %d of %s revoked by a restart of %v (TTL %v): %v", holder.Term.Token(), holder.Node, down, ttl, holder.Term.Err())
+		t.Fatalf("term %d of %s revoked by a restart of %v (TTL %v): %v", holder.Term.Token(), holder.Node, down, ttl, holder.Term.EnsureValid())
 	default:
 	}
 	if id := o.c[holder.Node].SessionID(); id != holder.Session {

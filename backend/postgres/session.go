@@ -12,16 +12,14 @@ import (
 
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/kit/backoff"
+	"github.com/simba-go/simba/backend/kit/candidacy"
+	"github.com/simba-go/simba/backend/kit/limit"
+	"github.com/simba-go/simba/backend/kit/view"
+	"github.com/simba-go/simba/backend/kit/wake"
 	"github.com/simba-go/simba/internal/plant"
 )
 
-var (
-	_ backend.Session         = (*session)(nil)
-	_ backend.CandidateLister = (*session)(nil)
-	_ backend.LeaseLister     = (*session)(nil)
-	_ backend.Records         = (*session)(nil)
-	_ backend.SkipReporter    = (*session)(nil)
-)
+var _ backend.Session = (*session)(nil)
 
 // session is one row of the sessions table. It renews only when the
 // caller calls KeepAlive (one UPDATE, whatever it holds); a monitor
@@ -29,37 +27,39 @@ var (
 // (to close Done) and when a notification says that a candidacy of a name
 // it holds changed (to close Lost).
 type session struct {
+	// Done, End, OverErr, the leases it holds, and Acquire: it registers
+	// and reads candidacies through queue (lease.go).
+	*candidacy.Session
+	// Records' and groups' reads, through source (records.go).
+	*view.Reader
+
 	b   *Backend
 	id  int64
 	sid string
 
-	ctx    context.Context // ends when the session is over or the backend closed
-	cancel context.CancelFunc
-	done   chan struct{}
-	check  chan struct{} // wakes the monitor: re-read the held candidacies
-	renew  chan struct{} // wakes the monitor: the deadline moved
+	ctx   context.Context // Session's Context: ends with the session or the backend
+	check chan struct{}   // wakes the monitor: re-read the held candidacies
+	renew chan struct{}   // wakes the monitor: the deadline moved
 
 	mu       sync.Mutex
 	ttl      time.Duration
 	deadline time.Time // start of the last successful renewal (or Open) + ttl
 	deleting bool      // deleteAtDeadline has run
-	over     bool
-	held     map[*lease]struct{}
 }
 
 func newSession(b *Backend, id int64, ttl time.Duration, start time.Time) *session {
-	ctx, cancel := context.WithCancel(b.ctx)
 	s := &session{
 		b: b, id: id, sid: strconv.FormatInt(id, 10),
-		ctx: ctx, cancel: cancel,
-		done: make(chan struct{}), check: make(chan struct{}, 1), renew: make(chan struct{}, 1),
-		ttl: ttl, deadline: start.Add(ttl), held: map[*lease]struct{}{},
+		check: make(chan struct{}, 1), renew: make(chan struct{}, 1),
+		ttl: ttl, deadline: start.Add(ttl),
 	}
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		s.monitor()
-	}()
+	s.Session = candidacy.New(b.ctx, candidacy.Config{
+		Prefix: "simba/postgres", ID: s.sid, Logger: b.log, WaitGroup: &b.wg, TTL: s.TTL,
+		Queue: queue{s},
+	})
+	s.ctx = s.Context()
+	s.Reader = view.NewReader("simba/postgres", s.ctx, s.OverErr, source{b})
+	b.wg.Go(s.monitor)
 	return s
 }
 
@@ -73,43 +73,10 @@ func (s *session) TTL() time.Duration {
 	return s.ttl
 }
 
-// Done is closed when the session is over.
-func (s *session) Done() <-chan struct{} { return s.done }
-
-// overErr returns an error wrapping ErrSessionDone once the session is
-// over.
-func (s *session) overErr(op string) error {
-	s.mu.Lock()
-	over := s.over
-	s.mu.Unlock()
-	if over {
-		return fmt.Errorf("simba/postgres: %s: session %s: %w", op, s.sid, backend.ErrSessionDone)
-	}
-	return nil
-}
-
-// end makes the session over: Done and every held lease's Lost close.
-func (s *session) end() {
-	s.mu.Lock()
-	if s.over {
-		s.mu.Unlock()
-		return
-	}
-	s.over = true
-	held := s.held
-	s.held = map[*lease]struct{}{}
-	s.mu.Unlock()
-	for l := range held {
-		l.lose()
-	}
-	close(s.done)
-	s.cancel()
-}
-
 // doneErr ends the session and returns the error of op on a session the
 // server says is over.
 func (s *session) doneErr(op string) error {
-	s.end()
+	s.End()
 	return fmt.Errorf("simba/postgres: %s: session %s is over on the server: %w", op, s.sid, backend.ErrSessionDone)
 }
 
@@ -119,9 +86,9 @@ func (s *session) fail(ctx context.Context, op string, err error) error {
 	switch {
 	case ctx.Err() != nil:
 		return fmt.Errorf("simba/postgres: %s: %w", op, context.Cause(ctx))
-	case errors.Is(err, errNotSent) && s.b.closed():
+	case errors.Is(err, limit.ErrNotSent) && s.b.closed():
 		return fmt.Errorf("simba/postgres: %s: %w", op, backend.ErrClosed)
-	case errors.Is(err, errNotSent) && s.ctx.Err() != nil:
+	case errors.Is(err, limit.ErrNotSent) && s.ctx.Err() != nil:
 		return fmt.Errorf("simba/postgres: %s: session %s: %w", op, s.sid, backend.ErrSessionDone)
 	}
 	return s.b.connErr(op, err)
@@ -134,7 +101,7 @@ func (s *session) fail(ctx context.Context, op string, err error) error {
 // statement holds.
 func (s *session) KeepAlive(ctx context.Context) (time.Duration, error) {
 	const op = "keep-alive"
-	if err := s.overErr(op); err != nil {
+	if err := s.OverErr(op); err != nil {
 		return 0, err
 	}
 	start := time.Now()
@@ -159,7 +126,7 @@ func (s *session) KeepAlive(ctx context.Context) (time.Duration, error) {
 		s.deadline = d
 	}
 	s.mu.Unlock()
-	poke(s.renew)
+	wake.Poke(s.renew)
 	return ttl, nil
 }
 
@@ -241,14 +208,11 @@ func (s *session) deleteAtDeadline() {
 // Close deletes the session's row: its candidacies and memberships go
 // with it (ON DELETE CASCADE), which notifies their waiters and watchers.
 func (s *session) Close(ctx context.Context) error {
-	s.mu.Lock()
-	over := s.over
-	s.mu.Unlock()
-	if over {
+	if s.Over() {
 		return nil
 	}
 	_, err := s.b.pool.Exec(ctx, "DELETE FROM "+s.b.q+".sessions WHERE id = $1", s.id)
-	s.end()
+	s.End()
 	if err != nil {
 		return s.fail(ctx, "close", err)
 	}
@@ -298,7 +262,7 @@ func (s *session) monitor() {
 		failures = 0
 		if remaining <= 0 {
 			if over, err := s.clearExpired(s.ctx); over || err != nil && s.ctx.Err() != nil {
-				s.end()
+				s.End()
 				return
 			}
 			// Renewed meanwhile, or not known: read again soon.
@@ -348,18 +312,7 @@ func (s *session) look() (time.Duration, error) {
 	for _, t := range tokens {
 		have[t] = true
 	}
-	var lost []*lease
-	s.mu.Lock()
-	for l := range s.held {
-		if !have[int64(l.token)] {
-			lost = append(lost, l)
-			delete(s.held, l)
-		}
-	}
-	s.mu.Unlock()
-	for _, l := range lost {
-		l.lose()
-	}
+	s.LoseIf(func(h *candidacy.Holding) bool { return !have[int64(h.Token())] })
 	return time.Duration(left * float64(time.Second)), nil
 }
 

@@ -11,7 +11,7 @@ import (
 )
 
 // The checks an Acquire makes on its own candidacy each time it reads the
-// queue (waitOldest and ahead in lease.go), besides "nobody ahead": that
+// queue (queue.Ahead and ahead in lease.go), besides "nobody ahead": that
 // its session is alive and that its candidacy is still there. Through the
 // API they look redundant (the session's renewals and its monitor end a
 // waiter whose session expires; nothing else deletes a waiting
@@ -27,7 +27,7 @@ import (
 // Acquire fails with ErrSessionDone, and the session ends.
 //
 // Without the liveness check (patch: `case !alive:` to `case !alive &&
-// false:` in waitOldest in lease.go), this test fails with: "the waiter whose session
+// false:` in queue.Ahead in lease.go), this test fails with: "the waiter whose session
 // had expired by the database's clock was granted the lease (token 2)": a
 // term on a session that any contender may delete, and then be granted the
 // lease too.
@@ -77,7 +77,7 @@ func TestWaiterExpiredLate(t *testing.T) {
 // holds, once the holder has released; the second gets the lease.
 //
 // Without the check that the candidacy is still there (patch: `case
-// !mine:` to `case !mine && false:` in waitOldest in lease.go), this test
+// !mine:` to `case !mine && false:` in queue.Ahead in lease.go), this test
 // fails with:
 // "the first Acquire, whose candidacy the second deleted, was granted the
 // lease with token 2, as the second was with token 3": two terms of one

@@ -1,5 +1,6 @@
-// Package lost is the Lost signal of a holding, as the PostgreSQL and
-// Kubernetes backends keep it: a channel closed once when the holding is
+// Package lost is the Lost signal of a holding, as every backend keeps it
+// (etcd, ZooKeeper and memory directly; PostgreSQL and Kubernetes through
+// backend/kit/candidacy): a channel closed once when the holding is
 // lost, functions run then (backend.LostNotifier's OnLost), nothing once
 // its owner released it, and a loss seen while the owner's release is in
 // flight held back until the release's outcome is known (the release's
