@@ -128,6 +128,16 @@ func TestTwoTermsOnRealBackends(t *testing.T) {
 					require.NoError(t, err)
 					await.Until(t, scenario.GroupWait, "term 1 ran", func() bool { return len(l.Of("run", firstOf(l))) > 0 }, l.String)
 					t1 := l.Terms(-1)[0]
+					// The status is written beside the run, not before it:
+					// end term 1 only once it is recorded, or a loaded
+					// machine ends it before (then it is rightly missing
+					// from the term log).
+					await.Until(t, scenario.GroupWait, fmt.Sprintf("the status shows term 1 (token %d) as its holder", t1.Token()), func() bool {
+						ctx, cancel := context.WithTimeout(context.Background(), realTTL)
+						defer cancel()
+						st, err := ad.Status(ctx, name)
+						return err == nil && st.Holder != nil && st.Holder.Token == t1.Token()
+					}, l.String)
 					w.end(t, ad, c, t1)
 					await.Until(t, scenario.GroupWait, "term 2 of the same task ran, after "+w.name, func() bool {
 						terms := l.Terms(-1)
