@@ -10,7 +10,9 @@
 //     ([Proxy.DelayReplies], [Proxy.DelayRequests]);
 //   - a server that refuses connections, down or restarting ([Proxy.Refuse],
 //     [Proxy.Accept]);
-//   - connections that are reset ([Proxy.Reset]).
+//   - connections that are reset ([Proxy.Reset]);
+//   - a name that moves to another server, as a virtual IP or a DNS name
+//     does in a fail-over ([Proxy.Retarget]).
 //
 // A [Proxy] listens on 127.0.0.1 on a port of its own choosing and forwards
 // every accepted connection to its target:
@@ -203,6 +205,18 @@ func index(replies bool) int {
 	return 0
 }
 
+// Retarget makes the proxy forward to target ("host:port") from now on,
+// as a virtual IP or a DNS name moved to another server: each connection
+// dialled after it goes to target, those held by a [Proxy.Blackhole] and
+// not yet dialled included. Open connections stay with the old target;
+// [Proxy.Reset] ends them, as a moved virtual IP does (the new server
+// knows nothing of them).
+func (p *Proxy) Retarget(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = target
+}
+
 // Refuse resets every open connection and, until [Proxy.Accept], closes each
 // new connection at once: the target looks down.
 func (p *Proxy) Refuse() {
@@ -265,22 +279,25 @@ func (p *Proxy) accept() {
 			c.Close()
 			continue
 		}
-		target := p.target
 		l := &link{client: c, dropped: make(chan struct{})}
 		p.conns[l] = struct{}{}
 		p.wg.Add(1)
 		p.mu.Unlock()
-		go p.serve(l, target)
+		go p.serve(l)
 	}
 }
 
-// serve dials the target for l, once the link is not blackholed, and pumps
-// bytes both ways until either side closes or the proxy drops the link.
-func (p *Proxy) serve(l *link, target string) {
+// serve dials the target for l (the one of the moment: see Retarget),
+// once the link is not blackholed, and pumps bytes both ways until either
+// side closes or the proxy drops the link.
+func (p *Proxy) serve(l *link) {
 	defer p.wg.Done()
 	if !p.waitOpen(l, false) { // dropped while held
 		return
 	}
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
 	s, err := net.Dial("tcp", target)
 	if err != nil {
 		p.drop(l)

@@ -282,6 +282,40 @@ func TestReset(t *testing.T) {
 	c2.roundTrip(t, "two", "a new connection after Reset")
 }
 
+// Retarget sends new connections, and those held by a blackhole, to the
+// new target; an open connection stays with the old one until Reset.
+func TestRetarget(t *testing.T) {
+	a, b := startTarget(t), startTarget(t)
+	p := newProxy(t, a)
+	old := dial(t, p)
+	old.roundTrip(t, "one", "to the first target")
+	if got := await.For(t, a.lines, long, "the first target"); got != "one" {
+		t.Fatalf("the first target got %q, want one", got)
+	}
+	p.Blackhole()
+	held := dial(t, p)
+	held.send(t, "held")
+	p.Retarget(b.addr)
+	p.Heal()
+	if got := await.For(t, b.lines, long, "a connection held by the blackhole, at the new target"); got != "held" {
+		t.Fatalf("the new target got %q, want held", got)
+	}
+	fresh := dial(t, p)
+	fresh.roundTrip(t, "fresh", "a connection made after Retarget")
+	if got := await.For(t, b.lines, long, "a new connection, at the new target"); got != "fresh" {
+		t.Fatalf("the new target got %q, want fresh", got)
+	}
+	old.roundTrip(t, "two", "the open connection, after Retarget")
+	if got := await.For(t, a.lines, long, "the open connection, at the old target"); got != "two" {
+		t.Fatalf("the old target got %q, want two", got)
+	}
+	p.Reset()
+	old.closed(t, "the open connection after Reset")
+	if n := a.accepted.Load(); n != 1 {
+		t.Errorf("the old target accepted %d connections, want 1", n)
+	}
+}
+
 // A target that closes a connection closes the client's too, even through
 // a blackhole: a server that stops is seen to go.
 func TestTargetCloseThroughBlackhole(t *testing.T) {

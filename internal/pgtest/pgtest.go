@@ -4,8 +4,13 @@
 // schema name per test, dropped at its end; for the fault tests that
 // restart or pause a server, a [Server] of a test's own ([StartServer]),
 // which may also check passwords and serve TLS ([WithPasswordUser],
-// [WithTLS]); and a PgBouncer in transaction mode in front of either
-// ([StartPooler]).
+// [WithTLS]), and be killed ([Server.Kill]); a streaming-replication
+// standby of such a server, asynchronous or synchronous, whose
+// replication link goes through a fault proxy and which a test promotes
+// ([StartStandby], [Standby.Promote]); a VIP, the address of "the
+// primary" that a fail-over moves ([NewVIP], [VIP.MoveTo]); the three
+// together ([StartPair], [Pair.Failover]); and a PgBouncer in transaction
+// mode in front of any of them ([StartPooler]).
 package pgtest
 
 import (

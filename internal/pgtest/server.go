@@ -108,16 +108,39 @@ func serverCredential() (*syscall.Credential, error) {
 // when the server does not start.
 func StartServer(t testing.TB, opts ...ServerOption) *Server {
 	t.Helper()
+	var cfg serverConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s := newServer(t)
+	initdb := exec.Command(filepath.Join(s.bin, "initdb"), "-D", s.data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
+	if out, err := initdb.CombinedOutput(); err != nil {
+		t.Fatalf("pgtest: initdb: %v\n%s", err, out)
+	}
+	if err := s.configure(cfg); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	s.launch()
+	if cfg.user != "" {
+		s.Exec(fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD %s", pgx.Identifier{cfg.user}.Sanitize(), quoteLiteral(cfg.password)))
+		s.Exec(fmt.Sprintf("GRANT CREATE ON DATABASE postgres TO %s", pgx.Identifier{cfg.user}.Sanitize()))
+	}
+	return s
+}
+
+// newServer makes the directories of a Server, removed by the test's
+// clean-up: an empty data directory, owned by the user the server runs
+// as. It skips t (fails it under SIMBA_REQUIRE_SERVERS=1) when PostgreSQL
+// is not installed.
+func newServer(t testing.TB) *Server {
+	t.Helper()
 	bin := bindir()
 	if bin == "" {
 		if os.Getenv(EnvRequire) == "1" {
 			t.Fatalf("pgtest: PostgreSQL is not installed (no initdb) and %s=1: install Debian's postgresql package", EnvRequire)
 		}
 		t.Skip("pgtest: PostgreSQL is not installed (no initdb): install Debian's postgresql package")
-	}
-	var cfg serverConfig
-	for _, o := range opts {
-		o(&cfg)
 	}
 	s := &Server{t: t, bin: bin}
 	dir, err := os.MkdirTemp("", "simba-pgtest-")
@@ -141,34 +164,30 @@ func StartServer(t testing.TB, opts ...ServerOption) *Server {
 			t.Fatalf("pgtest: %v", err)
 		}
 	}
-	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", s.data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
-	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
-	if out, err := initdb.CombinedOutput(); err != nil {
-		t.Fatalf("pgtest: initdb: %v\n%s", err, out)
-	}
-	if err := s.configure(cfg); err != nil {
-		t.Fatalf("pgtest: %v", err)
-	}
-	t.Cleanup(s.kill)
+	return s
+}
+
+// launch starts the server of a new data directory on a free port (trying
+// three), failing the test if it does not start; the test's clean-up
+// kills it.
+func (s *Server) launch() {
+	s.t.Helper()
+	s.t.Cleanup(s.kill)
 	for attempt := 1; ; attempt++ {
+		var err error
 		s.port, err = freePort()
 		if err != nil {
-			t.Fatalf("pgtest: %v", err)
+			s.t.Fatalf("pgtest: %v", err)
 		}
 		err = s.start()
 		if err == nil {
-			break
+			return
 		}
 		s.kill()
 		if attempt == 3 {
-			t.Fatalf("pgtest: the server did not start: %v", err)
+			s.t.Fatalf("pgtest: the server did not start: %v", err)
 		}
 	}
-	if cfg.user != "" {
-		s.Exec(fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD %s", pgx.Identifier{cfg.user}.Sanitize(), quoteLiteral(cfg.password)))
-		s.Exec(fmt.Sprintf("GRANT CREATE ON DATABASE postgres TO %s", pgx.Identifier{cfg.user}.Sanitize()))
-	}
-	return s
 }
 
 // configure writes, into the new cluster, what the options ask for: the
@@ -180,6 +199,7 @@ func (s *Server) configure(cfg serverConfig) error {
 	if cfg.user != "" {
 		hba := "# pgtest.WithPasswordUser: the tests' own superuser is trusted, everyone else gives a password\n" +
 			"host all postgres 127.0.0.1/32 trust\n" +
+			"host replication postgres 127.0.0.1/32 trust\n" +
 			"host all all 127.0.0.1/32 scram-sha-256\n"
 		if err := s.writeFile("pg_hba.conf", []byte(hba), 0o600); err != nil {
 			return err
@@ -349,14 +369,30 @@ func (s *Server) signalAll(sig syscall.Signal) error {
 	if s.cmd == nil {
 		return errors.New("pgtest: the server is not running")
 	}
-	pid := s.cmd.Process.Pid
 	if err := sigstop.Signal(s.cmd.Process, sig); err != nil {
 		return err
 	}
-	procs, err := filepath.Glob("/proc/[0-9]*/stat")
+	children, err := s.children()
 	if err != nil {
 		return err
 	}
+	for _, child := range children {
+		if err := sigstop.Kill(child, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("signalling process %d of the server: %w", child, err)
+		}
+	}
+	return nil
+}
+
+// children returns the process ids of the postmaster's children, as /proc
+// lists them.
+func (s *Server) children() ([]int, error) {
+	pid := strconv.Itoa(s.cmd.Process.Pid)
+	procs, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil {
+		return nil, err
+	}
+	var children []int
 	for _, p := range procs {
 		b, err := os.ReadFile(p)
 		if err != nil {
@@ -365,18 +401,52 @@ func (s *Server) signalAll(sig syscall.Signal) error {
 		// pid (comm) state ppid ...; comm may hold spaces and parentheses.
 		i := strings.LastIndexByte(string(b), ')')
 		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 2 || f[1] != strconv.Itoa(pid) {
+		if len(f) < 2 || f[1] != pid {
 			continue
 		}
 		child, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
 		if err != nil {
 			continue
 		}
-		if err := sigstop.Kill(child, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-			return fmt.Errorf("signalling process %d of the server: %w", child, err)
+		children = append(children, child)
+	}
+	return children, nil
+}
+
+// Kill crashes the server: every process of it is stopped (as by Pause,
+// so that the postmaster starts no other and its children stay its own),
+// then killed with SIGKILL, as a machine that loses power. Nothing is
+// flushed or written at the end, connections die without a word, and the
+// server may be started again ([Server.Start]), recovering from its WAL:
+// without what it had not written to its WAL, such as commits
+// acknowledged under synchronous_commit=off, which a Server of
+// [StartServer] runs with unless [StartStandby] turned it on. (fsync is
+// off: what is written survives a crash of the server, not of the
+// machine.) It fails the test if the server does
+// not run, or has not exited within 30 seconds.
+func (s *Server) Kill() {
+	s.t.Helper()
+	if err := s.signalAll(syscall.SIGSTOP); err != nil {
+		s.t.Fatalf("pgtest: stopping the server's processes before killing them: %v", err)
+	}
+	children, err := s.children()
+	if err != nil {
+		s.t.Fatalf("pgtest: listing the server's processes: %v", err)
+	}
+	for _, child := range children {
+		if err := syscall.Kill(child, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			s.t.Fatalf("pgtest: killing process %d of the server: %v", child, err)
 		}
 	}
-	return nil
+	if err := s.signal(syscall.SIGKILL); err != nil {
+		s.t.Fatalf("pgtest: killing the server: %v", err)
+	}
+	select {
+	case <-s.exited:
+		s.cmd = nil
+	case <-time.After(waitServer):
+		s.t.Fatalf("pgtest: the server killed did not exit within %v", waitServer)
+	}
 }
 
 // Stop shuts the server down fast (SIGINT: sessions are ended, in-flight
