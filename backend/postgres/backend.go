@@ -45,7 +45,8 @@ type Backend struct {
 
 	hub *hub
 
-	clock dbClock // the database's clock as this client's confirms it
+	clock     dbClock   // the database's clock as this client's confirms it
+	timelines timelines // the highest timeline seen (timeline.go)
 
 	closeOnce sync.Once
 	wg        sync.WaitGroup
@@ -256,6 +257,7 @@ func (b *Backend) prepare(ctx context.Context) error {
 	}
 	b.ready = true
 	b.hub.start()
+	b.warnAsyncStandbys(ctx)
 	return nil
 }
 
@@ -293,8 +295,8 @@ func (b *Backend) Open(ctx context.Context, o backend.SessionOptions) (backend.S
 	}
 	start := time.Now()
 	var (
-		id int64
-		db time.Time
+		id, tl int64
+		db     time.Time
 	)
 	// The statement also deletes a few expired sessions (with their
 	// candidacies and members), skipping rows another statement locks,
@@ -302,19 +304,34 @@ func (b *Backend) Open(ctx context.Context, o backend.SessionOptions) (backend.S
 	v, c, a := guardArgs(b.clock.guard(start))
 	err := b.pool.QueryRow(ctx, `WITH gc AS (DELETE FROM `+b.q+`.sessions WHERE id IN (
 			SELECT id FROM `+b.q+`.sessions x WHERE `+expiredGuardSQL("x", "$2", "$3", "$4")+` LIMIT 8 FOR UPDATE SKIP LOCKED))
-		INSERT INTO `+b.q+`.sessions (ttl, expires_at) VALUES ($1, clock_timestamp() + $1) RETURNING id, clock_timestamp()`, ttl, v, c, a).Scan(&id, &db)
+		INSERT INTO `+b.q+`.sessions (id, ttl, expires_at)
+		VALUES (nextval('`+b.q+`.session_ids') + `+baseSQL()+`, $1, clock_timestamp() + $1) RETURNING id, clock_timestamp(), `+timelineSQL, ttl, v, c, a).Scan(&id, &db, &tl)
 	if err != nil {
 		return nil, b.connErr("opening a session", err)
 	}
-	b.noteClock(start, time.Now(), db)
+	if _, err := b.noteClock("opening a session", start, time.Now(), db, tl); err != nil {
+		return nil, err
+	}
 	return newSession(b, id, ttl, start), nil
 }
 
-// noteClock records a sample of the database's clock (see clock.go) and
-// logs a step.
-func (b *Backend) noteClock(sent, received, db time.Time) {
-	if step := b.clock.note(sent, received, db); step > 0 {
+// noteClock records a sample of the database's clock (see clock.go), read
+// by a statement of op on timeline tl, and logs a step or a change of
+// server. It reports whether the server changed, and refuses a timeline
+// below the highest seen (see timeline.go).
+func (b *Backend) noteClock(op string, sent, received, db time.Time, tl int64) (changed bool, err error) {
+	if err := b.timelines.note(op, tl); err != nil {
+		b.log.Error(err.Error())
+		return false, err
+	}
+	step, changed := b.clock.note(sent, received, db, tl)
+	if step > 0 {
 		b.log.Warn("simba/postgres: the database's clock stepped forward: expired sessions are taken over only once this client's clock confirms their expiry",
 			"step", step.Round(time.Millisecond))
 	}
+	if changed {
+		b.log.Warn("simba/postgres: the server changed (a failover: another timeline): expired sessions are taken over, and leases last granted on an older timeline granted, only once this client's clock has run a TTL plus the margin on the new server",
+			"timeline", tl)
+	}
+	return changed, nil
 }

@@ -70,19 +70,30 @@ type dbClock struct {
 	chainDB  time.Time // and the database's time of that sample
 	steps    int       // steps seen
 	lastStep time.Duration
+	tl       int64 // the timeline of the latest sample (see timeline.go)
+	// changed is whether the chain began at a change of server (another
+	// timeline) rather than at the first sample.
+	changed bool
 }
 
 // note records a sample: a statement sent at sent, answered at received,
-// that read the database time db. It reports the step it found, if any
-// (0: the sample agrees with the chain).
-func (k *dbClock) note(sent, received, db time.Time) (step time.Duration) {
+// that read the database time db on timeline tl. It reports the step it
+// found, if any (0: the sample agrees with the chain), and whether the
+// sample came from another server than the last (another timeline): the
+// chain then starts anew, as after a step, since the new server's clock
+// and rows vouch for nothing the old one's did.
+func (k *dbClock) note(sent, received, db time.Time, tl int64) (step time.Duration, changed bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if !k.have {
-		k.have = true
-		k.sent, k.db = sent, db
-		k.chainAt, k.chainDB = received, db
-		return 0
+	if !k.have || tl != k.tl {
+		changed = k.have && !plant.Is(plant.KeepChainOnFailover)
+		if !k.have || changed {
+			k.sent, k.db = sent, db
+			k.chainAt, k.chainDB = received, db
+			k.changed = changed
+		}
+		k.have, k.tl = true, tl
+		return 0, changed
 	}
 	// The database's time between the two executions is at most the
 	// monotonic time from the baseline's sending to this receipt.
@@ -93,12 +104,23 @@ func (k *dbClock) note(sent, received, db time.Time) (step time.Duration) {
 		k.lastStep = ahead
 		k.sent, k.db = sent, db
 		k.chainAt, k.chainDB = received, db
-		return ahead
+		return ahead, false
 	}
 	if sent.After(k.sent) {
 		k.sent, k.db = sent, db
 	}
-	return 0
+	return 0, false
+}
+
+// chainAge is how long ago, on the monotonic clock, the chain began, and
+// whether it began at a change of server.
+func (k *dbClock) chainAge(now time.Time) (age time.Duration, changed bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.have {
+		return 0, false
+	}
+	return now.Sub(k.chainAt), k.changed
 }
 
 // guard returns the arguments of a DELETE of expired sessions for a

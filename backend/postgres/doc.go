@@ -219,17 +219,7 @@
 //     terms may overlap), or a counter bump (the next candidacy gets a
 //     token again that a holder has already used). Do not run this
 //     backend's schema with it off; it can be set per database or role.
-//   - A failover to an asynchronous standby has the same two losses, on a
-//     larger scale: the standby may lack the last renewals, releases and
-//     token counters the primary committed. Tokens stay strictly
-//     increasing, and terms stay disjoint, only when every transaction
-//     the primary acknowledged is on the standby that is promoted:
-//     synchronous replication (synchronous_standby_names naming the
-//     standbys, synchronous_commit = on or remote_apply) and promotion of
-//     a synchronous standby only (for example Patroni's synchronous_mode,
-//     with synchronous_mode_strict so that the primary stops acknowledging
-//     commits rather than fall back to asynchronous when no standby
-//     answers).
+//   - A failover to a standby (see "Replication and failover" below).
 //   - The clock: expiry uses the clock of the server that runs the
 //     statement. After a failover the new primary's clock takes over, so
 //     its offset from the old primary's adds to the error the drift margin
@@ -260,6 +250,52 @@
 //     the drift margin covers them. Still, keep steps off the database
 //     server (chrony's makestep only at boot, ntpd -x): every step ends
 //     every session.
+//
+// # Replication and failover
+//
+// A promoted standby starts a new timeline, and this backend qualifies by
+// it whatever must never repeat (see timeline.go): a name's token counter
+// moves to at least (timeline − 1) << 32, and session ids and record
+// versions are offset by the same, so the first token granted after a
+// failover is above every token of the old primary, whatever commits the
+// standby missed. Every statement that reads the database's clock reads
+// the timeline too, and:
+//
+//   - a server on a timeline below one this Backend has seen (an old
+//     primary back, a client sent to it) is refused: no grant, no renewal;
+//   - a change of timeline restarts the client's chain of clock readings,
+//     so an expired session on the new server is taken over only once the
+//     client's own clock vouches for it (the new server's copy of a
+//     holder's row may predate renewals the holder counted on);
+//   - a grant is held back for 1.1 × the TTL (a TTL plus the default
+//     drift margin) after the client first heard from a new server, and,
+//     for a client started after the failover, while the name was last
+//     granted on an older timeline: a holder whose candidacy the standby
+//     lost keeps its term until then by its own clock, so the hold assumes
+//     that clients of one lease use the same TTL (a longer TTL elsewhere
+//     needs a longer hold: configure them alike);
+//   - the first renewal on a new timeline reads the session's candidacies,
+//     and a holding whose candidacy the new server lost ends at once.
+//
+// What each replication mode guarantees:
+//
+//   - Synchronous replication (synchronous_standby_names naming the
+//     standbys, synchronous_commit on or remote_apply, and promotion of a
+//     synchronous standby only, as Patroni's synchronous_mode with
+//     synchronous_mode_strict does): nothing acknowledged is lost; the
+//     guards above cost only the hold after a server change.
+//   - Asynchronous replication (the default of most tools): the standby
+//     may miss the last commits; the guards above keep tokens strictly
+//     increasing and terms disjoint, at a cost: a crash fail-over after a
+//     server change waits up to 1.1 × TTL longer. [Backend] logs a warning
+//     at its first use when the server replicates asynchronously.
+//
+// A new client that never saw the old timeline, granted a name that was
+// first granted on the old primary in its last moments and never reached
+// the standby, is held back too (the name's counter shows no grant on the
+// new timeline). One case is not covered: when the first client to ask
+// for a name after a failover gives up before its hold ends, a client
+// behind it is granted without one.
 //
 // # Schema
 //

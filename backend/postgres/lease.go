@@ -13,6 +13,7 @@ import (
 	"github.com/simba-go/simba/backend/kit/candidacy"
 	"github.com/simba-go/simba/backend/kit/limit"
 	"github.com/simba-go/simba/backend/kit/wake"
+	"github.com/simba-go/simba/internal/plant"
 )
 
 // queue is the session's side of Acquire and Release (see
@@ -37,14 +38,20 @@ func (s queue) Changed(string) { wake.Poke(s.check) }
 func (s queue) Register(ctx context.Context, name string) (uint64, error) {
 	op := fmt.Sprintf("acquire %q", name)
 	q := s.b.q
-	var token int64
+	var (
+		token, tl int64
+		prev      *int64
+		db        time.Time
+	)
+	sent := time.Now()
 	err := s.b.queryRow(ctx, s.ctx, `WITH alive AS (
 			SELECT id FROM `+q+`.sessions WHERE id = $2 AND expires_at > clock_timestamp() FOR KEY SHARE),
 		old AS (DELETE FROM `+q+`.candidacies WHERE name = $1 AND session = $2 AND EXISTS (SELECT 1 FROM alive)),
-		bump AS (INSERT INTO `+q+`.lease_names AS l (name, last) SELECT $1, 1 FROM alive
-			ON CONFLICT (name) DO UPDATE SET last = l.last + 1 RETURNING last)
-		INSERT INTO `+q+`.candidacies (name, token, session) SELECT $1, last, $2 FROM bump RETURNING token`,
-		name, s.id).Scan(&token)
+		bump AS (INSERT INTO `+q+`.lease_names AS l (name, last) SELECT $1, GREATEST(1, `+baseSQL()+`) FROM alive
+			ON CONFLICT (name) DO UPDATE SET last = GREATEST(l.last + 1, `+baseSQL()+`) RETURNING last),
+		ins AS (INSERT INTO `+q+`.candidacies (name, token, session) SELECT $1, last, $2 FROM bump RETURNING token)
+		SELECT token, (SELECT last FROM `+q+`.lease_names WHERE name = $1), clock_timestamp(), `+timelineSQL+` FROM ins`,
+		name, s.id).Scan(&token, &prev, &db, &tl)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, s.doneErr(op)
 	}
@@ -54,6 +61,22 @@ func (s queue) Register(ctx context.Context, name string) (uint64, error) {
 			s.withdrawAll(name)
 		}
 		return 0, s.fail(ctx, op, err)
+	}
+	if _, err := s.b.noteClock(op, sent, time.Now(), db, tl); err != nil {
+		s.withdrawAll(name)
+		return 0, err
+	}
+	// prev is the name's counter in the statement's snapshot, before the
+	// bump (or a later one, which only makes this more careful): the
+	// timeline the name was last granted on, or none.
+	last := int64(0)
+	if prev != nil {
+		last = *prev
+	}
+	if tl > 1 && timelineOfToken(last) < tl && !plant.Is(plant.KeepChainOnFailover) {
+		s.mu.Lock()
+		s.older[token] = true // see holdBack
+		s.mu.Unlock()
 	}
 	return uint64(token), nil
 }
@@ -74,8 +97,12 @@ func (s queue) Ahead(ctx context.Context, w *candidacy.Waiter) (time.Duration, e
 		}
 		return 0, err
 	case !mine:
+		s.forget(int64(w.Token))
 		return 0, candidacy.ErrGone
 	case wait < 0:
+		if hold := s.holdBack(int64(w.Token)); hold > 0 {
+			return hold, nil
+		}
 		return -1, nil
 	}
 	d := wait + expiryMargin
@@ -114,6 +141,7 @@ func (s *session) ahead(ctx context.Context, name string, token int64) (mine, al
 	var (
 		left *float64
 		db   time.Time
+		tl   int64
 	)
 	sent := time.Now()
 	v, c, a := guardArgs(s.b.clock.guard(sent))
@@ -129,12 +157,14 @@ func (s *session) ahead(ctx context.Context, name string, token int64) (mine, al
 				FROM `+q+`.candidacies c JOIN `+q+`.sessions x ON x.id = c.session
 				WHERE c.name = $1 AND c.token < $2
 				AND x.id NOT IN (SELECT id FROM gone)),
-			clock_timestamp()`,
-		name, token, s.id, v, c, a).Scan(&alive, &mine, &left, &db)
+			clock_timestamp(), `+timelineSQL,
+		name, token, s.id, v, c, a).Scan(&alive, &mine, &left, &db, &tl)
 	if err != nil {
 		return false, false, 0, err
 	}
-	s.b.noteClock(sent, time.Now(), db)
+	if _, err := s.b.noteClock(fmt.Sprintf("acquire %q", name), sent, time.Now(), db, tl); err != nil {
+		return false, false, 0, candidacy.Final(err)
+	}
 	if left == nil {
 		return mine, alive, -1, nil
 	}
@@ -145,6 +175,7 @@ func (s *session) ahead(ctx context.Context, name string, token int64) (mine, al
 // now or, when the server cannot be reached, in the background until it
 // can or the session is over.
 func (s queue) Withdraw(name string, token uint64) {
+	s.forget(int64(token))
 	s.retry(fmt.Sprintf("withdrawing the candidacy %q/%d", name, token), func(ctx context.Context) error {
 		_, err := s.b.exec(ctx, s.ctx, "DELETE FROM "+s.b.q+".candidacies WHERE name = $1 AND token = $2 AND session = $3", name, int64(token), s.id)
 		return err
@@ -259,7 +290,7 @@ func (s queue) Release(ctx context.Context, h *candidacy.Holding, op string, rec
 		}
 		batch := &pgx.Batch{}
 		for _, r := range records {
-			batch.Queue(`INSERT INTO `+q+`.records AS r (key, value, version, token) VALUES ($1, $2, nextval('`+q+`.record_versions'), $3)
+			batch.Queue(`INSERT INTO `+q+`.records AS r (key, value, version, token) VALUES ($1, $2, nextval('`+q+`.record_versions') + `+baseSQL()+`, $3)
 				ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, version = EXCLUDED.version, token = EXCLUDED.token
 				WHERE r.token <= EXCLUDED.token`, r.Key, nonNil(r.Value), token)
 		}

@@ -139,7 +139,7 @@ func (s *session) PutRecord(ctx context.Context, key string, value []byte, cond 
 	}
 	q := s.b.q
 	fence, fenced := fenceSQL(q, "$3", "$4", "$5")
-	seq := "nextval('" + q + ".record_versions')"
+	seq := "(nextval('" + q + ".record_versions') + " + baseSQL() + ")"
 	var write string
 	args := []any{key, nonNil(value), int64(cond.Token), cond.Lease, s.id}
 	switch {

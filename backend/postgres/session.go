@@ -45,13 +45,16 @@ type session struct {
 	ttl      time.Duration
 	deadline time.Time // start of the last successful renewal (or Open) + ttl
 	deleting bool      // deleteAtDeadline has run
+	// older are the candidacies (by token) of names last granted on an
+	// older timeline: their grant is held back (see holdBack).
+	older map[int64]bool
 }
 
 func newSession(b *Backend, id int64, ttl time.Duration, start time.Time) *session {
 	s := &session{
 		b: b, id: id, sid: strconv.FormatInt(id, 10),
 		check: make(chan struct{}, 1), renew: make(chan struct{}, 1),
-		ttl: ttl, deadline: start.Add(ttl),
+		ttl: ttl, deadline: start.Add(ttl), older: map[int64]bool{},
 	}
 	s.Session = candidacy.New(b.ctx, candidacy.Config{
 		Prefix: "simba/postgres", ID: s.sid, Logger: b.log, WaitGroup: &b.wg, TTL: s.TTL,
@@ -108,8 +111,9 @@ func (s *session) KeepAlive(ctx context.Context) (time.Duration, error) {
 	var (
 		ttl time.Duration
 		db  time.Time
+		tl  int64
 	)
-	err := s.b.pool.QueryRow(ctx, "UPDATE "+s.b.q+".sessions SET expires_at = clock_timestamp() + ttl WHERE id = $1 AND expires_at > clock_timestamp() RETURNING ttl, clock_timestamp()", s.id).Scan(&ttl, &db)
+	err := s.b.pool.QueryRow(ctx, "UPDATE "+s.b.q+".sessions SET expires_at = clock_timestamp() + ttl WHERE id = $1 AND expires_at > clock_timestamp() RETURNING ttl, clock_timestamp(), "+timelineSQL, s.id).Scan(&ttl, &db, &tl)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The UPDATE took the row's lock (none: the row is gone): this
 		// expiry is final, whatever clearExpired finds.
@@ -119,7 +123,16 @@ func (s *session) KeepAlive(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, s.fail(ctx, op, err)
 	}
-	s.b.noteClock(start, time.Now(), db)
+	changed, err := s.b.noteClock(op, start, time.Now(), db, tl)
+	if err != nil {
+		return 0, err // an old primary: no renewal counts there
+	}
+	if changed {
+		// The first renewal on a new server: the monitor reads the
+		// session's candidacies, and a holding whose candidacy the new
+		// server lost ends at once.
+		wake.Poke(s.check)
+	}
 	s.mu.Lock()
 	s.ttl = ttl
 	if d := start.Add(ttl); d.After(s.deadline) {
@@ -293,18 +306,21 @@ func (s *session) look() (time.Duration, error) {
 		left   float64
 		tokens []int64
 		db     time.Time
+		tl     int64
 	)
 	sent := time.Now()
 	err := s.b.pool.QueryRow(ctx, `SELECT EXTRACT(EPOCH FROM x.expires_at - clock_timestamp())::float8,
-		ARRAY(SELECT token FROM `+s.b.q+`.candidacies c WHERE c.session = x.id), clock_timestamp()
-		FROM `+s.b.q+`.sessions x WHERE x.id = $1`, s.id).Scan(&left, &tokens, &db)
+		ARRAY(SELECT token FROM `+s.b.q+`.candidacies c WHERE c.session = x.id), clock_timestamp(), `+timelineSQL+`
+		FROM `+s.b.q+`.sessions x WHERE x.id = $1`, s.id).Scan(&left, &tokens, &db, &tl)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
 	}
 	if err != nil {
 		return 0, err
 	}
-	s.b.noteClock(sent, time.Now(), db)
+	if _, err := s.b.noteClock("reading the session", sent, time.Now(), db, tl); err != nil {
+		return 0, err
+	}
 	if left <= 0 {
 		return 0, nil
 	}
@@ -318,3 +334,36 @@ func (s *session) look() (time.Duration, error) {
 
 // lookTimeout bounds a read of the monitor's.
 const lookTimeout = 10 * time.Second
+
+// holdBack is how long the grant of the candidacy token must still wait
+// (0: none): trustFactor × the TTL after this client first heard from the
+// server, when that was a change of server (a failover) or the name was
+// last granted on an older timeline (a client that started after the
+// failover). The holder of a term granted on the old primary, whose
+// candidacy the new one may have lost, keeps its term until then by its
+// own clock, if its TTL is at most this session's (see "Failover to a
+// standby" in timeline.go).
+func (s *session) holdBack(token int64) time.Duration {
+	s.mu.Lock()
+	older, ttl := s.older[token], s.ttl
+	s.mu.Unlock()
+	age, changed := s.b.clock.chainAge(time.Now())
+	if plant.Is(plant.KeepChainOnFailover) || !older && !changed {
+		s.forget(token)
+		return 0
+	}
+	hold := time.Duration(float64(ttl)*trustFactor) - age
+	if hold <= 0 {
+		s.forget(token)
+		return 0
+	}
+	s.b.log.Info("simba/postgres: a grant held back after a failover", "session", s.sid, "token", token, "for", hold.Round(time.Millisecond))
+	return hold + expiryMargin
+}
+
+// forget drops what holdBack keeps of the candidacy token.
+func (s *session) forget(token int64) {
+	s.mu.Lock()
+	delete(s.older, token)
+	s.mu.Unlock()
+}

@@ -45,19 +45,36 @@ const (
 	// the database's wall clock not to step forward (its behaviour before
 	// the step guard of backend/postgres/clock.go).
 	TrustDBClock
+	// EtcdTrustRevision: the etcd backend trusts every response it gets,
+	// without checking that the cluster's revision never goes below one it
+	// saw nor its cluster ID changes (a cluster restored from a backup
+	// without --bump-revision hands out smaller tokens then).
+	EtcdTrustRevision
+	// UntimedTokens: the PostgreSQL backend's tokens, session ids and
+	// record versions are not qualified by the server's timeline (its
+	// behaviour before backend/postgres/timeline.go): a failover to a
+	// standby that missed the last commits hands them out again.
+	UntimedTokens
+	// KeepChainOnFailover: the PostgreSQL backend's chain of clock samples
+	// runs straight through a change of server, and grants are not held
+	// back after one (see backend/postgres/timeline.go).
+	KeepChainOnFailover
 )
 
 // ValidLateBy is how long Term.Valid lies under ValidLate.
 const ValidLateBy = 500_000_000 // 500 ms, in nanoseconds
 
 var names = map[string]Bug{
-	"deadline-from-reply": DeadlineFromReply,
-	"no-margin":           NoMargin,
-	"requested-ttl":       RequestedTTL,
-	"valid-late":          ValidLate,
-	"release-before-exit": ReleaseBeforeExit,
-	"deadline-timer-dead": DeadlineTimerDead,
-	"trust-db-clock":      TrustDBClock,
+	"deadline-from-reply":    DeadlineFromReply,
+	"no-margin":              NoMargin,
+	"requested-ttl":          RequestedTTL,
+	"valid-late":             ValidLate,
+	"release-before-exit":    ReleaseBeforeExit,
+	"deadline-timer-dead":    DeadlineTimerDead,
+	"trust-db-clock":         TrustDBClock,
+	"etcd-trust-revision":    EtcdTrustRevision,
+	"untimed-tokens":         UntimedTokens,
+	"keep-chain-on-failover": KeepChainOnFailover,
 }
 
 // EnvVar names the bug that ForRun plants for a whole test run.

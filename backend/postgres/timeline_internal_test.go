@@ -1,0 +1,69 @@
+package postgres
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// A timeline below the highest seen is refused, and the highest is kept.
+func TestTimelinesRefuseALowerOne(t *testing.T) {
+	var tls timelines
+	for _, tl := range []int64{1, 1, 2, 3} {
+		if err := tls.note("op", tl); err != nil {
+			t.Fatalf("timeline %d after the ones before: %v", tl, err)
+		}
+	}
+	err := tls.note("keep-alive", 2)
+	if err == nil || !strings.Contains(err.Error(), "simba/postgres: keep-alive: the server is on timeline 2, below timeline 3 seen before") {
+		t.Fatalf("timeline 2 after 3: %v, want a refusal", err)
+	}
+	if err := tls.note("op", 3); err != nil {
+		t.Fatalf("timeline 3 again: %v", err)
+	}
+}
+
+// Tokens below 2³² are of timeline 1; each later timeline's range starts
+// at (timeline − 1) << 32.
+func TestTimelineOfToken(t *testing.T) {
+	for token, want := range map[int64]int64{0: 1, 1: 1, 1<<32 - 1: 1, 1 << 32: 2, 1<<32 + 7: 2, 2 << 32: 3} {
+		if got := timelineOfToken(token); got != want {
+			t.Errorf("timelineOfToken(%d) = %d, want %d", token, got, want)
+		}
+	}
+}
+
+// A sample from another timeline restarts the chain of clock samples,
+// even when the new server's clock agrees with the old one's (the case
+// that let a waiter delete a holder's session right after a failover).
+func TestClockChainRestartsOnANewServer(t *testing.T) {
+	var k dbClock
+	t0 := time.Now()
+	db0 := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) (time.Time, time.Time, time.Time) {
+		return t0.Add(d), t0.Add(d + time.Millisecond), db0.Add(d)
+	}
+	sent, recv, db := at(0)
+	if step, changed := k.note(sent, recv, db, 1); step != 0 || changed {
+		t.Fatalf("first sample: step %v, changed %v", step, changed)
+	}
+	sent, recv, db = at(5 * time.Second)
+	if step, changed := k.note(sent, recv, db, 1); step != 0 || changed {
+		t.Fatalf("an agreeing sample: step %v, changed %v", step, changed)
+	}
+	if age, changed := k.chainAge(t0.Add(10 * time.Second)); age < 9*time.Second || changed {
+		t.Fatalf("chain of one server: age %v, changed %v; want about 10s, false", age, changed)
+	}
+	sent, recv, db = at(6 * time.Second) // the new server's clock agrees
+	if step, changed := k.note(sent, recv, db, 2); step != 0 || !changed {
+		t.Fatalf("a sample from timeline 2: step %v, changed %v; want a change", step, changed)
+	}
+	age, changed := k.chainAge(t0.Add(7 * time.Second))
+	if age > time.Second || !changed {
+		t.Fatalf("after the change: chain age %v, changed %v; want under 1s, true", age, changed)
+	}
+	_, chainDB, _ := k.guard(t0.Add(7 * time.Second))
+	if !chainDB.Equal(db) {
+		t.Fatalf("the chain's first database time %v, want the new server's first sample %v", chainDB, db)
+	}
+}
