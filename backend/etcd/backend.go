@@ -47,6 +47,8 @@ type Backend struct {
 	mu       sync.Mutex
 	closed   bool
 	sessions map[*session]struct{} // live sessions
+
+	hist history // the highest revision and the cluster ID seen
 }
 
 // Option configures a [Backend]. Options refuse bad values: [New] and
@@ -277,9 +279,8 @@ func configure(opts []Option) (config, error) {
 
 func newBackend(cli *clientv3.Client, owned bool, cfg config) *Backend {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Backend{
+	b := &Backend{
 		cli:      cli,
-		kv:       newLimitedKV(cli.KV, cfg.lim),
 		owned:    owned,
 		prefix:   cfg.prefix,
 		log:      cfg.logger,
@@ -287,6 +288,8 @@ func newBackend(cli *clientv3.Client, owned bool, cfg config) *Backend {
 		cancel:   cancel,
 		sessions: make(map[*session]struct{}),
 	}
+	b.kv = newLimitedKV(checkedKV{KV: cli.KV, b: b}, cfg.lim)
+	return b
 }
 
 // Client returns the etcd client the backend uses.
@@ -305,7 +308,9 @@ func (b *Backend) Prefix() string { return b.prefix }
 // ctx.Err(), saying whether the client was connected, and leaves at most a
 // lease with no keys, which expires by itself within its TTL. After
 // [Backend.Close], or once the client is closed, it returns an error wrapping
-// [backend.ErrClosed].
+// [backend.ErrClosed]. Once the backend found the cluster restored from a
+// backup or replaced, it returns an error wrapping [ErrRestored] (see "etcd
+// restored from a backup" in the package documentation).
 func (b *Backend) Open(ctx context.Context, o backend.SessionOptions) (backend.Session, error) {
 	if o.TTL <= 0 {
 		return nil, fmt.Errorf("simba/etcd: open: invalid TTL %v: must be positive", o.TTL)
@@ -316,10 +321,14 @@ func (b *Backend) Open(ctx context.Context, o backend.SessionOptions) (backend.S
 	if b.cli.Ctx().Err() != nil {
 		return nil, fmt.Errorf("simba/etcd: open: etcd client closed: %w", backend.ErrClosed)
 	}
+	if err := b.refusal(); err != nil {
+		return nil, fmt.Errorf("simba/etcd: open: %w", err)
+	}
 	seconds := int64((o.TTL + time.Second - 1) / time.Second) // never round down
 	cctx, cancel := bindTo(ctx, b.ctx)
 	defer cancel()
 
+	floor := b.floor()
 	grant, err := b.cli.Grant(cctx, seconds)
 	if err == nil && grant.Error != "" {
 		err = errors.New(grant.Error)
@@ -327,14 +336,21 @@ func (b *Backend) Open(ctx context.Context, o backend.SessionOptions) (backend.S
 	if err != nil {
 		return nil, b.openError(ctx, "grant a lease", err)
 	}
+	if _, err := b.observe(grant.ResponseHeader, floor, true); err != nil {
+		b.revokeAbandoned(grant.ID)
+		return nil, fmt.Errorf("simba/etcd: open: %w", err)
+	}
 	if grant.TTL <= 0 {
 		return nil, fmt.Errorf("simba/etcd: open: etcd granted lease %x a TTL of %ds", grant.ID, grant.TTL)
 	}
 	s := newSession(b, grant.ID, time.Duration(grant.TTL)*time.Second)
-	put, err := b.cli.Put(cctx, s.key, "0", clientv3.WithLease(grant.ID)) // epoch 0
+	put, err := b.kv.KV.Put(cctx, s.key, "0", clientv3.WithLease(grant.ID)) // epoch 0
 	if err != nil {
 		s.end(errAbandoned)
 		b.revokeAbandoned(grant.ID)
+		if errors.Is(err, ErrRestored) {
+			return nil, fmt.Errorf("simba/etcd: open: %w", err)
+		}
 		return nil, b.openError(ctx, "write the session key", err)
 	}
 	if !b.register(s) {

@@ -94,8 +94,9 @@
 // is the candidacy's create revision. Tokens strictly increase: a
 // candidacy holds only once every candidacy created before it is gone, and
 // every candidacy created after a holding began has a larger create
-// revision (etcd's revisions only grow, across leaders and restarts), so
-// the holdings' tokens grow in the order the holdings begin. Release
+// revision (etcd's revisions only grow, across leaders and restarts, but
+// not across a restore from a backup: see below), so the holdings' tokens
+// grow in the order the holdings begin. Release
 // deletes the candidacy key by a transaction conditional on its create
 // revision, so it never frees a newer candidacy, and returns
 // [backend.ErrNotHeld] when the compare fails. If the session has a
@@ -242,13 +243,61 @@
 // writes with "too many requests" (more than 5,000 proposals waiting to be
 // applied); bounded, the same burst saw renewals of milliseconds.
 //
+// # etcd restored from a backup
+//
+// A cluster restored from a snapshot without etcdutl's --bump-revision
+// goes back in time (etcd#16028): it counts revisions on from the
+// snapshot's, so new candidacies get tokens at or below tokens already
+// handed out. A fence that saw the higher ones refuses the new holders'
+// writes until the revisions pass them; one that did not sees tokens
+// repeat.
+//
+// A Backend remembers the highest revision of its ordered responses
+// (writes, lease grants and linearizable reads: it makes no serializable
+// read), which come after every response received before them whichever
+// member answers, and the cluster ID of its first response. An ordered
+// response below that revision, or any response from another cluster ID,
+// shows the cluster restored or replaced, and the Backend refuses for
+// good: every session ends, so its holdings are lost and simba revokes
+// their terms; no lease is granted; the calls of its sessions fail with
+// errors wrapping [ErrRestored] and [backend.ErrSessionDone], and Open
+// with errors wrapping [ErrRestored], naming the revisions or the cluster
+// IDs. Keep-alives and watch events carry the revision of the member that
+// answers, which may lag behind the others: their cluster ID is checked,
+// and a keep-alive below the highest revision is checked again by an
+// ordered read.
+//
+// What this cannot catch:
+//   - A Backend created after the restore (a process started or restarted
+//     then) never saw the revisions taken back, and a snapshot is a
+//     consistent past state: nothing in it tells. A record the backend
+//     kept under the prefix (the highest token granted, say) would be
+//     restored with the snapshot, and tell nothing either, so none is kept.
+//     Such a Backend is granted tokens that repeat ones already handed out.
+//   - A Backend that sends no ordered request and no keep-alive between the
+//     restore and the moment the restored cluster's revision passes the
+//     highest it saw: a waiting Acquire's watch, which resumes at its next
+//     revision, may then take events of the restored cluster for news.
+//
+// So restore with etcdutl snapshot restore --bump-revision N
+// --mark-compacted, N larger than the revisions written since the snapshot
+// (etcd's documentation suggests 1,000,000,000), with the same
+// --initial-cluster and --initial-cluster-token, so that the cluster ID
+// stays; revisions then go on above every token handed out, and the
+// watches of running clients break (compacted) and read again. A Backend
+// that refused stays refusing: restart its process (a new Backend) once
+// the cluster is trusted. TestRestoreWithoutBumpRefused shows the refusal
+// on a restore that replaces the server's data directory with a copy taken
+// earlier.
+//
 // # Errors
 //
 // Errors are prefixed "simba/etcd: " and wrap the sentinel errors of package
 // backend where its contract says so: [backend.ErrSessionDone] once a session
 // is over (etcd's "lease not found" ends it), [backend.ErrNotHeld] from
 // Release, [backend.ErrClosed] from Open after [Backend.Close] or once the
-// client is closed. When Open's ctx ends while the client is not connected,
+// client is closed, [ErrRestored] from every call once the cluster went
+// back in time or was replaced (above). When Open's ctx ends while the client is not connected,
 // the error says so, with the endpoints and the connection's state. Any other
 // error is transient.
 //

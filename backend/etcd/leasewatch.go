@@ -359,6 +359,9 @@ func (s *session) dispatch(base string, wch clientv3.WatchChan) {
 		if resp.Err() != nil {
 			return
 		}
+		if _, err := s.b.observe(resp.Header, 0, false); err != nil {
+			return // the session is over
+		}
 		w.mu.Lock()
 		for _, ev := range resp.Events {
 			key := string(ev.Kv.Key)

@@ -87,14 +87,29 @@ func (s *session) Done() <-chan struct{} { return s.ctx.Done() }
 // KeepAlive renews the lease once, with a single keep-alive request (not the
 // client's background keep-alive stream), and returns the TTL etcd reports.
 // etcd counts the TTL from the instant it receives the request, which is
-// after the call began, so the TTL holds from the call's start.
+// after the call began, so the TTL holds from the call's start. A reply
+// from another cluster, or one behind the revisions seen that an ordered
+// read confirms, ends the session (see [ErrRestored]).
 func (s *session) KeepAlive(ctx context.Context) (time.Duration, error) {
 	if err := s.overErr("keep-alive"); err != nil {
 		return 0, err
 	}
 	cctx, release := s.bind(ctx)
 	defer release()
+	floor := s.b.floor()
 	resp, err := s.b.cli.KeepAliveOnce(cctx, s.lease)
+	if err != nil {
+		return 0, s.failure(ctx, "keep-alive", err)
+	}
+	behind, err := s.b.observe(resp.ResponseHeader, floor, false)
+	if behind {
+		// The member that answered may only lag behind the others: an
+		// ordered read tells.
+		_, err = s.b.kv.KV.Get(cctx, s.key, clientv3.WithCountOnly())
+		if err != nil && !errors.Is(err, ErrRestored) {
+			err = nil // no news: the renewal itself succeeded
+		}
+	}
 	if err != nil {
 		return 0, s.failure(ctx, "keep-alive", err)
 	}
@@ -186,7 +201,11 @@ func (s *session) overErr(op string) error {
 
 // doneErr is the error of a call made on a session that is over.
 func (s *session) doneErr(op string) error {
-	return fmt.Errorf("simba/etcd: %s: session %s %v: %w", op, s.id, context.Cause(s.ctx), backend.ErrSessionDone)
+	cause := context.Cause(s.ctx)
+	if errors.Is(cause, ErrRestored) {
+		return fmt.Errorf("simba/etcd: %s: session %s: %w: %w", op, s.id, cause, backend.ErrSessionDone)
+	}
+	return fmt.Errorf("simba/etcd: %s: session %s %v: %w", op, s.id, cause, backend.ErrSessionDone)
 }
 
 // failure turns the error of a request made for the caller's ctx into the
@@ -195,6 +214,9 @@ func (s *session) doneErr(op string) error {
 // transient error.
 func (s *session) failure(ctx context.Context, op string, err error) error {
 	switch {
+	case errors.Is(err, ErrRestored):
+		s.end(err) // ended already by the refusal, with the same cause
+		return s.doneErr(op)
 	case isLeaseNotFound(err):
 		s.end(errExpired)
 		return s.doneErr(op)
@@ -285,6 +307,9 @@ func (s *session) watchKey(ctx context.Context, key string, rev int64, gone func
 			}
 			if err := resp.Err(); err != nil {
 				return false, next, err
+			}
+			if _, err := s.b.observe(resp.Header, 0, false); err != nil {
+				return false, next, err // the session is over
 			}
 			for _, ev := range resp.Events {
 				if gone(ev) {
