@@ -28,8 +28,12 @@ import (
 	"github.com/simba-go/simba/internal/faultproxy"
 )
 
-// Attempts bounds the attempts of [Run].
-const Attempts = 3
+// Attempts bounds the attempts of [Run]. On PostgreSQL about half the
+// first attempts are void (the holder's first renewal through the delay
+// not confirmed in time: 3 of 6 runs on a quiet machine, before and after
+// the timeline change), so three attempts left the test failing about one
+// run in eight; five leave it one in thirty.
+const Attempts = 5
 
 // Timeout bounds the waits of an attempt for a term or a new session.
 const Timeout = 20 * time.Second
