@@ -312,7 +312,7 @@ func (b *Backend) Open(ctx context.Context, o backend.SessionOptions) (backend.S
 	if _, err := b.noteClock("opening a session", start, time.Now(), db, tl); err != nil {
 		return nil, err
 	}
-	return newSession(b, id, ttl, start), nil
+	return newSession(b, id, ttl, start, tl), nil
 }
 
 // noteClock records a sample of the database's clock (see clock.go), read

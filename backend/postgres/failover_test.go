@@ -12,6 +12,7 @@ import (
 	"github.com/simba-go/simba/internal/await"
 	"github.com/simba-go/simba/internal/faultproxy"
 	"github.com/simba-go/simba/internal/pgtest"
+	"github.com/simba-go/simba/internal/termlog"
 )
 
 // failoverNode is a client of a replicated server (pgtest.Pair) through a
@@ -20,6 +21,7 @@ import (
 type failoverNode struct {
 	name string
 	link *faultproxy.Proxy
+	tap  *tap // records the register's accepted writes, for staleWrites
 	c    *simba.Client
 	task *simba.LeaderTask
 }
@@ -36,7 +38,8 @@ func startFailoverNode(t *testing.T, p *pgtest.Pair, log *termLog, name string, 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
-	c, err := simba.New(b, simba.WithTTL(ttl), simba.WithMemberID(name))
+	tp := &tap{Backend: b}
+	c, err := simba.New(tp, simba.WithTTL(ttl), simba.WithMemberID(name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +47,7 @@ func startFailoverNode(t *testing.T, p *pgtest.Pair, log *termLog, name string, 
 		link.Heal()
 		await.For(t, await.Returned(c.Close), closeWait, "client %s: Close did not return", name)
 	})
-	n := &failoverNode{name: name, link: link, c: c}
+	n := &failoverNode{name: name, link: link, tap: tp, c: c}
 	n.start(t, log)
 	return n
 }
@@ -71,14 +74,24 @@ func (n *failoverNode) start(t *testing.T, log *termLog) {
 // keep-chain-on-failover (no hold after a change of server: the waiter is
 // granted at once, and the two terms overlap), untimed-tokens (the
 // waiter's token is not above the holder's: it repeats or goes back).
+//
+// In the fresh-client case the waiter is a client started after the
+// failover, which never saw the old server: the name's counter, last
+// bumped on the old timeline, holds its grant back.
 func TestFailoverZoneLost(t *testing.T) {
-	for _, mode := range []pgtest.Mode{pgtest.Async, pgtest.Sync} {
-		t.Run(mode.String(), func(t *testing.T) { testFailoverZoneLost(t, mode) })
+	for _, tc := range []struct {
+		name  string
+		mode  pgtest.Mode
+		fresh bool
+	}{{"async", pgtest.Async, false}, {"async/fresh-client", pgtest.Async, true}, {"sync", pgtest.Sync, false}} {
+		t.Run(tc.name, func(t *testing.T) { testFailoverZoneLost(t, tc.mode, tc.fresh) })
 	}
 }
 
-func testFailoverZoneLost(t *testing.T, mode pgtest.Mode) {
-	const ttl = 2 * time.Second
+func testFailoverZoneLost(t *testing.T, mode pgtest.Mode, fresh bool) {
+	// Long enough that the holder's term outlasts the failover by seconds:
+	// a waiter granted without a hold overlaps it by as much.
+	const ttl = 4 * time.Second
 	p := pgtest.StartPair(t, mode)
 	log := newTermLog()
 	a := startFailoverNode(t, p, log, "a", ttl)
@@ -99,7 +112,9 @@ func testFailoverZoneLost(t *testing.T, mode pgtest.Mode) {
 	if holder == nil {
 		t.Fatalf("b was not granted the lease within %v of a's stop", opTimeout)
 	}
-	a.start(t, log) // a waits behind b
+	if !fresh {
+		a.start(t, log) // a waits behind b
+	}
 	time.Sleep(ttl / 2)
 
 	// The zone of the primary and of b is lost; the standby is promoted,
@@ -111,22 +126,34 @@ func testFailoverZoneLost(t *testing.T, mode pgtest.Mode) {
 	t.Logf("failed over to the %s standby (timeline %d) %v after b's term %d began",
 		mode, p.Standby.Timeline(), lost.Sub(holder.Term.Start()).Round(time.Millisecond), holder.Term.Token())
 
-	next := log.Next("a", opTimeout+3*ttl)
+	waiter := "a"
+	taps := []*tap{a.tap, b.tap}
+	if fresh {
+		waiter = "c"
+		taps = append(taps, startFailoverNode(t, p, log, "c", ttl).tap)
+	}
+	next := log.Next(waiter, opTimeout+3*ttl)
 	if next == nil {
-		t.Fatalf("a was not granted the lease on the new primary within %v", opTimeout+3*ttl)
+		t.Fatalf("%s was not granted the lease on the new primary within %v", waiter, opTimeout+3*ttl)
 	}
 	gap := next.Term.Start().Sub(holder.Term.Deadline())
-	t.Logf("a's term %d began %v after b's term %d ended by b's clock (%v after the failover)",
-		next.Term.Token(), gap.Round(time.Millisecond), holder.Term.Token(), next.Term.Start().Sub(lost).Round(time.Millisecond))
+	t.Logf("%s's term %d began %v after b's term %d ended by b's clock (%v after the failover)",
+		waiter, next.Term.Token(), gap.Round(time.Millisecond), holder.Term.Token(), next.Term.Start().Sub(lost).Round(time.Millisecond))
 	if gap <= 0 {
-		t.Errorf("a's term %d began %v before b's term %d ended: two valid terms at once", next.Term.Token(), (-gap).Round(time.Millisecond), holder.Term.Token())
+		t.Errorf("%s's term %d began %v before b's term %d ended: two valid terms at once", waiter, next.Term.Token(), (-gap).Round(time.Millisecond), holder.Term.Token())
 	}
 	if next.Term.Token() <= holder.Term.Token() {
-		t.Errorf("a's token %d on the new primary is not above b's %d on the old one", next.Term.Token(), holder.Term.Token())
+		t.Errorf("%s's token %d on the new primary is not above b's %d on the old one", waiter, next.Term.Token(), holder.Term.Token())
 	}
 	for _, err := range log.CheckTerms() {
 		t.Error(err)
 	}
+	time.Sleep(3 * termlog.WriteEvery) // a few writes of the new holder
+	errs, acc, ref := staleWrites(log, taps...)
+	for _, err := range errs {
+		t.Error(err)
+	}
+	t.Logf("register writes: %d accepted, %d refused", acc, ref)
 }
 
 // TestOldPrimaryBackIsRefused: after a failover, the old primary comes

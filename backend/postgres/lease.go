@@ -73,6 +73,7 @@ func (s queue) Register(ctx context.Context, name string) (uint64, error) {
 	if prev != nil {
 		last = *prev
 	}
+	s.registered(token)
 	if tl > 1 && timelineOfToken(last) < tl && !plant.Is(plant.KeepChainOnFailover) {
 		s.mu.Lock()
 		s.older[token] = true // see holdBack
@@ -97,7 +98,7 @@ func (s queue) Ahead(ctx context.Context, w *candidacy.Waiter) (time.Duration, e
 		}
 		return 0, err
 	case !mine:
-		s.forget(int64(w.Token))
+		s.gone(int64(w.Token))
 		return 0, candidacy.ErrGone
 	case wait < 0:
 		if hold := s.holdBack(int64(w.Token)); hold > 0 {
@@ -175,7 +176,7 @@ func (s *session) ahead(ctx context.Context, name string, token int64) (mine, al
 // now or, when the server cannot be reached, in the background until it
 // can or the session is over.
 func (s queue) Withdraw(name string, token uint64) {
-	s.forget(int64(token))
+	s.gone(int64(token))
 	s.retry(fmt.Sprintf("withdrawing the candidacy %q/%d", name, token), func(ctx context.Context) error {
 		_, err := s.b.exec(ctx, s.ctx, "DELETE FROM "+s.b.q+".candidacies WHERE name = $1 AND token = $2 AND session = $3", name, int64(token), s.id)
 		return err
@@ -274,6 +275,7 @@ func (s queue) Release(ctx context.Context, h *candidacy.Holding, op string, rec
 		if err != nil {
 			return false, s.releaseErr(ctx, op, err)
 		}
+		s.gone(token)
 		return tag.RowsAffected() > 0, nil
 	}
 	released := false
@@ -304,6 +306,7 @@ func (s queue) Release(ctx context.Context, h *candidacy.Holding, op string, rec
 	if err != nil {
 		return false, s.releaseErr(ctx, op, err)
 	}
+	s.gone(token)
 	return released, nil
 }
 

@@ -48,13 +48,22 @@ type session struct {
 	// older are the candidacies (by token) of names last granted on an
 	// older timeline: their grant is held back (see holdBack).
 	older map[int64]bool
+	// known are the candidacies (by token) this session registered and
+	// has neither withdrawn nor released; tl is the timeline of its last
+	// renewal, and recheck is set when a renewal came from another one:
+	// the monitor then ends the holdings whose candidacy the new server
+	// lacks, and deletes the candidacies it has that the session no longer
+	// knows (a release or a withdrawal the new server never got).
+	known   map[int64]bool
+	tl      int64
+	recheck bool
 }
 
-func newSession(b *Backend, id int64, ttl time.Duration, start time.Time) *session {
+func newSession(b *Backend, id int64, ttl time.Duration, start time.Time, tl int64) *session {
 	s := &session{
 		b: b, id: id, sid: strconv.FormatInt(id, 10),
 		check: make(chan struct{}, 1), renew: make(chan struct{}, 1),
-		ttl: ttl, deadline: start.Add(ttl), older: map[int64]bool{},
+		ttl: ttl, deadline: start.Add(ttl), older: map[int64]bool{}, known: map[int64]bool{}, tl: tl,
 	}
 	s.Session = candidacy.New(b.ctx, candidacy.Config{
 		Prefix: "simba/postgres", ID: s.sid, Logger: b.log, WaitGroup: &b.wg, TTL: s.TTL,
@@ -123,17 +132,16 @@ func (s *session) KeepAlive(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, s.fail(ctx, op, err)
 	}
-	changed, err := s.b.noteClock(op, start, time.Now(), db, tl)
-	if err != nil {
+	if _, err := s.b.noteClock(op, start, time.Now(), db, tl); err != nil {
 		return 0, err // an old primary: no renewal counts there
 	}
-	if changed {
+	s.mu.Lock()
+	if tl != s.tl {
 		// The first renewal on a new server: the monitor reads the
-		// session's candidacies, and a holding whose candidacy the new
-		// server lost ends at once.
+		// session's candidacies at once (see recheck).
+		s.tl, s.recheck = tl, true
 		wake.Poke(s.check)
 	}
-	s.mu.Lock()
 	s.ttl = ttl
 	if d := start.Add(ttl); d.After(s.deadline) {
 		s.deadline = d
@@ -329,7 +337,37 @@ func (s *session) look() (time.Duration, error) {
 		have[t] = true
 	}
 	s.LoseIf(func(h *candidacy.Holding) bool { return !have[int64(h.Token())] })
+	s.mu.Lock()
+	var orphans []int64
+	if s.recheck {
+		s.recheck = false
+		for _, t := range tokens {
+			if !s.known[t] {
+				orphans = append(orphans, t)
+			}
+		}
+	}
+	s.mu.Unlock()
+	if len(orphans) > 0 {
+		// Candidacies of this session that it released or withdrew on
+		// the old server, which the new one never heard of: left there,
+		// they would stay ahead of every waiter while the session lives.
+		if _, err := s.b.pool.Exec(ctx, `DELETE FROM `+s.b.q+`.candidacies WHERE session = $1 AND token = ANY($2)`, s.id, orphans); err != nil {
+			s.mu.Lock()
+			s.recheck = true // the next look tries again
+			s.mu.Unlock()
+			return 0, err
+		}
+		s.b.log.Warn("simba/postgres: after a failover, deleted candidacies the session had given up on the old server", "session", s.sid, "tokens", orphans)
+	}
 	return time.Duration(left * float64(time.Second)), nil
+}
+
+// registered notes a candidacy this session registered.
+func (s *session) registered(token int64) {
+	s.mu.Lock()
+	s.known[token] = true
+	s.mu.Unlock()
 }
 
 // lookTimeout bounds a read of the monitor's.
@@ -365,5 +403,13 @@ func (s *session) holdBack(token int64) time.Duration {
 func (s *session) forget(token int64) {
 	s.mu.Lock()
 	delete(s.older, token)
+	s.mu.Unlock()
+}
+
+// gone notes that the candidacy token was withdrawn, released or lost.
+func (s *session) gone(token int64) {
+	s.mu.Lock()
+	delete(s.older, token)
+	delete(s.known, token)
 	s.mu.Unlock()
 }
