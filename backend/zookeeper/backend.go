@@ -165,10 +165,17 @@ func (b *Backend) forget(s *session) {
 // Close abandons the sessions still open, as package backend asks: it drops
 // their connections without ending them on the server, where they expire
 // by themselves; their Done channels close and their calls return errors
-// wrapping [backend.ErrSessionDone]. Close waits until every connection the
-// backend made is shut down and every goroutine it started has exited
-// (about a second at most). Later calls to Open return an error wrapping
-// [backend.ErrClosed]. Close is idempotent and always returns nil.
+// wrapping [backend.ErrSessionDone]. Later calls to Open return an error
+// wrapping [backend.ErrClosed]. Close is idempotent.
+//
+// Close waits until every connection the backend made is shut down and
+// every goroutine it started has exited, which takes about a second at
+// most; but not longer than the largest session timeout of the sessions
+// it abandons plus shutdownSlack (5 s): by then the server has expired
+// them, whatever the client is still doing. A shutdown that takes longer
+// (a connection whose Close does not end its reads, for example) is left
+// running, and Close returns an error saying which sessions it left;
+// otherwise it returns nil.
 func (b *Backend) Close() error {
 	b.mu.Lock()
 	b.closed = true
@@ -177,11 +184,31 @@ func (b *Backend) Close() error {
 		open = append(open, s)
 	}
 	b.mu.Unlock()
+	var bound time.Duration
 	for _, s := range open {
 		s.end(errBackendClosed, false)
+		bound = max(bound, s.shutdownBound())
 	}
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	var left []string
 	for _, s := range open {
-		<-s.shutdownDone
+		select {
+		case <-s.shutdownDone:
+			continue
+		case <-t.C:
+		}
+		for _, s := range open {
+			select {
+			case <-s.shutdownDone:
+			default:
+				left = append(left, fmt.Sprintf("0x%x", s.link.sessionID()))
+			}
+		}
+		break
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("simba/zookeeper: close: the connections of sessions %s did not shut down within %v; their goroutines are left running (the server expires the sessions by itself)", strings.Join(left, ", "), bound)
 	}
 	return nil
 }

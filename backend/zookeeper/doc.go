@@ -38,6 +38,25 @@
 // thirds of the timeout, so that go-zookeeper reconnects, to another server
 // of an ensemble.
 //
+// Each connection attempt (the dial, a TLS handshake within it, and the
+// server's answer to the session request) is bounded by
+// [WithConnectTimeout] (default 10 s) until the session is granted, not by
+// go-zookeeper's second, which a TLS handshake with a loaded server can
+// exceed; once the session lives, an attempt to reconnect has the granted
+// timeout shared among the servers (at least a second), as the Java
+// client's, so that every server can be tried before the session expires.
+//
+// Watches are not relied on across a reconnection. go-zookeeper sets them
+// again with a setWatches request that may fail unnoticed (its goroutine
+// gives up at the first error), and v1.0.4 reads the last zxid it sends
+// with it while its receiving goroutine writes it, a data race the wire
+// avoids by keeping the zxid itself (see wire.go; TestGoZookeeperVersion
+// pins the version this was checked against). After each reconnection the
+// session reads again what its watches would have told it: a waiting
+// Acquire reads its candidacy and the older ones it counts, a held lease
+// its znode (Lost closes if it is gone), and HeldLeases, WatchRecords and
+// WatchMembers start again as if their watches had fired.
+//
 // Events come through go-zookeeper's event callback, never through its
 // event channel, which holds 6 events and drops the rest.
 //
@@ -310,6 +329,12 @@
 // calls take no context). Session.Close (within its ctx) and
 // [Backend.Close] wait until all of them have exited; Backend.Close
 // abandons the sessions still open, which then expire on the server.
+// Neither waits longer than the session timeout plus 5 s: a connection
+// whose Close does not end its reads, or a dialer that ignores its ctx,
+// cannot hold them up; what is left then keeps running, and Backend.Close
+// returns an error naming the sessions. (A dial runs on a goroutine of its
+// own, given up at its deadline, so that a dialer ignoring its ctx holds
+// up neither go-zookeeper nor the shutdown.)
 //
 // # Requests in flight
 //

@@ -901,6 +901,7 @@ func (s *session) HeldLeases(ctx context.Context, prefix string) ([]string, erro
 		var unknown []int
 		epochs := make(map[string]uint64)
 		s.heldMu.Lock()
+		gen := s.heldGen
 		for i, n := range names {
 			if h, ok := s.held[n]; ok {
 				held[i] = h
@@ -921,7 +922,7 @@ func (s *session) HeldLeases(ctx context.Context, prefix string) ([]string, erro
 				return err
 			}
 			held[unknown[j]] = len(children) > 0
-			s.noteHeld(n, len(children) > 0, epochs[n])
+			s.noteHeld(n, len(children) > 0, epochs[n], gen)
 			return nil
 		}); err != nil {
 			return nil, err
@@ -938,12 +939,13 @@ func (s *session) HeldLeases(ctx context.Context, prefix string) ([]string, erro
 }
 
 // noteHeld caches whether the container of name has candidacies, as a
-// listing sent when the name's watch epoch was epoch read it, unless a
-// watch event came since (the listing's own watch may already have fired).
-func (s *session) noteHeld(name string, held bool, epoch uint64) {
+// listing sent when the name's watch epoch was epoch and the reconnection
+// generation gen read it, unless a watch event or a reconnection came
+// since (the listing's own watch may already have fired, or be lost).
+func (s *session) noteHeld(name string, held bool, epoch, gen uint64) {
 	s.heldMu.Lock()
 	defer s.heldMu.Unlock()
-	if s.heldEpoch[name] != epoch {
+	if s.heldEpoch[name] != epoch || s.heldGen != gen {
 		return
 	}
 	if s.held == nil {

@@ -24,7 +24,8 @@ var errLinkStopped = errors.New("simba/zookeeper: session over: no more connecti
 // refuses that connection.
 type link struct {
 	dialer    DialFunc
-	requested int32 // requested session timeout, ms
+	connect   time.Duration // see connectTimeout
+	requested int32         // requested session timeout, ms
 	nservers  int
 	hosts     *hosts
 	gone      func(error) // the server ended the session, or the client would start another
@@ -50,10 +51,11 @@ type link struct {
 	sent   map[string][]chan struct{} // see awaitCreateSent
 }
 
-func newLink(dialer DialFunc, requested int32, nservers int, gone func(error)) *link {
+func newLink(dialer DialFunc, connect time.Duration, requested int32, nservers int, gone func(error)) *link {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &link{
 		dialer:     dialer,
+		connect:    connect,
 		requested:  requested,
 		nservers:   nservers,
 		gone:       gone,
@@ -68,24 +70,44 @@ func newLink(dialer DialFunc, requested int32, nservers int, gone func(error)) *
 }
 
 // dial is the go-zookeeper Dialer: it opens a connection with the
-// configured DialFunc and wraps it.
-func (l *link) dial(network, address string, timeout time.Duration) (net.Conn, error) {
+// configured DialFunc and wraps it. go-zookeeper's timeout (a second) is
+// replaced by connectTimeout's. The DialFunc runs on a goroutine of its
+// own, so that a dialer that does not honour its ctx cannot hold up
+// go-zookeeper, nor the session's shutdown: its connection, if it comes
+// after the bound, is closed.
+func (l *link) dial(network, address string, _ time.Duration) (net.Conn, error) {
 	if l.stopped.Load() {
 		return nil, errLinkStopped
 	}
-	// go-zookeeper gives each dial a second. A TLS handshake (in the dial)
-	// with a loaded server, or on a loaded client, can take longer; as the
-	// Java client's connect timeout, the requested session timeout shared
-	// among the servers bounds it, when that is longer.
-	timeout = max(timeout, time.Duration(l.requested)*time.Millisecond/time.Duration(max(l.nservers, 1)))
+	timeout := l.connectTimeout()
 	ctx, cancel := context.WithTimeout(l.ctx, timeout)
-	c, err := l.dialer(ctx, network, address)
-	cancel()
-	if err != nil {
-		l.attemptFailed(err)
-		return nil, err
+	defer cancel()
+	type dialed struct {
+		c   net.Conn
+		err error
 	}
-	w := newWire(c, l, address)
+	ch := make(chan dialed, 1)
+	go func() {
+		c, err := l.dialer(ctx, network, address)
+		ch <- dialed{c, err}
+	}()
+	var r dialed
+	select {
+	case r = <-ch:
+	case <-ctx.Done():
+		go func() {
+			if r := <-ch; r.c != nil {
+				r.c.Close()
+			}
+		}()
+		r.err = fmt.Errorf("simba/zookeeper: dial %s: not connected within %v: %w", address, timeout, ctx.Err())
+	}
+	if r.err != nil {
+		l.attemptFailed(r.err)
+		return nil, r.err
+	}
+	c := r.c
+	w := newWire(c, l, address, timeout)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.stopped.Load() {
@@ -94,6 +116,28 @@ func (l *link) dial(network, address string, timeout time.Duration) (net.Conn, e
 	}
 	l.current = w
 	return w, nil
+}
+
+// minReconnectTimeout is the least connectTimeout gives an attempt to
+// reconnect: go-zookeeper's own connect timeout.
+const minReconnectTimeout = time.Second
+
+// connectTimeout bounds one connection attempt: the dial (with its TLS
+// handshake) and, again, the server's connect response. Until the server
+// has granted the session, it is the configured connect timeout (see
+// WithConnectTimeout): nothing is lost by waiting, and Open's ctx bounds
+// the whole. Once the session lives, an attempt to reconnect has, as the
+// Java client's, the granted session timeout shared among the servers, so
+// that every server can be tried before the session expires; at least
+// minReconnectTimeout, at most the configured timeout.
+func (l *link) connectTimeout() time.Duration {
+	l.mu.Lock()
+	granted := l.timeout
+	l.mu.Unlock()
+	if granted == 0 {
+		return l.connect
+	}
+	return min(l.connect, max(minReconnectTimeout, granted/time.Duration(max(l.nservers, 1))))
 }
 
 // attemptFailed records a failed connection attempt (dial or handshake).

@@ -213,12 +213,13 @@ func (s *session) WatchMembers(ctx context.Context, group string) (<-chan struct
 	}
 	op := fmt.Sprintf("watch members %q", group)
 	dir := s.p.group(group)
+	re := s.reconnection() // before the watch is set
 	ev, err := call(s, ctx, op, func(c *zk.Conn) (<-chan zk.Event, error) { return watchChildren(c, dir) })
 	if err != nil {
 		return nil, err
 	}
 	ch := make(chan struct{}, 1)
-	if !s.goCall(func() { s.watchMembers(ctx, op, dir, ev, ch) }) {
+	if !s.goCall(func() { s.watchMembers(ctx, op, dir, ev, re, ch) }) {
 		return nil, s.live(op)
 	}
 	return ch, nil
@@ -240,12 +241,14 @@ func watchChildren(c *zk.Conn, dir string) (<-chan zk.Event, error) {
 }
 
 // watchMembers turns watch events into hints until ctx ends or the session
-// is over; it closes ch.
-func (s *session) watchMembers(ctx context.Context, op, dir string, ev <-chan zk.Event, ch chan struct{}) {
+// is over; it closes ch. A reconnection (re closes) counts as an event:
+// the watch go-zookeeper restores may be lost (see reconnected).
+func (s *session) watchMembers(ctx context.Context, op, dir string, ev <-chan zk.Event, re <-chan struct{}, ch chan struct{}) {
 	defer close(ch)
 	for {
 		select {
 		case <-ev:
+		case <-re:
 		case <-ctx.Done():
 			return
 		case <-s.ctx.Done():
@@ -254,6 +257,7 @@ func (s *session) watchMembers(ctx context.Context, op, dir string, ev <-chan zk
 		// The next watch is set before the hint: a caller that reads the
 		// members after the hint cannot miss a change made before the
 		// watch was set.
+		re = s.reconnection()
 		for failures := 1; ; failures++ {
 			next, err := call(s, ctx, op, func(c *zk.Conn) (<-chan zk.Event, error) { return watchChildren(c, dir) })
 			if err == nil {

@@ -19,10 +19,11 @@ const DefaultRoot = "/simba"
 // their error instead of correcting them.
 type Option func(*config) error
 
-// DialFunc opens one TCP (or TLS) connection to a ZooKeeper server. It must
-// honour ctx, whose deadline is the session timeout asked for shared among
-// the servers (as the Java client's connect timeout), or a second if that
-// is longer.
+// DialFunc opens one TCP (or TLS) connection to a ZooKeeper server. It
+// should honour ctx, whose deadline is the connection attempt's timeout
+// (see [WithConnectTimeout]): the backend gives up on a dial at that
+// deadline either way, and closes the connection if one comes later, but
+// a dial that ignores ctx keeps its goroutine until it returns.
 type DialFunc func(ctx context.Context, network, address string) (net.Conn, error)
 
 type credential struct {
@@ -31,23 +32,25 @@ type credential struct {
 }
 
 type config struct {
-	root   string
-	acl    []zk.ACL // nil until WithACL, or until New picks the default (see defaultACL)
-	auth   []credential
-	dial   DialFunc
-	logger *slog.Logger
-	lag    time.Duration
-	max    int // requests in flight per session
+	root    string
+	acl     []zk.ACL // nil until WithACL, or until New picks the default (see defaultACL)
+	auth    []credential
+	dial    DialFunc
+	logger  *slog.Logger
+	lag     time.Duration
+	max     int           // requests in flight per session
+	connect time.Duration // see WithConnectTimeout
 }
 
 // defaults returns the configuration used when no option is given.
 func defaults() config {
 	var d net.Dialer
 	return config{
-		root:   DefaultRoot,
-		dial:   d.DialContext,
-		logger: slog.Default(),
-		max:    DefaultMaxRequests,
+		root:    DefaultRoot,
+		dial:    d.DialContext,
+		logger:  slog.Default(),
+		max:     DefaultMaxRequests,
+		connect: DefaultConnectTimeout,
 	}
 }
 
@@ -60,6 +63,34 @@ func (c *config) defaultACL() {
 		c.acl = zk.AuthACL(zk.PermAll)
 	default:
 		c.acl = zk.WorldACL(zk.PermAll)
+	}
+}
+
+// DefaultConnectTimeout is the connect timeout when [WithConnectTimeout]
+// is not given.
+const DefaultConnectTimeout = 10 * time.Second
+
+// WithConnectTimeout bounds each attempt to connect to a server: the dial,
+// the TLS handshake a TLS dialer makes in it, and the wait for the server's
+// answer to the session request (default [DefaultConnectTimeout], 10 s).
+//
+// Until the server has granted a session, an attempt has the whole of d:
+// a TLS handshake with a loaded server (the JVM's TLS is slow to start) can
+// take longer than the second go-zookeeper allows, and Open gives up once
+// an attempt on every server has failed. Open's ctx bounds the whole.
+//
+// Once the session lives, an attempt to reconnect has, as the Java
+// client's connect timeout, the granted session timeout divided by the
+// number of servers, so that each can be tried before the session
+// expires; at least a second (go-zookeeper's own), and at most d. d must
+// be positive.
+func WithConnectTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("simba/zookeeper: WithConnectTimeout: timeout must be positive, got %v", d)
+		}
+		c.connect = d
+		return nil
 	}
 }
 

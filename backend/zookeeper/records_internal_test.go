@@ -23,10 +23,10 @@ func openInternal(t *testing.T, addr, root string) *session {
 }
 
 // openWithTTL is openInternal with a TTL of the test's (the backend stops
-// go-zookeeper's own pings: KeepAlive alone keeps a session).
-func openWithTTL(t *testing.T, addr, root string, ttl time.Duration) *session {
+// go-zookeeper's own pings: KeepAlive alone keeps a session), and opts.
+func openWithTTL(t *testing.T, addr, root string, ttl time.Duration, opts ...Option) *session {
 	t.Helper()
-	b, err := New([]string{addr}, WithRoot(root))
+	b, err := New([]string{addr}, append([]Option{WithRoot(root)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { b.Close() })
 	bs, err := b.Open(t.Context(), backend.SessionOptions{TTL: ttl})

@@ -47,6 +47,9 @@ type session struct {
 	nonce      uint64                    // of the last Acquire attempt (see acquisition.attempt)
 	recWatches map[*recordWatch]struct{} // WatchRecords calls running
 	leaves     map[string]uint64         // Leave calls per group (see Join)
+	reconnects chan struct{}             // closed at the next reconnection (see reconnection)
+
+	connections atomic.Int64 // connections the server granted the session on (see sessionEstablished)
 
 	cacheMu  sync.Mutex
 	recCache map[string]cachedRecord // see reccache.go
@@ -56,11 +59,13 @@ type session struct {
 
 	// held caches, by lease name, whether its container has candidacies,
 	// kept true by a child watch on the container (see HeldLeases);
-	// heldEpoch counts the watch events of each name, so that a reading
-	// overtaken by an event is not cached. Guarded by heldMu.
+	// heldEpoch counts the watch events of each name, and heldGen the
+	// reconnections (which clear held: see reconnected), so that a reading
+	// overtaken by either is not cached. Guarded by heldMu.
 	heldMu    sync.Mutex
 	held      map[string]bool
 	heldEpoch map[string]uint64
+	heldGen   uint64
 	heldReads atomic.Int64 // container listings by HeldLeases (for tests)
 
 	// memberMu orders the member writes of Join and Leave on the server
@@ -90,7 +95,7 @@ func newSession(b *Backend, requestedMs int32) (*session, error) {
 		lim:          lim,
 		shutdownDone: make(chan struct{}),
 	}
-	s.link = newLink(b.cfg.dial, requestedMs, len(b.servers), func(err error) { s.end(err, false) })
+	s.link = newLink(b.cfg.dial, b.cfg.connect, requestedMs, len(b.servers), func(err error) { s.end(err, false) })
 	return s, nil
 }
 
@@ -191,16 +196,22 @@ func (s *session) KeepAlive(ctx context.Context) (time.Duration, error) {
 // server could not confirm before ctx ended or the connection failed, in
 // which case the session expires by itself within its timeout. Either way
 // the session is over for the caller. Within ctx, Close also waits for the
-// session's goroutines to exit.
+// session's goroutines to exit. Whatever ctx, Close returns within
+// shutdownBound (the session timeout plus 5 s): by then the server has
+// ended the session, confirmed or not.
 func (s *session) Close(ctx context.Context) error {
 	if !s.end(errClosedByCaller, true) {
 		return nil
 	}
+	bound := s.shutdownBound()
+	t := time.NewTimer(bound)
+	defer t.Stop()
 	select {
 	case <-s.link.closeAcked:
 		select {
 		case <-s.shutdownDone:
 		case <-ctx.Done():
+		case <-t.C:
 		}
 		return nil
 	case <-s.shutdownDone:
@@ -212,7 +223,24 @@ func (s *session) Close(ctx context.Context) error {
 		return fmt.Errorf("simba/zookeeper: close session %s: the server did not confirm (no connection); it expires by itself within %v", s.sid, s.link.granted())
 	case <-ctx.Done():
 		return fmt.Errorf("simba/zookeeper: close session %s: %w; it expires by itself within %v", s.sid, ctx.Err(), s.link.granted())
+	case <-t.C:
+		return fmt.Errorf("simba/zookeeper: close session %s: neither confirmed nor shut down within %v; it expires by itself within %v", s.sid, bound, s.link.granted())
 	}
+}
+
+// shutdownSlack is what shutdownBound adds to the session timeout:
+// go-zookeeper's Close waits up to 3 s (2 s to queue the close request,
+// 1 s for its answer), and a TLS connection's Close up to 5 s to send its
+// close_notify alert.
+const shutdownSlack = 5 * time.Second
+
+// shutdownBound bounds the waits of Session.Close and Backend.Close for
+// the session's shutdown: the session timeout (granted, or requested
+// before) plus shutdownSlack. Past the session timeout the server has
+// expired the session whatever the client still does; the slack covers
+// the closes that end the connection on a sound one.
+func (s *session) shutdownBound() time.Duration {
+	return s.link.knownTimeout() + shutdownSlack
 }
 
 // end makes the session over, once: Done and the Lost channels of its
@@ -403,8 +431,11 @@ func (s *session) onEvent(ev zk.Event) {
 			s.mu.Unlock()
 		}
 	case zk.EventSession:
-		if ev.State == zk.StateExpired {
+		switch ev.State {
+		case zk.StateExpired:
 			s.end(errExpired, false)
+		case zk.StateHasSession:
+			s.sessionEstablished()
 		}
 	}
 }

@@ -56,6 +56,7 @@ type wire struct {
 	net.Conn // the raw connection
 	l        *link
 	addr     string
+	connect  time.Duration // bounds the wait for the connect response
 
 	wmu         sync.Mutex // go-zookeeper writes from one goroutine at a time
 	sentConnect bool
@@ -76,8 +77,8 @@ type wire struct {
 	closeSent bool
 }
 
-func newWire(c net.Conn, l *link, addr string) *wire {
-	return &wire{Conn: c, l: l, addr: addr}
+func newWire(c net.Conn, l *link, addr string, connect time.Duration) *wire {
+	return &wire{Conn: c, l: l, addr: addr, connect: connect}
 }
 
 // Write forwards one packet from go-zookeeper (it writes each packet with
@@ -183,7 +184,7 @@ func (w *wire) Read(p []byte) (int, error) {
 // and timeout to the link.
 func (w *wire) handshake() error {
 	w.handshaken = true
-	w.Conn.SetReadDeadline(time.Now().Add(max(w.l.knownTimeout(), time.Second)))
+	w.Conn.SetReadDeadline(time.Now().Add(max(w.connect, w.l.knownTimeout())))
 	var hdr [4]byte
 	if _, err := io.ReadFull(w.Conn, hdr[:]); err != nil {
 		return w.fail(err)

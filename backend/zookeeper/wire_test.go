@@ -28,7 +28,7 @@ func pipeLink(t *testing.T) (*link, <-chan net.Conn, *[]error) {
 		c, s := net.Pipe()
 		servers <- s
 		return c, nil
-	}, 1000, 1, func(err error) {
+	}, DefaultConnectTimeout, 1000, 1, func(err error) {
 		mu.Lock()
 		gone = append(gone, err)
 		mu.Unlock()

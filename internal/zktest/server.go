@@ -49,6 +49,7 @@ type Server struct {
 	java    string
 	cp      string
 	jvm     []string // Java options after jvmFlags
+	main    string   // the main class; standalone when ""
 	dir     string
 	cmd     *exec.Cmd
 	exited  chan struct{}
@@ -143,8 +144,19 @@ func (s *Server) Log() string {
 }
 
 // Start starts the server again after Stop or Kill, on the same port and
-// data directory, and waits until it serves.
+// data directory, and waits until it serves (a member of an [Ensemble]:
+// until it has joined a quorum).
 func (s *Server) Start() {
+	s.t.Helper()
+	s.launch()
+	s.await()
+}
+
+// standaloneMain is the main class of a standalone server.
+const standaloneMain = "org.apache.zookeeper.server.ZooKeeperServerMain"
+
+// launch starts the server's process.
+func (s *Server) launch() {
 	s.t.Helper()
 	if s.cmd != nil {
 		s.t.Fatalf("zktest: server %s already running", s.Addr)
@@ -154,7 +166,11 @@ func (s *Server) Start() {
 		s.t.Fatalf("zktest: %v", err)
 	}
 	defer out.Close()
-	args := append(append(append([]string{}, jvmFlags...), s.jvm...), "-cp", s.cp, "org.apache.zookeeper.server.ZooKeeperServerMain", filepath.Join(s.dir, "zoo.cfg"))
+	main := s.main
+	if main == "" {
+		main = standaloneMain
+	}
+	args := append(append(append([]string{}, jvmFlags...), s.jvm...), "-cp", s.cp, main, filepath.Join(s.dir, "zoo.cfg"))
 	cmd := exec.Command(s.java, args...)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -166,21 +182,35 @@ func (s *Server) Start() {
 		close(exited)
 	}()
 	s.cmd, s.exited = cmd, exited
+}
+
+// await waits until the launched server serves.
+func (s *Server) await() {
+	s.t.Helper()
+	if err := s.awaitErr(); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// awaitErr waits until the launched server serves, or returns an error
+// when it exits first or does not serve within 30 s (it is then killed).
+func (s *Server) awaitErr() error {
+	exited := s.exited
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if s.serving() {
-			return
+			return nil
 		}
 		select {
 		case <-exited:
 			log, _ := os.ReadFile(s.logFile)
 			s.cmd = nil
-			s.t.Fatalf("zktest: ZooKeeper on %s exited while starting:\n%s", s.Addr, log)
+			return fmt.Errorf("zktest: ZooKeeper on %s exited while starting:\n%s", s.Addr, log)
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			s.Kill()
-			s.t.Fatalf("zktest: ZooKeeper on %s not serving after 30s", s.Addr)
+			return fmt.Errorf("zktest: ZooKeeper on %s not serving after 30s", s.Addr)
 		}
 	}
 }

@@ -7,7 +7,9 @@
 // of its own and checks, when the test ends, that nothing but empty
 // container znodes is left under it. [StartServer] starts a server of the
 // test's own, for tests that stop or restart it; [StartTLSServer] one that
-// also serves TLS, with certificates from internal/certs.
+// also serves TLS, with certificates from internal/certs; [StartEnsemble]
+// a replicated ZooKeeper of three (or n) servers, for tests that kill its
+// leader or a follower, or take its quorum away.
 //
 // Records (backend.Records) outlive sessions by design: [Leftovers] and
 // the check of [Root] let them be, and Root deletes them with the rest.
