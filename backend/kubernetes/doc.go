@@ -50,6 +50,15 @@
 // So the Role the backend needs is get, list, watch, create, update and
 // delete on leases in its namespace, and nothing else (see [Role]).
 //
+// Every write of an existing object is an Update of the object as last
+// read (a compare-and-swap on its resourceVersion) that changes only what
+// this backend owns: the labels and annotations above,
+// spec.holderIdentity, and on session objects spec.renewTime and
+// spec.leaseDurationSeconds. Everything else another writer put there
+// stays: its labels and annotations, and the Lease fields of coordinated
+// leader election, spec.strategy and spec.preferredHolder (see "Preferred
+// holder").
+//
 // # Why one object per lease name
 //
 // The API has no multi-object transaction. A layout of one candidacy object
@@ -176,6 +185,61 @@
 // error it lists again (jittered backoff) and wakes everything. Every wait
 // has a timer as well (a get every TTL/3 of the observed session), so a
 // broken watch slows fail-over down but never stops it.
+//
+// # Preferred holder
+//
+// Kubernetes' coordinated leader election marks a Lease with spec.strategy
+// and spec.preferredHolder, the identity that should hold it, to tell the
+// holder to step down. This backend keeps both fields on every write (see
+// "Objects"), and honours spec.preferredHolder on a lease name object,
+// where it names a session id (32 hex digits), as spec.holderIdentity
+// does there: not a group member's id, which names no candidacy. While
+// it names a session that has a candidacy in the queue, every other
+// session's candidacy yields:
+//
+//   - a holder's term ends: Lost closes first, then its candidacy is
+//     withdrawn (one compare-and-swap; retried in the background when the
+//     server cannot be reached), and the next candidacy is first. From the
+//     moment the object names the other session, the holder's fenced writes
+//     and a ReleaseWithRecords's records are refused as not held, and
+//     simba's client, which acquires again after a lost term, queues
+//     behind the preferred session rather than contend: the lease is
+//     handed off, never fought over;
+//   - a waiter that comes first is not granted: its candidacy is withdrawn
+//     and its Acquire fails with an error wrapping [ErrYielded] (simba's
+//     client acquires again, behind the preferred session). So the waiters
+//     queued between the holder and the preferred session stand aside in
+//     turn, and the preferred session holds next.
+//
+// Tokens are untouched (no candidacy moves ahead of an older one): they
+// strictly increase, and no two terms are valid at once, as for any
+// release. The field stays until someone changes it: while it names a
+// session, that session is handed the lease whenever it queues behind
+// another. It is ignored when it names this holder, a session with no
+// candidacy for the name (gone, or not a simba session), or is empty: then
+// nobody is there to take over, and stepping down would leave the lease
+// unheld, or bounce it between sessions. The holder sees the field through
+// the backend's watch (without the watch permission, at the backend's next
+// list, retried every few seconds).
+//
+// What this is not: the control plane's leader-election controller
+// (kube-apiserver with the CoordinatedLeaderElection feature) sets
+// spec.preferredHolder only on Leases that LeaseCandidate objects name, and
+// expects their holders to renew the Lease's spec.renewTime and may write
+// spec.holderIdentity itself. This backend creates no LeaseCandidate, keeps
+// liveness on session objects rather than on the lease name object's
+// renewTime, and derives spec.holderIdentity from its queue, so its
+// objects are not for that controller to manage: do not name them in a
+// LeaseCandidate (a holderIdentity the controller wrote would make the
+// object corrupt to this backend, see "Malformed objects"). The field is
+// for an operator or a tool to move a lease to a chosen session
+// (kubectl patch lease simba-l-... --type=merge -p
+// '{"spec":{"strategy":"OldestEmulationVersion","preferredHolder":"<session id>"}}';
+// the API server requires spec.strategy with it, and keeps both only with
+// the CoordinatedLeaderElection feature gate on, beta and off by default
+// in Kubernetes 1.37 (with the API coordination.k8s.io/v1beta1 enabled);
+// without it the server drops them from every write, and there is nothing
+// to honour).
 //
 // # Malformed objects
 //

@@ -26,6 +26,7 @@ type pair struct {
 	errs  []error // the violations found, when collected (a planted bug)
 	keep  bool    // collect violations into errs instead of failing t
 	srv   *kubetest.Server
+	ns    string // the clients' namespace
 	grant *grantLog
 	log   *termLog
 	proxy map[string]*faultproxy.Proxy
@@ -39,11 +40,23 @@ func startPair(t *testing.T) *pair { return startPairOverstating(t, 0) }
 // whose violations are collected rather than failing t when extra is not 0.
 func startPairOverstating(t *testing.T, extra time.Duration) *pair {
 	t.Helper()
-	srv := kubetest.Start(t)
+	var wrap func(*kubernetes.Backend) backend.Backend
+	if extra != 0 {
+		wrap = func(b *kubernetes.Backend) backend.Backend { return &overstating{Backend: b, extra: extra} }
+	}
+	return startClients(t, kubetest.Start(t), []string{"a", "b"}, wrap)
+}
+
+// startClients starts a simba client per name on srv, in a namespace of
+// the test's own, each on a backend of its own (wrapped by wrap, a planted
+// bug, unless nil: then violations are collected rather than failing t)
+// through a proxy of its own, each contending for the election "x".
+func startClients(t *testing.T, srv *kubetest.Server, names []string, wrap func(*kubernetes.Backend) backend.Backend) *pair {
+	t.Helper()
 	ns := srv.Namespace(t)
-	p := &pair{t: t, keep: extra != 0, srv: srv, grant: watchGrants(t, srv, ns), log: newTermLog(),
+	p := &pair{t: t, keep: wrap != nil, srv: srv, ns: ns, grant: watchGrants(t, srv, ns), log: newTermLog(),
 		proxy: map[string]*faultproxy.Proxy{}, c: map[string]*simba.Client{}}
-	for _, name := range []string{"a", "b"} {
+	for _, name := range names {
 		px, err := faultproxy.New(srv.Addr())
 		if err != nil {
 			t.Fatal(err)
@@ -55,8 +68,8 @@ func startPairOverstating(t *testing.T, extra time.Duration) *pair {
 		}
 		t.Cleanup(func() { b.Close() })
 		var sb backend.Backend = b
-		if extra != 0 {
-			sb = &overstating{Backend: b, extra: extra}
+		if wrap != nil {
+			sb = wrap(b)
 		}
 		c, err := simba.New(sb, simba.WithTTL(faultTTL))
 		if err != nil {

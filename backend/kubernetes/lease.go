@@ -102,6 +102,9 @@ func (s queue) step(ctx context.Context, w *candidacy.Waiter) (time.Duration, er
 	}
 	head := st.queue[0]
 	if head.S == s.id && head.T == token {
+		if p := st.yieldsTo(s.id); p != "" {
+			return 0, s.standAside(ctx, w, p)
+		}
 		return -1, nil
 	}
 	obj := sessionObject(head.S)
@@ -141,6 +144,36 @@ func (s queue) step(ctx context.Context, w *candidacy.Waiter) (time.Duration, er
 		return 0, nil // renewed: observe afresh
 	}
 	return 0, s.b.apiErr("ending session "+head.S, err)
+}
+
+// ErrYielded is wrapped by the error of an Acquire whose candidacy came
+// first in its queue while the name's object had a spec.preferredHolder
+// naming another session with a candidacy: the candidacy was withdrawn,
+// not granted (see the package documentation, "Preferred holder"). An
+// Acquire again queues behind the preferred session; simba's client does
+// that itself.
+var ErrYielded = errors.New("simba/kubernetes: the lease object's spec.preferredHolder names another waiting session")
+
+// standAside withdraws w's candidacy, first in its queue, for the session p
+// that the object's spec.preferredHolder names, in one compare-and-swap
+// that requires it still first and p still preferred and waiting. It
+// returns the Final error that ends w's Acquire, or nil to read again
+// (the queue changed), or a transient error.
+func (s queue) standAside(ctx context.Context, w *candidacy.Waiter, p string) error {
+	name, token := w.Name, w.Token
+	done := false
+	_, err := s.b.updateName(ctx, name, func(st *nameState) (bool, error) {
+		done = len(st.queue) > 0 && st.queue[0] == (entry{T: token, S: s.id}) && st.yieldsTo(s.id) == p
+		if done {
+			st.queue = st.queue[1:]
+		}
+		return done, nil
+	})
+	if err != nil || !done {
+		return err
+	}
+	s.b.log.Debug("simba/kubernetes: a candidacy stood aside for the preferred holder", "lease", name, "token", token, "session", s.id, "preferredHolder", p)
+	return candidacy.Final(fmt.Errorf("simba/kubernetes: %s: candidacy %d withdrawn for session %s, which object %s/%s prefers: %w", w.Op, token, p, s.b.ns, nameObject(name), ErrYielded))
 }
 
 // withdrawTimeout bounds the withdrawal an Acquire makes before it
@@ -265,6 +298,12 @@ func (s queue) Release(ctx context.Context, h *candidacy.Holding, op string, rec
 		}
 		if !st.has(s.id, token) || st.obj == nil || !s.live() {
 			return false, nil // Lost, or the session's end, follows
+		}
+		if len(records) > 0 && st.yieldsTo(s.id) != "" {
+			// The term ended when spec.preferredHolder named another
+			// waiting session: no record is written under it (the hand-off,
+			// checkHeld, follows).
+			return false, nil
 		}
 		obj := st.obj.DeepCopy()
 		written = written[:0]

@@ -102,6 +102,26 @@ func decodeName(name string, l *coordv1.Lease) (*nameState, error) {
 	return &nameState{obj: l, last: last, queue: q}, nil
 }
 
+// yieldsTo returns the session that the object's spec.preferredHolder
+// names when it is not sid and has a candidacy in the queue: the session
+// that sid's candidacy stands aside for (see the package documentation,
+// "Preferred holder"); "" when there is none.
+func (st *nameState) yieldsTo(sid string) string {
+	if st.obj == nil || st.obj.Spec.PreferredHolder == nil {
+		return ""
+	}
+	p := *st.obj.Spec.PreferredHolder
+	if p == "" || p == sid {
+		return ""
+	}
+	for _, e := range st.queue {
+		if e.S == p {
+			return p
+		}
+	}
+	return ""
+}
+
 // validSessionID reports whether id is a session id: 32 lower-case hex
 // digits.
 func validSessionID(id string) bool {

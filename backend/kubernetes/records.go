@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -183,10 +184,11 @@ func (s *session) notHolder(op string, cond backend.Condition) error {
 	return fmt.Errorf("simba/kubernetes: %s: lease %q is not held with token %d by session %s: %w (%w)", op, cond.Lease, cond.Token, s.id, backend.ErrConflict, errNotHolder)
 }
 
-// holds reports whether st's first candidacy is (token, this session) and
-// the session within its deadline.
+// holds reports whether st's first candidacy is (token, this session),
+// the object's spec.preferredHolder does not name another session that
+// waits (see nameState.yieldsTo), and the session is within its deadline.
 func (s *session) holds(st *nameState, token uint64) bool {
-	return len(st.queue) > 0 && st.queue[0] == (entry{T: token, S: s.id}) && s.live()
+	return len(st.queue) > 0 && st.queue[0] == (entry{T: token, S: s.id}) && st.yieldsTo(s.id) == "" && s.live()
 }
 
 // checkFence requires this session's candidacy (lease, token) to be first
@@ -293,7 +295,12 @@ func (b *Backend) writeRecordObject(ctx context.Context, key string, rec backend
 	if obj.Annotations == nil {
 		obj.Annotations = map[string]string{}
 	}
-	obj.Labels = newLabels(kindRecord)
+	// The labels and annotations of others stay (see the package
+	// documentation): only this backend's are set.
+	if obj.Labels == nil {
+		obj.Labels = map[string]string{}
+	}
+	maps.Copy(obj.Labels, newLabels(kindRecord))
 	obj.Annotations[annKey] = key
 	obj.Annotations[annValue] = base64.StdEncoding.EncodeToString(rec.Value)
 	obj.Annotations[annToken] = strconv.FormatUint(rec.Token, 10)

@@ -311,13 +311,32 @@ func (s *session) checkHeld() {
 		s.mu.Lock()
 		s.checkFails = 0
 		s.mu.Unlock()
-		var gone []*candidacy.Holding
+		var gone, yield []*candidacy.Holding
+		p := st.yieldsTo(s.id)
 		for _, h := range hs {
-			if !st.has(s.id, h.Token()) {
+			switch {
+			case !st.has(s.id, h.Token()):
 				gone = append(gone, h)
+			case p != "":
+				yield = append(yield, h)
 			}
 		}
 		s.Lose(gone...)
+		s.handOff(name, p, yield)
+	}
+}
+
+// handOff ends the holdings hs of name, whose object's spec.preferredHolder
+// names p, another session with a candidacy: each term ends here first
+// (Lost closes), then on the server (its candidacy is withdrawn, and the
+// next one is first). The session does not renew the holding meanwhile:
+// its fenced writes are refused from the moment the object names p (see
+// holds).
+func (s *session) handOff(name, p string, hs []*candidacy.Holding) {
+	for _, h := range hs {
+		s.b.log.Info("simba/kubernetes: handing the lease to the session that spec.preferredHolder names", "lease", name, "token", h.Token(), "session", s.id, "preferredHolder", p)
+		s.Lose(h)
+		queue{s}.Withdraw(name, h.Token())
 	}
 }
 

@@ -45,6 +45,11 @@
 //     deleted namespace stays Terminating (the namespace controller is
 //     not there to empty it).
 //
+// [WithCoordinatedLeaderElection] adds the CoordinatedLeaderElection
+// feature gate and the API it needs, for the tests of the Lease fields
+// spec.strategy and spec.preferredHolder, which the server drops without
+// it.
+//
 // [WatchLeases] follows the simba Lease objects of a namespace (a list, then
 // a watch, listing again after a failure), and [Queue] and [SessionID] read
 // them as backend/kubernetes writes them: what the fault tests and the chaos

@@ -104,8 +104,8 @@ type Server struct {
 // own (internal/etcdtest), waits until it is ready (/readyz), and stops it
 // when the test ends. It skips the test when the binary named by
 // SIMBA_KUBE_APISERVER is missing, and fails it instead under
-// SIMBA_REQUIRE_SERVERS=1.
-func Start(t testing.TB) *Server {
+// SIMBA_REQUIRE_SERVERS=1. Options add to the server's arguments.
+func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
 	bin := os.Getenv(EnvBinary)
 	if bin == "" {
@@ -129,6 +129,9 @@ func Start(t testing.TB) *Server {
 	}
 	if err := s.prepare(dir); err != nil {
 		t.Fatalf("kubetest: %v", err)
+	}
+	for _, o := range opts {
+		o(s)
 	}
 	// Clean-ups run last first: the log is shown once the server has
 	// stopped, before the directory holding it is removed.
@@ -195,6 +198,22 @@ func (s *Server) prepare(dir string) error {
 		"--shutdown-watch-termination-grace-period=1s",
 	}
 	return nil
+}
+
+// Option adds to the arguments of a server that [Start] starts.
+type Option func(*Server)
+
+// WithCoordinatedLeaderElection starts the server with coordinated leader
+// election on: the feature gate CoordinatedLeaderElection (beta, off by
+// default: without it the server drops the Lease fields spec.strategy and
+// spec.preferredHolder from every write) and the API it needs,
+// coordination.k8s.io/v1beta1 (LeaseCandidate). The server then runs its
+// leader-election controller too, which acts only on the Leases that
+// LeaseCandidates name.
+func WithCoordinatedLeaderElection() Option {
+	return func(s *Server) {
+		s.args = append(s.args, "--feature-gates=CoordinatedLeaderElection=true", "--runtime-config=coordination.k8s.io/v1beta1=true")
+	}
 }
 
 // writeServiceAccountKeys writes an ECDSA P-256 key pair into dir, the
