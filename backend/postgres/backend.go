@@ -257,7 +257,15 @@ func (b *Backend) prepare(ctx context.Context) error {
 	}
 	b.ready = true
 	b.hub.start()
-	b.warnAsyncStandbys(ctx)
+	// On a goroutine of its own: inline, under readyMu and on the first
+	// Open's path, the read made the sessions of a client whose replies
+	// came 1 s late miss every renewal (TestSlowRepliesThenCut, 3 attempts
+	// void of 3), for a reason not understood yet.
+	b.wg.Go(func() {
+		ctx, cancel := context.WithTimeout(b.ctx, warnTimeout)
+		defer cancel()
+		b.warnAsyncStandbys(ctx)
+	})
 	return nil
 }
 

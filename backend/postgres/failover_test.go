@@ -1,7 +1,9 @@
 package postgres_test
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -199,3 +201,57 @@ func TestOldPrimaryBackIsRefused(t *testing.T) {
 	}
 	t.Logf("refused: %v", openErr)
 }
+
+// TestWarnsOfAsyncStandbys: the first use of a Backend warns when the
+// server replicates to a standby asynchronously, and says it does so
+// synchronously otherwise.
+func TestWarnsOfAsyncStandbys(t *testing.T) {
+	for _, mode := range []pgtest.Mode{pgtest.Async, pgtest.Sync} {
+		t.Run(mode.String(), func(t *testing.T) {
+			p := pgtest.StartPair(t, mode)
+			msgs := make(chan string, 64)
+			b, err := postgres.New(p.DSN(), postgres.WithLogger(slog.New(allMessages{msgs})))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Close() })
+			s, err := b.Open(t.Context(), backend.SessionOptions{TTL: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close(t.Context())
+			want := map[pgtest.Mode]string{pgtest.Async: "replicates to standbys asynchronously", pgtest.Sync: "replicates to its standbys synchronously"}
+			timeout := time.After(opTimeout)
+			for {
+				select {
+				case m := <-msgs:
+					for mo, w := range want {
+						if strings.Contains(m, w) {
+							if mo != mode {
+								t.Fatalf("%s standby: logged %q", mode, m)
+							}
+							return
+						}
+					}
+				case <-timeout:
+					t.Fatalf("%s standby: nothing said of the replication within %v", mode, opTimeout)
+				}
+			}
+		})
+	}
+}
+
+// allMessages is a slog.Handler that sends every message on a channel,
+// dropping them when it is full.
+type allMessages struct{ msgs chan string }
+
+func (h allMessages) Enabled(context.Context, slog.Level) bool { return true }
+func (h allMessages) Handle(_ context.Context, r slog.Record) error {
+	select {
+	case h.msgs <- r.Message:
+	default:
+	}
+	return nil
+}
+func (h allMessages) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h allMessages) WithGroup(string) slog.Handler      { return h }

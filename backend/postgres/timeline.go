@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/simba-go/simba/internal/plant"
 )
@@ -76,6 +77,9 @@ func (t *timelines) note(op string, tl int64) error {
 // a standby"); a token below 2³² is of timeline 1.
 func timelineOfToken(token int64) int64 { return token>>32 + 1 }
 
+// warnTimeout bounds the read of warnAsyncStandbys.
+const warnTimeout = 10 * time.Second
+
 // warnAsyncStandbys logs a warning when the server replicates to standbys
 // asynchronously (or may: a role that cannot read pg_stat_replication's
 // sync_state sees only synchronous_standby_names): a failover to such a
@@ -93,7 +97,11 @@ func (b *Backend) warnAsyncStandbys(ctx context.Context) {
 		b.log.Debug("simba/postgres: reading the standbys' replication mode", "err", err)
 		return
 	}
+	if standbys == 0 {
+		return
+	}
 	if async == 0 && (unknown == 0 || strings.TrimSpace(names) != "") {
+		b.log.Info("simba/postgres: the server replicates to its standbys synchronously", "standbys", standbys, "synchronous_standby_names", names)
 		return
 	}
 	b.log.Warn("simba/postgres: the server replicates to standbys asynchronously: a failover to one may lose the last commits. simba qualifies tokens by the timeline and holds grants back for a TTL plus the margin after a failover, so terms stay safe, but a crash fail-over then waits up to 1.1 × the TTL longer (see the package doc, \"Replication and failover\")",
