@@ -256,16 +256,13 @@ func (b *Backend) prepare(ctx context.Context) error {
 		return err
 	}
 	b.ready = true
+	// Before the hub takes its connection: run after it, on the first
+	// Open's path or on a goroutine of its own, this read made the
+	// sessions of a client whose replies came 1 s late miss every renewal
+	// (TestSlowRepliesThenCut), or perturbed which server connection a
+	// pooler gave the next statement (TestPoolerQueryModes).
+	b.warnAsyncStandbys(ctx)
 	b.hub.start()
-	// On a goroutine of its own: inline, under readyMu and on the first
-	// Open's path, the read made the sessions of a client whose replies
-	// came 1 s late miss every renewal (TestSlowRepliesThenCut, 3 attempts
-	// void of 3), for a reason not understood yet.
-	b.wg.Go(func() {
-		ctx, cancel := context.WithTimeout(b.ctx, warnTimeout)
-		defer cancel()
-		b.warnAsyncStandbys(ctx)
-	})
 	return nil
 }
 
