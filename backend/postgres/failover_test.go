@@ -1,7 +1,6 @@
 package postgres_test
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -210,7 +209,7 @@ func TestWarnsOfAsyncStandbys(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			p := pgtest.StartPair(t, mode)
 			msgs := make(chan string, 64)
-			b, err := postgres.New(p.DSN(), postgres.WithLogger(slog.New(allMessages{msgs})))
+			b, err := postgres.New(p.DSN(), postgres.WithLogger(slog.New(logRecorder{msgs: msgs, all: true})))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -240,18 +239,3 @@ func TestWarnsOfAsyncStandbys(t *testing.T) {
 		})
 	}
 }
-
-// allMessages is a slog.Handler that sends every message on a channel,
-// dropping them when it is full.
-type allMessages struct{ msgs chan string }
-
-func (h allMessages) Enabled(context.Context, slog.Level) bool { return true }
-func (h allMessages) Handle(_ context.Context, r slog.Record) error {
-	select {
-	case h.msgs <- r.Message:
-	default:
-	}
-	return nil
-}
-func (h allMessages) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h allMessages) WithGroup(string) slog.Handler      { return h }

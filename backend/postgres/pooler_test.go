@@ -128,10 +128,16 @@ func TestPoolerQueryModes(t *testing.T) {
 }
 
 // logRecorder is a slog.Handler that sends each message logged at Warn or
-// above on a channel, dropping them when nobody reads.
-type logRecorder struct{ msgs chan string }
+// above (at any level with all) on a channel, dropping them when nobody
+// reads.
+type logRecorder struct {
+	msgs chan string
+	all  bool
+}
 
-func (h logRecorder) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h logRecorder) Enabled(_ context.Context, l slog.Level) bool {
+	return h.all || l >= slog.LevelWarn
+}
 func (h logRecorder) Handle(_ context.Context, r slog.Record) error {
 	select {
 	case h.msgs <- r.Message:
@@ -157,7 +163,7 @@ func TestPoolerDetected(t *testing.T) {
 	p := pgtest.StartPooler(t, dsn)
 	schema := pgtest.Schema(t)
 	warnings := make(chan string, 16)
-	b := newBackendIn(t, p.DSN(), schema, postgres.WithLogger(slog.New(logRecorder{warnings})))
+	b := newBackendIn(t, p.DSN(), schema, postgres.WithLogger(slog.New(logRecorder{msgs: warnings})))
 	open(t, b, 10*time.Second) // the listener starts with the first session
 	if err := awaitWarning(warnings, "a connection pooler stands between"); err != nil {
 		t.Error(err)
@@ -190,7 +196,7 @@ func TestPoolerListenProbe(t *testing.T) {
 	postgres.WithoutPoolerCheck(t)
 	p := pgtest.StartPooler(t, pgtest.DSN(t))
 	warnings := make(chan string, 16)
-	b := newBackendAt(t, p.DSN(), postgres.WithLogger(slog.New(logRecorder{warnings})))
+	b := newBackendAt(t, p.DSN(), postgres.WithLogger(slog.New(logRecorder{msgs: warnings})))
 	a, c := open(t, b, 10*time.Second), open(t, b, 10*time.Second)
 	if err := awaitWarning(warnings, "notifications do not arrive"); err != nil {
 		t.Fatal(err)
