@@ -314,7 +314,7 @@ func (b *Backend) Open(ctx context.Context, o backend.SessionOptions) (backend.S
 	if err != nil {
 		return nil, b.connErr("opening a session", err)
 	}
-	if _, err := b.noteClock("opening a session", start, time.Now(), db, tl); err != nil {
+	if err := b.noteClock("opening a session", start, time.Now(), db, tl); err != nil {
 		return nil, err
 	}
 	return newSession(b, id, ttl, start, tl), nil
@@ -322,12 +322,13 @@ func (b *Backend) Open(ctx context.Context, o backend.SessionOptions) (backend.S
 
 // noteClock records a sample of the database's clock (see clock.go), read
 // by a statement of op on timeline tl, and logs a step or a change of
-// server. It reports whether the server changed, and refuses a timeline
-// below the highest seen (see timeline.go).
-func (b *Backend) noteClock(op string, sent, received, db time.Time, tl int64) (changed bool, err error) {
+// server. It refuses a timeline below the highest seen (see timeline.go).
+// (A session tells its own change of server by the timeline of its
+// renewals: see session.recheck.)
+func (b *Backend) noteClock(op string, sent, received, db time.Time, tl int64) error {
 	if err := b.timelines.note(op, tl); err != nil {
 		b.log.Error(err.Error())
-		return false, err
+		return err
 	}
 	step, changed := b.clock.note(sent, received, db, tl)
 	if step > 0 {
@@ -338,5 +339,5 @@ func (b *Backend) noteClock(op string, sent, received, db time.Time, tl int64) (
 		b.log.Warn("simba/postgres: the server changed (a failover: another timeline): expired sessions are taken over, and leases last granted on an older timeline granted, only once this client's clock has run a TTL plus the margin on the new server",
 			"timeline", tl)
 	}
-	return changed, nil
+	return nil
 }

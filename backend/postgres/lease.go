@@ -62,7 +62,7 @@ func (s queue) Register(ctx context.Context, name string) (uint64, error) {
 		}
 		return 0, s.fail(ctx, op, err)
 	}
-	if _, err := s.b.noteClock(op, sent, time.Now(), db, tl); err != nil {
+	if err := s.b.noteClock(op, sent, time.Now(), db, tl); err != nil {
 		s.withdrawAll(name)
 		return 0, err
 	}
@@ -163,7 +163,7 @@ func (s *session) ahead(ctx context.Context, name string, token int64) (mine, al
 	if err != nil {
 		return false, false, 0, err
 	}
-	if _, err := s.b.noteClock(fmt.Sprintf("acquire %q", name), sent, time.Now(), db, tl); err != nil {
+	if err := s.b.noteClock(fmt.Sprintf("acquire %q", name), sent, time.Now(), db, tl); err != nil {
 		return false, false, 0, candidacy.Final(err)
 	}
 	if left == nil {

@@ -132,7 +132,7 @@ func (s *session) KeepAlive(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, s.fail(ctx, op, err)
 	}
-	if _, err := s.b.noteClock(op, start, time.Now(), db, tl); err != nil {
+	if err := s.b.noteClock(op, start, time.Now(), db, tl); err != nil {
 		return 0, err // an old primary: no renewal counts there
 	}
 	s.mu.Lock()
@@ -326,7 +326,7 @@ func (s *session) look() (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	if _, err := s.b.noteClock("reading the session", sent, time.Now(), db, tl); err != nil {
+	if err := s.b.noteClock("reading the session", sent, time.Now(), db, tl); err != nil {
 		return 0, err
 	}
 	if left <= 0 {
