@@ -1,37 +1,23 @@
 package simba
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/simba-go/simba/internal/await"
 )
 
-// lockedBuffer is a bytes.Buffer for a logger written from several
-// goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) lines(s string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// linesWith returns the lines of b that contain s.
+func linesWith(b *await.Buffer, s string) []string {
 	var out []string
-	for line := range strings.Lines(l.b.String()) {
+	for line := range strings.Lines(b.String()) {
 		if strings.Contains(line, s) {
 			out = append(out, line)
 		}
@@ -43,7 +29,7 @@ func (l *lockedBuffer) lines(s string) []string {
 // drop is counted, the first is logged at Warn, later ones at Debug.
 func TestEventDropsAreCountedAndTheFirstLogged(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var logs lockedBuffer
+		var logs await.Buffer
 		log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		var dropped atomic.Int64
 		gate := make(chan struct{})
@@ -78,7 +64,7 @@ func TestEventDropsAreCountedAndTheFirstLogged(t *testing.T) {
 		if got, want := delivered.Load(), int64(2*(1+maxQueuedEvents)); got != want {
 			t.Errorf("%d events delivered, want %d (the queue kept full each round)", got, want)
 		}
-		warn, debug := logs.lines("level=WARN"), logs.lines("level=DEBUG")
+		warn, debug := linesWith(&logs, "level=WARN"), linesWith(&logs, "level=DEBUG")
 		if len(warn) != 1 || !strings.Contains(warn[0], "dropped=10") || !strings.Contains(warn[0], "simba.events.dropped") {
 			t.Errorf("Warn lines %q, want one for the first drop (dropped=10) naming the metric", warn)
 		}
