@@ -336,7 +336,7 @@ func (b *Backend) noteClock(op string, sent, received, db time.Time, tl int64) e
 			"step", step.Round(time.Millisecond))
 	}
 	if changed {
-		b.log.Warn("simba/postgres: the server changed (a failover: another timeline): expired sessions are taken over, and leases last granted on an older timeline granted, only once this client's clock has run a TTL plus the margin on the new server",
+		b.log.Warn("simba/postgres: the server changed (a failover: another timeline): expired sessions are taken over, and leases granted, only once this client's clock has run a TTL plus the margin on the new server",
 			"timeline", tl)
 	}
 	return nil

@@ -269,8 +269,9 @@
 //     holder's row may predate renewals the holder counted on);
 //   - a grant is held back for 1.1 × the TTL (a TTL plus the default
 //     drift margin) after the client first heard from a new server, and,
-//     for a client started after the failover, while the name was last
-//     granted on an older timeline: a holder whose candidacy the standby
+//     for a client started after the failover, until a term of the name
+//     has been granted on the new timeline after such a hold (the first
+//     grant marks the name's counter): a holder whose candidacy the standby
 //     lost keeps its term until then by its own clock, so the hold assumes
 //     that clients of one lease use the same TTL (a longer TTL elsewhere
 //     needs a longer hold: configure them alike);
@@ -292,10 +293,11 @@
 //
 // A new client that never saw the old timeline, granted a name that was
 // first granted on the old primary in its last moments and never reached
-// the standby, is held back too (the name's counter shows no grant on the
-// new timeline). One case is not covered: when the first client to ask
-// for a name after a failover gives up before its hold ends, a client
-// behind it is granted without one.
+// the standby, is held back too: the name's counter shows no grant on the
+// new timeline, also when the first client to ask for it after the
+// failover gave up within its hold and this one asked behind it. The
+// first grant after a hold marks the counter (its token range moves up by
+// 2³¹), and candidacies registered after the mark are not held back.
 //
 // # Schema
 //

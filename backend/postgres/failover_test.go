@@ -1,11 +1,14 @@
 package postgres_test
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend"
@@ -29,6 +32,14 @@ type failoverNode struct {
 
 func startFailoverNode(t *testing.T, p *pgtest.Pair, log *termLog, name string, ttl time.Duration) *failoverNode {
 	t.Helper()
+	n := newFailoverNode(t, p, name, ttl)
+	n.start(t, log)
+	return n
+}
+
+// newFailoverNode is startFailoverNode without the start of the election.
+func newFailoverNode(t *testing.T, p *pgtest.Pair, name string, ttl time.Duration) *failoverNode {
+	t.Helper()
 	link, err := faultproxy.New(p.VIP.Addr())
 	if err != nil {
 		t.Fatal(err)
@@ -48,9 +59,7 @@ func startFailoverNode(t *testing.T, p *pgtest.Pair, log *termLog, name string, 
 		link.Heal()
 		await.For(t, await.Returned(c.Close), closeWait, "client %s: Close did not return", name)
 	})
-	n := &failoverNode{name: name, link: link, tap: tp, c: c}
-	n.start(t, log)
-	return n
+	return &failoverNode{name: name, link: link, tap: tp, c: c}
 }
 
 func (n *failoverNode) start(t *testing.T, log *termLog) {
@@ -78,18 +87,37 @@ func (n *failoverNode) start(t *testing.T, log *termLog) {
 //
 // In the fresh-client case the waiter is a client started after the
 // failover, which never saw the old server: the name's counter, last
-// bumped on the old timeline, holds its grant back.
+// bumped on the old timeline, holds its grant back. In the
+// first-gives-up case a fresh client asks for the lease and withdraws
+// within its hold, and the waiter is another fresh client that asks after
+// it: the counter, bumped on the new timeline by the first, still says
+// that no term was granted there, and holds the waiter back too.
 func TestFailoverZoneLost(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		mode  pgtest.Mode
-		fresh bool
-	}{{"async", pgtest.Async, false}, {"async/fresh-client", pgtest.Async, true}, {"sync", pgtest.Sync, false}} {
-		t.Run(tc.name, func(t *testing.T) { testFailoverZoneLost(t, tc.mode, tc.fresh) })
+		name   string
+		mode   pgtest.Mode
+		waiter waiterKind
+	}{
+		{"async", pgtest.Async, waiterOld},
+		{"async/fresh-client", pgtest.Async, waiterFresh},
+		{"async/first-gives-up", pgtest.Async, waiterBehindGivenUp},
+		{"sync", pgtest.Sync, waiterOld},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testFailoverZoneLost(t, tc.mode, tc.waiter) })
 	}
 }
 
-func testFailoverZoneLost(t *testing.T, mode pgtest.Mode, fresh bool) {
+// waiterKind is who waits for the lease across the failover.
+type waiterKind int
+
+const (
+	waiterOld           waiterKind = iota // a, a client of the old primary
+	waiterFresh                           // c, a client started after the failover
+	waiterBehindGivenUp                   // d, started after c asked and gave up
+)
+
+func testFailoverZoneLost(t *testing.T, mode pgtest.Mode, waiterOf waiterKind) {
+	fresh := waiterOf != waiterOld
 	// Long enough that the holder's term outlasts the failover by seconds:
 	// a waiter granted without a hold overlaps it by as much.
 	const ttl = 4 * time.Second
@@ -99,6 +127,11 @@ func testFailoverZoneLost(t *testing.T, mode pgtest.Mode, fresh bool) {
 	first := log.Next("a", opTimeout)
 	if first == nil {
 		t.Fatalf("no first term within %v", opTimeout)
+	}
+	if waiterOf == waiterBehindGivenUp {
+		// a leaves before the cut: the new primary will know no session
+		// to wait for and no candidacy of the name, only its counter.
+		await.For(t, await.Returned(a.c.Close), closeWait, "client a: Close did not return")
 	}
 	p.Standby.WaitReplayed()
 	if mode == pgtest.Async {
@@ -129,9 +162,38 @@ func testFailoverZoneLost(t *testing.T, mode pgtest.Mode, fresh bool) {
 
 	waiter := "a"
 	taps := []*tap{a.tap, b.tap}
-	if fresh {
+	switch waiterOf {
+	case waiterFresh:
 		waiter = "c"
 		taps = append(taps, startFailoverNode(t, p, log, "c", ttl).tap)
+	case waiterBehindGivenUp:
+		// c asks and is held back; d asks after it, and queues behind it;
+		// c gives up within its hold.
+		conn, err := pgx.Connect(ctxT(t), p.DSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(context.Background())
+		candidacies := func() (n int) {
+			if err := conn.QueryRow(ctxT(t), "SELECT count(*) FROM simba.candidacies WHERE name = 'x'").Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		seen := func() string { return fmt.Sprintf("%d candidacies", candidacies()) }
+		c, d := newFailoverNode(t, p, "c", ttl), newFailoverNode(t, p, "d", ttl)
+		taps = append(taps, c.tap, d.tap)
+		c.start(t, log)
+		await.Until(t, opTimeout, "c's candidacy", func() bool { return candidacies() == 1 }, seen)
+		waiter = "d"
+		d.start(t, log)
+		await.Until(t, opTimeout, "d's candidacy behind c's", func() bool { return candidacies() == 2 }, seen)
+		await.For(t, await.Returned(c.task.Close), closeWait, "c's election: Close did not return")
+		select {
+		case got := <-log.Elected():
+			t.Fatalf("%s was granted term %d %v after the failover, within c's hold", got.Node, got.Term.Token(), got.Term.Start().Sub(lost).Round(time.Millisecond))
+		default:
+		}
 	}
 	next := log.Next(waiter, opTimeout+3*ttl)
 	if next == nil {
@@ -149,12 +211,31 @@ func testFailoverZoneLost(t *testing.T, mode pgtest.Mode, fresh bool) {
 	for _, err := range log.CheckTerms() {
 		t.Error(err)
 	}
+	// The first grant on the new timeline marked the name's counter: a
+	// candidacy registered from now on is not held back.
+	if last, mark := counterOf(t, p.DSN(), "x"), int64(p.Standby.Timeline()-1)<<32|1<<31; last < mark {
+		t.Errorf("the counter of x is %d after the first grant on timeline %d, below the mark %d", last, p.Standby.Timeline(), mark)
+	}
 	time.Sleep(3 * termlog.WriteEvery) // a few writes of the new holder
 	errs, acc, ref := staleWrites(log, taps...)
 	for _, err := range errs {
 		t.Error(err)
 	}
 	t.Logf("register writes: %d accepted, %d refused", acc, ref)
+}
+
+// counterOf reads the counter of the lease name, in the schema simba.
+func counterOf(t *testing.T, dsn, name string) (last int64) {
+	t.Helper()
+	conn, err := pgx.Connect(ctxT(t), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if err := conn.QueryRow(ctxT(t), "SELECT last FROM simba.lease_names WHERE name = $1", name).Scan(&last); err != nil {
+		t.Fatalf("reading the counter of %s: %v", name, err)
+	}
+	return last
 }
 
 // TestOldPrimaryBackIsRefused: after a failover, the old primary comes

@@ -67,14 +67,14 @@ func (s queue) Register(ctx context.Context, name string) (uint64, error) {
 		return 0, err
 	}
 	// prev is the name's counter in the statement's snapshot, before the
-	// bump (or a later one, which only makes this more careful): the
-	// timeline the name was last granted on, or none.
+	// bump (or a later one, which only makes this more careful): whether
+	// a term of the name was granted on this timeline already.
 	last := int64(0)
 	if prev != nil {
 		last = *prev
 	}
 	s.registered(token)
-	if tl > 1 && timelineOfToken(last) < tl && !plant.Is(plant.KeepChainOnFailover) {
+	if tl > 1 && !settled(last, tl) && !plant.Is(plant.KeepChainOnFailover) {
 		s.mu.Lock()
 		s.older[token] = true // see holdBack
 		s.mu.Unlock()
@@ -101,8 +101,12 @@ func (s queue) Ahead(ctx context.Context, w *candidacy.Waiter) (time.Duration, e
 		s.gone(int64(w.Token))
 		return 0, candidacy.ErrGone
 	case wait < 0:
-		if hold := s.holdBack(int64(w.Token)); hold > 0 {
+		hold, held := s.holdBack(int64(w.Token))
+		if hold > 0 {
 			return hold, nil
+		}
+		if held {
+			s.settle(ctx, w.Name, int64(w.Token))
 		}
 		return -1, nil
 	}

@@ -375,28 +375,30 @@ const lookTimeout = 10 * time.Second
 
 // holdBack is how long the grant of the candidacy token must still wait
 // (0: none): trustFactor × the TTL after this client first heard from the
-// server, when that was a change of server (a failover) or the name was
-// last granted on an older timeline (a client that started after the
-// failover). The holder of a term granted on the old primary, whose
-// candidacy the new one may have lost, keeps its term until then by its
-// own clock, if its TTL is at most this session's (see "Failover to a
-// standby" in timeline.go).
-func (s *session) holdBack(token int64) time.Duration {
+// server, when that was a change of server (a failover) or no term of the
+// name had been granted on the server's timeline when the candidacy
+// registered (a client that started after the failover). The holder of a
+// term granted on the old primary, whose candidacy the new one may have
+// lost, keeps its term until then by its own clock, if its TTL is at most
+// this session's (see "Failover to a standby" in timeline.go). held
+// reports, once the hold is over, that there was one: the grant may be
+// the first after the hold on the timeline (see settle).
+func (s *session) holdBack(token int64) (hold time.Duration, held bool) {
 	s.mu.Lock()
 	older, ttl := s.older[token], s.ttl
 	s.mu.Unlock()
 	age, changed := s.b.clock.chainAge(time.Now())
 	if plant.Is(plant.KeepChainOnFailover) || !older && !changed {
 		s.forget(token)
-		return 0
+		return 0, false
 	}
-	hold := time.Duration(float64(ttl)*trustFactor) - age
+	hold = time.Duration(float64(ttl)*trustFactor) - age
 	if hold <= 0 {
 		s.forget(token)
-		return 0
+		return 0, true
 	}
 	s.b.log.Info("simba/postgres: a grant held back after a failover", "session", s.sid, "token", token, "for", hold.Round(time.Millisecond))
-	return hold + expiryMargin
+	return hold + expiryMargin, false
 }
 
 // forget drops what holdBack keeps of the candidacy token.

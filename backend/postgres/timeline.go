@@ -36,11 +36,12 @@ import (
 // fail, and nothing is granted or renewed there. A grant is held back for
 // trustFactor × TTL (a TTL plus the drift margin) after the client first
 // heard from a new server, and, for a client that started after the
-// failover, while the name was last granted on an older timeline: the
-// holder of a term granted on the old primary, whose candidacy the new one
-// may have lost, keeps its term until then by its own clock. The first
-// renewal on a new timeline reads the session's candidacies, so that a
-// holding whose candidacy was lost ends at once.
+// failover, until a term of the name was granted on the new timeline after
+// such a hold (see settle): the holder of a term granted on the old
+// primary, whose candidacy the new one may have lost, keeps its term until
+// then by its own clock. The first renewal on a new timeline reads the
+// session's candidacies, so that a holding whose candidacy was lost ends
+// at once.
 
 // timelineSQL is the server's current timeline, from the name of the WAL
 // file it writes (pg_walfile_name uses the timeline of WAL insertion: the
@@ -70,6 +71,40 @@ func (t *timelines) note(op string, tl int64) error {
 		if tl == m || t.max.CompareAndSwap(m, tl) {
 			return nil
 		}
+	}
+}
+
+// settledBit, set in a name's counter, says that a term of the name was
+// granted on the counter's timeline after the hold (see settle): a
+// candidacy registered then is not held back. The first token of a
+// timeline is its base, and the counter moves to base + settledBit at the
+// first grant there, so tokens still strictly increase, with 2³¹ of them
+// for the registrations before the first grant of a timeline and 2³¹ for
+// those after.
+const settledBit = 1 << 31
+
+// settled reports whether last, a name's counter, says that a term of the
+// name was granted on timeline tl after the hold.
+func settled(last, tl int64) bool {
+	return timelineOfToken(last) == tl && last&settledBit != 0
+}
+
+// settle marks name's counter as settled on the highest timeline this
+// Backend has seen, at a grant of the candidacy token after a hold: the
+// terms of older timelines have ended by then, for every client, so that
+// a candidacy registered from now on is not held back. Until then every
+// candidacy is, whoever registered before it and gave up: a client that
+// asks behind one that withdraws within its hold waits out a hold of its
+// own. A mark that fails to be written costs only that wait, for the next
+// candidacies. A token registered after the mark needs none.
+func (s queue) settle(ctx context.Context, name string, token int64) {
+	tl := s.b.timelines.max.Load()
+	if tl <= 1 || settled(token, tl) {
+		return
+	}
+	mark := (tl-1)<<32 | settledBit
+	if _, err := s.b.exec(ctx, s.ctx, `UPDATE `+s.b.q+`.lease_names SET last = GREATEST(last, $2) WHERE name = $1`, name, mark); err != nil {
+		s.b.log.Debug("simba/postgres: marking a name granted on a new timeline", "name", name, "err", err)
 	}
 }
 

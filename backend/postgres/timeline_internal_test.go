@@ -33,6 +33,29 @@ func TestTimelineOfToken(t *testing.T) {
 	}
 }
 
+// A counter is settled on its own timeline once its settled bit is set:
+// never on an older or a later one.
+func TestSettled(t *testing.T) {
+	base2 := int64(1) << 32
+	for _, c := range []struct {
+		last, tl int64
+		want     bool
+	}{
+		{7, 2, false},                        // last granted on timeline 1
+		{base2, 2, false},                    // registered on timeline 2, none granted
+		{base2 + 5, 2, false},                // five more, none granted
+		{base2 | settledBit, 2, true},        // the first grant's mark
+		{base2 | settledBit + 3, 2, true},    // and later registrations
+		{base2 | settledBit, 3, false},       // settled on timeline 2, not 3
+		{settledBit + 1, 1, true},            // timeline 1 (never held back anyway)
+		{2*base2 | settledBit + 1, 2, false}, // a later timeline's (refused anyway)
+	} {
+		if got := settled(c.last, c.tl); got != c.want {
+			t.Errorf("settled(%#x, %d) = %v, want %v", c.last, c.tl, got, c.want)
+		}
+	}
+}
+
 // A sample from another timeline restarts the chain of clock samples,
 // even when the new server's clock agrees with the old one's (the case
 // that let a waiter delete a holder's session right after a failover).
