@@ -172,7 +172,10 @@ func (h *holding) watch() {
 		}
 	}
 	if n, ok := h.lease.(backend.LostNotifier); ok {
-		h.stops = append(h.stops, n.OnLost(func() { h.t.c.wg.Go(lost) }))
+		// The term's validity ends on the backend's goroutine, before it
+		// goes on (a hand-off to a preferred holder withdraws the
+		// candidacy next); the revoke follows on a goroutine of its own.
+		h.stops = append(h.stops, n.OnLost(func() { h.term.endNow(); h.t.c.wg.Go(lost) }))
 	} else {
 		done := make(chan struct{})
 		h.t.c.wg.Go(func() {

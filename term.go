@@ -30,6 +30,8 @@ type Term struct {
 	// math.MaxInt64 while it is not revoked.
 	end     atomic.Int64
 	revoked chan struct{}
+	// lost is set when the lease was lost, by endNow, before revoke runs.
+	lost atomic.Bool
 
 	mu  sync.Mutex
 	err *TermError
@@ -137,8 +139,11 @@ func (t *Term) endErr() error {
 	}
 	if !t.valid() {
 		reason, cause := RevokeDeadline, error(nil)
-		if t.gen.ended.Load() {
+		switch {
+		case t.gen.ended.Load():
 			reason, cause = t.gen.why()
+		case t.lost.Load():
+			reason = RevokeLeaseLost
 		}
 		return &TermError{Name: t.ref.Election, Token: t.ref.Token, Reason: reason, Cause: cause}
 	}
@@ -188,6 +193,25 @@ func (t *Term) String() string {
 	return fmt.Sprintf("term %d of %q", t.ref.Token, t.ref.Election)
 }
 
+// endNow ends the term's validity at once, the lease being lost, without
+// blocking: a backend's OnLost callback calls it, before revoke runs on a
+// goroutine of its own, so that the term is over before the backend goes
+// on (hands the lease to another session, say).
+func (t *Term) endNow() {
+	t.lost.Store(true)
+	t.lowerEnd(int64(t.gen.now()))
+}
+
+// lowerEnd moves the end of the term's validity to v, if that is earlier.
+func (t *Term) lowerEnd(v int64) {
+	for {
+		e := t.end.Load()
+		if e <= v || t.end.CompareAndSwap(e, v) {
+			return
+		}
+	}
+}
+
 // revoke ends the term: it is not valid from now on, Err reports why, and
 // Revoked is closed. Only the first call has an effect.
 func (t *Term) revoke(reason RevokeReason, cause error) bool {
@@ -196,8 +220,7 @@ func (t *Term) revoke(reason RevokeReason, cause error) bool {
 	if t.err != nil {
 		return false
 	}
-	now := int64(t.gen.now())
-	t.end.Store(min(now, t.gen.deadline.Load()))
+	t.lowerEnd(min(int64(t.gen.now()), t.gen.deadline.Load()))
 	t.err = &TermError{Name: t.ref.Election, Token: t.ref.Token, Reason: reason, Cause: cause}
 	close(t.revoked)
 	return true
