@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -53,7 +54,7 @@ type etcdCluster struct {
 
 	mu    sync.Mutex
 	links []*etcdLink
-	down  int // the member that is down, or -1
+	down  []bool // the members that are down, by index
 }
 
 type etcdMember struct {
@@ -74,7 +75,7 @@ type etcdMember struct {
 // startEtcdCluster starts three members and waits until they serve; they
 // stop when the test ends.
 func startEtcdCluster(t *testing.T) *etcdCluster {
-	c := &etcdCluster{t: t, down: -1}
+	c := &etcdCluster{t: t, down: make([]bool, 3)}
 	ports, err := freePorts(6)
 	if err != nil {
 		t.Fatal(err)
@@ -229,7 +230,7 @@ func (c *etcdCluster) newLink() (link, error) {
 			l.close()
 			return nil, err
 		}
-		if i == c.down {
+		if c.down[i] {
 			p.Refuse()
 		}
 		l.proxies = append(l.proxies, p)
@@ -270,9 +271,15 @@ func (l *etcdLink) close() {
 func (c *etcdCluster) stopServer(member int) (what, kind string, start func() error, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.down >= 0 {
-		return "", "", nil, fmt.Errorf("member %s is down already", c.members[c.down].name)
+	if i := slices.Index(c.down, true); i >= 0 {
+		return "", "", nil, fmt.Errorf("member %s is down already", c.members[i].name)
 	}
+	return c.stopLocked(member)
+}
+
+// stopLocked stops member m, or for -1 crashes the leader, whether or not
+// another is down already (a second one down loses the quorum).
+func (c *etcdCluster) stopLocked(member int) (what, kind string, start func() error, err error) {
 	i, crash := member, member < 0
 	if crash {
 		i = c.leaderLocked()
@@ -296,7 +303,7 @@ func (c *etcdCluster) stopServer(member int) (what, kind string, start func() er
 	}
 	m.e.Close()
 	m.e = nil
-	c.down = i
+	c.down[i] = true
 	what = fmt.Sprintf("member %s%s stopped", m.name, leader)
 	if crash {
 		what = fmt.Sprintf("member %s%s crashed", m.name, leader)
@@ -333,7 +340,7 @@ func (c *etcdCluster) restart(i int) error {
 	for _, l := range c.links {
 		l.proxies[i].Accept()
 	}
-	c.down = -1
+	c.down[i] = false
 	return nil
 }
 
