@@ -9,7 +9,8 @@
 // test's own, for tests that stop or restart it; [StartTLSServer] one that
 // also serves TLS, with certificates from internal/certs; [StartEnsemble]
 // a replicated ZooKeeper of three (or n) servers, for tests that kill its
-// leader or a follower, or take its quorum away.
+// leader or a follower, take its quorum away, or (started
+// [WithQuorumProxies]) cut a server from the others.
 //
 // Records (backend.Records) outlive sessions by design: [Leftovers] and
 // the check of [Root] let them be, and Root deletes them with the rest.
@@ -66,7 +67,7 @@ func Addr(t testing.TB) string {
 }
 
 // Connect opens a plain go-zookeeper connection to addr for inspecting the
-// server. It is closed, and its goroutines have exited, when the test ends.
+// server (addr may name the servers of an ensemble, see [Ensemble.Addr]). It is closed, and its goroutines have exited, when the test ends.
 func Connect(t testing.TB, addr string) *zk.Conn {
 	t.Helper()
 	c, closeConn, err := dial(addr)
@@ -91,10 +92,11 @@ func ConnectAs(t testing.TB, addr string, digests ...string) *zk.Conn {
 	return c
 }
 
-// dial opens a plain go-zookeeper connection to addr and waits for its
-// session; closeConn closes it and waits for its goroutines.
+// dial opens a plain go-zookeeper connection to addr (or to one of the
+// servers of an ensemble, comma-separated; see [Ensemble.Addr]) and waits
+// for its session; closeConn closes it and waits for its goroutines.
 func dial(addr string) (c *zk.Conn, closeConn func(), err error) {
-	c, events, err := zk.Connect([]string{addr}, 4*time.Second,
+	c, events, err := zk.Connect(strings.Split(addr, ","), 4*time.Second,
 		zk.WithLogger(log.New(io.Discard, "", 0)), zk.WithLogInfo(false))
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to %s: %w", addr, err)
@@ -128,7 +130,8 @@ func Snapshot(addr, root string) ([]Node, error) {
 
 var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
 
-// Root returns a znode path for the test alone, under /simba-test, and
+// Root returns a znode path for the test alone, under /simba-test (on the
+// server at addr, or the ensemble [Ensemble.Addr] names), and
 // registers a clean-up that fails the test if anything but empty directory
 // znodes and records (see [Leftovers]) is left under it once the test's
 // own clean-ups have run (it waits up to 6s, longer than the largest

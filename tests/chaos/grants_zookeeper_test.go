@@ -74,11 +74,21 @@ const zkRelistEvery = time.Second
 var neverFires = make(chan zk.Event)
 
 func (z *zooKeeper) watchGrants(root string) (*grantWatch, error) {
-	conn, closeConn, err := dialZKOnce(z.addr)
+	return watchZKGrants(root, []string{z.addr}, false)
+}
+
+// watchZKGrants starts the grant watch of root on a connection to one of
+// addrs (servers of one ZooKeeper). With sync, each listing of a lease is
+// preceded by a sync: the server of an ensemble the watch is connected to
+// then has every change the leader committed before the sync reached it,
+// so that a listing sent at an instant shows nothing older than the
+// leader's state at that instant, as the bounds above need.
+func watchZKGrants(root string, addrs []string, sync bool) (*grantWatch, error) {
+	conn, closeConn, err := dialZKOnce(addrs...)
 	if err != nil {
 		return nil, fmt.Errorf("the grant watch: %w", err)
 	}
-	w := &zkGrantWatch{addr: z.addr, conn: conn, closeConn: closeConn, dir: root + "/lease", log: newGrantLog(), quit: make(chan struct{}), done: make(chan struct{}),
+	w := &zkGrantWatch{addrs: addrs, sync: sync, conn: conn, closeConn: closeConn, dir: root + "/lease", log: newGrantLog(), quit: make(chan struct{}), done: make(chan struct{}),
 		leases: map[string]*zkLease{}}
 	go w.loop()
 	return &grantWatch{log: w.log, stop: func() {
@@ -91,9 +101,10 @@ func (z *zooKeeper) watchGrants(root string) (*grantWatch, error) {
 	}}, nil
 }
 
-// dialZK opens a go-zookeeper connection to addr and waits for its
-// session; closeConn closes it and waits for its goroutines.
-func dialZK(addr string) (conn *zk.Conn, closeConn func(), err error) {
+// dialZK opens a go-zookeeper connection to addr (to one of the servers
+// given) and waits for its session; closeConn closes it and waits for its
+// goroutines.
+func dialZK(addr ...string) (conn *zk.Conn, closeConn func(), err error) {
 	return dialZKWith(addr, false)
 }
 
@@ -110,12 +121,12 @@ func dialZK(addr string) (conn *zk.Conn, closeConn func(), err error) {
 // until dialZKWith's 10s were over, its grant watch blind meanwhile (seed
 // 655052589: no grant seen after a restart, four false I4 reports). No
 // watch is set before the first session, so nothing races then.
-func dialZKOnce(addr string) (conn *zk.Conn, closeConn func(), err error) {
+func dialZKOnce(addr ...string) (conn *zk.Conn, closeConn func(), err error) {
 	return dialZKWith(addr, true)
 }
 
 // dialZKWith is dialZK, or dialZKOnce if once.
-func dialZKWith(addr string, once bool) (conn *zk.Conn, closeConn func(), err error) {
+func dialZKWith(addr []string, once bool) (conn *zk.Conn, closeConn func(), err error) {
 	var hadSession atomic.Bool
 	dialer := func(network, address string, timeout time.Duration) (net.Conn, error) {
 		if once && hadSession.Load() {
@@ -131,7 +142,7 @@ func dialZKWith(addr string, once bool) (conn *zk.Conn, closeConn func(), err er
 		}
 	}
 	var events <-chan zk.Event
-	conn, events, err = zk.Connect([]string{addr}, 4*time.Second, zk.WithLogger(log.New(io.Discard, "", 0)), zk.WithLogInfo(false),
+	conn, events, err = zk.Connect(addr, 4*time.Second, zk.WithLogger(log.New(io.Discard, "", 0)), zk.WithLogInfo(false),
 		zk.WithDialer(dialer), zk.WithEventCallback(onEvent))
 	if err != nil {
 		return nil, nil, err
@@ -159,7 +170,7 @@ func (w *zkGrantWatch) redial() bool {
 	if w.conn.State() == zk.StateHasSession {
 		return true
 	}
-	conn, closeConn, err := dialZKOnce(w.addr)
+	conn, closeConn, err := dialZKOnce(w.addrs...)
 	if err != nil {
 		w.pause()
 		return false
@@ -182,11 +193,12 @@ func (w *zkGrantWatch) redial() bool {
 }
 
 type zkGrantWatch struct {
-	addr string
-	dir  string
-	log  *grantLog
-	quit chan struct{}
-	done chan struct{}
+	addrs []string
+	sync  bool // sync before each listing of a lease (see watchZKGrants)
+	dir   string
+	log   *grantLog
+	quit  chan struct{}
+	done  chan struct{}
 
 	// mu guards conn and closeConn, which the loop replaces (redial) and
 	// stop closes; closed: stop has closed it, for good.
@@ -311,6 +323,12 @@ func parseSeq(name string) (int64, bool) {
 func (w *zkGrantWatch) listLease(l *zkLease) {
 	path := w.dir + "/" + l.name
 	sent := time.Now()
+	if w.sync {
+		if _, err := w.conn.Sync(path); err != nil && !errors.Is(err, zk.ErrNoNode) {
+			w.pause()
+			return
+		}
+	}
 	children, st, ch, err := w.conn.ChildrenW(path)
 	got := time.Now()
 	if errors.Is(err, zk.ErrNoNode) {

@@ -158,15 +158,21 @@ func (z *zooKeeper) leftovers(root string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	return zkLeftovers(nodes, root, z.containersGo), nil
+}
+
+// zkLeftovers is leftovers over the znodes under root, as listed; with
+// containersGo, empty directories count too.
+func zkLeftovers(nodes []zktest.Node, root string, containersGo bool) []string {
 	var out []string
 	for _, n := range nodes {
 		_, ephemeral := n.Ephemeral()
 		switch {
 		case (n.Path == root+"/rec" || strings.HasPrefix(n.Path, root+"/rec/")) && !ephemeral:
 			// Status and history records outlive their writers by design.
-		case z.containersGo || !n.Directory():
+		case containersGo || !n.Directory():
 			out = append(out, n.String())
 		}
 	}
-	return out, nil
+	return out
 }
