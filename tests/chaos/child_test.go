@@ -44,6 +44,10 @@ const (
 	envTTL       = "SIMBA_CHAOS_TTL"       // the TTL the client requests
 	envChildSeed = "SIMBA_CHAOS_CHILD_SEED"
 	envPlant     = "SIMBA_CHAOS_PLANT" // plantOverstatedTTL, a bug of internal/plant, or empty
+	// envZKLag is, for a ZooKeeper ensemble, the backend's leader lag
+	// (zookeeper.WithLeaderLag); the client asks for its TTL plus the lag,
+	// so that its terms last the TTL.
+	envZKLag = "SIMBA_CHAOS_ZK_LAG"
 
 	roleChild         = "child"
 	backendEtcd       = "etcd"
@@ -161,7 +165,13 @@ func childMain() int {
 	if err != nil {
 		return fail(fmt.Errorf("%s: %w", envChildSeed, err))
 	}
-	b, err := openBackend()
+	var lag time.Duration
+	if v := os.Getenv(envZKLag); v != "" {
+		if lag, err = time.ParseDuration(v); err != nil {
+			return fail(fmt.Errorf("%s: %w", envZKLag, err))
+		}
+	}
+	b, err := openBackend(lag)
 	if err != nil {
 		return fail(err)
 	}
@@ -169,14 +179,14 @@ func childMain() int {
 	switch bug := os.Getenv(envPlant); bug {
 	case "":
 	case plantOverstatedTTL:
-		cb = overstated{b, ttl}
+		cb = overstated{b, ttl + lag}
 	default:
 		if _, err := plant.Set(bug); err != nil {
 			return fail(fmt.Errorf("%s: %w", envPlant, err))
 		}
 	}
 	var closed atomic.Bool
-	c, err := simba.New(cb, simba.WithTTL(ttl), simba.WithMemberID(node), simba.WithEventHandler(func(e simba.Event) {
+	c, err := simba.New(cb, simba.WithTTL(ttl+lag), simba.WithMemberID(node), simba.WithEventHandler(func(e simba.Event) {
 		if closed.Load() {
 			out.say(report{Ev: "late-event", Msg: fmt.Sprintf("%T %+v", e, e)})
 			return
@@ -262,15 +272,16 @@ func (t *task) restart() (err error) {
 	return err
 }
 
-// openBackend returns the backend the environment names.
-func openBackend() (backend.Backend, error) {
+// openBackend returns the backend the environment names; lag is the
+// leader lag of a ZooKeeper ensemble.
+func openBackend(lag time.Duration) (backend.Backend, error) {
 	endpoints := strings.Split(os.Getenv(envEndpoints), ",")
 	space := os.Getenv(envSpace)
 	switch kind := os.Getenv(envBackend); kind {
 	case backendEtcd:
 		return etcd.New(endpoints, etcd.WithPrefix(space))
 	case backendZooKeeper:
-		return zookeeper.New(endpoints, zookeeper.WithRoot(space))
+		return zookeeper.New(endpoints, zookeeper.WithRoot(space), zookeeper.WithLeaderLag(lag))
 	case backendPostgres:
 		// The one endpoint is the DSN, through the client's proxy.
 		return postgres.New(endpoints[0], postgres.WithSchema(space))

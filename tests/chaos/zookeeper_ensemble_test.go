@@ -25,12 +25,11 @@ import (
 // Without ZooKeeper installed it skips (fails under
 // SIMBA_REQUIRE_SERVERS=1).
 //
-// The client processes do not set the backend's leader lag
-// (zookeeper.WithLeaderLag; child_test.go opens every ZooKeeper backend
-// alike): the schedule cuts no server from the others, and a follower
-// killed loses at most the renewals it answered in its last half tick
-// before it reported them to the leader, which the drift margin (200 ms
-// at the run's TTL) covers. Partitions between servers are
+// The client processes set the backend's leader lag to zkEnsembleLag, and
+// ask for the TTL plus the lag: a follower killed just after it answered a
+// renewal may never have reported it to the leader, which then counts
+// from the renewal before, up to a renewal interval earlier (see
+// zookeeper.WithLeaderLag). Partitions between servers are
 // backend/zookeeper's TestEnsemblePartitionedFollower.
 func TestZooKeeperEnsemble(t *testing.T) {
 	t.Parallel()
@@ -44,6 +43,18 @@ func TestZooKeeperEnsemble(t *testing.T) {
 // zkEnsembleShortRun is the length of the ensemble's schedule in the short
 // run: its servers are three JVMs, on top of TestZooKeeper's one.
 const zkEnsembleShortRun = 15 * time.Second
+
+// zkEnsembleLag is the clients' leader lag: syncLimit × tickTime +
+// tickTime of the ensemble, and a renewal interval (a third of the TTL).
+// Their sessions ask for the TTL plus the lag, which the ensemble's
+// maxSessionTimeout (20 ticks, 4 s) grants.
+const zkEnsembleLag = zktest.LeaderLag + ttl/3
+
+// zkEnsembleLink is a client's proxies to the servers, and the leader lag
+// its backend sets.
+type zkEnsembleLink struct{ *etcdLink }
+
+func (zkEnsembleLink) env() []string { return []string{envZKLag + "=" + zkEnsembleLag.String()} }
 
 // zkEnsemble is a three-server ZooKeeper ensemble; each client reaches
 // every server through a proxy of its own (an etcdLink: one proxy per
@@ -98,7 +109,10 @@ func (z *zkEnsemble) shortRun() time.Duration { return zkEnsembleShortRun }
 // next ping reply, up to half a tick later; a new leader gives every
 // session a fresh timeout from its election, which comes before the heal
 // (the killed server's start waits until it has joined the new quorum).
-func (z *zkEnsemble) expiryLag() time.Duration { return 3 * zkTick }
+//
+// A crashed client's session outlives its last renewal by the TTL plus
+// the leader lag it asked for on top.
+func (z *zkEnsemble) expiryLag() time.Duration { return 3*zkTick + zkEnsembleLag }
 
 func (z *zkEnsemble) newLink() (link, error) {
 	l := &etcdLink{}
@@ -113,7 +127,7 @@ func (z *zkEnsemble) newLink() (link, error) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	z.links = append(z.links, l)
-	return l, nil
+	return zkEnsembleLink{l}, nil
 }
 
 // stopServer kills (SIGKILL) a server: the leader for -1, else a
