@@ -288,7 +288,8 @@
 // that refused stays refusing: restart its process (a new Backend) once
 // the cluster is trusted. TestRestoreWithoutBumpRefused shows the refusal
 // on a restore that replaces the server's data directory with a copy taken
-// earlier.
+// earlier; TestRestoreWithBumpAccepted restores the same copy with etcdutl
+// as above, and the Backend goes on, its tokens above every one before.
 //
 // # Errors
 //

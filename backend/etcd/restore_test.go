@@ -39,6 +39,12 @@ type restored struct {
 // keepAliveFirst; then Opens another session on the same backend; then
 // acquires another lease on a backend started after the restore.
 func restoreScenario(t *testing.T, keepAliveFirst bool) restored {
+	return restoreScenarioBump(t, keepAliveFirst, 0)
+}
+
+// restoreScenarioBump is restoreScenario, with a restore by etcdutl with
+// --bump-revision bump --mark-compacted when bump is positive.
+func restoreScenarioBump(t *testing.T, keepAliveFirst bool, bump int64) restored {
 	srv := startServer(t)
 	prefix := testPrefix(t)
 	logger := etcd.WithLogger(slog.New(slog.NewTextHandler(testWriter{t}, nil)))
@@ -72,7 +78,11 @@ func restoreScenario(t *testing.T, keepAliveFirst bool) restored {
 	}
 	r.highest = r.terms[len(r.terms)-1].Token
 	srv.Stop()
-	if err := srv.RestoreBackup(backup); err != nil {
+	restore := srv.RestoreBackup
+	if bump > 0 {
+		restore = func(src string) error { return srv.RestoreSnapshot(src, bump) }
+	}
+	if err := restore(backup); err != nil {
 		t.Fatal(err)
 	}
 	if err := srv.Restart(); err != nil {
@@ -172,6 +182,38 @@ func TestRestoreWithoutBumpCaughtWithoutCheck(t *testing.T) {
 			for _, err := range errs {
 				t.Logf("caught: %v", err)
 			}
+		})
+	}
+}
+
+// TestRestoreWithBumpAccepted restores the same backup as
+// TestRestoreWithoutBumpRefused, the way etcd's documentation asks:
+// etcdutl snapshot restore --bump-revision --mark-compacted, with the
+// server's own name, peer URL and cluster token. The cluster is the same
+// (its ID is made of those) and its revisions are above every one seen:
+// the backend that saw the revisions the restore took back goes on, its
+// session's lease restored with the backup, and every token granted after
+// the restore, by it or by a backend started after it, is above every
+// token granted before.
+func TestRestoreWithBumpAccepted(t *testing.T) {
+	const bump = 1_000_000
+	for _, keepAliveFirst := range []bool{false, true} {
+		t.Run(firstCalls[keepAliveFirst], func(t *testing.T) {
+			r := restoreScenarioBump(t, keepAliveFirst, bump)
+			if r.keepAlive != nil || r.acquire != nil || r.open != nil {
+				t.Fatalf("after a restore with --bump-revision: KeepAlive %v, Acquire %v, Open %v; want them to succeed", r.keepAlive, r.acquire, r.open)
+			}
+			if r.ended {
+				t.Error("the session was over after the restore")
+			}
+			for _, err := range check.Terms(r.terms) {
+				t.Error(err)
+			}
+			after := r.terms[len(r.terms)-1].Token
+			if after <= r.highest || r.later <= r.highest {
+				t.Errorf("tokens after the restore %d (same backend) and %d (a backend started after it), want both above %d, the highest before", after, r.later, r.highest)
+			}
+			t.Logf("tokens: highest before the restore %d; after it %d (same backend), %d (a new backend)", r.highest, after, r.later)
 		})
 	}
 }

@@ -27,6 +27,9 @@ const EnvBinary = "SIMBA_ETCD_BIN"
 const (
 	toolsDir    = "tools/etcd"
 	toolsModule = "go.etcd.io/etcd/server/v3"
+	// utilModule is etcdutl's, built the same way, from the same module,
+	// for [Server.RestoreSnapshot].
+	utilModule = "go.etcd.io/etcd/etcdutl/v3"
 	// buildTimeout bounds the build (some 40s on 2 cores with Go's build
 	// cache cold and the modules downloaded).
 	buildTimeout = 10 * time.Minute
@@ -69,6 +72,19 @@ func binary() (string, error) {
 	return binaryPath, binaryErr
 }
 
+var (
+	utilOnce sync.Once
+	utilPath string
+	utilErr  error
+)
+
+// utilBinary returns the path of the etcdutl binary of the checkout's
+// tools/etcd, built into the cache if missing, or why there is none.
+func utilBinary() (string, error) {
+	utilOnce.Do(func() { utilPath, utilErr = toolBinary(utilModule, "etcdutl") })
+	return utilPath, utilErr
+}
+
 // findBinary returns SIMBA_ETCD_BIN if set, or else the binary of the
 // checkout's tools/etcd in the cache, built if missing.
 func findBinary() (string, error) {
@@ -78,19 +94,30 @@ func findBinary() (string, error) {
 		}
 		return p, nil
 	}
+	p, err := toolBinary(toolsModule, "etcd")
+	if err != nil {
+		return "", fmt.Errorf("%s is not set, and %v", EnvBinary, err)
+	}
+	return p, nil
+}
+
+// toolBinary returns the binary of module (package main at its root) of
+// the checkout's tools/etcd in the cache, named after name, built if
+// missing.
+func toolBinary(module, name string) (string, error) {
 	wd, err := os.Getwd()
 	if err != nil {
-		return "", fmt.Errorf("%s is not set, and the working directory is unknown: %v", EnvBinary, err)
+		return "", fmt.Errorf("the working directory is unknown, to build %s in: %v", name, err)
 	}
 	root, ok := findRoot(wd)
 	if !ok {
-		return "", fmt.Errorf("%s is not set, and no checkout of simba (a directory holding go.work and %s) holds %s to build it in", EnvBinary, toolsDir, wd)
+		return "", fmt.Errorf("no checkout of simba (a directory holding go.work and %s) holds %s to build %s in", toolsDir, wd, name)
 	}
 	cache, err := cacheDir()
 	if err != nil {
-		return "", fmt.Errorf("%s is not set, and there is no cache directory to build it in: %v", EnvBinary, err)
+		return "", fmt.Errorf("there is no cache directory to build %s in: %v", name, err)
 	}
-	return buildBinary(filepath.Join(root, toolsDir), cache)
+	return buildBinary(filepath.Join(root, toolsDir), cache, module, name)
 }
 
 // executable reports why the file at p cannot be run, or nil.
@@ -150,10 +177,11 @@ func requiredVersion(gomod []byte, module string) string {
 	return ""
 }
 
-// binaryName returns the binary's name in the cache for the tools module in
-// dir: etcd-VERSION-HASH, HASH being 12 hex digits of the SHA-256 of its
-// go.mod and go.sum (as scripts/lib.sh's tool_binary names it).
-func binaryName(dir string) (string, error) {
+// binaryName returns the name in the cache of the binary of module, called
+// name, built in the tools module in dir: name-VERSION-HASH, HASH being 12
+// hex digits of the SHA-256 of its go.mod and go.sum (as scripts/lib.sh's
+// tool_binary names it).
+func binaryName(dir, module, name string) (string, error) {
 	mod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
 	if err != nil {
 		return "", err
@@ -162,29 +190,30 @@ func binaryName(dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	version := requiredVersion(mod, toolsModule)
+	version := requiredVersion(mod, module)
 	if version == "" {
-		return "", fmt.Errorf("%s/go.mod requires no %s", dir, toolsModule)
+		return "", fmt.Errorf("%s/go.mod requires no %s", dir, module)
 	}
 	h := sha256.Sum256(append(append([]byte{}, mod...), sum...))
-	return "etcd-" + version + "-" + hex.EncodeToString(h[:])[:12], nil
+	return name + "-" + version + "-" + hex.EncodeToString(h[:])[:12], nil
 }
 
-// buildBinary returns the binary of the tools module in dir, in cache,
-// building it first if it is not there: with GOWORK=off (tools/etcd is no
-// module of go.work), through a temporary file renamed into place, one
-// process at a time (cache/etcd.lock, the lock scripts/with-etcd.sh takes).
-func buildBinary(dir, cache string) (string, error) {
-	name, err := binaryName(dir)
+// buildBinary returns the binary of module, called tool, built in the
+// tools module in dir, in cache, building it first if it is not there:
+// with GOWORK=off (tools/etcd is no module of go.work), through a
+// temporary file renamed into place, one process at a time
+// (cache/etcd.lock, the lock scripts/with-etcd.sh takes).
+func buildBinary(dir, cache, module, tool string) (string, error) {
+	name, err := binaryName(dir, module, tool)
 	if err != nil {
-		return "", fmt.Errorf("%s is not set, and etcd cannot be built: %v", EnvBinary, err)
+		return "", fmt.Errorf("%s cannot be built: %v", tool, err)
 	}
 	bin := filepath.Join(cache, name)
 	if executable(bin) == nil {
 		return bin, nil
 	}
 	fail := func(format string, args ...any) (string, error) {
-		return "", fmt.Errorf("%s is not set, and etcd could not be built from %s into %s: %s", EnvBinary, dir, bin, fmt.Sprintf(format, args...))
+		return "", fmt.Errorf("%s could not be built from %s into %s: %s", tool, dir, bin, fmt.Sprintf(format, args...))
 	}
 	goCmd := os.Getenv("GO")
 	if goCmd == "" {
@@ -205,14 +234,14 @@ func buildBinary(dir, cache string) (string, error) {
 	if executable(bin) == nil { // built by another process meanwhile
 		return bin, nil
 	}
-	fmt.Fprintf(os.Stderr, "etcdtest: %s is not set: building etcd from %s into %s (about a minute; output in %s.build.log)\n", EnvBinary, dir, bin, bin)
+	fmt.Fprintf(os.Stderr, "etcdtest: building %s from %s into %s (about a minute; output in %s.build.log)\n", tool, dir, bin, bin)
 	start := time.Now()
 	tmp := fmt.Sprintf("%s.tmp.%d", bin, os.Getpid())
 	defer os.Remove(tmp)
 	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
 	defer cancel()
 	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, goPath, "build", "-o", tmp, toolsModule)
+	cmd := exec.CommandContext(ctx, goPath, "build", "-o", tmp, module)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GOWORK=off")
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -224,13 +253,17 @@ func buildBinary(dir, cache string) (string, error) {
 		}
 		return fail("go build: %v:\n%s", err, tail(out.Bytes(), 30))
 	}
-	if v, err := exec.Command(tmp, "--version").CombinedOutput(); err != nil {
+	version := "--version"
+	if tool != "etcd" {
+		version = "version" // etcdutl's subcommand
+	}
+	if v, err := exec.Command(tmp, version).CombinedOutput(); err != nil {
 		return fail("the binary built does not run: %v:\n%s", err, tail(v, 10))
 	}
 	if err := os.Rename(tmp, bin); err != nil {
 		return fail("%v", err)
 	}
-	fmt.Fprintf(os.Stderr, "etcdtest: built etcd in %v\n", time.Since(start).Round(time.Second))
+	fmt.Fprintf(os.Stderr, "etcdtest: built %s in %v\n", tool, time.Since(start).Round(time.Second))
 	return bin, nil
 }
 

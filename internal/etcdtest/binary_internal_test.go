@@ -61,7 +61,7 @@ func TestBuildBinary(t *testing.T) {
 		Unavailable(t, "no go command to build etcd with: %v", err)
 	}
 	dir := filepath.Join(root, toolsDir)
-	name, err := binaryName(dir)
+	name, err := binaryName(dir, toolsModule, "etcd")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestBuildBinary(t *testing.T) {
 	bins := make([]string, 2)
 	errs := make([]error, 2)
 	for i := range bins {
-		wg.Go(func() { bins[i], errs[i] = buildBinary(dir, cache) })
+		wg.Go(func() { bins[i], errs[i] = buildBinary(dir, cache, toolsModule, "etcd") })
 	}
 	wg.Wait()
 	for i := range bins {

@@ -15,7 +15,9 @@
 // lock file in the cache), from the checkout found above the working
 // directory (the directory holding go.work and tools/etcd). When it cannot,
 // the test is skipped, or failed under SIMBA_REQUIRE_SERVERS=1, saying why
-// ([Unavailable]).
+// ([Unavailable]). [Server.RestoreSnapshot] runs etcdutl, which etcdtest
+// builds the same way from tools/etcd (a few seconds once etcd's packages
+// are in Go's build cache).
 //
 // # The server
 //
