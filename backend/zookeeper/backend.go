@@ -34,6 +34,22 @@ type Backend struct {
 	mu       sync.Mutex
 	closed   bool
 	sessions map[*session]struct{} // from Open until their connection is shut down
+
+	lagWarning sync.Once // see warnNoLag
+}
+
+// warnNoLag warns, once, at the first Open, when the backend has several
+// servers, an ensemble, and no leader lag: its sessions' terms may then
+// outlast them on the leader (see [WithLeaderLag]). The read-only uses,
+// which open no session, are not told.
+func (b *Backend) warnNoLag() {
+	if len(b.servers) < 2 || b.cfg.lag > 0 {
+		return
+	}
+	b.lagWarning.Do(func() {
+		b.cfg.logger.Warn("simba/zookeeper: several servers (an ensemble) and no leader lag: a client whose server is cut off from the leader may count on its term after the leader expired its session; set WithLeaderLag to syncLimit × tickTime + tickTime + a third of the session timeout (see its documentation)",
+			"servers", len(b.servers))
+	})
 }
 
 // New returns a backend on the ZooKeeper servers at the given addresses,
@@ -121,6 +137,7 @@ func (b *Backend) Open(ctx context.Context, o backend.SessionOptions) (backend.S
 	if ms > math.MaxInt32 {
 		return nil, fmt.Errorf("simba/zookeeper: open: TTL %v is too long", o.TTL)
 	}
+	b.warnNoLag()
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("simba/zookeeper: open: %w", err)
 	}

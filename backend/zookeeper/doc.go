@@ -2,12 +2,16 @@
 // later), built on github.com/go-zookeeper/zk.
 //
 //	b, err := zookeeper.New([]string{"zk1:2181", "zk2:2181", "zk3:2181"},
-//		zookeeper.WithRoot("/myapp/simba"))
+//		zookeeper.WithRoot("/myapp/simba"),
+//		// The ensemble's syncLimit × tickTime + tickTime + a third of the
+//		// session timeout: 5 × 2 s + 2 s + 10 s (see WithLeaderLag).
+//		zookeeper.WithLeaderLag(22*time.Second))
 //	if err != nil {
 //		return err
 //	}
 //	defer b.Close()
-//	client, err := simba.New(b, simba.WithTTL(10*time.Second))
+//	// A 30 s session; its terms last 30 s − the lag.
+//	client, err := simba.New(b, simba.WithTTL(30*time.Second))
 //
 // # Sessions
 //
@@ -32,7 +36,9 @@
 // on the root: the server expires a session one timeout after the last
 // packet it received, and that packet was sent after KeepAlive was called,
 // so the timeout is guaranteed from the call's start, as package backend
-// requires. (Against an ensemble, see [WithLeaderLag].) In place of
+// requires. (Against an ensemble, set [WithLeaderLag]: a follower answers
+// renewals that the leader, which expires sessions, may never hear of; the
+// first Open warns without it.) In place of
 // go-zookeeper's read timeout, which would fire on a quiet connection, the
 // wrapper closes a connection when a request has had no answer for two
 // thirds of the timeout, so that go-zookeeper reconnects, to another server

@@ -1,9 +1,11 @@
 package zookeeper_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"testing"
@@ -416,4 +418,38 @@ func TestMaxRequestsOfOne(t *testing.T) {
 	cancel()
 	_, err := s.Acquire(ctx, "late")
 	assert.ErrorIs(t, err, context.Canceled)
+}
+
+// The first Open warns when the backend has several servers, an
+// ensemble, and no leader lag (see WithLeaderLag); not for one server, nor
+// with a lag. (The servers here do not exist: Open fails after the
+// warning.)
+func TestOpenWarnsOfAnEnsembleWithoutLeaderLag(t *testing.T) {
+	for _, c := range []struct {
+		servers []string
+		lag     time.Duration
+		warns   bool
+	}{
+		{[]string{"a:2181", "b:2181", "c:2181"}, 0, true},
+		{[]string{"a:2181"}, 0, false},
+		{[]string{"a:2181", "b:2181", "c:2181"}, 2 * time.Second, false},
+	} {
+		var buf bytes.Buffer
+		b, err := zookeeper.New(c.servers, zookeeper.WithLeaderLag(c.lag), zookeeper.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(buf.String(), "no leader lag") {
+			t.Errorf("New(%v) warned before any Open: %q", c.servers, buf.String())
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel() // Open gives up at once, after the warning
+		if _, err := b.Open(ctx, backend.SessionOptions{TTL: 10 * time.Second}); err == nil {
+			t.Fatal("Open with an ended ctx succeeded")
+		}
+		b.Close()
+		if warned := strings.Contains(buf.String(), "no leader lag"); warned != c.warns {
+			t.Errorf("New(%v, lag %v): warned %v, want %v; log: %q", c.servers, c.lag, warned, c.warns, buf.String())
+		}
+	}
 }
