@@ -8,6 +8,7 @@ import (
 
 	coordv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 
 	"github.com/simba-go/simba/backend/kubernetes"
 	"github.com/simba-go/simba/internal/check"
@@ -63,7 +64,14 @@ type candidacy = kubetest.Candidacy
 // it, when the list is made: later than it happened, so the check is
 // weaker across an outage of the server by the outage.
 func watchGrants(t *testing.T, srv *kubetest.Server, ns string) *grantLog {
-	b, err := kubernetes.New(srv.Admin(), kubernetes.WithNamespace(ns))
+	return watchGrantsVia(t, srv.Admin(), ns)
+}
+
+// watchGrantsVia is watchGrants through cfg (through a front that follows
+// a failover of the servers, say).
+func watchGrantsVia(t *testing.T, cfg *rest.Config, ns string) *grantLog {
+	t.Helper()
+	b, err := kubernetes.New(cfg, kubernetes.WithNamespace(ns))
 	if err != nil {
 		t.Fatal(err)
 	}

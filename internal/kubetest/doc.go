@@ -50,6 +50,12 @@
 // spec.strategy and spec.preferredHolder, which the server drops without
 // it.
 //
+// [Server.StartPeer] starts a second kube-apiserver on the same etcd, with
+// the same certificates and credentials, and [StartFront] puts one address
+// in front of several, as a load balancer with health checks does: it
+// moves to the next ready server when its target's /readyz fails (for the
+// failover tests of two apiservers, one killed).
+//
 // [WatchLeases] follows the simba Lease objects of a namespace (a list, then
 // a watch, listing again after a failure), and [Queue] and [SessionID] read
 // them as backend/kubernetes writes them: what the fault tests and the chaos

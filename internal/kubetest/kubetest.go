@@ -451,7 +451,7 @@ func (s *Server) awaitReady(exited <-chan struct{}) error {
 			}
 		}
 		if s.ca != nil {
-			if last = s.ready(); last == nil {
+			if last = s.ready(5 * time.Second); last == nil {
 				return nil
 			}
 		}
@@ -475,14 +475,15 @@ func pool(pem []byte) *x509.CertPool {
 	return p
 }
 
-// ready asks the server's /readyz, as the administrator.
-func (s *Server) ready() error {
+// ready asks the server's /readyz, as the administrator, waiting up to
+// timeout for the answer.
+func (s *Server) ready(timeout time.Duration) error {
 	tr := &http.Transport{
 		TLSClientConfig:   &tls.Config{RootCAs: pool(s.ca), MinVersion: tls.VersionTLS12},
 		DisableKeepAlives: true,
 	}
 	defer tr.CloseIdleConnections()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+s.addr+"/readyz", nil)
 	if err != nil {
