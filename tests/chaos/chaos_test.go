@@ -185,7 +185,9 @@ func runControl(t *testing.T, w world, seed uint64, cttl time.Duration, c contro
 // holding a lease) with a fault of the kind given, again and again, until
 // a violation with the given prefix shows, or max rounds; it returns the
 // rounds played. A pause lasts 2–3×TTL, a blackhole 1.5×TTL; a stop
-// lasts until the client has started its election again.
+// lasts until the client has started its election again; a restart, in a
+// failoverWorld only, is a failover that cuts the holder off with the old
+// primary for a TTL.
 func (r *run) hitHolders(kind faultKind, every bool, max int, want string) int {
 	rng := rand.New(rand.NewPCG(r.cfg.seed, 0x5709))
 	for round := 1; ; round++ {
@@ -213,6 +215,11 @@ func (r *run) hitHolders(kind faultKind, every bool, max int, want string) int {
 			settle = 300 * time.Millisecond
 		case faultStop:
 			settle = 300 * time.Millisecond // the run's exit is reported, the watcher sees the release
+		case faultRestart:
+			// A failover of the world's (failoverWorld), which takes the
+			// holder down with the old primary (Holder) for a TTL; the
+			// round ends once a standby of the new primary runs.
+			f.For, f.Member = r.cfg.ttl, -1
 		default:
 			panic(fmt.Sprintf("hitHolders(%v)", kind))
 		}
@@ -247,18 +254,23 @@ func (r *run) holderSlots() []int {
 }
 
 // shows reports whether the history so far has a violation with the
-// prefix (I1, I3, I4 or I7).
+// prefix (I1, I2, I3, I4 or I7).
 func (r *run) shows(prefix string) bool {
 	var errs []error
 	switch prefix {
 	case "I3:":
 		errs = check.StaleWrites(r.reg.Writes())
-	case "I1:":
+	case "I1:", "I2:":
+		// I1 over the terms ended; I2 (tokens) over every term begun.
+		now := time.Now()
 		r.mu.Lock()
 		var terms []check.Term
 		for _, tr := range r.terms {
-			if tr.ended {
+			switch {
+			case tr.ended:
 				terms = append(terms, check.Term{Name: tr.lease, Token: tr.token, Start: tr.start, End: tr.end})
+			case prefix == "I2:":
+				terms = append(terms, check.Term{Name: tr.lease, Token: tr.token, Start: tr.start, End: now})
 			}
 		}
 		r.mu.Unlock()

@@ -1,15 +1,22 @@
 // Package chaos holds the real-server fault run of simba (see
 // docs/RELIABILITY.md): client processes, each a simba client with an
 // election and a partition group, reach a 3-member etcd cluster, a
-// ZooKeeper server, a PostgreSQL server or a kube-apiserver through
-// fault-injecting proxies of their own and write with their terms' tokens
-// to a fenced register, while a schedule drawn from a seed kills them
-// (SIGKILL), pauses them (SIGSTOP/SIGCONT), cuts their links and restarts
-// servers (PostgreSQL: pauses it with SIGSTOP, restarts it, and ends
-// clients' connections with pg_terminate_backend; Kubernetes: pauses the
-// apiserver with SIGSTOP, restarts it, crashes it with SIGKILL, and pauses
-// the etcd under it). The invariant checkers of internal/check then run
-// over what the clients and the register recorded.
+// ZooKeeper server or three-server ensemble, a PostgreSQL server or a
+// kube-apiserver through fault-injecting proxies of their own and write
+// with their terms' tokens to a fenced register, while a schedule drawn
+// from a seed kills them (SIGKILL), pauses them (SIGSTOP/SIGCONT), cuts
+// their links and restarts servers (PostgreSQL: pauses it with SIGSTOP,
+// restarts it, and ends clients' connections with pg_terminate_backend;
+// Kubernetes: pauses the apiserver with SIGSTOP, restarts it, crashes it
+// with SIGKILL, and pauses the etcd under it). The invariant checkers of
+// internal/check then run over what the clients and the register recorded.
+//
+// TestEtcdFailover plays etcd's own failovers at the moments they hurt:
+// rounds that hand the election off while the raft leadership moves
+// (MoveLeader), while the leader crashes or a follower stops, that move the
+// leadership three times while the holder renews, or that lose the quorum
+// for 1–2×TTL; the same checkers run over it, and a planted bug (the TTL
+// overstated, the holder cut off while the leader moves) must be caught.
 //
 // Everything is in the package's tests:
 //
@@ -22,12 +29,31 @@
 // The ZooKeeper run starts a server of its own when ZooKeeper is installed
 // (so that it can restart it), or else uses the one named by SIMBA_ZK_ADDR
 // without server restarts; without either it skips (fails under
-// SIMBA_REQUIRE_SERVERS=1). The PostgreSQL run likewise starts a server of
-// its own when PostgreSQL is installed (pgtest.StartServer), so that it can
-// pause and restart it, or else uses the one named by SIMBA_PG_DSN
+// SIMBA_REQUIRE_SERVERS=1). The ZooKeeper ensemble run
+// (TestZooKeeperEnsemble) starts a three-server ensemble of its own
+// (zktest.StartEnsemble; it skips without an installed ZooKeeper), each
+// client reaching every server through a proxy of its own: its restarts
+// kill (SIGKILL) the leader or a follower, one server at a time, and start
+// it again, while the clients' sessions move to the other servers; its
+// grant watch syncs before each listing, since a follower may lag behind
+// the leader. It plays a 15 s schedule and one control (overstated-ttl)
+// only, to keep its cost small. The PostgreSQL run likewise starts a
+// server of its own when PostgreSQL is installed (pgtest.StartServer), so
+// that it can pause and restart it, or else uses the one named by SIMBA_PG_DSN
 // (scripts/with-postgres-redis.sh sets it) with pg_terminate_backend as its
 // only server fault; without either it skips (fails under
 // SIMBA_REQUIRE_SERVERS=1). Each run has a schema of its own. The
+// PostgreSQL failover run (TestPostgresFailover) starts a primary, a
+// streaming standby (asynchronous in one subtest, synchronous in the
+// other) and the VIP the clients and the grant watch reach the primary
+// through (pgtest.StartPair; it skips without an installed PostgreSQL):
+// its server faults are failovers, two in a 20 s schedule (an election
+// handed off, in the asynchronous mode after the standby's replication was
+// cut, then the primary crashed, every other time with the new holder's
+// link, the standby promoted and the VIP moved to it, and a standby of the
+// new primary made for the next one); with the asynchronous standby, the
+// planted bugs keep-chain-on-failover and untimed-tokens must show as
+// overlapping terms (I1) and tokens handed out twice (I2). The
 // Kubernetes run starts a kube-apiserver of its own (internal/kubetest, the
 // binary named by SIMBA_KUBE_APISERVER, which
 // scripts/with-kube-apiserver.sh sets), and skips without one (fails under

@@ -67,6 +67,13 @@ import (
 // waiting and gone by the next poll with no older live one to have blocked
 // it all along, and one whose older ones and own session expired between
 // two polls may each have held unseen: a blind range of one token each.
+//
+// Failovers: the watcher of a replicated server reaches the primary
+// through its VIP (failover_postgres_test.go), and reads the server's
+// timeline on each connection it opens. On a new timeline, what the last
+// server granted is taken to have lasted until its sessions could have
+// expired there (pgGrantWatch.serverChanged), unless the new server goes
+// on with it; what the new server grants is taken in afresh.
 const pgPollEvery = 20 * time.Millisecond
 
 // pgStepMin is how much more the wall clock must move than the monotonic
@@ -119,6 +126,14 @@ type pgGrantWatch struct {
 	prevSent time.Time // the send instant of the last poll answered
 	prevNow  time.Time // the last poll's send, with its monotonic reading
 	stepAt   time.Time // the wall time of the last step of the clocks seen
+
+	// Failovers (see failover_postgres_test.go): the server's timeline,
+	// read once per connection, and the grants open when it changed.
+	tlConn   *pgx.Conn
+	timeline int64
+	changed  time.Time                  // the first poll's send on the last new server
+	floors   map[grantKey]time.Time     // no grant ends before
+	carried  map[grantKey]time.Duration // open at a change, not yet held on the new server: its session's TTL
 }
 
 // pgQueue is a name's candidacies as the last poll showed them.
@@ -131,6 +146,7 @@ type pgCandidacy struct {
 	start time.Time // at or before the instant its older ones were gone
 	held  bool      // its grant has begun
 	over  bool      // its grant ended by expiry, or it can hold no more
+	ttl   time.Duration
 }
 
 // pgRow is one row of a poll: a counter (token is its last) or a
@@ -141,6 +157,7 @@ type pgRow struct {
 	token   uint64
 	expires time.Time
 	renewed time.Time // expires − the session's TTL: its last renewal
+	ttl     time.Duration
 }
 
 // loop polls until ctx ends, on conn and then on the connections it opens
@@ -226,6 +243,11 @@ func (w *pgGrantWatch) poll(ctx context.Context, conn *pgx.Conn) error {
 		}
 	}
 	w.prevNow = now
+	if conn != w.tlConn {
+		if err := w.readTimeline(ctx, conn, sent); err != nil {
+			return err
+		}
+	}
 	rows, err := conn.Query(ctx, `SELECT true, name, last, NULL::timestamptz, NULL::timestamptz FROM `+w.q+`.lease_names
 		UNION ALL SELECT false, c.name, c.token, x.expires_at, x.expires_at - x.ttl FROM `+w.q+`.candidacies c JOIN `+w.q+`.sessions x ON x.id = c.session`)
 	if err != nil {
@@ -242,6 +264,7 @@ func (w *pgGrantWatch) poll(ctx context.Context, conn *pgx.Conn) error {
 		}
 		if renewed != nil {
 			row.renewed = *renewed
+			row.ttl = row.expires.Sub(row.renewed)
 		}
 		if !row.counter && !w.stepAt.IsZero() && row.renewed.Before(w.stepAt) {
 			// Renewed before a step: alive until its row is gone.
@@ -280,7 +303,12 @@ func (w *pgGrantWatch) take(sent, got time.Time, rows []pgRow) {
 		w.gone(name, q, shown, got)
 		// Tokens the counter gave out that no poll showed.
 		if l := last[name]; l > q.last {
-			for t := q.last + 1; t <= l; t++ {
+			first := firstIssued(q.last, l)
+			if l-first > 64 { // not token by token (a counter moved far, as by a failover): one range
+				w.log.missed(first-1, l, fmt.Sprintf("tokens of %s from %d that no poll showed", name, first))
+				first = l + 1
+			}
+			for t := first; t <= l; t++ {
 				if q.cands[t] == nil && !slices.ContainsFunc(shown, func(r pgRow) bool { return r.token == t }) {
 					w.log.missed(t-1, t, fmt.Sprintf("candidacy %d of %s inserted and deleted between two polls", t, name))
 				}
@@ -297,6 +325,7 @@ func (w *pgGrantWatch) take(sent, got time.Time, rows []pgRow) {
 				c = &pgCandidacy{start: prev}
 				q.cands[r.token] = c
 			}
+			c.ttl = r.ttl
 			dead := !r.expires.After(sent)
 			alive := r.expires.After(got)
 			if !c.held && !c.over {
@@ -306,7 +335,7 @@ func (w *pgGrantWatch) take(sent, got time.Time, rows []pgRow) {
 				switch {
 				case clear && alive:
 					c.held = true
-					w.log.begin(name, r.token, c.start, got)
+					w.log.begin(name, r.token, c.start, w.seen(got, r.ttl))
 				case clear && dead:
 					// Its session and the older ones both went since the
 					// last poll: it held in between if they went first.
@@ -320,7 +349,7 @@ func (w *pgGrantWatch) take(sent, got time.Time, rows []pgRow) {
 			}
 			if c.held && !c.over && dead {
 				c.over = true
-				w.log.expire(name, r.token, r.expires)
+				w.expire(name, r.token, r.expires)
 			}
 			if r.expires.Before(sent) {
 				bound = later(bound, r.expires)
@@ -329,6 +358,7 @@ func (w *pgGrantWatch) take(sent, got time.Time, rows []pgRow) {
 			}
 			clear = clear && dead
 		}
+		w.settleCarried(name, q, got)
 	}
 }
 
@@ -342,7 +372,7 @@ func (w *pgGrantWatch) gone(name string, q *pgQueue, shown []pgRow, got time.Tim
 		delete(q.cands, token)
 		switch {
 		case c.held && !c.over:
-			w.log.end(name, token, got)
+			w.end(name, token, got)
 		case c.held || c.over:
 		case !slices.ContainsFunc(shown, func(r pgRow) bool { return r.token < token && r.expires.After(got) }):
 			// No older candidacy alive at the snapshot, and so

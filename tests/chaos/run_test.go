@@ -48,6 +48,12 @@ type (
 	controlTTLer interface {
 		controlTTL(c controlSpec) time.Duration
 	}
+	// failoverWorld's failover takes the place of stopServer: a server
+	// fault that fails over to a standby, and may act on the run's clients
+	// as it does (see failover_postgres_test.go).
+	failoverWorld interface {
+		failover(r *run, f fault) (what, kind string, start func() error, err error)
+	}
 )
 
 // link is a client's own way to the servers: one proxy per server.
@@ -379,7 +385,16 @@ func (r *run) restart(f fault) {
 		r.logf("skipped (a server is down already): %v", f)
 		return
 	}
-	what, kind, start, err := r.w.stopServer(f.Member)
+	var (
+		what, kind string
+		start      func() error
+		err        error
+	)
+	if fw, ok := r.w.(failoverWorld); ok {
+		what, kind, start, err = fw.failover(r, f)
+	} else {
+		what, kind, start, err = r.w.stopServer(f.Member)
+	}
 	if err != nil {
 		r.violate("%v: %v", f, err)
 		r.mu.Lock()
