@@ -132,7 +132,11 @@ func dialZKWith(addr []string, once bool) (conn *zk.Conn, closeConn func(), err 
 		if once && hadSession.Load() {
 			return nil, errors.New("chaos: this connection does not connect again (see dialZKOnce)")
 		}
-		return net.DialTimeout(network, address, timeout)
+		c, err := net.DialTimeout(network, address, timeout)
+		if err != nil {
+			return nil, err
+		}
+		return handshakeConn{c, &hadSession}, nil
 	}
 	// The callback runs on go-zookeeper's connecting goroutine, the one
 	// that calls the dialer, before it could dial again.
@@ -163,6 +167,31 @@ func dialZKWith(addr []string, once bool) (conn *zk.Conn, closeConn func(), err 
 	return conn, closeConn, nil
 }
 
+// zkHandshakeMax bounds the wait for a server's answer to a connection's
+// handshake, before the first session: go-zookeeper's own bound is ten
+// times two thirds of the session timeout (27s here), and a server that is
+// starting may take the connection and never answer (seed 758305232: the
+// grant watch blind for 28s after a restart, ten false I4 reports). The
+// dial is then tried again, as backend/zookeeper's connect timeout does.
+const zkHandshakeMax = 2 * time.Second
+
+// handshakeConn is a connection of dialZKWith: until session is set, a
+// read deadline go-zookeeper sets (before every read) is cut to
+// zkHandshakeMax from now.
+type handshakeConn struct {
+	net.Conn
+	session *atomic.Bool
+}
+
+func (c handshakeConn) SetReadDeadline(t time.Time) error {
+	if !c.session.Load() {
+		if limit := time.Now().Add(zkHandshakeMax); !t.IsZero() && t.After(limit) {
+			t = limit
+		}
+	}
+	return c.Conn.SetReadDeadline(t)
+}
+
 // redial replaces a connection that has lost its session with a new one,
 // and has everything listed again: the old one's watches are gone with
 // it. It reports whether the watch has a connection with a session.
@@ -170,11 +199,15 @@ func (w *zkGrantWatch) redial() bool {
 	if w.conn.State() == zk.StateHasSession {
 		return true
 	}
+	began := time.Now()
+	w.log.notef("server: the grant watch lost its ZooKeeper session (state %v): connecting again", w.conn.State())
 	conn, closeConn, err := dialZKOnce(w.addrs...)
 	if err != nil {
+		w.log.notef("server: the grant watch, connecting again since %s: %v", stamp(began), err)
 		w.pause()
 		return false
 	}
+	w.log.notef("server: the grant watch has a ZooKeeper session again (connecting since %s): listing everything", stamp(began))
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
@@ -210,6 +243,8 @@ type zkGrantWatch struct {
 	// Owned by loop.
 	leases map[string]*zkLease // by lease name: its container as last listed
 	dirCh  <-chan zk.Event     // the watch on <root>/lease; nil: list it
+	// failing: the last request failed (noted); a success clears it.
+	failing bool
 }
 
 // zkLease is one life of a lease's container, as listed last.
@@ -249,6 +284,15 @@ func (w *zkGrantWatch) stopped() bool {
 	default:
 		return false
 	}
+}
+
+// failed notes the first of a run of failed requests (what), and pauses.
+func (w *zkGrantWatch) failed(what string, err error) {
+	if !w.failing {
+		w.failing = true
+		w.log.notef("server: the grant watch: %s: %v (trying again)", what, err)
+	}
+	w.pause()
 }
 
 // pause waits a little before trying a failed request again.
@@ -297,9 +341,10 @@ func (w *zkGrantWatch) listDir() {
 		}
 		return
 	case err != nil:
-		w.pause()
+		w.failed("listing "+w.dir, err)
 		return
 	}
+	w.failing = false
 	w.dirCh = ch
 	for _, n := range names {
 		if w.leases[n] == nil {
@@ -325,7 +370,7 @@ func (w *zkGrantWatch) listLease(l *zkLease) {
 	sent := time.Now()
 	if w.sync {
 		if _, err := w.conn.Sync(path); err != nil && !errors.Is(err, zk.ErrNoNode) {
-			w.pause()
+			w.failed("syncing "+path, err)
 			return
 		}
 	}
@@ -337,9 +382,10 @@ func (w *zkGrantWatch) listLease(l *zkLease) {
 		return
 	}
 	if err != nil {
-		w.pause()
+		w.failed("listing "+path, err)
 		return
 	}
+	w.failing = false
 	l.ch = ch
 	if l.seen == nil || l.czxid != st.Czxid {
 		// A new life: what the previous one created after its last
