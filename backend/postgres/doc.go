@@ -275,8 +275,11 @@
 //     lost keeps its term until then by its own clock, so the hold assumes
 //     that clients of one lease use the same TTL (a longer TTL elsewhere
 //     needs a longer hold: configure them alike);
-//   - the first renewal on a new timeline reads the session's candidacies,
-//     and a holding whose candidacy the new server lost ends at once.
+//   - the first renewal on a new timeline reads the session's candidacies
+//     in the same statement (by name and token: tokens count per name),
+//     and a holding whose candidacy the new server lost ends before that
+//     renewal counts; a candidacy the session gave up on the old server
+//     only is deleted.
 //
 // What each replication mode guarantees:
 //

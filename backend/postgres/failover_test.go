@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -318,5 +319,79 @@ func TestWarnsOfAsyncStandbys(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRenewalOnNewServerEndsLostHoldings: a session whose row the new
+// primary has, but not the candidacy of a lease it was granted on the old
+// one (an asynchronous standby that missed that commit), renews there:
+// the holding must have ended by the time that renewal returns, since the
+// renewal is what keeps its term valid, and the new server's queue no
+// longer has it. A holding the new server does have stays, and a
+// candidacy released on the old server only is deleted. The three
+// candidacies, of three names, have the same token.
+//
+// Kills the mutant that leaves the check to the monitor's next read of
+// the session (its behaviour before: the renewal counted while that read
+// was still to come, or hung on a connection to the old server), and the
+// one that tells the session's candidacies apart by their tokens alone
+// (its behaviour before: lost's candidacy looked present, as kept's has
+// the same token, and given's looked known).
+func TestRenewalOnNewServerEndsLostHoldings(t *testing.T) {
+	p := pgtest.StartPair(t, pgtest.Async)
+	b, err := postgres.New(p.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	// Long enough that the standby's copy of the session is still alive
+	// when it is promoted.
+	s := open(t, b, 30*time.Second)
+	kept, err := s.Acquire(ctxT(t), "kept")
+	if err != nil {
+		t.Fatal(err)
+	}
+	given, err := s.Acquire(ctxT(t), "given")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Standby.WaitReplayed()
+	p.Standby.Link().Blackhole() // from now on the standby receives nothing
+	lost, err := s.Acquire(ctxT(t), "lost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := given.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	p.Primary.Kill()
+	p.Failover()
+	if !eventually(opTimeout, func() bool { _, err = s.KeepAlive(ctxT(t)); return err == nil }) {
+		t.Fatalf("no renewal on the promoted standby within %v: %v", opTimeout, err)
+	}
+	select {
+	case <-lost.Lost():
+	default:
+		t.Fatalf("a renewal on timeline %d returned while the holding of %q (token %d), whose candidacy that server lacks, had not ended", p.Standby.Timeline(), lost.Name(), lost.Token())
+	}
+	// The candidacy released on the old server only goes too, and only
+	// it: all three have token 1.
+	var left []string
+	if !eventually(opTimeout, func() bool {
+		left = nil
+		rows, err := pgx.Connect(ctxT(t), p.DSN())
+		if err != nil {
+			return false
+		}
+		defer rows.Close(context.Background())
+		err = rows.QueryRow(ctxT(t), "SELECT ARRAY(SELECT name || '/' || token FROM simba.candidacies WHERE session::text = $1 ORDER BY name)", s.ID()).Scan(&left)
+		return err == nil && slices.Equal(left, []string{"kept/1"})
+	}) {
+		t.Fatalf("the new server has the candidacies %q of the session, want only kept/1", left)
+	}
+	select {
+	case <-kept.Lost():
+		t.Fatalf("the holding of %q (token %d), whose candidacy the new server has, ended", kept.Name(), kept.Token())
+	default:
 	}
 }

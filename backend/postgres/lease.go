@@ -73,10 +73,10 @@ func (s queue) Register(ctx context.Context, name string) (uint64, error) {
 	if prev != nil {
 		last = *prev
 	}
-	s.registered(token)
+	s.registered(name, token)
 	if tl > 1 && !settled(last, tl) && !plant.Is(plant.KeepChainOnFailover) {
 		s.mu.Lock()
-		s.older[token] = true // see holdBack
+		s.older[candidacyKey{name, token}] = true // see holdBack
 		s.mu.Unlock()
 	}
 	return uint64(token), nil
@@ -98,10 +98,10 @@ func (s queue) Ahead(ctx context.Context, w *candidacy.Waiter) (time.Duration, e
 		}
 		return 0, err
 	case !mine:
-		s.gone(int64(w.Token))
+		s.gone(w.Name, int64(w.Token))
 		return 0, candidacy.ErrGone
 	case wait < 0:
-		hold, held := s.holdBack(int64(w.Token))
+		hold, held := s.holdBack(w.Name, int64(w.Token))
 		if hold > 0 {
 			return hold, nil
 		}
@@ -180,7 +180,7 @@ func (s *session) ahead(ctx context.Context, name string, token int64) (mine, al
 // now or, when the server cannot be reached, in the background until it
 // can or the session is over.
 func (s queue) Withdraw(name string, token uint64) {
-	s.gone(int64(token))
+	s.gone(name, int64(token))
 	s.retry(fmt.Sprintf("withdrawing the candidacy %q/%d", name, token), func(ctx context.Context) error {
 		_, err := s.b.exec(ctx, s.ctx, "DELETE FROM "+s.b.q+".candidacies WHERE name = $1 AND token = $2 AND session = $3", name, int64(token), s.id)
 		return err
@@ -279,7 +279,7 @@ func (s queue) Release(ctx context.Context, h *candidacy.Holding, op string, rec
 		if err != nil {
 			return false, s.releaseErr(ctx, op, err)
 		}
-		s.gone(token)
+		s.gone(name, token)
 		return tag.RowsAffected() > 0, nil
 	}
 	released := false
@@ -310,7 +310,7 @@ func (s queue) Release(ctx context.Context, h *candidacy.Holding, op string, rec
 	if err != nil {
 		return false, s.releaseErr(ctx, op, err)
 	}
-	s.gone(token)
+	s.gone(name, token)
 	return released, nil
 }
 

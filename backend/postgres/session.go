@@ -47,14 +47,14 @@ type session struct {
 	deleting bool      // deleteAtDeadline has run
 	// older are the candidacies (by token) of names last granted on an
 	// older timeline: their grant is held back (see holdBack).
-	older map[int64]bool
+	older map[candidacyKey]bool
 	// known are the candidacies (by token) this session registered and
 	// has neither withdrawn nor released; tl is the timeline of its last
 	// renewal, and recheck is set when a renewal came from another one:
 	// the monitor then ends the holdings whose candidacy the new server
 	// lacks, and deletes the candidacies it has that the session no longer
 	// knows (a release or a withdrawal the new server never got).
-	known   map[int64]bool
+	known   map[candidacyKey]bool
 	tl      int64
 	recheck bool
 }
@@ -63,7 +63,7 @@ func newSession(b *Backend, id int64, ttl time.Duration, start time.Time, tl int
 	s := &session{
 		b: b, id: id, sid: strconv.FormatInt(id, 10),
 		check: make(chan struct{}, 1), renew: make(chan struct{}, 1),
-		ttl: ttl, deadline: start.Add(ttl), older: map[int64]bool{}, known: map[int64]bool{}, tl: tl,
+		ttl: ttl, deadline: start.Add(ttl), older: map[candidacyKey]bool{}, known: map[candidacyKey]bool{}, tl: tl,
 	}
 	s.Session = candidacy.New(b.ctx, candidacy.Config{
 		Prefix: "simba/postgres", ID: s.sid, Logger: b.log, WaitGroup: &b.wg, TTL: s.TTL,
@@ -116,13 +116,19 @@ func (s *session) KeepAlive(ctx context.Context) (time.Duration, error) {
 	if err := s.OverErr(op); err != nil {
 		return 0, err
 	}
+	s.mu.Lock()
+	was := s.tl
+	s.mu.Unlock()
 	start := time.Now()
 	var (
-		ttl time.Duration
-		db  time.Time
-		tl  int64
+		ttl    time.Duration
+		db     time.Time
+		tl     int64
+		names  []string // the session's candidacies, read only when the
+		tokens []int64  // server's timeline is not was
 	)
-	err := s.b.pool.QueryRow(ctx, "UPDATE "+s.b.q+".sessions SET expires_at = clock_timestamp() + ttl WHERE id = $1 AND expires_at > clock_timestamp() RETURNING ttl, clock_timestamp(), "+timelineSQL, s.id).Scan(&ttl, &db, &tl)
+	err := s.b.pool.QueryRow(ctx, "UPDATE "+s.b.q+".sessions SET expires_at = clock_timestamp() + ttl WHERE id = $1 AND expires_at > clock_timestamp() RETURNING ttl, clock_timestamp(), "+timelineSQL+
+		", "+s.candidaciesSQL("$1", timelineSQL+" <> $2"), s.id, was).Scan(&ttl, &db, &tl, &names, &tokens)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The UPDATE took the row's lock (none: the row is gone): this
 		// expiry is final, whatever clearExpired finds.
@@ -135,10 +141,22 @@ func (s *session) KeepAlive(ctx context.Context) (time.Duration, error) {
 	if err := s.b.noteClock(op, start, time.Now(), db, tl); err != nil {
 		return 0, err // an old primary: no renewal counts there
 	}
+	if tl != was {
+		// The first renewal on a new server: before it counts, the
+		// holdings granted on an older timeline whose candidacy the new
+		// server lacks (a commit it never got) end, from the same
+		// snapshot as the renewal. Left to the monitor's next look, they
+		// would stay valid, renewed here, for as long as that look takes
+		// (a pooled connection to the old server can hang it for
+		// lookTimeout), while the new server's queue grants the lease to
+		// another client once its hold is over.
+		s.loseMissing(tl, candidacySet(names, tokens))
+	}
 	s.mu.Lock()
 	if tl != s.tl {
-		// The first renewal on a new server: the monitor reads the
-		// session's candidacies at once (see recheck).
+		// The monitor reads the session's candidacies at once, and
+		// deletes the ones this session gave up on the old server (see
+		// recheck).
 		s.tl, s.recheck = tl, true
 		wake.Poke(s.check)
 	}
@@ -312,14 +330,15 @@ func (s *session) look() (time.Duration, error) {
 	defer cancel()
 	var (
 		left   float64
+		names  []string
 		tokens []int64
 		db     time.Time
 		tl     int64
 	)
 	sent := time.Now()
-	err := s.b.pool.QueryRow(ctx, `SELECT EXTRACT(EPOCH FROM x.expires_at - clock_timestamp())::float8,
-		ARRAY(SELECT token FROM `+s.b.q+`.candidacies c WHERE c.session = x.id), clock_timestamp(), `+timelineSQL+`
-		FROM `+s.b.q+`.sessions x WHERE x.id = $1`, s.id).Scan(&left, &tokens, &db, &tl)
+	err := s.b.pool.QueryRow(ctx, `SELECT EXTRACT(EPOCH FROM x.expires_at - clock_timestamp())::float8, `+
+		s.candidaciesSQL("x.id", "true")+`, clock_timestamp(), `+timelineSQL+`
+		FROM `+s.b.q+`.sessions x WHERE x.id = $1`, s.id).Scan(&left, &names, &tokens, &db, &tl)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
 	}
@@ -332,18 +351,16 @@ func (s *session) look() (time.Duration, error) {
 	if left <= 0 {
 		return 0, nil
 	}
-	have := make(map[int64]bool, len(tokens))
-	for _, t := range tokens {
-		have[t] = true
-	}
-	s.LoseIf(func(h *candidacy.Holding) bool { return !have[int64(h.Token())] })
+	have := candidacySet(names, tokens)
+	s.LoseIf(func(h *candidacy.Holding) bool { return !have[candidacyKey{h.Name(), int64(h.Token())}] })
 	s.mu.Lock()
+	var orphanNames []string
 	var orphans []int64
 	if s.recheck {
 		s.recheck = false
-		for _, t := range tokens {
-			if !s.known[t] {
-				orphans = append(orphans, t)
+		for i, t := range tokens {
+			if !s.known[candidacyKey{names[i], t}] {
+				orphanNames, orphans = append(orphanNames, names[i]), append(orphans, t)
 			}
 		}
 	}
@@ -352,28 +369,66 @@ func (s *session) look() (time.Duration, error) {
 		// Candidacies of this session that it released or withdrew on
 		// the old server, which the new one never heard of: left there,
 		// they would stay ahead of every waiter while the session lives.
-		if _, err := s.b.pool.Exec(ctx, `DELETE FROM `+s.b.q+`.candidacies WHERE session = $1 AND token = ANY($2)`, s.id, orphans); err != nil {
+		if _, err := s.b.pool.Exec(ctx, `DELETE FROM `+s.b.q+`.candidacies WHERE session = $1
+			AND (name, token) IN (SELECT * FROM unnest($2::text[], $3::bigint[]))`, s.id, orphanNames, orphans); err != nil {
 			s.mu.Lock()
 			s.recheck = true // the next look tries again
 			s.mu.Unlock()
 			return 0, err
 		}
-		s.b.log.Warn("simba/postgres: after a failover, deleted candidacies the session had given up on the old server", "session", s.sid, "tokens", orphans)
+		s.b.log.Warn("simba/postgres: after a failover, deleted candidacies the session had given up on the old server", "session", s.sid, "names", orphanNames, "tokens", orphans)
 	}
 	return time.Duration(left * float64(time.Second)), nil
 }
 
+// candidacyKey names a candidacy: tokens count per name, and candidacies
+// of two names may have the same token.
+type candidacyKey struct {
+	name  string
+	token int64
+}
+
+// candidaciesSQL selects the candidacies of the session id (an SQL
+// expression) as two arrays, their names and their tokens in the same
+// order, when cond holds (NULLs otherwise); see candidacySet.
+func (s *session) candidaciesSQL(id, cond string) string {
+	sel := func(col string) string {
+		return `CASE WHEN ` + cond + ` THEN ARRAY(SELECT ` + col + ` FROM ` + s.b.q + `.candidacies c WHERE c.session = ` + id + ` ORDER BY c.name, c.token) END`
+	}
+	return sel("c.name") + ", " + sel("c.token")
+}
+
+// candidacySet is the set of candidacies read by candidaciesSQL.
+func candidacySet(names []string, tokens []int64) map[candidacyKey]bool {
+	set := make(map[candidacyKey]bool, len(tokens))
+	for i, t := range tokens {
+		set[candidacyKey{names[i], t}] = true
+	}
+	return set
+}
+
+// loseMissing ends the holdings of the session whose candidacy a server
+// on timeline tl lacks, have being the session's candidacies there. A
+// holding granted on timeline tl or later is left alone: its candidacy was
+// registered after the snapshot that read have.
+func (s *session) loseMissing(tl int64, have map[candidacyKey]bool) {
+	s.LoseIf(func(h *candidacy.Holding) bool {
+		t := int64(h.Token())
+		return timelineOfToken(t) < tl && !have[candidacyKey{h.Name(), t}]
+	})
+}
+
 // registered notes a candidacy this session registered.
-func (s *session) registered(token int64) {
+func (s *session) registered(name string, token int64) {
 	s.mu.Lock()
-	s.known[token] = true
+	s.known[candidacyKey{name, token}] = true
 	s.mu.Unlock()
 }
 
 // lookTimeout bounds a read of the monitor's.
 const lookTimeout = 10 * time.Second
 
-// holdBack is how long the grant of the candidacy token must still wait
+// holdBack is how long the grant of the candidacy (name, token) must wait
 // (0: none): trustFactor × the TTL after this client first heard from the
 // server, when that was a change of server (a failover) or no term of the
 // name had been granted on the server's timeline when the candidacy
@@ -383,35 +438,36 @@ const lookTimeout = 10 * time.Second
 // this session's (see "Failover to a standby" in timeline.go). held
 // reports, once the hold is over, that there was one: the grant may be
 // the first after the hold on the timeline (see settle).
-func (s *session) holdBack(token int64) (hold time.Duration, held bool) {
+func (s *session) holdBack(name string, token int64) (hold time.Duration, held bool) {
 	s.mu.Lock()
-	older, ttl := s.older[token], s.ttl
+	older, ttl := s.older[candidacyKey{name, token}], s.ttl
 	s.mu.Unlock()
 	age, changed := s.b.clock.chainAge(time.Now())
 	if plant.Is(plant.KeepChainOnFailover) || !older && !changed {
-		s.forget(token)
+		s.forget(name, token)
 		return 0, false
 	}
 	hold = time.Duration(float64(ttl)*trustFactor) - age
 	if hold <= 0 {
-		s.forget(token)
+		s.forget(name, token)
 		return 0, true
 	}
 	s.b.log.Info("simba/postgres: a grant held back after a failover", "session", s.sid, "token", token, "for", hold.Round(time.Millisecond))
 	return hold + expiryMargin, false
 }
 
-// forget drops what holdBack keeps of the candidacy token.
-func (s *session) forget(token int64) {
+// forget drops what holdBack keeps of the candidacy (name, token).
+func (s *session) forget(name string, token int64) {
 	s.mu.Lock()
-	delete(s.older, token)
+	delete(s.older, candidacyKey{name, token})
 	s.mu.Unlock()
 }
 
-// gone notes that the candidacy token was withdrawn, released or lost.
-func (s *session) gone(token int64) {
+// gone notes that the candidacy (name, token) was withdrawn, released or
+// lost.
+func (s *session) gone(name string, token int64) {
 	s.mu.Lock()
-	delete(s.older, token)
-	delete(s.known, token)
+	delete(s.older, candidacyKey{name, token})
+	delete(s.known, candidacyKey{name, token})
 	s.mu.Unlock()
 }

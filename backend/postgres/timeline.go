@@ -40,8 +40,9 @@ import (
 // such a hold (see settle): the holder of a term granted on the old
 // primary, whose candidacy the new one may have lost, keeps its term until
 // then by its own clock. The first renewal on a new timeline reads the
-// session's candidacies, so that a holding whose candidacy was lost ends
-// at once.
+// session's candidacies in the same statement, so that a holding whose
+// candidacy was lost ends before that renewal counts (see
+// session.loseMissing).
 
 // timelineSQL is the server's current timeline, from the name of the WAL
 // file it writes (pg_walfile_name uses the timeline of WAL insertion: the
