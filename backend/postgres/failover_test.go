@@ -339,11 +339,7 @@ func TestWarnsOfAsyncStandbys(t *testing.T) {
 // the same token, and given's looked known).
 func TestRenewalOnNewServerEndsLostHoldings(t *testing.T) {
 	p := pgtest.StartPair(t, pgtest.Async)
-	b, err := postgres.New(p.DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
+	b := newBackendIn(t, p.DSN(), "simba")
 	// Long enough that the standby's copy of the session is still alive
 	// when it is promoted.
 	s := open(t, b, 30*time.Second)
@@ -376,18 +372,18 @@ func TestRenewalOnNewServerEndsLostHoldings(t *testing.T) {
 	}
 	// The candidacy released on the old server only goes too, and only
 	// it: all three have token 1.
+	ctx := ctxT(t)
+	conn, err := pgx.Connect(ctx, p.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
 	var left []string
 	if !eventually(opTimeout, func() bool {
-		left = nil
-		rows, err := pgx.Connect(ctxT(t), p.DSN())
-		if err != nil {
-			return false
-		}
-		defer rows.Close(context.Background())
-		err = rows.QueryRow(ctxT(t), "SELECT ARRAY(SELECT name || '/' || token FROM simba.candidacies WHERE session::text = $1 ORDER BY name)", s.ID()).Scan(&left)
+		err = conn.QueryRow(ctx, "SELECT ARRAY(SELECT name || '/' || token FROM simba.candidacies WHERE session::text = $1 ORDER BY name)", s.ID()).Scan(&left)
 		return err == nil && slices.Equal(left, []string{"kept/1"})
 	}) {
-		t.Fatalf("the new server has the candidacies %q of the session, want only kept/1", left)
+		t.Fatalf("the new server has the candidacies %q of the session (%v), want only kept/1", left, err)
 	}
 	select {
 	case <-kept.Lost():

@@ -45,15 +45,16 @@ type session struct {
 	ttl      time.Duration
 	deadline time.Time // start of the last successful renewal (or Open) + ttl
 	deleting bool      // deleteAtDeadline has run
-	// older are the candidacies (by token) of names last granted on an
-	// older timeline: their grant is held back (see holdBack).
+	// older are the candidacies of names last granted on an older
+	// timeline: their grant is held back (see holdBack).
 	older map[candidacyKey]bool
-	// known are the candidacies (by token) this session registered and
-	// has neither withdrawn nor released; tl is the timeline of its last
-	// renewal, and recheck is set when a renewal came from another one:
-	// the monitor then ends the holdings whose candidacy the new server
-	// lacks, and deletes the candidacies it has that the session no longer
-	// knows (a release or a withdrawal the new server never got).
+	// known are the candidacies this session registered and has neither
+	// withdrawn nor released; tl is the timeline of its last renewal, and
+	// recheck is set when a renewal came from another one (which ended
+	// the holdings whose candidacy the new server lacks: loseMissing):
+	// the monitor then deletes the candidacies the new server has that
+	// the session no longer knows (a release or a withdrawal the new
+	// server never got).
 	known   map[candidacyKey]bool
 	tl      int64
 	recheck bool
@@ -452,7 +453,7 @@ func (s *session) holdBack(name string, token int64) (hold time.Duration, held b
 		s.forget(name, token)
 		return 0, true
 	}
-	s.b.log.Info("simba/postgres: a grant held back after a failover", "session", s.sid, "token", token, "for", hold.Round(time.Millisecond))
+	s.b.log.Info("simba/postgres: a grant held back after a failover", "session", s.sid, "name", name, "token", token, "for", hold.Round(time.Millisecond))
 	return hold + expiryMargin, false
 }
 
