@@ -266,6 +266,13 @@ func (r *run) count(what string) {
 	r.faults[what]++
 }
 
+// counted returns how many faults were recorded under what.
+func (r *run) counted(what string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.faults[what]
+}
+
 // play applies the schedule, then heals every fault still in place when
 // it ends, and returns when everything is healed: the instant I5 counts
 // from.
