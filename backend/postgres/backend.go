@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/backend/kit/dbclock"
 	"github.com/simba-go/simba/backend/kit/limit"
 	"github.com/simba-go/simba/backend/kit/option"
 )
@@ -45,8 +46,8 @@ type Backend struct {
 
 	hub *hub
 
-	clock     dbClock   // the database's clock as this client's confirms it
-	timelines timelines // the highest timeline seen (timeline.go)
+	clock     dbclock.Clock // the database's clock as this client's confirms it
+	timelines timelines     // the highest timeline seen (timeline.go)
 
 	closeOnce sync.Once
 	wg        sync.WaitGroup
@@ -306,7 +307,7 @@ func (b *Backend) Open(ctx context.Context, o backend.SessionOptions) (backend.S
 	// The statement also deletes a few expired sessions (with their
 	// candidacies and members), skipping rows another statement locks,
 	// by the database time this client has verified (see clock.go).
-	v, c, a := guardArgs(b.clock.guard(start))
+	v, c, a := guardArgs(b.clock.Guard(start))
 	err := b.pool.QueryRow(ctx, `WITH gc AS (DELETE FROM `+b.q+`.sessions WHERE id IN (
 			SELECT id FROM `+b.q+`.sessions x WHERE `+expiredGuardSQL("x", "$2", "$3", "$4")+` LIMIT 8 FOR UPDATE SKIP LOCKED))
 		INSERT INTO `+b.q+`.sessions (id, ttl, expires_at)
@@ -330,7 +331,7 @@ func (b *Backend) noteClock(op string, sent, received, db time.Time, tl int64) e
 		b.log.Error(err.Error())
 		return err
 	}
-	step, changed := b.clock.note(sent, received, db, tl)
+	step, changed := b.clock.Note(sent, received, db, tl)
 	if step > 0 {
 		b.log.Warn("simba/postgres: the database's clock stepped forward: expired sessions are taken over only once this client's clock confirms their expiry",
 			"step", step.Round(time.Millisecond))

@@ -8,7 +8,7 @@ func SlotWaiters(b *Backend) int { return b.lim.Waiting() }
 
 // StepsSeen reports how many forward steps of the database's clock b has
 // seen, and the size of the last (see clock.go).
-func StepsSeen(b *Backend) (int, time.Duration) { return b.clock.stepsSeen() }
+func StepsSeen(b *Backend) (int, time.Duration) { return b.clock.StepsSeen() }
 
 // WithoutPoolerCheck makes the listener LISTEN through a pooler, as it did
 // before it detected one, until the test ends: the probe's fallback is the

@@ -149,7 +149,7 @@ func (s *session) ahead(ctx context.Context, name string, token int64) (mine, al
 		tl   int64
 	)
 	sent := time.Now()
-	v, c, a := guardArgs(s.b.clock.guard(sent))
+	v, c, a := guardArgs(s.b.clock.Guard(sent))
 	err = s.b.queryRow(ctx, s.ctx, `WITH gone AS (
 			DELETE FROM `+q+`.sessions x WHERE `+expiredGuardSQL("x", "$4", "$5", "$6")+`
 			AND x.id IN (SELECT session FROM `+q+`.candidacies WHERE name = $1 AND token < $2) RETURNING id)

@@ -443,7 +443,7 @@ func (s *session) holdBack(name string, token int64) (hold time.Duration, held b
 	s.mu.Lock()
 	older, ttl := s.older[candidacyKey{name, token}], s.ttl
 	s.mu.Unlock()
-	age, changed := s.b.clock.chainAge(time.Now())
+	age, changed := s.b.clock.ChainAge(time.Now())
 	if plant.Is(plant.KeepChainOnFailover) || !older && !changed {
 		s.forget(name, token)
 		return 0, false

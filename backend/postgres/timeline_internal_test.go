@@ -3,7 +3,6 @@ package postgres
 import (
 	"strings"
 	"testing"
-	"time"
 )
 
 // A timeline below the highest seen is refused, and the highest is kept.
@@ -53,40 +52,5 @@ func TestSettled(t *testing.T) {
 		if got := settled(c.last, c.tl); got != c.want {
 			t.Errorf("settled(%#x, %d) = %v, want %v", c.last, c.tl, got, c.want)
 		}
-	}
-}
-
-// A sample from another timeline restarts the chain of clock samples,
-// even when the new server's clock agrees with the old one's (the case
-// that let a waiter delete a holder's session right after a failover).
-func TestClockChainRestartsOnANewServer(t *testing.T) {
-	var k dbClock
-	t0 := time.Now()
-	db0 := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
-	at := func(d time.Duration) (time.Time, time.Time, time.Time) {
-		return t0.Add(d), t0.Add(d + time.Millisecond), db0.Add(d)
-	}
-	sent, recv, db := at(0)
-	if step, changed := k.note(sent, recv, db, 1); step != 0 || changed {
-		t.Fatalf("first sample: step %v, changed %v", step, changed)
-	}
-	sent, recv, db = at(5 * time.Second)
-	if step, changed := k.note(sent, recv, db, 1); step != 0 || changed {
-		t.Fatalf("an agreeing sample: step %v, changed %v", step, changed)
-	}
-	if age, changed := k.chainAge(t0.Add(10 * time.Second)); age < 9*time.Second || changed {
-		t.Fatalf("chain of one server: age %v, changed %v; want about 10s, false", age, changed)
-	}
-	sent, recv, db = at(6 * time.Second) // the new server's clock agrees
-	if step, changed := k.note(sent, recv, db, 2); step != 0 || !changed {
-		t.Fatalf("a sample from timeline 2: step %v, changed %v; want a change", step, changed)
-	}
-	age, changed := k.chainAge(t0.Add(7 * time.Second))
-	if age > time.Second || !changed {
-		t.Fatalf("after the change: chain age %v, changed %v; want under 1s, true", age, changed)
-	}
-	_, chainDB, _ := k.guard(t0.Add(7 * time.Second))
-	if !chainDB.Equal(db) {
-		t.Fatalf("the chain's first database time %v, want the new server's first sample %v", chainDB, db)
 	}
 }

@@ -70,6 +70,7 @@ var targets = []target{
 	{name: "etcd", dir: "backend/etcd", files: []string{"session.go", "lease.go"}, timeout: 5 * time.Minute},
 	{name: "zookeeper", dir: "backend/zookeeper", files: []string{"session.go", "lease.go"}, timeout: 5 * time.Minute},
 	{name: "postgres", dir: "backend/postgres", files: []string{"session.go", "lease.go", "clock.go"}, timeout: 6 * time.Minute},
+	{name: "dbclock", dir: "backend/kit/dbclock", files: []string{"dbclock.go"}, tests: []string{"backend/postgres"}, run: "Clock|Step|Failover|Takeover|Straddl", timeout: 6 * time.Minute},
 	{name: "kubernetes", dir: "backend/kubernetes", files: []string{"session.go", "lease.go"}, timeout: 6 * time.Minute},
 	{name: "sqlfence", dir: "fence/sqlfence", files: []string{"fence.go"}, tests: []string{"tests/sqlfence"}, timeout: 3 * time.Minute},
 	{name: "pglease", dir: "backend/postgres/pglease", files: []string{"fence.go"}, timeout: 3 * time.Minute},
