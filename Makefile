@@ -1,17 +1,17 @@
 # make test: everything CI runs, on a fresh machine, over every Go module of
 # the repository (scripts/modules.sh list: the root, each backend, the
 # fences, the test-server helpers, the command, the examples, the tests).
-# It starts the servers the tests need (ZooKeeper, PostgreSQL, Redis, and
-# Chromium for the console's browser tests, installed from Debian's packages
-# when missing; SQLite is embedded in the tests), builds the etcd that the
-# etcd tests start as a process of their own (from tools/etcd) and the
-# kube-apiserver that the Kubernetes tests start (from tools/kube), both
-# cached outside the checkout (the first kube-apiserver build takes 10 to 15
-# minutes), then runs `make vet` and `make unit`.
+# It starts the servers the tests need (ZooKeeper, PostgreSQL, Redis,
+# MariaDB, and Chromium for the console's browser tests, installed from
+# Debian's packages when missing; SQLite is embedded in the tests), builds
+# the etcd that the etcd tests start as a process of their own (from
+# tools/etcd) and the kube-apiserver that the Kubernetes tests start (from
+# tools/kube), both cached outside the checkout (the first kube-apiserver
+# build takes 10 to 15 minutes), then runs `make vet` and `make unit`.
 GO ?= go
 
 # The scripts that give the tests their servers, each running the next.
-SERVERS = ./scripts/with-etcd.sh ./scripts/with-kube-apiserver.sh ./scripts/with-zookeeper.sh ./scripts/with-postgres-redis.sh
+SERVERS = ./scripts/with-etcd.sh ./scripts/with-kube-apiserver.sh ./scripts/with-zookeeper.sh ./scripts/with-postgres-redis.sh ./scripts/with-mariadb.sh
 
 .PHONY: test vet unit chaos mutate
 
