@@ -483,3 +483,193 @@ func TestReadOnlyUser(t *testing.T) {
 		t.Errorf("Open as a read-only user: error %v, want the server's refusal", err)
 	}
 }
+
+// TestWithoutBellsReadsAtExpiry: without bells, a waiter still gets the
+// lease of a holder that stopped renewing, at its expiry: it reads the
+// queue at the expiry time the database computed, not at a fixed poll.
+func TestWithoutBellsReadsAtExpiry(t *testing.T) {
+	b := newBackend(t, mysql.WithoutBells(), mysql.WithPollInterval(time.Hour))
+	a, c := open(t, b, time.Second), open(t, b, 10*time.Second)
+	la, err := a.Acquire(ctxT(t), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := a.KeepAlive(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	lc, err := c.Acquire(ctxT(t), "x")
+	if err != nil {
+		t.Fatalf("Acquire after the holder stopped renewing: %v", err)
+	}
+	if since := time.Since(start); since < a.TTL() {
+		t.Errorf("lease passed on %v after the holder's last renewal began, before its TTL %v", since, a.TTL())
+	}
+	if lc.Token() <= la.Token() {
+		t.Errorf("token %d, want > %d", lc.Token(), la.Token())
+	}
+}
+
+// TestCloseWithWaiter: Backend.Close ends a waiting Acquire with an error
+// wrapping ErrSessionDone; Open and View after Close return ErrClosed, and
+// a Release ErrClosed (or ErrNotHeld), not the pool's own error.
+func TestCloseWithWaiter(t *testing.T) {
+	b, err := mysql.New(mytest.DatabaseDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, c := open(t, b, 10*time.Second), open(t, b, 10*time.Second)
+	la, err := a.Acquire(ctxT(t), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(ctxT(t), "x")
+		res <- err
+	}()
+	waitQueued(t, c, "x", 2)
+	b.Close()
+	select {
+	case err := <-res:
+		if !errors.Is(err, backend.ErrSessionDone) {
+			t.Errorf("waiting Acquire after Backend.Close: error %v, want one wrapping ErrSessionDone", err)
+		}
+	case <-time.After(opTimeout):
+		t.Fatalf("waiting Acquire did not return within %v of Backend.Close", opTimeout)
+	}
+	if _, err := b.Open(ctxT(t), backend.SessionOptions{TTL: time.Second}); !errors.Is(err, backend.ErrClosed) {
+		t.Errorf("Open after Close: error %v, want one wrapping ErrClosed", err)
+	}
+	if _, err := b.View(ctxT(t)); !errors.Is(err, backend.ErrClosed) {
+		t.Errorf("View after Close: error %v, want one wrapping ErrClosed", err)
+	}
+	if err := la.Release(ctxT(t)); !errors.Is(err, backend.ErrClosed) && !errors.Is(err, backend.ErrNotHeld) {
+		t.Errorf("Release after Backend.Close: error %v, want one wrapping ErrClosed or ErrNotHeld", err)
+	}
+}
+
+// TestCancelledAcquireLeavesNothing: Acquires whose ctx ends at any point
+// of their registration leave no candidacy behind: the name is free for
+// another session at once.
+func TestCancelledAcquireLeavesNothing(t *testing.T) {
+	b := newBackend(t)
+	a, c := open(t, b, 10*time.Second), open(t, b, 10*time.Second)
+	var got, cancelled int
+	for i := range 60 {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Duration(i%20)*time.Millisecond/2)
+		l, err := a.Acquire(ctx, "x")
+		cancel()
+		switch {
+		case err == nil:
+			got++
+			if err := l.Release(ctxT(t)); err != nil {
+				t.Fatal(err)
+			}
+		case errors.Is(err, context.DeadlineExceeded):
+			cancelled++
+		default:
+			t.Fatalf("Acquire: %v", err)
+		}
+	}
+	t.Logf("%d acquired, %d cancelled", got, cancelled)
+	end := time.Now().Add(opTimeout) // a withdrawal may go on in the background for a moment
+	for {
+		ids, err := c.(backend.CandidateLister).Candidates(ctxT(t), "x")
+		if err == nil && len(ids) == 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("candidacies left after cancelled Acquires: %q, %v", ids, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), a.TTL()/2)
+	defer cancel()
+	if _, err := c.Acquire(ctx, "x"); err != nil {
+		t.Errorf("Acquire by another session after the cancelled ones: %v", err)
+	}
+}
+
+// TestOnLost: a candidacy deleted by someone else (an operator) is noticed
+// at the holder's next renewal, which counts the session's candidacies:
+// OnLost runs once, its stop reports whether it ran, and a function
+// registered after the loss runs at once.
+func TestOnLost(t *testing.T) {
+	b := newBackend(t)
+	a := open(t, b, 3*time.Second)
+	renew(t, a)
+	l, err := a.Acquire(ctxT(t), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := l.(backend.LostNotifier)
+	ran := make(chan struct{}, 2)
+	stop := ln.OnLost(func() { ran <- struct{}{} })
+	stopped := ln.OnLost(func() { t.Error("a stopped OnLost function ran") })
+	if !stopped() {
+		t.Error("stop of a pending OnLost reported false")
+	}
+	time.Sleep(300 * time.Millisecond) // the monitor's look at the new holding is over
+	exec(t, b, "DELETE FROM simba_candidacies WHERE name = 'x'")
+	deleted := time.Now()
+	select {
+	case <-ran:
+		t.Logf("OnLost ran %v after the candidacy's deletion (renewals every TTL/3 = 1s)", time.Since(deleted).Round(time.Millisecond))
+	case <-time.After(opTimeout):
+		t.Fatalf("OnLost did not run within %v of the candidacy's deletion", opTimeout)
+	}
+	select {
+	case <-l.Lost():
+	default:
+		t.Error("Lost is open after OnLost ran")
+	}
+	if stop() {
+		t.Error("stop after OnLost ran reported true")
+	}
+	ln.OnLost(func() { ran <- struct{}{} })
+	select {
+	case <-ran:
+	default:
+		t.Error("OnLost of a lost lease did not run before returning")
+	}
+	if err := l.Release(ctxT(t)); !errors.Is(err, backend.ErrNotHeld) {
+		t.Errorf("Release of a lost lease: error %v, want one wrapping ErrNotHeld", err)
+	}
+	select {
+	case <-a.Done():
+		t.Error("the session ended with the loss of one lease")
+	default:
+	}
+}
+
+// TestMemberExpiryHint: a member whose session stops renewing leaves the
+// group at its expiry, which writes nothing: the member watch wakes at
+// that expiry by itself (the poll interval is an hour), and Members no
+// longer lists it.
+func TestMemberExpiryHint(t *testing.T) {
+	b := newBackend(t, mysql.WithPollInterval(time.Hour))
+	a, c := open(t, b, 700*time.Millisecond), open(t, b, 10*time.Second)
+	if err := a.Join(ctxT(t), "g", backend.Member{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	watch, err := c.WatchMembers(ctxT(t), "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := time.Now().Add(opTimeout)
+	for {
+		select {
+		case <-watch:
+		case <-time.After(time.Until(end)):
+			t.Fatalf("member of an expired session still listed after %v", opTimeout)
+		}
+		ms, err := c.Members(ctxT(t), "g")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ms) == 0 {
+			return
+		}
+	}
+}

@@ -113,8 +113,11 @@ func (s *session) fail(ctx context.Context, op string, err error) error {
 // the database's clock, only if it is still alive then: an expired
 // session never comes back. In the epoch of its last renewal it is one
 // UPDATE, which also checks that the epoch and the server are unchanged
-// and returns the new expiry (LAST_INSERT_ID), which dates the statement
-// by the database's clock. When that UPDATE changes nothing, the session
+// and returns, through LAST_INSERT_ID, the new expiry (which dates the
+// statement by the database's clock) and the number of the session's
+// candidacies modulo countSpan: when that is not the number the session
+// knows of, a candidacy may have been deleted by someone else, and the
+// monitor reads them (MySQL has no notification of it). When that UPDATE changes nothing, the session
 // reads why on one connection: another epoch (the first renewal there
 // ends the holdings whose candidacy the new server lacks before it
 // counts), or the session over. It goes around the bound on statements.
@@ -128,19 +131,31 @@ func (s *session) KeepAlive(ctx context.Context) (time.Duration, error) {
 	s.mu.Unlock()
 	start := time.Now()
 	t := s.b.t
-	res, err := s.b.db.ExecContext(ctx, `UPDATE `+t.sessions+` SET expires_us = LAST_INSERT_ID(`+nowUS+` + ttl_us)
-		WHERE id = ? AND expires_us > `+nowUS+` AND (SELECT m.v FROM `+t.meta+` m WHERE m.k = 'epoch' AND m.srv = @@server_id) = ?`, s.id, was)
+	res, err := s.b.db.ExecContext(ctx, `UPDATE `+t.sessions+` SET expires_us = LAST_INSERT_ID((`+nowUS+` + ttl_us) * `+countSpanSQL+`
+			+ (SELECT COUNT(*) FROM `+t.candidacies+` c WHERE c.session = ?) % `+countSpanSQL+`) DIV `+countSpanSQL+`
+		WHERE id = ? AND expires_us > `+nowUS+` AND (SELECT m.v FROM `+t.meta+` m WHERE m.k = 'epoch' AND m.srv = @@server_id) = ?`, s.id, s.id, was)
 	if err != nil {
 		return 0, s.fail(ctx, op, err)
 	}
 	if n, _ := res.RowsAffected(); n == 1 {
-		exp, err := res.LastInsertId()
+		v, err := res.LastInsertId()
 		if err != nil {
 			return 0, s.fail(ctx, op, err)
 		}
-		db := time.UnixMicro(exp).Add(-ttl)
+		db := time.UnixMicro(v / countSpan).Add(-ttl)
 		if err := s.b.noteClock(op, start, time.Now(), db, was); err != nil {
 			return 0, err
+		}
+		s.mu.Lock()
+		known := len(s.known)
+		s.mu.Unlock()
+		if v%countSpan != int64(known%countSpan) {
+			// The server has another number of candidacies of this
+			// session than it knows of: one deleted by someone else (an
+			// operator), or a registration or withdrawal in flight. The
+			// monitor reads them and ends the holdings whose candidacy is
+			// gone.
+			s.poke()
 		}
 		s.renewed(start, ttl)
 		return ttl, nil
@@ -199,6 +214,14 @@ func (s *session) keepAliveSlow(ctx context.Context, op string, start time.Time,
 	s.renewed(start, ttl)
 	return ttl, nil
 }
+
+// countSpan: KeepAlive's LAST_INSERT_ID is expiry × countSpan + the number
+// of candidacies modulo countSpan (expiries in microseconds fit until the
+// year 2255).
+const (
+	countSpan    = 1024
+	countSpanSQL = "1024"
+)
 
 // epochErr reports whether err is the refusal of an old epoch (see
 // epochs.note): already logged and worded.
