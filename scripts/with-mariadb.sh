@@ -20,6 +20,8 @@
 #   simba (password simba, ALL PRIVILEGES on *.* WITH GRANT OPTION) and the
 #   database simba, runs the command, then stops the server and removes
 #   the directory, also on failure or interrupt.
+# - Debian's faketime package (libfaketime) is installed when missing, for
+#   the tests that step a server's clock (internal/mytest.WithFakeClock).
 # - When no server can be had, it says why; with SIMBA_REQUIRE_SERVERS=1 it
 #   fails, otherwise it runs the command without one (the tests that need
 #   MariaDB skip).
@@ -73,6 +75,13 @@ if ! installed; then
 	fi
 	[[ $status -eq 0 ]] || no_server "apt-get install mariadb-server mariadb-client failed"
 	installed || no_server "the mariadb-server package is installed but mariadbd, mariadb-install-db, mariadb-admin or mariadb is missing"
+fi
+# libfaketime (Debian's faketime package) lets the clock-step tests step a
+# server's clock (mytest.WithFakeClock); without it they fail under
+# SIMBA_REQUIRE_SERVERS=1, saying so.
+if [[ ! -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 && $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+	log "installing Debian's faketime package (libfaketime, for the clock-step tests)"
+	apt_install faketime || log "apt-get install faketime failed: the clock-step tests will say so"
 fi
 if [[ $(id -u) -eq 0 ]] && ! id mysql >/dev/null 2>&1; then
 	no_server "there is no mysql user to run MariaDB as (mariadbd refuses root)"

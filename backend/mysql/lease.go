@@ -175,18 +175,15 @@ var trustSQL = strconv.FormatFloat(dbclock.TrustFactor, 'f', -1, 64)
 // package dbclock).
 func guardSQL() string {
 	if plant.Is(plant.TrustDBClock) {
-		return "(x.expires_us <= " + nowUS + " OR ? = ? OR ? = ?)"
+		// The placeholders are taken, and never NULL: the condition is
+		// the statement's own clock alone.
+		return "(x.expires_us <= " + nowUS + " OR ? IS NULL OR ? IS NULL OR ? IS NULL)"
 	}
 	return "(x.expires_us <= ? AND (x.expires_us - x.ttl_us >= ? OR CAST(x.ttl_us * " + trustSQL + " AS SIGNED) <= ?))"
 }
 
 // guardVals are the placeholders' values of guardSQL.
-func guardVals(v, c, a int64) []any {
-	if plant.Is(plant.TrustDBClock) {
-		return []any{v, v, c, c}
-	}
-	return []any{v, c, a}
-}
+func guardVals(v, c, a int64) []any { return []any{v, c, a} }
 
 // ahead reads the queue of name for the candidacy token: whether it is
 // still there, whether its session is alive, and how long until the

@@ -17,6 +17,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/simba-go/simba/internal/servers"
+
 	"github.com/simba-go/simba/internal/sigstop"
 )
 
@@ -38,6 +40,7 @@ type Server struct {
 	data     string
 	port     int
 	args     []string // WithServerArgs
+	clock    string   // WithFakeClock: the file of libfaketime's offset
 	cred     *syscall.Credential
 	cmd      *exec.Cmd
 	exited   chan struct{}
@@ -84,7 +87,20 @@ func binary(name string, dirs ...string) string {
 type ServerOption func(*serverConfig)
 
 type serverConfig struct {
-	args []string
+	args      []string
+	fakeClock bool
+}
+
+// libfaketime is Debian's libfaketime (package faketime).
+const libfaketime = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+
+// WithFakeClock runs mariadbd under libfaketime, its wall clock offset by
+// what [Server.StepClock] sets (nothing at first); its monotonic clock is
+// left alone. The test fails (or skips, without SIMBA_REQUIRE_SERVERS=1)
+// when libfaketime is not installed (Debian's faketime package, which
+// scripts/with-mariadb.sh installs).
+func WithFakeClock() ServerOption {
+	return func(c *serverConfig) { c.fakeClock = true }
 }
 
 // WithServerArgs adds options to mariadbd's command line, after those of
@@ -123,6 +139,19 @@ func StartServer(t testing.TB, opts ...ServerOption) *Server {
 	}
 	s := newServer(t)
 	s.args = cfg.args
+	if cfg.fakeClock {
+		if _, err := os.Stat(libfaketime); err != nil {
+			msg := fmt.Sprintf("mytest: %s is missing: install Debian's faketime package (scripts/with-mariadb.sh does) to step a server's clock", libfaketime)
+			if servers.Required() {
+				t.Fatal(msg)
+			}
+			t.Skip(msg)
+		}
+		s.clock = filepath.Join(s.dir, "faketime")
+		if err := os.WriteFile(s.clock, []byte("+0\n"), 0o644); err != nil {
+			t.Fatalf("mytest: writing %s: %v", s.clock, err)
+		}
+	}
 	install := binary("mariadb-install-db", "/usr/bin", "/usr/local/bin")
 	initFile := filepath.Join(s.dir, "init.sql")
 	if err := os.WriteFile(initFile, []byte(initSQL), 0o644); err != nil {
@@ -249,6 +278,10 @@ func (s *Server) start() error {
 	cmd.Dir = s.dir
 	cmd.Stdout, cmd.Stderr = logf, logf // mariadbd logs to standard error
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
+	if s.clock != "" {
+		cmd.Env = append(os.Environ(), "LD_PRELOAD="+libfaketime, "FAKETIME_TIMESTAMP_FILE="+s.clock,
+			"FAKETIME_NO_CACHE=1", "FAKETIME_DONT_FAKE_MONOTONIC=1")
+	}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting mariadbd: %w", err)
 	}
@@ -398,4 +431,22 @@ func (s *Server) kill() {
 		s.t.Errorf("mytest: the server (pid %d) did not exit within %v of SIGKILL", s.cmd.Process.Pid, waitServer)
 	}
 	s.cmd = nil
+}
+
+// StepClock sets the offset of the wall clock of a server started
+// [WithFakeClock] to d from the machine's (a step forward for a positive
+// d), at once: libfaketime reads it at every reading of the clock.
+func (s *Server) StepClock(d time.Duration) {
+	s.t.Helper()
+	if s.clock == "" {
+		s.t.Fatal("mytest: StepClock of a server started without WithFakeClock")
+	}
+	off := fmt.Sprintf("%+.6f\n", d.Seconds())
+	tmp := s.clock + ".new"
+	if err := os.WriteFile(tmp, []byte(off), 0o644); err != nil {
+		s.t.Fatalf("mytest: writing %s: %v", tmp, err)
+	}
+	if err := os.Rename(tmp, s.clock); err != nil {
+		s.t.Fatalf("mytest: %v", err)
+	}
 }

@@ -1,0 +1,7 @@
+package mysql
+
+import "time"
+
+// StepsSeen reports how many steps of the database's clock b's client has
+// seen, and the size of the last (see package dbclock).
+func StepsSeen(b *Backend) (int, time.Duration) { return b.clock.StepsSeen() }
