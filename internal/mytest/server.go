@@ -127,43 +127,44 @@ func serverCredential() (*syscall.Credential, error) {
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
 
+// configure applies the options to s, before its datadir is made: the
+// arguments of WithServerArgs, and the clock file of WithFakeClock (which
+// skips t, or fails it under SIMBA_REQUIRE_SERVERS=1, when libfaketime is
+// not installed).
+func (s *Server) configure(opts []ServerOption) {
+	t := s.t
+	t.Helper()
+	var cfg serverConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s.args = append(s.args, cfg.args...)
+	if !cfg.fakeClock {
+		return
+	}
+	if _, err := os.Stat(libfaketime); err != nil {
+		msg := fmt.Sprintf("mytest: %s is missing: install Debian's faketime package (scripts/with-mariadb.sh does) to step a server's clock", libfaketime)
+		if servers.Required() {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	s.clock = filepath.Join(s.dir, "faketime")
+	if err := os.WriteFile(s.clock, []byte("+0\n"), 0o644); err != nil {
+		t.Fatalf("mytest: writing %s: %v", s.clock, err)
+	}
+}
+
 // StartServer makes a datadir and starts its server; the test's clean-up
 // kills it and removes the directory. It skips t (fails it under
 // SIMBA_REQUIRE_SERVERS=1) when MariaDB is not installed, and fails t when
 // the server does not start.
 func StartServer(t testing.TB, opts ...ServerOption) *Server {
 	t.Helper()
-	var cfg serverConfig
-	for _, o := range opts {
-		o(&cfg)
-	}
 	s := newServer(t)
-	s.args = cfg.args
-	if cfg.fakeClock {
-		if _, err := os.Stat(libfaketime); err != nil {
-			msg := fmt.Sprintf("mytest: %s is missing: install Debian's faketime package (scripts/with-mariadb.sh does) to step a server's clock", libfaketime)
-			if servers.Required() {
-				t.Fatal(msg)
-			}
-			t.Skip(msg)
-		}
-		s.clock = filepath.Join(s.dir, "faketime")
-		if err := os.WriteFile(s.clock, []byte("+0\n"), 0o644); err != nil {
-			t.Fatalf("mytest: writing %s: %v", s.clock, err)
-		}
-	}
-	install := binary("mariadb-install-db", "/usr/bin", "/usr/local/bin")
-	initFile := filepath.Join(s.dir, "init.sql")
-	if err := os.WriteFile(initFile, []byte(initSQL), 0o644); err != nil {
-		t.Fatalf("mytest: writing %s: %v", initFile, err)
-	}
-	args := append([]string{"--no-defaults", "--datadir=" + s.data, "--skip-test-db",
-		"--auth-root-authentication-method=normal", "--extra-file=" + initFile}, settings...)
-	cmd := exec.Command(install, args...)
-	cmd.Dir = s.dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("mytest: mariadb-install-db: %v\n%s", err, out)
+	s.configure(opts)
+	if err := s.install(); err != nil {
+		t.Fatalf("mytest: %v", err)
 	}
 	s.launch()
 	return s
