@@ -32,6 +32,7 @@ const (
 	envEtcd     = "SIMBA_ETCD"
 	envZK       = "SIMBA_ZK"
 	envPostgres = "SIMBA_POSTGRES"
+	envMySQL    = "SIMBA_MYSQL"
 	envPrefix   = "SIMBA_PREFIX"
 )
 
@@ -73,6 +74,7 @@ type cli struct {
 type globals struct {
 	etcd, zk, prefix string
 	postgres         string    // a DSN
+	mysql            string    // a DSN, go-sql-driver/mysql's (mysql.go)
 	pgNoListen       bool      // never LISTEN on PostgreSQL (pg.go)
 	kube             kubeFlags // Kubernetes (kube.go)
 	// output is the -o format (see outputs); json is --json, its synonym
@@ -91,9 +93,10 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.etcd, "etcd", g.etcd, "etcd `endpoints`, comma-separated (default $"+envEtcd+")")
 	fs.StringVar(&g.zk, "zk", g.zk, "ZooKeeper `servers`, comma-separated (default $"+envZK+")")
 	fs.StringVar(&g.postgres, "postgres", g.postgres, "PostgreSQL `DSN`, a URL or key=value string as libpq takes it, with its TLS settings (sslmode, sslrootcert, sslcert, sslkey); never printed with its password (default $"+envPostgres+")")
+	fs.StringVar(&g.mysql, "mysql", g.mysql, "MySQL or MariaDB `DSN`, as go-sql-driver/mysql takes it: user@tcp(host:3306)/database, with tls=true for TLS (or --cacert, --cert, --key); never printed with its password (default $"+envMySQL+")")
 	fs.BoolVar(&g.pgNoListen, "postgres-no-listen", g.pgNoListen, "never LISTEN on PostgreSQL: read every second instead (the backend already does so through a connection pooler it detects; use this for one it does not)")
 	g.kube.register(fs)
-	fs.StringVar(&g.prefix, "prefix", g.prefix, "etcd key `prefix`, ZooKeeper root or PostgreSQL schema the nodes use; for PostgreSQL the slashes at its ends are dropped: /simba/ is the schema simba; not for Kubernetes, which takes --namespace (default $"+envPrefix+", else the backend's default)")
+	fs.StringVar(&g.prefix, "prefix", g.prefix, "etcd key `prefix`, ZooKeeper root, PostgreSQL schema or MySQL table prefix the nodes use; for PostgreSQL the slashes at its ends are dropped: /simba/ is the schema simba; for MySQL an _ is also added: /simba/ is the tables simba_*; not for Kubernetes, which takes --namespace (default $"+envPrefix+", else the backend's default)")
 	fs.StringVar(&g.output, "o", g.output, "output `format`: table, wide (more columns: sessions, full times), json or yaml")
 	fs.StringVar(&g.output, "output", g.output, "output `format` (as -o)")
 	fs.BoolVar(&g.json, "json", g.json, "print JSON for scripts instead of tables (as -o json)")
@@ -230,6 +233,7 @@ func (c *cli) parse(args []string) (p parsed, code int, done bool) {
 		etcd:     c.getenv(envEtcd),
 		zk:       c.getenv(envZK),
 		postgres: c.getenv(envPostgres),
+		mysql:    c.getenv(envMySQL),
 		kube:     kubeFromEnv(c.getenv, c.saDir),
 		prefix:   c.getenv(envPrefix),
 		output:   outTable,
@@ -445,7 +449,7 @@ func (c *cli) help(args []string) int {
 // usage prints the overview of the commands.
 func (c *cli) usage(w io.Writer) {
 	fmt.Fprint(w, `simba shows and operates the elections, partition groups and scheduled jobs
-that simba's nodes keep in etcd, ZooKeeper, PostgreSQL or Kubernetes.
+that simba's nodes keep in etcd, ZooKeeper, PostgreSQL, MySQL or Kubernetes.
 
 usage: simba [global flags] command [flags] [arguments]
 

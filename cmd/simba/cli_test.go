@@ -111,7 +111,7 @@ func TestUsageErrors(t *testing.T) {
 		{"bad timeout", nil, []string{"status", "--timeout", "0s"}, "--timeout must be positive"},
 		{"bad token", nil, []string{"resign", "x", "--token", "-1"}, "invalid value"},
 		{"negative limit", nil, []string{"history", "x", "--limit", "-1"}, "--limit must not be negative"},
-		{"no backend", map[string]string{}, []string{"status"}, "no backend: pass --etcd ENDPOINTS, --zk SERVERS, --postgres DSN or --kubernetes"},
+		{"no backend", map[string]string{}, []string{"status"}, "no backend: pass --etcd ENDPOINTS, --zk SERVERS, --postgres DSN, --mysql DSN or --kubernetes"},
 		{"two backends in the environment", map[string]string{envEtcd: "a:1", envZK: "b:2"}, []string{"status"}, "both $SIMBA_ETCD and $SIMBA_ZK are set"},
 		{"two backend flags", map[string]string{}, []string{"status", "--etcd", "a:1", "--zk", "b:2"}, "--etcd and --zk both given"},
 		{"bad name", nil, []string{"disable", "no/slash"}, "invalid"},
@@ -200,6 +200,8 @@ func TestTargetFromFlagsAndEnvironment(t *testing.T) {
 		{"flags after the command", map[string]string{}, []string{"--prefix", "/p/", "--etcd", "x:1"}, "etcd at x:1 (prefix /p/)"},
 		{"postgres from the environment", map[string]string{envPostgres: "postgres://simba:pw-not-shown@db:5433/app", envPrefix: "/simba/"}, nil, "postgres at simba@db:5433/app (schema simba)"},
 		{"--postgres beats the environment", map[string]string{envEtcd: "e:2379", envZK: "z:2181"}, []string{"--postgres", "host=db user=simba dbname=app password=pw-not-shown"}, "postgres at simba@db:5432/app"},
+		{"mysql from the environment", map[string]string{envMySQL: "simba:pw-not-shown@tcp(db:3307)/app", envPrefix: "/simba/"}, nil, "mysql at simba@db:3307/app (tables simba_*)"},
+		{"--mysql beats the environment", map[string]string{envEtcd: "e:2379", envPostgres: "postgres://db/app"}, []string{"--mysql", "simba:pw-not-shown@tcp(db)/app"}, "mysql at simba@db:3306/app"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, b)

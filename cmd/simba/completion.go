@@ -101,7 +101,7 @@ func (c *cli) complete(ctx context.Context, words []string) int {
 
 // candidates lists what may come after the words before cur.
 func (c *cli) candidates(ctx context.Context, before []string, cur string) []string {
-	g := globals{etcd: c.getenv(envEtcd), zk: c.getenv(envZK), postgres: c.getenv(envPostgres), kube: kubeFromEnv(c.getenv, c.saDir), prefix: c.getenv(envPrefix), output: outTable, timeout: completeTimeout}
+	g := globals{etcd: c.getenv(envEtcd), zk: c.getenv(envZK), postgres: c.getenv(envPostgres), mysql: c.getenv(envMySQL), kube: kubeFromEnv(c.getenv, c.saDir), prefix: c.getenv(envPrefix), output: outTable, timeout: completeTimeout}
 	var w watchFlags
 	explicit := map[string]bool{}
 	var cmd *command

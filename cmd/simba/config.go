@@ -73,15 +73,26 @@ func (c *cli) settle(p *parsed) error {
 		c.secrets = append(c.secrets, dsnPasswords(t.dsn)...)
 		cfg, err := pgconn.ParseConfig(t.dsn)
 		if err != nil {
-			return configErrorf("%s: %s", p.g.conn.postgresLabel(p.explicit, c.getenv), dsnError(t.dsn, err))
+			return configErrorf("%s: %s", p.g.conn.dsnLabel("postgres", envPostgres, p.explicit, c.getenv), dsnError(t.dsn, err))
 		}
 		c.secrets = append(c.secrets, cfg.Password)
+	}
+	if t.kind == "mysql" {
+		c.secrets = append(c.secrets, mysqlDSNPasswords(t.dsn)...)
 	}
 	sec, err := p.g.conn.security(t.kind, t.addrs, c.stderr, p.explicit)
 	if err != nil {
 		return err
 	}
 	c.secrets = append(c.secrets, sec.password)
+	if t.kind == "mysql" {
+		t.sec = sec
+		password, err := settleMySQL(t, p.g.conn.dsnLabel("mysql", envMySQL, p.explicit, c.getenv))
+		if err != nil {
+			return err
+		}
+		c.secrets = append(c.secrets, password)
+	}
 	p.g.conn.sec = sec
 	return nil
 }
@@ -99,17 +110,18 @@ func (c *connFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.zkAuth, "zk-auth", c.zkAuth, "ZooKeeper digest credentials, `user:password` (default $"+envZKAuth+")")
 }
 
-// postgresLabel says where the DSN came from, for messages.
-func (c *connFlags) postgresLabel(explicit map[string]bool, getenv func(string) string) string {
+// dsnLabel says where the DSN of flag (postgres or mysql, also the config
+// file's key), whose environment variable is env, came from, for messages.
+func (c *connFlags) dsnLabel(flag, env string, explicit map[string]bool, getenv func(string) string) string {
 	switch {
-	case explicit["postgres"]:
-		return "--postgres"
-	case getenv(envPostgres) != "":
-		return "$" + envPostgres
+	case explicit[flag]:
+		return "--" + flag
+	case getenv(env) != "":
+		return "$" + env
 	case c.file != "":
-		return "config file " + c.file + " (postgres)"
+		return "config file " + c.file + " (" + flag + ")"
 	}
-	return "--postgres"
+	return "--" + flag
 }
 
 // configError is a config file that cannot be used, or a setting whose
@@ -126,10 +138,11 @@ func configErrorf(format string, args ...any) error {
 // fileConfig is what a config file holds. Passwords are not kept in it:
 // password-file and zk-auth-file name files that hold them.
 type fileConfig struct {
-	Backend               string     `yaml:"backend"` // "etcd", "zookeeper", "postgres" or "kubernetes"
+	Backend               string     `yaml:"backend"` // "etcd", "zookeeper", "postgres", "mysql" or "kubernetes"
 	Endpoints             stringList `yaml:"endpoints"`
 	Postgres              string     `yaml:"postgres"` // a DSN, without a password
 	PostgresNoListen      bool       `yaml:"postgres-no-listen"`
+	MySQL                 string     `yaml:"mysql"` // a DSN, without a password
 	Kubeconfig            string     `yaml:"kubeconfig"`
 	Context               string     `yaml:"context"`
 	Namespace             string     `yaml:"namespace"`
@@ -212,8 +225,8 @@ func readConfig(path string) (*fileConfig, error) {
 	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
 		return nil, configErrorf("%s: more than one YAML document", path)
 	}
-	if cfg.Backend != "" && !slices.Contains([]string{"etcd", "zookeeper", "postgres", "kubernetes"}, cfg.Backend) {
-		return nil, configErrorf("%s:%d: backend %q: want etcd, zookeeper, postgres or kubernetes", path, keyLine(data, "backend"), cfg.Backend)
+	if cfg.Backend != "" && !slices.Contains([]string{"etcd", "zookeeper", "postgres", "mysql", "kubernetes"}, cfg.Backend) {
+		return nil, configErrorf("%s:%d: backend %q: want etcd, zookeeper, postgres, mysql or kubernetes", path, keyLine(data, "backend"), cfg.Backend)
 	}
 	for _, k := range []struct{ key, val string }{{"kubeconfig", cfg.Kubeconfig}, {"context", cfg.Context}, {"namespace", cfg.Namespace}} {
 		if k.val != "" && cfg.Backend != "kubernetes" {
@@ -228,12 +241,18 @@ func readConfig(path string) (*fileConfig, error) {
 		return nil, configErrorf("%s:%d: postgres (a DSN) is for backend: postgres", path, keyLine(data, "postgres"))
 	case cfg.PostgresNoListen && cfg.Backend != "postgres":
 		return nil, configErrorf("%s:%d: postgres-no-listen is for backend: postgres", path, keyLine(data, "postgres-no-listen"))
+	case cfg.MySQL != "" && cfg.Backend != "mysql":
+		return nil, configErrorf("%s:%d: mysql (a DSN) is for backend: mysql", path, keyLine(data, "mysql"))
 	case len(cfg.Endpoints) > 0 && cfg.Backend == "postgres":
 		return nil, configErrorf("%s:%d: endpoints are for etcd and ZooKeeper: backend postgres takes postgres: DSN", path, keyLine(data, "endpoints"))
+	case len(cfg.Endpoints) > 0 && cfg.Backend == "mysql":
+		return nil, configErrorf("%s:%d: endpoints are for etcd and ZooKeeper: backend mysql takes mysql: DSN", path, keyLine(data, "endpoints"))
 	case len(cfg.Endpoints) > 0 && cfg.Backend == "kubernetes":
 		return nil, configErrorf("%s:%d: endpoints are for etcd and ZooKeeper: backend kubernetes takes kubeconfig, context and namespace", path, keyLine(data, "endpoints"))
 	case len(dsnPasswords(cfg.Postgres)) > 0:
 		return nil, configErrorf("%s:%d: postgres: the DSN holds a password, and a config file holds no secrets: use password-file (a file holding it) or $%s", path, keyLine(data, "postgres"), envPassword)
+	case len(mysqlDSNPasswords(cfg.MySQL)) > 0:
+		return nil, configErrorf("%s:%d: mysql: the DSN holds a password, and a config file holds no secrets: use password-file (a file holding it) or $%s", path, keyLine(data, "mysql"), envPassword)
 	}
 	if cfg.Timeout != "" {
 		if d, err := time.ParseDuration(cfg.Timeout); err != nil || d <= 0 {
@@ -280,7 +299,7 @@ func yamlError(path string, data []byte, err error) error {
 
 // knownKeys returns the keys of a config file.
 func knownKeys() []string {
-	return []string{"backend", "endpoints", "postgres", "postgres-no-listen", "kubeconfig", "context", "namespace", "prefix", "timeout", "cacert", "cert", "key", "insecure-skip-tls-verify", "user", "password-file", "zk-auth-file"}
+	return []string{"backend", "endpoints", "postgres", "postgres-no-listen", "mysql", "kubeconfig", "context", "namespace", "prefix", "timeout", "cacert", "cert", "key", "insecure-skip-tls-verify", "user", "password-file", "zk-auth-file"}
 }
 
 // keyLine returns the line of the first top-level key named key in data,
@@ -407,6 +426,8 @@ func (g *globals) resolveBackend(file fileConfig, fromFile string, explicit map[
 			g.zk = strings.Join(file.Endpoints, ",")
 		case "postgres":
 			g.postgres = file.Postgres
+		case "mysql":
+			g.mysql = file.MySQL
 		}
 	}
 	if g.prefix == "" && !explicit["prefix"] {
@@ -447,8 +468,8 @@ func (k *kubeFlags) resolveFile(file fileConfig, fromFile string, explicit map[s
 // backendGiven reports whether the command line or the environment names
 // a backend, or gives a backend flag.
 func (g *globals) backendGiven(explicit map[string]bool) bool {
-	return g.etcd != "" || g.zk != "" || g.postgres != "" || g.kube.on ||
-		explicit["etcd"] || explicit["zk"] || explicit["postgres"] || kubeExplicit(explicit) != ""
+	return g.etcd != "" || g.zk != "" || g.postgres != "" || g.mysql != "" || g.kube.on ||
+		explicit["etcd"] || explicit["zk"] || explicit["postgres"] || explicit["mysql"] || kubeExplicit(explicit) != ""
 }
 
 // resolveTimeout settles the timeout: --timeout, else $SIMBA_TIMEOUT, else

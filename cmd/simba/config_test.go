@@ -166,7 +166,7 @@ func TestConfigErrors(t *testing.T) {
 		{"a password in the file", nil, []string{"--config", secret},
 			"simba: " + secret + ":4: password: a config file holds no secrets: use password-file (a file holding it) or $SIMBA_PASSWORD"},
 		{"an unknown backend", nil, []string{"--config", badBackend},
-			"simba: " + badBackend + `:1: backend "consul": want etcd, zookeeper, postgres or kubernetes`},
+			"simba: " + badBackend + `:1: backend "consul": want etcd, zookeeper, postgres, mysql or kubernetes`},
 		{"a bad timeout", nil, []string{"--config", badTimeout},
 			"simba: " + badTimeout + `:3: timeout "soon": want a positive duration`},
 		{"endpoints without a backend", nil, []string{"--config", noBackend},

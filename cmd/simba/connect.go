@@ -25,12 +25,12 @@ const closeGrace = 300 * time.Millisecond
 
 // target is the backend the global flags name.
 type target struct {
-	kind     string // "etcd", "zookeeper", "postgres" or "kubernetes"
+	kind     string // "etcd", "zookeeper", "postgres", "mysql" or "kubernetes"
 	addrs    []string
-	dsn      string      // PostgreSQL's DSN, as given (it may hold a password)
+	dsn      string      // PostgreSQL's or MySQL's DSN, as given (it may hold a password)
 	noListen bool        // PostgreSQL: never LISTEN (--postgres-no-listen)
 	kube     *kubeTarget // Kubernetes' configuration and namespace
-	prefix   string      // "" for the backend's default; PostgreSQL's schema
+	prefix   string      // "" for the backend's default; PostgreSQL's schema, MySQL's table prefix
 	sec      *security   // TLS and credentials; never nil
 	// log is the backend's logger (logging.go): simba run's; nil for the
 	// commands that show and operate, which report what the backend
@@ -57,6 +57,13 @@ func (t target) String() string {
 		}
 		return s
 	}
+	if t.kind == "mysql" {
+		s := "mysql at " + describeMySQLDSN(t.dsn)
+		if t.prefix != "" {
+			s += " (tables " + tablePrefixOf(t.prefix) + "*)"
+		}
+		return s
+	}
 	s := t.kind + " at " + strings.Join(t.addrs, ",")
 	if t.prefix != "" {
 		s += " (prefix " + t.prefix + ")"
@@ -70,19 +77,20 @@ var backendFlags = []struct{ flag, env, kind string }{
 	{"etcd", envEtcd, "etcd"},
 	{"zk", envZK, "zookeeper"},
 	{"postgres", envPostgres, "postgres"},
+	{"mysql", envMySQL, "mysql"},
 	{"kubernetes", envKubernetes, "kubernetes"},
 }
 
 // target picks the backend from the flags, which the environment
 // defaults: a flag given on the command line wins over the environment.
-// --etcd, --zk, --postgres and --kubernetes exclude each other; any of
+// --etcd, --zk, --postgres, --mysql and --kubernetes exclude each other; any of
 // --kubeconfig, --context and --namespace counts as --kubernetes.
 func (g globals) target(explicit map[string]bool) (target, error) {
-	vals := map[string]string{"etcd": g.etcd, "zk": g.zk, "postgres": strings.TrimSpace(g.postgres)}
+	vals := map[string]string{"etcd": g.etcd, "zk": g.zk, "postgres": strings.TrimSpace(g.postgres), "mysql": strings.TrimSpace(g.mysql)}
 	kube := kubeExplicit(explicit)
 	set := func(flag string) bool {
 		switch flag {
-		case "postgres":
+		case "postgres", "mysql":
 			return vals[flag] != ""
 		case "kubernetes":
 			return g.kube.on || kube != "" && kube != "kubernetes"
@@ -129,6 +137,8 @@ func (g globals) target(explicit map[string]bool) (target, error) {
 		return target{kind: "zookeeper", addrs: splitList(g.zk), prefix: g.prefix, sec: sec}, nil
 	case "postgres":
 		return target{kind: "postgres", dsn: vals["postgres"], noListen: g.pgNoListen, prefix: g.prefix, sec: sec}, nil
+	case "mysql":
+		return target{kind: "mysql", dsn: vals["mysql"], prefix: g.prefix, sec: sec}, nil
 	case "kubernetes", "kubeconfig", "context", "namespace", "n":
 		kt := g.conn.kube
 		if kt == nil {
@@ -139,7 +149,7 @@ func (g globals) target(explicit map[string]bool) (target, error) {
 		}
 		return target{kind: "kubernetes", kube: kt, prefix: g.prefix, sec: kt.sec}, nil
 	}
-	return target{}, usagef(nil, "no backend: pass --etcd ENDPOINTS, --zk SERVERS, --postgres DSN or --kubernetes, set $%s, $%s, $%s or $%s=true, or name one in a config file (--config) ('simba dev' runs a local etcd)", envEtcd, envZK, envPostgres, envKubernetes)
+	return target{}, usagef(nil, "no backend: pass --etcd ENDPOINTS, --zk SERVERS, --postgres DSN, --mysql DSN or --kubernetes, set $%s, $%s, $%s, $%s or $%s=true, or name one in a config file (--config) ('simba dev' runs a local etcd)", envEtcd, envZK, envPostgres, envMySQL, envKubernetes)
 }
 
 // joinFlags joins names, each after mark, with sep: "--etcd and --zk".
@@ -167,6 +177,8 @@ func openBackend(t target) (backend.Backend, error) {
 	switch t.kind {
 	case "postgres":
 		return openPostgres(t)
+	case "mysql":
+		return openMySQL(t)
 	case "kubernetes":
 		return openKubernetes(t)
 	case "etcd":

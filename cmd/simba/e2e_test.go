@@ -102,7 +102,7 @@ func cleanEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
-		if !slices.Contains([]string{envEtcd, envZK, envPostgres, envPrefix, envKubernetes, envKubeconfig, envKubeContext, envKubeNamespace}, name) {
+		if !slices.Contains([]string{envEtcd, envZK, envPostgres, envMySQL, envPrefix, envKubernetes, envKubeconfig, envKubeContext, envKubeNamespace}, name) {
 			env = append(env, kv)
 		}
 	}

@@ -313,7 +313,7 @@ func (c *connFlags) settleKube(g *globals, getenv func(string) string, explicit 
 		case getenv(envPrefix) != "":
 			from = "$" + envPrefix
 		}
-		return usagef(nil, "--prefix (from %s) is for etcd, ZooKeeper and PostgreSQL: on Kubernetes simba's objects are in --namespace", from)
+		return usagef(nil, "--prefix (from %s) is for etcd, ZooKeeper, PostgreSQL and MySQL: on Kubernetes simba's objects are in --namespace", from)
 	}
 	for _, name := range []string{"cacert", "cert", "key"} {
 		if v := map[string]string{"cacert": c.cacert, "cert": c.cert, "key": c.key}[name]; v != "" {

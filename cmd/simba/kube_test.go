@@ -391,7 +391,7 @@ func TestKubernetesBadInput(t *testing.T) {
 		{"$SIMBA_KUBERNETES not a boolean", map[string]string{envKubernetes: "maybe"}, nil,
 			[]string{`$SIMBA_KUBERNETES="maybe": want true or false`}},
 		{"--prefix", nil, []string{"--kubeconfig", kubeconfig, "--prefix", "/simba/"},
-			[]string{"--prefix (from --prefix) is for etcd, ZooKeeper and PostgreSQL", "--namespace"}},
+			[]string{"--prefix (from --prefix) is for etcd, ZooKeeper, PostgreSQL and MySQL", "--namespace"}},
 		{"$SIMBA_PREFIX", map[string]string{envPrefix: "/x/"}, []string{"--kubeconfig", kubeconfig},
 			[]string{"--prefix (from $SIMBA_PREFIX)"}},
 		{"--cacert", nil, []string{"--kubeconfig", kubeconfig, "--cacert", "ca.pem"},

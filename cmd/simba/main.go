@@ -1,11 +1,11 @@
 // Command simba shows what simba's nodes keep in etcd, ZooKeeper,
-// PostgreSQL or Kubernetes — the elections and who holds them, the partition
-// groups, the scheduled jobs and their history — and performs the
-// cluster-wide operations every node obeys: disable, enable, trigger,
-// resign, drain and undrain. (The fifth backend, memory, lives inside one
-// process: no command reaches it.) simba run runs a command as a fenced
-// leader task. simba dev runs a single-node etcd on 127.0.0.1 for trying
-// things out.
+// PostgreSQL, MySQL (or MariaDB) or Kubernetes — the elections and who
+// holds them, the partition groups, the scheduled jobs and their history —
+// and performs the cluster-wide operations every node obeys: disable,
+// enable, trigger, resign, drain and undrain. (The sixth backend, memory,
+// lives inside one process: no command reaches it.) simba run runs a
+// command as a fenced leader task. simba dev runs a single-node etcd on
+// 127.0.0.1 for trying things out.
 //
 //	simba dev                                   # in one terminal
 //	export SIMBA_ETCD=127.0.0.1:2379            # in the others

@@ -244,7 +244,7 @@ func (inv *invocation) hintDefaultPrefix(ctx context.Context) {
 	}
 	inv.cli.hinted = true
 	def := defaultPrefix(inv.t.kind)
-	if def == "" || sameKeyPrefix(inv.t.prefix, def) {
+	if def == "" || sameKeyPrefix(inv.t.prefix, def) || inv.t.kind == "mysql" && tablePrefixOf(inv.t.prefix) == def {
 		return
 	}
 	t := inv.t
@@ -288,8 +288,8 @@ func (inv *invocation) hintDefaultPrefix(ctx context.Context) {
 		inv.t.prefix, def, strings.Join(parts, " and "), flag)
 }
 
-// defaultPrefix is the key prefix, or ZooKeeper root, that a backend of
-// kind uses when none is given.
+// defaultPrefix is the key prefix, ZooKeeper root, PostgreSQL schema or
+// MySQL table prefix that a backend of kind uses when none is given.
 func defaultPrefix(kind string) string {
 	switch kind {
 	case "etcd":
@@ -298,6 +298,8 @@ func defaultPrefix(kind string) string {
 		return zookeeper.DefaultRoot
 	case "postgres":
 		return defaultSchema
+	case "mysql":
+		return defaultTablePrefix
 	}
 	return ""
 }

@@ -87,7 +87,8 @@ func (c *connFlags) label(name string) string {
 // security builds the TLS configuration and the credentials of a
 // connection to a backend of kind at addrs from the settings resolved,
 // asking for the etcd password on the terminal when it is needed and
-// nothing else gives it.
+// nothing else gives it. For MySQL, the TLS configuration is the one the
+// driver uses (mysql.go).
 func (c *connFlags) security(kind string, addrs []string, stderr io.Writer, explicit map[string]bool) (*security, error) {
 	if kind == "postgres" {
 		return c.postgresSecurity(explicit)
@@ -185,6 +186,12 @@ func (c *connFlags) security(kind string, addrs []string, stderr io.Writer, expl
 			}
 		}
 		s.zkAuth = auth
+	case "mysql":
+		password, err := c.dsnPassword(explicit, "MySQL", "user@tcp(host:3306)/db")
+		if err != nil {
+			return nil, err
+		}
+		s.password = password
 	}
 	return s, nil
 }
@@ -202,24 +209,35 @@ func (c *connFlags) postgresSecurity(explicit map[string]bool) (*security, error
 	if c.insecure {
 		return nil, usagef(nil, "--insecure-skip-tls-verify is for etcd and ZooKeeper: PostgreSQL takes its TLS settings in the DSN (sslmode=require encrypts without verifying)")
 	}
+	password, err := c.dsnPassword(explicit, "PostgreSQL", "postgres://USER@host/db")
+	if err != nil {
+		return nil, err
+	}
+	return &security{password: password}, nil
+}
+
+// dsnPassword returns the password of a backend whose user is in its DSN
+// (PostgreSQL's, MySQL's, named db; example shows where the user goes):
+// --password, $SIMBA_PASSWORD or the config file's password-file, else "".
+// --user and --zk-auth are refused, whatever gives them.
+func (c *connFlags) dsnPassword(explicit map[string]bool, db, example string) (string, error) {
 	switch {
 	case explicit["zk-auth"]:
-		return nil, usagef(nil, "--zk-auth is for ZooKeeper; PostgreSQL takes the user in the DSN and --password")
+		return "", usagef(nil, "--zk-auth is for ZooKeeper; %s takes the user in the DSN and --password", db)
 	case explicit["user"] || c.from["user"] == "config file "+c.file:
-		return nil, usagef(nil, "--user (from %s) is for etcd: PostgreSQL takes the user in the DSN (postgres://USER@host/db)", c.label("user"))
+		return "", usagef(nil, "--user (from %s) is for etcd: %s takes the user in the DSN (%s)", c.label("user"), db, example)
 	}
-	s := &security{}
 	switch {
 	case c.password != "":
-		s.password = c.password
+		return c.password, nil
 	case c.passwordFile != "":
 		p, err := readSecret(c.passwordFile)
 		if err != nil {
-			return nil, configErrorf("password from config file %s (password-file): %s", c.file, pathError(err))
+			return "", configErrorf("password from config file %s (password-file): %s", c.file, pathError(err))
 		}
-		s.password = p
+		return p, nil
 	}
-	return s, nil
+	return "", nil
 }
 
 func (c *connFlags) zkAuthLabel() string {
@@ -247,6 +265,9 @@ func refusal(t target, doing string, err error) error {
 		if r := pgRefusal(t, doing, err); r != nil {
 			return r
 		}
+	}
+	if t.kind == "mysql" {
+		return myRefusal(t, doing, err)
 	}
 	if t.kind == "kubernetes" && t.kube != nil {
 		if r := kubeRefusal(t, doing, err); r != nil {
