@@ -273,6 +273,7 @@ func (b *Backend) prepare(ctx context.Context) error {
 		return err
 	}
 	b.ready = true
+	b.warnAsyncReplicas(ctx)
 	b.hub.start()
 	return nil
 }
@@ -343,6 +344,9 @@ func (b *Backend) Open(ctx context.Context, o backend.SessionOptions) (backend.S
 		var me *mysql.MySQLError
 		if errors.As(err, &me) && me.Number == errDupEntry && attempt < 3 {
 			continue
+		}
+		if epochErr(err) {
+			return nil, err
 		}
 		if err != nil {
 			return nil, b.connErr("opening a session", err)

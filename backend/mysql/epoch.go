@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -141,4 +142,41 @@ type epochError struct {
 
 func (e *epochError) Error() string {
 	return fmt.Sprintf("simba/mysql: %s: the server is in epoch %d, below epoch %d seen before (an old primary back after a failover?): refused, nothing is granted or renewed there", e.op, e.epoch, e.seen)
+}
+
+// warnAsyncReplicas logs a warning when the server replicates to replicas
+// asynchronously (or may: semi-synchronous replication falls back to
+// asynchronous after rpl_semi_sync_master_timeout): a failover to one may
+// lose the last commits, which simba survives (tokens never repeat,
+// grants are held back), at the cost of a slower crash fail-over. It needs
+// the PROCESS privilege to see the replicas' connections; without it, it
+// says nothing.
+func (b *Backend) warnAsyncReplicas(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var replicas int
+	if err := b.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'`).Scan(&replicas); err != nil {
+		b.log.Debug("simba/mysql: reading the replicas' connections", "err", err)
+		return
+	}
+	if replicas == 0 {
+		return
+	}
+	semisync := false
+	rows, err := b.db.QueryContext(ctx, `SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_%_status'`)
+	if err == nil {
+		for rows.Next() {
+			var name, value string
+			if rows.Scan(&name, &value) == nil && strings.EqualFold(value, "ON") && !strings.Contains(strings.ToLower(name), "slave") && !strings.Contains(strings.ToLower(name), "replica") {
+				semisync = true
+			}
+		}
+		rows.Close()
+	}
+	if semisync {
+		b.log.Info("simba/mysql: the server replicates semi-synchronously: a commit is acknowledged once a replica has it (until rpl_semi_sync_master_timeout makes it fall back to asynchronous)", "replicas", replicas)
+		return
+	}
+	b.log.Warn("simba/mysql: the server replicates to replicas asynchronously: a failover to one may lose the last commits. simba qualifies tokens by its epoch and holds grants back for a TTL plus the margin after a failover, so terms stay safe, but a crash fail-over then waits up to 1.1 × the TTL longer (see the package doc, \"Restarts and failovers\")",
+		"replicas", replicas)
 }
