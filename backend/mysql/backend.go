@@ -128,7 +128,9 @@ func WithPollInterval(d time.Duration) Option {
 // of them, or a change made through this Backend, and never on a holder's
 // named lock (see the package documentation, "Waiting"): a hand-off
 // between processes then takes up to a TTL. For tests and for servers
-// where GET_LOCK is not allowed.
+// where GET_LOCK is not allowed. A pool of fewer than 4 connections
+// (SetMaxOpenConns) has no bells either: the bells take one connection,
+// and their waiters statement slots.
 func WithoutBells() Option {
 	return func(c *config) error {
 		c.noBells = true
@@ -143,11 +145,12 @@ const DefaultMaxRequests = 64
 // WithMaxRequests bounds the backend's statements in flight at once whose
 // number grows with what its sessions hold (default
 // [DefaultMaxRequests]): Acquire's registration and queue reads,
-// withdrawals, releases, record reads and writes, candidate lists. More
-// wait for a slot within their caller's ctx, holding no connection. The
-// bound in effect is the smaller of n and the pool's MaxOpenConns minus
-// one (when it has a limit), so that the sessions' renewals always find a
-// connection. n must be positive.
+// withdrawals, releases, record reads and writes, candidate lists, and
+// the waits on bells. More wait for a slot within their caller's ctx,
+// holding no connection. The bound in effect is the smaller of n and the
+// pool's MaxOpenConns minus one, or minus two with bells (when the pool
+// has a limit), so that the sessions' renewals always find a connection.
+// n must be positive.
 func WithMaxRequests(n int) Option {
 	return func(c *config) error {
 		if n <= 0 {
@@ -157,6 +160,9 @@ func WithMaxRequests(n int) Option {
 		return nil
 	}
 }
+
+// minBellConns is the smallest pool with bells.
+const minBellConns = 4
 
 // defaultMaxConns is the size of the pool New makes.
 const defaultMaxConns = 32
@@ -212,7 +218,16 @@ func newBackend(db *sql.DB, owns bool, opts []Option) (*Backend, error) {
 		if maxConns < 2 {
 			return nil, fmt.Errorf("simba/mysql: the pool allows %d connection(s) (SetMaxOpenConns): want at least 2, one of them left free for the sessions' renewals", maxConns)
 		}
-		n = min(n, maxConns-1)
+		// One connection is left for the renewals; with bells, one more
+		// holds the bells (bells.go), which needs a pool of 4 or more.
+		free := 1
+		if maxConns < minBellConns {
+			c.noBells = true
+		}
+		if !c.noBells {
+			free = 2
+		}
+		n = min(n, maxConns-free)
 	}
 	lim, err := limit.New(n)
 	if err != nil {

@@ -33,8 +33,10 @@ import (
 // failover they are simply gone, and taken again on the new server.
 //
 // Blocked waits hold a connection each, so they are bounded per Backend
-// (a quarter of the statement bound, at most 8); a waiter beyond the
-// bound waits for its timer. A lock's name is "simba:" and 40 hex digits
+// (a quarter of the statement bound, at most 8) and each takes a
+// statement slot (WithMaxRequests); a waiter beyond the bound waits for
+// its timer. The bells' own connection is one more, which the statement
+// bound leaves out. A lock's name is "simba:" and 40 hex digits
 // of the SHA-256 of the database, the table prefix and the lease name
 // (MySQL allows 64 characters).
 
@@ -265,7 +267,12 @@ func (bl *bells) await(ctx context.Context, name string, f func()) {
 		default:
 			return // no slot: the waiter's timer only
 		}
+		if !b.lim.TryTake() {
+			<-bl.waits
+			return
+		}
 		rang, blocked, err := bl.waitOnce(ctx, lock)
+		b.lim.Free()
 		<-bl.waits
 		switch {
 		case err != nil:

@@ -49,9 +49,13 @@
 //   - Revoked before anyone else is granted: a waiter that finds its
 //     predecessor's session expired deletes that session's row before it
 //     takes the lease, by a DELETE that checks the expiry again under the
-//     row's lock; a fenced write locks the writer's candidacy and session
-//     rows (LOCK IN SHARE MODE) until it commits, so the deletion waits
-//     for an in-flight write. Only the deletion counts, never an expiry
+//     row's lock; a fenced write locks the writer's candidacy row (LOCK IN
+//     SHARE MODE) until it commits, and the deletion, which deletes that
+//     row too (ON DELETE CASCADE), waits for an in-flight write. The
+//     session's row is not locked: InnoDB has no lock that lets an UPDATE
+//     of its expiry through, as PostgreSQL's FOR KEY SHARE does, and a
+//     fenced write in a long transaction of the user's (package mylease)
+//     must not hold the session's renewals back. Only the deletion counts, never an expiry
 //     read: a renewal that passed its test before the expiry and commits
 //     after it holds the row's lock meanwhile.
 //   - The database's clock is trusted only as far as the client's own
@@ -60,8 +64,8 @@
 //     their leases pass on no sooner than their holders' deadlines.
 //   - Fencing: Condition{Lease, Token} holds iff this session's candidacy
 //     (Lease, Token) exists, its session is alive and no candidacy is
-//     ahead of it, checked under those rows' shared locks in the write's
-//     transaction; a record written with a larger token is never replaced;
+//     ahead of it, checked under the candidacy row's shared lock in the
+//     write's transaction; a record written with a larger token is never replaced;
 //     IfVersion is a compare-and-set on the version. A deleted record's
 //     row stays, marked deleted, so that a key written again never repeats
 //     a version.

@@ -180,3 +180,18 @@ func (b *Backend) warnAsyncReplicas(ctx context.Context) {
 	b.log.Warn("simba/mysql: the server replicates to replicas asynchronously: a failover to one may lose the last commits. simba qualifies tokens by its epoch and holds grants back for a TTL plus the margin after a failover, so terms stay safe, but a crash fail-over then waits up to 1.1 × the TTL longer (see the package doc, \"Restarts and failovers\")",
 		"replicas", replicas)
 }
+
+// lockEpoch reads the epoch in tx with a shared lock on its row (no bump
+// before tx ends), and fails with errServerChanged when the server is not
+// the one the row names.
+func (b *Backend) lockEpoch(ctx context.Context, tx *sql.Tx) (int64, error) {
+	var epoch int64
+	var same bool
+	if err := tx.QueryRowContext(ctx, `SELECT v, srv = @@server_id FROM `+b.t.meta+` WHERE k = 'epoch' LOCK IN SHARE MODE`).Scan(&epoch, &same); err != nil {
+		return 0, err
+	}
+	if !same {
+		return 0, errServerChanged
+	}
+	return epoch, nil
+}

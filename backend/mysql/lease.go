@@ -39,11 +39,14 @@ var errServerChanged = errors.New("simba/mysql: the server changed")
 var errSessionOver = errors.New("simba/mysql: session over")
 
 // Register inserts the candidacy and returns its token, in one
-// transaction: the session's row, alive, and the epoch row are read with
-// shared locks (neither can change before it commits), the name's counter
-// is bumped (its row lock serialises registrations of name until each
-// commits, so tokens strictly increase in commit order), the session's
-// older candidacies for name go, and the new one is inserted.
+// transaction: the epoch row is read with a shared lock (no bump before it
+// commits), the name's counter is bumped (its row lock serialises
+// registrations of name until each commits, so tokens strictly increase
+// in commit order), the session's older candidacies for name go, and the
+// new one is inserted if the session is alive, last: the insert's foreign
+// key locks the session's row (shared) until the commit, and a renewal
+// waits for no more than that statement and the commit, never for the
+// counter's lock.
 func (s queue) Register(ctx context.Context, name string) (uint64, error) {
 	op := fmt.Sprintf("acquire %q", name)
 	t := s.b.t
@@ -55,11 +58,7 @@ func (s queue) Register(ctx context.Context, name string) (uint64, error) {
 		sent := time.Now()
 		err := s.b.boundedTx(ctx, s.ctx, func(tx *sql.Tx) error {
 			var us, srv, server int64
-			err := tx.QueryRowContext(ctx, `SELECT `+nowUS+`, m.v, m.srv, @@server_id FROM `+t.sessions+` x JOIN `+t.meta+` m ON m.k = 'epoch'
-				WHERE x.id = ? AND x.expires_us > `+nowUS+` LOCK IN SHARE MODE`, s.id).Scan(&us, &epoch, &srv, &server)
-			if errors.Is(err, sql.ErrNoRows) {
-				return errSessionOver
-			}
+			err := tx.QueryRowContext(ctx, `SELECT `+nowUS+`, v, srv, @@server_id FROM `+t.meta+` WHERE k = 'epoch' LOCK IN SHARE MODE`).Scan(&us, &epoch, &srv, &server)
 			if err != nil {
 				return err
 			}
@@ -78,8 +77,15 @@ func (s queue) Register(ctx context.Context, name string) (uint64, error) {
 			if _, err := tx.ExecContext(ctx, `DELETE FROM `+t.candidacies+` WHERE name = ? AND session = ?`, name, s.id); err != nil {
 				return err
 			}
-			_, err = tx.ExecContext(ctx, `INSERT INTO `+t.candidacies+` (name, token, session) VALUES (?, ?, ?)`, name, token, s.id)
-			return err
+			res, err := tx.ExecContext(ctx, `INSERT INTO `+t.candidacies+` (name, token, session)
+				SELECT ?, ?, x.id FROM `+t.sessions+` x WHERE x.id = ? AND x.expires_us > `+nowUS, name, token, s.id)
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); n == 0 {
+				return errSessionOver
+			}
+			return nil
 		})
 		switch {
 		case errors.Is(err, errSessionOver):
@@ -373,7 +379,8 @@ func (s *session) Candidates(ctx context.Context, name string) ([]string, error)
 // Release deletes the candidacy (name, session, token) if it is still
 // there and the session alive: one statement. With records, it writes
 // them, fenced by the holding, and deletes the candidacy in one
-// transaction that first locks the candidacy and the session's row.
+// transaction that first locks the candidacy's row (a waiter's deletion
+// of the session, which would delete it too, waits for the commit).
 func (s queue) Release(ctx context.Context, h *candidacy.Holding, op string, records []backend.Record) (bool, error) {
 	name, token := h.Name(), int64(h.Token())
 	t := s.b.t
@@ -390,14 +397,14 @@ func (s queue) Release(ctx context.Context, h *candidacy.Holding, op string, rec
 	} else {
 		err = s.b.boundedTx(ctx, s.ctx, func(tx *sql.Tx) error {
 			released = false
-			var epoch int64
-			err := tx.QueryRowContext(ctx, `SELECT m.v FROM `+t.candidacies+` c JOIN `+t.sessions+` x ON x.id = c.session JOIN `+t.meta+` m ON m.k = 'epoch'
-				WHERE c.name = ? AND c.token = ? AND c.session = ? AND x.expires_us > `+nowUS+` AND m.srv = @@server_id
-				LOCK IN SHARE MODE`, name, token, s.id).Scan(&epoch)
-			if errors.Is(err, sql.ErrNoRows) {
-				return nil
-			}
+			epoch, err := s.b.lockEpoch(ctx, tx)
 			if err != nil {
+				return err
+			}
+			var held bool
+			err = tx.QueryRowContext(ctx, `SELECT COALESCE(MAX((SELECT x.expires_us > `+nowUS+` FROM `+t.sessions+` x WHERE x.id = c.session)), FALSE)
+				FROM `+t.candidacies+` c WHERE c.name = ? AND c.token = ? AND c.session = ? FOR UPDATE`, name, token, s.id).Scan(&held)
+			if err != nil || !held {
 				return err
 			}
 			for _, r := range records {

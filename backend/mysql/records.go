@@ -102,8 +102,8 @@ func (src source) ListRecords(ctx, stop context.Context, prefix string) ([]backe
 var errDupKey = errors.New("simba/mysql: a record inserted meanwhile")
 
 // PutRecord writes value at key if cond holds, checked in the same
-// transaction as the write, under the locks of the fence's candidacy and
-// session rows and of the record's row.
+// transaction as the write, under the locks of the fence's candidacy row
+// (see fenceSQL) and of the record's row.
 func (s *session) PutRecord(ctx context.Context, key string, value []byte, cond backend.Condition) (backend.Record, error) {
 	if err := backend.CheckRecord(key, value); err != nil {
 		return backend.Record{}, fmt.Errorf("simba/mysql: %w", err)
@@ -135,30 +135,18 @@ func (s *session) fenced(ctx context.Context, op string, cond backend.Condition,
 	t := s.b.t
 	for attempt := 0; ; attempt++ {
 		err := s.b.boundedTx(ctx, s.ctx, func(tx *sql.Tx) error {
-			var (
-				epoch   int64
-				same    bool
-				held    sql.NullBool
-				noFence = cond.Token == 0
-			)
-			var err error
-			if noFence {
-				err = tx.QueryRowContext(ctx, `SELECT m.v, m.srv = @@server_id, NULL FROM `+t.meta+` m WHERE m.k = 'epoch' LOCK IN SHARE MODE`).Scan(&epoch, &same, &held)
-			} else {
-				err = tx.QueryRowContext(ctx, `SELECT m.v, m.srv = @@server_id,
-						c.token IS NOT NULL AND x.expires_us > `+nowUS+` AND NOT EXISTS (SELECT 1 FROM `+t.candidacies+` o WHERE o.name = ? AND o.token < ?)
-					FROM `+t.meta+` m LEFT JOIN (`+t.candidacies+` c JOIN `+t.sessions+` x ON x.id = c.session)
-						ON c.name = ? AND c.token = ? AND c.session = ?
-					WHERE m.k = 'epoch' LOCK IN SHARE MODE`, cond.Lease, int64(cond.Token), cond.Lease, int64(cond.Token), s.id).Scan(&epoch, &same, &held)
-			}
+			epoch, err := s.b.lockEpoch(ctx, tx)
 			if err != nil {
 				return err
 			}
-			if !same {
-				return errServerChanged
-			}
-			if !noFence && !held.Bool {
-				return fmt.Errorf("simba/mysql: %s: lease %q is not held with token %d by session %s: %w", op, cond.Lease, cond.Token, s.sid, backend.ErrConflict)
+			if cond.Token != 0 {
+				var held bool
+				if err := tx.QueryRowContext(ctx, fenceSQL(t, "", "c.session = ?"), fenceArgs(nil, cond.Lease, int64(cond.Token), s.id)...).Scan(&held); err != nil {
+					return err
+				}
+				if !held {
+					return fmt.Errorf("simba/mysql: %s: lease %q is not held with token %d by session %s: %w", op, cond.Lease, cond.Token, s.sid, backend.ErrConflict)
+				}
 			}
 			return f(tx, epoch)
 		})
@@ -450,11 +438,12 @@ func nonNil(b []byte) []byte {
 // returns one row (held, last): held is 1 when the candidacy (name,
 // token) exists, its session is alive by the database's clock and no
 // candidacy is ahead of it (the term holds the lease), and the query has
-// then locked the candidacy and session rows (LOCK IN SHARE MODE) until
-// the transaction ends, so that no successor can take the lease over
-// before it does; last is the name's last granted token, 0 if none. It is
-// the check of this backend's fenced writes, on the term's candidacy
-// whichever session holds it.
+// then locked the candidacy's row (LOCK IN SHARE MODE) until the
+// transaction ends, so that no successor can take the lease over before it
+// does (its deletion of the expired session deletes that row too, and
+// waits), while the holder's renewals go on; last is the name's last
+// granted token, 0 if none. It is the check of this backend's fenced
+// writes, on the term's candidacy whichever session holds it.
 func LeaseFenceSQL(prefix string) (string, error) {
 	if prefix == "" {
 		prefix = "simba_"
@@ -463,15 +452,32 @@ func LeaseFenceSQL(prefix string) (string, error) {
 		return "", fmt.Errorf("simba/mysql: table prefix %q: want 1-40 characters of a-z 0-9 _, starting with a letter", prefix)
 	}
 	t := newTables(prefix)
-	return `SELECT
-		COALESCE(c.token IS NOT NULL AND x.expires_us > ` + nowUS + ` AND NOT EXISTS (SELECT 1 FROM ` + t.candidacies + ` o WHERE o.name = ? AND o.token < ?), FALSE),
-		COALESCE((SELECT l.last FROM ` + t.leaseNames + ` l WHERE l.name = ?), 0)
-	FROM ` + t.meta + ` m LEFT JOIN (` + t.candidacies + ` c JOIN ` + t.sessions + ` x ON x.id = c.session) ON c.name = ? AND c.token = ?
-	WHERE m.k = 'epoch' LOCK IN SHARE MODE`, nil
+	return fenceSQL(t, `, COALESCE((SELECT l.last FROM `+t.leaseNames+` l WHERE l.name = ?), 0)`, "TRUE"), nil
+}
+
+// fenceSQL is the check of a fenced write, with the arguments of
+// fenceArgs (the placeholders of more, then the lease's name and token,
+// then those of sess): one row, whether the candidacy (name, token)
+// exists with its session alive by the database's clock and no candidacy
+// ahead of it, where sess holds (an SQL condition on c, the candidacy),
+// and the columns more adds (", expr, …"). It locks the candidacy's row
+// (LOCK IN SHARE MODE) until the transaction ends and nothing else: a
+// waiter's deletion of the expired session, which deletes the candidacy
+// too, waits for the write's commit, while the session's renewals (an
+// UPDATE of its row) do not. The query's FROM is the candidacy: the
+// select list's subqueries read without locks.
+func fenceSQL(t tables, more, sess string) string {
+	return `SELECT COALESCE(MAX((SELECT x.expires_us > ` + nowUS + ` FROM ` + t.sessions + ` x WHERE x.id = c.session)
+			AND NOT EXISTS (SELECT 1 FROM ` + t.candidacies + ` o WHERE o.name = c.name AND o.token < c.token)), FALSE)` + more + `
+		FROM ` + t.candidacies + ` c WHERE c.name = ? AND c.token = ? AND ` + sess + ` LOCK IN SHARE MODE`
+}
+
+// fenceArgs are the arguments of fenceSQL: those of more, the lease's
+// name and token, and those of sess.
+func fenceArgs(more []any, name string, token int64, sess ...any) []any {
+	return append(append(more, name, token), sess...)
 }
 
 // LeaseFenceArgs returns the arguments of [LeaseFenceSQL]'s query for the
 // lease name and token.
-func LeaseFenceArgs(name string, token int64) []any {
-	return []any{name, token, name, name, token}
-}
+func LeaseFenceArgs(name string, token int64) []any { return fenceArgs([]any{name}, name, token) }
