@@ -40,10 +40,11 @@ const (
 	// turns false, but Revoked never closes and the run's ctx is never
 	// cancelled).
 	DeadlineTimerDead
-	// TrustDBClock: the PostgreSQL backend deletes expired sessions, its
-	// own included, by the statement's own clock_timestamp(), trusting
-	// the database's wall clock not to step forward (its behaviour before
-	// the step guard of backend/postgres/clock.go).
+	// TrustDBClock: the PostgreSQL and MySQL backends delete expired
+	// sessions, their own included, by the statement's own clock
+	// (clock_timestamp(), UTC_TIMESTAMP), trusting the database's wall
+	// clock not to step forward (PostgreSQL's behaviour before the step
+	// guard of backend/kit/dbclock).
 	TrustDBClock
 	// EtcdTrustRevision: the etcd backend trusts every response it gets,
 	// without checking that the cluster's revision never goes below one it
@@ -52,12 +53,15 @@ const (
 	EtcdTrustRevision
 	// UntimedTokens: the PostgreSQL backend's tokens, session ids and
 	// record versions are not qualified by the server's timeline (its
-	// behaviour before backend/postgres/timeline.go): a failover to a
-	// standby that missed the last commits hands them out again.
+	// behaviour before backend/postgres/timeline.go), nor the MySQL
+	// backend's tokens and record versions by its epoch
+	// (backend/mysql/epoch.go): a failover to a standby or replica that
+	// missed the last commits hands them out again.
 	UntimedTokens
-	// KeepChainOnFailover: the PostgreSQL backend's chain of clock samples
-	// runs straight through a change of server, and grants are not held
-	// back after one (see backend/postgres/timeline.go).
+	// KeepChainOnFailover: the PostgreSQL and MySQL backends' chain of
+	// clock samples runs straight through a change of server, and grants
+	// are not held back after one (see backend/postgres/timeline.go,
+	// backend/mysql/epoch.go).
 	KeepChainOnFailover
 )
 
