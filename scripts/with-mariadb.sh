@@ -13,7 +13,8 @@
 #   when root (mariadbd refuses to run as root), listening on 127.0.0.1
 #   only, on a free port, with --skip-name-resolve, its socket inside the
 #   directory, a 32M buffer pool, 16M of redo log, no performance_schema,
-#   and no fsync at commit (innodb_flush_log_at_trx_commit=2: a commit
+#   up to 2000 connections (the packages' tests run at once, each backend
+#   with a pool of up to 32), and no fsync at commit (innodb_flush_log_at_trx_commit=2: a commit
 #   survives a crash of the server, not of the machine; the tests that
 #   crash a server start one of their own, internal/mytest.StartServer).
 #   The script waits until `mariadb-admin ping` answers, creates the user
@@ -147,7 +148,7 @@ for attempt in 1 2 3; do
 	"$(mariadbd_bin)" --no-defaults "${user_args[@]}" --datadir="$dir/data" \
 		--port="$port" --bind-address=127.0.0.1 --socket="$sock" \
 		--pid-file="$dir/run/mariadbd.pid" --performance-schema=OFF \
-		--max-connections=200 "${settings[@]}" >>"$dir/server.log" 2>&1 &
+		--max-connections=2000 "${settings[@]}" >>"$dir/server.log" 2>&1 &
 	pid=$!
 	if wait_ready "$pid" 300 pings "$port"; then # 30s
 		started=1

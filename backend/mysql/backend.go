@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"regexp"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -164,6 +163,16 @@ func WithMaxRequests(n int) Option {
 // minBellConns is the smallest pool with bells.
 const minBellConns = 4
 
+// NeedMultiStatements sets in cfg what the backend needs of its pool's
+// connections: several statements in one query (MultiStatements) and the
+// arguments interpolated by the driver (InterpolateParams), so that a
+// transaction is one round trip. Call it on the Config of a pool given to
+// [NewFromDB]; [New] calls it on the DSN's.
+func NeedMultiStatements(cfg *mysql.Config) {
+	cfg.MultiStatements = true
+	cfg.InterpolateParams = true
+}
+
 // defaultMaxConns is the size of the pool New makes.
 const defaultMaxConns = 32
 
@@ -179,6 +188,7 @@ func New(dsn string, opts ...Option) (*Backend, error) {
 	if cfg.DBName == "" {
 		return nil, errors.New("simba/mysql: the DSN names no database (user:password@tcp(host:3306)/DATABASE)")
 	}
+	NeedMultiStatements(cfg)
 	conn, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("simba/mysql: the DSN: %w", err)
@@ -196,7 +206,12 @@ func New(dsn string, opts ...Option) (*Backend, error) {
 }
 
 // NewFromDB returns a backend on the caller's pool, which Close leaves
-// open. Its DSN must name a database. The pool must allow at least two
+// open. Its DSN must name a database and allow several statements in one
+// query, with the arguments interpolated by the driver (multiStatements=true
+// and interpolateParams=true: [NeedMultiStatements] sets both in a
+// *mysql.Config), for the backend's transactions of one round trip (see
+// the package documentation, "Transactions"); the first Open or View
+// checks it. The pool must allow at least two
 // connections (SetMaxOpenConns, 0 being no limit): the backend's bounded
 // statements use at most all but one, the sessions' renewals the one
 // left; the application's queries on a shared pool can take that one, so
@@ -284,6 +299,9 @@ func (b *Backend) prepare(ctx context.Context) error {
 		return errors.New("simba/mysql: the connection has no database (name one in the DSN: user:password@tcp(host:3306)/DATABASE)")
 	}
 	b.dbName = name.String
+	if err := b.checkMultiStatements(ctx); err != nil {
+		return err
+	}
 	if err := b.ensureSchema(ctx); err != nil {
 		return err
 	}
@@ -405,7 +423,7 @@ func (b *Backend) noteClock(op string, sent, received, db time.Time, epoch int64
 // gcSoon deletes, in the background, a few expired sessions (with their
 // candidacies and members) whose rows nobody else would delete (a crashed
 // client's, of names nobody waits for), by the database time this client
-// has verified, skipping rows another statement locks.
+// has verified: one statement, bounded by a ctx of 10 s.
 func (b *Backend) gcSoon() {
 	if !b.gcRunning.CompareAndSwap(false, true) {
 		return
@@ -415,22 +433,24 @@ func (b *Backend) gcSoon() {
 		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 		defer cancel()
 		v, c, a := b.guardArgs(time.Now())
-		err := b.inTx(ctx, func(tx *sql.Tx) error {
-			var ids []any
-			err := queryRows(ctx, tx, func(rows *sql.Rows) error {
-				var id int64
-				err := rows.Scan(&id)
-				ids = append(ids, id)
-				return err
-			}, `SELECT x.id FROM `+b.t.sessions+` x WHERE `+guardSQL()+` LIMIT 8 FOR UPDATE SKIP LOCKED`, guardVals(v, c, a)...)
-			if err != nil || len(ids) == 0 {
-				return err
-			}
-			_, err = tx.ExecContext(ctx, `DELETE FROM `+b.t.sessions+` WHERE id IN (?`+strings.Repeat(", ?", len(ids)-1)+`)`, ids...)
-			return err
-		})
+		_, err := b.db.ExecContext(ctx, `DELETE FROM `+b.t.sessions+` WHERE `+guardSQL(b.t.sessions)+` LIMIT 8`, guardVals(v, c, a)...)
 		if err != nil {
 			b.log.Debug("simba/mysql: deleting expired sessions", "err", err)
 		}
 	})
+}
+
+// checkMultiStatements checks that the pool's connections run several
+// statements of one query with interpolated arguments (see
+// NeedMultiStatements).
+func (b *Backend) checkMultiStatements(ctx context.Context) error {
+	var one, two int
+	err := b.batch(ctx, []string{"SET @simba_probe = ?"}, "SELECT @simba_probe, 2", []any{1}, &one, &two)
+	if err == nil && (one != 1 || two != 2) {
+		err = fmt.Errorf("read %d, %d", one, two)
+	}
+	if err != nil {
+		return fmt.Errorf("simba/mysql: the pool's connections do not run several statements in one query with the driver interpolating arguments (set multiStatements=true and interpolateParams=true in its DSN, or call mysql.NeedMultiStatements on its Config): %w", b.connErr("checking the connection", err))
+	}
+	return nil
 }

@@ -28,9 +28,11 @@ import (
 // say, and a waiter still wakes at the earliest expiry ahead of it. A
 // bell lost with its connection (a KILL, a restart) or not yet taken by a
 // new holder costs only latency: a waiter that finds the bell free while
-// a holder is ahead reads again after a backoff (25 ms doubling to a
-// second) rather than at once. Named locks are per server: across a
-// failover they are simply gone, and taken again on the new server.
+// a holder is ahead reads the queue again after a backoff (25 ms doubling
+// to a second), not at once, and looks at the bell again: the holder may
+// have released between two of its waits. Named locks are per server:
+// across a failover they are simply gone, and taken again on the new
+// server.
 //
 // Blocked waits hold a connection each, so they are bounded per Backend
 // (a quarter of the statement bound, at most 8) and each takes a
@@ -54,10 +56,13 @@ func (b *Backend) bellName(name string) string {
 	return lockName("bell", b.dbName+"\x00"+b.prefix+"\x00"+name)
 }
 
-// ringer is a holding whose bell the Backend holds.
+// ringer is a holding whose bell the Backend holds; seen is set once the
+// session was seen to hold it (the holding is made after its grant, which
+// takes the bell).
 type ringer struct {
 	s     *session
 	token uint64
+	seen  bool
 }
 
 // bells holds the bells of this Backend's holdings, on a connection of
@@ -92,7 +97,7 @@ func (bl *bells) wake() {
 func (bl *bells) hold(s *session, name string, token uint64) {
 	bl.once.Do(func() { bl.b.wg.Go(bl.keep) })
 	bl.mu.Lock()
-	bl.want[name] = ringer{s, token}
+	bl.want[name] = ringer{s: s, token: token}
 	bl.mu.Unlock()
 	bl.wake()
 }
@@ -123,17 +128,23 @@ func (bl *bells) freeSession(s *session) {
 // connection, and with it the named locks, went with keep.
 func (bl *bells) close() {}
 
-// wanted returns the bells to hold: those of holdings still held (a
-// holding lost without a release, its candidacy deleted, drops its bell).
+// wanted returns the bells to hold: those of holdings still held, or not
+// yet seen held (a holding lost without a release, its candidacy deleted,
+// drops its bell).
 func (bl *bells) wanted() map[string]bool {
 	bl.mu.Lock()
 	defer bl.mu.Unlock()
 	out := map[string]bool{}
 	for name, r := range bl.want {
-		if holds(r.s, name, r.token) {
+		switch held := holds(r.s, name, r.token); {
+		case held:
+			r.seen = true
+			bl.want[name] = r
 			out[name] = true
-		} else {
+		case r.seen || r.s.Over():
 			delete(bl.want, name)
+		default:
+			out[name] = true
 		}
 	}
 	return out
@@ -278,12 +289,12 @@ func (bl *bells) await(ctx context.Context, name string, f func()) {
 		case err != nil:
 			pause = min(max(2*pause, 25*time.Millisecond), time.Second)
 		case !blocked:
-			// Nobody holds the bell (the holder has not taken it yet, or
-			// lost its connection): look again after a backoff.
+			// Nobody holds the bell: the holder has released (between two
+			// waits of this waiter's), has not taken it yet, or lost its
+			// connection. The waiter reads the queue, and the bell is
+			// looked at again after a backoff.
 			pause = min(max(2*pause, 25*time.Millisecond), time.Second)
-			if rang {
-				f()
-			}
+			f()
 		case rang:
 			pause = 0
 			f()

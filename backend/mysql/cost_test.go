@@ -75,7 +75,7 @@ func TestRenewalCost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.InterpolateParams = true // one round trip per statement
+	mysql.NeedMultiStatements(cfg)
 	conn, err := gomysql.NewConnector(cfg)
 	if err != nil {
 		t.Fatal(err)

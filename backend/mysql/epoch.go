@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -61,6 +62,14 @@ func base(epoch int64) int64 {
 		return 0
 	}
 	return (epoch - 1) << epochShift
+}
+
+// baseOfSQL is base in SQL, of the epoch in the SQL expression e.
+func baseOfSQL(e string) string {
+	if plant.Is(plant.UntimedTokens) {
+		return "0"
+	}
+	return "((" + e + " - 1) << " + strconv.Itoa(epochShift) + ")"
 }
 
 // epochOfToken is the epoch a token was granted in.
@@ -179,19 +188,4 @@ func (b *Backend) warnAsyncReplicas(ctx context.Context) {
 	}
 	b.log.Warn("simba/mysql: the server replicates to replicas asynchronously: a failover to one may lose the last commits. simba qualifies tokens by its epoch and holds grants back for a TTL plus the margin after a failover, so terms stay safe, but a crash fail-over then waits up to 1.1 × the TTL longer (see the package doc, \"Restarts and failovers\")",
 		"replicas", replicas)
-}
-
-// lockEpoch reads the epoch in tx with a shared lock on its row (no bump
-// before tx ends), and fails with errServerChanged when the server is not
-// the one the row names.
-func (b *Backend) lockEpoch(ctx context.Context, tx *sql.Tx) (int64, error) {
-	var epoch int64
-	var same bool
-	if err := tx.QueryRowContext(ctx, `SELECT v, srv = @@server_id FROM `+b.t.meta+` WHERE k = 'epoch' LOCK IN SHARE MODE`).Scan(&epoch, &same); err != nil {
-		return 0, err
-	}
-	if !same {
-		return 0, errServerChanged
-	}
-	return epoch, nil
 }

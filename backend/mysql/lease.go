@@ -39,54 +39,44 @@ var errServerChanged = errors.New("simba/mysql: the server changed")
 var errSessionOver = errors.New("simba/mysql: session over")
 
 // Register inserts the candidacy and returns its token, in one
-// transaction: the epoch row is read with a shared lock (no bump before it
-// commits), the name's counter is bumped (its row lock serialises
-// registrations of name until each commits, so tokens strictly increase
-// in commit order), the session's older candidacies for name go, and the
-// new one is inserted if the session is alive, last: the insert's foreign
-// key locks the session's row (shared) until the commit, and a renewal
-// waits for no more than that statement and the commit, never for the
-// counter's lock.
+// transaction of one round trip (see batch): the epoch row is read with a
+// shared lock (no bump before it commits), the name's counter is bumped
+// (its row lock serialises registrations of name until each commits, so
+// tokens strictly increase in commit order), the session's older
+// candidacies for name go (found by the (session, name) index, so that the
+// DELETE locks no other session's candidacy: a fenced transaction holds
+// the holder's), and the new one is inserted if the session is alive.
+// Nothing is written on a server the epoch row does not name.
 func (s queue) Register(ctx context.Context, name string) (uint64, error) {
 	op := fmt.Sprintf("acquire %q", name)
 	t := s.b.t
 	for attempt := 0; ; attempt++ {
 		var (
-			token, settledEpoch, epoch int64
-			smp                        sample
+			same                sql.NullBool
+			epoch, us           sql.NullInt64
+			token, settledEpoch sql.NullInt64
+			inserted            int64
 		)
 		sent := time.Now()
-		err := s.b.boundedTx(ctx, s.ctx, func(tx *sql.Tx) error {
-			var us, srv, server int64
-			err := tx.QueryRowContext(ctx, `SELECT `+nowUS+`, v, srv, @@server_id FROM `+t.meta+` WHERE k = 'epoch' LOCK IN SHARE MODE`).Scan(&us, &epoch, &srv, &server)
-			if err != nil {
-				return err
-			}
-			if srv != server {
-				return errServerChanged
-			}
-			smp = sample{db: time.UnixMicro(us), epoch: epoch}
-			start := base(epoch)
-			if _, err := tx.ExecContext(ctx, `INSERT INTO `+t.leaseNames+` (name, last, settled_epoch) VALUES (?, GREATEST(1, ?), 0)
-				ON DUPLICATE KEY UPDATE last = GREATEST(last + 1, ?)`, name, start, start); err != nil {
-				return err
-			}
-			if err := tx.QueryRowContext(ctx, `SELECT last, settled_epoch FROM `+t.leaseNames+` WHERE name = ?`, name).Scan(&token, &settledEpoch); err != nil {
-				return err
-			}
-			if _, err := tx.ExecContext(ctx, `DELETE FROM `+t.candidacies+` WHERE name = ? AND session = ?`, name, s.id); err != nil {
-				return err
-			}
-			res, err := tx.ExecContext(ctx, `INSERT INTO `+t.candidacies+` (name, token, session)
-				SELECT ?, ?, x.id FROM `+t.sessions+` x WHERE x.id = ? AND x.expires_us > `+nowUS, name, token, s.id)
-			if err != nil {
-				return err
-			}
-			if n, _ := res.RowsAffected(); n == 0 {
-				return errSessionOver
-			}
-			return nil
-		})
+		err := s.b.boundedBatch(ctx, s.ctx, []string{
+			`SET @simba_e = NULL, @simba_same = NULL, @simba_now = NULL, @simba_t = NULL, @simba_s = NULL, @simba_ins = 0`,
+			`SELECT v, srv = @@server_id, ` + nowUS + ` INTO @simba_e, @simba_same, @simba_now FROM ` + t.meta + ` WHERE k = 'epoch' LOCK IN SHARE MODE`,
+			`INSERT INTO ` + t.leaseNames + ` (name, last, settled_epoch) SELECT ?, GREATEST(1, ` + baseOfSQL("@simba_e") + `), 0 FROM DUAL WHERE @simba_same
+				ON DUPLICATE KEY UPDATE last = GREATEST(last + 1, ` + baseOfSQL("@simba_e") + `)`,
+			`SELECT last, settled_epoch INTO @simba_t, @simba_s FROM ` + t.leaseNames + ` WHERE name = ? AND @simba_same`,
+			`DELETE c FROM ` + t.candidacies + ` c FORCE INDEX (session) WHERE c.session = ? AND c.name = ? AND @simba_same`,
+			`INSERT INTO ` + t.candidacies + ` (name, token, session) SELECT ?, @simba_t, x.id FROM ` + t.sessions + ` x
+				WHERE x.id = ? AND x.expires_us > ` + nowUS + ` AND @simba_same AND @simba_t IS NOT NULL`,
+			`SET @simba_ins = ROW_COUNT()`,
+		}, `SELECT @simba_same, @simba_e, @simba_now, @simba_t, @simba_s, @simba_ins`,
+			[]any{name, name, s.id, name, name, s.id},
+			&same, &epoch, &us, &token, &settledEpoch, &inserted)
+		if err == nil && !same.Bool {
+			err = errServerChanged
+		}
+		if err == nil && inserted == 0 {
+			err = errSessionOver
+		}
 		switch {
 		case errors.Is(err, errSessionOver):
 			return 0, s.doneErr(op)
@@ -103,18 +93,18 @@ func (s queue) Register(ctx context.Context, name string) (uint64, error) {
 			}
 			return 0, s.fail(ctx, op, err)
 		}
-		if err := s.b.noteClock(op, sent, time.Now(), smp.db, smp.epoch); err != nil {
+		if err := s.b.noteClock(op, sent, time.Now(), time.UnixMicro(us.Int64), epoch.Int64); err != nil {
 			s.withdrawAll(name)
 			return 0, err
 		}
-		s.registered(name, token)
+		s.registered(name, token.Int64)
 		s.b.hub.changed(name)
-		if epoch > 1 && settledEpoch != epoch && !plant.Is(plant.KeepChainOnFailover) {
+		if epoch.Int64 > 1 && settledEpoch.Int64 != epoch.Int64 && !plant.Is(plant.KeepChainOnFailover) {
 			s.mu.Lock()
-			s.older[candidacyKey{name, token}] = true // see holdBack
+			s.older[candidacyKey{name, token.Int64}] = true // see holdBack
 			s.mu.Unlock()
 		}
-		return uint64(token), nil
+		return uint64(token.Int64), nil
 	}
 }
 
@@ -174,18 +164,19 @@ func (b *Backend) guardArgs(now time.Time) (verified, chainDB, age int64) {
 // trustSQL is dbclock.TrustFactor as an SQL literal.
 var trustSQL = strconv.FormatFloat(dbclock.TrustFactor, 'f', -1, 64)
 
-// guardSQL is the condition that a session row x may be deleted as
+// guardSQL is the condition that a session row x (an alias or the
+// table's name) may be deleted as
 // expired, with guardArgs' values as the three placeholders: expired by a
 // database time this client verified, and renewed within its chain of
 // agreeing samples or that chain older than TrustFactor × its TTL (see
 // package dbclock).
-func guardSQL() string {
+func guardSQL(x string) string {
 	if plant.Is(plant.TrustDBClock) {
 		// The placeholders are taken, and never NULL: the condition is
 		// the statement's own clock alone.
-		return "(x.expires_us <= " + nowUS + " OR ? IS NULL OR ? IS NULL OR ? IS NULL)"
+		return "(" + x + ".expires_us <= " + nowUS + " OR ? IS NULL OR ? IS NULL OR ? IS NULL)"
 	}
-	return "(x.expires_us <= ? AND (x.expires_us - x.ttl_us >= ? OR CAST(x.ttl_us * " + trustSQL + " AS SIGNED) <= ?))"
+	return "(" + x + ".expires_us <= ? AND (" + x + ".expires_us - " + x + ".ttl_us >= ? OR CAST(" + x + ".ttl_us * " + trustSQL + " AS SIGNED) <= ?))"
 }
 
 // guardVals are the placeholders' values of guardSQL.
@@ -219,7 +210,7 @@ func (s *session) ahead(ctx context.Context, name string, token int64) (mine, al
 			(SELECT MIN(GREATEST(x.expires_us - `+nowUS+`, CASE WHEN x.expires_us - x.ttl_us >= ? THEN 0
 					ELSE CAST(x.ttl_us * `+trustSQL+` AS SIGNED) - ? END))
 				FROM `+t.candidacies+` c JOIN `+t.sessions+` x ON x.id = c.session WHERE c.name = ? AND c.token < ?),
-			(SELECT COUNT(*) FROM `+t.candidacies+` c JOIN `+t.sessions+` x ON x.id = c.session WHERE `+guardSQL()+` AND c.name = ? AND c.token < ?),
+			(SELECT COUNT(*) FROM `+t.candidacies+` c JOIN `+t.sessions+` x ON x.id = c.session WHERE `+guardSQL("x")+` AND c.name = ? AND c.token < ?),
 			`+nowUS+`, m.v, m.srv, @@server_id
 		FROM `+t.meta+` m WHERE m.k = 'epoch'`, args...).Scan(&alive, &mine, &nAhead, &left, &deletable, &us, &epoch, &srv, &server)
 	if err != nil {
@@ -264,13 +255,13 @@ func (s *session) deleteExpiredAhead(ctx context.Context, name string, token int
 		}
 		ids = append(ids, id)
 		return nil
-	}, `SELECT DISTINCT x.id FROM `+t.candidacies+` c JOIN `+t.sessions+` x ON x.id = c.session WHERE `+guardSQL()+` AND c.name = ? AND c.token < ?`, args...)
+	}, `SELECT DISTINCT x.id FROM `+t.candidacies+` c JOIN `+t.sessions+` x ON x.id = c.session WHERE `+guardSQL("x")+` AND c.name = ? AND c.token < ?`, args...)
 	if err != nil {
 		return err
 	}
 	deleted := false
 	for _, id := range ids {
-		res, err := s.b.exec(ctx, s.ctx, `DELETE x FROM `+t.sessions+` x WHERE x.id = ? AND `+guardSQL(), append([]any{id}, guardVals(v, c, a)...)...)
+		res, err := s.b.exec(ctx, s.ctx, `DELETE x FROM `+t.sessions+` x WHERE x.id = ? AND `+guardSQL("x"), append([]any{id}, guardVals(v, c, a)...)...)
 		if err != nil {
 			return err
 		}
@@ -320,15 +311,10 @@ func (s queue) Withdraw(name string, token uint64) {
 func (s *session) withdrawAll(name string) {
 	t := s.b.t
 	s.retry(fmt.Sprintf("withdrawing the candidacies for %q", name), func(ctx context.Context) error {
-		err := s.b.boundedTx(ctx, s.ctx, func(tx *sql.Tx) error {
-			var last int64
-			err := tx.QueryRowContext(ctx, `SELECT last FROM `+t.leaseNames+` WHERE name = ? FOR UPDATE`, name).Scan(&last)
-			if err != nil && !errors.Is(err, sql.ErrNoRows) {
-				return err
-			}
-			_, err = tx.ExecContext(ctx, "DELETE FROM "+t.candidacies+" WHERE name = ? AND session = ?", name, s.id)
-			return err
-		})
+		err := s.b.boundedBatch(ctx, s.ctx, []string{
+			`SELECT last INTO @simba_t FROM ` + t.leaseNames + ` WHERE name = ? FOR UPDATE`,
+			`DELETE c FROM ` + t.candidacies + ` c FORCE INDEX (session) WHERE c.session = ? AND c.name = ?`,
+		}, "", []any{name, s.id, name})
 		if err == nil {
 			s.b.hub.changed(name)
 		}
@@ -379,8 +365,10 @@ func (s *session) Candidates(ctx context.Context, name string) ([]string, error)
 // Release deletes the candidacy (name, session, token) if it is still
 // there and the session alive: one statement. With records, it writes
 // them, fenced by the holding, and deletes the candidacy in one
-// transaction that first locks the candidacy's row (a waiter's deletion
-// of the session, which would delete it too, waits for the commit).
+// transaction of one round trip (see batch) that first locks the
+// candidacy's row (a waiter's deletion of the session, which would delete
+// it too, waits for the commit). On a server the epoch row does not name
+// it writes nothing, bumps the epoch, and fails: the caller retries.
 func (s queue) Release(ctx context.Context, h *candidacy.Holding, op string, records []backend.Record) (bool, error) {
 	name, token := h.Name(), int64(h.Token())
 	t := s.b.t
@@ -395,29 +383,34 @@ func (s queue) Release(ctx context.Context, h *candidacy.Holding, op string, rec
 			released = n > 0
 		}
 	} else {
-		err = s.b.boundedTx(ctx, s.ctx, func(tx *sql.Tx) error {
-			released = false
-			epoch, err := s.b.lockEpoch(ctx, tx)
-			if err != nil {
-				return err
+		stmts := []string{
+			`SET @simba_e = NULL, @simba_same = NULL, @simba_held = NULL, @simba_rel = 0`,
+			`SELECT v, srv = @@server_id INTO @simba_e, @simba_same FROM ` + t.meta + ` WHERE k = 'epoch' LOCK IN SHARE MODE`,
+			`SELECT COALESCE(MAX((SELECT x.expires_us > ` + nowUS + ` FROM ` + t.sessions + ` x WHERE x.id = c.session)), FALSE) INTO @simba_held
+				FROM ` + t.candidacies + ` c WHERE c.name = ? AND c.token = ? AND c.session = ? FOR UPDATE`,
+			`SET @simba_go = @simba_same AND @simba_held`,
+		}
+		args := []any{name, token, s.id}
+		for _, r := range records {
+			w := s.b.recordWrite(r.Key, r.Value, token, backend.Condition{})
+			stmts, args = append(stmts, w.stmts...), append(args, w.args...)
+		}
+		stmts = append(stmts, `DELETE FROM `+t.candidacies+` WHERE name = ? AND token = ? AND session = ? AND @simba_go`, `SET @simba_rel = ROW_COUNT()`)
+		args = append(args, name, token, s.id)
+		var same sql.NullBool
+		var rel int64
+		err = s.b.boundedBatch(ctx, s.ctx, stmts, `SELECT @simba_same, @simba_rel`, args, &same, &rel)
+		if err == nil && !same.Bool {
+			if err = s.resample(ctx, op); err == nil {
+				err = errServerChanged
 			}
-			var held bool
-			err = tx.QueryRowContext(ctx, `SELECT COALESCE(MAX((SELECT x.expires_us > `+nowUS+` FROM `+t.sessions+` x WHERE x.id = c.session)), FALSE)
-				FROM `+t.candidacies+` c WHERE c.name = ? AND c.token = ? AND c.session = ? FOR UPDATE`, name, token, s.id).Scan(&held)
-			if err != nil || !held {
-				return err
-			}
+		}
+		released = rel > 0
+		if err == nil {
 			for _, r := range records {
-				if err := s.b.writeRecord(ctx, tx, r.Key, r.Value, token, epoch, backend.Condition{}, true); err != nil && !errors.Is(err, backend.ErrConflict) {
-					return err
-				}
+				s.b.hub.recordChanged(r.Key)
 			}
-			if _, err := tx.ExecContext(ctx, `DELETE FROM `+t.candidacies+` WHERE name = ? AND token = ? AND session = ?`, name, token, s.id); err != nil {
-				return err
-			}
-			released = true
-			return nil
-		})
+		}
 	}
 	if err != nil {
 		if errors.Is(err, limit.ErrNotSent) && ctx.Err() == nil && s.Over() {

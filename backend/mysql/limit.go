@@ -3,6 +3,9 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"strings"
 )
 
 // The backend's statements in flight whose number grows with the leases
@@ -55,29 +58,46 @@ func queryRows(ctx context.Context, q querier, scan func(*sql.Rows) error, query
 	return rows.Err()
 }
 
-// boundedTx runs f in a transaction (see inTx) within a slot.
-func (b *Backend) boundedTx(ctx, stop context.Context, f func(*sql.Tx) error) error {
+// boundedBatch runs a batch (see batch) within a slot.
+func (b *Backend) boundedBatch(ctx, stop context.Context, stmts []string, final string, args []any, dest ...any) error {
 	if err := b.lim.TakeUntil(ctx, stop); err != nil {
 		return err
 	}
 	defer b.lim.Free()
-	return b.inTx(ctx, f)
+	return b.batch(ctx, stmts, final, args, dest...)
 }
 
-// txTries is how many times inTx runs a transaction that InnoDB rolled
+// txTries is how many times batch runs a transaction that InnoDB rolled
 // back for a deadlock or a lock wait timeout.
 const txTries = 4
 
-// inTx runs f in a READ COMMITTED transaction and commits it; f's error
-// rolls it back. A deadlock or a lock wait timeout (InnoDB rolled the
-// transaction back) runs it again, up to txTries times. READ COMMITTED:
-// each statement reads the latest committed rows, and InnoDB takes no gap
-// locks for the backend's searches, which would otherwise make
-// registrations and deletions of one name deadlock.
-func (b *Backend) inTx(ctx context.Context, f func(*sql.Tx) error) error {
+// batch runs stmts as one READ COMMITTED transaction in one round trip
+// (one COM_QUERY of several statements), then the SELECT final, whose one
+// row it scans into dest; args are the placeholders' values of stmts and
+// final, in their order (the driver interpolates them: see
+// needMultiStatements).
+//
+// One round trip, so that no lock is ever held on the server while it
+// waits for the client: a transaction of several round trips whose client
+// was cut off stays open on the server, its locks held, until the server
+// notices (wait_timeout, eight hours by default), and a waiter's deletion
+// of the cut-off holder's session waited for it as long
+// (TestLinkCutRevokesBeforeTakeover found it). The statements pass what
+// the next ones need in user variables (@simba_…), which each batch sets
+// first. A batch whose packet the network holds runs, whole, when it
+// arrives, with its checks made then.
+//
+// When a statement fails, the server runs none of the rest: the
+// transaction is left open, so the connection is dropped (closing it
+// rolls the transaction back) rather than returned to the pool. A
+// deadlock or a lock wait timeout runs the batch again, up to txTries
+// times. READ COMMITTED: each statement reads the latest committed rows,
+// and InnoDB takes no gap locks for the backend's searches.
+func (b *Backend) batch(ctx context.Context, stmts []string, final string, args []any, dest ...any) error {
+	text := "SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\nSTART TRANSACTION;\n" + strings.Join(stmts, ";\n") + ";\nCOMMIT;\n" + final
 	var err error
 	for try := 0; try < txTries; try++ {
-		err = b.tryTx(ctx, f)
+		err = b.batchOnce(ctx, text, args, dest)
 		if !retryable(err) || ctx.Err() != nil {
 			return err
 		}
@@ -85,16 +105,42 @@ func (b *Backend) inTx(ctx context.Context, f func(*sql.Tx) error) error {
 	return err
 }
 
-func (b *Backend) tryTx(ctx context.Context, f func(*sql.Tx) error) error {
-	tx, err := b.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+func (b *Backend) batchOnce(ctx context.Context, text string, args []any, dest []any) (err error) {
+	conn, err := b.db.Conn(ctx)
 	if err != nil {
 		return err
 	}
-	if err := f(tx); err != nil {
-		_ = tx.Rollback()
+	defer func() {
+		if err != nil {
+			// The transaction may be open: never back in the pool.
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+		conn.Close()
+	}()
+	rows, err := conn.QueryContext(ctx, text, args...)
+	if err != nil {
 		return err
 	}
-	return tx.Commit()
+	defer rows.Close()
+	scanned := false
+	for {
+		for rows.Next() {
+			if err := rows.Scan(dest...); err != nil {
+				return err
+			}
+			scanned = true
+		}
+		if !rows.NextResultSet() {
+			break
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if !scanned && len(dest) > 0 {
+		return errors.New("simba/mysql: a batch returned no row")
+	}
+	return nil
 }
 
 // queryRow runs a query of one row within a slot; the slot is freed when

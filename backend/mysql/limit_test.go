@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	gomysql "github.com/go-sql-driver/mysql"
 	"sync"
 	"testing"
 	"time"
@@ -18,10 +19,16 @@ import (
 func smallPool(t *testing.T, maxConns int, opts ...mysql.Option) (*mysql.Backend, *sql.DB, string) {
 	t.Helper()
 	dsn := mytest.DatabaseDSN(t)
-	db, err := sql.Open("mysql", dsn)
+	cfg, err := gomysql.ParseDSN(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
+	mysql.NeedMultiStatements(cfg)
+	conn, err := gomysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(conn)
 	db.SetMaxOpenConns(maxConns)
 	t.Cleanup(func() { db.Close() })
 	b, err := mysql.NewFromDB(db, opts...)

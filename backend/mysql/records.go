@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/kit/view"
 	"github.com/simba-go/simba/backend/kit/wake"
@@ -97,13 +95,9 @@ func (src source) ListRecords(ctx, stop context.Context, prefix string) ([]backe
 	return list, nil, nil
 }
 
-// errDupKey says that a record's INSERT met a row inserted meanwhile: the
-// write is tried again.
-var errDupKey = errors.New("simba/mysql: a record inserted meanwhile")
-
 // PutRecord writes value at key if cond holds, checked in the same
-// transaction as the write, under the locks of the fence's candidacy row
-// (see fenceSQL) and of the record's row.
+// transaction as the write (one round trip: see batch), under the locks of
+// the fence's candidacy row (see fenceSQL) and of the record's row.
 func (s *session) PutRecord(ctx context.Context, key string, value []byte, cond backend.Condition) (backend.Record, error) {
 	if err := backend.CheckRecord(key, value); err != nil {
 		return backend.Record{}, fmt.Errorf("simba/mysql: %w", err)
@@ -115,118 +109,141 @@ func (s *session) PutRecord(ctx context.Context, key string, value []byte, cond 
 	if err := checkCond(op, cond); err != nil {
 		return backend.Record{}, err
 	}
-	var version int64
-	err := s.fenced(ctx, op, cond, func(tx *sql.Tx, epoch int64) error {
-		var err error
-		version, err = s.b.writeRecordV(ctx, tx, key, value, int64(cond.Token), epoch, cond, op)
-		return err
-	})
+	w := s.b.recordWrite(key, value, int64(cond.Token), cond)
+	o, err := s.fenced(ctx, op, cond, w)
 	if err != nil {
 		return backend.Record{}, err
 	}
-	s.b.hub.recordChanged(key)
-	return backend.Record{Key: key, Value: append([]byte{}, value...), Version: uint64(version), Token: cond.Token}, nil
-}
-
-// fenced runs f in a transaction after checking cond's fence (when its
-// token is not zero), reading the epoch: f gets the epoch. It maps the
-// outcomes to errors for op.
-func (s *session) fenced(ctx context.Context, op string, cond backend.Condition, f func(*sql.Tx, int64) error) error {
-	t := s.b.t
-	for attempt := 0; ; attempt++ {
-		err := s.b.boundedTx(ctx, s.ctx, func(tx *sql.Tx) error {
-			epoch, err := s.b.lockEpoch(ctx, tx)
-			if err != nil {
-				return err
-			}
-			if cond.Token != 0 {
-				var held bool
-				if err := tx.QueryRowContext(ctx, fenceSQL(t, "", "c.session = ?"), fenceArgs(nil, cond.Lease, int64(cond.Token), s.id)...).Scan(&held); err != nil {
-					return err
-				}
-				if !held {
-					return fmt.Errorf("simba/mysql: %s: lease %q is not held with token %d by session %s: %w", op, cond.Lease, cond.Token, s.sid, backend.ErrConflict)
-				}
-			}
-			return f(tx, epoch)
-		})
-		switch {
-		case (errors.Is(err, errServerChanged) || errors.Is(err, errDupKey)) && attempt < 2:
-			if errors.Is(err, errServerChanged) {
-				if err := s.resample(ctx, op); err != nil {
-					return s.fail(ctx, op, err)
-				}
-			}
-			continue
-		case errors.Is(err, backend.ErrConflict):
-			return err
-		case err != nil:
-			return s.fail(ctx, op, err)
-		}
-		return nil
+	if !o.written {
+		return backend.Record{}, s.conflict(op, cond, o)
 	}
+	s.b.hub.recordChanged(key)
+	return backend.Record{Key: key, Value: append([]byte{}, value...), Version: uint64(o.version), Token: cond.Token}, nil
 }
 
-// curRecord is a record's row, read with its lock.
+// outcome is what a fenced batch reports.
+type outcome struct {
+	held, written bool
+	version       int64 // written
+	cur           curRecord
+}
+
+// curRecord is a record's row as the batch found it.
 type curRecord struct {
 	exists, deleted bool
 	version, token  int64
 }
 
-func (b *Backend) lockRecord(ctx context.Context, tx *sql.Tx, key string) (curRecord, error) {
-	var c curRecord
-	err := tx.QueryRowContext(ctx, "SELECT version, token, deleted FROM "+b.t.records+" WHERE rkey = ? FOR UPDATE", key).Scan(&c.version, &c.token, &c.deleted)
-	if errors.Is(err, sql.ErrNoRows) {
-		return curRecord{}, nil
-	}
-	c.exists = err == nil
-	return c, err
-}
-
-// nextVersion is the version of the next write of a record whose row is
-// c, in epoch: above every version it had, and above every version of an
-// earlier epoch (a deleted record's row stays, deleted, so that a key
-// written again never repeats a version).
-func nextVersion(c curRecord, epoch int64) int64 { return max(c.version+1, base(epoch)+1) }
-
-// writeRecordV writes a record in tx, with the record's lock, if the
-// token order and cond's version hold; it returns the version written.
-func (b *Backend) writeRecordV(ctx context.Context, tx *sql.Tx, key string, value []byte, token, epoch int64, cond backend.Condition, op string) (int64, error) {
-	c, err := b.lockRecord(ctx, tx, key)
-	if err != nil {
-		return 0, err
-	}
-	live := c.exists && !c.deleted
+// conflict is the error of a write whose condition failed.
+func (s *session) conflict(op string, cond backend.Condition, o outcome) error {
+	live := o.cur.exists && !o.cur.deleted
 	switch {
-	case token != 0 && live && c.token > token:
-		return 0, fmt.Errorf("simba/mysql: %s: written with token %d, newer than %d: %w", op, c.token, token, backend.ErrConflict)
+	case !o.held:
+		return fmt.Errorf("simba/mysql: %s: lease %q is not held with token %d by session %s: %w", op, cond.Lease, cond.Token, s.sid, backend.ErrConflict)
+	case cond.Token != 0 && live && uint64(o.cur.token) > cond.Token:
+		return fmt.Errorf("simba/mysql: %s: written with token %d, newer than %d: %w", op, o.cur.token, cond.Token, backend.ErrConflict)
 	case cond.IfVersion && cond.Version == 0 && live:
-		return 0, fmt.Errorf("simba/mysql: %s: version %d, want no record: %w", op, c.version, backend.ErrConflict)
-	case cond.IfVersion && cond.Version != 0 && !live:
-		return 0, fmt.Errorf("simba/mysql: %s: no record, want version %d: %w", op, cond.Version, backend.ErrConflict)
-	case cond.IfVersion && cond.Version != 0 && uint64(c.version) != cond.Version:
-		return 0, fmt.Errorf("simba/mysql: %s: version %d, want %d: %w", op, c.version, cond.Version, backend.ErrConflict)
+		return fmt.Errorf("simba/mysql: %s: version %d, want no record: %w", op, o.cur.version, backend.ErrConflict)
+	case cond.IfVersion && !live:
+		return fmt.Errorf("simba/mysql: %s: no record, want version %d: %w", op, cond.Version, backend.ErrConflict)
+	default:
+		return fmt.Errorf("simba/mysql: %s: version %d, want %d: %w", op, o.cur.version, cond.Version, backend.ErrConflict)
 	}
-	v := nextVersion(c, epoch)
-	if c.exists {
-		_, err = tx.ExecContext(ctx, "UPDATE "+b.t.records+" SET value = ?, version = ?, token = ?, deleted = FALSE WHERE rkey = ?", nonNil(value), v, token, key)
-	} else {
-		_, err = tx.ExecContext(ctx, "INSERT INTO "+b.t.records+" (rkey, value, version, token, deleted) VALUES (?, ?, ?, ?, FALSE)", key, nonNil(value), v, token)
-		var me *mysql.MySQLError
-		if errors.As(err, &me) && me.Number == errDupEntry {
-			return 0, errDupKey
-		}
-	}
-	return v, err
 }
 
-// writeRecord is writeRecordV for a release: the version is not needed.
-func (b *Backend) writeRecord(ctx context.Context, tx *sql.Tx, key string, value []byte, token, epoch int64, cond backend.Condition, _ bool) error {
-	_, err := b.writeRecordV(ctx, tx, key, value, token, epoch, cond, fmt.Sprintf("put record %q", key))
-	if err == nil {
-		b.hub.recordChanged(key)
+// write is the statements of a record's write in a batch, and their
+// arguments.
+type write struct {
+	stmts []string
+	args  []any
+}
+
+// recordWrite returns the statements that write value at key with token,
+// if cond's version holds and no record of a higher token is there (when
+// token is not 0), in a batch that has set @simba_go (the fence held, or
+// none) and @simba_e (the epoch): they lock the record's row, set
+// @simba_ok (the write's conditions) and @simba_nv (its version), and
+// write it, setting @simba_w to the rows written. A row inserted by
+// another client since the read makes the INSERT write nothing
+// (@simba_ok and no row written: the caller tries again). A deleted
+// record's row stays, marked deleted, so that a key written again never
+// repeats a version: @simba_nv is above every version the key had, and
+// above every version of an earlier epoch.
+func (b *Backend) recordWrite(key string, value []byte, token int64, cond backend.Condition) write {
+	t := b.t
+	ver := "TRUE"
+	var vargs []any
+	switch {
+	case cond.IfVersion && cond.Version == 0:
+		ver = "NOT @simba_live"
+	case cond.IfVersion:
+		ver = "@simba_live AND @simba_cv = ?"
+		vargs = []any{int64(cond.Version)}
 	}
-	return err
+	stmts := []string{
+		`SET @simba_cv = NULL, @simba_ct = NULL, @simba_cd = NULL, @simba_w = 0`,
+		`SELECT version, token, deleted INTO @simba_cv, @simba_ct, @simba_cd FROM ` + t.records + ` WHERE rkey = ? AND @simba_go FOR UPDATE`,
+		`SET @simba_live = COALESCE(@simba_cv IS NOT NULL AND NOT @simba_cd, FALSE)`,
+		`SET @simba_ok = COALESCE(@simba_go AND NOT (? <> 0 AND @simba_live AND @simba_ct > ?) AND ` + ver + `, FALSE)`,
+		`SET @simba_nv = GREATEST(COALESCE(@simba_cv, 0) + 1, ` + baseOfSQL("@simba_e") + ` + 1)`,
+		`INSERT INTO ` + t.records + ` (rkey, value, version, token, deleted) SELECT ?, ?, @simba_nv, ?, FALSE FROM DUAL
+			WHERE @simba_ok AND @simba_cv IS NULL ON DUPLICATE KEY UPDATE rkey = rkey`,
+		`SET @simba_w = ROW_COUNT()`,
+		`UPDATE ` + t.records + ` SET value = ?, version = @simba_nv, token = ?, deleted = FALSE WHERE rkey = ? AND @simba_ok AND @simba_cv IS NOT NULL`,
+		`SET @simba_w = @simba_w + ROW_COUNT()`,
+	}
+	args := []any{key, token, token}
+	args = append(args, vargs...)
+	args = append(args, key, nonNil(value), token, nonNil(value), token, key)
+	return write{stmts, args}
+}
+
+// fenced runs the batch of w after the epoch's read and cond's fence (when
+// its token is not zero), and returns what it found and did; on a server
+// the epoch row does not name it writes nothing and runs again after the
+// epoch's bump, and a record inserted meanwhile by another client runs it
+// again.
+func (s *session) fenced(ctx context.Context, op string, cond backend.Condition, w write) (outcome, error) {
+	t := s.b.t
+	for attempt := 0; ; attempt++ {
+		stmts := []string{
+			`SET @simba_e = NULL, @simba_same = NULL, @simba_held = TRUE, @simba_ok = NULL, @simba_nv = NULL, @simba_w = 0, @simba_cv = NULL, @simba_ct = NULL, @simba_cd = NULL`,
+			`SELECT v, srv = @@server_id INTO @simba_e, @simba_same FROM ` + t.meta + ` WHERE k = 'epoch' LOCK IN SHARE MODE`,
+		}
+		var args []any
+		if cond.Token != 0 {
+			stmts = append(stmts, fenceSQL(t, "", "c.session = ?", "@simba_held"))
+			args = fenceArgs(nil, cond.Lease, int64(cond.Token), s.id)
+		}
+		stmts = append(stmts, `SET @simba_go = COALESCE(@simba_same AND @simba_held, FALSE)`)
+		stmts = append(stmts, w.stmts...)
+		args = append(args, w.args...)
+		var (
+			same, held, ok, deleted sql.NullBool
+			written                 int64
+			nv, cv, ct              sql.NullInt64
+		)
+		err := s.b.boundedBatch(ctx, s.ctx, stmts, `SELECT @simba_same, @simba_held, @simba_ok, @simba_w, @simba_nv, @simba_cv, @simba_ct, @simba_cd`,
+			args, &same, &held, &ok, &written, &nv, &cv, &ct, &deleted)
+		if err != nil {
+			return outcome{}, s.fail(ctx, op, err)
+		}
+		if !same.Bool {
+			if attempt < 2 {
+				if err := s.resample(ctx, op); err != nil {
+					return outcome{}, s.fail(ctx, op, err)
+				}
+				continue
+			}
+			return outcome{}, fmt.Errorf("simba/mysql: %s: the server's identity keeps changing", op)
+		}
+		if ok.Bool && written == 0 && attempt < 2 {
+			continue // a record inserted meanwhile
+		}
+		o := outcome{held: held.Bool, written: written > 0, version: nv.Int64,
+			cur: curRecord{exists: cv.Valid, deleted: deleted.Bool, version: cv.Int64, token: ct.Int64}}
+		return o, nil
+	}
 }
 
 // DeleteRecord deletes the record at key if cond holds: its row stays,
@@ -242,35 +259,37 @@ func (s *session) DeleteRecord(ctx context.Context, key string, cond backend.Con
 	if err := checkCond(op, cond); err != nil {
 		return err
 	}
-	deleted := false
-	err := s.fenced(ctx, op, cond, func(tx *sql.Tx, epoch int64) error {
-		deleted = false
-		c, err := s.b.lockRecord(ctx, tx, key)
-		if err != nil {
-			return err
-		}
-		live := c.exists && !c.deleted
-		switch {
-		case !live && cond.IfVersion && cond.Version != 0:
-			return fmt.Errorf("simba/mysql: %s: no record, want version %d: %w", op, cond.Version, backend.ErrConflict)
-		case !live:
-			return nil
-		case cond.Token != 0 && uint64(c.token) > cond.Token:
-			return fmt.Errorf("simba/mysql: %s: written with token %d, newer than %d: %w", op, c.token, cond.Token, backend.ErrConflict)
-		case cond.IfVersion && uint64(c.version) != cond.Version:
-			return fmt.Errorf("simba/mysql: %s: version %d, want %d: %w", op, c.version, cond.Version, backend.ErrConflict)
-		}
-		_, err = tx.ExecContext(ctx, "UPDATE "+s.b.t.records+" SET value = '', version = ?, token = 0, deleted = TRUE WHERE rkey = ?", nextVersion(c, epoch), key)
-		deleted = err == nil
-		return err
-	})
+	t := s.b.t
+	ver := "TRUE"
+	var vargs []any
+	if cond.IfVersion {
+		ver = "@simba_cv = ?"
+		vargs = []any{int64(cond.Version)}
+	}
+	w := write{stmts: []string{
+		`SET @simba_cv = NULL, @simba_ct = NULL, @simba_cd = NULL, @simba_w = 0`,
+		`SELECT version, token, deleted INTO @simba_cv, @simba_ct, @simba_cd FROM ` + t.records + ` WHERE rkey = ? AND @simba_go FOR UPDATE`,
+		`SET @simba_live = COALESCE(@simba_cv IS NOT NULL AND NOT @simba_cd, FALSE)`,
+		`SET @simba_ok = COALESCE(@simba_go AND @simba_live AND NOT (? <> 0 AND @simba_ct > ?) AND ` + ver + `, FALSE)`,
+		`SET @simba_nv = GREATEST(COALESCE(@simba_cv, 0) + 1, ` + baseOfSQL("@simba_e") + ` + 1)`,
+		`UPDATE ` + t.records + ` SET value = '', version = @simba_nv, token = 0, deleted = TRUE WHERE rkey = ? AND @simba_ok`,
+		`SET @simba_w = ROW_COUNT()`,
+	}, args: append(append([]any{key, int64(cond.Token), int64(cond.Token)}, vargs...), key)}
+	o, err := s.fenced(ctx, op, cond, w)
 	if err != nil {
 		return err
 	}
-	if deleted {
+	live := o.cur.exists && !o.cur.deleted
+	switch {
+	case o.written:
 		s.b.hub.recordChanged(key)
+		return nil
+	case !o.held:
+		return s.conflict(op, cond, o)
+	case !live && !(cond.IfVersion && cond.Version != 0):
+		return nil
 	}
-	return nil
+	return s.conflict(op, cond, o)
 }
 
 // WatchRecords hints changes of records under prefix: those made through
@@ -452,7 +471,7 @@ func LeaseFenceSQL(prefix string) (string, error) {
 		return "", fmt.Errorf("simba/mysql: table prefix %q: want 1-40 characters of a-z 0-9 _, starting with a letter", prefix)
 	}
 	t := newTables(prefix)
-	return fenceSQL(t, `, COALESCE((SELECT l.last FROM `+t.leaseNames+` l WHERE l.name = ?), 0)`, "TRUE"), nil
+	return fenceSQL(t, `, COALESCE((SELECT l.last FROM `+t.leaseNames+` l WHERE l.name = ?), 0)`, "TRUE", ""), nil
 }
 
 // fenceSQL is the check of a fenced write, with the arguments of
@@ -460,15 +479,19 @@ func LeaseFenceSQL(prefix string) (string, error) {
 // then those of sess): one row, whether the candidacy (name, token)
 // exists with its session alive by the database's clock and no candidacy
 // ahead of it, where sess holds (an SQL condition on c, the candidacy),
-// and the columns more adds (", expr, …"). It locks the candidacy's row
+// and the columns more adds (", expr, …"); into, unless "", names the
+// user variables that receive them. It locks the candidacy's row
 // (LOCK IN SHARE MODE) until the transaction ends and nothing else: a
 // waiter's deletion of the expired session, which deletes the candidacy
 // too, waits for the write's commit, while the session's renewals (an
 // UPDATE of its row) do not. The query's FROM is the candidacy: the
 // select list's subqueries read without locks.
-func fenceSQL(t tables, more, sess string) string {
+func fenceSQL(t tables, more, sess, into string) string {
+	if into != "" {
+		into = " INTO " + into
+	}
 	return `SELECT COALESCE(MAX((SELECT x.expires_us > ` + nowUS + ` FROM ` + t.sessions + ` x WHERE x.id = c.session)
-			AND NOT EXISTS (SELECT 1 FROM ` + t.candidacies + ` o WHERE o.name = c.name AND o.token < c.token)), FALSE)` + more + `
+			AND NOT EXISTS (SELECT 1 FROM ` + t.candidacies + ` o WHERE o.name = c.name AND o.token < c.token)), FALSE)` + more + into + `
 		FROM ` + t.candidacies + ` c WHERE c.name = ? AND c.token = ? AND ` + sess + ` LOCK IN SHARE MODE`
 }
 

@@ -65,7 +65,7 @@ func (t tables) ddl() []string {
 	token   BIGINT NOT NULL CHECK (token > 0),
 	session BIGINT NOT NULL,
 	PRIMARY KEY (name, token),
-	KEY session (session),
+	KEY session (session, name),
 	` + fk("candidacies") + `
 ) ENGINE=InnoDB`,
 		`CREATE TABLE IF NOT EXISTS ` + t.members + ` (

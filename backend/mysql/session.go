@@ -277,16 +277,9 @@ func (s *session) clearExpired(ctx context.Context) (over bool, err error) {
 	early := time.Now().Before(s.deadline) && !plant.Is(plant.TrustDBClock)
 	s.mu.Unlock()
 	if early {
-		err = s.b.inTx(ctx, func(tx *sql.Tx) error {
-			var expired sql.NullBool
-			err := tx.QueryRowContext(ctx, `SELECT expires_us <= `+nowUS+` FROM `+t.sessions+` WHERE id = ? FOR UPDATE`, s.id).Scan(&expired)
-			if errors.Is(err, sql.ErrNoRows) {
-				over = true
-				return nil
-			}
-			over = expired.Bool
-			return err
-		})
+		// A locking read, in a statement of its own: it waits for a
+		// renewal in flight, whose lock it then sees released.
+		err = s.b.db.QueryRowContext(ctx, `SELECT COALESCE(MAX(expires_us <= `+nowUS+`), TRUE) FROM `+t.sessions+` WHERE id = ? FOR UPDATE`, s.id).Scan(&over)
 	} else {
 		err = s.b.onConn(ctx, func(conn *sql.Conn) error {
 			res, err := conn.ExecContext(ctx, `DELETE FROM `+t.sessions+` WHERE id = ? AND expires_us <= `+nowUS, s.id)

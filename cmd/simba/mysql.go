@@ -95,6 +95,7 @@ func openMySQL(t target) (*myBackend, error) {
 	if err != nil {
 		return nil, err
 	}
+	mysql.NeedMultiStatements(cfg)
 	conn, err := gomysql.NewConnector(cfg)
 	if err != nil {
 		return nil, errors.New(redact("the MySQL DSN: "+err.Error(), mysqlDSNPasswords(t.dsn)))
