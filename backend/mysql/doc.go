@@ -73,17 +73,32 @@
 //     (name, session, token) still being there and the session alive: a
 //     stale Release never frees a newer holding.
 //
+// # Transactions
+//
+// Every transaction of the backend is one round trip: its statements go
+// in one query (go-sql-driver/mysql's multiStatements, with the driver
+// interpolating the arguments: interpolateParams), passing values to one
+// another in user variables (@simba_…). A transaction of several round
+// trips whose client is cut off stays open on the server, its row locks
+// held, until the server notices (wait_timeout, eight hours by default),
+// and a waiter's deletion of the cut-off holder's expired session waits
+// for those locks all along; a query held up in the network runs whole
+// when it arrives, its checks made then. [New] sets both options on the
+// DSN's connections; a pool given to [NewFromDB] must have them
+// ([NeedMultiStatements] sets them in a *mysql.Config), and the first Open
+// or View checks it. A failed query's connection is dropped, not returned
+// to the pool: closing it rolls its transaction back.
+//
 // Transactions run at READ COMMITTED (each statement reads the latest
 // committed rows, and InnoDB takes no gap locks for the backend's
 // searches), whatever the server's default; single statements need no
 // setting. A deadlock or a lock wait timeout (InnoDB rolls the
-// transaction back) is retried up to four times; the backend's
-// transactions hold row locks for a few statements only, so the default
+// transaction back) runs it again, up to four times. The default
 // innodb_lock_wait_timeout (50 s) is never reached but behind a user's
-// own transaction that holds a lease's rows (package mylease). Statement-
-// based binary logging is not needed: every statement is safe for row and
-// mixed formats (MariaDB's default), and UTC_TIMESTAMP replicates in
-// statement format too.
+// transaction of package mylease, which holds its term's candidacy row
+// (see its documentation). The binary log needs nothing: every statement
+// is safe in row and mixed formats (MariaDB's default), and UTC_TIMESTAMP
+// replicates in statement format too.
 //
 // # Waiting
 //
