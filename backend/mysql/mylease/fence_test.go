@@ -35,6 +35,7 @@ type env struct {
 	b      *mysql.Backend
 	db     *sql.DB
 	f      mylease.Fence
+	strict *sql.DB // with innodb_snapshot_isolation on, made by snapshot
 }
 
 // newEnv makes an env whose backend's tables have the prefix "fenced_"
@@ -138,7 +139,10 @@ type tx struct {
 // test if still open.
 func (e *env) begin(t *testing.T, l level) tx {
 	t.Helper()
-	x, err := e.db.BeginTx(fencetest.Ctx(t), l.opts)
+	// The transaction's context ends with the test only: database/sql
+	// rolls a transaction back when its context ends, which would end a
+	// fenced transaction that a test holds open on purpose.
+	x, err := e.db.BeginTx(t.Context(), l.opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,9 +346,10 @@ func TestClosedSessionRefused(t *testing.T) {
 }
 
 // TestTakeoverWaitsForCommit: a fenced transaction that passed its check
-// holds off a successor's takeover past the holder's expiry; when it
-// commits, the takeover proceeds, the successor sees the committed write,
-// and the old term's next write is refused.
+// holds off a successor's takeover past the holder's expiry, and the
+// holder's renewals are not blocked meanwhile; when it commits, the
+// takeover proceeds, the successor sees the committed write, and the old
+// term's next write is refused.
 func TestTakeoverWaitsForCommit(t *testing.T) {
 	for _, l := range levels {
 		t.Run(l.name, func(t *testing.T) {
@@ -356,6 +361,14 @@ func TestTakeoverWaitsForCommit(t *testing.T) {
 			x := e.begin(t, l)
 			if err := x.check("job", lease.Token()); err != nil {
 				t.Fatalf("the holder's check: %v", err)
+			}
+			// The check's lock, on the candidacy, does not block the
+			// renewal, an UPDATE of the session's row.
+			if err := await.For(t, await.Returned(func() error {
+				_, err := s.KeepAlive(fencetest.Ctx(t))
+				return err
+			}), bound, "a renewal while a fenced transaction is open did not return"); err != nil {
+				t.Fatalf("a renewal while a fenced transaction is open: %v", err)
 			}
 
 			next := e.successor(t)
@@ -415,24 +428,36 @@ func (e *env) successor(t *testing.T) <-chan acquired {
 	return next
 }
 
-// waitTakeoverWaits waits until a successor's statement deleting an
-// expired session's row from the backend's sessions table (DELETE x FROM
-// sessions x ...) waits for a row lock in the test's database, failing if
-// the successor's Acquire returns first.
+// waitTakeoverWaits waits until a statement of the successor's Acquire
+// waits for a row lock in the test's database: its registration's bump of
+// the name's counter (at SERIALIZABLE, where the check's subquery locks
+// the counter's row), or its deletion of the expired holder's session row
+// (DELETE x FROM sessions x ..., which deletes the checked candidacy too). (The holder's own session
+// deletes its expired row with DELETE FROM sessions, which does not
+// count.) It fails if the successor's Acquire returns first.
 func (e *env) waitTakeoverWaits(t *testing.T, next <-chan acquired) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
-	pattern := "%DELETE x FROM " + e.table("sessions") + " x%"
-	for attempt := 1; ; attempt++ {
+	patterns := []any{
+		"INSERT INTO " + e.table("lease_names") + " %",
+		"DELETE x FROM " + e.table("sessions") + " x %",
+	}
+	for {
+		// Each poll is bounded on its own: a server busy with other
+		// tests' work may be slow to list its transactions.
+		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
 		var n int
-		err := e.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.INNODB_TRX t
+		err := e.db.QueryRowContext(pctx, `SELECT COUNT(*) FROM information_schema.INNODB_TRX t
 			JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id
-			WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE() AND t.trx_query LIKE ?`, pattern).Scan(&n)
-		if err != nil {
+			WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE() AND (t.trx_query LIKE ? OR t.trx_query LIKE ?)`, patterns...).Scan(&n)
+		pcancel()
+		switch {
+		case err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+			t.Logf("listing the transactions waiting for a lock: %v; polling again", err)
+		case err != nil:
 			t.Fatalf("reading information_schema.INNODB_TRX: %v", err)
-		}
-		if n > 0 {
+		case n > 0:
 			return
 		}
 		select {
@@ -440,8 +465,10 @@ func (e *env) waitTakeoverWaits(t *testing.T, next <-chan acquired) {
 			t.Fatalf("the successor's Acquire returned (%v, %v, value %d) while the expired holder's fenced transaction was open", a.l, a.err, a.value)
 		default:
 		}
-		if !backoff.Sleep(ctx, backoff.Wait(attempt, 100*time.Millisecond)) {
-			t.Fatalf("no statement deleting from %s waited for a lock within %v: the successor did not try to take the lease over", e.table("sessions"), bound)
+		// InnoDB refreshes INNODB_TRX only when it has not been read for
+		// 100 ms: a faster poll would read a stale list forever.
+		if !backoff.Sleep(ctx, 200*time.Millisecond) {
+			t.Fatalf("no statement of the successor's Acquire waited for a lock within %v", bound)
 		}
 	}
 }
