@@ -3,14 +3,17 @@ module github.com/simba-go/simba/examples
 go 1.26.0
 
 require (
+	github.com/go-sql-driver/mysql v1.10.2
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.24.1
 	github.com/simba-go/simba v0.0.0-00010101000000-000000000000
 	github.com/simba-go/simba/backend/etcd v0.0.0-00010101000000-000000000000
 	github.com/simba-go/simba/backend/kubernetes v0.0.0-00010101000000-000000000000
+	github.com/simba-go/simba/backend/mysql v0.0.0-00010101000000-000000000000
 	github.com/simba-go/simba/backend/postgres v0.0.0-00010101000000-000000000000
 	github.com/simba-go/simba/backend/zookeeper v0.0.0-00010101000000-000000000000
 	github.com/simba-go/simba/internal/kubetest v0.0.0-00010101000000-000000000000
+	github.com/simba-go/simba/internal/mytest v0.0.0-00010101000000-000000000000
 	github.com/simba-go/simba/internal/pgtest v0.0.0-00010101000000-000000000000
 	go.opentelemetry.io/otel/exporters/prometheus v0.69.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
@@ -22,6 +25,7 @@ require (
 )
 
 require (
+	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/coreos/go-semver v0.3.1 // indirect
