@@ -35,12 +35,12 @@ unit:
 	GO=$(GO) ./scripts/race-tests.sh
 
 # The long real-server fault run (docs/RELIABILITY.md): a 5-minute fault
-# schedule on a 3-member etcd cluster, on ZooKeeper, on PostgreSQL and on a
-# kube-apiserver, then the controls. The run is in the tests module
-# (tests/chaos).
+# schedule on a 3-member etcd cluster, on ZooKeeper, on PostgreSQL, on
+# MariaDB (backend/mysql) and on a kube-apiserver, then the controls. The run
+# is in the tests module (tests/chaos).
 # SIMBA_CHAOS_DURATION and SIMBA_CHAOS_SEED change the length and the seed.
 chaos:
-	$(SERVERS) $(GO) test -race -tags simba_plant -count=1 -timeout=80m -v -run '^(TestEtcd|TestZooKeeper|TestPostgres|TestKubernetes)$$' github.com/simba-go/simba/tests/chaos -chaos.duration=$${SIMBA_CHAOS_DURATION:-5m}
+	$(SERVERS) $(GO) test -race -tags simba_plant -count=1 -timeout=80m -v -run '^(TestEtcd|TestZooKeeper|TestPostgres|TestMySQL|TestKubernetes)$$' github.com/simba-go/simba/tests/chaos -chaos.duration=$${SIMBA_CHAOS_DURATION:-5m}
 
 # Mutation testing of the safety-critical code (docs/RELIABILITY.md,
 # "Mutation testing"): each mutant is one small bug planted in a copy of a

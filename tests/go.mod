@@ -5,14 +5,17 @@ go 1.26.0
 require (
 	github.com/chromedp/chromedp v0.23.0
 	github.com/go-logr/logr v1.4.4
+	github.com/go-sql-driver/mysql v1.10.2
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/simba-go/simba v0.0.0-00010101000000-000000000000
 	github.com/simba-go/simba/backend/etcd v0.0.0-00010101000000-000000000000
 	github.com/simba-go/simba/backend/kubernetes v0.0.0-00010101000000-000000000000
+	github.com/simba-go/simba/backend/mysql v0.0.0-00010101000000-000000000000
 	github.com/simba-go/simba/backend/postgres v0.0.0-00010101000000-000000000000
 	github.com/simba-go/simba/backend/zookeeper v0.0.0-00010101000000-000000000000
 	github.com/simba-go/simba/internal/kubetest v0.0.0-00010101000000-000000000000
+	github.com/simba-go/simba/internal/mytest v0.0.0-00010101000000-000000000000
 	github.com/simba-go/simba/internal/pgtest v0.0.0-00010101000000-000000000000
 	github.com/simba-go/simba/internal/zktest v0.0.0-00010101000000-000000000000
 	github.com/stretchr/testify v1.12.1
@@ -31,6 +34,7 @@ require (
 )
 
 require (
+	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect

@@ -24,6 +24,7 @@ import (
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/etcd"
 	"github.com/simba-go/simba/backend/kubernetes"
+	"github.com/simba-go/simba/backend/mysql"
 	"github.com/simba-go/simba/backend/postgres"
 	"github.com/simba-go/simba/backend/zookeeper"
 	"github.com/simba-go/simba/internal/check"
@@ -35,9 +36,9 @@ import (
 const (
 	envRole      = "SIMBA_CHAOS_ROLE"      // roleChild
 	envRun       = "SIMBA_CHAOS_RUN"       // the run's ID, to find leftover processes
-	envBackend   = "SIMBA_CHAOS_BACKEND"   // backendEtcd, backendZooKeeper, backendPostgres or backendKubernetes
-	envEndpoints = "SIMBA_CHAOS_ENDPOINTS" // comma-separated: the child's own proxies (PostgreSQL: a DSN through its proxy)
-	envSpace     = "SIMBA_CHAOS_SPACE"     // etcd key prefix, ZooKeeper root, PostgreSQL schema or Kubernetes namespace
+	envBackend   = "SIMBA_CHAOS_BACKEND"   // backendEtcd, backendZooKeeper, backendPostgres, backendMySQL or backendKubernetes
+	envEndpoints = "SIMBA_CHAOS_ENDPOINTS" // comma-separated: the child's own proxies (PostgreSQL, MySQL: a DSN through its proxy)
+	envSpace     = "SIMBA_CHAOS_SPACE"     // etcd key prefix, ZooKeeper root, PostgreSQL schema, MySQL table prefix or Kubernetes namespace
 	envKube      = "SIMBA_CHAOS_KUBE"      // Kubernetes: the client's credentials and trust (kubeCreds, JSON)
 	envRegister  = "SIMBA_CHAOS_REGISTER"  // URL of the fenced register
 	envNode      = "SIMBA_CHAOS_NODE"      // the child's name and member ID
@@ -53,6 +54,7 @@ const (
 	backendEtcd       = "etcd"
 	backendZooKeeper  = "zookeeper"
 	backendPostgres   = "postgres"
+	backendMySQL      = "mysql"
 	backendKubernetes = "kubernetes"
 
 	// plantOverstatedTTL plants a safety bug in the client: its backend
@@ -285,6 +287,10 @@ func openBackend(lag time.Duration) (backend.Backend, error) {
 	case backendPostgres:
 		// The one endpoint is the DSN, through the client's proxy.
 		return postgres.New(endpoints[0], postgres.WithSchema(space))
+	case backendMySQL:
+		// The one endpoint is the DSN, through the client's proxy, as the
+		// client's own user.
+		return mysql.New(endpoints[0], mysql.WithTablePrefix(space))
 	case backendKubernetes:
 		// The one endpoint is the client's proxy to the API server.
 		cfg, err := kubeConfig(endpoints[0], os.Getenv(envKube))

@@ -19,7 +19,7 @@ import (
 // link of fault-injecting proxies for each client, server restarts, and a
 // look at what is left on the servers.
 type world interface {
-	kind() string     // backendEtcd, backendZooKeeper, backendPostgres or backendKubernetes: what the clients open
+	kind() string     // backendEtcd, backendZooKeeper, backendPostgres, backendMySQL or backendKubernetes: what the clients open
 	newSpace() string // a fresh key prefix, root, schema or namespace for one run
 	newLink() (link, error)
 	canRestart() bool

@@ -17,6 +17,7 @@ var heavy = []struct{ Prefix, What string }{
 	{"go.etcd.io/raft", "etcd server's consensus"},
 	{"go.uber.org/zap", "etcd's logger"},
 	{"github.com/jackc/pgx", "the PostgreSQL driver"},
+	{"github.com/go-sql-driver/mysql", "the MySQL driver"},
 	{"github.com/chromedp", "the console's browser tests"},
 	{"modernc.org/sqlite", "SQLite (sqlfence's tests)"},
 	{"github.com/go-zookeeper/zk", "the ZooKeeper client"},

@@ -155,6 +155,7 @@ var (
 	pkgMemory     = pkgUse{"github.com/simba-go/simba/backend/memory", "var _ = %s.New"}
 	pkgEtcd       = pkgUse{"github.com/simba-go/simba/backend/etcd", "var _ = %s.New"}
 	pkgPostgres   = pkgUse{"github.com/simba-go/simba/backend/postgres", "var _ = %s.New"}
+	pkgMySQL      = pkgUse{"github.com/simba-go/simba/backend/mysql", "var _ = %s.New"}
 	pkgKubernetes = pkgUse{"github.com/simba-go/simba/backend/kubernetes", "var _ = %s.New"}
 	pkgSQLFence   = pkgUse{"github.com/simba-go/simba/fence/sqlfence", "var _ %s.Fence"}
 	pkgClientGo   = pkgUse{"k8s.io/client-go/kubernetes", "var _ = %s.NewForConfig"}

@@ -25,6 +25,7 @@ var tableConsumers = []consumer{
 	{Name: "(c) + backend/postgres", Imports: []pkgUse{pkgSimba, pkgMemory, pkgPostgres}},
 	{Name: "(d) + backend/kubernetes", Imports: []pkgUse{pkgSimba, pkgMemory, pkgKubernetes}},
 	{Name: "(e) fence/sqlfence alone", Imports: []pkgUse{pkgSQLFence}},
+	{Name: "(f) + backend/mysql", Imports: []pkgUse{pkgSimba, pkgMemory, pkgMySQL}},
 }
 
 // measure is what a consumer pays.
