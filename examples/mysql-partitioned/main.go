@@ -106,7 +106,11 @@ func run(ctx context.Context, c config, w io.Writer) error {
 	// What the client and the backend log, warnings and errors, as this
 	// node's lines.
 	log := storylog.New(func(format string, args ...any) { fmt.Fprintf(w, "%s: %s\n", c.node, fmt.Sprintf(format, args...)) }, slog.LevelWarn)
-	b, err := mysql.NewFromDB(db, mysql.WithTablePrefix(c.prefix), mysql.WithLogger(log))
+	// The backend on a pool of its own (mysql.New): its renewals never
+	// wait behind the application's queries, and its connections run a
+	// transaction in one round trip (multiStatements), which the
+	// application's need not.
+	b, err := mysql.New(c.dsn, mysql.WithTablePrefix(c.prefix), mysql.WithLogger(log))
 	if err != nil {
 		return err
 	}
