@@ -18,12 +18,13 @@ import (
 // is refused, whether or not a new leader has written yet. (It needs a
 // server, so it is compiled and not run.)
 func Example() {
-	db, err := sql.Open("mysql", "app:secret@tcp(db.example:3306)/app?tls=true")
+	const dsn = "app:secret@tcp(db.example:3306)/app?tls=true"
+	db, err := sql.Open("mysql", dsn) // the application's pool
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer db.Close()
-	b, err := mysql.NewFromDB(db) // the application's pool; Close leaves it open
+	b, err := mysql.New(dsn) // the backend's, of its own
 	if err != nil {
 		log.Fatal(err)
 	}
