@@ -182,7 +182,8 @@ func TestLateRenewalDoesNotRevive(t *testing.T) {
 
 // TestBellWakesAnotherProcess: a waiter of another Backend (another
 // process, as far as the server can tell) gets the lease on the holder's
-// Release, long before the holder's session could expire (TTL 60 s): the
+// Release, long before the holder's session could expire (TTL 60 s; the
+// test waits 5 s): the
 // holder's bell woke it. Without bells it waits for the expiry (the
 // control).
 func TestBellWakesAnotherProcess(t *testing.T) {
@@ -202,7 +203,7 @@ func TestBellWakesAnotherProcess(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := make(chan error, 1)
-			ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 			defer cancel()
 			go func() {
 				_, err := c.Acquire(ctx, "x")
@@ -217,7 +218,7 @@ func TestBellWakesAnotherProcess(t *testing.T) {
 			err = <-got
 			switch {
 			case bells && err != nil:
-				t.Fatalf("the waiter of another Backend was not granted the lease within 15 s of the release (TTL 60 s): %v", err)
+				t.Fatalf("the waiter of another Backend was not granted the lease within 5 s of the release (TTL 60 s): %v", err)
 			case !bells && err == nil:
 				t.Fatal("without bells the waiter of another Backend was granted before the holder's expiry: the control shows nothing")
 			}

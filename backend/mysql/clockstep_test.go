@@ -22,6 +22,7 @@ import (
 // after, and the step is seen and counted. The step comes before the
 // holder has renewed within the waiter's chain of samples.
 func TestClockStepForward(t *testing.T) {
+	t.Parallel()
 	granted, deadline, steps := clockStep(t, false)
 	if granted.Before(deadline) {
 		t.Fatalf("the waiter was granted the lease %v before the holder's deadline: two valid terms", deadline.Sub(granted))
@@ -37,6 +38,7 @@ func TestClockStepForward(t *testing.T) {
 // samples began: the step must end that chain. With
 // SIMBA_PLANT=trust-db-clock it fails (see TestClockStepCaughtWithoutGuard).
 func TestClockStepAfterRenewal(t *testing.T) {
+	t.Parallel()
 	granted, deadline, steps := clockStep(t, true)
 	if granted.Before(deadline) {
 		t.Fatalf("the waiter was granted the lease %v before the holder's deadline: two valid terms", deadline.Sub(granted))

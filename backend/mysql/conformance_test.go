@@ -40,6 +40,7 @@ const serverClockRate = 0.02
 // case in a database of its own, with bells (hand-offs between processes
 // wake on the holder's named lock).
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	mytest.DSN(t)
 	backendtest.Run(t, func(t *testing.T) backend.Backend { return newBackend(t) },
 		backendtest.WithTTL(2*time.Second), backendtest.WithFingerprint(fingerprint), backendtest.WithServerClockRate(serverClockRate))
@@ -48,6 +49,7 @@ func TestConformance(t *testing.T) {
 // TestConformanceWithoutBells runs the suite with waiters that wake only
 // at the expiries ahead of them and on this Backend's own changes.
 func TestConformanceWithoutBells(t *testing.T) {
+	t.Parallel()
 	mytest.DSN(t)
 	backendtest.Run(t, func(t *testing.T) backend.Backend {
 		return newBackend(t, mysql.WithoutBells(), mysql.WithPollInterval(200*time.Millisecond))

@@ -99,6 +99,7 @@ func (n *failoverNode) start(t *testing.T, log *termLog) {
 // it: the counter, bumped on the new epoch by the first, still says
 // that no term was granted there, and holds the waiter back too.
 func TestFailoverZoneLost(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		mode   mytest.Mode
@@ -109,7 +110,10 @@ func TestFailoverZoneLost(t *testing.T) {
 		{"async/first-gives-up", mytest.Async, waiterBehindGivenUp},
 		{"sync", mytest.Sync, waiterOld},
 	} {
-		t.Run(tc.name, func(t *testing.T) { testFailoverZoneLost(t, tc.mode, tc.waiter) })
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each on a pair of its own
+			testFailoverZoneLost(t, tc.mode, tc.waiter)
+		})
 	}
 }
 
@@ -251,6 +255,7 @@ func settledEpoch(t *testing.T, dsn, name string) (e int64) {
 // epoch refuses it: no session opens there, no renewal counts, no
 // candidacy registers.
 func TestOldPrimaryBackIsRefused(t *testing.T) {
+	t.Parallel()
 	p := mytest.StartPair(t, mytest.Async)
 	b, err := mysql.New(p.DSN())
 	if err != nil {
@@ -293,6 +298,7 @@ func TestOldPrimaryBackIsRefused(t *testing.T) {
 // server replicates to a replica asynchronously, and says it does so
 // semi-synchronously otherwise.
 func TestWarnsOfAsyncReplicas(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []mytest.Mode{mytest.Async, mytest.Sync} {
 		t.Run(mode.String(), func(t *testing.T) {
 			p := mytest.StartPair(t, mode)

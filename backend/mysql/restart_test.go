@@ -123,6 +123,7 @@ func (o *ownServer) noNewTerm(t *testing.T, what string) {
 // while the server is down, before the server's expiry of its session and
 // strictly before anyone else holds; the next term has a larger token.
 func TestServerRestart(t *testing.T) {
+	t.Parallel()
 	const ttl = 3 * time.Second
 	o := startOwnServer(t, ttl)
 	holder := o.log.Next("", opTimeout)
@@ -184,6 +185,7 @@ func TestServerRestart(t *testing.T) {
 // old one ended, with a larger token; no two terms overlap; and after a
 // hand-off tokens still increase.
 func TestServerPaused(t *testing.T) {
+	t.Parallel()
 	const ttl = 2 * time.Second
 	o := startOwnServer(t, ttl)
 	holder := o.log.Next("", opTimeout)
