@@ -130,14 +130,20 @@ func (bl *bells) close() {}
 
 // wanted returns the bells to hold: those of holdings still held, or not
 // yet seen held (a holding lost without a release, its candidacy deleted,
-// drops its bell).
+// drops its bell). It reads each session's holdings once.
 func (bl *bells) wanted() map[string]bool {
 	bl.mu.Lock()
 	defer bl.mu.Unlock()
+	held := map[*session]map[candidacyKey]bool{}
 	out := map[string]bool{}
 	for name, r := range bl.want {
-		switch held := holds(r.s, name, r.token); {
-		case held:
+		hs, ok := held[r.s]
+		if !ok {
+			hs = holdingsOf(r.s)
+			held[r.s] = hs
+		}
+		switch {
+		case hs[candidacyKey{name, int64(r.token)}]:
 			r.seen = true
 			bl.want[name] = r
 			out[name] = true
@@ -150,17 +156,17 @@ func (bl *bells) wanted() map[string]bool {
 	return out
 }
 
-// holds reports whether s holds name with token.
-func holds(s *session, name string, token uint64) bool {
+// holdingsOf returns the holdings of s, by name and token (none once s is
+// over).
+func holdingsOf(s *session) map[candidacyKey]bool {
+	out := map[candidacyKey]bool{}
 	if s.Over() {
-		return false
+		return out
 	}
 	for _, h := range s.Holdings() {
-		if h.Name() == name && h.Token() == token {
-			return true
-		}
+		out[candidacyKey{h.Name(), int64(h.Token())}] = true
 	}
-	return false
+	return out
 }
 
 // keep holds the wanted bells on a connection of its own, taking and
@@ -232,17 +238,22 @@ func (bl *bells) keep() {
 			failures = 0
 		}
 		var after <-chan time.Time
+		var timer *time.Timer
 		if retry > 0 {
-			t := time.NewTimer(retry)
-			defer t.Stop()
-			after = t.C
+			timer = time.NewTimer(retry)
+			after = timer.C
 		}
 		select {
 		case <-b.ctx.Done():
-			return
 		case <-bl.poke:
 		case <-tick.C:
 		case <-after:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if b.closed() {
+			return
 		}
 	}
 }
