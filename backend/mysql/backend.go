@@ -174,10 +174,12 @@ func NeedMultiStatements(cfg *mysql.Config) {
 }
 
 // defaultMaxConns is the size of the pool New makes.
-const defaultMaxConns = 32
+const defaultMaxConns = 16
 
-// New returns a backend on a pool of its own, made from dsn (the format
-// of github.com/go-sql-driver/mysql: user:password@tcp(host:3306)/db?tls=true).
+// New returns a backend on a pool of its own of 16 connections, made from
+// dsn (the format of github.com/go-sql-driver/mysql:
+// user:password@tcp(host:3306)/db?tls=true): a server's max_connections
+// (151 by default) allows nine such clients.
 // It does not connect: the first Open or View does, and creates the
 // tables. Close closes the pool.
 func New(dsn string, opts ...Option) (*Backend, error) {

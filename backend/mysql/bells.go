@@ -36,8 +36,10 @@ import (
 //
 // Blocked waits hold a connection each, so they are bounded per Backend
 // (a quarter of the statement bound, at most 8) and each takes a
-// statement slot (WithMaxRequests); a waiter beyond the bound waits for
-// its timer. The bells' own connection is one more, which the statement
+// statement slot (WithMaxRequests); a waiter beyond the bound reads its
+// queue after a backoff of 25 ms doubling to a second, and tries again for
+// a slot: a group's member taking over hundreds of partitions at once
+// hears of most releases within a second, not at the holders' expiries. The bells' own connection is one more, which the statement
 // bound leaves out. A lock's name is "simba:" and 40 hex digits
 // of the SHA-256 of the database, the table prefix and the lease name
 // (MySQL allows 64 characters).
@@ -287,11 +289,17 @@ func (bl *bells) await(ctx context.Context, name string, f func()) {
 		select {
 		case bl.waits <- struct{}{}:
 		default:
-			return // no slot: the waiter's timer only
+			// No slot for a blocked wait: read the queue after a backoff
+			// (25 ms doubling to a second), and try again for a slot.
+			pause = min(max(2*pause, 25*time.Millisecond), time.Second)
+			f()
+			continue
 		}
 		if !b.lim.TryTake() {
 			<-bl.waits
-			return
+			pause = min(max(2*pause, 25*time.Millisecond), time.Second)
+			f()
+			continue
 		}
 		rang, blocked, err := bl.waitOnce(ctx, lock)
 		b.lim.Free()
