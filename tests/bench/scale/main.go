@@ -12,6 +12,7 @@
 //	go run ./bench/scale -backend etcd -peer               # starts its own etcd in a child process
 //	go run ./bench/scale -backend zk -zk 127.0.0.1:2181
 //	go run ./bench/scale -backend postgres -pg postgres://postgres@127.0.0.1:5432/postgres  # a fresh schema per run
+//	go run ./bench/scale -backend mysql -mysql 'simba:simba@tcp(127.0.0.1:3306)/simba'      # a fresh database per run (mysql.go)
 //	go run ./bench/scale -backend etcd -group -partitions 10000 -clients 10
 //
 // The etcd server runs in a child process so that its memory and CPU are not
@@ -85,7 +86,7 @@ func main() {
 	}
 	var cfg config
 	var leases, eps, zks string
-	flag.StringVar(&cfg.backend, "backend", "memory", "memory, etcd, zk or postgres")
+	flag.StringVar(&cfg.backend, "backend", "memory", "memory, etcd, zk, postgres or mysql")
 	flag.StringVar(&leases, "leases", "1,100,1000,10000", "numbers of held leases to measure")
 	flag.StringVar(&cfg.kind, "kind", "elections", "elections or partitions (one group with that many partitions)")
 	flag.DurationVar(&cfg.rest, "rest", 10*time.Second, "measurement window at rest")
@@ -283,6 +284,8 @@ func newBackend(cfg config, cnt *counter) (backend.Backend, func(), error) {
 		return b, func() { b.Close() }, nil
 	case "postgres":
 		return newPostgres(cfg, cnt)
+	case "mysql":
+		return newMySQL(cfg, cnt)
 	}
 	return nil, nil, fmt.Errorf("unknown backend %q", cfg.backend)
 }
@@ -671,19 +674,24 @@ func measureGroup(cfg config) error {
 	})
 }
 
+// restPerClient is the rate under which a client's backend requests are
+// at rest (see atRest); a backend whose watches poll sets its own
+// (mysql.go).
+var restPerClient = 5
+
 // atRest waits until the clients' backend requests are back at rest: fewer
-// than 5 a second per client over half a second (at rest a client sends
-// about 2.5: a keep-alive, a read of its groups' members and, every other
-// renewal period, a read of their held leases). The status records of the
-// terms just started are written after they start, and their backlog can
-// take seconds to drain.
+// than restPerClient a second per client over a second (at rest a client
+// sends about 2.5: a keep-alive, a read of its groups' members and, every
+// other renewal period, a read of their held leases). The status records
+// of the terms just started are written after they start, and their
+// backlog can take seconds to drain.
 func atRest(b backend.Backend, cnt *counter, clients int, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	last := requests(b, cnt)
 	for time.Now().Before(deadline) {
 		time.Sleep(time.Second)
 		n := requests(b, cnt)
-		if n-last < int64(5*clients) {
+		if n-last < int64(restPerClient*clients) {
 			return nil
 		}
 		last = n
