@@ -42,7 +42,7 @@ func tablePrefixOf(prefix string) string {
 }
 
 // mysqlPoolSize is the size of the pool the command makes (as mysql.New's).
-const mysqlPoolSize = 32
+const mysqlPoolSize = 16
 
 // myBackend is a MySQL backend on a pool of the command's own, which Close
 // closes after the backend.
