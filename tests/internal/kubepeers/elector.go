@@ -13,43 +13,16 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
+
+	"github.com/simba-go/simba/tests/internal/peerkit"
 )
 
 // Leadership is one spell of leadership as a client-go elector believes
-// it: from OnStartedLeading to the end of its ctx.
-type Leadership struct {
-	// Start is when OnStartedLeading ran.
-	Start time.Time
+// it: from OnStartedLeading to the end of its ctx (see package peerkit;
+// its TTLEnd is its End).
+type Leadership = peerkit.Leadership
 
-	once sync.Once
-	done chan struct{}
-	end  time.Time
-}
-
-func newLeadership(start time.Time) *Leadership {
-	return &Leadership{Start: start, done: make(chan struct{})}
-}
-
-func (l *Leadership) finish(end time.Time) {
-	l.once.Do(func() {
-		l.end = end
-		close(l.done)
-	})
-}
-
-// Done is closed when the elector stops believing it leads.
-func (l *Leadership) Done() <-chan struct{} { return l.done }
-
-// End returns when the elector stopped believing it leads (the ctx of
-// OnStartedLeading ended); it is zero until Done is closed.
-func (l *Leadership) End() time.Time {
-	select {
-	case <-l.done:
-		return l.end
-	default:
-		return time.Time{}
-	}
-}
+func newLeadership(start time.Time) *Leadership { return peerkit.NewLeadership(start) }
 
 // Config configures an [Elector].
 type Config struct {
@@ -129,7 +102,7 @@ func (e *Elector) started(ctx context.Context) {
 		e.cfg.OnLead(l)
 	}
 	<-ctx.Done()
-	l.finish(time.Now())
+	l.Finish(time.Now(), time.Time{})
 }
 
 // lock is the LeaseLock, telling the elector when client-go acquired it.

@@ -84,7 +84,7 @@ func NewGetLock(cfg GetLockConfig) (*GetLock, error) {
 // releases the lock if it holds it, closes its connection and returns
 // nil. It may be called once.
 func (e *GetLock) Run(ctx context.Context) error {
-	ctx, end, err := e.begin(ctx)
+	ctx, end, err := e.Begin(ctx)
 	if err != nil {
 		return err
 	}
@@ -105,7 +105,7 @@ func (e *GetLock) Run(ctx context.Context) error {
 
 // Resign stops Run: the holder ends its leadership, releases the lock and
 // closes its connection. It waits for Run to return, until ctx ends.
-func (e *GetLock) Resign(ctx context.Context) error { return e.resign(ctx) }
+func (e *GetLock) Resign(ctx context.Context) error { return e.runner.Resign(ctx) }
 
 func (e *GetLock) connect(ctx context.Context, db *sql.DB) (*sql.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
@@ -157,7 +157,7 @@ func (e *GetLock) contend(ctx context.Context, conn *sql.Conn) {
 		if !backoff.Sleep(ctx, backoff.Jitter(e.cfg.Interval)) {
 			// Resign: stop believing first, then release (so that no one
 			// leads before this one stopped).
-			l.finish(time.Now(), time.Time{})
+			l.Finish(time.Now(), time.Time{})
 			_ = e.exec(context.WithoutCancel(ctx), e.cfg.Timeout, func(ctx context.Context) error {
 				_, err := conn.ExecContext(ctx, "DO RELEASE_LOCK(?)", e.cfg.Name)
 				return err
@@ -165,7 +165,7 @@ func (e *GetLock) contend(ctx context.Context, conn *sql.Conn) {
 			return
 		}
 		if err := e.exec(ctx, e.cfg.Timeout, conn.PingContext); err != nil {
-			l.finish(time.Now(), time.Time{})
+			l.Finish(time.Now(), time.Time{})
 			return
 		}
 	}

@@ -144,7 +144,7 @@ func CreateLockTable(ctx context.Context, db *sql.DB, table string) error {
 // Run contends until ctx ends or Resign is called, then unlocks if it
 // holds the lock and returns nil. It may be called once.
 func (e *LockTable) Run(ctx context.Context) error {
-	ctx, end, err := e.runner.begin(ctx)
+	ctx, end, err := e.runner.Begin(ctx)
 	if err != nil {
 		return err
 	}
@@ -160,7 +160,7 @@ func (e *LockTable) Run(ctx context.Context) error {
 
 // Resign stops Run: a holder ends its leadership and unlocks. It waits
 // for Run to return, until ctx ends.
-func (e *LockTable) Resign(ctx context.Context) error { return e.runner.resign(ctx) }
+func (e *LockTable) Resign(ctx context.Context) error { return e.runner.Resign(ctx) }
 
 // gain tries to take the lock every Retry (plus jitter) until it does; it
 // returns false when ctx ends.
@@ -279,7 +279,7 @@ func (e *LockTable) keep(ctx context.Context) {
 	}
 	now := time.Now()
 	overdue(now)
-	l.finish(now, ttlEnd)
+	l.Finish(now, ttlEnd)
 	if !lost {
 		e.unlock(ctx)
 	}

@@ -62,7 +62,7 @@ func NewAdvisoryLock(cfg AdvisoryConfig) (*AdvisoryLock, error) {
 // unlocks if it holds the lock, closes its connection and returns nil. It
 // may be called once.
 func (e *AdvisoryLock) Run(ctx context.Context) error {
-	ctx, end, err := e.begin(ctx)
+	ctx, end, err := e.Begin(ctx)
 	if err != nil {
 		return err
 	}
@@ -78,7 +78,7 @@ func (e *AdvisoryLock) Run(ctx context.Context) error {
 
 // Resign stops Run: the holder ends its leadership, unlocks and closes
 // its connection. It waits for Run to return, until ctx ends.
-func (e *AdvisoryLock) Resign(ctx context.Context) error { return e.resign(ctx) }
+func (e *AdvisoryLock) Resign(ctx context.Context) error { return e.runner.Resign(ctx) }
 
 func (e *AdvisoryLock) connect(ctx context.Context) (*pgx.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
@@ -116,7 +116,7 @@ func (e *AdvisoryLock) contend(ctx context.Context, conn *pgx.Conn) {
 		if !backoff.Sleep(ctx, backoff.Jitter(e.cfg.Interval)) {
 			// Resign: stop believing first, then unlock (so that no one
 			// leads before this one stopped).
-			l.finish(time.Now(), time.Time{})
+			l.Finish(time.Now(), time.Time{})
 			_ = e.exec(context.WithoutCancel(ctx), conn, func(ctx context.Context) error {
 				_, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", e.cfg.Key)
 				return err
@@ -124,7 +124,7 @@ func (e *AdvisoryLock) contend(ctx context.Context, conn *pgx.Conn) {
 			return
 		}
 		if err := e.exec(ctx, conn, conn.Ping); err != nil {
-			l.finish(time.Now(), time.Time{})
+			l.Finish(time.Now(), time.Time{})
 			return
 		}
 	}

@@ -138,7 +138,7 @@ func CreateTable(ctx context.Context, pool *pgxpool.Pool, table string) error {
 // Run contends until ctx ends or Resign is called, then resigns if it
 // leads and returns nil. It may be called once.
 func (e *LeaderTable) Run(ctx context.Context) error {
-	ctx, end, err := e.runner.begin(ctx)
+	ctx, end, err := e.runner.Begin(ctx)
 	if err != nil {
 		return err
 	}
@@ -160,7 +160,7 @@ func (e *LeaderTable) Run(ctx context.Context) error {
 
 // Resign stops Run: a leader ends its leadership and deletes its row with
 // a NOTIFY. It waits for Run to return, until ctx ends.
-func (e *LeaderTable) Resign(ctx context.Context) error { return e.runner.resign(ctx) }
+func (e *LeaderTable) Resign(ctx context.Context) error { return e.runner.Resign(ctx) }
 
 type notification struct {
 	Action   string `json:"action"`
@@ -295,7 +295,7 @@ func (e *LeaderTable) keep(ctx context.Context) {
 	}
 	now := time.Now()
 	overdue(now)
-	l.finish(now, ttlEnd)
+	l.Finish(now, ttlEnd)
 	if !lost {
 		e.resign(ctx)
 	}
