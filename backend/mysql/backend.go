@@ -271,8 +271,7 @@ func (b *Backend) DB() *sql.DB { return b.db }
 func (b *Backend) Close() error {
 	b.closeOnce.Do(func() {
 		b.cancel()
-		b.wg.Wait()
-		b.hub.close()
+		b.wg.Wait() // the bells' keeper among them, which closes its connection and so frees the named locks
 		if b.ownsDB {
 			b.db.Close()
 		}

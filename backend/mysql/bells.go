@@ -126,10 +126,6 @@ func (bl *bells) freeSession(s *session) {
 	bl.wake()
 }
 
-// close is called by Backend.Close after keep has returned: the
-// connection, and with it the named locks, went with keep.
-func (bl *bells) close() {}
-
 // wanted returns the bells to hold: those of holdings still held, or not
 // yet seen held (a holding lost without a release, its candidacy deleted,
 // drops its bell). It reads each session's holdings once.

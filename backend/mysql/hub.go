@@ -60,13 +60,6 @@ func (h *hub) start() {
 	h.once.Do(func() { h.b.wg.Go(h.tick) })
 }
 
-// close frees what the hub holds (the bells' connection).
-func (h *hub) close() {
-	if h.bells != nil {
-		h.bells.close()
-	}
-}
-
 // tick wakes every watch every poll interval.
 func (h *hub) tick() {
 	t := time.NewTicker(h.b.poll)
