@@ -191,7 +191,7 @@ func (s *Server) install() error {
 	if err := os.WriteFile(initFile, []byte(initSQL), 0o644); err != nil {
 		return fmt.Errorf("writing %s: %w", initFile, err)
 	}
-	args := append([]string{"--no-defaults", "--datadir=" + s.data, "--skip-test-db",
+	args := append([]string{"--no-defaults", "--datadir=" + s.data, "--tmpdir=" + s.tmp, "--skip-test-db",
 		"--auth-root-authentication-method=normal", "--extra-file=" + initFile}, settings...)
 	cmd := exec.Command(binary("mariadb-install-db", "/usr/bin", "/usr/local/bin"), args...)
 	cmd.Dir = s.dir

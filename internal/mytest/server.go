@@ -38,6 +38,7 @@ type Server struct {
 	mariadbd string
 	dir      string // the temporary directory: data/, server.log, init.sql
 	data     string
+	tmp      string // its tmpdir, its own: see newServer
 	port     int
 	args     []string // WithServerArgs
 	clock    string   // WithFakeClock: the file of libfaketime's offset
@@ -192,6 +193,14 @@ func newServer(t testing.TB) *Server {
 	if err := os.Mkdir(s.data, 0o700); err != nil {
 		t.Fatalf("mytest: making the datadir: %v", err)
 	}
+	// A tmpdir of its own: in the shared /tmp, a bootstrap of
+	// mariadb-install-db was seen failing on a temporary table's file
+	// ("Could not remove temporary table", then "Unknown table
+	// 'mysql.tmp_user_sys'") while other servers started and stopped.
+	s.tmp = filepath.Join(s.dir, "tmp")
+	if err := os.Mkdir(s.tmp, 0o700); err != nil {
+		t.Fatalf("mytest: making the tmpdir: %v", err)
+	}
 	if s.cred, err = serverCredential(); err != nil {
 		t.Fatalf("mytest: %v", err)
 	}
@@ -200,8 +209,10 @@ func newServer(t testing.TB) *Server {
 		if err := os.Chmod(s.dir, 0o755); err != nil {
 			t.Fatalf("mytest: %v", err)
 		}
-		if err := os.Chown(s.data, int(s.cred.Uid), int(s.cred.Gid)); err != nil {
-			t.Fatalf("mytest: handing the datadir to the mysql user: %v", err)
+		for _, d := range []string{s.data, s.tmp} {
+			if err := os.Chown(d, int(s.cred.Uid), int(s.cred.Gid)); err != nil {
+				t.Fatalf("mytest: handing %s to the mysql user: %v", d, err)
+			}
 		}
 	}
 	return s
@@ -269,7 +280,7 @@ func (s *Server) start() error {
 		return fmt.Errorf("opening the server's log: %w", err)
 	}
 	defer logf.Close()
-	args := append([]string{"--no-defaults", "--datadir=" + s.data,
+	args := append([]string{"--no-defaults", "--datadir=" + s.data, "--tmpdir=" + s.tmp,
 		"--port=" + strconv.Itoa(s.port), "--bind-address=127.0.0.1",
 		"--socket=" + filepath.Join(s.data, "mariadbd.sock"),
 		"--pid-file=" + filepath.Join(s.data, "mariadbd.pid"),
