@@ -108,8 +108,16 @@ const (
 	// RevokeDrained: an operator drained this member; it contends for
 	// nothing until undrained.
 	RevokeDrained
+	// RevokePaused: the job paused itself after failed runs in a row
+	// ([Schedule.WithPauseAfter]): it disabled its lease, and runs nothing
+	// anywhere until an operator enables it.
+	RevokePaused
+	// RevokeStuck: the task reported no progress within its watchdog's
+	// limit ([WithProgressWatchdog]); it gave the term up and sits out one
+	// lease term, so another member takes over.
+	RevokeStuck
 
-	lastRevokeReason = RevokeDrained
+	lastRevokeReason = RevokeStuck
 )
 
 // String describes the reason in a few words.
@@ -133,6 +141,10 @@ func (r RevokeReason) String() string {
 		return "resigned"
 	case RevokeDrained:
 		return "member drained"
+	case RevokePaused:
+		return "paused after failures"
+	case RevokeStuck:
+		return "no progress"
 	}
 	return fmt.Sprintf("RevokeReason(%d)", int(r))
 }

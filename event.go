@@ -10,7 +10,8 @@ import (
 
 // Event is one of the typed events a client publishes: [SessionStarted],
 // [SessionLost], [Elected], [Revoked], [HandedOff], [WorkCompleted],
-// [Misfired], [ViewChanged], [GroupMismatch]. Switch on the concrete type.
+// [Misfired], [Skipped], [RunOverdue], [Paused], [ViewChanged],
+// [GroupMismatch]. Switch on the concrete type.
 //
 // Events are delivered to the handlers given with [WithEventHandler], in
 // the order they were published, on one goroutine of the client's that
@@ -130,6 +131,11 @@ type WorkCompleted struct {
 	Err      error         // what the function returned (nil for an exit code of 0), or a *PanicError
 	Start    time.Time     // when the run started
 	Duration time.Duration // how long it ran
+	// Attempt is the run's attempt: 1, or more for a retry (see
+	// [RetryPolicy]).
+	Attempt int
+	// Source says why the run started.
+	Source RunSource
 }
 
 // Misfired is published when a schedule's planned starts passed while a run
@@ -142,6 +148,35 @@ type Misfired struct {
 	// ([MisfireRunOnce]); otherwise they were skipped.
 	CatchUp bool
 	At      time.Time // when the overrunning run ended
+}
+
+// Skipped is published when a schedule skips planned starts, one event per
+// occasion: Count starts from First to Last, for Reason.
+type Skipped struct {
+	TermRef
+	Reason SkipReason
+	Count  int       // how many planned starts were skipped
+	First  time.Time // the first of them
+	Last   time.Time // the last of them
+	At     time.Time // when the skip was decided
+}
+
+// RunOverdue is published when a run is still going a second after its
+// timeout ([Schedule.WithTimeout]): it ignored the cancellation of its ctx.
+type RunOverdue struct {
+	TermRef
+	Start   time.Time     // when the run started
+	Timeout time.Duration // its timeout
+	At      time.Time     // when it was found overdue
+}
+
+// Paused is published when a schedule pauses itself after failed runs in a
+// row ([Schedule.WithPauseAfter]).
+type Paused struct {
+	TermRef
+	Failures int       // the failed runs in a row
+	Err      error     // the last run's error
+	At       time.Time // when it paused
 }
 
 // ViewChanged is published when a partition group's member view changes.
@@ -170,6 +205,9 @@ func (Revoked) isEvent()        {}
 func (HandedOff) isEvent()      {}
 func (WorkCompleted) isEvent()  {}
 func (Misfired) isEvent()       {}
+func (Skipped) isEvent()        {}
+func (RunOverdue) isEvent()     {}
+func (Paused) isEvent()         {}
 func (ViewChanged) isEvent()    {}
 func (GroupMismatch) isEvent()  {}
 

@@ -151,8 +151,10 @@ func (o *options) marginFor(granted time.Duration) time.Duration {
 type TaskOption func(*taskOptions) error
 
 type taskOptions struct {
-	executor func(f func())
-	claim    func(context.Context, *Term) error
+	executor  func(f func())
+	claim     func(context.Context, *Term) error
+	onFailure func(context.Context, RunFailure)
+	watchdog  time.Duration
 }
 
 // WithExecutor runs each term's function through e instead of on a new
@@ -195,6 +197,55 @@ func WithClaim(claim func(ctx context.Context, term *Term) error) TaskOption {
 			return fmt.Errorf("%w: nil claim", ErrInvalidArgument)
 		}
 		o.claim = claim
+		return nil
+	}
+}
+
+// RunFailure describes a failed run, for the handler of
+// [WithFailureHandler].
+type RunFailure struct {
+	TermRef
+	Member   string            // the member that ran it
+	Source   RunSource         // why it started
+	Args     map[string]string // a trigger's arguments, if any
+	Start    time.Time         // when its first attempt started
+	Duration time.Duration     // from then to the end of its last attempt
+	Attempts int               // how many attempts it made
+	Err      error             // the last attempt's error
+	// Failures is the number of failed runs in a row, this one included.
+	Failures int
+}
+
+// WithFailureHandler calls h once per failed run (a run whose last attempt
+// failed: see [RetryPolicy]), on the node that ran it, after the run ended,
+// on a goroutine of the client's: never twice for one run, and never on
+// another node after a hand-off. h gets a ctx that ends when the client
+// closes; [Client.Shutdown] waits for it. Runs cancelled because their term
+// ended are not failures.
+func WithFailureHandler(h func(ctx context.Context, f RunFailure)) TaskOption {
+	return func(o *taskOptions) error {
+		if h == nil {
+			return fmt.Errorf("%w: nil failure handler", ErrInvalidArgument)
+		}
+		o.onFailure = h
+		return nil
+	}
+}
+
+// WithProgressWatchdog gives up a term whose task stops making progress:
+// while the task's function runs (each run, for a schedule), it must call
+// [Term.Progress] at least once every limit; when limit passes without a
+// call, the term ends ([RevokeStuck]: its ctx is cancelled, a [Revoked]
+// event and a log say why), the lease is handed off, and the task sits out
+// one lease term before contending again, so that another member takes
+// over. Use it for long-running leader work that can hang (a stuck
+// connection, a deadlock) rather than die. limit must be positive.
+func WithProgressWatchdog(limit time.Duration) TaskOption {
+	return func(o *taskOptions) error {
+		if limit <= 0 {
+			return fmt.Errorf("%w: progress watchdog limit must be positive, got %v", ErrInvalidArgument, limit)
+		}
+		o.watchdog = limit
 		return nil
 	}
 }

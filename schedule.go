@@ -33,6 +33,14 @@ type Schedule struct {
 	cron    cron.Schedule
 	misfire MisfirePolicy
 	err     error
+
+	// The policies of schedule_policy.go.
+	retry         RetryPolicy
+	timeout       time.Duration
+	overlap       OverlapPolicy
+	maxConcurrent int
+	catchUp       time.Duration
+	pauseAfter    int
 }
 
 type scheduleKind int
@@ -181,7 +189,10 @@ func (s Schedule) Err() error {
 	if s.kind == 0 {
 		return fmt.Errorf("%w: zero Schedule; use FixedDelay, FixedRate or Cron", ErrInvalidSchedule)
 	}
-	return s.err
+	if s.err != nil {
+		return s.err
+	}
+	return s.checkPolicies()
 }
 
 // String describes s.
@@ -202,6 +213,24 @@ func (s Schedule) String() string {
 	}
 	if s.misfire != MisfireSkip {
 		b += ", misfire " + s.misfire.String()
+	}
+	if s.overlap != 0 {
+		b += ", overlap " + s.overlap.String()
+	}
+	if s.maxConcurrent != 0 {
+		b += fmt.Sprintf(", at most %d at once", s.maxConcurrent)
+	}
+	if s.timeout > 0 {
+		b += fmt.Sprintf(", timeout %v", s.timeout)
+	}
+	if s.retry.Attempts > 1 {
+		b += fmt.Sprintf(", %d attempts", s.retry.Attempts)
+	}
+	if s.catchUp > 0 {
+		b += fmt.Sprintf(", catch-up window %v", s.catchUp)
+	}
+	if s.pauseAfter > 0 {
+		b += fmt.Sprintf(", pause after %d failures", s.pauseAfter)
 	}
 	return b
 }

@@ -225,3 +225,10 @@ func (t *Term) revoke(reason RevokeReason, cause error) bool {
 	close(t.revoked)
 	return true
 }
+
+// Progress tells the progress watchdog of the task ([WithProgressWatchdog])
+// that the work is moving: the watchdog's limit counts again from now. It
+// costs an atomic store, and does nothing without a watchdog.
+func (t *Term) Progress() {
+	// The watchdog is built by its own change.
+}

@@ -82,6 +82,11 @@ type Status struct {
 	LastRun     *Run      `json:"lastRun,omitempty"` // the last run started
 	Succeeded   uint64    `json:"succeeded"`         // runs that did not fail
 	Failed      uint64    `json:"failed"`            // runs that failed
+	// FailStreak is the number of runs in a row that failed, up to the
+	// last run (0 after a success).
+	FailStreak int `json:"failStreak,omitempty"`
+	// SkippedRuns counts planned starts skipped (see Run.Skipped).
+	SkippedRuns uint64 `json:"skippedRuns,omitempty"`
 	// HistorySeq is the sequence number of the last run in the history.
 	HistorySeq uint64    `json:"historySeq"`
 	Updated    time.Time `json:"updated"` // when it was written
@@ -169,6 +174,7 @@ type Renewal struct {
 const (
 	Running     = "running"     // in flight, or its holder is gone (see Interrupted)
 	Interrupted = "interrupted" // the holder's term ended while it ran, without a hand-off
+	Skipped     = "skipped"     // planned starts not run: see Run.Skipped
 )
 
 // Sources of runs.
@@ -195,6 +201,15 @@ type Run struct {
 	// of other functions, runs of commands a signal ended, and records
 	// written before the field existed.
 	ExitCode *int `json:"exitCode,omitempty"`
+	// Attempt is the run's attempt, 1 for the first (and in records
+	// written before retries existed, 0); more for a retry.
+	Attempt int `json:"attempt,omitempty"`
+	// Args are the arguments of a triggered run.
+	Args map[string]string `json:"args,omitempty"`
+	// Skipped, for an entry of Result Skipped, is how many planned starts
+	// it stands for, from Start to End; Error says why (a
+	// simba.SkipReason's words).
+	Skipped int `json:"skipped,omitempty"`
 }
 
 // Op is a cluster-wide operation request.
@@ -205,6 +220,13 @@ type Op struct {
 	By     string    `json:"by,omitempty"`     // who asked
 	At     time.Time `json:"at"`               // when
 	Reason string    `json:"reason,omitempty"` // why, in the operator's words
+	// Args, for a trigger, are the arguments the run receives (see
+	// simba.RunInfo).
+	Args map[string]string `json:"args,omitempty"`
+	// Paused, for a disable, says the job paused itself after failed runs
+	// in a row (simba.Schedule.WithPauseAfter) rather than an operator
+	// disabling it.
+	Paused bool `json:"paused,omitempty"`
 }
 
 // Encode marshals v.
