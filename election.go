@@ -97,6 +97,9 @@ type LeaderTask struct {
 	// moved: the group's assignment moved the partition away, and stopped
 	// the task for it.
 	moved atomic.Bool
+	// watchdog is the limit of the progress watchdog
+	// ([WithProgressWatchdog]); 0 for none.
+	watchdog time.Duration
 }
 
 // errClientClosing is the cancel cause of tasks stopped by the client's
@@ -127,6 +130,7 @@ func (c *Client) start(what string, ref TermRef, group *GroupTask, schedule stri
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	t := &LeaderTask{c: c, ref: ref, group: group, schedule: schedule, body: body, exec: o.executor, ctx: ctx, cancel: cancel, done: make(chan struct{}), runs: newRuns()}
+	t.watchdog = o.watchdog
 	if err := c.register(t); err != nil {
 		cancel(nil)
 		return nil, err
@@ -394,5 +398,7 @@ func (c *Client) invoke(ctx context.Context, term *Term, fn func(context.Context
 		term.status.ended(run, start.Add(d), result, err, exit)
 		c.events.publish(WorkCompleted{TermRef: term.ref, Result: result, Err: err, Start: start, Duration: d})
 	}()
+	term.watchdogOn()
+	defer term.watchdogOff()
 	return fn(ctx, term)
 }

@@ -3,6 +3,7 @@ package simba
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -41,7 +42,7 @@ type holding struct {
 // ended for reason: it does when the client ended the term itself.
 func holds(reason RevokeReason) bool {
 	switch reason {
-	case RevokeStopped, RevokeClosed, RevokeYielded, RevokeDisabled, RevokeResigned, RevokeDrained:
+	case RevokeStopped, RevokeClosed, RevokeYielded, RevokeDisabled, RevokeResigned, RevokeDrained, RevokeStuck:
 		return true
 	}
 	return false
@@ -72,6 +73,9 @@ func (t *LeaderTask) startTerm(g *generation, lease backend.Lease) bool {
 
 	runCtx, cancelRun := context.WithCancel(withTask(context.Background(), t))
 	h := &holding{t: t, g: g, lease: lease, term: term, runCtx: runCtx, cancelRun: cancelRun, running: true}
+	if t.watchdog > 0 {
+		term.dog = newWatchdog(term, t.watchdog, h.stuck)
+	}
 	c.runStarting(h)
 	h.watch()
 	h.checkOps()
@@ -113,8 +117,8 @@ func (h *holding) run() {
 }
 
 // next carries the election's loop on after the hand-off: it completes a
-// stopped task, sits out one lease term after a yield or a resignation, and
-// contends again.
+// stopped task, sits out one lease term after a yield, a resignation or a
+// term given up for want of progress, and contends again.
 func (h *holding) next() {
 	h.mu.Lock()
 	reason := h.reason
@@ -123,7 +127,7 @@ func (h *holding) next() {
 		h.t.finish()
 		return
 	}
-	if (reason == RevokeYielded || reason == RevokeResigned) && !backoff.Sleep(h.t.ctx, h.g.ttl) {
+	if (reason == RevokeYielded || reason == RevokeResigned || reason == RevokeStuck) && !backoff.Sleep(h.t.ctx, h.g.ttl) {
 		h.t.finish()
 		return
 	}
@@ -149,6 +153,17 @@ func (h *holding) work() error {
 		done <- err
 	})
 	return <-done
+}
+
+// stuck gives the term up when its work went without progress for the
+// limit of the task's progress watchdog (see [WithProgressWatchdog]): the
+// lease is handed off as for any revoke the client makes itself, and the
+// task sits out one lease term (see next) so that another member takes
+// over.
+func (h *holding) stuck(idle time.Duration) {
+	ref, limit := h.term.ref, h.t.watchdog
+	h.t.c.log.Warn("no progress within the watchdog's limit: giving the term up", "election", ref.Election, "token", ref.Token, "limit", limit, "idle", idle)
+	h.revoke(RevokeStuck, fmt.Errorf("simba: no progress for %v", limit))
 }
 
 // watch arranges for the term to be revoked when the session ends, the task

@@ -317,6 +317,8 @@ func (r RevokeReason) metricName() string {
 		return "resigned"
 	case RevokeDrained:
 		return "drained"
+	case RevokeStuck:
+		return "stuck"
 	}
 	return "unknown"
 }

@@ -240,6 +240,10 @@ func WithFailureHandler(h func(ctx context.Context, f RunFailure)) TaskOption {
 // one lease term before contending again, so that another member takes
 // over. Use it for long-running leader work that can hang (a stuck
 // connection, a deadlock) rather than die. limit must be positive.
+//
+// The limit counts from the start of each run; between a schedule's runs,
+// and after a RunWhileLeader function returned, the watchdog is off. When
+// runs overlap, the progress of any of them counts for the term.
 func WithProgressWatchdog(limit time.Duration) TaskOption {
 	return func(o *taskOptions) error {
 		if limit <= 0 {

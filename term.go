@@ -49,6 +49,10 @@ type Term struct {
 	// and at most until the deadline the term had when it was revoked. 0
 	// when none.
 	handOffUntil atomic.Int64
+
+	// dog is the progress watchdog of the task's function; nil without
+	// one. Set before the work starts.
+	dog *watchdog
 }
 
 func newTerm(ref TermRef, g *generation) *Term {
@@ -104,11 +108,11 @@ func (t *Term) Deadline() time.Time {
 //
 // While the term is valid it is [Term.Deadline]. After the client ended the
 // term itself ([LeaderTask.Stop], [Client.Close] or [Client.Shutdown], a
-// yield, or an operator's disable, drain or resign), the lease is handed on
-// only once the function has returned, and at the latest at the deadline
-// the term had when it was ended, even if the function ignores the
-// cancellation (a Shutdown whose ctx ends first does not release it
-// earlier): HandOffDeadline is that deadline, fixed at the stop, until the
+// yield, its progress watchdog, or an operator's disable, drain or
+// resign), the lease is handed on only once the function has returned, and
+// at the latest at the deadline the term had when it was ended, even if
+// the function ignores the cancellation (a Shutdown whose ctx ends first
+// does not release it earlier): HandOffDeadline is that deadline, fixed at the stop, until the
 // hand-off releases the lease. Once the lease is released, and when the
 // term ended by losing it (its deadline passed without a renewal, or the
 // session ended), it is Deadline again: an instant that has passed, after
@@ -228,7 +232,25 @@ func (t *Term) revoke(reason RevokeReason, cause error) bool {
 
 // Progress tells the progress watchdog of the task ([WithProgressWatchdog])
 // that the work is moving: the watchdog's limit counts again from now. It
-// costs an atomic store, and does nothing without a watchdog.
+// costs a read of the monotonic clock and an atomic store (no lock, no
+// allocation, no timer), and does nothing without a watchdog. With runs that overlap, the progress of any of them counts
+// for the term.
 func (t *Term) Progress() {
-	// The watchdog is built by its own change.
+	if t.dog != nil {
+		t.dog.progress()
+	}
+}
+
+// watchdogOn arms the progress watchdog, if any, as a run starts.
+func (t *Term) watchdogOn() {
+	if t.dog != nil {
+		t.dog.arm()
+	}
+}
+
+// watchdogOff disarms the progress watchdog, if any, as a run returns.
+func (t *Term) watchdogOff() {
+	if t.dog != nil {
+		t.dog.disarm()
+	}
 }
