@@ -147,6 +147,21 @@ func TestOperationsWithTheToken(t *testing.T) {
 			ok("enable", "billing", 0, "")
 		})
 
+		step("disable and enable a partition", func() {
+			ok("disable", "billing.1", 0, "one partition")
+			ops, err := a.Ops(t.Context())
+			require.NoError(t, err)
+			assert.True(t, ops.Disabled["billing.1"])
+			assert.False(t, ops.Disabled["billing"])
+			time.Sleep(5 * time.Second)
+			_, held := f.Holder("billing.1")
+			assert.False(t, held, "nobody holds a disabled partition")
+			ok("enable", "billing.1", 0, "")
+			time.Sleep(5 * time.Second)
+			_, held = f.Holder("billing.1")
+			assert.True(t, held, "enabled, it is held again")
+		})
+
 		assert.NotContains(t, logs.String(), testToken, "the token is never logged")
 		assert.Contains(t, logs.String(), "operation done")
 	})
