@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -727,19 +728,33 @@ var (
 // operation record and the audit trail. It returns once the disable is
 // recorded, not once the holder has handed off (see "Operations" in the
 // package documentation for what is guaranteed when).
+//
+// name may be a partition's lease, "{group}.{p}": that partition alone
+// stops, as a partition that paused itself after failures does (see
+// Op.Paused); Enable of the same name resumes it.
 func (a *Admin) Disable(ctx context.Context, name, reason string) error {
-	return a.writeOp(ctx, opDisable, name, 0, reason, func(_ context.Context, _ *session, prev Op, had bool) (bool, string) {
-		if had {
+	return a.writeOp(ctx, opDisable, name, records.Op{Reason: reason}, func(_ context.Context, _ *session, prev Op, had bool) (bool, string) {
+		switch {
+		case had && prev.Paused:
+			return true, "disabled by an operator; was " + DescribeOp(prev)
+		case had:
 			return false, "disabled again; was disabled " + DescribeOp(prev)
 		}
 		return true, "disabled; was enabled"
 	})
 }
 
-// Enable undoes Disable; reason says why, for the audit trail.
+// Enable undoes Disable, and resumes a job that paused itself after
+// failures (Op.Paused); reason says why, for the audit trail. Like
+// Disable, it takes an election, job or group name, or a partition's
+// lease; it clears the disable of that name only (a partition whose group
+// is disabled stays disabled with its group).
 func (a *Admin) Enable(ctx context.Context, name, reason string) error {
-	return a.writeOp(ctx, opEnable, name, 0, reason, func(_ context.Context, _ *session, prev Op, had bool) (bool, string) {
-		if had {
+	return a.writeOp(ctx, opEnable, name, records.Op{Reason: reason}, func(_ context.Context, _ *session, prev Op, had bool) (bool, string) {
+		switch {
+		case had && prev.Paused:
+			return true, "enabled: resumed; was " + DescribeOp(prev)
+		case had:
 			return true, "enabled; was disabled " + DescribeOp(prev)
 		}
 		return false, "enable of what was not disabled: nothing changed"
@@ -747,15 +762,42 @@ func (a *Admin) Enable(ctx context.Context, name, reason string) error {
 }
 
 // Trigger asks the holder of a scheduled election or partition to run it
-// once as soon as it can. The request stays until a holder carries it out.
-// reason says why.
+// once as soon as it can; it is TriggerWith without arguments. reason
+// says why.
 func (a *Admin) Trigger(ctx context.Context, lease, reason string) error {
-	return a.writeOp(ctx, opTrigger, lease, 0, reason, func(_ context.Context, _ *session, prev Op, had bool) (bool, string) {
+	return a.TriggerWith(ctx, lease, reason, nil)
+}
+
+// TriggerWith asks the holder of a scheduled election or partition to run
+// it once as soon as it can, with args: the run finds them in its
+// simba.RunInfo (Args), and its history entry keeps them (Run.Args). The
+// request stays until a holder carries it out; a request pending still is
+// replaced, with its arguments. args must pass CheckArgs (the error wraps
+// ErrInvalidArgs, and nothing is written); nil or empty args are none.
+// reason says why. The audit entry's Change names the arguments.
+func (a *Admin) TriggerWith(ctx context.Context, lease, reason string, args map[string]string) error {
+	if err := CheckArgs(args); err != nil {
+		return err
+	}
+	if len(args) == 0 {
+		args = nil
+	}
+	return a.writeOp(ctx, opTrigger, lease, records.Op{Reason: reason, Args: maps.Clone(args)}, func(_ context.Context, _ *session, prev Op, had bool) (bool, string) {
+		change := "trigger requested" + argsSuffix(args)
 		if had {
-			return false, "trigger; one requested " + DescribeOp(prev) + " was pending still"
+			return !maps.Equal(prev.Args, args), change + "; one requested " + DescribeOp(prev) + " was pending still"
 		}
-		return true, "trigger requested"
+		return true, change
 	})
+}
+
+// argsSuffix names a trigger's arguments after what it says: " with
+// arguments day=2025-03-04", or "" for none.
+func argsSuffix(args map[string]string) string {
+	if len(args) == 0 {
+		return ""
+	}
+	return " with arguments " + FormatArgs(args)
 }
 
 // Resign asks the holder of lease to hand off gracefully and sit out one
@@ -764,7 +806,7 @@ func (a *Admin) Trigger(ctx context.Context, lease, reason string) error {
 // it; otherwise only to the term with that token. The lease key is never
 // deleted: that would break the one-valid-term guarantee. reason says why.
 func (a *Admin) Resign(ctx context.Context, lease string, token uint64, reason string) error {
-	return a.writeOp(ctx, opResign, lease, token, reason, func(ctx context.Context, w *session, prev Op, had bool) (bool, string) {
+	return a.writeOp(ctx, opResign, lease, records.Op{Token: token, Reason: reason}, func(ctx context.Context, w *session, prev Op, had bool) (bool, string) {
 		holder := a.holderOf(ctx, w, lease)
 		var change string
 		switch {
@@ -787,7 +829,7 @@ func (a *Admin) Resign(ctx context.Context, lease string, token uint64, reason s
 // Drain makes a member hand off everything it holds and stop contending,
 // until Undrain. reason says why.
 func (a *Admin) Drain(ctx context.Context, member, reason string) error {
-	return a.writeOp(ctx, opDrain, member, 0, reason, func(ctx context.Context, w *session, prev Op, had bool) (bool, string) {
+	return a.writeOp(ctx, opDrain, member, records.Op{Reason: reason}, func(ctx context.Context, w *session, prev Op, had bool) (bool, string) {
 		change := fmt.Sprintf("drain of %s, who held %s", member, a.heldBy(ctx, w, member))
 		if had {
 			return false, change + "; was drained " + DescribeOp(prev) + " already"
@@ -798,7 +840,7 @@ func (a *Admin) Drain(ctx context.Context, member, reason string) error {
 
 // Undrain undoes Drain; reason says why, for the audit trail.
 func (a *Admin) Undrain(ctx context.Context, member, reason string) error {
-	return a.writeOp(ctx, opUndrain, member, 0, reason, func(_ context.Context, _ *session, prev Op, had bool) (bool, string) {
+	return a.writeOp(ctx, opUndrain, member, records.Op{Reason: reason}, func(_ context.Context, _ *session, prev Op, had bool) (bool, string) {
 		if had {
 			return true, "undrained; was drained " + DescribeOp(prev)
 		}
@@ -807,25 +849,26 @@ func (a *Admin) Undrain(ctx context.Context, member, reason string) error {
 }
 
 // writeOp checks target and performs the operation of kind on it (see
-// operate): it writes the operation record, with token and reason, or
-// deletes it (kind.del). Before the write, describe says, from the record
-// the write replaces (had: there was one) and what else it reads through
-// w, whether the write changes what is in force and how, for the audit
-// trail.
-func (a *Admin) writeOp(ctx context.Context, kind opKind, target string, token uint64, reason string,
+// operate): it writes the operation record op (its token, reason and
+// arguments; By and At are the admin's), or deletes the record (kind.del:
+// op's reason is that of the audit entry). Before the write, describe
+// says, from the record the write replaces (had: there was one) and what
+// else it reads through w, whether the write changes what is in force and
+// how, for the audit trail.
+func (a *Admin) writeOp(ctx context.Context, kind opKind, target string, op records.Op,
 	describe func(ctx context.Context, w *session, prev Op, had bool) (changed bool, change string)) error {
 	if err := kind.check(target); err != nil {
 		return err
 	}
 	key := kind.prefix + target
-	return a.operate(ctx, kind.name, target, token, reason, func(ctx context.Context, w *session, at time.Time) (bool, string, error) {
+	return a.operate(ctx, kind.name, target, op.Token, op.Reason, func(ctx context.Context, w *session, at time.Time) (bool, string, error) {
 		prev, had := a.prevOp(ctx, w, key)
 		changed, change := describe(ctx, w, prev, had)
 		var err error
 		if kind.del {
 			err = a.del(ctx, w, key)
 		} else {
-			err = a.put(ctx, w, key, records.Op{Token: token, Reason: reason}, at)
+			err = a.put(ctx, w, key, op, at)
 		}
 		if err != nil {
 			return false, "", err
@@ -835,20 +878,27 @@ func (a *Admin) writeOp(ctx context.Context, kind opKind, target string, token u
 }
 
 // DescribeOp says who asked for op, since when and why, for a line of
-// text: "by alice@h1 since 2025-03-04 16:02:00 UTC: maintenance".
+// text: "by alice@h1 since 2025-03-04 16:02:00 UTC: maintenance". A
+// disable that a job wrote when it paused itself (Op.Paused) begins with
+// "paused after failures, " ("paused after failures, by node-1 since
+// ...: 5 failed runs in a row"); a trigger with arguments ends with them
+// (" with arguments day=2025-03-04", as FormatArgs writes them).
 func DescribeOp(op Op) string {
 	by := op.By
 	if by == "" {
 		by = "someone unnamed"
 	}
 	out := "by " + by
+	if op.Paused {
+		out = "paused after failures, " + out
+	}
 	if !op.At.IsZero() {
 		out += " since " + op.At.UTC().Format("2006-01-02 15:04:05 UTC")
 	}
 	if op.Reason != "" {
 		out += ": " + op.Reason
 	}
-	return out
+	return out + argsSuffix(op.Args)
 }
 
 // put writes an operation record at key, by the admin's operator at at.

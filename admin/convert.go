@@ -1,6 +1,10 @@
 package admin
 
-import "github.com/simba-go/simba/internal/records"
+import (
+	"maps"
+
+	"github.com/simba-go/simba/internal/records"
+)
 
 // The conversions from the records as the nodes store them (package
 // internal/records, the storage format) to the types of this package, one
@@ -18,6 +22,8 @@ func statusOf(r records.Status) Status {
 		LastRun:     ptrOf(r.LastRun, runOf),
 		Succeeded:   r.Succeeded,
 		Failed:      r.Failed,
+		FailStreak:  r.FailStreak,
+		SkippedRuns: r.SkippedRuns,
 		HistorySeq:  r.HistorySeq,
 		Updated:     r.Updated,
 		Terms:       sliceOf(r.Terms, termOf),
@@ -36,6 +42,7 @@ func runOf(r records.Run) Run {
 	run := Run{
 		Seq: r.Seq, Token: r.Token, Member: r.Member, Start: r.Start, End: r.End,
 		Result: r.Result, Error: r.Error, Source: r.Source,
+		Attempt: r.Attempt, Args: maps.Clone(r.Args), Skipped: r.Skipped,
 	}
 	if r.ExitCode != nil {
 		code := *r.ExitCode
@@ -45,7 +52,7 @@ func runOf(r records.Run) Run {
 }
 
 func opOf(r records.Op) Op {
-	return Op{Token: r.Token, By: r.By, At: r.At, Reason: r.Reason}
+	return Op{Token: r.Token, By: r.By, At: r.At, Reason: r.Reason, Args: maps.Clone(r.Args), Paused: r.Paused}
 }
 
 func healthOf(r records.Health) Health {

@@ -3,7 +3,9 @@ package admin
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -34,8 +36,20 @@ func TestConvertCopiesPointers(t *testing.T) {
 	*r.LastRun.ExitCode++
 	r.Holder.Member = "changed"
 	r.Terms[0].Member = "changed"
-	if *st.LastRun.ExitCode == *r.LastRun.ExitCode || st.Holder.Member == "changed" || st.Terms[0].Member == "changed" {
+	for k := range r.LastRun.Args {
+		r.LastRun.Args[k] = "changed"
+	}
+	if *st.LastRun.ExitCode == *r.LastRun.ExitCode || st.Holder.Member == "changed" || st.Terms[0].Member == "changed" || slices.Contains(slices.Collect(maps.Values(st.LastRun.Args)), "changed") {
 		t.Errorf("the converted status changed with its record: %+v", st)
+	}
+	var rop records.Op
+	fill(t, reflect.ValueOf(&rop).Elem(), new(int))
+	op := opOf(rop)
+	for k := range rop.Args {
+		rop.Args[k] = "changed"
+	}
+	if slices.Contains(slices.Collect(maps.Values(op.Args)), "changed") {
+		t.Errorf("the converted operation changed with its record: %+v", op)
 	}
 }
 
@@ -113,6 +127,14 @@ func fill(t *testing.T, v reflect.Value, n *int) {
 		v.Set(reflect.MakeSlice(v.Type(), 2, 2))
 		for i := range v.Len() {
 			fill(t, v.Index(i), n)
+		}
+	case reflect.Map:
+		v.Set(reflect.MakeMap(v.Type()))
+		for range 2 {
+			k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
+			fill(t, k, n)
+			fill(t, e, n)
+			v.SetMapIndex(k, e)
 		}
 	case reflect.String:
 		v.SetString(fmt.Sprint("s", *n))

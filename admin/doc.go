@@ -44,8 +44,18 @@
 //     name is held (Elections, Groups), no run of it starts anywhere: a
 //     node that wins its lease later reads the operations before the
 //     term's first run. The simba command's disable waits for that.
-//   - Trigger(lease): the holder of a scheduled election runs it once as
-//     soon as it can, then deletes the request.
+//     Disable and Enable take a partition's lease ("billing.3") too: that
+//     partition alone stops, or resumes. A schedule that pauses itself
+//     after failed runs in a row (simba.WithPauseAfter) writes the same
+//     disable, of its election or of its partition's lease, marked
+//     Op.Paused; DescribeOp says "paused after failures", and Enable
+//     resumes it.
+//   - Trigger(lease), TriggerWith(lease, args): the holder of a scheduled
+//     election runs it once as soon as it can, then deletes the request.
+//     The run receives args (simba.RunInfo) and its history entry keeps
+//     them (Run.Args). Arguments are key=value pairs within the bounds of
+//     CheckArgs; ParseArgs reads them as the simba command and the console
+//     take them, FormatArgs writes them.
 //   - Resign(lease, token): the holder hands off gracefully and sits out one
 //     lease term, so that another member takes over with a higher token.
 //     The lease key is never deleted from outside: that would let a new
@@ -65,7 +75,8 @@
 // audit/ keyed by time: who, why, when, the operation and its target,
 // whether it changed what is in force, and what it changed in words
 // ("disabled; was enabled", "enabled; was disabled by bob since ...",
-// "resign of token 7 held by m1", "drain of m1, who held 3 leases"; what
+// "trigger requested with arguments day=2025-03-04", "resign of token 7
+// held by m1", "drain of m1, who held 3 leases"; what
 // the Admin reads just before, from the records, and knows). The backend
 // cannot write both records in one atomic step, so the operation is
 // written first and its entry after it: an entry never tells of an

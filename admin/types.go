@@ -26,6 +26,13 @@ type Status struct {
 	LastRun     *Run      `json:"lastRun,omitempty"` // the last run started
 	Succeeded   uint64    `json:"succeeded"`         // runs that did not fail
 	Failed      uint64    `json:"failed"`            // runs that failed
+	// FailStreak is the number of runs in a row that failed, up to the
+	// last run (0 after a success): a schedule that pauses itself after N
+	// failures (simba.WithPauseAfter) pauses when it reaches N.
+	FailStreak int `json:"failStreak,omitempty"`
+	// SkippedRuns counts the planned starts skipped, with a reason (see
+	// Run.Skipped).
+	SkippedRuns uint64 `json:"skippedRuns,omitempty"`
 	// HistorySeq is the sequence number (Run.Seq) of the last run in the
 	// history.
 	HistorySeq uint64    `json:"historySeq"`
@@ -84,9 +91,10 @@ type Run struct {
 	Start  time.Time `json:"start"`        // when it started
 	End    time.Time `json:"end,omitzero"` // when it ended (zero while running)
 	// Result is "succeeded", "failed" or "cancelled" (simba.Result's
-	// String), "running" (in flight, or its holder is gone) or
+	// String), "running" (in flight, or its holder is gone),
 	// "interrupted" (the holder's term ended while it ran, without a
-	// hand-off).
+	// hand-off) or "skipped" (not a run, but planned starts that did not
+	// happen: see Skipped).
 	Result string `json:"result"`
 	Error  string `json:"error,omitempty"` // the error, if any
 	// Source says why it ran: "normal" (its schedule), "misfire" (a start
@@ -100,6 +108,18 @@ type Run struct {
 	// functions, runs of commands a signal ended, and records written
 	// before the field existed.
 	ExitCode *int `json:"exitCode,omitempty"`
+	// Attempt is the run's attempt under its schedule's retry policy: 1
+	// for the first, more for a retry; 0 in records written before
+	// retries existed.
+	Attempt int `json:"attempt,omitempty"`
+	// Args are the arguments of a triggered run (Admin.TriggerWith), nil
+	// for other runs.
+	Args map[string]string `json:"args,omitempty"`
+	// Skipped, for an entry of Result "skipped", is how many planned
+	// starts it stands for, the first at Start and the last at End; Error
+	// says why, in a simba.SkipReason's words: "overlap", "misfire",
+	// "catch-up window", "disabled" or "paused".
+	Skipped int `json:"skipped,omitempty"`
 }
 
 // Op is an operation in force or pending: who asked, when and why (see
@@ -111,6 +131,14 @@ type Op struct {
 	By     string    `json:"by,omitempty"`     // who asked (WithOperator, Admin.As)
 	At     time.Time `json:"at"`               // when
 	Reason string    `json:"reason,omitempty"` // why, in the operator's words
+	// Args, for a trigger, are the arguments the run receives
+	// (Admin.TriggerWith; simba.RunInfo in the run).
+	Args map[string]string `json:"args,omitempty"`
+	// Paused, for a disable, says that the job paused itself after failed
+	// runs in a row (simba.WithPauseAfter) rather than that an operator
+	// disabled it; Enable resumes it all the same. DescribeOp and the
+	// simba command and console show it as "paused after failures".
+	Paused bool `json:"paused,omitempty"`
 }
 
 // Health is a client's recent session renewals, written by the client

@@ -54,8 +54,13 @@
 //   - /jobs: scheduled elections and partitions: state, schedule, next
 //     planned start, last result, counts, and recent runs with their source
 //     (normal, misfire, trigger, fail-over) and, for a run of a command,
-//     its exit status ("failed exit 3"), with a sparkline of the recent
-//     runs; /jobs/{lease} the whole history, charted: each run's duration
+//     its exit status ("failed exit 3"), a retry's attempt ("attempt 2")
+//     and a triggered run's arguments; entries of planned starts that did
+//     not happen say how many, why (overlap, misfire, catch-up window,
+//     disabled, paused) and until when ("skipped 3 planned starts
+//     (overlap)"); with a sparkline of the recent runs; /jobs/{lease} the
+//     whole history, charted (skipped starts are counted under the chart,
+//     not drawn): each run's duration
 //     over its start time, its result in the marker's shape (a cross for a
 //     failure), misfires, triggers and fail-overs marked above, and the
 //     success rate. The durations are on a log scale when the longest run
@@ -86,6 +91,10 @@
 // group's partitions, a member) the page marks it, with who asked, since
 // when (in UTC, and relative to now) and why in a line beside the marker
 // and in its tooltip; a partition says when it is its group's disable.
+// A job or partition that paused itself after failed runs in a row (its
+// schedule's pause-after policy writes a disable marked admin.Op.Paused)
+// is marked "paused", with its reason, and its enable button reads
+// "Resume"; a paused partition has that button in its row on /jobs.
 // Reasons are the operators' words and shown as text, never as markup.
 //
 // Pages are rendered on the server (html/template) and readable without
@@ -149,7 +158,15 @@
 // /api/ops/{op} with a JSON body; the console checks that the target exists
 // and suits the operation (a trigger needs a schedule; a resignation names
 // the holder's token and is refused once that term is over), then performs
-// it through admin, recorded under the operator's name (admin.Admin.As):
+// it through admin, recorded under the operator's name (admin.Admin.As).
+// A trigger's dialog takes arguments, key=value a line, sent as the body's
+// "args" list and read by admin.ParseArgs as the simba command reads its
+// --arg: a line without '=', a bad key, a key given twice or arguments
+// beyond admin.CheckArgs's bounds are refused (400) with the reason shown
+// in the dialog, and arguments with another operation too; the run
+// receives them (admin.Admin.TriggerWith). The log line of a trigger with
+// arguments says how many (args=2), not what: the audit trail has them.
+// Who the operation is recorded as done by:
 //
 //   - With per-operator tokens (WithOperators; ParseOperators reads them
 //     from "name:token" lines), the token names its operator.

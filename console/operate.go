@@ -12,6 +12,7 @@ import (
 	"mime"
 	"net/http"
 	"slices"
+	"strings"
 
 	"github.com/simba-go/simba/admin"
 )
@@ -29,6 +30,11 @@ type opRequest struct {
 	// the lease when a node sees the request).
 	Token  uint64 `json:"token,omitempty"`
 	Reason string `json:"reason,omitempty"` // for disable and drain
+	// Args, for trigger, are the run's arguments, each "key=value" (the
+	// page's text area, a line each), read by admin.ParseArgs: a string
+	// without '=', a bad key, a key given twice or arguments beyond
+	// admin.CheckArgs's bounds are refused (400).
+	Args []string `json:"args,omitempty"`
 }
 
 // opReply is the JSON answer to an operation.
@@ -49,16 +55,19 @@ type errRefused struct {
 
 func (e *errRefused) Error() string { return e.msg }
 
-// maxOpBody bounds the body of an operation request.
-const maxOpBody = 4096
+// maxOpBody bounds the body of an operation request: room for a
+// trigger's arguments (admin.MaxArgsBytes of keys and values), escaped as
+// JSON.
+const maxOpBody = 64 << 10
 
 // serveOp performs an operation: POST /api/ops/{op} with a JSON opRequest.
 // The checks, in order: the operation exists (404); the console is not
 // read-only (403); the request is not cross-origin (403); its body is JSON
 // (415); it carries a token of the console's (401); the body is readable,
-// names a target and a reason that is not too long, and the operator name
-// sent, if any, is one (400); its target exists and suits the operation
-// (404, 409). Only then does it go through admin, as the operator. Each
+// names a target and a reason that is not too long, carries arguments
+// only for a trigger and only such as admin.ParseArgs accepts, and the
+// operator name sent, if any, is one (400); its target exists and suits
+// the operation (404, 409). Only then does it go through admin, as the operator. Each
 // outcome is logged with what was asked (see opLog), never the token.
 func (s *Server) serveOp(w http.ResponseWriter, r *http.Request) {
 	raw, readErr := io.ReadAll(http.MaxBytesReader(w, r.Body, maxOpBody))
@@ -114,9 +123,18 @@ func (s *Server) serveOp(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusBadRequest, fmt.Sprintf("give a target, and a reason of at most %d bytes", maxReason))
 		return
 	}
+	if len(req.Args) > 0 && l.op != "trigger" {
+		refuse(http.StatusBadRequest, "arguments are for a trigger only")
+		return
+	}
+	args, err := admin.ParseArgs(req.Args)
+	if err != nil {
+		refuse(http.StatusBadRequest, strings.TrimPrefix(err.Error(), "simba/admin: "))
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.opts.timeout)
 	defer cancel()
-	err := s.checkTarget(ctx, l.op, req)
+	err = s.checkTarget(ctx, l.op, req)
 	if ref := (*errRefused)(nil); errors.As(err, &ref) {
 		s.hub.observe(nil) // its reads worked
 		refuse(ref.status, ref.msg)
@@ -135,7 +153,7 @@ func (s *Server) serveOp(w http.ResponseWriter, r *http.Request) {
 	if l.operator != "" {
 		a = a.As(l.operator)
 	}
-	msg, err := s.perform(ctx, a, l.op, req)
+	msg, err := s.perform(ctx, a, l.op, req, args)
 	if err != nil {
 		msg := "the backend failed: " + s.describe(err)
 		l.failed(http.StatusBadGateway, msg)
@@ -163,9 +181,12 @@ type opLog struct {
 }
 
 func (l opLog) log(level slog.Level, msg, outcome string, status int, answer string) {
-	l.s.opts.log.Log(context.Background(), level, msg,
-		"op", l.op, "target", l.req.Target, "operator", l.operator, "reason", l.req.Reason,
-		"remote", l.remote, "outcome", outcome, "status", status, "answer", answer)
+	attrs := []any{"op", l.op, "target", l.req.Target, "operator", l.operator, "reason", l.req.Reason,
+		"remote", l.remote, "outcome", outcome, "status", status, "answer", answer}
+	if len(l.req.Args) > 0 {
+		attrs = append(attrs, "args", len(l.req.Args)) // how many: the values are the audit trail's
+	}
+	l.s.opts.log.Log(context.Background(), level, msg, attrs...)
 }
 
 func (l opLog) refused(status int, why string) {
@@ -247,8 +268,9 @@ func (s *Server) checkTarget(ctx context.Context, op string, req opRequest) erro
 	}
 }
 
-// perform performs an operation through a and says what it did.
-func (s *Server) perform(ctx context.Context, a *admin.Admin, op string, req opRequest) (string, error) {
+// perform performs an operation through a and says what it did; args are
+// a trigger's arguments.
+func (s *Server) perform(ctx context.Context, a *admin.Admin, op string, req opRequest, args map[string]string) (string, error) {
 	t := req.Target
 	switch op {
 	case "disable":
@@ -256,7 +278,10 @@ func (s *Server) perform(ctx context.Context, a *admin.Admin, op string, req opR
 	case "enable":
 		return "enabled " + t, a.Enable(ctx, t, reason(req))
 	case "trigger":
-		return "triggered " + t + ": its holder runs it once", a.Trigger(ctx, t, reason(req))
+		if len(args) > 0 {
+			t += " with " + admin.FormatArgs(args)
+		}
+		return "triggered " + t + ": its holder runs it once", a.TriggerWith(ctx, req.Target, reason(req), args)
 	case "resign":
 		return "asked the holder of " + t + " to resign", a.Resign(ctx, t, req.Token, reason(req))
 	case "drain":

@@ -14,12 +14,20 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/simba-go/simba/admin"
 	"github.com/simba-go/simba/backend/memory"
 )
 
 // body returns the JSON body of an operation on target.
 func body(target string, token uint64, reason string) string {
 	b, _ := json.Marshal(opRequest{Target: target, Token: token, Reason: reason})
+	return string(b)
+}
+
+// argsBody returns the JSON body of a trigger of target with args, the
+// lines of the page's text area.
+func argsBody(target string, args ...string) string {
+	b, _ := json.Marshal(opRequest{Target: target, Args: args})
 	return string(b)
 }
 
@@ -70,6 +78,22 @@ func TestOperationsWithTheToken(t *testing.T) {
 			require.NoError(t, err)
 			assert.Empty(t, ops.Triggers, "carried out")
 			assert.Contains(t, get(s, "/jobs").Body.String(), `data-source="trigger"`)
+		})
+
+		step("trigger with arguments", func() {
+			w := call(s, opCall{op: "trigger", body: argsBody("report", "day=2025-03-04", "note=two words")})
+			require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+			assert.Equal(t, `triggered report with day=2025-03-04 note="two words": its holder runs it once`, decode(t, w.Body).Message)
+			entries, _, err := a.Audit(t.Context(), admin.AuditFilter{Name: "report", Limit: 1})
+			require.NoError(t, err)
+			require.Len(t, entries, 1)
+			assert.Equal(t, `trigger requested with arguments day=2025-03-04 note="two words"`, entries[0].Change)
+			time.Sleep(10 * time.Second)
+			require.Len(t, f.RunsOf("report"), 2, "the trigger ran once")
+			hist, err := a.History(t.Context(), "report")
+			require.NoError(t, err)
+			require.Len(t, hist, 2)
+			assert.Equal(t, "trigger", hist[1].Source)
 		})
 
 		step("disable and enable", func() {
@@ -123,6 +147,21 @@ func TestOperationsWithTheToken(t *testing.T) {
 			ok("enable", "billing", 0, "")
 		})
 
+		step("disable and enable a partition", func() {
+			ok("disable", "billing.1", 0, "one partition")
+			ops, err := a.Ops(t.Context())
+			require.NoError(t, err)
+			assert.True(t, ops.Disabled["billing.1"])
+			assert.False(t, ops.Disabled["billing"])
+			time.Sleep(5 * time.Second)
+			_, held := f.Holder("billing.1")
+			assert.False(t, held, "nobody holds a disabled partition")
+			ok("enable", "billing.1", 0, "")
+			time.Sleep(5 * time.Second)
+			_, held = f.Holder("billing.1")
+			assert.True(t, held, "enabled, it is held again")
+		})
+
 		assert.NotContains(t, logs.String(), testToken, "the token is never logged")
 		assert.Contains(t, logs.String(), "operation done")
 	})
@@ -172,12 +211,26 @@ func TestOperationsRefused(t *testing.T) {
 			{"no target", s, opCall{op: "trigger", body: `{}`}, http.StatusBadRequest},
 			{"an unknown field", s, opCall{op: "trigger", body: `{"target":"report","force":true}`}, http.StatusBadRequest},
 			{"a long reason", s, opCall{op: "disable", body: body("digest", 0, strings.Repeat("x", 201))}, http.StatusBadRequest},
-			{"a large body", s, opCall{op: "disable", body: `{"target":"digest","reason":"` + strings.Repeat("x", 5000) + `"}`}, http.StatusBadRequest},
+			{"a large body", s, opCall{op: "trigger", body: `{"target":"report","args":["a=` + strings.Repeat("x", maxOpBody) + `"]}`}, http.StatusBadRequest},
+			{"an argument without =", s, opCall{op: "trigger", body: argsBody("report", "day")}, http.StatusBadRequest},
+			{"an argument with a bad key", s, opCall{op: "trigger", body: argsBody("report", "1day=x")}, http.StatusBadRequest},
+			{"an argument twice", s, opCall{op: "trigger", body: argsBody("report", "a=1", "a=2")}, http.StatusBadRequest},
+			{"a value too long", s, opCall{op: "trigger", body: argsBody("report", "a="+strings.Repeat("x", 1025))}, http.StatusBadRequest},
+			{"arguments of a disable", s, opCall{op: "disable", body: `{"target":"digest","args":["a=1"]}`}, http.StatusBadRequest},
 		} {
 			w := call(tc.h, tc.call) // no t.Run in a bubble
 			assert.Equal(t, tc.status, w.Code, "%s: %s", tc.name, w.Body)
 			if tc.status == http.StatusUnauthorized {
 				assert.NotEmpty(t, w.Header().Get("WWW-Authenticate"), tc.name)
+			}
+			if want, ok := map[string]string{
+				"an argument without =":      `invalid trigger arguments: "day" is not key=value (no '=')`,
+				"an argument with a bad key": `invalid trigger arguments: key "1day": a key is a letter or _, then at most 63 letters, digits, _, . or -`,
+				"an argument twice":          `invalid trigger arguments: key "a" given twice`,
+				"a value too long":           "invalid trigger arguments: the value of a is 1025 bytes, at most 1024",
+				"arguments of a disable":     "arguments are for a trigger only",
+			}[tc.name]; ok {
+				assert.Equal(t, want, decode(t, bytes.NewBuffer(w.Body.Bytes())).Error, tc.name)
 			}
 			if tc.status == http.StatusMethodNotAllowed {
 				assert.Equal(t, "POST", w.Header().Get("Allow"), tc.name)

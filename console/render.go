@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/admin"
+	"github.com/simba-go/simba/internal/records"
 )
 
 //go:embed templates/*.html
@@ -49,6 +50,7 @@ var funcs = template.FuncMap{
 	"stamp":     stamp,
 	"describe":  describe,
 	"what":      auditWhat,
+	"args":      admin.FormatArgs,
 }
 
 // newOpButton is the button asking for op on target (token: the term a
@@ -59,12 +61,27 @@ func newOpButton(op, target string, token uint64, what string) opButton {
 }
 
 // disableOp is the button that disables target, or enables it again when
-// it is disabled.
-func disableOp(disabled bool, target, what string) opButton {
-	if disabled {
+// it is disabled; note is the disable in force, if any: one that target
+// wrote when it paused itself after failures makes the button "Resume".
+func disableOp(note *opNote, disabled bool, target, what string) opButton {
+	switch {
+	case disabled && note != nil && note.Paused && note.Via == "":
+		b := newOpButton("enable", target, 0, what)
+		b.Label = "Resume"
+		b.Explain = "It paused itself after failed runs in a row" + reasonOf(note.Reason) + ". Nodes contend for it again."
+		return b
+	case disabled:
 		return newOpButton("enable", target, 0, what)
 	}
 	return newOpButton("disable", target, 0, what)
+}
+
+// reasonOf puts a reason in parentheses, or gives "" for none.
+func reasonOf(reason string) string {
+	if reason == "" {
+		return ""
+	}
+	return " (" + reason + ")"
 }
 
 // drainOp is the button that drains a member, or undrains it when it is
@@ -137,9 +154,13 @@ func auditWhat(e admin.AuditEntry) string {
 	return e.Op
 }
 
-// took renders how long a run took, or that it runs.
+// took renders how long a run took, or that it runs; "—" for an entry
+// of skipped starts, which did not run.
 func took(r admin.Run) string {
-	if r.End.IsZero() {
+	switch {
+	case r.Result == records.Skipped:
+		return "—"
+	case r.End.IsZero():
 		return "…"
 	}
 	d := r.End.Sub(r.Start)

@@ -32,6 +32,10 @@ type runChart struct {
 	// What the runs shown came to.
 	Runs, Succeeded, Failed, Interrupted, Cancelled, Running int
 	Undrawn                                                  int // runs without a start time, not drawn
+	// Skipped counts the planned starts that the history's entries of
+	// result "skipped" stand for: not runs, neither drawn nor counted in
+	// Runs.
+	Skipped int
 }
 
 // runMark is one run in a chart.
@@ -106,6 +110,10 @@ func newRunChart(h []admin.Run, now time.Time, small bool) *runChart {
 	}
 	var runs []run
 	for _, r := range h {
+		if r.Result == records.Skipped {
+			c.Skipped += max(r.Skipped, 1)
+			continue
+		}
 		c.Runs++
 		switch r.Result {
 		case resultSucceeded:

@@ -168,6 +168,12 @@ func TestHelp(t *testing.T) {
 			}
 		}
 	}
+	out := h.ok("help", "trigger")
+	for _, want := range []string{"usage: simba trigger [flags] JOB", "-arg key=value", "(repeatable)", "simba.RunInfo", "every partition of a group gets the same", "32 arguments, a value at most 1024 bytes, 8192 bytes of keys and values\nin all."} {
+		if !strings.Contains(out, want) {
+			t.Errorf("simba help trigger lacks %q:\n%s", want, out)
+		}
+	}
 	for _, name := range []string{"status", "elections", "groups", "jobs", "history"} {
 		out := h.ok("help", name)
 		if !strings.Contains(out, "-watch") || !strings.Contains(out, "-interval duration") {

@@ -398,6 +398,9 @@ func TestCompletion(t *testing.T) {
 			{[]string{"status", "--utc", "r"}, []string{"report"}},
 			{[]string{"history", ""}, []string{"report"}},
 			{[]string{"trigger", "-o", "json", ""}, []string{"report"}},
+			{[]string{"trigger", "--a"}, []string{"--arg"}},
+			{[]string{"trigger", "--arg", ""}, nil}, // a key=value: nothing to offer
+			{[]string{"trigger", "--arg", "day=1", "--arg=n=2", ""}, []string{"report"}},
 			{[]string{"resign", "b"}, []string{"billing.0", "billing.1", "billing.2", "billing.3"}},
 			{[]string{"groups", ""}, []string{"billing"}},
 			{[]string{"enable", ""}, []string{"billing", "ingest", "later", "report"}},

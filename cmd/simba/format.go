@@ -11,6 +11,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/simba-go/simba/admin"
+	"github.com/simba-go/simba/internal/records"
 )
 
 // newTable returns a tabwriter for aligned columns, two spaces apart.
@@ -184,15 +185,18 @@ func tokenString(t uint64) string {
 }
 
 // runSummary describes a run in a few words: "succeeded 3s ago (trigger)",
-// "failed (exit 3) 1m ago".
+// "failed (exit 3) 1m ago", "skipped 2 starts (overlap) 5s ago".
 func runSummary(r *admin.Run, now time.Time) string {
 	if r == nil {
 		return "-"
 	}
 	var s string
-	if r.End.IsZero() {
+	switch {
+	case r.Result == records.Skipped:
+		s = fmt.Sprintf("%s %s", runResult(r), ago(cmpOr(r.End, r.Start), now))
+	case r.End.IsZero():
 		s = fmt.Sprintf("%s for %s", r.Result, dur(now.Sub(r.Start)))
-	} else {
+	default:
 		s = fmt.Sprintf("%s %s", runResult(r), ago(r.End, now))
 	}
 	if r.Source != "" && r.Source != "normal" {
@@ -202,12 +206,29 @@ func runSummary(r *admin.Run, now time.Time) string {
 }
 
 // runResult is a run's result with the exit status of the command it ran,
-// when it recorded one: "failed (exit 3)", "succeeded (exit 0)".
+// when it recorded one, and its attempt when it was a retry: "failed
+// (exit 3)", "succeeded (exit 0)", "succeeded (attempt 2)". An entry of
+// skipped starts says how many and why: "skipped 3 starts (overlap)".
 func runResult(r *admin.Run) string {
-	if r.ExitCode == nil {
+	if r.Result == records.Skipped {
+		n := max(r.Skipped, 1)
+		s := fmt.Sprintf("skipped %d start%s", n, plural(n))
+		if r.Error != "" {
+			s += " (" + oneLine(r.Error) + ")"
+		}
+		return s
+	}
+	var notes []string
+	if r.ExitCode != nil {
+		notes = append(notes, fmt.Sprintf("exit %d", *r.ExitCode))
+	}
+	if r.Attempt > 1 {
+		notes = append(notes, fmt.Sprintf("attempt %d", r.Attempt))
+	}
+	if len(notes) == 0 {
 		return r.Result
 	}
-	return fmt.Sprintf("%s (exit %d)", r.Result, *r.ExitCode)
+	return r.Result + " (" + strings.Join(notes, ", ") + ")"
 }
 
 // intList formats partition numbers: "0 2 5", or "-" for none.
@@ -248,13 +269,17 @@ func (p printer) text(s string) string {
 }
 
 // inForce says who asked for a disable or drain in force, since when and
-// why: "by alice@h1, since 16:02:03.120 UTC, 2h ago: maintenance".
+// why: "by alice@h1, since 16:02:03.120 UTC, 2h ago: maintenance"; for a
+// job that paused itself, "paused after failures, by node-1, since ...".
 func (p printer) inForce(op *opInForce, now time.Time) string {
 	by := op.By
 	if by == "" {
 		by = "someone unnamed"
 	}
 	s := "by " + by
+	if op.Paused {
+		s = "paused after failures, " + s
+	}
 	if !op.Since.IsZero() {
 		s += ", since " + p.clock(op.Since, now) + ", " + ago(op.Since, now)
 	}
@@ -281,4 +306,35 @@ func (p printer) disabledAs(self string, op *opInForce, now time.Time) string {
 // "report (by alice@h1, since 16:02:03.120 UTC, 2h ago: maintenance)".
 func (p printer) namedInForce(op opInForce, now time.Time) string {
 	return op.Name + " (" + p.inForce(&op, now) + ")"
+}
+
+// stateText is a state as a table shows it: a disable that a job wrote
+// when it paused itself after failures shows as "paused" (the JSON keeps
+// "disabled", with the disable's paused).
+func stateText(state string, d *opInForce) string {
+	if state == "disabled" && d != nil && d.Paused {
+		return "paused"
+	}
+	return state
+}
+
+// argsText is a run's or trigger's arguments in a table: "-" for none, on
+// one line and cut short unless the table is wide.
+func (p printer) argsText(args map[string]string) string {
+	if len(args) == 0 {
+		return "-"
+	}
+	s := admin.FormatArgs(args) // on one line: values with spaces are quoted
+	if !p.wide && len(s) > 120 {
+		s = s[:117] + "..."
+	}
+	return s
+}
+
+// cmpOr returns t, or else (when t is zero) or.
+func cmpOr(t, or time.Time) time.Time {
+	if t.IsZero() {
+		return or
+	}
+	return t
 }

@@ -31,6 +31,8 @@ type opResult struct {
 	Message string `json:"message"`
 	// Reason is the operator's --reason, recorded with the operation.
 	Reason string `json:"reason,omitempty"`
+	// Args are a trigger's --arg arguments, which the run receives.
+	Args map[string]string `json:"args,omitempty"`
 }
 
 // report prints the result of an operation.
@@ -97,7 +99,8 @@ var disableCommand = &command{
 	name: "disable", args: "NAME", minArgs: 1, maxArgs: 1,
 	summary: "stop an election, job or group everywhere",
 	doc: `Every node obeys at once: the holder hands off and no node contends for
-NAME until simba enable NAME. A group name disables all its partitions.
+NAME until simba enable NAME. A group name disables all its partitions; a
+partition's lease (group.p) that partition alone.
 
 It waits, within --timeout, until nothing of NAME is held: every holder has
 handed off, after its runs ended. Once it has returned, no run of NAME starts
@@ -127,9 +130,12 @@ func runDisable(ctx context.Context, inv *invocation, name, reason string, force
 	if _, ok := s.find(name); !ok && !force && !s.ops.Disabled[name] {
 		return &notFoundError{what: "election, job or group", name: name, known: s.names(), hint: "pass --force to disable it before any node runs it"}
 	}
-	if s.ops.Disabled[name] {
+	switch {
+	case s.ops.Disabled[name] && s.ops.Disables[name].Paused:
+		r.Message = fmt.Sprintf("%s is already disabled: it paused itself after failures", name)
+	case s.ops.Disabled[name]:
 		r.Message = fmt.Sprintf("%s is already disabled", name)
-	} else {
+	default:
 		if err := inv.adm.Disable(ctx, name, reason); err != nil {
 			return inv.backendErr(ctx, "disabling "+name, err)
 		}
@@ -153,10 +159,16 @@ func runDisable(ctx context.Context, inv *invocation, name, reason string, force
 
 var enableCommand = &command{
 	name: "enable", args: "NAME", minArgs: 1, maxArgs: 1,
-	summary: "undo disable",
+	summary: "undo disable; resume a job that paused itself",
 	doc: `Nodes contend for NAME again. A name that is not disabled is left as it
 is; a name the backend does not show at all is refused, as disable refuses
-it, unless --force.`,
+it, unless --force.
+
+It also resumes a job that paused itself after failed runs in a row (a
+schedule's pause-after policy writes the same disable, shown as "paused
+after failures"): of a partition, by its lease name, as in
+'simba enable billing.3'. A partition whose group is disabled too stays
+disabled until 'simba enable GROUP'.`,
 	setup: func(fs *flag.FlagSet) action {
 		reason := reasonFlag(fs)
 		force := fs.Bool("force", false, "say that a name the backend does not show is not disabled, rather than refuse it")
@@ -174,8 +186,9 @@ it, unless --force.`,
 					_, ok := s.find(name)
 					return s.names(), ok
 				},
-				what:  "election, job or group",
-				clear: (*admin.Admin).Enable,
+				what:    "election, job or group",
+				clear:   (*admin.Admin).Enable,
+				cleared: func(s *snapshot) string { return enabledMessage(s, name) },
 			})
 		}
 	},
@@ -184,18 +197,45 @@ it, unless --force.`,
 var triggerCommand = &command{
 	name: "trigger", args: "JOB", minArgs: 1, maxArgs: 1,
 	summary: "run a scheduled job once, as soon as its holder can",
-	doc: `The holder of the job (of each partition, for a group) runs it once as soon
+	doc: fmt.Sprintf(`The holder of the job (of each partition, for a group) runs it once as soon
 as it can, besides its schedule. The request waits for a holder when there
-is none. A disabled job is refused: nothing would run it until simba enable;
---force records the request anyway, and it runs once the job is enabled.`,
+is none; a request pending still is replaced. A disabled job is refused:
+nothing would run it until simba enable; --force records the request
+anyway, and it runs once the job is enabled.
+
+--arg key=value (repeatable) gives the run arguments: the function finds
+them in its simba.RunInfo, every partition of a group gets the same, and
+the history and the audit trail show them. The key is what comes before
+the first '=', the value all after it (it may be empty, or hold '='). A
+key is a letter or _, then at most 63 letters, digits, _, . or -. At most
+%d arguments, a value at most %d bytes, %d bytes of keys and values
+in all.`,
+		admin.MaxArgs, admin.MaxArgValue, admin.MaxArgsBytes),
 	setup: func(fs *flag.FlagSet) action {
 		reason := reasonFlag(fs)
 		force := fs.Bool("force", false, "trigger a disabled job: the request waits until it is enabled")
 		wait := fs.Bool("wait", false, "wait until the holders have taken the request up")
+		var pairs argFlag
+		fs.Var(&pairs, "arg", "an argument of the run, `key=value` (repeatable)")
 		return func(ctx context.Context, inv *invocation, args []string) error {
-			return runTrigger(ctx, inv, args[0], *reason, *force, *wait)
+			targs, err := admin.ParseArgs(pairs)
+			if err != nil {
+				return usagef(nil, "--arg: %s", strings.TrimPrefix(err.Error(), "simba/admin: "))
+			}
+			return runTrigger(ctx, inv, args[0], *reason, targs, *force, *wait)
 		}
 	},
+}
+
+// argFlag is --arg, repeatable: the key=value pairs as given, checked by
+// admin.ParseArgs once all are read.
+type argFlag []string
+
+func (f *argFlag) String() string { return strings.Join(*f, " ") }
+
+func (f *argFlag) Set(s string) error {
+	*f = append(*f, s)
+	return nil
 }
 
 // disabledLeases lists the leases of f that are disabled, by their own
@@ -216,7 +256,7 @@ func (s *snapshot) disabledLeases(f found) []string {
 	return out
 }
 
-func runTrigger(ctx context.Context, inv *invocation, name, reason string, force, wait bool) error {
+func runTrigger(ctx context.Context, inv *invocation, name, reason string, args map[string]string, force, wait bool) error {
 	s, err := inv.readSnapshot(ctx)
 	if err != nil {
 		return err
@@ -248,25 +288,29 @@ func runTrigger(ctx context.Context, inv *invocation, name, reason string, force
 		return failf("%s: nothing runs it until 'simba enable %s'; pass --force to record the trigger anyway (it runs once enabled)", what, enable)
 	}
 	for _, lease := range leases {
-		if err := inv.adm.Trigger(ctx, lease, reason); err != nil {
+		if err := inv.adm.TriggerWith(ctx, lease, reason, args); err != nil {
 			return inv.backendErr(ctx, "triggering "+lease, err)
 		}
 	}
-	r := opResult{Op: "trigger", Name: name, Changed: true, Reason: reason}
+	r := opResult{Op: "trigger", Name: name, Changed: true, Reason: reason, Args: args}
 	held := s.heldLeases(name)
+	what := name
+	if len(args) > 0 {
+		what += " with " + admin.FormatArgs(args)
+	}
 	switch {
 	case len(disabled) == len(leases):
-		r.Message = fmt.Sprintf("triggered %s; it is disabled: the request waits until 'simba enable %s'", name, name)
+		r.Message = fmt.Sprintf("triggered %s; it is disabled: the request waits until 'simba enable %s'", what, name)
 	case len(disabled) > 0:
-		r.Message = fmt.Sprintf("triggered %s: %d partitions, %d held now; %d disabled wait until enabled", name, len(leases), len(held), len(disabled))
+		r.Message = fmt.Sprintf("triggered %s: %d partitions, %d held now; %d disabled wait until enabled", what, len(leases), len(held), len(disabled))
 	case len(held) == 0:
-		r.Message = fmt.Sprintf("triggered %s; nobody holds it now: the request waits for the next holder", name)
+		r.Message = fmt.Sprintf("triggered %s; nobody holds it now: the request waits for the next holder", what)
 	case f.kind == kindGroup:
-		r.Message = fmt.Sprintf("triggered %s: %d partitions, %d held now", name, len(leases), len(held))
+		r.Message = fmt.Sprintf("triggered %s: %d partitions, %d held now", what, len(leases), len(held))
 	case holder(f.election) == nil: // held, but its holder has not written its status yet
-		r.Message = fmt.Sprintf("triggered %s: its holder runs it as soon as it can", name)
+		r.Message = fmt.Sprintf("triggered %s: its holder runs it as soon as it can", what)
 	default:
-		r.Message = fmt.Sprintf("triggered %s: %s runs it as soon as it can", name, holder(f.election).Member)
+		r.Message = fmt.Sprintf("triggered %s: %s runs it as soon as it can", what, holder(f.election).Member)
 	}
 	if wait {
 		msg, err := inv.waitFor(ctx, "the holders had not taken the request up", func(s *snapshot) (string, bool) {
@@ -275,7 +319,7 @@ func runTrigger(ctx context.Context, inv *invocation, name, reason string, force
 					return "", false
 				}
 			}
-			return fmt.Sprintf("triggered %s: the run has started", name), true
+			return fmt.Sprintf("triggered %s: the run has started", what), true
 		})
 		if err != nil {
 			return err
@@ -467,6 +511,24 @@ type undo struct {
 	known func(*snapshot) ([]string, bool)
 	what  string // the kind of name, for errors: "member"
 	clear func(*admin.Admin, context.Context, string, string) error
+	// cleared, when set, is the message once cleared, from the snapshot
+	// read before (rather than done).
+	cleared func(*snapshot) string
+}
+
+// enabledMessage says what enable NAME did, from the snapshot read before:
+// it resumed a job that had paused itself, and what stays disabled with a
+// partition's group.
+func enabledMessage(s *snapshot, name string) string {
+	msg := fmt.Sprintf("enabled %s: nodes contend for it again", name)
+	if s.ops.Disables[name].Paused {
+		msg = fmt.Sprintf("resumed %s, which had paused itself after failures: nodes contend for it again", name)
+	}
+	if f, ok := s.find(name); ok && f.kind == kindPartition && f.group != nil && s.ops.Disabled[f.group.Name] {
+		g := f.group.Name
+		msg = strings.Replace(msg, ": nodes contend for it again", fmt.Sprintf("; its group %s is disabled still: nothing runs it until 'simba enable %s'", g, g), 1)
+	}
+	return msg
 }
 
 // runUndo clears u's operation, reporting that nothing changed when it was
@@ -490,5 +552,8 @@ func runUndo(ctx context.Context, inv *invocation, u undo) error {
 		return inv.backendErr(ctx, u.doing+" "+u.name, err)
 	}
 	r.Changed, r.Message = true, fmt.Sprintf(u.done, u.name)
+	if u.cleared != nil {
+		r.Message = u.cleared(s)
+	}
 	return inv.report(r)
 }

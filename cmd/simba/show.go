@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/admin"
+	"github.com/simba-go/simba/internal/records"
 )
 
 var statusCommand = &command{
@@ -105,9 +106,13 @@ func pendingList(ops []pendingOp) string {
 func printLease(w io.Writer, p printer, kind string, v leaseView, now time.Time) {
 	tw := newTable(w)
 	row(tw, kind, v.Name)
-	row(tw, "state", v.State)
+	row(tw, "state", stateText(v.State, v.Disable))
 	if v.Disable != nil {
-		row(tw, "disabled", p.disabledAs(v.Name, v.Disable, now))
+		label := "disabled"
+		if v.Disable.Paused {
+			label = "paused"
+		}
+		row(tw, label, p.disabledAs(v.Name, v.Disable, now))
 	}
 	if h := v.Holder; h != nil {
 		row(tw, "holder", fmt.Sprintf("%s (token %d, session %s, since %s, %s)", h.Member, h.Token, h.Session, p.clock(h.Since, now), ago(h.Since, now)))
@@ -135,15 +140,29 @@ func printLease(w io.Writer, p printer, kind string, v leaseView, now time.Time)
 			started = p.stamp(r.Start)
 		}
 		row(tw, "last run", fmt.Sprintf("#%d %s, started %s by %s (token %d), %s, source %s", r.Seq, runResult(&r.Run), started, r.Member, r.Token, took, r.Source))
-		if r.Error != "" {
+		if len(r.Args) > 0 {
+			row(tw, "arguments", p.argsText(r.Args))
+		}
+		if r.Error != "" && r.Result != records.Skipped {
 			row(tw, "error", oneLine(r.Error))
 		}
 	} else {
 		row(tw, "last run", "-")
 	}
-	row(tw, "runs", fmt.Sprintf("%d succeeded, %d failed", v.Succeeded, v.Failed))
+	runs := fmt.Sprintf("%d succeeded, %d failed", v.Succeeded, v.Failed)
+	if v.FailStreak > 1 {
+		runs += fmt.Sprintf(" (the last %d in a row)", v.FailStreak)
+	}
+	if v.SkippedRuns > 0 {
+		runs += fmt.Sprintf(", %d planned start%s skipped", v.SkippedRuns, plural(int(v.SkippedRuns)))
+	}
+	row(tw, "runs", runs)
 	if op := v.TriggerPending; op != nil {
-		row(tw, "pending", fmt.Sprintf("trigger, asked by %s %s (%s)%s", op.By, ago(op.At, now), p.clock(op.At, now), reasonSuffix(op.Reason)))
+		pending := fmt.Sprintf("trigger, asked by %s %s (%s)%s", op.By, ago(op.At, now), p.clock(op.At, now), reasonSuffix(op.Reason))
+		if len(op.Args) > 0 {
+			pending += "; arguments " + p.argsText(op.Args)
+		}
+		row(tw, "pending", pending)
 	}
 	if op := v.ResignPending; op != nil {
 		row(tw, "pending", fmt.Sprintf("resign of token %s, asked by %s %s (%s)%s", tokenString(op.Token), op.By, ago(op.At, now), p.clock(op.At, now), reasonSuffix(op.Reason)))
@@ -201,15 +220,16 @@ func printElections(w io.Writer, p printer, views []leaseView, now time.Time) {
 				since = p.stamp(h.Since)
 			}
 		}
+		state := stateText(v.State, v.Disable)
 		if !p.wide {
-			row(tw, v.Name, v.State, holder, token, since, dash(v.Schedule), runSummary(v.LastRun.run(), now))
+			row(tw, v.Name, state, holder, token, since, dash(v.Schedule), runSummary(v.LastRun.run(), now))
 			continue
 		}
 		next := "-"
 		if v.NextPlanned != nil {
 			next = p.stamp(*v.NextPlanned)
 		}
-		row(tw, v.Name, v.State, holder, token, session, since, dash(v.Schedule), next, runSummary(v.LastRun.run(), now), p.disabledAs(v.Name, v.Disable, now))
+		row(tw, v.Name, state, holder, token, session, since, dash(v.Schedule), next, runSummary(v.LastRun.run(), now), p.disabledAs(v.Name, v.Disable, now))
 	}
 	tw.Flush()
 	if len(views) == 0 {
@@ -307,7 +327,10 @@ func printGroup(w io.Writer, p printer, v groupView, now time.Time) {
 		if pv.State == "hand-off" {
 			state = fmt.Sprintf("hand-off to %s", dash(pv.Owner))
 		}
-		if pv.Disable != nil {
+		switch {
+		case pv.Disable != nil && pv.Disable.Paused:
+			state += " (paused)"
+		case pv.Disable != nil:
 			state += " (disabled)"
 		}
 		cells := []string{fmt.Sprintf("  %d", pv.Index), dash(pv.Owner), dash(pv.Holder), tokenString(pv.Token), state}
@@ -397,7 +420,7 @@ func printJobs(w io.Writer, p printer, jobs []jobView, now time.Time) {
 		case j.State == "running":
 			next = "after the run"
 		}
-		cells := []string{j.Name, kind, j.Schedule, j.State, holders, next, runSummary(j.LastRun.run(), now), fmt.Sprint(j.Succeeded), fmt.Sprint(j.Failed)}
+		cells := []string{j.Name, kind, j.Schedule, stateText(j.State, j.Disable), holders, next, runSummary(j.LastRun.run(), now), fmt.Sprint(j.Succeeded), fmt.Sprint(j.Failed)}
 		if p.wide {
 			start := "-"
 			if r := j.LastRun.run(); r != nil {
@@ -418,9 +441,14 @@ var historyCommand = &command{
 	summary: "the runs of a job, oldest first, and the operations on it",
 	doc: `The execution history of an election, a partition (group.p), or every
 partition of a group: start, duration, result (succeeded, failed,
-cancelled, running, interrupted; with the exit status of a command, as
-"failed (exit 3)"), source (normal, misfire, trigger, fail-over), member
-and token. The last 50 runs of each lease are kept.
+cancelled, running, interrupted; with the exit status of a command and
+a retry's attempt, as "failed (exit 3, attempt 2)"), source (normal,
+misfire, trigger, fail-over), member and token, and a triggered run's
+arguments (column ARGS, when a run shown has any). Planned starts that
+did not happen are entries too: "skipped 3 starts (overlap)", from the
+first (START) to the last (END, with -o wide), and why (overlap, misfire,
+catch-up window, disabled, paused). The last 50 entries of each lease are
+kept.
 After the runs, the operations on it from the audit trail (on a group,
 those on its partitions too; on a partition, those on its group), oldest
 first: when, who, the operation, its reason and what it changed; at most
@@ -475,7 +503,11 @@ func runHistory(ctx context.Context, inv *invocation, name string, limit int) er
 
 func printHistory(w io.Writer, p printer, name string, group bool, runs []runView) {
 	tw := newTable(w)
+	withArgs := slices.ContainsFunc(runs, func(r runView) bool { return len(r.Args) > 0 })
 	head := []string{"SEQ", "START", "DURATION", "RESULT", "SOURCE", "MEMBER", "TOKEN", "ERROR"}
+	if withArgs {
+		head = slices.Insert(head, 5, "ARGS")
+	}
 	if p.wide {
 		head = slices.Insert(head, 2, "END")
 	}
@@ -485,14 +517,20 @@ func printHistory(w io.Writer, p printer, name string, group bool, runs []runVie
 	row(tw, head...)
 	for _, r := range runs {
 		d := "-"
-		if !r.End.IsZero() {
+		if !r.End.IsZero() && r.Result != records.Skipped {
 			d = dur(r.End.Sub(r.Start))
 		}
 		errText := oneLine(r.Error)
 		if p.wide {
 			errText = strings.Join(strings.Fields(r.Error), " ")
 		}
+		if r.Result == records.Skipped {
+			errText = "" // the reason is in the result
+		}
 		cells := []string{fmt.Sprint(r.Seq), p.stamp(r.Start), d, runResult(&r.Run), r.Source, r.Member, tokenString(r.Token), dash(errText)}
+		if withArgs {
+			cells = slices.Insert(cells, 5, p.argsText(r.Args))
+		}
 		if p.wide {
 			cells = slices.Insert(cells, 2, p.stamp(r.End))
 		}

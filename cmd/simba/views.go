@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/admin"
+	"github.com/simba-go/simba/internal/records"
 )
 
 // The views below are what -o json and -o yaml print: field names are part
@@ -35,6 +36,11 @@ type leaseView struct {
 	LastRun     *runInfo      `json:"lastRun,omitempty"`
 	Succeeded   uint64        `json:"succeeded"`
 	Failed      uint64        `json:"failed"`
+	// FailStreak is the number of runs in a row that failed, up to the
+	// last one; SkippedRuns counts the planned starts skipped (the
+	// history's "skipped" entries say when and why).
+	FailStreak  int    `json:"failStreak,omitempty"`
+	SkippedRuns uint64 `json:"skippedRuns,omitempty"`
 	// Updated is when a holder last wrote the status.
 	Updated *time.Time `json:"updated,omitempty"`
 	// TriggerPending and ResignPending are requests not carried out yet.
@@ -48,6 +54,7 @@ func (s *snapshot) leaseView(e admin.Election) leaseView {
 		Name: e.Name, Group: st.Group, Held: e.Held, Disabled: e.Disabled,
 		Holder: holder(e), Schedule: st.Schedule, LastRun: lastRunOf(st.LastRun),
 		Succeeded: st.Succeeded, Failed: st.Failed, Disable: s.disableOf(e.Name, st.Group),
+		FailStreak: st.FailStreak, SkippedRuns: st.SkippedRuns,
 	}
 	if st.Group != "" {
 		v.Partition = &st.Partition
@@ -82,10 +89,14 @@ type opInForce struct {
 	By     string    `json:"by"`
 	Since  time.Time `json:"since"`
 	Reason string    `json:"reason,omitempty"`
+	// Paused, for a disable, says that the job paused itself after failed
+	// runs in a row (its reason says how many) rather than that an
+	// operator disabled it; simba enable resumes it.
+	Paused bool `json:"paused,omitempty"`
 }
 
 func inForce(name string, op admin.Op) *opInForce {
-	return &opInForce{Name: name, By: op.By, Since: op.At, Reason: op.Reason}
+	return &opInForce{Name: name, By: op.By, Since: op.At, Reason: op.Reason, Paused: op.Paused}
 }
 
 // disableOf returns the disable in force of name, or else of its group
@@ -235,7 +246,9 @@ type jobView struct {
 	LastRun   *runInfo `json:"lastRun,omitempty"`
 	Succeeded uint64   `json:"succeeded"`
 	Failed    uint64   `json:"failed"`
-	Disabled  bool     `json:"disabled"`
+	// SkippedRuns counts the planned starts skipped, of all its leases.
+	SkippedRuns uint64 `json:"skippedRuns,omitempty"`
+	Disabled    bool   `json:"disabled"`
 	// Disable is the job's disable in force: who asked, since when, why.
 	Disable *opInForce `json:"disable,omitempty"`
 }
@@ -272,6 +285,7 @@ func (s *snapshot) jobOf(name, kind string, partitions int, disabled bool, lease
 		}
 		j.Succeeded += st.Succeeded
 		j.Failed += st.Failed
+		j.SkippedRuns += st.SkippedRuns
 		if st.LastRun != nil && (j.LastRun == nil || st.LastRun.Start.After(j.LastRun.Start)) {
 			j.LastRun = lastRunOf(st.LastRun)
 		}
@@ -482,17 +496,23 @@ type runView struct {
 	runInfo
 }
 
-// runInfo is a run as the JSON output shows it: the run as recorded, and
-// how long it took.
+// runInfo is a run as the JSON output shows it: the run as recorded (a
+// retry's attempt, a triggered run's args; for an entry of result
+// "skipped", how many planned starts it stands for, from start to end,
+// and why in error), and how long it took.
 type runInfo struct {
 	admin.Run
 	// DurationSeconds is how long the run took, in seconds; absent while
-	// it runs.
+	// it runs, and for skipped starts.
 	DurationSeconds *float64 `json:"durationSeconds,omitempty"`
 }
 
 func runInfoOf(r admin.Run) runInfo {
-	return runInfo{Run: r, DurationSeconds: seconds(r.Start, r.End)}
+	ri := runInfo{Run: r}
+	if r.Result != records.Skipped {
+		ri.DurationSeconds = seconds(r.Start, r.End)
+	}
+	return ri
 }
 
 func lastRunOf(r *admin.Run) *runInfo {

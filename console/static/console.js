@@ -124,6 +124,10 @@
   const $ = (id) => document.getElementById(id);
   const title = $('confirm-title'), text = $('confirm-text'), explain = $('confirm-explain');
   const reasonField = $('reason-field'), reason = $('reason');
+  const argsField = $('args-field'), argsInput = $('args');
+  // A trigger's arguments: key=value, one a line; blank lines are
+  // skipped, the rest sent as they are, for the console to check.
+  const argLines = () => argsInput.value.split('\n').map((l) => l.replace(/\r$/, '')).filter((l) => l.trim() !== '');
   const tokenField = $('token-field'), tokenInput = $('token');
   const operatorField = $('operator-field'), operatorInput = $('operator');
   const error = $('confirm-error'), ok = $('confirm-ok'), cancel = $('confirm-cancel');
@@ -139,6 +143,7 @@
     pending = p;
     error.hidden = true;
     reason.value = '';
+    argsInput.value = '';
     tokenInput.value = '';
     operatorInput.value = sessionStorage.getItem(operatorKey) || '';
     if (p) {
@@ -149,6 +154,7 @@
       ok.textContent = p.label;
       ok.className = 'danger';
       reasonField.hidden = false;
+      argsField.hidden = p.op !== 'trigger';
       tokenField.hidden = stored() !== '';
       operatorField.hidden = tokenField.hidden;
     } else {
@@ -159,6 +165,7 @@
       ok.textContent = 'Save';
       ok.className = '';
       reasonField.hidden = true;
+      argsField.hidden = true;
       tokenField.hidden = false;
       operatorField.hidden = false;
     }
@@ -224,7 +231,7 @@
       const res = await fetch('/api/ops/' + encodeURIComponent(p.op), {
         method: 'POST',
         headers,
-        body: JSON.stringify({ target: p.target, token: p.token, reason: reason.value.trim() }),
+        body: JSON.stringify({ target: p.target, token: p.token, reason: reason.value.trim(), args: p.op === 'trigger' ? argLines() : undefined }),
         credentials: 'same-origin',
         cache: 'no-store',
       });
