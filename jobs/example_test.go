@@ -189,9 +189,9 @@ partitioned:
 	}
 	// Output:
 	// Run returned: <nil>
-	// export.0: {Job:export Command:[export.sh] Partitioned:true Partition:{Index:0 Param:north}}
-	// export.1: {Job:export Command:[export.sh] Partitioned:true Partition:{Index:1 Param:south}}
-	// vacuum: {Job:vacuum Command:[vacuumdb --all] Partitioned:false Partition:{Index:0 Param:}}
+	// export.0: {Job:export Command:[export.sh] Partitioned:true Partition:{Index:0 Param:north} ProgressTimeout:0s}
+	// export.1: {Job:export Command:[export.sh] Partitioned:true Partition:{Index:1 Param:south} ProgressTimeout:0s}
+	// vacuum: {Job:vacuum Command:[vacuumdb --all] Partitioned:false Partition:{Index:0 Param:} ProgressTimeout:0s}
 }
 
 // Every problem of a configuration is reported at once, with its line, job
