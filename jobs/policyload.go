@@ -204,8 +204,8 @@ func (s section) notify() *Notify {
 	if u, _, ok := w.str("url"); ok {
 		hook.URL = strings.TrimSpace(u)
 	} else if w.t.get("url") == nil {
-		// checkConfig reports it missing, on the webhook's line.
-		s.l.origin.lines[fieldRef{s.kind, s.i, w.key("url")}] = s.l.pos(w.t.line)
+		// checkConfig reports it missing, on the line of the key webhook.
+		s.l.origin.lines[fieldRef{s.kind, s.i, w.key("url")}] = s.l.pos(ns.t.getKey("webhook").line)
 	}
 	n.Webhook = hook
 	return n
@@ -227,13 +227,18 @@ func (s section) headers() map[string]string {
 	seen := map[string]*tree{}
 	for i, name := range t.keys {
 		if prev, dup := seen[strings.ToLower(name.value)]; dup {
-			s.fail(name, s.key(k), fmt.Errorf("%w: header %s given twice, as %s (line %d) and as %s (line %d)", ErrSyntax, quote(name.value), quote(prev.value), prev.line, quote(name.value), name.line))
+			// Added, not failed: checkConfig still checks the others.
+			s.l.p.add(s.l.pos(name.line), s.kind, s.label, s.key(k), fmt.Errorf("%w: header %s given twice, as %s (line %d) and as %s (line %d)", ErrSyntax, quote(name.value), quote(prev.value), prev.line, quote(name.value), name.line))
 			continue
 		}
 		seen[strings.ToLower(name.value)] = name
 		v, ok := s.l.scalar(t.vals[i], s.kind, s.label, s.key(k))
 		if !ok {
 			s.l.origin.reported[fieldRef{s.kind, s.i, s.key(k)}] = true
+			continue
+		}
+		if err := checkHeader(name.value, v); err != nil {
+			s.fail(name, s.key(k), err) // on its line; checkConfig leaves the headers alone
 			continue
 		}
 		m[name.value] = v
