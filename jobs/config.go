@@ -527,7 +527,10 @@ func sortedKeys(m map[int]string) []int {
 // Validate checks cfg and reg together, and returns every problem found as
 // a [*ConfigError], or nil. It reports, naming the job and the key:
 // duplicate names; not exactly one of FixedDelay, FixedRate and Cron; bad
-// durations, cron expressions, misfire policies and partition counts; names
+// durations, cron expressions, misfire policies and partition counts; run
+// policies out of range or that cannot go together (maxConcurrent without
+// overlap allow); webhooks without an http or https URL or with bad
+// headers; names
 // that break the lease-name rules; sharding-item parameters of partitions
 // that do not exist; a job whose handler is not registered (or is
 // registered for the other kind of job); a job with both a Command and a
