@@ -190,14 +190,17 @@ func (j *Jobs) Stop() {
 }
 
 // Done is closed once every job has stopped (every run returned, every
-// lease released) and every goroutine of the handle has ended: at the
+// lease released), its failure notifications have ended, and every
+// goroutine of the handle has ended: at the
 // moment [Jobs.Shutdown] returns nil. The jobs also stop by themselves when
 // the client closes, which ends their tasks.
 func (j *Jobs) Done() <-chan struct{} { return j.done }
 
 // Shutdown stops the jobs like [Jobs.Stop] and waits for [Jobs.Done], at
 // most until ctx ends, as the lifecycle of [simba.Client] says. It returns
-// nil once every job has stopped. If ctx ends first, it returns an error
+// nil once every job has stopped and the failure notifications in flight
+// (see [Webhook]) have ended: each ends with its attempt under way, at
+// most its timeout, and retries no more once the jobs stop. If ctx ends first, it returns an error
 // that wraps ctx.Err() and names the jobs still stopping; the stop goes on
 // in the background, and no lease is released before its runs have
 // returned or its term's deadline has passed.
