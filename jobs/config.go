@@ -25,6 +25,9 @@ type Config struct {
 	Scheduled []ScheduledJob
 	// Partitioned are the partitioned jobs (partitioned in files).
 	Partitioned []PartitionedJob
+	// Notify is the notifier of every job whose own Notify is nil (notify
+	// in files, at the top level); nil: none. See [Notify].
+	Notify *Notify
 
 	// origin remembers where a loaded configuration's values were read.
 	origin *origin
@@ -66,6 +69,41 @@ type ScheduledJob struct {
 	// with [WithCommandRunner] (key command, a list of strings). A job has
 	// a Command or a registered handler, not both.
 	Command []string
+
+	// Retry retries a failed run within its term (key retry: a map with
+	// the keys attempts, backoff, maxBackoff, multiplier and jitter, or a
+	// whole number, the attempts alone); see [simba.RetryPolicy] for what
+	// each means and its defaults. The zero value retries nothing.
+	Retry simba.RetryPolicy
+	// Timeout ends each run's ctx after it (key timeout, default 0: none);
+	// see [simba.Schedule.WithTimeout]. It must not be negative.
+	Timeout time.Duration
+	// Overlap says what a planned start does while a run is still going
+	// (key overlap: skip, buffer-one, cancel-running or allow; default:
+	// per the misfire policy); see [simba.OverlapPolicy].
+	Overlap simba.OverlapPolicy
+	// MaxConcurrent is the most runs at once under Overlap allow (key
+	// maxConcurrent, default 2), and is an error with any other overlap
+	// policy; see [simba.Schedule.WithMaxConcurrent].
+	MaxConcurrent int
+	// CatchUpWindow skips the planned starts missed by more than it (key
+	// catchUpWindow, default 0: no limit); see
+	// [simba.Schedule.WithCatchUpWindow]. It must not be negative.
+	CatchUpWindow time.Duration
+	// PauseAfterFailures pauses the job (disables it, as `simba disable`
+	// does) after that many failed runs in a row (key pauseAfterFailures,
+	// default 0: never); see [simba.Schedule.WithPauseAfter].
+	PauseAfterFailures int
+	// ProgressTimeout gives the term up when a run shows no progress for
+	// that long (key progressTimeout, default 0: no watchdog); see
+	// [simba.WithProgressWatchdog]. A handler reports progress with
+	// term.Progress(); a command job's every line of output counts as
+	// progress. It must not be negative.
+	ProgressTimeout time.Duration
+	// Notify says whom the job tells of its failed runs (key notify); nil
+	// takes the Config's Notify, and a Notify without a Webhook turns that
+	// default off for this job. See [Notify].
+	Notify *Notify
 }
 
 // PartitionedJob is a job split into Partitions partitions: a partition
@@ -100,6 +138,19 @@ type PartitionedJob struct {
 	// line, run once per planned run of every partition this node holds
 	// (key command).
 	Command []string
+	// Retry, Timeout, Overlap, MaxConcurrent, CatchUpWindow,
+	// PauseAfterFailures, ProgressTimeout and Notify are as in
+	// [ScheduledJob], per partition (keys retry, timeout, overlap,
+	// maxConcurrent, catchUpWindow, pauseAfterFailures, progressTimeout,
+	// notify): each partition's schedule retries, times out, pauses and
+	// notifies on its own.
+	Retry                  simba.RetryPolicy
+	Timeout, CatchUpWindow time.Duration
+	Overlap                simba.OverlapPolicy
+	MaxConcurrent          int
+	PauseAfterFailures     int
+	ProgressTimeout        time.Duration
+	Notify                 *Notify
 }
 
 func (j ScheduledJob) timing() timing {
@@ -108,6 +159,14 @@ func (j ScheduledJob) timing() timing {
 
 func (j PartitionedJob) timing() timing {
 	return timing{j.FixedDelay, j.FixedRate, j.InitialDelay, j.Cron, j.Misfire}
+}
+
+func (j ScheduledJob) policies() policies {
+	return policies{j.Retry, j.Timeout, j.Overlap, j.MaxConcurrent, j.CatchUpWindow, j.PauseAfterFailures, j.ProgressTimeout}
+}
+
+func (j PartitionedJob) policies() policies {
+	return policies{j.Retry, j.Timeout, j.Overlap, j.MaxConcurrent, j.CatchUpWindow, j.PauseAfterFailures, j.ProgressTimeout}
 }
 
 // Names of the kinds of job in errors.
@@ -164,6 +223,9 @@ type jobChecker struct {
 }
 
 func (c jobChecker) label() string {
+	if c.kind == "" { // a setting outside any job
+		return ""
+	}
 	if c.name == "" {
 		return "#" + strconv.Itoa(c.i+1)
 	}
@@ -268,6 +330,8 @@ func checkConfig(p *problems, cfg Config) {
 		}
 		c.timing(j.timing())
 		c.command(j.Command, j.Handler)
+		c.policies(j.policies())
+		c.notify(j.Notify)
 	}
 	for i, j := range cfg.Partitioned {
 		c := jobChecker{p: p, o: cfg.origin, kind: kindPartitioned, i: i, name: j.Group}
@@ -293,7 +357,10 @@ func checkConfig(p *problems, cfg Config) {
 			}
 		}
 		c.command(j.Command, j.Handler)
+		c.policies(j.policies())
+		c.notify(j.Notify)
 	}
+	jobChecker{p: p, o: cfg.origin}.notify(cfg.Notify)
 }
 
 // commandKey is the key of a job's command line.
@@ -342,7 +409,8 @@ func isCommandJob(o *origin, kind string, i int, cmd []string) bool {
 // Command, in their order, and c's switch (Disabled): what `simba run --jobs
 // FILE` runs. The positions of a loaded configuration are kept, so that
 // [Validate] and [Run] still name the lines of the file. The jobs are
-// copies, but their Command slices and Params maps are c's.
+// copies, but their Command slices, Params maps and Notify values are c's;
+// so is the Notify default.
 func (c Config) CommandJobs() Config { return c.only(true) }
 
 // HandlerJobs returns the configuration with only the jobs of c that have
@@ -354,9 +422,10 @@ func (c Config) HandlerJobs() Config { return c.only(false) }
 
 // only returns c with only its command jobs, or only the others.
 func (c Config) only(commands bool) Config {
-	out := Config{Disabled: c.Disabled}
+	out := Config{Disabled: c.Disabled, Notify: c.Notify}
 	if c.origin != nil {
 		out.origin = &origin{lines: map[fieldRef]position{}, reported: map[fieldRef]bool{}, names: map[fieldRef]string{}}
+		c.origin.copyJob(out.origin, "", 0, 0) // the top level's notify
 	}
 	for i, j := range c.Scheduled {
 		if (len(j.Command) > 0) == commands {
@@ -458,7 +527,10 @@ func sortedKeys(m map[int]string) []int {
 // Validate checks cfg and reg together, and returns every problem found as
 // a [*ConfigError], or nil. It reports, naming the job and the key:
 // duplicate names; not exactly one of FixedDelay, FixedRate and Cron; bad
-// durations, cron expressions, misfire policies and partition counts; names
+// durations, cron expressions, misfire policies and partition counts; run
+// policies out of range or that cannot go together (maxConcurrent without
+// overlap allow); webhooks without an http or https URL or with bad
+// headers; names
 // that break the lease-name rules; sharding-item parameters of partitions
 // that do not exist; a job whose handler is not registered (or is
 // registered for the other kind of job); a job with both a Command and a

@@ -42,7 +42,7 @@
 //
 // # Configuration files
 //
-// A file is one map with four keys, all optional:
+// A file is one map with five keys, all optional:
 //
 //	scheduling:
 //	  enabled: true            # false: no job starts (default true)
@@ -50,6 +50,9 @@
 //	  app:
 //	    region: eu
 //	    report-every: 1m
+//	notify:                    # the notifier of every job without its own
+//	  webhook:
+//	    url: ${ALERT_URL}
 //	scheduled:                 # jobs run by one node at a time
 //	  - name: report           # election (lease) name, unique; also the handler's
 //	    fixedDelay: ${app.report-every}
@@ -88,6 +91,54 @@
 // FIXED_DELAY are one key (errors name it in camel case). One key given in
 // two spellings in one map is an error naming both; an unknown key is an
 // error.
+//
+// # Run policies
+//
+// Either kind of job may say what happens to each of its runs (for a
+// partitioned job, each partition's): the keys of [ScheduledJob] and
+// [PartitionedJob] that stand for the options of [simba.Schedule] and
+// [simba.TaskOption]s, all optional:
+//
+//	scheduled:
+//	  - name: report
+//	    fixedRate: 10m
+//	    retry:                   # or retry: 3, the attempts alone
+//	      attempts: 3            # runs per planned start, the first included
+//	      backoff: 1s            # before the first retry (default 1s)
+//	      maxBackoff: 1m         # the cap (default 1m)
+//	      multiplier: 2          # growth of the wait (default 2)
+//	      jitter: 0.2            # random fraction of each wait, 0 to 1
+//	    timeout: 5m              # each run's ctx ends after it
+//	    overlap: buffer-one      # skip, buffer-one, cancel-running or allow
+//	    maxConcurrent: 3         # runs at once, with overlap: allow only
+//	    catchUpWindow: 1h        # missed starts older than this are skipped
+//	    pauseAfterFailures: 5    # disable the job after 5 failed runs in a row
+//	    progressTimeout: 10m     # give the term up after 10m without progress
+//	    notify:                  # this job's notifier; notify: {} for none
+//	      webhook:
+//	        url: https://alerts.example.com/simba
+//	        timeout: 5s          # per attempt (default 5s)
+//	        attempts: 3          # (default 3)
+//	        headers:
+//	          Authorization: Bearer ${ALERT_TOKEN}
+//
+// retry is [simba.Schedule.WithRetry] (see [simba.RetryPolicy]: retries
+// stay within the term); timeout [simba.Schedule.WithTimeout]; overlap
+// [simba.Schedule.WithOverlap] (its spellings are relaxed like keys:
+// cancel-running, cancelRunning, CANCEL_RUNNING; without it the misfire
+// policy decides: see [simba.OverlapPolicy]); maxConcurrent
+// [simba.Schedule.WithMaxConcurrent], an error without overlap: allow;
+// catchUpWindow [simba.Schedule.WithCatchUpWindow]; pauseAfterFailures
+// [simba.Schedule.WithPauseAfter] (`simba enable` resumes the job);
+// progressTimeout the task option [simba.WithProgressWatchdog]: a handler
+// reports progress with term.Progress(), and a command job's every line of
+// output counts as progress. Zero values are the defaults. Durations take
+// the syntaxes below, counts whole numbers; a negative value is an error.
+//
+// notify, in a job or at the top level (for every job without a notify of
+// its own), names a webhook told of every failed run: see Failure
+// notifications. A notify in code is [Notify], the Config's default is
+// Config.Notify.
 //
 // Scheduled jobs and partitioned jobs share one space of names, as their
 // leases do: no two jobs may have one name, and a scheduled job must not be
@@ -129,8 +180,16 @@
 // (for partitioned jobs, with SIMBA_PARTITION_PARAM when the partition has
 // a sharding-item parameter), SIMBA_DEADLINE, SIMBA_DEADLINE_FILE and
 // SIMBA_MEMBER; `simba help run` says what each holds and how the child is
-// signalled. [Config.CommandJobs] and [Config.HandlerJobs] split one file
-// in two, the jobs simba run can run and those it leaves to a Go program.
+// signalled. Runs on a schedule also get SIMBA_RUN_SOURCE (normal,
+// misfire, trigger or fail-over) and SIMBA_ATTEMPT (1, and more for a
+// retry), and a triggered run its arguments (simba trigger NAME --arg
+// KEY=VALUE) as SIMBA_ARG_<KEY>, KEY upper-cased with every character
+// other than A-Z, 0-9 and _ as _ (when two keys give one name, the first in
+// byte order wins). simba run reads the file again on SIGHUP: it logs the
+// problems of a bad file and keeps its jobs as they were, or else updates
+// them as [Jobs.Update] does. [Config.CommandJobs] and [Config.HandlerJobs]
+// split one file in two, the jobs simba run can run and those it leaves to
+// a Go program.
 //
 // A Go program that gives a configuration with command jobs to [Start] or
 // [Run] has it refused before anything starts, with an error per command
@@ -163,7 +222,9 @@
 //
 // # Durations
 //
-// fixedDelay, fixedRate and initialDelay (in any relaxed spelling) take the syntaxes of
+// fixedDelay, fixedRate, initialDelay, timeout, catchUpWindow,
+// progressTimeout, retry's backoff and maxBackoff and a webhook's timeout
+// (in any relaxed spelling) take the syntaxes of
 // [ParseDuration]: Go's ("1m30s"), Spring Boot's ("10s", "500ms", "1d"),
 // a plain integer in milliseconds ("5000"), and ISO-8601 ("PT1M", "PT0.5S",
 // "P1DT2H").
@@ -200,6 +261,47 @@
 // The jobs' leases are then released one by one as their runs return, and
 // another node takes every job over at once; a client closed first ends its
 // session, and the other nodes wait for the session's TTL.
+//
+// # Failure notifications
+//
+// A job with a webhook (its own notify, or the top level's) posts a JSON
+// body ([FailureNotice]) to its URL once per failed run, from the node that
+// ran it, with Content-Type application/json and the headers given:
+//
+//	{
+//	  "job": "billing",             // the job's name, or its group
+//	  "lease": "billing.1",         // the term's lease
+//	  "group": "billing",           // partitioned jobs only
+//	  "partition": 1,               // partitioned jobs only
+//	  "token": 7,                   // the term's fencing token
+//	  "member": "node-a",           // who ran it
+//	  "source": "trigger",          // normal, misfire, trigger or fail-over
+//	  "args": {"region": "eu"},     // a trigger's arguments, if any
+//	  "attempts": 3,                // attempts made (see retry)
+//	  "start": "2026-12-06T10:00:00.0000005Z",
+//	  "duration": "1.5s",           // from the first attempt's start to the last's end
+//	  "durationMs": 1500,
+//	  "error": "boom",              // the last attempt's error
+//	  "failures": 2                 // failed runs in a row, this one included
+//	}
+//
+// An answer other than 2xx, a failed request and one that outlasts the
+// webhook's timeout are failed attempts, retried after a jittered backoff
+// (from 1s, doubling, at most 30s) up to its attempts; a notification
+// that still fails is logged at Warn with the job and the last error. A
+// notification never holds the job up: at most 4 per job are in flight,
+// and a failed run past them is logged and not notified. [Jobs.Shutdown]
+// waits for the notifications in flight, each at most to the end of its
+// attempt under way, and retries no more. The URL shown in logs has no
+// user information and no query. See [Webhook].
+//
+// # Jobs at run time
+//
+// [Jobs.Update] makes the running jobs those of a new Config: it checks it
+// whole first (a bad one changes nothing), stops and hands off the jobs it
+// removes, restarts those it changes, starts those it adds, and leaves the
+// others running in their terms, untouched. `simba run --jobs FILE` calls
+// it when SIGHUP tells it to read its file again.
 //
 // # Turning jobs off
 //

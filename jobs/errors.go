@@ -28,7 +28,9 @@ var (
 
 	// ErrDuration reports a duration that cannot be parsed (see
 	// [ParseDuration]) or is out of range for its key: fixedDelay and
-	// fixedRate must be positive, initialDelay must not be negative.
+	// fixedRate must be positive; initialDelay, timeout, catchUpWindow,
+	// progressTimeout, retry.backoff, retry.maxBackoff and a webhook's
+	// timeout must not be negative.
 	ErrDuration = errors.New("simba/jobs: invalid duration")
 
 	// ErrTiming reports a job with more than one of fixedDelay, fixedRate
@@ -41,7 +43,11 @@ var (
 	// too), misfire policy or sharding-item parameter, a nil handler; an
 	// empty command list, a command whose program (its first element) is
 	// blank or which holds a NUL byte, and a job with both a command and a
-	// handler.
+	// handler; a run policy out of range (negative retry attempts,
+	// pauseAfterFailures or webhook attempts, a retry multiplier below 1 or
+	// a jitter outside [0, 1], an unknown overlap policy, maxConcurrent
+	// below 1 or without overlap: allow); a webhook URL that is not an
+	// absolute http or https URL, and a bad webhook header.
 	ErrInvalidValue = errors.New("simba/jobs: invalid value")
 
 	// ErrDuplicateName reports two jobs, or two handlers, with one name.

@@ -189,9 +189,9 @@ partitioned:
 	}
 	// Output:
 	// Run returned: <nil>
-	// export.0: {Job:export Command:[export.sh] Partitioned:true Partition:{Index:0 Param:north}}
-	// export.1: {Job:export Command:[export.sh] Partitioned:true Partition:{Index:1 Param:south}}
-	// vacuum: {Job:vacuum Command:[vacuumdb --all] Partitioned:false Partition:{Index:0 Param:}}
+	// export.0: {Job:export Command:[export.sh] Partitioned:true Partition:{Index:0 Param:north} ProgressTimeout:0s}
+	// export.1: {Job:export Command:[export.sh] Partitioned:true Partition:{Index:1 Param:south} ProgressTimeout:0s}
+	// vacuum: {Job:vacuum Command:[vacuumdb --all] Partitioned:false Partition:{Index:0 Param:} ProgressTimeout:0s}
 }
 
 // Every problem of a configuration is reported at once, with its line, job
@@ -294,4 +294,53 @@ func ExampleParseShardingItemParameters() {
 	// 1 Shanghai
 	// 2 Guangzhou
 	// <nil>
+}
+
+// Jobs changed while they run: Update stops and hands off the jobs the new
+// configuration removes, starts the ones it adds, and leaves the others
+// running; a configuration with problems changes nothing.
+func ExampleJobs_Update() {
+	b := memory.New()
+	defer b.Close()
+	client, err := simba.New(b)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer client.Close()
+
+	ran := make(chan string, 10)
+	reg := jobs.NewRegistry()
+	for _, name := range []string{"report", "audit"} {
+		reg.ScheduledTerm(name, func(ctx context.Context, term *simba.Term) error {
+			ran <- fmt.Sprintf("%s runs with token %d", name, term.Token())
+			return nil
+		})
+	}
+	hourly := func(name string) jobs.ScheduledJob { return jobs.ScheduledJob{Name: name, FixedDelay: time.Hour} }
+	running, err := jobs.Start(client, reg, jobs.Config{Scheduled: []jobs.ScheduledJob{hourly("report")}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer running.Close()
+	fmt.Println(<-ran)
+
+	fmt.Println("Update:", running.Update(jobs.Config{Scheduled: []jobs.ScheduledJob{hourly("audit")}}))
+	fmt.Println(<-ran)
+	_, _, held := b.Holder("report")
+	fmt.Println("report's lease held:", held)
+
+	bad := hourly("report")
+	bad.Overlap, bad.MaxConcurrent = simba.OverlapSkip, 2
+	fmt.Println("Update:", running.Update(jobs.Config{Scheduled: []jobs.ScheduledJob{bad}}))
+	_, token, _ := b.Holder("audit")
+	fmt.Println("audit still holds its term:", token)
+	// Output:
+	// report runs with token 1
+	// Update: <nil>
+	// audit runs with token 2
+	// report's lease held: false
+	// Update: simba/jobs: scheduled job "report": maxConcurrent: invalid value: 2 runs at once needs overlap: allow, not skip
+	// audit still holds its term: 2
 }

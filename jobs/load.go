@@ -113,10 +113,11 @@ func load(data []byte, format Format, source string, o options) (Config, error) 
 
 // Keys of the layout.
 var (
-	topKeys         = []string{"scheduling", "properties", "scheduled", "partitioned"}
+	topKeys         = []string{"scheduling", "properties", "scheduled", "partitioned", "notify"}
 	schedulingKeys  = []string{"enabled"}
-	scheduledKeys   = []string{"name", "handler", "fixedDelay", "fixedRate", "cron", "initialDelay", "misfire", "command"}
-	partitionedKeys = []string{"group", "handler", "partitions", "fixedDelay", "fixedRate", "cron", "initialDelay", "misfire", "shardingItemParameters", "command"}
+	policyKeys      = []string{retryKey, timeoutKey, overlapKey, maxConcurrentKey, catchUpKey, pauseAfterKey, progressKey, notifyKey}
+	scheduledKeys   = append([]string{"name", "handler", "fixedDelay", "fixedRate", "cron", "initialDelay", "misfire", "command"}, policyKeys...)
+	partitionedKeys = append([]string{"group", "handler", "partitions", "fixedDelay", "fixedRate", "cron", "initialDelay", "misfire", "shardingItemParameters", "command"}, policyKeys...)
 )
 
 // loader turns a tree into a Config, collecting problems.
@@ -191,6 +192,7 @@ func (l *loader) config(t *tree) Config {
 			}
 		}
 	}
+	cfg.Notify = section{l: l, t: t}.notify()
 	for i, item := range l.list(t.get("scheduled"), "scheduled") {
 		cfg.Scheduled = append(cfg.Scheduled, l.scheduled(i, item))
 	}
@@ -432,7 +434,7 @@ func (j *job) misfire() simba.MisfirePolicy {
 func (l *loader) scheduled(i int, t *tree) ScheduledJob {
 	j, name := l.begin(i, t, kindScheduled, "name", scheduledKeys)
 	handler, _, _ := j.str("handler")
-	return ScheduledJob{
+	sj := ScheduledJob{
 		Name:         name,
 		Handler:      handler,
 		FixedDelay:   j.duration("fixedDelay"),
@@ -441,6 +443,26 @@ func (l *loader) scheduled(i int, t *tree) ScheduledJob {
 		InitialDelay: j.duration("initialDelay"),
 		Misfire:      j.misfire(),
 		Command:      j.command(),
+	}
+	p := j.policies()
+	sj.Retry, sj.Timeout, sj.Overlap, sj.MaxConcurrent = p.retry, p.timeout, p.overlap, p.maxConcurrent
+	sj.CatchUpWindow, sj.PauseAfterFailures, sj.ProgressTimeout = p.catchUp, p.pauseAfter, p.progress
+	sj.Notify = j.sec().notify()
+	return sj
+}
+
+// policies reads the keys of a job's policies; checkConfig checks their
+// ranges.
+func (j *job) policies() policies {
+	s := j.sec()
+	return policies{
+		retry:         s.retry(),
+		timeout:       s.duration(timeoutKey),
+		overlap:       s.overlap(),
+		maxConcurrent: s.integer(maxConcurrentKey),
+		catchUp:       s.duration(catchUpKey),
+		pauseAfter:    s.integer(pauseAfterKey),
+		progress:      s.duration(progressKey),
 	}
 }
 
@@ -468,6 +490,10 @@ func (l *loader) partitioned(i int, t *tree) PartitionedJob {
 	}
 	pj.Params = j.params()
 	pj.Command = j.command()
+	p := j.policies()
+	pj.Retry, pj.Timeout, pj.Overlap, pj.MaxConcurrent = p.retry, p.timeout, p.overlap, p.maxConcurrent
+	pj.CatchUpWindow, pj.PauseAfterFailures, pj.ProgressTimeout = p.catchUp, p.pauseAfter, p.progress
+	pj.Notify = j.sec().notify()
 	return pj
 }
 

@@ -119,6 +119,11 @@ type CommandRun struct {
 	// the partition it runs for.
 	Partitioned bool
 	Partition   Partition
+	// ProgressTimeout is the job's progressTimeout (0: none): the term
+	// ends when its run shows no progress for that long. A runner given
+	// one calls term.Progress() whenever the command shows signs of life
+	// (`simba run --jobs` does on each line of its output).
+	ProgressTimeout time.Duration
 }
 
 // WithCommandRunner makes [Start] and [Run] run the jobs that have a

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/simba-go/simba"
 )
@@ -59,15 +60,24 @@ func Start(client *simba.Client, reg *Registry, cfg Config, opts ...Option) (*Jo
 	if err != nil {
 		return nil, err
 	}
-	j := &Jobs{log: log, stopping: make(chan struct{}), done: make(chan struct{})}
+	stopping := make(chan struct{})
+	j := &Jobs{
+		log: log, client: client, reg: reg, o: o, ns: newNotifications(stopping),
+		stopping: stopping, ended: make(chan string, 1), done: make(chan struct{}),
+	}
 	if !enabled {
 		log.Info("scheduling disabled; no job started", "by", by)
 	} else {
-		j.jobs, err = j.start(client, hs, cfg, o)
-		if err != nil {
-			j.stopAll()
-			log.Error("a job failed to start; the others were stopped", "err", err)
-			return nil, err
+		for _, w := range j.wanted(hs, cfg) {
+			s, err := j.startJob(w)
+			if err != nil {
+				j.stopJobs(j.jobs)
+				j.watchers.Wait()
+				j.ns.close()
+				log.Error("a job failed to start; the others were stopped", "err", err)
+				return nil, err
+			}
+			j.jobs = append(j.jobs, s)
 		}
 		log.Info("jobs started", "scheduled", len(cfg.Scheduled), "partitioned", len(cfg.Partitioned))
 	}
@@ -114,8 +124,8 @@ func Run(ctx context.Context, client *simba.Client, reg *Registry, cfg Config, o
 	if err := j.Shutdown(sctx); err != nil {
 		return err
 	}
-	if j.ended != "" {
-		return fmt.Errorf("%s%s ended without being stopped: %w", prefix, j.ended, simba.ErrClosed)
+	if j.endedBy != "" {
+		return fmt.Errorf("%s%s ended without being stopped: %w", prefix, j.endedBy, simba.ErrClosed)
 	}
 	return nil
 }
@@ -126,33 +136,46 @@ func Run(ctx context.Context, client *simba.Client, reg *Registry, cfg Config, o
 // stopped; [Jobs.Shutdown] waits for it within a ctx, and [Jobs.Close]
 // without bound (never from a handler of the jobs). A job has stopped when
 // its runs have returned and its leases are released: its election or group
-// may then be started again on the client.
+// may then be started again on the client. [Jobs.Update] adds, changes and
+// removes jobs while they run.
 //
 // A Jobs is safe for concurrent use by multiple goroutines.
 type Jobs struct {
-	log  *slog.Logger
-	jobs []started
+	log    *slog.Logger
+	client *simba.Client
+	reg    *Registry
+	o      options
+	ns     *notifications // the failure notifications in flight
+
+	// changing serialises Update and the final stop: whoever holds it
+	// starts and stops jobs.
+	changing sync.Mutex
+	mu       sync.Mutex
+	jobs     []*started // the jobs running, under mu
 
 	stopOnce sync.Once
-	stopping chan struct{} // closed by Stop
-	done     chan struct{} // closed when every job has stopped
-	ended    string        // the job whose task ended by itself, if any; set before done is closed
+	stopping chan struct{}  // closed by Stop
+	ended    chan string    // the first job whose task ended by itself
+	watchers sync.WaitGroup // one per job started: see watch
+	done     chan struct{}  // closed when every job has stopped
+	endedBy  string         // the job whose task ended by itself, if any; set before done is closed
 }
 
 // jobsKey is the key of the [Jobs] in the ctx of its handlers' runs, which
 // lets Shutdown tell them from the rest.
 type jobsKey struct{}
 
-// started is one job started by Start.
+// started is one job started by Start or Update.
 type started struct {
-	label   string        // "scheduled job \"report\""
-	stop    func()        // the task's Stop
+	wanted                // what was started
 	task    task          // the task
+	quit    chan struct{} // closed when the job is stopped on purpose
 	stopped chan struct{} // closed once the task has stopped
 }
 
-// task is what LeaderTask and GroupTask have in common, besides Stop.
+// task is what LeaderTask and GroupTask have in common.
 type task interface {
+	Stop()
 	Done() <-chan struct{}
 	Shutdown(ctx context.Context) error
 }
@@ -167,14 +190,17 @@ func (j *Jobs) Stop() {
 }
 
 // Done is closed once every job has stopped (every run returned, every
-// lease released) and every goroutine of the handle has ended: at the
+// lease released), its failure notifications have ended, and every
+// goroutine of the handle has ended: at the
 // moment [Jobs.Shutdown] returns nil. The jobs also stop by themselves when
 // the client closes, which ends their tasks.
 func (j *Jobs) Done() <-chan struct{} { return j.done }
 
 // Shutdown stops the jobs like [Jobs.Stop] and waits for [Jobs.Done], at
 // most until ctx ends, as the lifecycle of [simba.Client] says. It returns
-// nil once every job has stopped. If ctx ends first, it returns an error
+// nil once every job has stopped and the failure notifications in flight
+// (see [Webhook]) have ended: each ends with its attempt under way, at
+// most its timeout, and retries no more once the jobs stop. If ctx ends first, it returns an error
 // that wraps ctx.Err() and names the jobs still stopping; the stop goes on
 // in the background, and no lease is released before its runs have
 // returned or its term's deadline has passed.
@@ -202,6 +228,7 @@ func (j *Jobs) Shutdown(ctx context.Context) error {
 	default:
 	}
 	var pending []string
+	j.mu.Lock()
 	for _, s := range j.jobs {
 		select {
 		case <-s.stopped:
@@ -209,9 +236,13 @@ func (j *Jobs) Shutdown(ctx context.Context) error {
 			pending = append(pending, s.label)
 		}
 	}
+	j.mu.Unlock()
 	what := "the stop under way"
 	switch len(pending) {
 	case 0:
+		if n := j.ns.inFlight(); n > 0 {
+			what = fmt.Sprintf("%d failure notifications in flight", n)
+		}
 	case 1:
 		what = pending[0] + " still stopping"
 	default:
@@ -230,17 +261,27 @@ func (j *Jobs) Close() error {
 }
 
 // own stops the jobs when Stop is called or a job's task ends by itself
-// (only the closing of the client does that), and closes done once every
-// job has stopped.
+// (only the closing of the client does that), waits for the failure
+// notifications in flight, and closes done once every job has stopped.
 func (j *Jobs) own() {
-	j.ended = j.waitEnd()
-	if j.ended != "" {
-		j.log.Warn("a job ended without being stopped: stopping the others", "job", j.ended)
+	select {
+	case <-j.stopping:
+	case label := <-j.ended:
+		j.endedBy = label
+		j.log.Warn("a job ended without being stopped: stopping the others", "job", label)
+		j.Stop()
 	}
-	j.stopAll()
-	if len(j.jobs) > 0 {
+	j.changing.Lock() // an Update under way ends first
+	j.mu.Lock()
+	all := j.jobs
+	j.mu.Unlock()
+	j.stopJobs(all)
+	j.changing.Unlock()
+	j.watchers.Wait()
+	if len(all) > 0 {
 		j.log.Info("jobs stopped; every hand-off complete")
 	}
+	j.ns.close()
 	close(j.done)
 }
 
@@ -256,47 +297,156 @@ func schedulingEnabled(cfg Config, lookup func(string) (string, bool)) (enabled 
 	return !cfg.Disabled, "configuration scheduling.enabled=" + strconv.FormatBool(!cfg.Disabled), nil
 }
 
-// start starts every job of cfg, in order, their runs' ctx carrying j; on
-// error it returns the jobs started so far with it.
-func (j *Jobs) start(client *simba.Client, hs handlers, cfg Config, o options) ([]started, error) {
-	var out []started
+// wanted is a job as the configuration wants it run: what tells it from
+// another, and how to start it.
+type wanted struct {
+	key   string // its kind and name: what Update matches jobs by
+	label string // "scheduled job \"report\""
+	name  string // its name or group
+	// def is its whole definition, its notifier the one in force: a job
+	// whose def changed is restarted by Update.
+	def   any
+	start func() (task, error)
+}
+
+// wanted returns the jobs of cfg, in order, with the handlers of hs.
+func (j *Jobs) wanted(hs handlers, cfg Config) []wanted {
+	var out []wanted
 	for _, job := range cfg.Scheduled {
-		h, _ := handlerName(job.Name, job.Handler)
-		s := job.timing().schedule()
-		label := kindScheduled + " " + quote(job.Name)
-		fn, runs := hs.byName[h].scheduled, slog.String("handler", h)
-		if len(job.Command) > 0 {
-			fn, runs = scheduledCommand(o.commands, job.Name, job.Command), slog.Any("command", job.Command)
-		}
-		t, err := client.Election(job.Name).Schedule(s, func(ctx context.Context, term *simba.Term) error {
-			return fn(context.WithValue(ctx, jobsKey{}, j), term)
-		}, o.taskOpts...)
-		if err != nil {
-			return out, fmt.Errorf("%sstart %s: %w", prefix, label, err)
-		}
-		o.logger.Info("job started", "job", job.Name, runs, "schedule", s.String())
-		out = append(out, started{label: label, stop: func() { t.Stop() }, task: t, stopped: make(chan struct{})})
+		job.Notify = effectiveNotify(job.Notify, cfg.Notify)
+		out = append(out, wanted{
+			key: kindScheduled + "/" + job.Name, label: kindScheduled + " " + quote(job.Name), name: job.Name,
+			def: job, start: func() (task, error) { return j.startScheduled(hs, job) },
+		})
 	}
 	for _, job := range cfg.Partitioned {
-		h, _ := handlerName(job.Group, job.Handler)
-		s := job.timing().schedule()
-		label := kindPartitioned + " " + quote(job.Group)
-		fn, runs := hs.byName[h].partitioned, slog.String("handler", h)
-		if len(job.Command) > 0 {
-			fn, runs = partitionedCommand(o.commands, job.Group, job.Command), slog.Any("command", job.Command)
-		}
-		params := job.Params
-		t, err := client.Group(job.Group, job.Partitions, o.groupOpts...).Schedule(s,
-			func(ctx context.Context, term *simba.Term, p int) error {
-				return fn(context.WithValue(ctx, jobsKey{}, j), term, Partition{Index: p, Param: params[p]})
-			}, o.taskOpts...)
-		if err != nil {
-			return out, fmt.Errorf("%sstart %s: %w", prefix, label, err)
-		}
-		o.logger.Info("job started", "group", job.Group, "partitions", job.Partitions, runs, "schedule", s.String())
-		out = append(out, started{label: label, stop: func() { t.Stop() }, task: t, stopped: make(chan struct{})})
+		job.Notify = effectiveNotify(job.Notify, cfg.Notify)
+		out = append(out, wanted{
+			key: kindPartitioned + "/" + job.Group, label: kindPartitioned + " " + quote(job.Group), name: job.Group,
+			def: job, start: func() (task, error) { return j.startPartitioned(hs, job) },
+		})
 	}
-	return out, nil
+	return out
+}
+
+// startJob starts w and watches its task.
+func (j *Jobs) startJob(w wanted) (*started, error) {
+	t, err := w.start()
+	if err != nil {
+		return nil, fmt.Errorf("%sstart %s: %w", prefix, w.label, err)
+	}
+	s := &started{wanted: w, task: t, quit: make(chan struct{}), stopped: make(chan struct{})}
+	j.watchers.Go(func() { j.watch(s) })
+	return s, nil
+}
+
+// watch reports s's task if it ends without being stopped on purpose:
+// only the closing of the client does that.
+func (j *Jobs) watch(s *started) {
+	select {
+	case <-s.task.Done():
+		select {
+		case <-s.quit:
+		case j.ended <- s.label:
+		default: // another job's end was reported already
+		}
+	case <-s.quit:
+	}
+}
+
+// stopJobs stops every job of list at once and waits until each has
+// stopped: its runs returned and its leases released.
+func (j *Jobs) stopJobs(list []*started) {
+	for _, s := range list {
+		close(s.quit)
+		s.task.Stop()
+	}
+	var wg sync.WaitGroup
+	for _, s := range list {
+		wg.Go(func() {
+			s.task.Shutdown(context.Background())
+			close(s.stopped)
+		})
+	}
+	wg.Wait()
+}
+
+// startScheduled starts a scheduled job, its runs' ctx carrying j.
+func (j *Jobs) startScheduled(hs handlers, job ScheduledJob) (task, error) {
+	pl := planScheduled(job)
+	h, _ := handlerName(job.Name, job.Handler)
+	fn, runs := hs.byName[h].scheduled, slog.String("handler", h)
+	if len(job.Command) > 0 {
+		fn, runs = scheduledCommand(j.o.commands, job), slog.Any("command", job.Command)
+	}
+	t, err := j.client.Election(job.Name).Schedule(pl.schedule, func(ctx context.Context, term *simba.Term) error {
+		return fn(context.WithValue(ctx, jobsKey{}, j), term)
+	}, j.taskOptions(job.Name, pl)...)
+	if err != nil {
+		return nil, err
+	}
+	j.log.Info("job started", "job", job.Name, runs, "schedule", pl.schedule.String())
+	return t, nil
+}
+
+// startPartitioned starts a partitioned job, its runs' ctx carrying j.
+func (j *Jobs) startPartitioned(hs handlers, job PartitionedJob) (task, error) {
+	pl := planPartitioned(job)
+	h, _ := handlerName(job.Group, job.Handler)
+	fn, runs := hs.byName[h].partitioned, slog.String("handler", h)
+	if len(job.Command) > 0 {
+		fn, runs = partitionedCommand(j.o.commands, job), slog.Any("command", job.Command)
+	}
+	params := job.Params
+	t, err := j.client.Group(job.Group, job.Partitions, j.o.groupOpts...).Schedule(pl.schedule,
+		func(ctx context.Context, term *simba.Term, p int) error {
+			return fn(context.WithValue(ctx, jobsKey{}, j), term, Partition{Index: p, Param: params[p]})
+		}, j.taskOptions(job.Group, pl)...)
+	if err != nil {
+		return nil, err
+	}
+	j.log.Info("job started", "group", job.Group, "partitions", job.Partitions, runs, "schedule", pl.schedule.String())
+	return t, nil
+}
+
+// plan is what a checked job turns into: its schedule, with its
+// policies, and the task options it adds to those of [WithTaskOptions].
+type plan struct {
+	schedule simba.Schedule
+	watchdog time.Duration // simba.WithProgressWatchdog, 0: none
+	webhook  *Webhook      // the failure notifier, nil: none
+}
+
+func planScheduled(job ScheduledJob) plan {
+	return newPlan(job.timing(), job.policies(), job.Notify)
+}
+
+func planPartitioned(job PartitionedJob) plan {
+	return newPlan(job.timing(), job.policies(), job.Notify)
+}
+
+// newPlan is the plan of a job; n is its notifier in force.
+func newPlan(t timing, p policies, n *Notify) plan {
+	pl := plan{schedule: p.apply(t.schedule()), watchdog: p.progress}
+	if n != nil && n.Webhook != nil {
+		w := *n.Webhook
+		pl.webhook = &w
+	}
+	return pl
+}
+
+// taskOptions are the task options of a job: those of [WithTaskOptions],
+// then its watchdog and its notifier, which replaces a failure handler
+// given there.
+func (j *Jobs) taskOptions(name string, pl plan) []simba.TaskOption {
+	opts := slices.Clone(j.o.taskOpts)
+	if pl.watchdog > 0 {
+		opts = append(opts, simba.WithProgressWatchdog(pl.watchdog))
+	}
+	if pl.webhook != nil {
+		opts = append(opts, simba.WithFailureHandler(newNotifier(name, *pl.webhook, j.log, j.ns).handle))
+	}
+	return opts
 }
 
 // commandRunner is the function of WithCommandRunner.
@@ -306,18 +456,18 @@ type commandRunner = func(ctx context.Context, term *simba.Term, r CommandRun) e
 // runner, called with a copy of the command line, so that neither what a
 // call does to it nor what the caller of Run does to the Config changes the
 // next call's.
-func scheduledCommand(run commandRunner, job string, cmd []string) func(context.Context, *simba.Term) error {
-	cmd = slices.Clone(cmd)
+func scheduledCommand(run commandRunner, job ScheduledJob) func(context.Context, *simba.Term) error {
+	cmd, name, progress := slices.Clone(job.Command), job.Name, job.ProgressTimeout
 	return func(ctx context.Context, term *simba.Term) error {
-		return run(ctx, term, CommandRun{Job: job, Command: slices.Clone(cmd)})
+		return run(ctx, term, CommandRun{Job: name, Command: slices.Clone(cmd), ProgressTimeout: progress})
 	}
 }
 
 // partitionedCommand is scheduledCommand for a partitioned job.
-func partitionedCommand(run commandRunner, group string, cmd []string) func(context.Context, *simba.Term, Partition) error {
-	cmd = slices.Clone(cmd)
+func partitionedCommand(run commandRunner, job PartitionedJob) func(context.Context, *simba.Term, Partition) error {
+	cmd, group, progress := slices.Clone(job.Command), job.Group, job.ProgressTimeout
 	return func(ctx context.Context, term *simba.Term, p Partition) error {
-		return run(ctx, term, CommandRun{Job: group, Command: slices.Clone(cmd), Partitioned: true, Partition: p})
+		return run(ctx, term, CommandRun{Job: group, Command: slices.Clone(cmd), Partitioned: true, Partition: p, ProgressTimeout: progress})
 	}
 }
 
@@ -333,50 +483,4 @@ func (t timing) schedule() simba.Schedule {
 		s = simba.Cron(t.cron)
 	}
 	return s.WithInitialDelay(t.initial).WithMisfire(t.misfire)
-}
-
-// waitEnd waits until Stop is called, or until a job's task ends by itself,
-// which only the closing of the client does; it returns that job's label,
-// or "" after Stop.
-func (j *Jobs) waitEnd() string {
-	if len(j.jobs) == 0 {
-		<-j.stopping
-		return ""
-	}
-	ended := make(chan string, len(j.jobs))
-	quit := make(chan struct{})
-	var wg sync.WaitGroup
-	for _, s := range j.jobs {
-		wg.Go(func() {
-			select {
-			case <-s.task.Done():
-				ended <- s.label
-			case <-quit:
-			}
-		})
-	}
-	defer wg.Wait()
-	defer close(quit)
-	select {
-	case <-j.stopping:
-		return ""
-	case label := <-ended:
-		return label
-	}
-}
-
-// stopAll stops every job at once and waits until each has stopped: its
-// runs returned and its leases released.
-func (j *Jobs) stopAll() {
-	for _, s := range j.jobs {
-		s.stop()
-	}
-	var wg sync.WaitGroup
-	for _, s := range j.jobs {
-		wg.Go(func() {
-			s.task.Shutdown(context.Background())
-			close(s.stopped)
-		})
-	}
-	wg.Wait()
 }

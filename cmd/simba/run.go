@@ -6,10 +6,15 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
+	"os/signal"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/simba-go/simba"
@@ -28,6 +33,9 @@ const (
 	envChildDeadline     = "SIMBA_DEADLINE"        // the term's guaranteed horizon when the child started
 	envChildDeadlineFile = "SIMBA_DEADLINE_FILE"   // a file holding the horizon, rewritten as renewals succeed
 	envChildMember       = "SIMBA_MEMBER"          // this member's ID
+	envChildSource       = "SIMBA_RUN_SOURCE"      // why the run started: normal, misfire, trigger, fail-over
+	envChildAttempt      = "SIMBA_ATTEMPT"         // the run's attempt, 1 and up with retries
+	envChildArgPrefix    = "SIMBA_ARG_"            // a trigger's argument KEY is SIMBA_ARG_<KEY>
 )
 
 // deadlineLayout is how SIMBA_DEADLINE and its file write the horizon:
@@ -67,7 +75,10 @@ runs at a time, per election or per partition.
   simba run --group NAME --partitions N [schedule] -- COMMAND [ARGS]
       one child per partition this member holds
   simba run --jobs FILE
-      every job of a jobs file (package jobs' format) that has a command:
+      every job of a jobs file (package jobs' format) that has a command,
+      with the run policies the file gives it (retry, timeout, overlap,
+      maxConcurrent, catchUpWindow, pauseAfterFailures, progressTimeout,
+      notify); SIGHUP reloads the file (see below)
 
 Schedule (as Election.Schedule): --every D (a fixed delay between runs),
 --fixed-rate D, or --cron EXPR; with --initial-delay D and --misfire
@@ -89,6 +100,25 @@ The child's environment is this one's, plus:
   SIMBA_DEADLINE_FILE  a file holding the horizon, rewritten as renewals
                        succeed: do not start a step that would outlive it
   SIMBA_MEMBER         this member's ID (--member)
+  SIMBA_RUN_SOURCE     why the run started: normal, misfire (a catch-up
+                       run), trigger (simba trigger) or fail-over
+  SIMBA_ATTEMPT        the run's attempt: 1, and 2 and up for retries
+  SIMBA_ARG_<KEY>      each argument of a trigger (simba trigger NAME
+                       --arg KEY=VALUE), KEY upper-cased with every
+                       character other than A-Z, 0-9 and _ as _; of keys
+                       that give one name (a-b, a.b), the first in byte
+                       order wins: use keys of letters, digits and _
+(the last three for runs on a schedule, and --jobs).
+
+With --jobs, a job with progressTimeout counts each line its command
+writes (standard output or error) as progress: a command silent for
+longer than the limit ends its term, and the lease passes on.
+
+SIGHUP makes simba run --jobs read FILE again: if it has problems (each
+is logged), the jobs keep running as they were; else the jobs the file
+removes are stopped and handed off, the ones it changes are restarted,
+the ones it adds start, and the ones it leaves alone keep running
+untouched. A file left without command jobs is a problem too.
 
 When the term ends (a hand-off, SIGTERM to simba run, a disable, drain or
 resign, or the term lost), the child's process group gets SIGTERM at once,
@@ -416,7 +446,7 @@ func runRun(ctx context.Context, inv *invocation, o runFlags) error {
 	r.say("session open on %s as member %s", t, o.member)
 
 	if o.jobsFile != "" {
-		err = jobs.Run(rctx, client, nil, cfg, jobs.WithLogger(logger), jobs.WithCommandRunner(r.runJob))
+		err = r.runJobs(rctx, client, cfg, logger)
 		client.Close()
 		return err
 	}
@@ -492,6 +522,121 @@ func loadCommandJobs(inv *invocation, path string) (jobs.Config, error) {
 		}
 	}
 	return cmds, nil
+}
+
+// runJobs runs the command jobs of cfg until ctx ends, and reloads the
+// jobs file on SIGHUP.
+func (r *runner) runJobs(ctx context.Context, client *simba.Client, cfg jobs.Config, logger *slog.Logger) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	j, err := jobs.Start(client, nil, cfg, jobs.WithLogger(logger), jobs.WithCommandRunner(r.runJob))
+	if err != nil {
+		return err
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return j.Close()
+		case <-j.Done():
+			return fmt.Errorf("run: the jobs ended without being stopped: %w", simba.ErrClosed)
+		case <-hup:
+			cfg = r.reload(j, cfg)
+		}
+	}
+}
+
+// reload reads the jobs file again and updates the jobs to it; it returns
+// the configuration running afterwards. On a problem it logs every one
+// and changes nothing.
+func (r *runner) reload(j *jobs.Jobs, old jobs.Config) jobs.Config {
+	path := r.o.jobsFile
+	cfg, err := loadCommandJobs(r.inv, path)
+	if err == nil {
+		err = jobs.Validate(nil, cfg)
+	}
+	if err != nil {
+		r.say("SIGHUP: %s has problems; the jobs keep running as they were:", path)
+		for _, line := range strings.Split(message(err.Error()), "\n") {
+			r.say("  %s", strings.TrimSpace(line))
+		}
+		return old
+	}
+	c := summarize(old, cfg)
+	if err := j.Update(cfg); err != nil {
+		r.say("SIGHUP: updating the jobs to %s: %s", path, message(err.Error()))
+		return cfg // what did start runs; the next reload retries the rest
+	}
+	r.say("SIGHUP: reloaded %s: %s", path, c)
+	return cfg
+}
+
+// jobChanges names the jobs a reload adds, changes and removes.
+type jobChanges struct {
+	added, changed, removed []string
+	unchanged               int
+}
+
+func (c jobChanges) String() string {
+	list := func(names []string) string {
+		if len(names) == 0 {
+			return "none"
+		}
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("added %s; changed %s; removed %s; %d unchanged", list(c.added), list(c.changed), list(c.removed), c.unchanged)
+}
+
+// summarize compares the jobs of two configurations by kind and name, as
+// Jobs.Update does: a job changes when its definition, or the notifier in
+// force for it, does.
+func summarize(old, cfg jobs.Config) jobChanges {
+	defs := func(c jobs.Config) (keys []string, names, byKey map[string]any) {
+		byKey, names = map[string]any{}, map[string]any{}
+		for _, j := range c.Scheduled {
+			if j.Notify == nil {
+				j.Notify = c.Notify
+			}
+			k := "s/" + j.Name
+			keys, byKey[k], names[k] = append(keys, k), j, j.Name
+		}
+		for _, j := range c.Partitioned {
+			if j.Notify == nil {
+				j.Notify = c.Notify
+			}
+			k := "p/" + j.Group
+			keys, byKey[k], names[k] = append(keys, k), j, j.Group
+		}
+		if c.Disabled {
+			byKey = map[string]any{}
+		}
+		return keys, names, byKey
+	}
+	oldKeys, oldNames, before := defs(old)
+	newKeys, newNames, after := defs(cfg)
+	var c jobChanges
+	for _, k := range newKeys {
+		def, ok := after[k]
+		if !ok {
+			continue
+		}
+		switch prev, had := before[k]; {
+		case !had:
+			c.added = append(c.added, newNames[k].(string))
+		case !reflect.DeepEqual(prev, def):
+			c.changed = append(c.changed, newNames[k].(string))
+		default:
+			c.unchanged++
+		}
+	}
+	for _, k := range oldKeys {
+		if _, still := after[k]; !still {
+			if _, was := before[k]; was {
+				c.removed = append(c.removed, oldNames[k].(string))
+			}
+		}
+	}
+	return c
 }
 
 // runner runs the children of one simba run.
@@ -590,7 +735,7 @@ func (r *runner) runJob(ctx context.Context, term *simba.Term, j jobs.CommandRun
 	if j.Partitioned {
 		p, param = j.Partition.Index, j.Partition.Param
 	}
-	return recorded(r.runChild(ctx, term, j.Command, p, param))
+	return recorded(r.runChildProgress(ctx, term, j.Command, p, param, j.ProgressTimeout > 0))
 }
 
 // runChild runs argv as a child for one run of term, and ends it when ctx
@@ -599,6 +744,12 @@ func (r *runner) runJob(ctx context.Context, term *simba.Term, j jobs.CommandRun
 // outcome: nil for exit status 0, else a *proc.ExitError or the error that
 // kept it from starting.
 func (r *runner) runChild(ctx context.Context, term *simba.Term, argv []string, p int, param string) error {
+	return r.runChildProgress(ctx, term, argv, p, param, false)
+}
+
+// runChildProgress is runChild; given progress, each line of the child's
+// output reports progress to the term's watchdog (term.Progress).
+func (r *runner) runChildProgress(ctx context.Context, term *simba.Term, argv []string, p int, param string, progress bool) error {
 	deadline := term.Deadline()
 	file, err := r.deadlineFile(term, deadline)
 	if err != nil {
@@ -622,6 +773,12 @@ func (r *runner) runChild(ctx context.Context, term *simba.Term, argv []string, 
 			env = append(env, envChildParam+"="+param)
 		}
 	}
+	ri, ok := simba.RunInfoFrom(ctx)
+	riEnv, dropped := runInfoEnv(ri, ok)
+	env = append(env, riEnv...)
+	for _, k := range dropped {
+		r.say("%s: token %d: the trigger argument %q is not given to the child: its value holds a NUL byte, which no environment variable can", term.Name(), term.Token(), k)
+	}
 	spec := proc.Spec{Argv: argv, Env: env, Stdout: r.out.shared(r.inv.stdout), Stderr: r.out.shared(r.inv.stderr)}
 	var flush func()
 	if r.o.prefixOutput {
@@ -629,6 +786,10 @@ func (r *runner) runChild(ctx context.Context, term *simba.Term, argv []string, 
 		stdout, stderr := r.out.prefixed(r.inv.stdout, label), r.out.prefixed(r.inv.stderr, label)
 		spec.Stdout, spec.Stderr = stdout, stderr
 		flush = func() { stdout.Flush(); stderr.Flush() }
+	}
+	if progress {
+		spec.Stdout = &progressWriter{w: spec.Stdout, progress: term.Progress}
+		spec.Stderr = &progressWriter{w: spec.Stderr, progress: term.Progress}
 	}
 	child, err := proc.Start(spec)
 	if err != nil {
@@ -661,6 +822,50 @@ func (r *runner) runChild(ctx context.Context, term *simba.Term, argv []string, 
 	}
 	r.say("%s: token %d: %s (pid %d) ended: %s", term.Name(), term.Token(), argv[0], child.CommandPid(), exit)
 	return exit.Err()
+}
+
+// runInfoEnv returns the child variables of a run's RunInfo (none
+// without one): SIMBA_RUN_SOURCE, SIMBA_ATTEMPT, and SIMBA_ARG_<KEY> per
+// trigger argument, in the order of the keys. Of keys that give one name,
+// the first in byte order is kept; an empty key, and a value holding a
+// NUL byte (which no variable can), are left out, the latter returned in
+// dropped.
+func runInfoEnv(ri simba.RunInfo, ok bool) (env, dropped []string) {
+	if !ok {
+		return nil, nil
+	}
+	env = []string{envChildSource + "=" + string(ri.Source), envChildAttempt + "=" + strconv.Itoa(ri.Attempt)}
+	seen := map[string]bool{}
+	for _, k := range slices.Sorted(maps.Keys(ri.Args)) {
+		v := ri.Args[k]
+		name := argEnvName(k)
+		switch {
+		case k == "" || seen[name]:
+			continue
+		case strings.IndexByte(v, 0) >= 0:
+			dropped = append(dropped, k)
+			continue
+		}
+		seen[name] = true
+		env = append(env, name+"="+v)
+	}
+	return env, dropped
+}
+
+// argEnvName is the variable of a trigger argument's key: SIMBA_ARG_ and
+// the key upper-cased, every character other than A-Z, 0-9 and _ as _
+// ("dry-run" is SIMBA_ARG_DRY_RUN).
+func argEnvName(key string) string {
+	var b strings.Builder
+	b.WriteString(envChildArgPrefix)
+	for _, c := range strings.ToUpper(key) {
+		if c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' {
+			b.WriteRune(c)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	return b.String()
 }
 
 // recorded is what a run that ran a command returns to the library: its

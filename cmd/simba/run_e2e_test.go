@@ -72,6 +72,7 @@ func TestRunEndToEnd(t *testing.T) {
 			{"StoppedHolderIsFenced", testRunStopped},
 			{"Once", testRunOnce},
 			{"JobsFile", testRunJobs},
+			{"JobsFileReload", testRunJobsReload},
 		}, func(t *testing.T) *cluster {
 			prefix := fmt.Sprintf("/simba-run-e2e/%s-%08x/", regexp.MustCompile(`\W+`).ReplaceAllString(t.Name(), "_"), rand.Uint32())
 			return &cluster{bins: bins, kind: "etcd", args: []string{"--etcd", endpoints, "--prefix", prefix}}
@@ -1048,6 +1049,72 @@ partitioned:
 	}
 	if l := rc.starts(t, "digest")[0]; l.f["group"] != "" || l.f["partition"] != "" {
 		t.Errorf("digest's child has SIMBA_GROUP %q and SIMBA_PARTITION %q", l.f["group"], l.f["partition"])
+	}
+}
+
+// Scenario 9: SIGHUP reloads simba run --jobs's file: a removed job stops,
+// an added one starts, an unchanged one keeps its child and its term; a
+// file with problems is logged and changes nothing.
+func testRunJobsReload(t *testing.T, rc *runCluster) {
+	quick, err := json.Marshal(rc.child("exit", "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold, err := json.Marshal(rc.child("hold"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(rc.dir, "jobs.yaml")
+	write := func(yaml string) {
+		t.Helper()
+		if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stay := fmt.Sprintf("  - {name: stay, fixedDelay: 1s, command: %s}\n", hold)
+	write("scheduled:\n" + stay + fmt.Sprintf("  - {name: digest, fixedRate: 300ms, command: %s}\n", quick))
+	p := rc.startArgs(t, "jobs", append([]string{"run", "--jobs", file, "--member", "jobs", "--ttl", runTTL.String()}, rc.args...), nil)
+	eventually(t, 20*time.Second, "stay and digest run", func() bool {
+		if p.hasExited() {
+			t.Fatalf("simba run --jobs exited %d\n%s", p.code, p.output())
+		}
+		return len(rc.starts(t, "stay")) == 1 && len(rc.starts(t, "digest")) >= 2
+	})
+	stayChild := rc.starts(t, "stay")[0]
+	stderr := func() string {
+		data, _ := os.ReadFile(p.stderr)
+		return string(data)
+	}
+
+	write("scheduled:\n" + stay + fmt.Sprintf("  - {name: fresh, fixedRate: 300ms, command: %s}\n", quick))
+	p.signal(t, syscall.SIGHUP)
+	want := "simba run: SIGHUP: reloaded " + file + ": added fresh; changed none; removed digest; 1 unchanged"
+	eventually(t, 20*time.Second, "the reload is done", func() bool { return strings.Contains(stderr(), want) })
+	digest := len(rc.starts(t, "digest"))
+	eventually(t, 20*time.Second, "fresh runs", func() bool { return len(rc.starts(t, "fresh")) >= 2 })
+	if n := len(rc.starts(t, "digest")); n != digest {
+		t.Errorf("digest started %d more children after the reload that removed it", n-digest)
+	}
+	if starts := rc.starts(t, "stay"); len(starts) != 1 || !alive(stayChild.pid()) {
+		t.Errorf("stay, unchanged, was restarted by the reload: %v; its first child alive: %v", starts, alive(stayChild.pid()))
+	}
+
+	write("scheduled:\n" + stay + fmt.Sprintf("  - {name: fresh, fixedRate: soon, command: %s}\n", quick))
+	p.signal(t, syscall.SIGHUP)
+	eventually(t, 20*time.Second, "the bad file is reported", func() bool {
+		return strings.Contains(stderr(), "simba run: SIGHUP: "+file+" has problems; the jobs keep running as they were:")
+	})
+	if got := stderr(); !strings.Contains(got, `scheduled job "fresh": fixedRate: invalid duration "soon"`) {
+		t.Errorf("the reload's problem is not logged:\n%s", got)
+	}
+	fresh := len(rc.starts(t, "fresh"))
+	eventually(t, 20*time.Second, "fresh keeps running after a refused reload", func() bool { return len(rc.starts(t, "fresh")) > fresh })
+	if p.hasExited() {
+		t.Fatalf("simba run --jobs exited %d\n%s", p.code, p.output())
+	}
+	p.signal(t, syscall.SIGTERM)
+	if code := p.waitExit(t, 20*time.Second); code != 0 {
+		t.Errorf("simba run --jobs exited %d on SIGTERM, want 0\n%s", code, p.output())
 	}
 }
 

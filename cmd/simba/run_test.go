@@ -6,12 +6,15 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/jobs"
 )
 
 // The in-process tests of simba run: its bad input, and real children on
@@ -333,5 +336,94 @@ func TestWrap(t *testing.T) {
 		if got := wrap(tc.in, tc.width); got != tc.want {
 			t.Errorf("wrap(%q, %d) = %q, want %q", tc.in, tc.width, got, tc.want)
 		}
+	}
+}
+
+// The child's variables of a run's RunInfo: a RunInfo built here, since
+// package simba fills the ones of real runs.
+func TestRunInfoEnv(t *testing.T) {
+	if env, dropped := runInfoEnv(simba.RunInfo{}, false); env != nil || dropped != nil {
+		t.Errorf("without a RunInfo: %q, %q; want nothing", env, dropped)
+	}
+	env, dropped := runInfoEnv(simba.RunInfo{Source: simba.SourceTrigger, Attempt: 2, Args: map[string]string{
+		"region":  "eu-west",
+		"dry-run": "true",
+		"a.b":     "dot",   // SIMBA_ARG_A_B, after a-b in byte order: left out
+		"a-b":     "dash",  // SIMBA_ARG_A_B
+		"Größe":   "x=y z", // non-ASCII letters are _
+		"":        "empty key",
+		"nul":     "a\x00b",
+		"_x1":     "",
+	}}, true)
+	want := []string{
+		"SIMBA_RUN_SOURCE=trigger",
+		"SIMBA_ATTEMPT=2",
+		"SIMBA_ARG_GR__E=x=y z",
+		"SIMBA_ARG__X1=",
+		"SIMBA_ARG_A_B=dash",
+		"SIMBA_ARG_DRY_RUN=true",
+		"SIMBA_ARG_REGION=eu-west",
+	}
+	if !slices.Equal(env, want) {
+		t.Errorf("env\n%q\nwant\n%q", env, want)
+	}
+	if !slices.Equal(dropped, []string{"nul"}) {
+		t.Errorf("dropped %q, want the key whose value holds a NUL byte", dropped)
+	}
+	env, _ = runInfoEnv(simba.RunInfo{Source: simba.SourceNormal, Attempt: 1}, true)
+	if want := []string{"SIMBA_RUN_SOURCE=normal", "SIMBA_ATTEMPT=1"}; !slices.Equal(env, want) {
+		t.Errorf("env %q, want %q", env, want)
+	}
+}
+
+// Each write that ends a line reports progress once; everything written
+// is passed on.
+func TestProgressWriter(t *testing.T) {
+	var out bytes.Buffer
+	n := 0
+	w := &progressWriter{w: &out, progress: func() { n++ }}
+	for _, s := range []string{"par", "tial", "\n", "a\nb\nc", "", "d\n"} {
+		w.Write([]byte(s))
+	}
+	if n != 3 {
+		t.Errorf("progress reported %d times, want 3 (once per write ending a line)", n)
+	}
+	if got := out.String(); got != "partial\na\nb\ncd\n" {
+		t.Errorf("passed on %q", got)
+	}
+}
+
+// summarize names what a reload changes as Jobs.Update matches jobs: by
+// kind and name, with the notifier in force.
+func TestSummarize(t *testing.T) {
+	hook := &jobs.Notify{Webhook: &jobs.Webhook{URL: "https://example.com/a"}}
+	old := jobs.Config{
+		Notify: hook,
+		Scheduled: []jobs.ScheduledJob{
+			{Name: "keep", FixedDelay: time.Second, Command: []string{"true"}},
+			{Name: "drop", FixedDelay: time.Second, Command: []string{"true"}},
+			{Name: "retime", FixedDelay: time.Second, Command: []string{"true"}},
+			{Name: "own-hook", FixedDelay: time.Second, Command: []string{"true"}, Notify: &jobs.Notify{}},
+		},
+		Partitioned: []jobs.PartitionedJob{{Group: "kind", Partitions: 2, FixedDelay: time.Second, Command: []string{"true"}}},
+	}
+	cfg := jobs.Config{
+		Notify: &jobs.Notify{Webhook: &jobs.Webhook{URL: "https://example.com/b"}}, // changes the jobs without their own
+		Scheduled: []jobs.ScheduledJob{
+			{Name: "keep", FixedDelay: time.Second, Command: []string{"true"}},
+			{Name: "retime", FixedDelay: 2 * time.Second, Command: []string{"true"}},
+			{Name: "own-hook", FixedDelay: time.Second, Command: []string{"true"}, Notify: &jobs.Notify{}},
+			{Name: "kind", FixedDelay: time.Second, Command: []string{"true"}},
+			{Name: "new", FixedDelay: time.Second, Command: []string{"true"}},
+		},
+	}
+	want := "added kind, new; changed keep, retime; removed drop, kind; 1 unchanged"
+	if got := summarize(old, cfg).String(); got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+	off := old
+	off.Disabled = true
+	if got, want := summarize(old, off).String(), "added none; changed none; removed keep, drop, retime, own-hook, kind; 0 unchanged"; got != want {
+		t.Errorf("disabled: got %s, want %s", got, want)
 	}
 }

@@ -114,3 +114,18 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 	defer l.o.mu.Unlock()
 	return l.w.Write(b)
 }
+
+// progressWriter passes what a child writes on to w, and reports progress
+// for each write that ends a line: each line the child writes counts as
+// progress for its term's watchdog (simba.WithProgressWatchdog).
+type progressWriter struct {
+	w        io.Writer
+	progress func()
+}
+
+func (p *progressWriter) Write(b []byte) (int, error) {
+	if indexNewline(b) >= 0 {
+		p.progress()
+	}
+	return p.w.Write(b)
+}
