@@ -41,7 +41,7 @@ type holding struct {
 // ended for reason: it does when the client ended the term itself.
 func holds(reason RevokeReason) bool {
 	switch reason {
-	case RevokeStopped, RevokeClosed, RevokeYielded, RevokeDisabled, RevokeResigned, RevokeDrained:
+	case RevokeStopped, RevokeClosed, RevokeYielded, RevokeDisabled, RevokeResigned, RevokeDrained, RevokePaused:
 		return true
 	}
 	return false
