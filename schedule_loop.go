@@ -46,6 +46,7 @@ func (s Schedule) run(ctx context.Context, term *Term, c *Client, fn func(contex
 	}
 	l.ended = make(chan *scheduledRun, l.limit)
 	l.streak = l.task.streakAtStart(term)
+	l.task.recordStreak(term, l.streak) // a count started afresh shows at once
 	return l.loop()
 }
 

@@ -563,10 +563,14 @@ func (w *statusWriter) gap() (from time.Time, ended string, ok bool) {
 
 // streakBefore returns, after awaitOpened, the failed runs in a row the
 // status counted before this term, and false when there is no status to
-// tell.
+// tell. A term after a disable or a pause counts afresh: the operator who
+// enabled the job gives it its failures again.
 func (w *statusWriter) streakBefore() (int, bool) {
 	if w == nil || w.unread {
 		return 0, false
+	}
+	if w.prevEnded == RevokeDisabled.String() || w.prevEnded == RevokePaused.String() {
+		return 0, true
 	}
 	return w.prevStreak, true
 }
