@@ -136,9 +136,7 @@ func (c *Client) openStatus(g *generation, term *Term, schedule string) *statusW
 		if w.failOver {
 			w.st.Terms = endFailedOver(w.st.Terms, *w.st.Holder, term.start)
 		}
-		if n := len(w.st.Terms); n > 0 {
-			w.prevEnded = w.st.Terms[n-1].Ended
-		}
+		w.prevEnded = gapEnded(w.st.Terms)
 		w.st.Lease, w.st.Group, w.st.Partition, w.st.Schedule = ref.Election, ref.Group, ref.Partition, schedule
 		w.st.Holder = &records.Holder{Member: w.member, Session: g.sess.ID(), Token: ref.Token, Since: term.start}
 		w.st.Terms = appendTerm(w.st.Terms, records.Term{Token: ref.Token, Member: w.member, Start: term.start, TTLms: g.ttl.Milliseconds()})
@@ -589,6 +587,23 @@ func (w *statusWriter) source(src RunSource) RunSource {
 		return SourceNormal
 	}
 	return RunSource(w.firstSource())
+}
+
+// gapEnded says how the terms before a new one stopped running the
+// schedule: how the last ended, or, where the last terms all ended
+// disabled after one that paused or was disabled (a term that wins the
+// lease while its job is disabled ends at once, disabled), how the first of
+// those ended.
+func gapEnded(terms []records.Term) string {
+	i := len(terms) - 1
+	if i < 0 {
+		return ""
+	}
+	disabled, paused := RevokeDisabled.String(), RevokePaused.String()
+	for i > 0 && terms[i].Ended == disabled && (terms[i-1].Ended == disabled || terms[i-1].Ended == paused) {
+		i--
+	}
+	return terms[i].Ended
 }
 
 // appendTerm adds t to the term log, dropping the oldest terms past
