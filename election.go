@@ -57,11 +57,15 @@ func (e *Election) RunWhileLeader(fn func(ctx context.Context, term *Term) error
 }
 
 // Schedule starts the election at once and, in every term won, runs fn on
-// schedule s: one loop per term on one goroutine, calling term.EnsureValid()
-// before every run (see [Schedule] for the timing rules). A failed run (error
-// or panic) is logged and published, and the loop goes on; a run returning an
-// error wrapping [ErrYield] ends the loop, gives the lease up and sits out one
-// lease term. The loop ends with its term.
+// schedule s: one loop per term, calling term.EnsureValid() before every
+// attempt of every run (see [Schedule] for the timing rules and the run
+// policies). Each run goes on a goroutine of its own, so that the loop
+// sees the planned starts that come while a run is going; the term's
+// hand-off waits for every run the loop started, as for a leader task's
+// function. A failed run (error or panic) is logged and published, and the
+// loop goes on; a run returning an error wrapping [ErrYield] ends the loop
+// (the other runs going on are cancelled), gives the lease up and sits out
+// one lease term. The loop ends with its term.
 //
 // Errors are those of [Election.RunWhileLeader], and an error matching
 // [ErrInvalidSchedule] for a schedule that cannot run.

@@ -8,13 +8,25 @@ import (
 	"github.com/robfig/cron/v3"
 )
 
-// Schedule says when a scheduled election runs its function within a term.
-// Build one with [FixedDelay], [FixedRate] or [Cron], then refine it with
-// [Schedule.WithInitialDelay] and [Schedule.WithMisfire]. The zero Schedule
-// is invalid.
+// Schedule says when a scheduled election runs its function within a term,
+// and what happens to each run. Build one with [FixedDelay], [FixedRate] or
+// [Cron], then refine it with [Schedule.WithInitialDelay] and
+// [Schedule.WithMisfire], and with the run policies: retries
+// ([Schedule.WithRetry]), a timeout per run ([Schedule.WithTimeout]), what
+// a start does while a run is still going ([Schedule.WithOverlap],
+// [Schedule.WithMaxConcurrent]), how far back missed starts are caught up
+// ([Schedule.WithCatchUpWindow]) and a pause after failed runs in a row
+// ([Schedule.WithPauseAfter]). The zero Schedule is invalid.
 //
 // Every timing counts from the start of the term: a new leader starts its
-// own schedule, it does not continue its predecessor's.
+// own schedule, it does not continue its predecessor's. It learns from the
+// status records what its predecessor left (see [WithStatus]): the planned
+// starts that passed with no one to run them, and the failures in a row.
+//
+// Each run is told why it runs ([RunInfoFrom]). Every planned start that
+// does not run is reported, once per occasion, with its reason: a
+// [Skipped] event, the counter simba.schedule.skipped, and an entry in the
+// history (which keeps the last 50 entries, runs and skips together).
 //
 //	| constructor     | what the period measures                                  |
 //	|-----------------|-----------------------------------------------------------|
@@ -91,7 +103,8 @@ func FixedDelay(delay time.Duration) Schedule {
 // the start of the term (plus the initial delay). A run that overruns one or
 // more planned starts makes the schedule skip them: the next run is at the
 // next planned start after the overrun (see [MisfireRunOnce] for the
-// alternative). Runs never overlap.
+// alternative, and [OverlapPolicy] for the others). Runs never overlap but
+// under [OverlapAllow].
 func FixedRate(period time.Duration) Schedule {
 	s := Schedule{kind: fixedRate, period: period}
 	if period <= 0 {

@@ -65,10 +65,16 @@ type RetryPolicy struct {
 //	| OverlapCancelRunning| 0s run cancelled; the new run starts once it returned | … | …          |
 //	| OverlapAllow (max 2)| second run starts at 10s | skipped (2 running)   | a run at 30s              |
 //
-// Skipped starts are reported (see [Skipped]). A [FixedDelay] schedule
-// measures from the end of a run, so it never overlaps. Operator triggers
-// run after the runs going on have ended, whatever the policy, except under
-// OverlapAllow, where a trigger starts at once below the limit.
+// Skipped starts are reported (see [Skipped]), and so is an overrun's
+// count of starts not run at their time ([Misfired]), when the runs end.
+// A start that comes while another waits for a cancelled run
+// (OverlapCancelRunning) is skipped. A run counts as going from its first
+// attempt to the end of its last, retry waits included, and past its
+// timeout until it returns. A [FixedDelay] schedule measures from the end
+// of a run, so it never overlaps: its policy does not apply, and a planned
+// start that comes during a triggered run waits for it. Operator triggers
+// run after the runs going on have ended, whatever the policy, except
+// under OverlapAllow, where a trigger starts at once below the limit.
 //
 // The zero OverlapPolicy follows the misfire policy, as schedules did
 // before overlap policies existed: [MisfireSkip] skips (OverlapSkip),
@@ -292,6 +298,16 @@ func (s Schedule) WithMaxConcurrent(n int) Schedule {
 // planned starts missed by more than d are skipped and reported
 // ([SkipCatchUpWindow]); the ones missed by d or less follow the misfire
 // policy.
+//
+// Across terms (the new holder finds its predecessor's next planned start
+// passed, in the status records), [MisfireRunOnce] runs once at once for
+// the latest start within the window and reports the others skipped;
+// [MisfireSkip] reports them all skipped; the reason is [SkipDisabled] or
+// [SkipPaused] when the previous term ended so, [SkipMisfire] otherwise. A
+// [FixedDelay] schedule counts one missed start. Within a term, a loop
+// that wakes past several planned starts (a process held up) runs the
+// latest, if it is within the window, and reports the earlier ones
+// skipped ([SkipMisfire]).
 func (s Schedule) WithCatchUpWindow(d time.Duration) Schedule {
 	if d < 0 && s.err == nil {
 		s.err = fmt.Errorf("%w: catch-up window must not be negative, got %v", ErrInvalidSchedule, d)
@@ -305,8 +321,15 @@ func (s Schedule) WithCatchUpWindow(d time.Duration) Schedule {
 // as `simba disable` (an audit entry says why, with the last error), its
 // term ends ([RevokePaused]) and no node runs it until an operator enables
 // it (`simba enable`). A run counts once, after its last attempt
-// ([RetryPolicy]); the count survives hand-offs where the backend keeps
-// status records.
+// ([RetryPolicy]); a run cancelled because its term ended counts neither
+// way. The count survives hand-offs where the backend keeps status records
+// (Status.FailStreak), and lives in the task otherwise; a term that
+// follows a disable or a pause counts afresh.
+//
+// The disable is written during the hand-off, before the lease is
+// released. Where it cannot be written (a backend without
+// [backend.Records], or the writes failed), the error is logged and the
+// task stops on this client; other clients running the task go on.
 func (s Schedule) WithPauseAfter(n int) Schedule {
 	if n < 0 && s.err == nil {
 		s.err = fmt.Errorf("%w: pause after failures must not be negative, got %d", ErrInvalidSchedule, n)
