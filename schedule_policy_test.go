@@ -562,3 +562,16 @@ func TestRunInfoOfLeaderTasks(t *testing.T) {
 		await.For(t, closed, testTTL, "Close of crashed a")
 	})
 }
+
+// TestRetryWaitIsAnOverlap: a planned start during a retry's wait comes
+// while the run is going: the run goes on until its last attempt.
+func TestRetryWaitIsAnOverlap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		log := &attemptLog{}
+		s := simba.FixedRate(10 * time.Second).WithRetry(simba.RetryPolicy{Attempts: 3, Backoff: 8 * time.Second})
+		out := scheduleFor(t, s, 35*time.Second, log.work(3, errors.New("down")))
+		origin := out.h.Terms()[0].Start()
+		assert.Equal(t, secs(0, 8, 24, 30), log.offsets(origin), "attempts at 0, 8s and 24s; the next run at 30s")
+		assert.Equal(t, []skipAt{{simba.SkipOverlap, 2, 10 * time.Second, 20 * time.Second}}, skipsOf(out.h, origin))
+	})
+}
