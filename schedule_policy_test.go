@@ -276,14 +276,47 @@ func TestTriggerWaitsForTheRunsGoingOn(t *testing.T) {
 	}
 }
 
-// failing returns a run's work that fails with err for its first n
-// attempts (all when n < 0), recording when each attempt began.
+// TestTriggerArguments: a trigger's arguments reach the run it starts, in
+// its RunInfo and in its history entry.
+func TestTriggerArguments(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		log := &infoLog{}
+		c, _ := node(t, b, "a", h)
+		_, err := c.Election("report").Schedule(simba.FixedRate(time.Hour), log.task("a", h, nil))
+		require.NoError(t, err)
+		time.Sleep(time.Minute)
+		args := map[string]string{"date": "2025-03-04", "dry-run": "true"}
+		at := time.Now()
+		putOp(t, b, records.TriggerPrefix+"report", records.Op{By: "alice", At: at, Args: args})
+		time.Sleep(time.Minute)
+		runs := log.since(at)
+		require.Len(t, runs, 1)
+		assert.Equal(t, at, runs[0].at)
+		assert.Equal(t, simba.RunInfo{Source: simba.SourceTrigger, Attempt: 1, Args: args}, runs[0].info)
+		closeAll(t, c)
+		hist := historyIn(t, b.Records(), "report")
+		last := hist[len(hist)-1]
+		assert.Equal(t, "trigger", last.Source)
+		assert.Equal(t, args, last.Args)
+		assert.Nil(t, hist[0].Args, "a planned run has none")
+		_, pending := opIn(t, b.Records(), records.TriggerPrefix+"report")
+		assert.False(t, pending, "the trigger is consumed")
+	})
+}
+
+// attemptLog records the attempts of runs: when each began, and its
+// RunInfo.
 type attemptLog struct {
 	mu    sync.Mutex
 	at    []time.Time
 	infos []simba.RunInfo
 }
 
+// work returns a run's work that records its attempts and fails with err
+// for the first n of them (all when n < 0).
 func (l *attemptLog) work(n int, err error) func(context.Context, int) error {
 	return func(ctx context.Context, _ int) error {
 		info, _ := simba.RunInfoFrom(ctx)
