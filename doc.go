@@ -53,6 +53,13 @@
 // order: first the task, then the lease, so the next leader starts only after
 // the previous run exited or its term's time ran out.
 //
+// A [Schedule] also says what happens to each run: retries within the term
+// ([RetryPolicy]), a timeout, an [OverlapPolicy] for starts that come while
+// a run is going, a catch-up window for starts missed across a fail-over or
+// a disable, and a pause after failed runs in a row; every start that does
+// not run is reported ([Skipped]). [WithFailureHandler] is told of every
+// failed run, and a run's ctx says why it runs ([RunInfoFrom]).
+//
 // # Exit codes
 //
 // A task function that runs a command reports how the command ended by

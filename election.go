@@ -52,16 +52,20 @@ func (e *Election) RunWhileLeader(fn func(ctx context.Context, term *Term) error
 	}
 	ref := TermRef{Election: e.name, Partition: -1}
 	return e.c.start("election", ref, nil, "", func(ctx context.Context, t *Term) error {
-		return e.c.invoke(ctx, t, fn, sourceFirst)
+		return e.c.leaderRun(ctx, t, fn)
 	}, opts)
 }
 
 // Schedule starts the election at once and, in every term won, runs fn on
-// schedule s: one loop per term on one goroutine, calling term.EnsureValid()
-// before every run (see [Schedule] for the timing rules). A failed run (error
-// or panic) is logged and published, and the loop goes on; a run returning an
-// error wrapping [ErrYield] ends the loop, gives the lease up and sits out one
-// lease term. The loop ends with its term.
+// schedule s: one loop per term, calling term.EnsureValid() before every
+// attempt of every run (see [Schedule] for the timing rules and the run
+// policies). Each run goes on a goroutine of its own, so that the loop
+// sees the planned starts that come while a run is going; the term's
+// hand-off waits for every run the loop started, as for a leader task's
+// function. A failed run (error or panic) is logged and published, and the
+// loop goes on; a run returning an error wrapping [ErrYield] ends the loop
+// (the other runs going on are cancelled), gives the lease up and sits out
+// one lease term. The loop ends with its term.
 //
 // Errors are those of [Election.RunWhileLeader], and an error matching
 // [ErrInvalidSchedule] for a schedule that cannot run.
@@ -100,6 +104,11 @@ type LeaderTask struct {
 	// watchdog is the limit of the progress watchdog
 	// ([WithProgressWatchdog]); 0 for none.
 	watchdog time.Duration
+	// onFailure is the handler of WithFailureHandler, or nil.
+	onFailure func(context.Context, RunFailure)
+	// failStreak counts the task's failed runs in a row, for terms
+	// without status records (see LeaderTask.streakAtStart).
+	failStreak atomic.Int64
 }
 
 // errClientClosing is the cancel cause of tasks stopped by the client's
@@ -129,7 +138,7 @@ func (c *Client) start(what string, ref TermRef, group *GroupTask, schedule stri
 		body = c.claimFirst(o.claim, body)
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	t := &LeaderTask{c: c, ref: ref, group: group, schedule: schedule, body: body, exec: o.executor, ctx: ctx, cancel: cancel, done: make(chan struct{}), runs: newRuns()}
+	t := &LeaderTask{c: c, ref: ref, group: group, schedule: schedule, body: body, exec: o.executor, onFailure: o.onFailure, ctx: ctx, cancel: cancel, done: make(chan struct{}), runs: newRuns()}
 	t.watchdog = o.watchdog
 	if err := c.register(t); err != nil {
 		cancel(nil)
@@ -362,12 +371,14 @@ func (t *LeaderTask) giveUpRelease(g *generation, lease backend.Lease, until int
 	}
 }
 
-// invoke runs fn once for term, turning a panic into a [*PanicError] and
+// invoke runs fn once for term, as the attempt ri describes (its ctx
+// carries ri: see RunInfoFrom), turning a panic into a [*PanicError] and
 // an error reporting exit code 0 (see exitCodeOf) into nil, and logs,
-// records and publishes the outcome.
-func (c *Client) invoke(ctx context.Context, term *Term, fn func(context.Context, *Term) error, source string) (err error) {
+// records and publishes the outcome. A run whose ctx its schedule
+// cancelled (cancelledRun) is cancelled, not failed.
+func (c *Client) invoke(ctx context.Context, term *Term, fn func(context.Context, *Term) error, ri *RunInfo) (result Result, err error) {
 	start := time.Now()
-	run := term.status.started(start, source)
+	run := term.status.started(start, string(ri.Source), ri.Attempt, ri.Args)
 	defer func() {
 		if v := recover(); v != nil {
 			err = &PanicError{Value: v, Stack: debug.Stack()}
@@ -376,11 +387,11 @@ func (c *Client) invoke(ctx context.Context, term *Term, fn func(context.Context
 		if exit != nil && *exit == 0 {
 			err = nil // a command's success: a run that returned nil, its exit status recorded
 		}
-		result := ResultSucceeded
+		result = ResultSucceeded
 		yield := errors.Is(err, ErrYield)
 		switch {
 		case err == nil, yield && !failedYield(err):
-		case term.valid():
+		case term.valid() && !cancelledRun(ctx):
 			result = ResultFailed
 		default:
 			result = ResultCancelled
@@ -390,15 +401,16 @@ func (c *Client) invoke(ctx context.Context, term *Term, fn func(context.Context
 		case result == ResultFailed && yield:
 			c.log.Warn("run failed: giving the lease up", "election", term.ref.Election, "token", term.ref.Token, "err", err, "duration", d)
 		case result == ResultFailed:
-			c.log.Error("run failed", "election", term.ref.Election, "token", term.ref.Token, "err", err, "duration", d)
+			c.log.Error("run failed", "election", term.ref.Election, "token", term.ref.Token, "err", err, "duration", d, "attempt", ri.Attempt)
 		default:
 			c.log.Debug("run completed", "election", term.ref.Election, "token", term.ref.Token, "result", result, "err", err, "duration", d)
 		}
 		c.metrics.ran(term.ref, result, d)
 		term.status.ended(run, start.Add(d), result, err, exit)
-		c.events.publish(WorkCompleted{TermRef: term.ref, Result: result, Err: err, Start: start, Duration: d})
+		c.events.publish(WorkCompleted{TermRef: term.ref, Result: result, Err: err, Start: start, Duration: d,
+			Attempt: ri.Attempt, Source: term.status.source(ri.Source)})
 	}()
 	term.watchdogOn()
 	defer term.watchdogOff()
-	return fn(ctx, term)
+	return 0, fn(withRunInfo(ctx, ri, term), term)
 }

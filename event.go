@@ -151,7 +151,12 @@ type Misfired struct {
 }
 
 // Skipped is published when a schedule skips planned starts, one event per
-// occasion: Count starts from First to Last, for Reason.
+// occasion: Count starts from First to Last, for Reason. Each occasion is
+// also counted by the metric simba.schedule.skipped (Count, by reason) and
+// written as one history entry of result "skipped" (the history keeps the
+// last 50 entries), and the status's SkippedRuns adds Count. An overrun is
+// one occasion, reported when its runs end; the starts missed before a
+// term began are reported at its start.
 type Skipped struct {
 	TermRef
 	Reason SkipReason

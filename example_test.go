@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os/exec"
 	"slices"
 	"time"
@@ -363,4 +364,36 @@ func Example_exitCode() {
 	fmt.Println(runs[0].Result, "with exit status", *runs[0].ExitCode)
 	// Output:
 	// succeeded with exit status 0
+}
+
+// A schedule retries a failed run within its term, after a backoff; the
+// run's ctx says which attempt it is.
+func ExampleSchedule_WithRetry() {
+	b := memory.New()
+	defer b.Close()
+	client, _ := simba.New(b, simba.WithLogger(slog.New(slog.DiscardHandler)))
+	defer client.Close()
+
+	done := make(chan struct{})
+	s := simba.FixedRate(time.Hour).WithRetry(simba.RetryPolicy{Attempts: 3, Backoff: 10 * time.Millisecond})
+	task, err := client.Election("report").Schedule(s, func(ctx context.Context, term *simba.Term) error {
+		info, _ := simba.RunInfoFrom(ctx)
+		if info.Attempt < 3 {
+			fmt.Println("attempt", info.Attempt, "failed")
+			return errors.New("database unavailable")
+		}
+		fmt.Println("attempt", info.Attempt, "succeeded")
+		close(done)
+		return nil
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	<-done
+	task.Close()
+	// Output:
+	// attempt 1 failed
+	// attempt 2 failed
+	// attempt 3 succeeded
 }

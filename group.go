@@ -152,7 +152,7 @@ func (g *Group) RunWhileLeader(fn func(ctx context.Context, term *Term, partitio
 	}
 	return g.start("", func(p int) func(context.Context, *Term) error {
 		run := func(ctx context.Context, t *Term) error { return fn(ctx, t, p) }
-		return func(ctx context.Context, t *Term) error { return g.c.invoke(ctx, t, run, sourceFirst) }
+		return func(ctx context.Context, t *Term) error { return g.c.leaderRun(ctx, t, run) }
 	}, opts)
 }
 

@@ -42,7 +42,7 @@ type holding struct {
 // ended for reason: it does when the client ended the term itself.
 func holds(reason RevokeReason) bool {
 	switch reason {
-	case RevokeStopped, RevokeClosed, RevokeYielded, RevokeDisabled, RevokeResigned, RevokeDrained, RevokeStuck:
+	case RevokeStopped, RevokeClosed, RevokeYielded, RevokeDisabled, RevokeResigned, RevokeDrained, RevokePaused, RevokeStuck:
 		return true
 	}
 	return false

@@ -44,6 +44,11 @@ const (
 	// metricMissedStarts counts planned schedule starts that passed during
 	// an overrunning run.
 	metricMissedStarts = "simba.schedule.missed"
+	// metricSkippedStarts counts planned schedule starts skipped, by
+	// simba.reason.
+	metricSkippedStarts = "simba.schedule.skipped"
+	// metricRetries counts the retries of failed runs.
+	metricRetries = "simba.run.retries"
 	// metricEventsDropped counts events dropped from the event queue.
 	metricEventsDropped = "simba.events.dropped"
 )
@@ -73,6 +78,10 @@ const (
 //     session.
 //   - simba.schedule.missed: planned schedule starts that passed during an
 //     overrunning run.
+//   - simba.schedule.skipped: planned schedule starts that did not run, by
+//     simba.reason: overlap, misfire, catch_up_window, disabled or paused
+//     (see [Skipped]).
+//   - simba.run.retries: retries of failed runs (see [RetryPolicy]).
 //   - simba.events.dropped: events dropped because the event handlers fell
 //     16,384 events behind (see [Event]).
 //
@@ -106,6 +115,8 @@ type metrics struct {
 	renewFails  metric.Int64Counter
 	lost        metric.Int64Counter
 	missed      metric.Int64Counter
+	skippedRuns metric.Int64Counter
+	retries     metric.Int64Counter
 	dropped     metric.Int64Counter
 	headroom    metric.Registration
 
@@ -127,6 +138,7 @@ type nameMetrics struct {
 	base    []metric.AddOption
 	record  []metric.RecordOption
 	reason  [lastRevokeReason + 1][]metric.AddOption   // guarded by metrics.mu
+	skip    [SkipPaused + 1][]metric.AddOption         // guarded by metrics.mu
 	result  [ResultCancelled + 1][]metric.AddOption    // guarded by metrics.mu
 	resultR [ResultCancelled + 1][]metric.RecordOption // guarded by metrics.mu
 }
@@ -161,6 +173,10 @@ func newMetrics(mp metric.MeterProvider, headroom func() float64) (*metrics, err
 	m.lost, err = meter.Int64Counter(metricSessionsLost, metric.WithDescription("sessions that ended, by reason"))
 	add(err)
 	m.missed, err = meter.Int64Counter(metricMissedStarts, metric.WithDescription("planned schedule starts missed during overruns"))
+	add(err)
+	m.skippedRuns, err = meter.Int64Counter(metricSkippedStarts, metric.WithDescription("planned schedule starts skipped, by reason"))
+	add(err)
+	m.retries, err = meter.Int64Counter(metricRetries, metric.WithDescription("retries of failed runs"))
 	add(err)
 	m.dropped, err = meter.Int64Counter(metricEventsDropped, metric.WithDescription("events dropped because the event handlers fell behind"))
 	add(err)
@@ -275,6 +291,44 @@ func (m *metrics) misfired(ref TermRef, missed int) {
 	m.missed.Add(bg, int64(missed), m.of(ref).base...)
 }
 
+func (m *metrics) skipped(ref TermRef, reason SkipReason, n int) {
+	m.skippedRuns.Add(bg, int64(n), m.skipOpts(m.of(ref), reason)...)
+}
+
+func (m *metrics) retried(ref TermRef) {
+	m.retries.Add(bg, 1, m.of(ref).base...)
+}
+
+// skipOpts returns the options for starts of n skipped for reason.
+func (m *metrics) skipOpts(n *nameMetrics, reason SkipReason) []metric.AddOption {
+	if reason < 0 || int(reason) >= len(n.skip) {
+		return n.base
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n.skip[reason] == nil {
+		n.skip[reason] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(n.attr, attribute.String("simba.reason", reason.metricName())))}
+	}
+	return n.skip[reason]
+}
+
+// metricName is the reason as a metric attribute value.
+func (r SkipReason) metricName() string {
+	switch r {
+	case SkipOverlap:
+		return "overlap"
+	case SkipMisfire:
+		return "misfire"
+	case SkipCatchUpWindow:
+		return "catch_up_window"
+	case SkipDisabled:
+		return "disabled"
+	case SkipPaused:
+		return "paused"
+	}
+	return "unknown"
+}
+
 func (m *metrics) eventsDropped(n int) { m.dropped.Add(bg, int64(n)) }
 
 func (m *metrics) renewed(d time.Duration, err error) {
@@ -317,6 +371,8 @@ func (r RevokeReason) metricName() string {
 		return "resigned"
 	case RevokeDrained:
 		return "drained"
+	case RevokePaused:
+		return "paused"
 	case RevokeStuck:
 		return "stuck"
 	}

@@ -23,11 +23,12 @@ type opsView struct {
 	mu       sync.Mutex
 	disabled map[string]bool
 	drained  map[string]bool
-	trigger  map[string]uint64     // lease -> version of its trigger record
-	resign   map[string]records.Op // lease -> request
-	resignV  map[string]uint64     // lease -> version of its resign record
-	consumed map[string]uint64     // key -> version carried out, until a listing no longer shows it
-	changed  chan struct{}         // closed and replaced on every change
+	trigger  map[string]uint64            // lease -> version of its trigger record
+	args     map[string]map[string]string // lease -> its trigger's arguments
+	resign   map[string]records.Op        // lease -> request
+	resignV  map[string]uint64            // lease -> version of its resign record
+	consumed map[string]uint64            // key -> version carried out, until a listing no longer shows it
+	changed  chan struct{}                // closed and replaced on every change
 	subs     map[int]func()
 	nextSub  int
 }
@@ -38,6 +39,7 @@ func newOpsView(c *Client) *opsView {
 		disabled: map[string]bool{},
 		drained:  map[string]bool{},
 		trigger:  map[string]uint64{},
+		args:     map[string]map[string]string{},
 		resign:   map[string]records.Op{},
 		resignV:  map[string]uint64{},
 		consumed: map[string]uint64{},
@@ -170,6 +172,7 @@ func (o *opsView) checkStart(g *generation, term *Term) {
 func (o *opsView) apply(list []backend.Record) {
 	disabled, drained := map[string]bool{}, map[string]bool{}
 	trigger, resignV := map[string]uint64{}, map[string]uint64{}
+	args := map[string]map[string]string{}
 	resign := map[string]records.Op{}
 	o.mu.Lock()
 	listed := map[string]bool{}
@@ -198,7 +201,11 @@ func (o *opsView) apply(list []backend.Record) {
 		case hasPrefix(k, records.DrainPrefix):
 			drained[records.Name(k, records.DrainPrefix)] = true
 		case hasPrefix(k, records.TriggerPrefix):
-			trigger[records.Name(k, records.TriggerPrefix)] = r.Version
+			name := records.Name(k, records.TriggerPrefix)
+			trigger[name] = r.Version
+			if len(op.Args) > 0 {
+				args[name] = op.Args
+			}
 		case hasPrefix(k, records.ResignPrefix):
 			name := records.Name(k, records.ResignPrefix)
 			resign[name], resignV[name] = op, r.Version
@@ -211,7 +218,7 @@ func (o *opsView) apply(list []backend.Record) {
 		o.mu.Unlock()
 		return
 	}
-	o.disabled, o.drained, o.trigger, o.resign, o.resignV = disabled, drained, trigger, resign, resignV
+	o.disabled, o.drained, o.trigger, o.args, o.resign, o.resignV = disabled, drained, trigger, args, resign, resignV
 	o.mu.Unlock()
 	o.notify()
 }
@@ -300,12 +307,14 @@ func (o *opsView) resigns(lease string, token uint64) (uint64, bool) {
 	return o.resignV[lease], true
 }
 
-// triggered returns the version of a trigger request for lease.
-func (o *opsView) triggered(lease string) (uint64, bool) {
+// triggered returns the version of a trigger request for lease, and the
+// arguments it carries (records.Op's Args; nil for none). The map is the
+// view's: do not change it.
+func (o *opsView) triggered(lease string) (uint64, map[string]string, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	v, ok := o.trigger[lease]
-	return v, ok
+	return v, o.args[lease], ok
 }
 
 // consume deletes an operation record the client has carried out, if it is
@@ -318,6 +327,7 @@ func (o *opsView) consume(g *generation, key string, version uint64) {
 	case hasPrefix(key, records.TriggerPrefix):
 		if name := records.Name(key, records.TriggerPrefix); o.trigger[name] == version {
 			delete(o.trigger, name)
+			delete(o.args, name)
 		}
 	case hasPrefix(key, records.ResignPrefix):
 		if name := records.Name(key, records.ResignPrefix); o.resignV[name] == version {

@@ -1,24 +1,32 @@
 package simba
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/robfig/cron/v3"
-
-	"github.com/simba-go/simba/internal/records"
 )
 
-// Schedule says when a scheduled election runs its function within a term.
-// Build one with [FixedDelay], [FixedRate] or [Cron], then refine it with
-// [Schedule.WithInitialDelay] and [Schedule.WithMisfire]. The zero Schedule
-// is invalid.
+// Schedule says when a scheduled election runs its function within a term,
+// and what happens to each run. Build one with [FixedDelay], [FixedRate] or
+// [Cron], then refine it with [Schedule.WithInitialDelay] and
+// [Schedule.WithMisfire], and with the run policies: retries
+// ([Schedule.WithRetry]), a timeout per run ([Schedule.WithTimeout]), what
+// a start does while a run is still going ([Schedule.WithOverlap],
+// [Schedule.WithMaxConcurrent]), how far back missed starts are caught up
+// ([Schedule.WithCatchUpWindow]) and a pause after failed runs in a row
+// ([Schedule.WithPauseAfter]). The zero Schedule is invalid.
 //
 // Every timing counts from the start of the term: a new leader starts its
-// own schedule, it does not continue its predecessor's.
+// own schedule, it does not continue its predecessor's. It learns from the
+// status records what its predecessor left (see [WithStatus]): the planned
+// starts that passed with no one to run them, and the failures in a row.
+//
+// Each run is told why it runs ([RunInfoFrom]). Every planned start that
+// does not run is reported, once per occasion, with its reason: a
+// [Skipped] event, the counter simba.schedule.skipped, and an entry in the
+// history (which keeps the last 50 entries, runs and skips together).
 //
 //	| constructor     | what the period measures                                  |
 //	|-----------------|-----------------------------------------------------------|
@@ -95,7 +103,8 @@ func FixedDelay(delay time.Duration) Schedule {
 // the start of the term (plus the initial delay). A run that overruns one or
 // more planned starts makes the schedule skip them: the next run is at the
 // next planned start after the overrun (see [MisfireRunOnce] for the
-// alternative). Runs never overlap.
+// alternative, and [OverlapPolicy] for the others). Runs never overlap but
+// under [OverlapAllow].
 func FixedRate(period time.Duration) Schedule {
 	s := Schedule{kind: fixedRate, period: period}
 	if period <= 0 {
@@ -237,158 +246,3 @@ func (s Schedule) String() string {
 
 // maxCountedMisses bounds the work of counting missed cron activations.
 const maxCountedMisses = 1 << 10
-
-// run is the loop of one term: it runs fn on schedule until the term ends,
-// the ctx is cancelled, or a run yields (then it returns that run's error).
-//
-// Besides the planned starts it runs once at once when the previous holder
-// missed a planned start while nobody held the lease and the policy is
-// MisfireRunOnce, and once as soon as it can when an operator triggers the
-// election.
-func (s Schedule) run(ctx context.Context, term *Term, c *Client, fn func(context.Context, *Term) error) error {
-	select {
-	case <-term.ready:
-	case <-ctx.Done():
-		return nil
-	}
-	if !term.status.awaitOpened(ctx) {
-		return nil
-	}
-	source := term.status.firstSource()
-	if term.status.missedStart() && s.misfire == MisfireRunOnce {
-		c.log.Info("the previous holder missed a planned start; running once now", "election", term.ref.Election)
-		if stop, err := s.runOnce(ctx, term, c, fn, records.SourceMisfire); stop {
-			return err
-		}
-		source = records.SourceNormal
-	}
-	first := time.Now().Add(s.initial)
-	if s.kind == cronKind {
-		first = s.cron.Next(first.Add(-time.Nanosecond))
-	}
-	term.status.planned(first)
-	if !s.wait(ctx, term, c, time.Now().Add(s.initial), fn) {
-		return nil
-	}
-	anchor := time.Now()
-	planned := anchor // the planned start of the next run
-	if s.kind == cronKind {
-		planned = s.cron.Next(anchor.Add(-time.Nanosecond))
-	}
-	catchUp := false
-	for {
-		term.status.planned(planned)
-		if !catchUp && !s.wait(ctx, term, c, planned, fn) {
-			return nil
-		}
-		if stop, err := s.runOnce(ctx, term, c, fn, source); stop {
-			return err
-		}
-		source = records.SourceNormal
-		end := time.Now()
-		next, missed := s.next(anchor, planned, end)
-		catchUp = missed > 0 && s.misfire == MisfireRunOnce
-		if missed > 0 {
-			c.log.Info("schedule overran planned starts", "election", term.ref.Election, "missed", missed, "catch_up", catchUp)
-			c.metrics.misfired(term.ref, missed)
-			c.events.publish(Misfired{TermRef: term.ref, Missed: missed, CatchUp: catchUp, At: end})
-		}
-		if catchUp {
-			// One run at once, standing for the latest missed start.
-			next = s.latestBefore(anchor, planned, end)
-			source = records.SourceMisfire
-		}
-		planned = next
-	}
-}
-
-// runOnce runs fn once if the term is still valid. It reports whether the
-// loop must stop: the term is over, or the run yielded (then err is the
-// run's error).
-func (s Schedule) runOnce(ctx context.Context, term *Term, c *Client, fn func(context.Context, *Term) error, source string) (stop bool, err error) {
-	if term.EnsureValid() != nil {
-		return true, nil
-	}
-	if err := c.invoke(ctx, term, fn, source); errors.Is(err, ErrYield) {
-		return true, err
-	}
-	return ctx.Err() != nil, nil
-}
-
-// wait sleeps until the instant until (a zero instant: for ever), running
-// fn at once, in between, each time an operator triggers the election. It
-// reports false when ctx ends first.
-func (s Schedule) wait(ctx context.Context, term *Term, c *Client, until time.Time, fn func(context.Context, *Term) error) bool {
-	var timeout <-chan time.Time
-	if !until.IsZero() {
-		t := time.NewTimer(time.Until(until))
-		defer t.Stop()
-		timeout = t.C
-	}
-	for {
-		changed := c.ops.changes()
-		if v, ok := c.ops.triggered(term.ref.Election); ok {
-			c.log.Info("triggered by an operator; running once now", "election", term.ref.Election)
-			c.ops.consume(term.gen, records.TriggerPrefix+term.ref.Election, v)
-			if stop, _ := s.runOnce(ctx, term, c, fn, records.SourceTrigger); stop {
-				return false
-			}
-			continue
-		}
-		if !until.IsZero() && !time.Now().Before(until) {
-			return ctx.Err() == nil
-		}
-		select {
-		case <-timeout:
-			return true
-		case <-ctx.Done():
-			return false
-		case <-changed:
-		}
-	}
-}
-
-// next returns the planned start after the run planned at `planned` that
-// ended at end, and how many planned starts passed during the run.
-func (s Schedule) next(anchor, planned, end time.Time) (time.Time, int) {
-	switch s.kind {
-	case fixedDelay:
-		return end.Add(s.period), 0
-	case fixedRate:
-		k := planned.Sub(anchor)/s.period + 1 // index of the following planned start
-		following := anchor.Add(k * s.period)
-		if !following.Before(end) {
-			return following, 0
-		}
-		// First planned start at or after end.
-		j := (end.Sub(anchor) + s.period - 1) / s.period
-		return anchor.Add(j * s.period), int(j - k)
-	default:
-		following := s.cron.Next(planned)
-		missed := 0
-		for following.Before(end) && missed < maxCountedMisses {
-			missed++
-			following = s.cron.Next(following)
-		}
-		if following.Before(end) {
-			following = s.cron.Next(end.Add(-time.Nanosecond))
-		}
-		return following, missed
-	}
-}
-
-// latestBefore returns the last planned start before end, after planned.
-func (s Schedule) latestBefore(anchor, planned, end time.Time) time.Time {
-	switch s.kind {
-	case fixedRate:
-		j := (end.Sub(anchor) - 1) / s.period
-		return anchor.Add(j * s.period)
-	case cronKind:
-		last := planned
-		for i, t := 0, s.cron.Next(planned); t.Before(end) && i < maxCountedMisses; i, t = i+1, s.cron.Next(t) {
-			last = t
-		}
-		return last
-	}
-	return end
-}

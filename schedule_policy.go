@@ -5,7 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
+	"math/rand/v2"
 	"time"
+
+	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/fence"
 )
 
 // ErrRunTimeout is the cause of a run's ctx ending at its timeout
@@ -41,8 +46,8 @@ type RetryPolicy struct {
 	// Multiplier is the growth of the wait (default 2; at least 1).
 	Multiplier float64
 	// Jitter is the fraction of each wait drawn at random, in [0, 1]
-	// (default 0.2: a wait of 10s is between 8s and 10s), so that retries
-	// of many partitions do not fall together.
+	// (default 0: none; 0.2 makes a wait of 10s one between 8s and 10s),
+	// so that retries of many partitions do not fall together.
 	Jitter float64
 	// RetryIf, when set, decides which failures are retried (besides the
 	// ones never retried, above); nil retries every other failure.
@@ -60,10 +65,16 @@ type RetryPolicy struct {
 //	| OverlapCancelRunning| 0s run cancelled; the new run starts once it returned | … | …          |
 //	| OverlapAllow (max 2)| second run starts at 10s | skipped (2 running)   | a run at 30s              |
 //
-// Skipped starts are reported (see [Skipped]). A [FixedDelay] schedule
-// measures from the end of a run, so it never overlaps. Operator triggers
-// run after the runs going on have ended, whatever the policy, except under
-// OverlapAllow, where a trigger starts at once below the limit.
+// Skipped starts are reported (see [Skipped]), and so is an overrun's
+// count of starts not run at their time ([Misfired]), when the runs end.
+// A start that comes while another waits for a cancelled run
+// (OverlapCancelRunning) is skipped. A run counts as going from its first
+// attempt to the end of its last, retry waits included, and past its
+// timeout until it returns. A [FixedDelay] schedule measures from the end
+// of a run, so it never overlaps: its policy does not apply, and a planned
+// start that comes during a triggered run waits for it. Operator triggers
+// run after the runs going on have ended, whatever the policy, except
+// under OverlapAllow, where a trigger starts at once below the limit.
 //
 // The zero OverlapPolicy follows the misfire policy, as schedules did
 // before overlap policies existed: [MisfireSkip] skips (OverlapSkip),
@@ -180,21 +191,39 @@ type RunInfo struct {
 
 type runInfoKey struct{}
 
+// runInfoValue is what a run's ctx carries: its RunInfo, and for the run
+// of a leader task, whose source ("normal" or "fail-over") is known once
+// the previous holder's status is read, the term to ask.
+type runInfoValue struct {
+	info *RunInfo
+	term *Term // set when info.Source is still to be learnt from the status
+}
+
 // RunInfoFrom returns the RunInfo of the run whose ctx (or a ctx derived
-// from it) is given, and false for any other ctx.
+// from it) is given, and false for any other ctx. For the run of
+// [Election.RunWhileLeader], whose Source depends on how the previous
+// holder ended, it may wait for the term's first read of the status
+// records (bounded: a few renewal periods at most).
 func RunInfoFrom(ctx context.Context) (RunInfo, bool) {
-	ri, ok := ctx.Value(runInfoKey{}).(*RunInfo)
+	v, ok := ctx.Value(runInfoKey{}).(runInfoValue)
 	if !ok {
 		return RunInfo{}, false
 	}
-	out := *ri
-	out.Args = maps.Clone(ri.Args)
+	out := *v.info
+	out.Args = maps.Clone(v.info.Args)
+	if out.Source == "" && v.term != nil {
+		out.Source = v.term.status.source("")
+	}
 	return out, true
 }
 
-// withRunInfo returns ctx carrying ri.
-func withRunInfo(ctx context.Context, ri *RunInfo) context.Context {
-	return context.WithValue(ctx, runInfoKey{}, ri)
+// withRunInfo returns ctx carrying ri, the RunInfo of a run of term.
+func withRunInfo(ctx context.Context, ri *RunInfo, term *Term) context.Context {
+	v := runInfoValue{info: ri}
+	if ri.Source == "" {
+		v.term = term
+	}
+	return context.WithValue(ctx, runInfoKey{}, v)
 }
 
 // Defaults of the policies.
@@ -202,7 +231,6 @@ const (
 	defaultRetryBackoff    = time.Second
 	defaultRetryMaxBackoff = time.Minute
 	defaultRetryMultiplier = 2
-	defaultRetryJitter     = 0.2
 	defaultMaxConcurrent   = 2
 )
 
@@ -270,6 +298,16 @@ func (s Schedule) WithMaxConcurrent(n int) Schedule {
 // planned starts missed by more than d are skipped and reported
 // ([SkipCatchUpWindow]); the ones missed by d or less follow the misfire
 // policy.
+//
+// Across terms (the new holder finds its predecessor's next planned start
+// passed, in the status records), [MisfireRunOnce] runs once at once for
+// the latest start within the window and reports the others skipped;
+// [MisfireSkip] reports them all skipped; the reason is [SkipDisabled] or
+// [SkipPaused] when the previous term ended so, [SkipMisfire] otherwise. A
+// [FixedDelay] schedule counts one missed start. Within a term, a loop
+// that wakes past several planned starts (a process held up) runs the
+// latest, if it is within the window, and reports the earlier ones
+// skipped ([SkipMisfire]).
 func (s Schedule) WithCatchUpWindow(d time.Duration) Schedule {
 	if d < 0 && s.err == nil {
 		s.err = fmt.Errorf("%w: catch-up window must not be negative, got %v", ErrInvalidSchedule, d)
@@ -283,8 +321,15 @@ func (s Schedule) WithCatchUpWindow(d time.Duration) Schedule {
 // as `simba disable` (an audit entry says why, with the last error), its
 // term ends ([RevokePaused]) and no node runs it until an operator enables
 // it (`simba enable`). A run counts once, after its last attempt
-// ([RetryPolicy]); the count survives hand-offs where the backend keeps
-// status records.
+// ([RetryPolicy]); a run cancelled because its term ended counts neither
+// way. The count survives hand-offs where the backend keeps status records
+// (Status.FailStreak), and lives in the task otherwise; a term that
+// follows a disable or a pause counts afresh.
+//
+// The disable is written during the hand-off, before the lease is
+// released. Where it cannot be written (a backend without
+// [backend.Records], or the writes failed), the error is logged and the
+// task stops on this client; other clients running the task go on.
 func (s Schedule) WithPauseAfter(n int) Schedule {
 	if n < 0 && s.err == nil {
 		s.err = fmt.Errorf("%w: pause after failures must not be negative, got %d", ErrInvalidSchedule, n)
@@ -322,4 +367,76 @@ func (s Schedule) concurrency() int {
 		return defaultMaxConcurrent
 	}
 	return s.maxConcurrent
+}
+
+// wait returns the wait before the retry that follows failed attempt n:
+// Backoff times Multiplier to the power n-1, at most MaxBackoff, less a
+// random part of up to Jitter of it.
+func (p RetryPolicy) wait(n int) time.Duration {
+	d := float64(p.Backoff) * math.Pow(p.Multiplier, float64(n-1))
+	if !(d < float64(p.MaxBackoff)) { // also for an overflow to +Inf
+		d = float64(p.MaxBackoff)
+	}
+	if p.Jitter > 0 {
+		d -= rand.Float64() * p.Jitter * d
+	}
+	return time.Duration(d)
+}
+
+// retries reports whether a run whose attempt n failed with err is tried
+// again: attempts are left, err is not one of those never retried, and
+// RetryIf allows it. A RetryIf that panics allows nothing.
+func (p RetryPolicy) retries(err error, n int) (retry bool) {
+	if n >= p.Attempts || neverRetried(err) {
+		return false
+	}
+	if p.RetryIf == nil {
+		return true
+	}
+	defer func() {
+		if recover() != nil {
+			retry = false
+		}
+	}()
+	return p.RetryIf(err)
+}
+
+// neverRetried reports the errors no RetryPolicy retries: a yield, the end
+// of the term, a stale fence, a newer term's record.
+func neverRetried(err error) bool {
+	return errors.Is(err, ErrYield) || errors.Is(err, ErrTermExpired) ||
+		errors.Is(err, fence.ErrStale) || errors.Is(err, backend.ErrConflict)
+}
+
+// overdueAfter is how long after its timeout a run still going is
+// reported overdue.
+const overdueAfter = time.Second
+
+// runTimeoutError is the error of a run that returned an error after its
+// timeout ended its ctx: it matches ErrRunTimeout, context.DeadlineExceeded
+// and what the run returned.
+type runTimeoutError struct {
+	timeout time.Duration
+	err     error
+}
+
+func (e *runTimeoutError) Error() string {
+	return fmt.Sprintf("simba: run timed out after %v: %v", e.timeout, e.err)
+}
+
+func (e *runTimeoutError) Unwrap() []error {
+	return []error{ErrRunTimeout, context.DeadlineExceeded, e.err}
+}
+
+// timedOut returns fn, its error wrapped in a *runTimeoutError when it
+// returns one after its ctx ended at its timeout d.
+func timedOut(fn func(context.Context, *Term) error, d time.Duration) func(context.Context, *Term) error {
+	return func(ctx context.Context, t *Term) error {
+		err := fn(ctx, t)
+		if err != nil && errors.Is(context.Cause(ctx), ErrRunTimeout) &&
+			!(errors.Is(err, ErrRunTimeout) && errors.Is(err, context.DeadlineExceeded)) {
+			err = &runTimeoutError{timeout: d, err: err}
+		}
+		return err
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/simba-go/simba"
+	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/memory"
 	"github.com/simba-go/simba/internal/await"
 )
@@ -22,30 +23,73 @@ import (
 // work, if set, is called in each run with its index.
 func scheduled(t *testing.T, s simba.Schedule, d time.Duration, work func(i int)) ([]time.Duration, *history) {
 	t.Helper()
-	b := memory.New()
-	defer b.Close()
-	h := newHistory()
-	c, _ := node(t, b, "a", h)
-	var mu sync.Mutex
-	var starts []time.Duration
-	_, err := c.Election("report").Schedule(s, func(ctx context.Context, term *simba.Term) error {
-		h.SawTerm("a", term)
-		mu.Lock()
-		i := len(starts)
-		starts = append(starts, time.Since(term.Start()))
-		mu.Unlock()
+	out := scheduleFor(t, s, d, func(_ context.Context, i int) error {
 		if work != nil {
 			work(i)
 		}
 		return nil
 	})
+	return out.starts(), out.h
+}
+
+// seenRun is what a scheduled run of a test saw.
+type seenRun struct {
+	info       simba.RunInfo
+	start, end time.Duration // from the start of its term
+	cause      error         // the cause of its ctx's end when it returned, or nil
+	err        error         // what it returned
+}
+
+// scheduledOut is what scheduleFor saw.
+type scheduledOut struct {
+	runs    []seenRun // in start order
+	h       *history
+	records []backend.Record // the backend's records once the client closed
+}
+
+// starts returns the start offsets of the runs.
+func (o scheduledOut) starts() []time.Duration {
+	out := make([]time.Duration, len(o.runs))
+	for i, r := range o.runs {
+		out[i] = r.start
+	}
+	return out
+}
+
+// scheduleFor runs s on a single client, with the task options opts, for
+// d of virtual time, as election "report", and returns what its runs saw.
+// fn is each run's work, called with the run's index.
+func scheduleFor(t *testing.T, s simba.Schedule, d time.Duration, fn func(ctx context.Context, i int) error, opts ...simba.TaskOption) scheduledOut {
+	t.Helper()
+	b := memory.New()
+	defer b.Close()
+	h := newHistory()
+	c, _ := node(t, b, "a", h, simba.WithMemberID("a"))
+	var mu sync.Mutex
+	var runs []seenRun
+	_, err := c.Election("report").Schedule(s, func(ctx context.Context, term *simba.Term) error {
+		h.SawTerm("a", term)
+		info, _ := simba.RunInfoFrom(ctx)
+		mu.Lock()
+		i := len(runs)
+		runs = append(runs, seenRun{info: info, start: time.Since(term.Start())})
+		mu.Unlock()
+		err := fn(ctx, i)
+		mu.Lock()
+		runs[i].end, runs[i].err = time.Since(term.Start()), err
+		if ctx.Err() != nil {
+			runs[i].cause = context.Cause(ctx)
+		}
+		mu.Unlock()
+		return err
+	}, opts...)
 	require.NoError(t, err)
 	time.Sleep(d)
 	closeAll(t, c)
 	h.CheckTerms(t, b)
 	mu.Lock()
 	defer mu.Unlock()
-	return starts, h
+	return scheduledOut{runs: runs, h: h, records: b.Records()}
 }
 
 func secs(v ...float64) []time.Duration {

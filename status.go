@@ -65,13 +65,20 @@ type statusWriter struct {
 
 	// The worker's own state: only the worker touches it.
 	st       records.Status
-	enc      records.StatusEncoder // of st
-	dirty    bool                  // st changed since it was last written
-	history  map[string][]byte     // history records to write with the status
-	failOver bool                  // the previous holder ended without a hand-off
-	unread   bool                  // the previous status could not be read: write nothing
-	failures int                   // flushes in a row with failed writes
-	missed   bool                  // a planned start passed while no one held the lease
+	enc      records.StatusEncoder  // of st
+	dirty    bool                   // st changed since it was last written
+	history  map[string][]byte      // history records to write with the status
+	failOver bool                   // the previous holder ended without a hand-off
+	unread   bool                   // the previous status could not be read: write nothing
+	failures int                    // flushes in a row with failed writes
+	inflight map[uint64]records.Run // the runs started and not ended, by seq
+
+	// What the previous holders left, set before opened is closed and
+	// read-only after it.
+	missed      bool      // a planned start passed while no one held the lease
+	prevPlanned time.Time // the first planned start missed, when missed
+	prevEnded   string    // how the last term before this one ended
+	prevStreak  int       // the failed runs in a row before this term
 }
 
 // runHandle ties a run's end to its start; the worker fills in its
@@ -119,6 +126,7 @@ func (c *Client) openStatus(g *generation, term *Term, schedule string) *statusW
 		}
 		w.failOver = w.st.Holder != nil && w.st.Holder.Token != ref.Token
 		w.missed = !w.st.NextPlanned.IsZero() && w.st.NextPlanned.Before(now)
+		w.prevPlanned, w.prevStreak = w.st.NextPlanned, w.st.FailStreak
 		if w.failOver && w.st.LastRun != nil && w.st.LastRun.Result == records.Running {
 			run := *w.st.LastRun
 			run.Result, run.Error = records.Interrupted, fmt.Sprintf("holder %s (token %d) ended without a hand-off while it ran", run.Member, run.Token)
@@ -128,6 +136,7 @@ func (c *Client) openStatus(g *generation, term *Term, schedule string) *statusW
 		if w.failOver {
 			w.st.Terms = endFailedOver(w.st.Terms, *w.st.Holder, term.start)
 		}
+		w.prevEnded = gapEnded(w.st.Terms)
 		w.st.Lease, w.st.Group, w.st.Partition, w.st.Schedule = ref.Election, ref.Group, ref.Partition, schedule
 		w.st.Holder = &records.Holder{Member: w.member, Session: g.sess.ID(), Token: ref.Token, Since: term.start}
 		w.st.Terms = appendTerm(w.st.Terms, records.Term{Token: ref.Token, Member: w.member, Start: term.start, TTLms: g.ttl.Milliseconds()})
@@ -354,9 +363,10 @@ func (w *statusWriter) put(ctx context.Context, key string, value []byte) bool {
 	return false
 }
 
-// started records the start of a run; source is sourceFirst for the
-// term's first run.
-func (w *statusWriter) started(start time.Time, source string) *runHandle {
+// started records the start of an attempt of a run; source is
+// sourceFirst for the first run of a leader task's term, args a trigger's
+// arguments.
+func (w *statusWriter) started(start time.Time, source string, attempt int, args map[string]string) *runHandle {
 	if w == nil {
 		return nil
 	}
@@ -367,7 +377,12 @@ func (w *statusWriter) started(start time.Time, source string) *runHandle {
 		}
 		w.st.HistorySeq++
 		h.seq = w.st.HistorySeq
-		w.st.LastRun = &records.Run{Seq: h.seq, Token: w.term.ref.Token, Member: w.member, Start: start, Result: records.Running, Source: source}
+		run := records.Run{Seq: h.seq, Token: w.term.ref.Token, Member: w.member, Start: start, Result: records.Running, Source: source, Attempt: attempt, Args: args}
+		w.st.LastRun = &run
+		if w.inflight == nil {
+			w.inflight = make(map[uint64]records.Run)
+		}
+		w.inflight[h.seq] = run
 		w.dirty = true
 		// Read the history slot the run will end in, off the task's
 		// path, where the backend remembers what it read (ZooKeeper): it
@@ -381,21 +396,26 @@ func (w *statusWriter) started(start time.Time, source string) *runHandle {
 
 // ended records the end of a run in the history (in place of the run
 // HistoryLen before it) and the status; exit is the exit status the run
-// reported (see "Exit codes" in the package doc), or nil.
+// reported (see "Exit codes" in the package doc), or nil. Runs of a
+// schedule may overlap: each ends its own entry, and the status's LastRun
+// is the last one started.
 func (w *statusWriter) ended(h *runHandle, end time.Time, result Result, err error, exit *int) {
 	if w == nil || h == nil {
 		return
 	}
 	w.enqueue(func(context.Context) {
-		if h.seq == 0 || w.st.LastRun == nil || w.st.LastRun.Seq != h.seq {
+		run, ok := w.inflight[h.seq]
+		if h.seq == 0 || !ok {
 			return
 		}
-		run := *w.st.LastRun
+		delete(w.inflight, h.seq)
 		run.End, run.Result, run.ExitCode = end, result.String(), exit
 		if err != nil {
 			run.Error = err.Error()
 		}
-		w.st.LastRun = &run
+		if w.st.LastRun != nil && w.st.LastRun.Seq == h.seq {
+			w.st.LastRun = &run
+		}
 		if result == ResultFailed {
 			w.st.Failed++
 		} else {
@@ -403,6 +423,36 @@ func (w *statusWriter) ended(h *runHandle, end time.Time, result Result, err err
 		}
 		w.dirty = true
 		w.addHistory(run)
+	})
+}
+
+// skipped records planned starts that were skipped, one history entry for
+// the occasion: sp's starts, for reason.
+func (w *statusWriter) skipped(reason SkipReason, sp span) {
+	if w == nil || sp.count == 0 {
+		return
+	}
+	w.enqueue(func(context.Context) {
+		w.st.HistorySeq++
+		w.st.SkippedRuns += uint64(sp.count)
+		w.dirty = true
+		w.addHistory(records.Run{
+			Seq: w.st.HistorySeq, Token: w.term.ref.Token, Member: w.member,
+			Start: sp.first, End: sp.last, Result: records.Skipped, Skipped: sp.count, Error: reason.String(),
+		})
+	})
+}
+
+// failStreak records the failed runs in a row.
+func (w *statusWriter) failStreak(n int) {
+	if w == nil {
+		return
+	}
+	w.enqueue(func(context.Context) {
+		if w.st.FailStreak != n {
+			w.st.FailStreak = n
+			w.dirty = true
+		}
 	})
 }
 
@@ -441,11 +491,21 @@ func (w *statusWriter) handedOff(g *generation, finalize bool, ended string, at 
 		// fail-over, so it is recorded here, or it would vanish from the
 		// history.
 		if run := w.st.LastRun; run != nil && run.Result == records.Running {
-			r := *run
+			if _, ok := w.inflight[run.Seq]; !ok {
+				if w.inflight == nil {
+					w.inflight = make(map[uint64]records.Run)
+				}
+				w.inflight[run.Seq] = *run
+			}
+		}
+		for seq, r := range w.inflight {
 			r.End, r.Result = time.Now(), records.Interrupted
 			r.Error = fmt.Sprintf("handed off at the term's deadline while it ran: it ignored the cancellation (holder %s, token %d)", r.Member, r.Token)
-			w.st.LastRun = &r
+			if w.st.LastRun != nil && w.st.LastRun.Seq == seq {
+				w.st.LastRun = &r
+			}
 			w.addHistory(r)
+			delete(w.inflight, seq)
 		}
 		w.dirty = true
 	})
@@ -467,7 +527,7 @@ func (w *statusWriter) handedOff(g *generation, finalize bool, ended string, at 
 }
 
 // awaitOpened waits until the previous status has been read, so that
-// firstSource and missedStart are known; false if ctx ends first.
+// firstSource, gap and streakBefore are known; false if ctx ends first.
 func (w *statusWriter) awaitOpened(ctx context.Context) bool {
 	if w == nil {
 		return true
@@ -489,9 +549,62 @@ func (w *statusWriter) firstSource() string {
 	return records.SourceNormal
 }
 
-// missedStart reports whether a planned start passed while no one held the
-// lease; call it after awaitOpened.
-func (w *statusWriter) missedStart() bool { return w != nil && w.missed }
+// gap reports, after awaitOpened, whether a planned start passed while no
+// one held the lease: from is the first of them, ended how the term before
+// this one ended (records.Term's Ended).
+func (w *statusWriter) gap() (from time.Time, ended string, ok bool) {
+	if w == nil || !w.missed {
+		return time.Time{}, "", false
+	}
+	return w.prevPlanned, w.prevEnded, true
+}
+
+// streakBefore returns, after awaitOpened, the failed runs in a row the
+// status counted before this term, and false when there is no status to
+// tell. A term after a disable or a pause counts afresh: the operator who
+// enabled the job gives it its failures again.
+func (w *statusWriter) streakBefore() (int, bool) {
+	if w == nil || w.unread {
+		return 0, false
+	}
+	if w.prevEnded == RevokeDisabled.String() || w.prevEnded == RevokePaused.String() {
+		return 0, true
+	}
+	return w.prevStreak, true
+}
+
+// source returns the source of a run: src, or for sourceFirst the term's
+// first source, once the previous status is read (which ends within
+// readStatusPeriods renewal periods, or with the session).
+func (w *statusWriter) source(src RunSource) RunSource {
+	if src != sourceFirst {
+		return src
+	}
+	if w == nil {
+		return SourceNormal
+	}
+	if !w.awaitOpened(w.term.gen.ctx) {
+		return SourceNormal
+	}
+	return RunSource(w.firstSource())
+}
+
+// gapEnded says how the terms before a new one stopped running the
+// schedule: how the last ended, or, where the last terms all ended
+// disabled after one that paused or was disabled (a term that wins the
+// lease while its job is disabled ends at once, disabled), how the first of
+// those ended.
+func gapEnded(terms []records.Term) string {
+	i := len(terms) - 1
+	if i < 0 {
+		return ""
+	}
+	disabled, paused := RevokeDisabled.String(), RevokePaused.String()
+	for i > 0 && terms[i].Ended == disabled && (terms[i-1].Ended == disabled || terms[i-1].Ended == paused) {
+		i--
+	}
+	return terms[i].Ended
+}
 
 // appendTerm adds t to the term log, dropping the oldest terms past
 // records.TermsLen.

@@ -267,7 +267,8 @@ func TestSameTaskTwoTermsRunGetsItsTerm(t *testing.T) {
 // term 1 is ended in the term log (a fail-over when the session expired,
 // "resigned" after a hand-off) and term 2 follows it, open; term 2's runs
 // reach the history with its token, the first with the source its start
-// calls for.
+// calls for. The planned starts that passed between the terms have a
+// history entry of their own (result skipped), which is no run.
 //
 // Without a status per term (patch: in holding.go's startTerm, the
 // LeaderTask keeps the *statusWriter of its first term and gives it to
@@ -315,7 +316,12 @@ func TestSameTaskTwoTermsStatusRecord(t *testing.T) {
 				runs, err := a.History(t.Context(), "e")
 				require.NoError(t, err)
 				byToken := map[uint64][]admin.Run{}
+				ran := 0
 				for _, r := range runs {
+					if r.Result == records.Skipped {
+						continue // the planned starts that passed between the terms (a Resigned term sits out a TTL)
+					}
+					ran++
 					byToken[r.Token] = append(byToken[r.Token], r)
 				}
 				ran2 := len(l.Of("run", t2))
@@ -323,7 +329,7 @@ func TestSameTaskTwoTermsStatusRecord(t *testing.T) {
 					assert.Equal(t, w.source, byToken[t2.Token()][0].Source, "source of term 2's first run")
 				}
 				assert.Len(t, byToken[t1.Token()], len(l.Of("run", t1)), "term 1's runs in the history: %+v", runs)
-				assert.Equal(t, uint64(len(runs)), st.Succeeded, "runs counted in the status")
+				assert.Equal(t, uint64(ran), st.Succeeded, "runs counted in the status")
 				closeAll(t, c)
 			})
 		})

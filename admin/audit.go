@@ -3,8 +3,6 @@ package admin
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -69,62 +67,13 @@ func (a *Admin) operate(ctx context.Context, op, target string, token uint64, re
 }
 
 // appendAudit writes entry under a new key, then prunes the trail (see
-// records.AuditKeep), deleting at most pruneBatch entries per write.
+// records.AppendAudit, which the core's pause after failures uses too).
 func (a *Admin) appendAudit(ctx context.Context, w *session, entry records.Audit) error {
-	key := records.AuditKey(entry.At, uniqueSuffix())
-	if _, err := w.rec.PutRecord(ctx, key, records.Encode(entry), backend.Condition{IfVersion: true}); err != nil {
-		return err
-	}
-	list, err := w.rec.ListRecords(ctx, records.AuditPrefix)
-	if err != nil {
-		return nil // pruned by the next write
-	}
-	for _, k := range pruneKeys(list, entry.At) {
-		if err := w.rec.DeleteRecord(ctx, k, backend.Condition{}); err != nil {
-			return nil // the rest by the next write
-		}
-	}
-	return nil
+	return records.AppendAudit(ctx, w.rec, entry)
 }
 
-// pruneBatch bounds the entries one write prunes, so that an operation
-// stays quick after a burst or a change of the bounds.
-const pruneBatch = 100
-
-// pruneKeys returns the keys of the audit entries to delete at now, oldest
-// first, at most pruneBatch: those beyond the newest records.AuditKeep,
-// and those older than records.AuditMaxAge. Entries whose key has no time
-// are left alone (Audit reports them).
-func pruneKeys(list []backend.Record, now time.Time) []string {
-	type keyed struct {
-		key string
-		at  time.Time
-	}
-	var entries []keyed
-	for _, r := range list {
-		if at, err := records.AuditKeyTime(r.Key); err == nil {
-			entries = append(entries, keyed{r.Key, at})
-		}
-	}
-	slices.SortFunc(entries, func(x, y keyed) int { return cmp.Or(x.at.Compare(y.at), strings.Compare(x.key, y.key)) })
-	var out []string
-	for i, e := range entries {
-		if len(out) == pruneBatch {
-			break
-		}
-		if len(entries)-i > records.AuditKeep || now.Sub(e.at) > records.AuditMaxAge {
-			out = append(out, e.key)
-		}
-	}
-	return out
-}
-
-// uniqueSuffix returns 16 random lowercase hex digits.
-func uniqueSuffix() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	return hex.EncodeToString(b[:])
-}
+// pruneBatch bounds the entries one write prunes (records.AuditPruneBatch).
+const pruneBatch = records.AuditPruneBatch
 
 // AuditFilter selects entries of the audit trail. The zero filter selects
 // every entry.
