@@ -21,7 +21,9 @@ type runLog struct {
 	mu       sync.Mutex
 	runs     map[string][]runSpan // by lease
 	skipped  map[string][]simba.Skipped
+	revoked  map[string][]simba.Revoked // the terms ended by an operator's disable
 	disabled time.Time // when the operator's disable of "disabled" was recorded
+	enabled  time.Time // when it was enabled again
 }
 
 type runSpan struct {
@@ -31,6 +33,14 @@ type runSpan struct {
 	start, end time.Time
 }
 
+// draw draws from n's source, which the runs of every job of the node
+// share: a *rand.Rand is not safe for concurrent use.
+func (l *runLog) draw(n *simtest.Node, k int) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return n.Rand().IntN(k)
+}
+
 func (l *runLog) add(lease string, s runSpan) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -38,10 +48,15 @@ func (l *runLog) add(lease string, s runSpan) {
 }
 
 func (l *runLog) event(e simba.Event) {
-	if s, ok := e.(simba.Skipped); ok {
-		l.mu.Lock()
-		l.skipped[s.Election] = append(l.skipped[s.Election], s)
-		l.mu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch e := e.(type) {
+	case simba.Skipped:
+		l.skipped[e.Election] = append(l.skipped[e.Election], e)
+	case simba.Revoked:
+		if e.Reason == simba.RevokeDisabled {
+			l.revoked[e.Election] = append(l.revoked[e.Election], e)
+		}
 	}
 }
 
@@ -82,7 +97,7 @@ func TestSchedulePolicies(t *testing.T) {
 		"disabled": simba.FixedRate(period),
 	}
 	simtest.Run(t, cfg, func(c *simtest.Cluster) {
-		log := &runLog{runs: map[string][]runSpan{}, skipped: map[string][]simba.Skipped{}}
+		log := &runLog{runs: map[string][]runSpan{}, skipped: map[string][]simba.Skipped{}, revoked: map[string][]simba.Revoked{}}
 		current.Lock()
 		current.log = log
 		current.Unlock()
@@ -94,7 +109,7 @@ func TestSchedulePolicies(t *testing.T) {
 					info, _ := simba.RunInfoFrom(ctx)
 					span := runSpan{node: n.Name(), token: term.Token(), info: info, start: time.Now()}
 					// Half the runs outlast the period, some of them two.
-					d := []time.Duration{300 * time.Millisecond, 1500 * time.Millisecond, 2500 * time.Millisecond}[n.Rand().IntN(3)]
+					d := []time.Duration{300 * time.Millisecond, 1500 * time.Millisecond, 2500 * time.Millisecond}[log.draw(n, 3)]
 					t := time.NewTimer(d)
 					select {
 					case <-t.C:
@@ -103,7 +118,7 @@ func TestSchedulePolicies(t *testing.T) {
 					}
 					span.end = time.Now()
 					log.add(name, span)
-					if name == "retry" && info.Attempt < 3 && n.Rand().IntN(2) == 0 {
+					if name == "retry" && info.Attempt < 3 && log.draw(n, 2) == 0 {
 						return errors.New("flaky")
 					}
 					return nil
@@ -115,25 +130,31 @@ func TestSchedulePolicies(t *testing.T) {
 			return nil
 		})
 
-		// The operator disables "disabled" half-way through the faults.
+		// The operator disables "disabled" half-way through the faults,
+		// and enables it again a quarter later.
 		var op sync.WaitGroup
 		op.Go(func() {
-			time.Sleep(c.Config().Duration / 2)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			a, err := admin.Open(ctx, c.Backend())
-			if err != nil {
-				c.Logf("opening admin: %v", err)
-				return
+			operate := func(at time.Duration, do func(ctx context.Context, a *admin.Admin) error, when *time.Time) {
+				time.Sleep(at - c.Elapsed())
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				a, err := admin.Open(ctx, c.Backend())
+				if err != nil {
+					c.Logf("opening admin: %v", err)
+					return
+				}
+				defer a.Close()
+				if err := do(ctx, a); err != nil {
+					c.Logf("operating: %v", err)
+					return
+				}
+				log.mu.Lock()
+				*when = time.Now()
+				log.mu.Unlock()
 			}
-			defer a.Close()
-			if err := a.Disable(ctx, "disabled", "simtest"); err != nil {
-				c.Logf("disabling: %v", err)
-				return
-			}
-			log.mu.Lock()
-			log.disabled = time.Now()
-			log.mu.Unlock()
+			d := c.Config().Duration
+			operate(d/2, func(ctx context.Context, a *admin.Admin) error { return a.Disable(ctx, "disabled", "simtest") }, &log.disabled)
+			operate(d*3/4, func(ctx context.Context, a *admin.Admin) error { return a.Enable(ctx, "disabled", "simtest") }, &log.enabled)
 		})
 
 		c.Finally("schedule policies", func() error {
@@ -151,15 +172,28 @@ func TestSchedulePolicies(t *testing.T) {
 				}
 			}
 			errs = append(errs, retriesInTerm(log.runs["retry"]))
-			if log.disabled.IsZero() {
-				errs = append(errs, errors.New("disabled: the operator's disable never took"))
+			if log.disabled.IsZero() || log.enabled.IsZero() {
+				errs = append(errs, fmt.Errorf("disabled: the operator's disable (%v) or enable (%v) never took", log.disabled, log.enabled))
 			}
 			for _, r := range log.runs["disabled"] {
-				if !log.disabled.IsZero() && r.start.After(log.disabled.Add(ttl)) {
+				if !log.disabled.IsZero() && r.start.After(log.disabled.Add(ttl)) && r.start.Before(log.enabled) {
 					errs = append(errs, fmt.Errorf("disabled: %s ran at %v, %v after the disable", r.node, r.start, r.start.Sub(log.disabled)))
 				}
 			}
-			errs = append(errs, covered(log.runs["skip"], log.skipped["skip"], period))
+			// The starts passed while disabled are reported: as disabled
+			// when a term ended by the disable (its holder, or a node
+			// that won the lease as the disable was written), as a
+			// misfire when the holder had gone before (a crash: nothing
+			// recorded that the lease was disabled).
+			if len(log.revoked["disabled"]) > 0 && !slices.ContainsFunc(log.skipped["disabled"], func(s simba.Skipped) bool { return s.Reason == simba.SkipDisabled }) {
+				errs = append(errs, fmt.Errorf("disabled: a term ended disabled at %v, but no start was reported skipped as disabled: %+v", log.revoked["disabled"][0].At, log.skipped["disabled"]))
+			}
+			if err := covered(log.runs["disabled"], log.skipped["disabled"], period); err != nil {
+				errs = append(errs, fmt.Errorf("disabled: %w", err))
+			}
+			if err := covered(log.runs["skip"], log.skipped["skip"], period); err != nil {
+				errs = append(errs, fmt.Errorf("skip: %w", err))
+			}
 			return errors.Join(errs...)
 		})
 	})
@@ -217,11 +251,11 @@ func covered(runs []runSpan, skipped []simba.Skipped, period time.Duration) erro
 	slices.SortFunc(at, time.Time.Compare)
 	for i := 1; i < len(at); i++ {
 		if gap := at[i].Sub(at[i-1]); gap > period+period/2 {
-			return fmt.Errorf("skip: no planned start run or reported skipped between %v and %v (%v)", at[i-1], at[i], gap)
+			return fmt.Errorf("no planned start run or reported skipped between %v and %v (%v)", at[i-1], at[i], gap)
 		}
 	}
 	if len(at) == 0 {
-		return errors.New("skip: never ran")
+		return errors.New("never ran")
 	}
 	return nil
 }
