@@ -22,8 +22,8 @@ type runLog struct {
 	runs     map[string][]runSpan // by lease
 	skipped  map[string][]simba.Skipped
 	revoked  map[string][]simba.Revoked // the terms ended by an operator's disable
-	disabled time.Time // when the operator's disable of "disabled" was recorded
-	enabled  time.Time // when it was enabled again
+	disabled time.Time                  // when the operator's disable of "disabled" was recorded
+	enabled  time.Time                  // when it was enabled again
 }
 
 type runSpan struct {
