@@ -12,7 +12,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -46,7 +45,7 @@ func run(w io.Writer) error {
 	defer server.Close()
 
 	schedule := simba.FixedRate(time.Second).
-		WithTimeout(400 * time.Millisecond).
+		WithTimeout(300 * time.Millisecond).
 		WithRetry(simba.RetryPolicy{Attempts: 2, Backoff: 200 * time.Millisecond}).
 		WithOverlap(simba.OverlapSkip).
 		WithPauseAfter(2)
@@ -88,12 +87,13 @@ func run(w io.Writer) error {
 		return nil
 	}
 	notify := func(_ context.Context, f simba.RunFailure) {
-		say("notified: %s failed after %d attempts: %v", f.Election, f.Attempts, errors.Unwrap(f.Err))
+		say("notified: %s failed after %d attempts (%d failed runs in a row): %v", f.Election, f.Attempts, f.Failures, f.Err)
 	}
 	if _, err := c.Election("export").Schedule(schedule, export, simba.WithFailureHandler(notify)); err != nil {
 		return err
 	}
 	<-paused
+	time.Sleep(2500 * time.Millisecond) // the operator takes a while: planned starts pass
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
