@@ -139,13 +139,17 @@ type WorkCompleted struct {
 }
 
 // Misfired is published when a schedule's planned starts passed while a run
-// was still going.
+// was still going, once the overrun's runs have ended; not under
+// [OverlapCancelRunning], whose new start cancels the run instead (each
+// start it skips is a [Skipped] all the same).
 type Misfired struct {
 	TermRef
 	// Missed is the number of planned starts that passed during the run.
 	Missed int
-	// CatchUp reports whether one catch-up run follows at once
-	// ([MisfireRunOnce]); otherwise they were skipped.
+	// CatchUp reports whether one catch-up run follows at once: a start
+	// was buffered ([OverlapBufferOne], which [MisfireRunOnce] implies
+	// unless another overlap policy is given); otherwise they were
+	// skipped.
 	CatchUp bool
 	At      time.Time // when the overrunning run ended
 }

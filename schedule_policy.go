@@ -41,7 +41,8 @@ type RetryPolicy struct {
 	// Backoff is the wait before the first retry (default 1s); each later
 	// wait is Multiplier times the one before, up to MaxBackoff.
 	Backoff time.Duration
-	// MaxBackoff caps the wait (default 1 minute).
+	// MaxBackoff caps the wait (default 1 minute, or Backoff when that is
+	// longer).
 	MaxBackoff time.Duration
 	// Multiplier is the growth of the wait (default 2; at least 1).
 	Multiplier float64

@@ -105,7 +105,7 @@
 //	    retry:                   # or retry: 3, the attempts alone
 //	      attempts: 3            # runs per planned start, the first included
 //	      backoff: 1s            # before the first retry (default 1s)
-//	      maxBackoff: 1m         # the cap (default 1m)
+//	      maxBackoff: 1m         # the cap (default 1m, or backoff if longer)
 //	      multiplier: 2          # growth of the wait (default 2)
 //	      jitter: 0.2            # random fraction of each wait, 0 to 1
 //	    timeout: 5m              # each run's ctx ends after it
