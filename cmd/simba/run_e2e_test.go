@@ -73,6 +73,9 @@ func TestRunEndToEnd(t *testing.T) {
 			{"Once", testRunOnce},
 			{"JobsFile", testRunJobs},
 			{"JobsFileReload", testRunJobsReload},
+			{"JobsFileTriggerArgs", testRunJobsTriggerArgs},
+			{"JobsFileRetry", testRunJobsRetry},
+			{"JobsFileProgress", testRunJobsProgress},
 		}, func(t *testing.T) *cluster {
 			prefix := fmt.Sprintf("/simba-run-e2e/%s-%08x/", regexp.MustCompile(`\W+`).ReplaceAllString(t.Name(), "_"), rand.Uint32())
 			return &cluster{bins: bins, kind: "etcd", args: []string{"--etcd", endpoints, "--prefix", prefix}}
@@ -200,6 +203,13 @@ func (rc *runCluster) start(t *testing.T, member string, flags []string, argv ..
 	args := append([]string{"run", "--member", member, "--ttl", runTTL.String()}, flags...)
 	args = append(append(append(args, rc.args...), "--"), argv...)
 	return rc.startArgs(t, member, args, nil)
+}
+
+// startJobs starts simba run --jobs file --member member --ttl runTTL
+// with the cluster's flags.
+func (rc *runCluster) startJobs(t *testing.T, member, file string) *runProc {
+	t.Helper()
+	return rc.startArgs(t, member, append([]string{"run", "--jobs", file, "--member", member, "--ttl", runTTL.String()}, rc.args...), nil)
 }
 
 // child is the argv of child.sh in mode with its arguments.
@@ -447,6 +457,7 @@ type runEntry struct {
 	Error    string `json:"error"`
 	Source   string `json:"source"`
 	ExitCode *int   `json:"exitCode"` // nil for a run a signal ended
+	Attempt  int    `json:"attempt"`  // of a retry policy, from 1
 }
 
 // history returns the runs of simba history NAME.
@@ -471,7 +482,7 @@ func (e runEntry) String() string {
 	if e.ExitCode != nil {
 		code = strconv.Itoa(*e.ExitCode)
 	}
-	return fmt.Sprintf("{token %d, member %s, result %s, source %s, exitCode %s, error %q}", e.Token, e.Member, e.Result, e.Source, code, e.Error)
+	return fmt.Sprintf("{token %d, member %s, result %s, source %s, attempt %d, exitCode %s, error %q}", e.Token, e.Member, e.Result, e.Source, e.Attempt, code, e.Error)
 }
 
 // The OVERLAP probe of child.sh, without simba run: a second child of a
@@ -1034,7 +1045,7 @@ partitioned:
 	if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := rc.startArgs(t, "jobs", append([]string{"run", "--jobs", file, "--member", "jobs", "--ttl", runTTL.String()}, rc.args...), nil)
+	p := rc.startJobs(t, "jobs", file)
 	eventually(t, 20*time.Second, "the jobs file's command jobs run: digest twice, shards.0 and shards.1", func() bool {
 		if p.hasExited() {
 			t.Fatalf("simba run --jobs exited %d\n%s", p.code, p.output())
@@ -1073,7 +1084,7 @@ func testRunJobsReload(t *testing.T, rc *runCluster) {
 	}
 	stay := fmt.Sprintf("  - {name: stay, fixedDelay: 1s, command: %s}\n", hold)
 	write("scheduled:\n" + stay + fmt.Sprintf("  - {name: digest, fixedRate: 300ms, command: %s}\n", quick))
-	p := rc.startArgs(t, "jobs", append([]string{"run", "--jobs", file, "--member", "jobs", "--ttl", runTTL.String()}, rc.args...), nil)
+	p := rc.startJobs(t, "jobs", file)
 	eventually(t, 20*time.Second, "stay and digest run", func() bool {
 		if p.hasExited() {
 			t.Fatalf("simba run --jobs exited %d\n%s", p.code, p.output())
