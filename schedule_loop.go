@@ -108,15 +108,16 @@ func (l *scheduleLoop) loop() error {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for l.yield == nil && !l.paused {
-		if !planned.Equal(l.written) {
+		if !planned.Equal(l.written) && l.term.Valid() {
 			// Zero while a FixedDelay run goes: its next start is not
 			// known yet, and the run's own start is not missed if it is
-			// interrupted.
+			// interrupted. Not once the term has ended: a start the loop
+			// passed then was not run (see finished).
 			l.written = planned
 			l.term.status.planned(planned)
 		}
 		changed := l.c.ops.changes()
-		l.startWaiting()
+		l.startWaiting(planned)
 		var wake <-chan time.Time
 		if !planned.IsZero() {
 			timer.Reset(time.Until(planned))
@@ -252,7 +253,10 @@ func (l *scheduleLoop) nextSource() RunSource {
 // startWaiting starts what waits for the runs going on to end, once they
 // have: a start behind a cancelled run, a buffered start, an operator's
 // trigger (which starts at once only under OverlapAllow below the limit).
-func (l *scheduleLoop) startWaiting() {
+// A trigger waits for a planned start that is due (planned, not in the
+// future): the planned run goes first, as at a term's start, where the
+// first planned start and a trigger left pending by a disable meet.
+func (l *scheduleLoop) startWaiting(planned time.Time) {
 	if len(l.active) == 0 && l.waiting != nil {
 		p := *l.waiting
 		l.waiting = nil
@@ -266,6 +270,9 @@ func (l *scheduleLoop) startWaiting() {
 	}
 	if len(l.active) > 0 && (l.policy != OverlapAllow || len(l.active) >= l.limit || l.s.kind == fixedDelay) {
 		return
+	}
+	if !planned.IsZero() && !time.Now().Before(planned) {
+		return // the due start first: the loop's timer fires at once
 	}
 	lease := l.term.ref.Election
 	v, args, ok := l.c.ops.triggered(lease)
@@ -350,6 +357,15 @@ func (l *scheduleLoop) watchOverdue(start time.Time, d time.Duration) (stop func
 func (l *scheduleLoop) finished(r *scheduledRun) (next time.Time) {
 	delete(l.active, r)
 	l.account(r)
+	if r.attempts == 0 && !r.planned.IsZero() && (l.ctx.Err() != nil || !l.term.Valid()) &&
+		(l.written.IsZero() || r.planned.Before(l.written)) {
+		// The term ended at the instant of the run's start, before its
+		// first attempt: the start was not run. The status's next planned
+		// start goes back to it, so that the successor counts it among the
+		// starts it reports missed.
+		l.written = r.planned
+		l.term.status.planned(r.planned)
+	}
 	if l.s.kind == fixedDelay && r.source != SourceTrigger {
 		next = r.end.Add(l.s.period)
 	}

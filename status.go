@@ -75,7 +75,6 @@ type statusWriter struct {
 
 	// What the previous holders left, set before opened is closed and
 	// read-only after it.
-	missed      bool      // a planned start passed while no one held the lease
 	prevPlanned time.Time // the first planned start missed, when missed
 	prevEnded   string    // how the last term before this one ended
 	prevStreak  int       // the failed runs in a row before this term
@@ -103,7 +102,6 @@ func (c *Client) openStatus(g *generation, term *Term, schedule string) *statusW
 	}
 	w.enqueue(func(context.Context) {
 		defer close(w.opened)
-		now := time.Now()
 		prev, err := w.readPrevious(g)
 		switch {
 		case err == nil:
@@ -125,7 +123,6 @@ func (c *Client) openStatus(g *generation, term *Term, schedule string) *statusW
 			}
 		}
 		w.failOver = w.st.Holder != nil && w.st.Holder.Token != ref.Token
-		w.missed = !w.st.NextPlanned.IsZero() && w.st.NextPlanned.Before(now)
 		w.prevPlanned, w.prevStreak = w.st.NextPlanned, w.st.FailStreak
 		if w.failOver && w.st.LastRun != nil && w.st.LastRun.Result == records.Running {
 			run := *w.st.LastRun
@@ -549,11 +546,15 @@ func (w *statusWriter) firstSource() string {
 	return records.SourceNormal
 }
 
-// gap reports, after awaitOpened, whether a planned start passed while no
-// one held the lease: from is the first of them, ended how the term before
-// this one ended (records.Term's Ended).
+// gap returns, after awaitOpened, the previous holder's next planned start
+// and how the term before this one ended (records.Term's Ended), and false
+// when there is none. The starts of the previous plan from then until this
+// term's schedule begins passed while no one ran them: the caller compares
+// with the time its schedule begins, not the time the read began (a read
+// that took a while, behind a slow link, must not hide the starts that
+// passed during it).
 func (w *statusWriter) gap() (from time.Time, ended string, ok bool) {
-	if w == nil || !w.missed {
+	if w == nil || w.prevPlanned.IsZero() {
 		return time.Time{}, "", false
 	}
 	return w.prevPlanned, w.prevEnded, true
