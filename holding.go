@@ -80,10 +80,17 @@ func (t *LeaderTask) startTerm(g *generation, lease backend.Lease) bool {
 	h.watch()
 	h.checkOps()
 	c.wg.Go(func() {
-		// A disable or drain found here revokes the term through the
-		// view's subscribers, before the term's first run.
+		// A disable or drain found here revokes the term before its first
+		// run. Not only through the view's subscribers: when the view's
+		// watch applied the same records first, the read here changes
+		// nothing and notifies no one, and the watch's notification may
+		// not have reached this term yet (a process that started with the
+		// lease free, its first listing and its first term at the same
+		// instant: the simulation found the term's first run begun before
+		// the revocation).
 		defer close(term.ready)
 		c.ops.checkStart(g, term)
+		h.checkOps()
 	})
 	c.wg.Go(h.run)
 	return true
