@@ -64,7 +64,7 @@ func TestRunsShowTheirExitStatus(t *testing.T) {
 			require.Equal(t, http.StatusOK, w.Code, path)
 			page := w.Body.String()
 			assert.Regexp(t, lastRun, page, "%s: the last run's exit status", path)
-			assert.Regexp(t, `<tr data-seq="1" data-source="normal" data-result="succeeded">\s*<td class="num">1</td>\s*<td>.*</td>\s*<td>.*</td>\s*<td><span class="result succeeded">succeeded</span> <span class="exit">exit 0</span></td>`,
+			assert.Regexp(t, `<tr data-seq="1" data-source="normal" data-result="succeeded"[^>]*>\s*<td class="num">1</td>\s*<td>.*</td>\s*<td>.*</td>\s*<td><span class="result succeeded">succeeded</span> <span class="exit">exit 0</span></td>`,
 				page, "%s: run 1, exit 0", path)
 			assert.Regexp(t, `<td><span class="result failed">failed</span> <span class="exit">exit 3</span> <span class="run-error">exit status 3</span></td>`,
 				page, "%s: run 2, exit 3", path)

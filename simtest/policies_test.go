@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -177,7 +178,7 @@ func TestSchedulePolicies(t *testing.T) {
 			}
 			for _, r := range log.runs["disabled"] {
 				if !log.disabled.IsZero() && r.start.After(log.disabled.Add(ttl)) && r.start.Before(log.enabled) {
-					errs = append(errs, fmt.Errorf("disabled: %s ran at %v, %v after the disable", r.node, r.start, r.start.Sub(log.disabled)))
+					errs = append(errs, fmt.Errorf("disabled: %s ran at %v (token %d, %+v), %v after the disable", r.node, r.start, r.token, r.info, r.start.Sub(log.disabled)))
 				}
 			}
 			// The starts passed while disabled are reported: as disabled
@@ -251,7 +252,20 @@ func covered(runs []runSpan, skipped []simba.Skipped, period time.Duration) erro
 	slices.SortFunc(at, time.Time.Compare)
 	for i := 1; i < len(at); i++ {
 		if gap := at[i].Sub(at[i-1]); gap > period+period/2 {
-			return fmt.Errorf("no planned start run or reported skipped between %v and %v (%v)", at[i-1], at[i], gap)
+			// Say what was around the gap: the runs and the reports.
+			from, to := at[i-1].Add(-3*period), at[i].Add(3*period)
+			var near []string
+			for _, r := range runs {
+				if r.end.After(from) && r.start.Before(to) {
+					near = append(near, fmt.Sprintf("run %s token %d %s attempt %d planned %v: %v–%v", r.node, r.token, r.info.Source, r.info.Attempt, r.info.Planned.Format("05.000"), r.start.Format("05.000"), r.end.Format("05.000")))
+				}
+			}
+			for _, s := range skipped {
+				if s.Last.After(from) && s.First.Before(to) {
+					near = append(near, fmt.Sprintf("skipped token %d: %d (%s) %v–%v, reported at %v", s.Token, s.Count, s.Reason, s.First.Format("05.000"), s.Last.Format("05.000"), s.At.Format("05.000")))
+				}
+			}
+			return fmt.Errorf("no planned start run or reported skipped between %v and %v (%v); around it:\n\t%s", at[i-1], at[i], gap, strings.Join(near, "\n\t"))
 		}
 	}
 	if len(at) == 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/hex"
 	"sync"
 	"time"
@@ -177,7 +178,7 @@ func (bl *bells) keep() {
 	failures := 0
 	defer func() {
 		if conn != nil {
-			conn.Close() // the server frees the named locks with it
+			dropConn(conn) // the server frees the named locks with it; the caller's pool (NewFromDB) stays open
 		}
 	}()
 	tick := time.NewTicker(time.Second) // holdings lost without a release
@@ -225,8 +226,7 @@ func (bl *bells) keep() {
 				return
 			}
 			if conn != nil {
-				conn.Raw(func(any) error { return sql.ErrConnDone }) // never back in the pool
-				conn.Close()
+				dropConn(conn) // never back in the pool with bells held
 				conn = nil
 			}
 			failures++
@@ -301,6 +301,11 @@ func (bl *bells) await(ctx context.Context, name string, f func()) {
 		b.lim.Free()
 		<-bl.waits
 		switch {
+		case rang:
+			// Even when the bell could not be freed (its connection is
+			// dropped, which frees it): the holder has released.
+			pause = 0
+			f()
 		case err != nil:
 			pause = min(max(2*pause, 25*time.Millisecond), time.Second)
 		case !blocked:
@@ -310,9 +315,6 @@ func (bl *bells) await(ctx context.Context, name string, f func()) {
 			// looked at again after a backoff.
 			pause = min(max(2*pause, 25*time.Millisecond), time.Second)
 			f()
-		case rang:
-			pause = 0
-			f()
 		}
 	}
 }
@@ -320,6 +322,17 @@ func (bl *bells) await(ctx context.Context, name string, f func()) {
 // waitOnce blocks on lock for up to maxBellWait, and reports whether it
 // got it (rang) and whether it had to wait for it (blocked: someone held
 // it).
+//
+// A bell it got is freed whatever ctx says by then: the waiter may have
+// been granted meanwhile by another route (a change of its own Backend),
+// which ends ctx between the GET_LOCK's answer and the RELEASE_LOCK. A
+// RELEASE_LOCK on an ended ctx is never sent, and the connection, back in
+// the pool, would keep the bell: its next holder could not take it, and
+// the waiters of other Backends would block on it, deaf to the releases,
+// until the expiries ahead of them. So the bell is freed within a
+// timeout of its own, and a connection that may still hold it (the
+// GET_LOCK's answer lost, the RELEASE_LOCK failed) is dropped, never put
+// back in the pool: the server frees its named locks with it.
 func (bl *bells) waitOnce(ctx context.Context, lock string) (rang, blocked bool, err error) {
 	conn, err := bl.b.db.Conn(ctx)
 	if err != nil {
@@ -335,11 +348,28 @@ func (bl *bells) waitOnce(ctx context.Context, lock string) (rang, blocked bool,
 	}
 	var got sql.NullInt64
 	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", lock, int(maxBellWait/time.Second)).Scan(&got); err != nil {
+		dropConn(conn) // the server may have granted it
 		return false, true, err
 	}
 	if got.Int64 != 1 {
 		return false, true, nil
 	}
-	_, err = conn.ExecContext(ctx, "DO RELEASE_LOCK(?)", lock)
-	return true, true, err
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bellFreeTimeout)
+	defer cancel()
+	if _, err := conn.ExecContext(fctx, "DO RELEASE_LOCK(?)", lock); err != nil {
+		dropConn(conn)
+		return true, true, err
+	}
+	return true, true, nil
+}
+
+// bellFreeTimeout bounds the RELEASE_LOCK of a bell a waiter got.
+const bellFreeTimeout = 5 * time.Second
+
+// dropConn closes conn and keeps it out of the pool (database/sql puts
+// back a connection unless it is reported bad), with the named locks it
+// may hold: the server frees them when the connection ends.
+func dropConn(conn *sql.Conn) {
+	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	_ = conn.Close()
 }

@@ -133,7 +133,9 @@ func (b *Backend) ensureSchema(ctx context.Context) error {
 		defer func() {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
-			_, _ = conn.ExecContext(rctx, "DO RELEASE_LOCK(?)", lock)
+			if _, err := conn.ExecContext(rctx, "DO RELEASE_LOCK(?)", lock); err != nil {
+				dropConn(conn) // never back in the pool with the lock
+			}
 		}()
 		had, err := b.existing(ctx, conn)
 		if err != nil {
