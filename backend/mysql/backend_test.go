@@ -76,17 +76,21 @@ func TestSchemaSQL(t *testing.T) {
 
 // TestTokenCounter: sessions racing for one name on two backends get
 // strictly increasing tokens in the order they hold it, none reused, and
-// the name's counter is the number of registrations.
+// the name's counter is the number of registrations. Nobody renews the
+// sessions: their TTL is far longer than the test, so that a hand-off that
+// stalls fails the Acquire's own timeout rather than ending in a session
+// that expired (a lost bell: TestBellFreedByAWaiterGrantedMeanwhile).
 func TestTokenCounter(t *testing.T) {
 	dsn := mytest.DatabaseDSN(t)
 	bs := []*mysql.Backend{newBackendAt(t, dsn), newBackendAt(t, dsn)}
 	const workers, rounds = 4, 10
+	const ttl = time.Minute
 	var mu sync.Mutex
 	var order []uint64
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
 	for i := range workers {
-		s := open(t, bs[i%2], 10*time.Second)
+		s := open(t, bs[i%2], ttl)
 		wg.Go(func() {
 			for range rounds {
 				l, err := s.Acquire(ctxT(t), "counter")

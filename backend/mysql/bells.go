@@ -35,6 +35,15 @@ import (
 // across a failover they are simply gone, and taken again on the new
 // server.
 //
+// A named lock belongs to the connection, and a pooled connection
+// outlives its use: a bell left on one would be held by nobody's
+// holding, so that the next holder could not take it and the waiters of
+// other Backends would block on it, deaf to releases, until the expiries
+// ahead of them. So a connection that may hold a bell never goes back to
+// the pool: a waiter frees the bell it got even when its wait is no
+// longer wanted (see waitOnce), and a connection whose bells could not be
+// freed is dropped, which frees them on the server.
+//
 // Blocked waits hold a connection each, so they are bounded per Backend
 // (a quarter of the statement bound, at most 8) and each takes a
 // statement slot (WithMaxRequests); a waiter beyond the bound reads its
