@@ -405,9 +405,16 @@ func TestPostgresSessionsThroughPooler(t *testing.T) {
 	t.Cleanup(func() { b.Close() }) // after the node
 	startNode(t, b, "a", securedTTL, &recorder{}).schedule(t, "report", simba.FixedRate(50*time.Millisecond))
 	pg := []string{"--postgres", p.DSN(), "--prefix", schema}
-	eventually(t, 30*time.Second, "report is held", func() bool {
+	// Held, and its status record written (the holder writes it off the
+	// task's path, after the lease is held: the console's page of the job
+	// is not found before it is).
+	eventually(t, 30*time.Second, "report is held and has run", func() bool {
 		r := runIn(t, nil, append([]string{"status", "report", "--json"}, pg...)...)
-		return r.code == exitOK && decode[leaseView](t, r.stdout).State == "held"
+		if r.code != exitOK {
+			return false
+		}
+		v := decode[leaseView](t, r.stdout)
+		return v.State == "held" && v.LastRun != nil
 	})
 	commands := [][]string{{"status"}, {"jobs"}, {"history", "report"}, {"audit"}, {"elections"}, {"groups"}}
 	for i := range 50 {
