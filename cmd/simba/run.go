@@ -88,6 +88,28 @@ on-failure or always gives the lease up after --restart-delay so that the
 next term, here or elsewhere, runs it again. --once runs it once, in one
 term, and exits with its exit status.
 
+Run policies, as a jobs file's keys (docs/SCHEDULING.md); all but
+--progress-timeout need a schedule:
+  --retry N              run a failed run up to N times in all, in its
+                         term, waiting --retry-backoff D (default 1s,
+                         doubling) up to --retry-max-backoff D (default
+                         1m) before each retry
+  --run-timeout D        end each run after D (SIGTERM to its child, as at
+                         the end of a term) and count it failed (--timeout
+                         is the backend's)
+  --overlap MODE         what a planned start does while a run is going:
+                         skip, buffer-one, cancel-running or allow
+                         (default: per --misfire); --max-concurrent N runs
+                         at once under allow (default 2)
+  --catch-up-window D    skip the planned starts missed by more than D
+  --pause-after N        disable the job, as simba disable does, after N
+                         failed runs in a row, until simba enable
+  --progress-timeout D   each line the command writes (standard output or
+                         error) is progress: a command silent for longer
+                         than D ends its term, and the lease passes on
+simba run --jobs takes them from its file, and a failure webhook (notify),
+which has no flag.
+
 The child's environment is this one's, plus:
   SIMBA_ELECTION       the lease name (NAME, or GROUP.P for a partition)
   SIMBA_TOKEN          the term's fencing token: pass it with every write
@@ -109,10 +131,6 @@ The child's environment is this one's, plus:
                        that give one name (a-b, a.b), the first in byte
                        order wins: use keys of letters, digits and _
 (the last three for runs on a schedule, and --jobs).
-
-With --jobs, a job with progressTimeout counts each line its command
-writes (standard output or error) as progress: a command silent for
-longer than the limit ends its term, and the lease passes on.
 
 SIGHUP makes simba run --jobs read FILE again: if it has problems (each
 is logged), the jobs keep running as they were; else the jobs the file
@@ -144,22 +162,7 @@ Bad input (no command, a command that cannot be executed, conflicting
 flags, a bad cron expression) is exit status 2, before any lease is taken.`,
 	setup: func(fs *flag.FlagSet) action {
 		var o runFlags
-		fs.StringVar(&o.election, "election", "", "run while holding the election `NAME`")
-		fs.StringVar(&o.group, "group", "", "run per partition of the group `NAME`")
-		fs.IntVar(&o.partitions, "partitions", 0, "the group's number of partitions, the same on every member")
-		fs.StringVar(&o.jobsFile, "jobs", "", "run the command jobs of this jobs `file` (YAML or JSON)")
-		durationVar(fs, &o.every, "every", 0, "run on a fixed delay: this `duration` from the end of one run to the start of the next")
-		durationVar(fs, &o.rate, "fixed-rate", 0, "run at a fixed rate: one planned start every `duration`")
-		fs.StringVar(&o.cron, "cron", "", "run at the times of a cron `expression` (five fields, or six with seconds first; quote it)")
-		durationVar(fs, &o.initial, "initial-delay", 0, "wait this `duration` after winning a term before the first run")
-		fs.StringVar(&o.misfire, "misfire", "", "what to do with planned starts missed by an overrun or a fail-over: `skip` (default) or run-once")
-		fs.BoolVar(&o.once, "once", false, "run the command once, in one term, and exit with its status")
-		fs.StringVar(&o.restart, "restart", restartNever, "without a schedule, when the command exits before its term ends: `never` (keep the term), on-failure or always (give the lease up, so that the next term runs it again)")
-		durationVar(fs, &o.restartDelay, "restart-delay", time.Second, "with --restart, wait this `duration` before giving the lease up")
-		durationVar(fs, &o.grace, "grace", 10*time.Second, "at the end of a term, give the command this `duration` after SIGTERM before SIGKILL (never past the term's deadline)")
-		durationVar(fs, &o.ttl, "ttl", simba.DefaultTTL, "the session TTL: a crashed node's terms pass on about this `duration` after its last renewal")
-		fs.StringVar(&o.member, "member", "", "this member's `ID` (default HOSTNAME-PID)")
-		fs.BoolVar(&o.prefixOutput, "prefix-output", false, "prefix each line of the command's output with its lease and token")
+		o.register(fs)
 		return func(ctx context.Context, inv *invocation, args []string) error {
 			o.argv = args
 			return runRun(ctx, inv, o)
@@ -182,7 +185,29 @@ type runFlags struct {
 	grace, ttl      time.Duration
 	member          string
 	prefixOutput    bool
+	pol             runPolicies // --retry, --overlap, --progress-timeout, …
 	argv            []string
+}
+
+// register registers the flags of simba run on fs.
+func (o *runFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.election, "election", "", "run while holding the election `NAME`")
+	fs.StringVar(&o.group, "group", "", "run per partition of the group `NAME`")
+	fs.IntVar(&o.partitions, "partitions", 0, "the group's number of partitions, the same on every member")
+	fs.StringVar(&o.jobsFile, "jobs", "", "run the command jobs of this jobs `file` (YAML or JSON)")
+	durationVar(fs, &o.every, "every", 0, "run on a fixed delay: this `duration` from the end of one run to the start of the next")
+	durationVar(fs, &o.rate, "fixed-rate", 0, "run at a fixed rate: one planned start every `duration`")
+	fs.StringVar(&o.cron, "cron", "", "run at the times of a cron `expression` (five fields, or six with seconds first; quote it)")
+	durationVar(fs, &o.initial, "initial-delay", 0, "wait this `duration` after winning a term before the first run")
+	fs.StringVar(&o.misfire, "misfire", "", "what to do with planned starts missed by an overrun or a fail-over: `skip` (default) or run-once")
+	fs.BoolVar(&o.once, "once", false, "run the command once, in one term, and exit with its status")
+	fs.StringVar(&o.restart, "restart", restartNever, "without a schedule, when the command exits before its term ends: `never` (keep the term), on-failure or always (give the lease up, so that the next term runs it again)")
+	durationVar(fs, &o.restartDelay, "restart-delay", time.Second, "with --restart, wait this `duration` before giving the lease up")
+	durationVar(fs, &o.grace, "grace", 10*time.Second, "at the end of a term, give the command this `duration` after SIGTERM before SIGKILL (never past the term's deadline)")
+	durationVar(fs, &o.ttl, "ttl", simba.DefaultTTL, "the session TTL: a crashed node's terms pass on about this `duration` after its last renewal")
+	fs.StringVar(&o.member, "member", "", "this member's `ID` (default HOSTNAME-PID)")
+	fs.BoolVar(&o.prefixOutput, "prefix-output", false, "prefix each line of the command's output with its lease and token")
+	o.pol.register(fs)
 }
 
 // check refuses bad input before anything connects. It returns the
@@ -201,6 +226,9 @@ func (o *runFlags) check(explicit func(string) bool) (*simba.Schedule, error) {
 		return nil, badRunf("%v", err)
 	}
 	timing, err := o.checkTiming(explicit)
+	if err == nil {
+		err = o.pol.check(explicit)
+	}
 	if err != nil || timing == "" {
 		return nil, err
 	}
@@ -250,11 +278,17 @@ func (o *runFlags) checkMode(explicit func(string) bool) error {
 	return nil
 }
 
-// checkJobs checks the flags of --jobs: no timing, no command.
+// checkJobs checks the flags of --jobs: no timing, no run policies, no
+// command.
 func (o *runFlags) checkJobs(explicit func(string) bool) error {
 	for _, f := range []string{"every", "fixed-rate", "cron", "initial-delay", "misfire", "once", "restart", "restart-delay"} {
 		if explicit(f) {
 			return badRunf("--%s does not apply to --jobs: the file gives each job its timing", f)
+		}
+	}
+	for _, f := range append(slices.Clone(schedulePolicyFlags), progressFlag) {
+		if explicit(f) {
+			return badRunf("--%s does not apply to --jobs: the file gives each job its run policies", f)
 		}
 	}
 	if len(o.argv) > 0 {
@@ -281,7 +315,7 @@ func (o *runFlags) checkTiming(explicit func(string) bool) (string, error) {
 		timing = timings[0]
 	}
 	if timing == "" {
-		for _, f := range []string{"initial-delay", "misfire"} {
+		for _, f := range append([]string{"initial-delay", "misfire"}, schedulePolicyFlags...) {
 			if explicit(f) {
 				return "", badRunf("--%s applies to a schedule (--every, --fixed-rate or --cron) only", f)
 			}
@@ -332,6 +366,10 @@ func (o *runFlags) schedule(explicit func(string) bool) (*simba.Schedule, error)
 	}
 	if err := s.Err(); err != nil {
 		return nil, badRunf("%s", message(err.Error()))
+	}
+	s, err := o.pol.apply(s, explicit)
+	if err != nil {
+		return nil, err
 	}
 	return &s, nil
 }
@@ -454,23 +492,24 @@ func runRun(ctx context.Context, inv *invocation, o runFlags) error {
 		Stop()
 		Done() <-chan struct{}
 	}
+	topts := o.pol.taskOptions()
 	switch {
 	case o.group != "" && sched != nil:
 		task, err = client.Group(o.group, o.partitions).Schedule(*sched, func(ctx context.Context, term *simba.Term, p int) error {
 			return recorded(r.runChild(ctx, term, o.argv, p, ""))
-		})
+		}, topts...)
 	case o.group != "":
 		task, err = client.Group(o.group, o.partitions).RunWhileLeader(func(ctx context.Context, term *simba.Term, p int) error {
 			return r.perTerm(ctx, term, p)
-		})
+		}, topts...)
 	case sched != nil:
 		task, err = client.Election(o.election).Schedule(*sched, func(ctx context.Context, term *simba.Term) error {
 			return recorded(r.runChild(ctx, term, o.argv, -1, ""))
-		})
+		}, topts...)
 	default:
 		task, err = client.Election(o.election).RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
 			return r.perTerm(ctx, term, -1)
-		})
+		}, topts...)
 	}
 	if err != nil {
 		client.Close()
@@ -742,9 +781,10 @@ func (r *runner) runJob(ctx context.Context, term *simba.Term, j jobs.CommandRun
 // ends: SIGTERM at once, SIGKILL when the grace period ends or just before
 // the term's hand-off deadline, whichever is sooner. It returns the child's
 // outcome: nil for exit status 0, else a *proc.ExitError or the error that
-// kept it from starting.
+// kept it from starting. With --progress-timeout, each line of the child's
+// output is progress.
 func (r *runner) runChild(ctx context.Context, term *simba.Term, argv []string, p int, param string) error {
-	return r.runChildProgress(ctx, term, argv, p, param, false)
+	return r.runChildProgress(ctx, term, argv, p, param, r.o.pol.progress > 0)
 }
 
 // runChildProgress is runChild; given progress, each line of the child's
@@ -812,7 +852,7 @@ func (r *runner) runChildProgress(ctx context.Context, term *simba.Term, argv []
 		if hd := term.HandOffDeadline().Add(-killMargin(r.o.ttl)); hd.Before(killAt) {
 			killAt = hd
 		}
-		r.say("%s: token %d: the term ended: SIGTERM to %s (pid %d), SIGKILL in %v unless it has exited", term.Name(), term.Token(), argv[0], child.CommandPid(), max(time.Until(killAt), 0).Round(time.Millisecond))
+		r.say("%s: token %d: %s: SIGTERM to %s (pid %d), SIGKILL in %v unless it has exited", term.Name(), term.Token(), runEnded(ctx), argv[0], child.CommandPid(), max(time.Until(killAt), 0).Round(time.Millisecond))
 		exit = child.Stop(killAt)
 	}
 	close(stopRefresh)
@@ -822,6 +862,18 @@ func (r *runner) runChildProgress(ctx context.Context, term *simba.Term, argv []
 	}
 	r.say("%s: token %d: %s (pid %d) ended: %s", term.Name(), term.Token(), argv[0], child.CommandPid(), exit)
 	return exit.Err()
+}
+
+// runEnded says why the ctx of a run ended: its timeout, the next
+// planned start (overlap cancel-running), or its term.
+func runEnded(ctx context.Context) string {
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, simba.ErrRunTimeout):
+		return "the run timed out"
+	case errors.Is(cause, simba.ErrOverlapCancelled):
+		return "the next planned start cancelled the run"
+	}
+	return "the term ended"
 }
 
 // runInfoEnv returns the child variables of a run's RunInfo (none

@@ -75,6 +75,7 @@ func TestRunEndToEnd(t *testing.T) {
 			{"JobsFileReload", testRunJobsReload},
 			{"JobsFileTriggerArgs", testRunJobsTriggerArgs},
 			{"JobsFileRetry", testRunJobsRetry},
+			{"RetryFlag", testRunRetryFlag},
 			{"JobsFileProgress", testRunJobsProgress},
 		}, func(t *testing.T) *cluster {
 			prefix := fmt.Sprintf("/simba-run-e2e/%s-%08x/", regexp.MustCompile(`\W+`).ReplaceAllString(t.Name(), "_"), rand.Uint32())

@@ -11,8 +11,8 @@ import (
 	"time"
 )
 
-// The run policies of a jobs file through simba run --jobs, end to end
-// (issue 42): what the children are given (SIMBA_RUN_SOURCE, SIMBA_ATTEMPT,
+// The run policies of a jobs file through simba run --jobs, and as flags
+// of simba run --election, end to end (issue 42): what the children are given (SIMBA_RUN_SOURCE, SIMBA_ATTEMPT,
 // SIMBA_ARG_<KEY>) and the progress watchdog fed by their output. Scenarios
 // of TestRunEndToEnd; child.sh logs the run's variables on its start line.
 
@@ -81,27 +81,46 @@ func testRunJobsRetry(t *testing.T, rc *runCluster) {
     command: FAILONCE
 `, map[string][]string{"FAILONCE": {"fail-once", "3"}})
 	p := rc.startJobs(t, "jobs", file)
-	eventually(t, 20*time.Second, "flaky's command is run twice", func() bool {
+	checkRetriedOnce(t, rc, p, "flaky")
+	stopJobs(t, p)
+}
+
+// The same retry through the flags of simba run --election: --retry 2.
+func testRunRetryFlag(t *testing.T, rc *runCluster) {
+	p := rc.start(t, "a", []string{"--election", "flaky", "--fixed-rate", "1h", "--retry", "2", "--retry-backoff", "200ms"}, rc.child("fail-once", "3")...)
+	checkRetriedOnce(t, rc, p, "flaky")
+	p.signal(t, syscall.SIGTERM)
+	if code := p.waitExit(t, 20*time.Second); code != 0 {
+		t.Errorf("simba run exited %d on SIGTERM, want 0\n%s", code, p.output())
+	}
+}
+
+// checkRetriedOnce checks the runs of lease, whose child.sh fails once
+// with exit status 3 and whose retry policy has 2 attempts: its first
+// child fails, its second, SIMBA_ATTEMPT 2 in the same term, succeeds, and
+// the history numbers both.
+func checkRetriedOnce(t *testing.T, rc *runCluster, p *runProc, lease string) {
+	t.Helper()
+	eventually(t, 20*time.Second, lease+"'s command is run twice", func() bool {
 		if p.hasExited() {
-			t.Fatalf("simba run --jobs exited %d\n%s", p.code, p.output())
+			t.Fatalf("simba run exited %d\n%s", p.code, p.output())
 		}
-		return len(rc.starts(t, "flaky")) >= 2
+		return len(rc.starts(t, lease)) >= 2
 	})
-	starts := rc.starts(t, "flaky")
+	starts := rc.starts(t, lease)
 	if len(starts) != 2 || starts[0].f["attempt"] != "1" || starts[1].f["attempt"] != "2" || starts[1].token() != starts[0].token() ||
 		starts[0].f["source"] != "normal" || starts[1].f["source"] != "normal" {
 		t.Errorf("children %v; want SIMBA_ATTEMPT 1 then 2 in one term, both of source normal", starts)
 	}
 	var runs []runEntry
 	eventually(t, 20*time.Second, "the history has both attempts", func() bool {
-		runs = rc.history(t, "flaky")
+		runs = rc.history(t, lease)
 		return len(runs) == 2 && runs[1].Result != "running"
 	})
 	if runs[0].Attempt != 1 || !runs[0].exitedWith(3) || runs[0].Result != "failed" ||
 		runs[1].Attempt != 2 || !runs[1].exitedWith(0) || runs[1].Result != "succeeded" {
 		t.Errorf("history %v; want attempt 1 failed with exit status 3, attempt 2 succeeded", runs)
 	}
-	stopJobs(t, p)
 }
 
 // progressTimeout: each line a command writes is progress. A command that
