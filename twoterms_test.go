@@ -534,7 +534,7 @@ func TestSameTaskTwoTermsOpsCheckedAtTermStart(t *testing.T) {
 //	term 2's runs at [0s 0s 10s 20s] from its start, want [0s 4s 14s 24s]
 //
 // and without the misfire check per term (patch: the same flag, and
-// schedule.go's run looking at term.status.missedStart() only in the
+// schedule_loop.go's afterGap looking at term.status.gap() only in the
 // task's first term) the run-once cases fail with:
 //
 //	term 2's runs at [4s 14s 24s] from its start, want [0s 4s 14s 24s]
