@@ -65,7 +65,7 @@ func TestBenchmarkReport(t *testing.T) {
 	}
 	srv := etcdtest.Start(t, etcdtest.WithFsync())
 	var report strings.Builder
-	fmt.Fprintf(&report, "Embedded etcd server (TickMs 10, ElectionMs 100, fsync on), loopback, in the test process, %s.\n\n", machine())
+	fmt.Fprintf(&report, "etcd server (a process of internal/etcdtest: heartbeat 10 ms, election timeout 100 ms, fsync on), loopback, %s, load average at the start %s. %s\n\n", machine(), handoffbench.LoadAverage(), handoffbench.Busy(t))
 
 	if section("handoff", true) {
 		benchHandOff(t, "disk", srv, &report)

@@ -113,7 +113,8 @@ func TestBenchmarkReport(t *testing.T) {
 		}
 	})
 	fmt.Fprintf(&report, "kube-apiserver %s (built from k8s.io/kubernetes by scripts/with-kube-apiserver.sh, started by internal/kubetest on an embedded etcd), loopback, GOMAXPROCS %d, load average at the start %s.\n\n",
-		version.GitVersion, runtime.GOMAXPROCS(0), benchLoad())
+		version.GitVersion, runtime.GOMAXPROCS(0), handoffbench.LoadAverage())
+	fmt.Fprintf(&report, "%s\n\n", handoffbench.Busy(t))
 	fmt.Fprintf(&report, "client-go leaderelection (tests/internal/kubepeers, a LeaseLock per election, ReleaseOnCancel): LeaseDuration %v, RenewDeadline %v, RetryPeriod %v (client-go's 15 s / 10 s / 2 s divided by 7.5) but at rest, where they are 15 s / 10 s / 2 s. "+
 		"simba: `simba.WithTTL` the LeaseDuration (renewals every TTL/3), status records on unless said. Every client, of either side, on a clientset of its own with no client-side rate limit (`rest.Config.QPS` -1).\n\n",
 		benchLeaseDuration, benchRenewDeadline.Round(time.Millisecond), benchRetryPeriod.Round(time.Millisecond))
@@ -132,31 +133,19 @@ func TestBenchmarkReport(t *testing.T) {
 		// A subtest each, so that a section's clients and namespaces are
 		// gone before the next one counts requests.
 		start := time.Now()
-		t.Logf("section %s: starting (load average %s)", sec.name, benchLoad())
+		t.Logf("section %s: starting (load average %s)", sec.name, handoffbench.LoadAverage())
 		if !t.Run(sec.name, func(t *testing.T) { sec.run(t) }) {
 			break
 		}
 		t.Logf("section %s: %v", sec.name, time.Since(start).Round(time.Second))
 	}
-	fmt.Fprintf(&report, "Load average at the end: %s.\n", benchLoad())
+	fmt.Fprintf(&report, "Load average at the end: %s.\n", handoffbench.LoadAverage())
 }
 
 // benchSection reports whether the section name is selected.
 func benchSection(name string) bool {
 	v := os.Getenv(kubeBenchEnv)
 	return v == "1" || v == "all" || slices.Contains(strings.Split(v, ","), name)
-}
-
-func benchLoad() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
 }
 
 // benchConfig is the administrator's configuration through px (nil:

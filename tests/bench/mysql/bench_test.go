@@ -115,7 +115,8 @@ func TestBenchmarkReport(t *testing.T) {
 	}
 	var report strings.Builder
 	fmt.Fprintf(&report, "MariaDB %s (Debian's; innodb_flush_log_at_trx_commit = %d, binary log %s), loopback, GOMAXPROCS %d, load average at the start %s.\n\n",
-		version, flush, map[int]string{0: "off", 1: "on"}[binlog], runtime.GOMAXPROCS(0), loadAverage())
+		version, flush, map[int]string{0: "off", 1: "on"}[binlog], runtime.GOMAXPROCS(0), handoffbench.LoadAverage())
+	fmt.Fprintf(&report, "%s\n\n", handoffbench.Busy(t))
 	fmt.Fprintf(&report, "Peers (tests/internal/mypeers), the PostgreSQL benchmark's parameters: interval %v (the GET_LOCK holder's pings; the lock table's extensions, and its contenders' tries, + jitter up to %v), lock TTL %v, statement timeout %v, first backoff %v, 5 failed extensions before the lock table's holder gives up; GET_LOCK contenders block in `GET_LOCK(name, %v)`, their connections carry `wait_timeout = %v`.\n\n",
 		peerInterval, peerJitter, peerTTL, peerTimeout, peerBackoff, getLockWait.Seconds(), keepaliveCull.Seconds())
 	fmt.Fprintf(&report, "simba: `simba.WithTTL(%v)` (renewals every TTL/3), each client on a `mysql.New` backend of its own (its own pool and bells connection), one table prefix per section.\n\n", peerTTL)
@@ -131,7 +132,7 @@ func TestBenchmarkReport(t *testing.T) {
 	if section("crash") {
 		b.benchOverlap(t, crashFault, &report)
 	}
-	fmt.Fprintf(&report, "Load average at the end: %s.\n", loadAverage())
+	fmt.Fprintf(&report, "Load average at the end: %s.\n", handoffbench.LoadAverage())
 	t.Logf("report:\n\n%s", report.String())
 	if path := os.Getenv(benchEnv + "_OUT"); path != "" {
 		if err := os.WriteFile(path, []byte(report.String()), 0o644); err != nil {
@@ -146,18 +147,6 @@ func TestBenchmarkReport(t *testing.T) {
 func section(name string) bool {
 	v := os.Getenv(benchEnv)
 	return v == "1" || v == "all" || slices.Contains(strings.Split(v, ","), name)
-}
-
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
 }
 
 // openDB opens a pool on dsn, closed when the test ends.

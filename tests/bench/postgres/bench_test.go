@@ -96,7 +96,8 @@ func TestBenchmarkReport(t *testing.T) {
 	}
 	var report strings.Builder
 	fmt.Fprintf(&report, "PostgreSQL %s (Debian's, started by scripts/with-postgres-redis.sh: fsync off, synchronous_commit off), loopback, GOMAXPROCS %d, load average at the start %s.\n\n",
-		version, runtime.GOMAXPROCS(0), loadAverage())
+		version, runtime.GOMAXPROCS(0), handoffbench.LoadAverage())
+	fmt.Fprintf(&report, "%s\n\n", handoffbench.Busy(t))
 	fmt.Fprintf(&report, "Peers (tests/internal/pgpeers), river's defaults divided by 20: interval %v (+ jitter up to %v for the leader table's waiters), leader TTL %v, statement timeout %v, first backoff %v, 5 re-election errors before the leader table's leader gives up.\n\n",
 		peerInterval, peerJitter, peerTTL, peerTimeout, peerBackoff)
 	fmt.Fprintf(&report, "simba: `simba.WithTTL(%v)` (renewals every TTL/3), each client on a `postgres.NewFromPool` backend of its own (its own pool), one schema per section.\n\n", peerTTL)
@@ -112,7 +113,7 @@ func TestBenchmarkReport(t *testing.T) {
 	if section("crash") {
 		benchOverlap(t, dsn, admin, crashFault, &report)
 	}
-	fmt.Fprintf(&report, "Load average at the end: %s.\n", loadAverage())
+	fmt.Fprintf(&report, "Load average at the end: %s.\n", handoffbench.LoadAverage())
 	t.Logf("report:\n\n%s", report.String())
 	if path := os.Getenv(benchEnv + "_OUT"); path != "" {
 		if err := os.WriteFile(path, []byte(report.String()), 0o644); err != nil {
@@ -171,18 +172,6 @@ func benchPool(t *testing.T, dsn, app string, px *faultproxy.Proxy) *pgxpool.Poo
 	}
 	t.Cleanup(pool.Close)
 	return pool
-}
-
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
 }
 
 // elector is what the benchmark needs of a peer.

@@ -52,7 +52,7 @@ func TestBenchmarkZooKeeper(t *testing.T) {
 	addr := zktest.Addr(t)
 	root := zktest.Root(t, addr)
 	var report strings.Builder
-	fmt.Fprintf(&report, "ZooKeeper server (Debian's package, standalone), loopback, GOMAXPROCS %d.\n\n", runtime.GOMAXPROCS(0))
+	fmt.Fprintf(&report, "ZooKeeper server (Debian's package, standalone), loopback, GOMAXPROCS %d, load average at the start %s. %s\n\n", runtime.GOMAXPROCS(0), handoffbench.LoadAverage(), handoffbench.Busy(t))
 	if section("handoff", true) {
 		benchHandOffs(t, addr, root, "forceSync=yes", &report)
 	}
@@ -68,6 +68,7 @@ func TestBenchmarkZooKeeper(t *testing.T) {
 	if section("crash", false) {
 		benchCrash(t, addr, root, &report)
 	}
+	fmt.Fprintf(&report, "Load average at the end: %s.\n", handoffbench.LoadAverage())
 	t.Log("\n" + report.String())
 	if p := os.Getenv(benchEnv + "_OUT"); p != "" {
 		if err := os.WriteFile(p, []byte(report.String()), 0o644); err != nil {

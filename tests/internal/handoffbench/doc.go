@@ -1,6 +1,5 @@
 // Package handoffbench is the measuring kit of the side-by-side hand-off
-// benchmarks of the etcd and ZooKeeper backends (backend/etcd and
-// backend/zookeeper, bench_test.go): only tests import it.
+// benchmarks of the backends (tests/bench/...): only tests import it.
 //
 // It has four parts, one of each:
 //
@@ -19,5 +18,12 @@
 //   - [Overlap] counts, over blackhole rounds, those in which the old
 //     holder still believed it led after the new one started, and keeps
 //     the fail-over times (cut → new leader) of the same rounds.
+//   - [Cost] is what each round cost the benchmark's process (CPU time,
+//     allocations, context switches, read and write system calls), which
+//     [Run] records round by round and the report gives per side: the
+//     client-side work of a hand-off, simba's against the peers'.
+//   - [Busy] starts the busy loops $SIMBA_BENCH_BUSY asks for, so that
+//     every benchmark can also be run on a loaded machine, and
+//     [LoadAverage] reports the load.
 //   - [Quantile], [Summary] and [Ms] format durations.
 package handoffbench

@@ -2,6 +2,7 @@ package handoffbench_test
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -141,7 +142,7 @@ func TestRunAndMarkdown(t *testing.T) {
 	}
 	var sb strings.Builder
 	res.Markdown(&sb)
-	for _, want := range []string{"| 1ms | simba |", "| 1ms | peer |", "peer (1.00 ms)", "stop → release call"} {
+	for _, want := range []string{"| 1ms | simba |", "| 1ms | peer |", "peer (1.00 ms)", "stop → release call", "| side | CPU | allocations |"} {
 		if !strings.Contains(sb.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, sb.String())
 		}
@@ -177,5 +178,47 @@ func TestOverlap(t *testing.T) {
 	handoffbench.OverlapMarkdown(&sb, o)
 	if want := "| s | 2 | 1 | 100.00 ms | -100.00 ms |"; !strings.Contains(sb.String(), want) {
 		t.Errorf("report lacks %q:\n%s", want, sb.String())
+	}
+}
+
+// TestCost: a round's cost counts the CPU it burns, what it allocates
+// and its read system calls.
+func TestCost(t *testing.T) {
+	var keep [][]byte
+	spin := handoffbench.Side{Name: "spin", Role: handoffbench.Peer, Once: func(time.Duration) (handoffbench.Round, error) {
+		for end := time.Now().Add(20 * time.Millisecond); time.Now().Before(end); {
+			keep = append(keep, make([]byte, 64))
+		}
+		for range 5 {
+			if _, err := os.ReadFile("/proc/self/stat"); err != nil {
+				return handoffbench.Round{}, err
+			}
+		}
+		return handoffbench.Round{Total: time.Millisecond}, nil
+	}}
+	res, err := handoffbench.Run(handoffbench.Config{Settles: []time.Duration{0}, Rounds: 3}, []handoffbench.Side{spin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keep) == 0 {
+		t.Fatal("no allocation")
+	}
+	for _, c := range res.Costs(0, 0) {
+		if c.CPU < 5*time.Millisecond || c.Allocs < 100 || c.Syscalls < 5 {
+			t.Errorf("cost %+v: want ≥ 5 ms of CPU, ≥ 100 allocations and ≥ 5 syscalls", c)
+		}
+	}
+}
+
+// TestBusy: SIMBA_BENCH_BUSY starts that many processes, gone with the test.
+func TestBusy(t *testing.T) {
+	t.Setenv(handoffbench.BusyEnv, "2")
+	var say string
+	t.Run("loops", func(t *testing.T) { say = handoffbench.Busy(t) })
+	if !strings.Contains(say, "2 busy loops") {
+		t.Errorf("Busy said %q", say)
+	}
+	if la := handoffbench.LoadAverage(); len(strings.Fields(la)) != 3 {
+		t.Errorf("LoadAverage() = %q", la)
 	}
 }

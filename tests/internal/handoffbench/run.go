@@ -38,6 +38,7 @@ type Side struct {
 type Round struct {
 	Total time.Duration // from the hand-off's start to the new holder running
 	Parts *Parts        // the breakdown, for simba's sides; nil for peers
+	Cost  Cost          // what the round cost the process; set by [Run]
 }
 
 // Parts is the breakdown of one simba hand-off (see [SimbaSide]).
@@ -75,7 +76,9 @@ func Run(cfg Config, sides []Side) (*Results, error) {
 		r.rounds[si] = make([][]Round, len(sides))
 		for round := range cfg.Warmup + cfg.Rounds {
 			for i, side := range sides {
+				c0 := sampleCost()
 				x, err := side.Once(settle)
+				x.Cost = c0.since()
 				if err != nil {
 					return nil, fmt.Errorf("side %q, settle %v, round %d: %w", side.Name, settle, round, err)
 				}
@@ -97,11 +100,21 @@ func (r *Results) Totals(s, i int) []time.Duration {
 	return out
 }
 
-// Markdown writes three tables: the quantiles of every side at every
-// settle; per settle, the ratio of the Reference side to the best peer at
-// p50 and at p99 (the best at each, which may be two peers); and the
+// Costs returns the counted rounds' costs of side i at settle index s.
+func (r *Results) Costs(s, i int) []Cost {
+	var out []Cost
+	for _, x := range r.rounds[s][i] {
+		out = append(out, x.Cost)
+	}
+	return out
+}
+
+// Markdown writes four tables: the quantiles of every side at every
+// settle; what a hand-off cost the process, the medians of each side's
+// [Cost]s; per settle, the ratio of the Reference side to the best peer
+// at p50 and at p99 (the best at each, which may be two peers); and the
 // breakdown of simba's sides, p50 / p90 of each part. A run of peers only
-// has the first table.
+// has the first two.
 func (r *Results) Markdown(w io.Writer) {
 	fmt.Fprintln(w, "| settle | side | p50 | p90 | p99 | max |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|")
@@ -109,6 +122,19 @@ func (r *Results) Markdown(w io.Writer) {
 		for i, side := range r.sides {
 			fmt.Fprintf(w, "| %v | %s | %s |\n", settle, side.Name, Summary(r.Totals(s, i)))
 		}
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "What a hand-off cost the benchmark's process (both clients, the watcher, the harness), medians over all settles: "+
+		"CPU time, heap allocations, context switches (threads put to sleep and woken, or preempted), read and write system calls:")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| side | CPU | allocations | context switches | read/write syscalls |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|")
+	for i, side := range r.sides {
+		var cs []Cost
+		for s := range r.cfg.Settles {
+			cs = append(cs, r.Costs(s, i)...)
+		}
+		fmt.Fprintf(w, "| %s | %s |\n", side.Name, costMedians(cs))
 	}
 	if !slices.ContainsFunc(r.sides, func(s Side) bool { return s.Role != Peer }) {
 		return
