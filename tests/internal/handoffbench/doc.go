@@ -1,7 +1,7 @@
 // Package handoffbench is the measuring kit of the side-by-side hand-off
 // benchmarks of the backends (tests/bench/...): only tests import it.
 //
-// It has four parts, one of each:
+// It has these parts, one of each:
 //
 //   - [Run] plays hand-off rounds of several [Side]s in one run, the sides
 //     taking turns round by round at each settle time (the pause between
