@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"math"
 	"os"
 	"runtime/metrics"
 	"strconv"
@@ -21,6 +22,9 @@ type Cost struct {
 	Allocs   uint64        // heap objects allocated (runtime/metrics)
 	Switches int64         // context switches of the process's threads, voluntary and not: threads that slept and were woken, or were preempted
 	Syscalls int64         // read and write system calls (/proc/self/io: syscr + syscw), the network I/O
+	Created  uint64        // goroutines created
+	Wakeups  uint64        // goroutines that went from runnable to running: the scheduler's latencies recorded, times 8 (the runtime samples one transition in 8 of each goroutine)
+	Runnable time.Duration // the time those goroutines waited, runnable, for a thread: the samples' bucket lower bounds summed, times 8 (an estimate)
 }
 
 // costSample is the process's counters at one instant.
@@ -29,9 +33,22 @@ type costSample struct {
 	allocs   uint64
 	switches int64
 	syscalls int64
+	created  uint64
+	latency  []uint64 // counts of the scheduler's latency histogram
 }
 
-var allocsMetric = []metrics.Sample{{Name: "/gc/heap/allocs:objects"}}
+var (
+	costMetrics = []metrics.Sample{
+		{Name: "/gc/heap/allocs:objects"},
+		{Name: "/sched/goroutines-created:goroutines"},
+		{Name: "/sched/latencies:seconds"},
+	}
+	latencyBuckets []float64 // the histogram's bucket boundaries, from the first read
+)
+
+// latencySampling is how many of a goroutine's transitions to running the
+// runtime counts one of in /sched/latencies:seconds (gTrackingPeriod).
+const latencySampling = 8
 
 func sampleCost() costSample {
 	var s costSample
@@ -40,9 +57,19 @@ func sampleCost() costSample {
 		s.cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 		s.switches = ru.Nvcsw + ru.Nivcsw
 	}
-	metrics.Read(allocsMetric)
-	if v := allocsMetric[0].Value; v.Kind() == metrics.KindUint64 {
+	metrics.Read(costMetrics)
+	if v := costMetrics[0].Value; v.Kind() == metrics.KindUint64 {
 		s.allocs = v.Uint64()
+	}
+	if v := costMetrics[1].Value; v.Kind() == metrics.KindUint64 {
+		s.created = v.Uint64()
+	}
+	if v := costMetrics[2].Value; v.Kind() == metrics.KindFloat64Histogram {
+		h := v.Float64Histogram()
+		s.latency = append([]uint64(nil), h.Counts...)
+		if latencyBuckets == nil {
+			latencyBuckets = append([]float64(nil), h.Buckets...)
+		}
 	}
 	s.syscalls = ioSyscalls()
 	return s
@@ -71,19 +98,30 @@ func ioSyscalls() int64 {
 // system call: it is taken off.
 func (s costSample) since() Cost {
 	e := sampleCost()
-	return Cost{CPU: e.cpu - s.cpu, Allocs: e.allocs - s.allocs, Switches: e.switches - s.switches, Syscalls: max(0, e.syscalls-s.syscalls-1)}
+	c := Cost{CPU: e.cpu - s.cpu, Allocs: e.allocs - s.allocs, Switches: e.switches - s.switches,
+		Syscalls: max(0, e.syscalls-s.syscalls-1), Created: e.created - s.created}
+	for i := range min(len(s.latency), len(e.latency)) {
+		n := (e.latency[i] - s.latency[i]) * latencySampling
+		c.Wakeups += n
+		if lo := latencyBuckets[i]; n > 0 && lo > 0 && !math.IsInf(lo, 0) {
+			c.Runnable += time.Duration(float64(n) * lo * float64(time.Second))
+		}
+	}
+	return c
 }
 
 // costMedians formats the medians of a side's costs as table cells:
-// "CPU | allocations | switches | syscalls".
+// "CPU | allocations | switches | syscalls | created | wake-ups |
+// runnable".
 func costMedians(cs []Cost) string {
-	var cpu, allocs, sw, sys []time.Duration
+	var cols [7][]time.Duration
 	for _, c := range cs {
-		cpu = append(cpu, c.CPU)
-		allocs = append(allocs, time.Duration(c.Allocs))
-		sw = append(sw, time.Duration(c.Switches))
-		sys = append(sys, time.Duration(c.Syscalls))
+		for i, v := range []time.Duration{c.CPU, time.Duration(c.Allocs), time.Duration(c.Switches), time.Duration(c.Syscalls),
+			time.Duration(c.Created), time.Duration(c.Wakeups), c.Runnable} {
+			cols[i] = append(cols[i], v)
+		}
 	}
-	return fmt.Sprintf("%d µs | %d | %d | %d", Quantile(cpu, 0.5).Microseconds(), int64(Quantile(allocs, 0.5)),
-		int64(Quantile(sw, 0.5)), int64(Quantile(sys, 0.5)))
+	m := func(i int) int64 { return int64(Quantile(cols[i], 0.5)) }
+	return fmt.Sprintf("%d µs | %d | %d | %d | %d | %d | %d µs", Quantile(cols[0], 0.5).Microseconds(), m(1), m(2), m(3), m(4), m(5),
+		Quantile(cols[6], 0.5).Microseconds())
 }

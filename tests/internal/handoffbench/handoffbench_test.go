@@ -3,7 +3,9 @@ package handoffbench_test
 import (
 	"context"
 	"os"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -194,6 +196,15 @@ func TestCost(t *testing.T) {
 				return handoffbench.Round{}, err
 			}
 		}
+		var wg sync.WaitGroup
+		for range 100 {
+			wg.Go(func() {
+				for range 20 {
+					runtime.Gosched()
+				}
+			})
+		}
+		wg.Wait()
 		return handoffbench.Round{Total: time.Millisecond}, nil
 	}}
 	res, err := handoffbench.Run(handoffbench.Config{Settles: []time.Duration{0}, Rounds: 3}, []handoffbench.Side{spin})
@@ -204,8 +215,8 @@ func TestCost(t *testing.T) {
 		t.Fatal("no allocation")
 	}
 	for _, c := range res.Costs(0, 0) {
-		if c.CPU < 5*time.Millisecond || c.Allocs < 100 || c.Syscalls < 5 {
-			t.Errorf("cost %+v: want ≥ 5 ms of CPU, ≥ 100 allocations and ≥ 5 syscalls", c)
+		if c.CPU < 5*time.Millisecond || c.Allocs < 100 || c.Syscalls < 5 || c.Created < 100 || c.Wakeups < 100 {
+			t.Errorf("cost %+v: want ≥ 5 ms of CPU, ≥ 100 allocations, ≥ 5 syscalls, ≥ 100 goroutines created and woken", c)
 		}
 	}
 }

@@ -125,10 +125,11 @@ func (r *Results) Markdown(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "What a hand-off cost the benchmark's process (both clients, the watcher, the harness), medians over all settles: "+
-		"CPU time, heap allocations, context switches (threads put to sleep and woken, or preempted), read and write system calls:")
+		"CPU time, heap allocations, context switches of its threads (put to sleep and woken, or preempted), read and write system calls, "+
+		"goroutines created, goroutine wake-ups (runnable → running) and the time they waited runnable for a thread (a lower bound):")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| side | CPU | allocations | context switches | read/write syscalls |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| side | CPU | allocations | context switches | read/write syscalls | goroutines created | wake-ups | waited runnable |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
 	for i, side := range r.sides {
 		var cs []Cost
 		for s := range r.cfg.Settles {
