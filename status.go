@@ -102,6 +102,17 @@ func (c *Client) openStatus(g *generation, term *Term, schedule string) *statusW
 	}
 	w.enqueue(func(context.Context) {
 		defer close(w.opened)
+		// Nothing of the status goes before the term's own start: its
+		// operations read (checkStart) is the one request between the
+		// grant and the first run, and a status write sent ahead of it
+		// would hold it up (a server answers a session's requests in
+		// order; ZooKeeper holds a read behind the session's pending
+		// write). The status is read and written as the work begins.
+		select {
+		case <-term.ready:
+		case <-term.revoked:
+		case <-g.ctx.Done():
+		}
 		prev, err := w.readPrevious(g)
 		switch {
 		case err == nil:
