@@ -284,10 +284,11 @@ func (b *eventBus) subscribe(h func(Event)) (cancel func()) {
 	}
 }
 
-// publish queues e; it never blocks.
+// publish queues e; it never blocks. With no handler it does nothing:
+// nothing would be delivered, and a hand-off wakes no goroutine for it.
 func (b *eventBus) publish(e Event) {
 	b.mu.Lock()
-	if b.closed {
+	if b.closed || len(b.handlers) == 0 {
 		b.mu.Unlock()
 		return
 	}

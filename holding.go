@@ -252,11 +252,13 @@ func (h *holding) revoke(reason RevokeReason, cause error) {
 	}
 	h.mu.Unlock()
 
-	c.log.Info("revoked", "election", ref.Election, "token", ref.Token, "reason", reason)
 	c.metrics.revokedTerm(ref, reason)
 	c.events.publish(Revoked{TermRef: ref, Reason: reason, Err: cause, At: h.revokedAt})
 	h.term.revoke(reason, cause)
 	h.cancelRun()
+	// Logged once the term is over and its work told, not before: a log
+	// line is a write, and the hand-off waits for nothing but the work.
+	c.log.Info("revoked", "election", ref.Election, "token", ref.Token, "reason", reason)
 	if running && (!holds(reason) || plant.Is(plant.ReleaseBeforeExit)) && h.handOff(false) {
 		c.wg.Go(h.next)
 	}
