@@ -126,4 +126,3 @@ func indexOf(s []string, from int, v string) int {
 	}
 	return -1
 }
-
