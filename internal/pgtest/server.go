@@ -36,6 +36,8 @@ type Server struct {
 	cred   *syscall.Credential
 	cmd    *exec.Cmd
 	exited chan struct{}
+	// durable: WithDurableCommits, fsync and synchronous_commit on.
+	durable bool
 }
 
 // waitServer bounds a start or a stop of a Server.
@@ -67,6 +69,17 @@ type ServerOption func(*serverConfig)
 type serverConfig struct {
 	user, password string      // WithPasswordUser
 	tls            certs.Files // WithTLS: its ServerCert and ServerKey
+	durable        bool        // WithDurableCommits
+}
+
+// WithDurableCommits runs the server as production does: fsync,
+// synchronous_commit and full_page_writes on (PostgreSQL's defaults), so
+// that a commit returns once its WAL is flushed to disk and survives a
+// crash of the server ([Server.Kill]), unless the transaction itself
+// turned synchronous_commit off. The benchmarks of a durable hand-off and
+// the tests of what a crash keeps use it.
+func WithDurableCommits() ServerOption {
+	return func(c *serverConfig) { c.durable = true }
 }
 
 // WithPasswordUser makes the server check the password of every login
@@ -113,6 +126,7 @@ func StartServer(t testing.TB, opts ...ServerOption) *Server {
 		o(&cfg)
 	}
 	s := newServer(t)
+	s.durable = cfg.durable
 	initdb := exec.Command(filepath.Join(s.bin, "initdb"), "-D", s.data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
 	if out, err := initdb.CombinedOutput(); err != nil {
@@ -291,9 +305,13 @@ func (s *Server) start() error {
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command(filepath.Join(s.bin, "postgres"), "-D", s.data, "-p", strconv.Itoa(s.port),
-		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=",
-		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=100")
+	durability := []string{"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"}
+	if s.durable {
+		durability = []string{"-c", "fsync=on", "-c", "synchronous_commit=on", "-c", "full_page_writes=on"}
+	}
+	args := append([]string{"-D", s.data, "-p", strconv.Itoa(s.port),
+		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="}, durability...)
+	cmd := exec.Command(filepath.Join(s.bin, "postgres"), append(args, "-c", "max_connections=100")...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
 	if err := cmd.Start(); err != nil {
