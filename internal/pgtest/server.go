@@ -465,6 +465,30 @@ func (s *Server) Kill() {
 	case <-time.After(waitServer):
 		s.t.Fatalf("pgtest: the server killed did not exit within %v", waitServer)
 	}
+	// The children die on their own time: a Start before the last one
+	// has exited finds the shared memory still attached and refuses
+	// ("pre-existing shared memory block is still in use").
+	end := time.Now().Add(waitServer)
+	for _, child := range children {
+		for !exited(child) {
+			if time.Now().After(end) {
+				s.t.Fatalf("pgtest: process %d of the server killed still runs after %v", child, waitServer)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+// exited reports whether the process pid has exited: it is gone, or a
+// zombie (its memory released) waiting for whoever reaps it.
+func exited(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b[i+1:]))
+	return len(f) > 0 && (f[0] == "Z" || f[0] == "X")
 }
 
 // Stop shuts the server down fast (SIGINT: sessions are ended, in-flight
