@@ -270,27 +270,52 @@ func (src source) HeldLeases(ctx, _ context.Context, prefix string) ([]string, e
 // there and the session alive: one statement, one round trip. With
 // records, the same statement also writes them, fenced by the holding
 // (see releaseSQL).
+//
+// Without records, the release commits with synchronous_commit off
+// (asyncSQL): the server acknowledges it without waiting for its WAL to
+// reach the disk. A crash of the server before it does (within
+// wal_writer_delay, unless another commit flushes it first: every durable
+// commit flushes the WAL up to itself) loses the release: the candidacy
+// comes back, ahead of every waiter, and of the holder granted meanwhile,
+// with a session that no longer knows it. Nobody holds twice (the
+// released term is over), but the lease would stay stuck behind it for
+// as long as the session lives. So the session keeps the candidacies it
+// released so (unflushed) until a renewal, a durable commit sent after
+// the release returned, confirms that the WAL is on disk past it; the
+// renewal deletes them again in the same statement, in case the server
+// lost them (see KeepAlive). The release with records stays durable: its
+// record versions come from a sequence, whose advance a crash would lose
+// with the release, handing a version that readers saw out again.
 func (s queue) Release(ctx context.Context, h *candidacy.Holding, op string, records []backend.Record) (bool, error) {
 	name, token := h.Name(), int64(h.Token())
 	q := s.b.q
+	var released bool
 	if len(records) == 0 {
-		tag, err := s.b.exec(ctx, s.ctx, `DELETE FROM `+q+`.candidacies WHERE name = $1 AND token = $2 AND session = $3
-			AND EXISTS (SELECT 1 FROM `+q+`.sessions x WHERE x.id = $3 AND x.expires_at > clock_timestamp())`, name, token, s.id)
+		err := s.b.queryRow(ctx, s.ctx, `WITH `+asyncSQL+`,
+			d AS (DELETE FROM `+q+`.candidacies WHERE name = $1 AND token = $2 AND session = $3
+				AND EXISTS (SELECT 1 FROM `+q+`.sessions x WHERE x.id = $3 AND x.expires_at > clock_timestamp()) RETURNING 1)
+			SELECT EXISTS (SELECT 1 FROM d), (SELECT v FROM async) IS NOT NULL`, name, token, s.id).Scan(&released, new(bool))
 		if err != nil {
 			return false, s.releaseErr(ctx, op, err)
 		}
 		s.gone(name, token)
-		return tag.RowsAffected() > 0, nil
+		if released {
+			s.releasedAsync(name, token)
+		}
+		return released, nil
 	}
 	keys, values := recordArrays(records)
-	var released bool
-	err := s.b.queryRow(ctx, s.ctx, releaseSQL(q), name, token, s.id, keys, values).Scan(&released)
-	if err != nil {
+	if err := s.b.queryRow(ctx, s.ctx, releaseSQL(q), name, token, s.id, keys, values).Scan(&released); err != nil {
 		return false, s.releaseErr(ctx, op, err)
 	}
 	s.gone(name, token)
 	return released, nil
 }
+
+// asyncSQL is the CTE "async" of a release, whose statement selects it:
+// synchronous_commit off for the statement's transaction only (set_config
+// with is_local, as SET LOCAL), the release without records (see Release).
+const asyncSQL = `async AS (SELECT set_config('synchronous_commit', 'off', true) AS v)`
 
 // releaseSQL is the release with records, one statement ($1 the name, $2
 // the token, $3 the session, $4 and $5 the records' keys and values): the
@@ -300,7 +325,8 @@ func (s queue) Release(ctx context.Context, h *candidacy.Holding, op string, rec
 // are written and the candidacy deleted only if it found them, the
 // records fenced by the token as every fenced write is (a record written
 // with a newer token stays). All of it commits or none: one statement is
-// one transaction. Its row says whether the candidacy was released.
+// one transaction, committed durably (see Release). Its row says whether
+// the candidacy was released.
 //
 // The CTEs share one snapshot, but "held" locks the rows it returns and
 // rechecks them at their latest version (READ COMMITTED's EvalPlanQual);
