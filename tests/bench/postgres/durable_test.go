@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/simba-go/simba/backend"
+	"github.com/simba-go/simba/backend/postgres"
 	"github.com/simba-go/simba/internal/await"
 	"github.com/simba-go/simba/internal/pgtest"
 	"github.com/simba-go/simba/tests/internal/handoffbench"
@@ -46,6 +48,11 @@ func benchDurable(t *testing.T, report *strings.Builder) {
 		t.Fatal(err)
 	}
 	fmt.Fprintf(report, "%s\n\n", floor)
+	alone, err := releaseAlone(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(report, "%s\n\n", alone)
 	schema := "simba_bench_durable"
 	on, stopOn := simbaHandOffSideTTL(t, dsn, schema, "simba (status on)", handoffbench.Reference, true, durableTTL)
 	off, stopOff := simbaHandOffSideTTL(t, dsn, schema, "simba (status off)", handoffbench.Simba, false, durableTTL)
@@ -92,6 +99,55 @@ func commitFloor(ctx context.Context, dsn string) (string, error) {
 		return handoffbench.Ms(handoffbench.Quantile(ds, 0.5)) + " / " + handoffbench.Ms(handoffbench.Quantile(ds, 0.9))
 	}
 	return fmt.Sprintf("On this server, p50 / p90 of 200 each: a round trip (`SELECT 1`) %s; a durable commit (an autocommit `INSERT` of one row) %s.", q(rt), q(commit)), nil
+}
+
+// releaseAlone measures the release call alone, on a backend of its own
+// on dsn (schema simba_bench_alone): one session acquires a free lease
+// and releases it, 300 times, without records and with two (as a status
+// release writes), and returns a sentence with the release's p50/p90.
+func releaseAlone(ctx context.Context, dsn string) (string, error) {
+	b, err := postgres.New(dsn, postgres.WithSchema("simba_bench_alone"))
+	if err != nil {
+		return "", err
+	}
+	defer b.Close()
+	s, err := b.Open(ctx, backend.SessionOptions{TTL: 5 * time.Second})
+	if err != nil {
+		return "", err
+	}
+	defer s.Close(context.Background())
+	records := []backend.Record{{Key: "alone/status", Value: []byte("released")}, {Key: "alone/history", Value: []byte("term ended")}}
+	var parts []string
+	for _, with := range []bool{false, true} {
+		var rel []time.Duration
+		for i := range 300 {
+			if i%50 == 0 {
+				if _, err := s.KeepAlive(ctx); err != nil {
+					return "", err
+				}
+			}
+			l, err := s.Acquire(ctx, "alone")
+			if err != nil {
+				return "", err
+			}
+			t0 := time.Now()
+			if with {
+				err = l.(backend.RecordReleaser).ReleaseWithRecords(ctx, records)
+			} else {
+				err = l.Release(ctx)
+			}
+			if err != nil {
+				return "", err
+			}
+			rel = append(rel, time.Since(t0))
+		}
+		what := "without records"
+		if with {
+			what = "with two records"
+		}
+		parts = append(parts, fmt.Sprintf("%s %s / %s", what, handoffbench.Ms(handoffbench.Quantile(rel, 0.5)), handoffbench.Ms(handoffbench.Quantile(rel, 0.9))))
+	}
+	return "The release call alone (one session acquiring a free lease and releasing it, 300 times, no waiter), p50 / p90: " + strings.Join(parts, "; ") + ".", nil
 }
 
 // blockingAdvisorySide hands an advisory lock over between two
