@@ -26,7 +26,8 @@ import (
 // the shared server must not suffer: a restart, a pause. Its cluster is
 // made by initdb in a temporary directory (trust authentication, no
 // fsync, as scripts/with-postgres-redis.sh makes the shared one, unless
-// [WithPasswordUser] or [WithTLS] say otherwise) and it listens on
+// [WithPasswordUser], [WithTLS] or [WithDurableCommits] say otherwise)
+// and it listens on
 // 127.0.0.1 only, on a port that stays the same across restarts.
 type Server struct {
 	t      testing.TB
@@ -438,10 +439,12 @@ func (s *Server) children() ([]int, error) {
 // server may be started again ([Server.Start]), recovering from its WAL:
 // without what it had not written to its WAL, such as commits
 // acknowledged under synchronous_commit=off, which a Server of
-// [StartServer] runs with unless [StartStandby] turned it on. (fsync is
-// off: what is written survives a crash of the server, not of the
-// machine.) It fails the test if the server does
-// not run, or has not exited within 30 seconds.
+// [StartServer] runs with unless [StartStandby] or [WithDurableCommits]
+// turned it on (or a transaction turned it off for itself). (Without
+// WithDurableCommits fsync is off: what is written survives a crash of
+// the server, not of the machine.) It returns once every process of the
+// server has exited, and fails the test if the server does not run, or
+// has not exited within 30 seconds.
 func (s *Server) Kill() {
 	s.t.Helper()
 	if err := s.signalAll(syscall.SIGSTOP); err != nil {
