@@ -54,7 +54,12 @@
 //     session never revives, so once a candidacy holds no older live one
 //     can appear: it holds until it is deleted (Release, the session's
 //     Close, which deletes the session row and its candidacies by ON
-//     DELETE CASCADE) or its session expires.
+//     DELETE CASCADE) or its session expires. The one exception is a
+//     release that a crash of the server lost (see "Restarts and
+//     failovers"): its candidacy comes back ahead of the holder granted
+//     after it, which then holds no more by the fence (its fenced writes
+//     are refused; nobody else is granted) until the released
+//     candidacy's session deletes it again, with its next renewal.
 //   - Revoked before anyone else is granted: a waiter that finds its
 //     predecessor's session expired deletes that session's row before it
 //     takes the lease, in the statement that reads the queue; a fenced
@@ -79,9 +84,13 @@
 //     record written with a larger token is never replaced; IfVersion is a
 //     compare-and-set on the version, which a sequence assigns (a deleted
 //     and re-created key never repeats a version).
-//   - Release and ReleaseWithRecords are one transaction, conditional on
-//     the candidacy (name, session, token) still being there and the
-//     session alive: a stale Release never frees a newer holding.
+//   - Release and ReleaseWithRecords are one statement (one round trip,
+//     one transaction), conditional on the candidacy (name, session,
+//     token) still being there and the session alive: a stale Release
+//     never frees a newer holding. ReleaseWithRecords locks the
+//     candidacy (FOR UPDATE) and the session's row (FOR KEY SHARE) in a
+//     CTE, and writes the records (fenced by the token) and deletes the
+//     candidacy only if that CTE found them.
 //
 // # Waiting without polling
 //
@@ -213,6 +222,28 @@
 //     client retries its renewal meanwhile), one longer ends them, on the
 //     holders' clocks before the server can grant the leases to anyone
 //     else (TestServerRestart).
+//   - A Release without records (an election with
+//     simba.WithStatus(false), for one) commits with synchronous_commit
+//     off for its own transaction (set_config(..., true) in the
+//     statement): the server does not wait for the WAL flush, one disk
+//     flush less on a hand-off's path. It frees only what the session's
+//     expiry would free. A crash of the server before the WAL reaches
+//     the disk past it (within
+//     wal_writer_delay; any durable commit of any session flushes it
+//     sooner) loses it: the candidacy comes back, ahead of the queue and
+//     of the waiter granted meanwhile, under a session that no longer
+//     counts it as held, so nobody holds twice; the granted waiter's
+//     term stays valid by its clock but the fence refuses its writes,
+//     and nobody else is granted. The session keeps the candidacies it
+//     released so until a renewal confirms them: every renewal deletes
+//     them again in its own statement, and is a durable commit sent after
+//     they returned, so once it returns they are on disk. The lease is
+//     then free, or back with the granted waiter, one renewal (TTL/3)
+//     after the restart, or at the session's expiry if its client died
+//     too (TestCrashLosesAsyncRelease). ReleaseWithRecords commits
+//     durably: its record versions come from a sequence, whose advance a
+//     crash would lose with the release, handing out again a version
+//     that readers had seen.
 //   - synchronous_commit = off (or local with a crash of the host) can
 //     lose the last transactions before the crash: a renewal (the server
 //     then expires the session earlier than its holder's deadline, and two

@@ -267,51 +267,100 @@ func (src source) HeldLeases(ctx, _ context.Context, prefix string) ([]string, e
 }
 
 // Release deletes the candidacy (name, session, token) if it is still
-// there and the session alive: one statement. With records, it writes
-// them, fenced by the holding, and deletes the candidacy in one
-// transaction that first locks the candidacy and the session's row.
+// there and the session alive: one statement, one round trip. With
+// records, the same statement also writes them, fenced by the holding
+// (see releaseSQL).
+//
+// Without records, the release commits with synchronous_commit off
+// (asyncSQL): the server acknowledges it without waiting for its WAL to
+// reach the disk. A crash of the server before it does (within
+// wal_writer_delay, unless another commit flushes it first: every durable
+// commit flushes the WAL up to itself) loses the release: the candidacy
+// comes back, ahead of every waiter, and of the holder granted meanwhile,
+// with a session that no longer knows it. Nobody holds twice (the
+// released term is over), but the lease would stay stuck behind it for
+// as long as the session lives. So the session keeps the candidacies it
+// released so (unflushed) until a renewal, a durable commit sent after
+// the release returned, confirms that the WAL is on disk past it; the
+// renewal deletes them again in the same statement, in case the server
+// lost them (see KeepAlive). The release with records stays durable: its
+// record versions come from a sequence, whose advance a crash would lose
+// with the release, handing a version that readers saw out again.
 func (s queue) Release(ctx context.Context, h *candidacy.Holding, op string, records []backend.Record) (bool, error) {
 	name, token := h.Name(), int64(h.Token())
 	q := s.b.q
+	var released bool
 	if len(records) == 0 {
-		tag, err := s.b.exec(ctx, s.ctx, `DELETE FROM `+q+`.candidacies WHERE name = $1 AND token = $2 AND session = $3
-			AND EXISTS (SELECT 1 FROM `+q+`.sessions x WHERE x.id = $3 AND x.expires_at > clock_timestamp())`, name, token, s.id)
+		err := s.b.queryRow(ctx, s.ctx, `WITH `+asyncSQL+`,
+			d AS (DELETE FROM `+q+`.candidacies WHERE name = $1 AND token = $2 AND session = $3
+				AND EXISTS (SELECT 1 FROM `+q+`.sessions x WHERE x.id = $3 AND x.expires_at > clock_timestamp()) RETURNING 1)
+			SELECT EXISTS (SELECT 1 FROM d), (SELECT v FROM async) IS NOT NULL`, name, token, s.id).Scan(&released, new(bool))
 		if err != nil {
 			return false, s.releaseErr(ctx, op, err)
 		}
 		s.gone(name, token)
-		return tag.RowsAffected() > 0, nil
+		if released {
+			s.releasedAsync(name, token)
+		}
+		return released, nil
 	}
-	released := false
-	err := s.b.beginFunc(ctx, s.ctx, func(tx pgx.Tx) error {
-		var one int
-		err := tx.QueryRow(ctx, `SELECT 1 FROM `+q+`.candidacies c JOIN `+q+`.sessions x ON x.id = c.session
-			WHERE c.name = $1 AND c.token = $2 AND c.session = $3 AND x.expires_at > clock_timestamp()
-			FOR UPDATE OF c FOR KEY SHARE OF x`, name, token, s.id).Scan(&one)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		batch := &pgx.Batch{}
-		for _, r := range records {
-			batch.Queue(`INSERT INTO `+q+`.records AS r (key, value, version, token) VALUES ($1, $2, nextval('`+q+`.record_versions') + `+baseSQL()+`, $3)
-				ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, version = EXCLUDED.version, token = EXCLUDED.token
-				WHERE r.token <= EXCLUDED.token`, r.Key, nonNil(r.Value), token)
-		}
-		batch.Queue(`DELETE FROM `+q+`.candidacies WHERE name = $1 AND token = $2 AND session = $3`, name, token, s.id)
-		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-			return err
-		}
-		released = true
-		return nil
-	})
-	if err != nil {
+	keys, values := recordArrays(records)
+	if err := s.b.queryRow(ctx, s.ctx, releaseSQL(q), name, token, s.id, keys, values).Scan(&released); err != nil {
 		return false, s.releaseErr(ctx, op, err)
 	}
 	s.gone(name, token)
 	return released, nil
+}
+
+// asyncSQL is the CTE "async" of a release, whose statement selects it:
+// synchronous_commit off for the statement's transaction only (set_config
+// with is_local, as SET LOCAL), the release without records (see Release).
+const asyncSQL = `async AS (SELECT set_config('synchronous_commit', 'off', true) AS v)`
+
+// releaseSQL is the release with records, one statement ($1 the name, $2
+// the token, $3 the session, $4 and $5 the records' keys and values): the
+// CTE "held" locks the candidacy (FOR UPDATE) and the session's row (FOR
+// KEY SHARE, so that a waiter's deletion of the expired session waits for
+// the release), the session alive by the statement's clock; the records
+// are written and the candidacy deleted only if it found them, the
+// records fenced by the token as every fenced write is (a record written
+// with a newer token stays). All of it commits or none: one statement is
+// one transaction, committed durably (see Release). Its row says whether
+// the candidacy was released.
+//
+// The CTEs share one snapshot, but "held" locks the rows it returns and
+// rechecks them at their latest version (READ COMMITTED's EvalPlanQual);
+// the DELETE, if the candidacy went meanwhile, finds nothing; ON CONFLICT
+// DO UPDATE fences against the latest committed record.
+func releaseSQL(q string) string {
+	return `WITH held AS (
+			SELECT 1 FROM ` + q + `.candidacies c JOIN ` + q + `.sessions x ON x.id = c.session
+			WHERE c.name = $1 AND c.token = $2 AND c.session = $3 AND x.expires_at > clock_timestamp()
+			FOR UPDATE OF c FOR KEY SHARE OF x),
+		w AS (INSERT INTO ` + q + `.records AS r (key, value, version, token)
+			SELECT u.key, u.value, nextval('` + q + `.record_versions') + ` + baseSQL() + `, $2
+			FROM unnest($4::text[], $5::bytea[]) AS u(key, value) WHERE EXISTS (SELECT 1 FROM held)
+			ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, version = EXCLUDED.version, token = EXCLUDED.token
+			WHERE r.token <= EXCLUDED.token),
+		d AS (DELETE FROM ` + q + `.candidacies WHERE name = $1 AND token = $2 AND session = $3
+			AND EXISTS (SELECT 1 FROM held) RETURNING 1)
+		SELECT EXISTS (SELECT 1 FROM d)`
+}
+
+// recordArrays returns the keys and values of records as two arrays in
+// the same order, a key written twice kept once, at its last value (the
+// value a statement per record would have left).
+func recordArrays(records []backend.Record) (keys []string, values [][]byte) {
+	at := make(map[string]int, len(records))
+	for _, r := range records {
+		if i, ok := at[r.Key]; ok {
+			values[i] = nonNil(r.Value)
+			continue
+		}
+		at[r.Key] = len(keys)
+		keys, values = append(keys, r.Key), append(values, nonNil(r.Value))
+	}
+	return keys, values
 }
 
 // releaseErr is the error of a release that failed; nil (the holding

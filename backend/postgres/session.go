@@ -58,13 +58,17 @@ type session struct {
 	known   map[candidacyKey]bool
 	tl      int64
 	recheck bool
+	// unflushed are the candidacies this session released with
+	// synchronous_commit off (see queue.Release) that no renewal has
+	// confirmed durable yet: the next renewal deletes them again.
+	unflushed map[candidacyKey]bool
 }
 
 func newSession(b *Backend, id int64, ttl time.Duration, start time.Time, tl int64) *session {
 	s := &session{
 		b: b, id: id, sid: strconv.FormatInt(id, 10),
 		check: make(chan struct{}, 1), renew: make(chan struct{}, 1),
-		ttl: ttl, deadline: start.Add(ttl), older: map[candidacyKey]bool{}, known: map[candidacyKey]bool{}, tl: tl,
+		ttl: ttl, deadline: start.Add(ttl), older: map[candidacyKey]bool{}, known: map[candidacyKey]bool{}, unflushed: map[candidacyKey]bool{}, tl: tl,
 	}
 	s.Session = candidacy.New(b.ctx, candidacy.Config{
 		Prefix: "simba/postgres", ID: s.sid, Logger: b.log, WaitGroup: &b.wg, TTL: s.TTL,
@@ -119,6 +123,7 @@ func (s *session) KeepAlive(ctx context.Context) (time.Duration, error) {
 	}
 	s.mu.Lock()
 	was := s.tl
+	redoNames, redoTokens := s.unflushedArrays()
 	s.mu.Unlock()
 	start := time.Now()
 	var (
@@ -128,8 +133,15 @@ func (s *session) KeepAlive(ctx context.Context) (time.Duration, error) {
 		names  []string // the session's candidacies, read only when the
 		tokens []int64  // server's timeline is not was
 	)
-	err := s.b.pool.QueryRow(ctx, "UPDATE "+s.b.q+".sessions SET expires_at = clock_timestamp() + ttl WHERE id = $1 AND expires_at > clock_timestamp() RETURNING ttl, clock_timestamp(), "+timelineSQL+
-		", "+s.candidaciesSQL("$1", timelineSQL+" <> $2"), s.id, was).Scan(&ttl, &db, &tl, &names, &tokens)
+	// The renewal is a durable commit: once it returns, the WAL is on disk
+	// past every release that returned before it was sent, and "redo" has
+	// deleted again those a crash of the server lost (see queue.Release).
+	err := s.b.pool.QueryRow(ctx, "WITH redo AS (DELETE FROM "+s.b.q+".candidacies WHERE session = $1 AND (name, token) IN (SELECT * FROM unnest($3::text[], $4::bigint[]))) "+
+		"UPDATE "+s.b.q+".sessions SET expires_at = clock_timestamp() + ttl WHERE id = $1 AND expires_at > clock_timestamp() RETURNING ttl, clock_timestamp(), "+timelineSQL+
+		", "+s.candidaciesSQL("$1", timelineSQL+" <> $2"), s.id, was, redoNames, redoTokens).Scan(&ttl, &db, &tl, &names, &tokens)
+	if err == nil {
+		s.flushed(redoNames, redoTokens)
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The UPDATE took the row's lock (none: the row is gone): this
 		// expiry is final, whatever clearExpired finds.
@@ -417,6 +429,41 @@ func (s *session) loseMissing(tl int64, have map[candidacyKey]bool) {
 		t := int64(h.Token())
 		return timelineOfToken(t) < tl && !have[candidacyKey{h.Name(), t}]
 	})
+}
+
+// releasedAsync notes a candidacy this session released with
+// synchronous_commit off: until a renewal confirms it, a crash of the
+// server may bring it back (see queue.Release).
+func (s *session) releasedAsync(name string, token int64) {
+	s.mu.Lock()
+	s.unflushed[candidacyKey{name, token}] = true
+	s.mu.Unlock()
+}
+
+// unflushedArrays returns the unflushed candidacies as two arrays, their
+// names and tokens in the same order (empty under the planted bug
+// KeepAsyncRelease). s.mu is held.
+func (s *session) unflushedArrays() (names []string, tokens []int64) {
+	names, tokens = []string{}, []int64{}
+	if plant.Is(plant.KeepAsyncRelease) {
+		return names, tokens
+	}
+	for k := range s.unflushed {
+		names, tokens = append(names, k.name), append(tokens, k.token)
+	}
+	return names, tokens
+}
+
+// flushed drops the candidacies that a renewal confirmed gone for good.
+func (s *session) flushed(names []string, tokens []int64) {
+	if len(tokens) == 0 {
+		return
+	}
+	s.mu.Lock()
+	for i, t := range tokens {
+		delete(s.unflushed, candidacyKey{names[i], t})
+	}
+	s.mu.Unlock()
 }
 
 // registered notes a candidacy this session registered.

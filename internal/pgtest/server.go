@@ -26,7 +26,8 @@ import (
 // the shared server must not suffer: a restart, a pause. Its cluster is
 // made by initdb in a temporary directory (trust authentication, no
 // fsync, as scripts/with-postgres-redis.sh makes the shared one, unless
-// [WithPasswordUser] or [WithTLS] say otherwise) and it listens on
+// [WithPasswordUser], [WithTLS] or [WithDurableCommits] say otherwise)
+// and it listens on
 // 127.0.0.1 only, on a port that stays the same across restarts.
 type Server struct {
 	t      testing.TB
@@ -36,6 +37,8 @@ type Server struct {
 	cred   *syscall.Credential
 	cmd    *exec.Cmd
 	exited chan struct{}
+	// durable: WithDurableCommits, fsync and synchronous_commit on.
+	durable bool
 }
 
 // waitServer bounds a start or a stop of a Server.
@@ -67,6 +70,17 @@ type ServerOption func(*serverConfig)
 type serverConfig struct {
 	user, password string      // WithPasswordUser
 	tls            certs.Files // WithTLS: its ServerCert and ServerKey
+	durable        bool        // WithDurableCommits
+}
+
+// WithDurableCommits runs the server as production does: fsync,
+// synchronous_commit and full_page_writes on (PostgreSQL's defaults), so
+// that a commit returns once its WAL is flushed to disk and survives a
+// crash of the server ([Server.Kill]), unless the transaction itself
+// turned synchronous_commit off. The benchmarks of a durable hand-off and
+// the tests of what a crash keeps use it.
+func WithDurableCommits() ServerOption {
+	return func(c *serverConfig) { c.durable = true }
 }
 
 // WithPasswordUser makes the server check the password of every login
@@ -113,6 +127,7 @@ func StartServer(t testing.TB, opts ...ServerOption) *Server {
 		o(&cfg)
 	}
 	s := newServer(t)
+	s.durable = cfg.durable
 	initdb := exec.Command(filepath.Join(s.bin, "initdb"), "-D", s.data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
 	if out, err := initdb.CombinedOutput(); err != nil {
@@ -291,9 +306,13 @@ func (s *Server) start() error {
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command(filepath.Join(s.bin, "postgres"), "-D", s.data, "-p", strconv.Itoa(s.port),
-		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=",
-		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=100")
+	durability := []string{"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"}
+	if s.durable {
+		durability = []string{"-c", "fsync=on", "-c", "synchronous_commit=on", "-c", "full_page_writes=on"}
+	}
+	args := append([]string{"-D", s.data, "-p", strconv.Itoa(s.port),
+		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="}, durability...)
+	cmd := exec.Command(filepath.Join(s.bin, "postgres"), append(args, "-c", "max_connections=100")...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
 	if err := cmd.Start(); err != nil {
@@ -420,10 +439,12 @@ func (s *Server) children() ([]int, error) {
 // server may be started again ([Server.Start]), recovering from its WAL:
 // without what it had not written to its WAL, such as commits
 // acknowledged under synchronous_commit=off, which a Server of
-// [StartServer] runs with unless [StartStandby] turned it on. (fsync is
-// off: what is written survives a crash of the server, not of the
-// machine.) It fails the test if the server does
-// not run, or has not exited within 30 seconds.
+// [StartServer] runs with unless [StartStandby] or [WithDurableCommits]
+// turned it on (or a transaction turned it off for itself). (Without
+// WithDurableCommits fsync is off: what is written survives a crash of
+// the server, not of the machine.) It returns once every process of the
+// server has exited, and fails the test if the server does not run, or
+// has not exited within 30 seconds.
 func (s *Server) Kill() {
 	s.t.Helper()
 	if err := s.signalAll(syscall.SIGSTOP); err != nil {
@@ -447,6 +468,30 @@ func (s *Server) Kill() {
 	case <-time.After(waitServer):
 		s.t.Fatalf("pgtest: the server killed did not exit within %v", waitServer)
 	}
+	// The children die on their own time: a Start before the last one
+	// has exited finds the shared memory still attached and refuses
+	// ("pre-existing shared memory block is still in use").
+	end := time.Now().Add(waitServer)
+	for _, child := range children {
+		for !exited(child) {
+			if time.Now().After(end) {
+				s.t.Fatalf("pgtest: process %d of the server killed still runs after %v", child, waitServer)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+// exited reports whether the process pid has exited: it is gone, or a
+// zombie (its memory released) waiting for whoever reaps it.
+func exited(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b[i+1:]))
+	return len(f) > 0 && (f[0] == "Z" || f[0] == "X")
 }
 
 // Stop shuts the server down fast (SIGINT: sessions are ended, in-flight

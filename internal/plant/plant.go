@@ -63,6 +63,13 @@ const (
 	// are not held back after one (see backend/postgres/timeline.go,
 	// backend/mysql/epoch.go).
 	KeepChainOnFailover
+	// KeepAsyncRelease: the PostgreSQL backend's renewals no longer
+	// withdraw again the candidacies the session released without waiting
+	// for the release's WAL flush (synchronous_commit off for that
+	// transaction), so a server crash that loses such a release leaves
+	// the candidacy ahead of the queue behind a session that does not
+	// know it holds it, for as long as that session lives.
+	KeepAsyncRelease
 )
 
 // ValidLateBy is how long Term.Valid lies under ValidLate.
@@ -79,6 +86,7 @@ var names = map[string]Bug{
 	"etcd-trust-revision":    EtcdTrustRevision,
 	"untimed-tokens":         UntimedTokens,
 	"keep-chain-on-failover": KeepChainOnFailover,
+	"keep-async-release":     KeepAsyncRelease,
 }
 
 // EnvVar names the bug that ForRun plants for a whole test run.

@@ -38,7 +38,8 @@ import (
 //		go test -run '^TestBenchmarkReport$' -v -count=1 -timeout 30m ./bench/postgres/
 //
 // SIMBA_PG_BENCH=1 (or all) runs every section; or name them,
-// comma-separated: handoff, cut, terminate, crash. With SIMBA_PG_BENCH_OUT=file it
+// comma-separated: handoff, durable (the hand-off on a server of the
+// benchmark's own that commits durably), cut, terminate, crash. With SIMBA_PG_BENCH_OUT=file it
 // also writes the report to file; SIMBA_BENCH_ROUNDS=n shortens the
 // hand-off rounds.
 //
@@ -103,6 +104,9 @@ func TestBenchmarkReport(t *testing.T) {
 	fmt.Fprintf(&report, "simba: `simba.WithTTL(%v)` (renewals every TTL/3), each client on a `postgres.NewFromPool` backend of its own (its own pool), one schema per section.\n\n", peerTTL)
 	if section("handoff") {
 		benchHandOff(t, dsn, &report)
+	}
+	if section("durable") {
+		benchDurable(t, &report)
 	}
 	if section("cut") {
 		benchOverlap(t, dsn, admin, cutFault, &report)
@@ -583,12 +587,17 @@ func closeClient(t *testing.T, c *simba.Client, name string) {
 // simbaHandOffSide is simba's side of the hand-off: two clients on
 // backends wrapped for the breakdown, with status records on or off.
 func simbaHandOffSide(t *testing.T, dsn, schema, name string, role handoffbench.Role, status bool) (handoffbench.Side, func() error) {
+	return simbaHandOffSideTTL(t, dsn, schema, name, role, status, peerTTL)
+}
+
+// simbaHandOffSideTTL is simbaHandOffSide with the clients' TTL.
+func simbaHandOffSideTTL(t *testing.T, dsn, schema, name string, role handoffbench.Role, status bool, ttl time.Duration) (handoffbench.Side, func() error) {
 	election := fmt.Sprintf("handoff-%v", status)
 	pair := handoffbench.SimbaPair{Election: election, Timeout: opTimeout, Notice: deleteWatcher(t, dsn, schema)}
 	for i := range pair.Clients {
 		b := simbaBackend(t, dsn, schema, fmt.Sprintf("simba-bench-handoff-%v-%d", status, i), nil)
 		pair.Probes[i] = new(handoffbench.Probe)
-		c, err := simba.New(handoffbench.Wrap(b, pair.Probes[i]), simba.WithTTL(peerTTL), simba.WithStatus(status))
+		c, err := simba.New(handoffbench.Wrap(b, pair.Probes[i]), simba.WithTTL(ttl), simba.WithStatus(status))
 		if err != nil {
 			t.Fatal(err)
 		}

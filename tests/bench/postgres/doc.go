@@ -2,8 +2,10 @@
 // PostgreSQL (docs/bench-postgres.md): TestBenchmarkReport, simba side by
 // side with the peers teams use today (tests/internal/pgpeers: an
 // advisory-lock elector and a leader-table elector modelled on river's):
-// the graceful hand-off, and overlap and fail-over when the holder's link
-// is cut, when the server ends its connections and when it crashes. It
+// the graceful hand-off, the same on a server of its own that commits
+// durably against an advisory lock whose waiter blocks (section durable),
+// and overlap and fail-over when the holder's link is cut, when the
+// server ends its connections and when it crashes. It
 // uses the backend's exported API only, and runs when asked to, from the
 // tests module's directory:
 //
