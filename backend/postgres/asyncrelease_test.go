@@ -74,6 +74,19 @@ func crashAfterRelease(t *testing.T, records bool) {
 		}
 		return cn
 	}
+	// The WAL writer flushes an asynchronous commit within
+	// wal_writer_delay (200 ms), and at once when it was hibernating: at
+	// 10 s it neither hibernates nor flushes within an attempt, so that the
+	// crash, milliseconds after the release, finds it unflushed unless a
+	// durable commit (a renewal) flushed it, which the attempts avoid. On
+	// a loaded machine the default let most attempts' releases survive.
+	cn := admin()
+	for _, stmt := range []string{"ALTER SYSTEM SET wal_writer_delay = '10s'", "SELECT pg_reload_conf()"} {
+		if _, err := cn.Exec(ctxT(t), stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cn.Close(context.Background())
 	// The sessions' renewals, every TTL/3 as a client's (retried soon
 	// after a failure), run through the crash; a's successes are told.
 	// a's wait while holdA is set: from the crash until the test has read
