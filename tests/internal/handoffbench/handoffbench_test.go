@@ -233,3 +233,34 @@ func TestBusy(t *testing.T) {
 		t.Errorf("LoadAverage() = %q", la)
 	}
 }
+
+// TestCostOfTrailingWork: work a round leaves going after it returns
+// counts in that round's cost, not in the next side's.
+func TestCostOfTrailingWork(t *testing.T) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	trailing := handoffbench.Side{Name: "trailing", Role: handoffbench.Peer, Once: func(time.Duration) (handoffbench.Round, error) {
+		wg.Go(func() {
+			for end := time.Now().Add(20 * time.Millisecond); time.Now().Before(end); {
+			}
+		})
+		return handoffbench.Round{Total: time.Millisecond}, nil
+	}}
+	idle := handoffbench.Side{Name: "idle", Role: handoffbench.Peer, Once: func(time.Duration) (handoffbench.Round, error) {
+		return handoffbench.Round{Total: time.Millisecond}, nil
+	}}
+	res, err := handoffbench.Run(handoffbench.Config{Settles: []time.Duration{0}, Rounds: 5}, []handoffbench.Side{trailing, idle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range res.Costs(0, 0) {
+		if c.CPU < 15*time.Millisecond {
+			t.Errorf("the trailing side's round cost %v of CPU, want its 20 ms of trailing work counted", c.CPU)
+		}
+	}
+	for _, c := range res.Costs(0, 1) {
+		if c.CPU > 10*time.Millisecond {
+			t.Errorf("the idle side's round cost %v of CPU: the previous side's trailing work counted in it", c.CPU)
+		}
+	}
+}

@@ -67,6 +67,10 @@ type Results struct {
 	rounds [][][]Round // [settle][side][round]
 }
 
+// costDrain is how long Run waits after each round before it reads the
+// round's cost, so that work the round left going is counted in it.
+const costDrain = 50 * time.Millisecond
+
 // Run plays cfg.Warmup+cfg.Rounds rounds at each settle time, the sides
 // taking turns round by round. It stops at the first error, saying which
 // side, settle and round.
@@ -78,6 +82,9 @@ func Run(cfg Config, sides []Side) (*Results, error) {
 			for i, side := range sides {
 				c0 := sampleCost()
 				x, err := side.Once(settle)
+				// The round's trailing work (the new term's first status
+				// write, say) is the round's cost, not the next side's.
+				time.Sleep(costDrain)
 				x.Cost = c0.since()
 				if err != nil {
 					return nil, fmt.Errorf("side %q, settle %v, round %d: %w", side.Name, settle, round, err)
