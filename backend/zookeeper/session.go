@@ -279,6 +279,12 @@ func (s *session) shutdown(graceful bool) {
 		if !graceful {
 			s.link.closeCurrent() // nothing more reaches the server
 		}
+		// Requests in flight end first, for a short while at most:
+		// go-zookeeper v1.0.4's CreateContainer reads its response
+		// unguarded when Close cuts its wait short, while the receiving
+		// loop may still be writing it (a data race the race detector
+		// reports; Create has the guard).
+		s.awaitCalls(callsDrain)
 		// Sends the close request if connected and waits for its answer,
 		// or for at most a second.
 		s.conn.Close()
@@ -287,6 +293,26 @@ func (s *session) shutdown(graceful bool) {
 		}
 	}
 	s.calls.Wait()
+}
+
+// callsDrain bounds how long shutdown waits for the requests in flight
+// before it closes the connection.
+const callsDrain = 250 * time.Millisecond
+
+// awaitCalls waits for the session's calls to return, for at most d. No
+// new call starts: the session is over.
+func (s *session) awaitCalls(d time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		s.calls.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // live returns an error wrapping ErrSessionDone once the session is over.
