@@ -417,10 +417,7 @@ func (s *Server) children() ([]int, error) {
 		if err != nil {
 			continue // gone
 		}
-		// pid (comm) state ppid ...; comm may hold spaces and parentheses.
-		i := strings.LastIndexByte(string(b), ')')
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 2 || f[1] != pid {
+		if f := statFields(b); len(f) < 2 || f[1] != pid {
 			continue
 		}
 		child, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
@@ -489,9 +486,16 @@ func exited(pid int) bool {
 	if err != nil {
 		return true
 	}
-	i := strings.LastIndexByte(string(b), ')')
-	f := strings.Fields(string(b[i+1:]))
+	f := statFields(b)
 	return len(f) > 0 && (f[0] == "Z" || f[0] == "X")
+}
+
+// statFields returns the fields of a /proc stat line after the command's
+// name: state, ppid, … ("pid (comm) state ppid …", where comm may hold
+// spaces and parentheses).
+func statFields(b []byte) []string {
+	i := strings.LastIndexByte(string(b), ')')
+	return strings.Fields(string(b[i+1:]))
 }
 
 // Stop shuts the server down fast (SIGINT: sessions are ended, in-flight
