@@ -57,6 +57,7 @@ func (s *session) reconnected() {
 			delete(w.watching, p)
 			w.fired[p] = true
 		}
+		w.disarmLocked()
 		wake.Poke(w.wake)
 	}
 	if s.reconnects != nil {

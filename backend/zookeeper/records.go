@@ -132,16 +132,79 @@ func (s *session) ListRecords(ctx context.Context, prefix string) ([]backend.Rec
 
 // ListRecordsWithSkipped is ListRecords, which also returns the leaves it
 // skipped; it implements [backend.SkipReporter], with MembersWithSkipped.
+//
+// While a WatchRecords call of this session watches exactly prefix and its
+// watch is set, the listing is answered from the last one read since the
+// watch was set, as long as the watch has not fired: no request, and as
+// current as a read would be (see recordWatch.listing).
 func (s *session) ListRecordsWithSkipped(ctx context.Context, prefix string) ([]backend.Record, []backend.MalformedError, error) {
-	type listing struct {
-		records []backend.Record
-		skipped []backend.MalformedError
+	kept, w, fires := s.watchedListing(prefix)
+	if kept != nil {
+		return kept.clone()
 	}
-	l, err := call(s, ctx, fmt.Sprintf("list records %q", prefix), func(c *zk.Conn) (listing, error) {
+	l, err := call(s, ctx, fmt.Sprintf("list records %q", prefix), func(c *zk.Conn) (*recordListing, error) {
+		s.listReads.Add(1)
 		out, skipped, err := s.listRecords(c, prefix)
-		return listing{out, skipped}, err
+		return &recordListing{records: out, skipped: skipped}, err
 	})
-	return l.records, l.skipped, err
+	if err != nil {
+		return nil, nil, err
+	}
+	if w != nil {
+		s.keepListing(w, fires, l)
+	}
+	return l.clone()
+}
+
+// recordListing is what ListRecordsWithSkipped read.
+type recordListing struct {
+	records []backend.Record
+	skipped []backend.MalformedError
+}
+
+// clone returns the listing's records and skipped leaves, as copies the
+// caller may keep and change.
+func (l *recordListing) clone() ([]backend.Record, []backend.MalformedError, error) {
+	out := slices.Clone(l.records)
+	for i := range out {
+		out[i].Value = slices.Clone(out[i].Value)
+	}
+	return out, slices.Clone(l.skipped), nil
+}
+
+// watchedListing returns the listing kept by a watch of exactly prefix
+// that is set and has not fired since it was read; else, such a watch that
+// is set, with its count of events, for keepListing; else nothing.
+func (s *session) watchedListing(prefix string) (*recordListing, *recordWatch, uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var armed *recordWatch
+	for w := range s.recWatches {
+		if w.prefix != prefix || !w.single || !w.armed {
+			continue
+		}
+		if w.listing != nil && w.listedAt == w.fires {
+			return w.listing, nil, 0
+		}
+		armed = w
+	}
+	if armed == nil {
+		return nil, nil, 0
+	}
+	return nil, armed, armed.fires
+}
+
+// keepListing keeps l, read with w's watch set at its count of events
+// fires, unless the watch has fired since: every change to the records
+// under w's prefix made before the read began is in l (the read followed
+// the watch's setting on the session), and none was made during or after
+// it (it would have fired the watch).
+func (s *session) keepListing(w *recordWatch, fires uint64, l *recordListing) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w.armed && w.fires == fires {
+		w.listing, w.listedAt = l, fires
+	}
 }
 
 // recordNode is a directory or leaf znode of the records, with its key.
@@ -607,6 +670,30 @@ type recordWatch struct {
 	// Guarded by s.mu.
 	watching map[string]bool // paths with a watch set that has not fired
 	fired    map[string]bool // paths whose watch is to be set (again)
+
+	// The listing kept for ListRecordsWithSkipped (single watches only),
+	// guarded by s.mu. armed: the watch of the prefix's directory is set
+	// (its request answered) and has not fired since; fires counts its
+	// events, reconnections and failed settings; listing was read while
+	// armed, at count listedAt. A kept listing is as current as a read
+	// sent now: ZooKeeper delivers a session's watch events and responses
+	// in the order of its transactions, and go-zookeeper calls the event
+	// callback (recordEventLocked) from its receiving loop before it reads
+	// the next response or event, so a change made before anything this
+	// session has since seen (the event or response that granted a lease,
+	// say) has fired the watch by then. Every record write, through this
+	// package, changes the directory of its key's first segment.
+	armed    bool
+	fires    uint64
+	listing  *recordListing
+	listedAt uint64
+}
+
+// disarmLocked notes that w's watch is no longer known to be set: its
+// kept listing is no longer current. s.mu is held.
+func (w *recordWatch) disarmLocked() {
+	w.armed = false
+	w.fires++
 }
 
 // recordEventLocked passes a watch event on a record directory to the watches
@@ -616,6 +703,7 @@ func (s *session) recordEventLocked(path string) {
 		if w.watching[path] {
 			delete(w.watching, path)
 			w.fired[path] = true
+			w.disarmLocked()
 			wake.Poke(w.wake)
 		}
 	}
@@ -698,6 +786,7 @@ func (w *recordWatch) set(c *zk.Conn, path string) error {
 	unset := func(err error) error {
 		s.mu.Lock()
 		delete(w.watching, path)
+		w.disarmLocked()
 		s.mu.Unlock()
 		return err
 	}
@@ -705,6 +794,11 @@ func (w *recordWatch) set(c *zk.Conn, path string) error {
 		_, _, _, err := c.ExistsW(path)
 		if err != nil {
 			return unset(err)
+		}
+		if w.single {
+			s.mu.Lock()
+			w.armed = w.watching[path] // not fired since it was set
+			s.mu.Unlock()
 		}
 		return nil
 	}

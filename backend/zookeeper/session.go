@@ -56,6 +56,9 @@ type session struct {
 	// recordReads counts the reads of record writes (for tests: a
 	// ReleaseWithRecords served from the cache makes none).
 	recordReads atomic.Int64
+	// listReads counts the listings ListRecordsWithSkipped sent (for
+	// tests: one answered from a watch's kept listing sends none).
+	listReads atomic.Int64
 
 	// held caches, by lease name, whether its container has candidacies,
 	// kept true by a child watch on the container (see HeldLeases);
