@@ -62,6 +62,7 @@ type statusWriter struct {
 	finalize bool
 	final    []backend.Record
 	closing  chan struct{} // closed with closed
+	workers  int           // workers started (for tests)
 
 	// The worker's own state: only the worker touches it.
 	st       records.Status
@@ -192,12 +193,18 @@ func (w *statusWriter) enqueueLocked(f func(ctx context.Context)) bool {
 		return false
 	}
 	w.queue = append(w.queue, f)
-	if !w.working {
-		w.working = true
-		w.drained = make(chan struct{})
-		w.c.wg.Go(w.work)
+	if !w.working && !w.term.handOffComing() {
+		w.startLocked()
 	}
 	return true
+}
+
+// startLocked starts a worker. w.mu is held.
+func (w *statusWriter) startLocked() {
+	w.workers++
+	w.working = true
+	w.drained = make(chan struct{})
+	w.c.wg.Go(w.work)
 }
 
 // work applies the queued changes in order and writes what they changed,
@@ -247,7 +254,20 @@ func (w *statusWriter) step(ctx context.Context, waited *bool) bool {
 	case !closed && !*waited && w.revoked():
 		// The term is over: its hand-off is coming, and its last status
 		// goes with it (a run's end and "no holder" in one write, or with
-		// the release). Not for longer than the writes could take.
+		// the release). Not for longer than the writes could take. When
+		// the client ended the term itself, its hand-off applies and
+		// takes what is left (see handedOff): the worker ends.
+		if w.term.handOffComing() {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			if len(w.queue) > 0 || w.closed {
+				return true // the hand-off came meanwhile: go on
+			}
+			w.working = false
+			close(w.drained)
+			w.drained = nil
+			return false
+		}
 		*waited = true
 		select {
 		case <-w.closing:
@@ -489,8 +509,7 @@ func (w *statusWriter) handedOff(g *generation, finalize bool, ended string, at 
 	if w == nil {
 		return nil
 	}
-	w.mu.Lock()
-	ok := w.enqueueLocked(func(context.Context) {
+	end := func(context.Context) {
 		w.st.Holder = nil
 		endTerm(w.st.Terms, w.term.ref.Token, at, ended)
 		// A run still going is one that ignored the cancellation until the
@@ -516,16 +535,39 @@ func (w *statusWriter) handedOff(g *generation, finalize bool, ended string, at 
 			delete(w.inflight, seq)
 		}
 		w.dirty = true
-	})
-	if !w.closed {
-		close(w.closing)
 	}
-	w.closed, w.finalize = true, finalize
-	drained := w.drained
-	w.mu.Unlock()
-	if !ok || drained == nil {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
 		return nil
 	}
+	w.closed, w.finalize = true, finalize
+	close(w.closing)
+	if finalize && !w.working {
+		// No worker: this goroutine applies what is queued (the changes
+		// left for the hand-off, see enqueueLocked) and takes the last
+		// records itself, on the hand-off's path, without waking one.
+		batch := w.queue
+		w.queue, w.working = nil, true
+		w.mu.Unlock()
+		ctx, cancel := context.WithTimeout(g.ctx, g.ttl) // as a worker's step
+		for _, f := range batch {
+			f(ctx)
+		}
+		end(ctx)
+		cancel()
+		final := w.take()
+		w.mu.Lock()
+		w.working = false
+		w.mu.Unlock()
+		return final
+	}
+	w.queue = append(w.queue, end)
+	if !w.working {
+		w.startLocked()
+	}
+	drained := w.drained
+	w.mu.Unlock()
 	select {
 	case <-drained:
 		return w.final // written by the worker before it closed drained

@@ -55,6 +55,18 @@ type Term struct {
 	dog *watchdog
 }
 
+// handOffComing reports whether the client ended the term itself and its
+// hand-off (holding.handOff) has not yet released the lease: the status
+// writer leaves its last changes to it.
+func (t *Term) handOffComing() bool {
+	select {
+	case <-t.revoked:
+		return t.handOffUntil.Load() != 0
+	default:
+		return false
+	}
+}
+
 func newTerm(ref TermRef, g *generation) *Term {
 	t := &Term{ref: ref, gen: g, start: time.Now(), revoked: make(chan struct{}), ready: make(chan struct{})}
 	t.end.Store(math.MaxInt64)
