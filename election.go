@@ -205,10 +205,13 @@ func (t *LeaderTask) stopReason() RevokeReason {
 	return RevokeStopped
 }
 
-// contend is the election's loop while it holds no lease: it waits for a
-// session, contends for the lease, and starts the term on a new goroutine,
-// which carries the loop on after the hand-off. Exactly one goroutine owns
-// the loop at any time; the one that sees the task stopped completes it.
+// contend is the election's loop: it waits for a session, contends for
+// the lease, runs the term on this goroutine and, after its hand-off,
+// contends again. A hand-off made elsewhere (the lease lost while the work
+// runs, or the work still running at the capped deadline) carries the
+// loop on on a goroutine of its own, and this one ends with the work.
+// Exactly one goroutine owns the loop at any time; the one that sees the
+// task stopped completes it.
 func (t *LeaderTask) contend() {
 	var failures int
 	for {
@@ -242,8 +245,8 @@ func (t *LeaderTask) contend() {
 			continue
 		}
 		failures = 0
-		if t.startTerm(g, lease) {
-			return // the term's goroutine owns the loop now
+		if h := t.startTerm(g, lease); h != nil && (!h.run() || !h.after()) {
+			return // another goroutine owns the loop now, or the task is done
 		}
 	}
 }

@@ -48,10 +48,10 @@ func holds(reason RevokeReason) bool {
 	return false
 }
 
-// startTerm begins a term on lease and starts its work on a new goroutine,
-// which then owns the election's loop. It reports false, having released
-// the lease, if the term could not begin.
-func (t *LeaderTask) startTerm(g *generation, lease backend.Lease) bool {
+// startTerm begins a term on lease; the caller, which owns the election's
+// loop, then runs it (holding.run). It returns nil, having released the
+// lease, if the term could not begin.
+func (t *LeaderTask) startTerm(g *generation, lease backend.Lease) *holding {
 	c := t.c
 	ref := t.ref
 	ref.Token = lease.Token()
@@ -64,7 +64,7 @@ func (t *LeaderTask) startTerm(g *generation, lease backend.Lease) bool {
 		}
 		term.revoke(reason, cause)
 		t.release(g, lease, nil)
-		return false
+		return nil
 	}
 	c.log.Info("elected", "election", ref.Election, "token", ref.Token, "session", g.sess.ID())
 	c.metrics.elected(ref)
@@ -79,32 +79,29 @@ func (t *LeaderTask) startTerm(g *generation, lease backend.Lease) bool {
 	c.runStarting(h)
 	h.watch()
 	h.checkOps()
-	c.wg.Go(func() {
-		// A disable or drain found here revokes the term before its first
-		// run. Not only through the view's subscribers: when the view's
-		// watch applied the same records first, the read here changes
-		// nothing and notifies no one, and the watch's notification may
-		// not have reached this term yet (a process that started with the
-		// lease free, its first listing and its first term at the same
-		// instant: the simulation found the term's first run begun before
-		// the revocation).
-		defer close(term.ready)
-		c.ops.checkStart(g, term)
-		h.checkOps()
-	})
-	c.wg.Go(h.run)
-	return true
+	return h
 }
 
-// run runs the term's work, waits for the term to end (an early return
-// keeps the term), and hands off; then it carries the election's loop on,
-// unless the hand-off was completed elsewhere.
-func (h *holding) run() {
+// run checks the term's start against the operations, runs the term's
+// work, waits for the term to end (an early return keeps the term), and
+// hands off. It reports whether the caller carries the election's loop on
+// (see after): false when the hand-off was completed elsewhere. All of it
+// on the goroutine that won the lease: no goroutine is woken between the
+// grant and the first run, nor between the end of the work and the
+// release (issue 43).
+func (h *holding) run() bool {
+	// A disable or drain found here revokes the term before its first
+	// run. Not only through the view's subscribers: when the view's watch
+	// applied the same records first, the read here changes nothing and
+	// notifies no one, and the watch's notification may not have reached
+	// this term yet (a process that started with the lease free, its first
+	// listing and its first term at the same instant: the simulation found
+	// the term's first run begun before the revocation). A revocation
+	// meanwhile cuts the read short (see opsView.checkStart).
+	h.t.c.ops.checkStart(h.g, h.term, h.runCtx)
+	h.checkOps()
+	close(h.term.ready)
 	var err error
-	select {
-	case <-h.term.ready: // the operations are checked (see opsView.checkStart)
-	case <-h.term.Revoked():
-	}
 	select {
 	case <-h.term.Revoked(): // revoked before it began: an operator's stop, disable or drain
 	default:
@@ -118,27 +115,33 @@ func (h *holding) run() {
 		h.revoke(RevokeYielded, nil)
 	}
 	<-h.term.Revoked()
-	if h.handOff(false) {
-		h.next()
+	return h.handOff(false)
+}
+
+// next carries the election's loop on after a hand-off made off the work's
+// goroutine (see after), on a goroutine of its own.
+func (h *holding) next() {
+	if h.after() {
+		h.t.contend()
 	}
 }
 
-// next carries the election's loop on after the hand-off: it completes a
-// stopped task, sits out one lease term after a yield, a resignation or a
-// term given up for want of progress, and contends again.
-func (h *holding) next() {
+// after is the election's loop after the hand-off: it completes a stopped
+// task, or sits out one lease term after a yield, a resignation or a term
+// given up for want of progress; it reports whether to contend again.
+func (h *holding) after() bool {
 	h.mu.Lock()
 	reason := h.reason
 	h.mu.Unlock()
 	if h.t.ctx.Err() != nil {
 		h.t.finish()
-		return
+		return false
 	}
 	if (reason == RevokeYielded || reason == RevokeResigned || reason == RevokeStuck) && !backoff.Sleep(h.t.ctx, h.g.ttl) {
 		h.t.finish()
-		return
+		return false
 	}
-	h.t.contend()
+	return true
 }
 
 // work runs the task's function for the term: on this goroutine, or

@@ -105,13 +105,14 @@ func (o *opsView) follow(g *generation, rec backend.Records) {
 // a record for an operation in force only if it decodes (see decodeOp). It
 // reports whether the read succeeded (backends without records have no
 // operations: it did).
-func (o *opsView) refresh(g *generation) error {
+func (o *opsView) refresh(g *generation, stop context.Context) error {
 	rec, ok := g.sess.(backend.Records)
 	if !ok {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(g.ctx, g.ttl/3)
 	defer cancel()
+	defer context.AfterFunc(stop, cancel)()
 	list, err := rec.ListRecords(ctx, records.OpsPrefix)
 	if err != nil {
 		return err
@@ -144,15 +145,15 @@ func (o *opsView) refresh(g *generation) error {
 
 // checkStart reads the operations before the first run of term, on its
 // session g, trying again with a backoff until a read succeeds or the term
-// ends: once an operator's disable (or drain) is recorded, a term that
+// ends (stop, the term's run ctx, ends with it and cuts a read short): once an operator's disable (or drain) is recorded, a term that
 // begins later finds it here and is revoked before it runs anything. The
 // read is linearizable on every backend (etcd's default reads; ZooKeeper's
 // after the session's own write or watch event that granted the lease;
 // PostgreSQL's and the apiserver's), so it sees every operation recorded
 // before the lease was granted.
-func (o *opsView) checkStart(g *generation, term *Term) {
+func (o *opsView) checkStart(g *generation, term *Term, stop context.Context) {
 	for attempt := 1; ; attempt++ {
-		err := o.refresh(g)
+		err := o.refresh(g, stop)
 		if err == nil {
 			return
 		}

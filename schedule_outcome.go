@@ -125,7 +125,7 @@ func (c *Client) recordPause(term *Term, reason string, at time.Time) error {
 	if _, err := rec.PutRecord(ctx, records.DisabledPrefix+lease, records.Encode(op), backend.Condition{}); err != nil {
 		return fmt.Errorf("simba: writing the disable of %q: %w", lease, err)
 	}
-	if err := c.ops.refresh(g); err != nil {
+	if err := c.ops.refresh(g, ctx); err != nil {
 		// The watch delivers it; until then the task may win the lease
 		// again, and its term's first read of the operations stops it.
 		c.log.Debug("reading the operations after the pause failed", "election", lease, "err", err)

@@ -433,8 +433,8 @@ func (s blindOpsSession) ListRecords(ctx context.Context, prefix string) ([]back
 // same session, after sitting out one TTL) or by the session's expiry
 // (term 2 on a new session, at once).
 //
-// Without the check per term (patch: in holding.go's startTerm,
-// c.ops.checkStart(g, term) only when an `opsChecked` flag of the
+// Without the check per term (patch: in holding.go's run,
+// c.ops.checkStart(h.g, h.term, h.runCtx) only when an `opsChecked` flag of the
 // LeaderTask is not yet set, and set it), both cases fail; Yielded with:
 //
 //	term 2 (token 2) ran after the disable recorded during term 1: log [run t1 run t2 run t3]
