@@ -239,32 +239,71 @@ func Encode(v any) []byte {
 }
 
 // StatusEncoder encodes a holder's status records, as Encode does, but
-// encodes the term log (most of a status: 32 terms against a handful of
-// fields) again only when it changed, which it does once a term, while the
-// rest changes with every run. The zero StatusEncoder is ready; it is not
-// safe for concurrent use.
+// encodes again only the terms of the log (most of a status: 32 terms
+// against a handful of fields) that changed since its last encoding: a
+// term appended, or ended in place, once a term, while the rest changes
+// with every run. A hand-off ends its term and encodes the status on its
+// path: one term encoded, not 32. The zero StatusEncoder is ready; it is
+// not safe for concurrent use.
 type StatusEncoder struct {
-	terms   []Term // the term log last encoded
-	encoded []byte // and its encoding
+	terms   []Term   // the term log last encoded
+	parts   [][]byte // each term's encoding
+	encoded []byte   // and the log's
 }
 
-// statusWire is a Status with its term log encoded already: the outer
-// Terms hides the embedded one, in the same place in the output.
-type statusWire struct {
-	*Status
-	Terms json.RawMessage `json:"terms,omitempty"`
-}
-
-// Encode returns Encode(st).
+// Encode returns Encode(st): the status without its term log, and the
+// log's encoding spliced in as its last field, where Status declares it
+// (the test of StatusEncoder compares the bytes with Encode's).
 func (e *StatusEncoder) Encode(st *Status) []byte {
 	if !slices.Equal(e.terms, st.Terms) {
-		e.terms = slices.Clone(st.Terms)
-		e.encoded = nil
-		if len(st.Terms) > 0 {
-			e.encoded = Encode(st.Terms)
-		}
+		e.encodeTerms(st.Terms)
 	}
-	return Encode(statusWire{st, e.encoded})
+	rest := *st
+	rest.Terms = nil
+	b := Encode(&rest)
+	if e.encoded == nil {
+		return b // no terms: omitted
+	}
+	const field = `,"terms":`
+	out := make([]byte, 0, len(b)+len(field)+len(e.encoded))
+	out = append(out, b[:len(b)-1]...) // without its closing brace
+	out = append(out, field...)
+	out = append(out, e.encoded...)
+	return append(out, '}')
+}
+
+// encodeTerms encodes terms, reusing the encodings of the terms last
+// encoded where they are unchanged at the same place or one place later
+// (the oldest dropped as a term was appended). The log's encoding is
+// json.Marshal's: its elements', between brackets, separated by commas.
+func (e *StatusEncoder) encodeTerms(terms []Term) {
+	parts := make([][]byte, len(terms))
+	size := 2
+	for i, t := range terms {
+		for _, j := range [2]int{i, i + 1} {
+			if j < len(e.terms) && e.terms[j] == t {
+				parts[i] = e.parts[j]
+				break
+			}
+		}
+		if parts[i] == nil {
+			parts[i] = Encode(t)
+		}
+		size += len(parts[i]) + 1
+	}
+	e.terms, e.parts, e.encoded = slices.Clone(terms), parts, nil
+	if len(terms) == 0 {
+		return
+	}
+	b := make([]byte, 0, size)
+	b = append(b, '[')
+	for i, p := range parts {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, p...)
+	}
+	e.encoded = append(b, ']')
 }
 
 // Decode unmarshals data into v.

@@ -2,6 +2,7 @@ package records
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -32,6 +33,17 @@ func TestStatusEncoderMatchesEncode(t *testing.T) {
 	check("the term ended in place")
 	st.Terms = append(st.Terms, Term{Token: 9, Member: "n2", Start: at.Add(2 * time.Minute)})
 	check("another term")
+	for i := range 2 * TermsLen {
+		st.Terms = append(st.Terms, Term{Token: uint64(10 + i), Member: "n3", Start: at.Add(time.Duration(i) * time.Hour), Ended: "<stopped>"})
+		if len(st.Terms) > TermsLen {
+			st.Terms = st.Terms[1:] // the oldest dropped
+		}
+		check(fmt.Sprintf("term %d appended", i))
+		st.Terms[len(st.Terms)-1].End = at.Add(time.Duration(i)*time.Hour + time.Minute)
+		check(fmt.Sprintf("term %d ended", i))
+	}
+	st.Terms[3].Member = "n4"
+	check("a term in the middle changed")
 	st.Terms = nil
 	check("the log gone")
 }
