@@ -94,6 +94,10 @@ type LeaderTask struct {
 
 	ctx      context.Context // cancelled by Stop or the client's Close
 	cancel   context.CancelCauseFunc
+	// current is the term being held, until its hand-off: stop revokes it
+	// on the caller's goroutine (the holding's watch of ctx would do it on
+	// a goroutine of its own, a wake-up on the hand-off's path).
+	current atomic.Pointer[holding]
 	done     chan struct{}
 	finished sync.Once
 	onDone   []func() // guarded by c.mu; run by finish
@@ -192,6 +196,9 @@ func (t *LeaderTask) stop(reason RevokeReason) {
 		t.cancel(errMemberDrained)
 	default:
 		t.cancel(nil)
+	}
+	if h := t.current.Load(); h != nil {
+		h.revoke(t.stopReason(), nil)
 	}
 }
 

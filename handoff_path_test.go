@@ -127,3 +127,39 @@ func indexOf(s []string, from int, v string) int {
 	}
 	return -1
 }
+
+// TestStopRevokesOnTheCallersGoroutine: when LeaderTask.Stop returns, the
+// term it stopped is already revoked and its work's ctx cancelled: the
+// revocation is not left to a goroutine of its own, one more wake-up on
+// the hand-off's path (issue 43).
+//
+// Leaving it to the holding's watch of the task's ctx (patch: drop the
+// revoke of t.current from LeaderTask.stop) fails with "the term is not
+// revoked when Stop returns".
+func TestStopRevokesOnTheCallersGoroutine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		c, err := simba.New(b.Node("a"), simba.WithTTL(testTTL))
+		require.NoError(t, err)
+		defer closeAll(t, c)
+		terms := make(chan *simba.Term, 1)
+		ctxs := make(chan context.Context, 1)
+		task, err := c.Election("e").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
+			terms <- term
+			ctxs <- ctx
+			<-ctx.Done()
+			return nil
+		})
+		require.NoError(t, err)
+		term, ctx := <-terms, <-ctxs
+		task.Stop()
+		select {
+		case <-term.Revoked():
+		default:
+			t.Fatal("the term is not revoked when Stop returns")
+		}
+		require.Error(t, ctx.Err(), "the work's ctx when Stop returns")
+		<-task.Done()
+	})
+}

@@ -78,6 +78,7 @@ func (t *LeaderTask) startTerm(g *generation, lease backend.Lease) *holding {
 	}
 	c.runStarting(h)
 	h.watch()
+	t.current.Store(h)
 	h.checkOps()
 	return h
 }
@@ -291,6 +292,7 @@ func (h *holding) handOff(atCap bool) bool {
 		return false
 	}
 	h.claimed = true
+	h.t.current.CompareAndSwap(h, nil)
 	if !atCap && h.capTimer != nil && h.capTimer.Stop() {
 		h.t.c.wg.Done() // atCap will not run
 	}
