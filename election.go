@@ -92,12 +92,12 @@ type LeaderTask struct {
 	schedule string     // the schedule's description, "" for RunWhileLeader
 	group    *GroupTask // the group of a partition's election, nil for an election
 
-	ctx      context.Context // cancelled by Stop or the client's Close
-	cancel   context.CancelCauseFunc
+	ctx    context.Context // cancelled by Stop or the client's Close
+	cancel context.CancelCauseFunc
 	// current is the term being held, until its hand-off: stop revokes it
 	// on the caller's goroutine (the holding's watch of ctx would do it on
 	// a goroutine of its own, a wake-up on the hand-off's path).
-	current atomic.Pointer[holding]
+	current  atomic.Pointer[holding]
 	done     chan struct{}
 	finished sync.Once
 	onDone   []func() // guarded by c.mu; run by finish

@@ -2,6 +2,7 @@ package simba_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/simba-go/simba"
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/memory"
+	"github.com/simba-go/simba/internal/records"
 )
 
 // callLog is the order of what a term's holder sent its backend and
@@ -162,4 +164,112 @@ func TestStopRevokesOnTheCallersGoroutine(t *testing.T) {
 		require.Error(t, ctx.Err(), "the work's ctx when Stop returns")
 		<-task.Done()
 	})
+}
+
+// snapshotSession is a session whose leases carry the records under
+// "ops/" as their grant saw them (backend.GrantSnapshot), plus extra;
+// with refuse, its own listings of "ops/" fail, so that a term's start
+// can only go by the grant's snapshot.
+type snapshotSession struct {
+	backend.Session
+	backend.Records
+	log    *callLog
+	extra  []backend.Record
+	refuse bool
+}
+
+type snapshotLease struct {
+	backend.Lease
+	list []backend.Record
+}
+
+func (l snapshotLease) RecordsAtGrant(prefix string) ([]backend.Record, bool) {
+	if prefix != "ops/" {
+		return nil, false
+	}
+	return l.list, true
+}
+
+func (s snapshotSession) Acquire(ctx context.Context, name string) (backend.Lease, error) {
+	l, err := s.Session.Acquire(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	s.log.add("granted " + name)
+	list, err := s.Records.ListRecords(ctx, "ops/")
+	if err != nil {
+		return nil, err
+	}
+	return snapshotLease{l, append(list, s.extra...)}, nil
+}
+
+func (s snapshotSession) ListRecords(ctx context.Context, prefix string) ([]backend.Record, error) {
+	if prefix == "ops/" && s.refuse {
+		s.log.add("list ops/")
+		return nil, errors.New("listing the operations: refused by the test")
+	}
+	return s.Records.ListRecords(ctx, prefix)
+}
+
+// TestTermStartGoesByTheGrantsSnapshot: where the lease carries the
+// operations as its grant saw them (backend.GrantSnapshot, asked for
+// through SessionOptions.GrantRecords), a term's start checks them
+// without a read of its own: with every listing of the operations
+// refused, the term runs; and a disable in the grant's snapshot (and in
+// no listing) revokes the term before its first run.
+//
+// Ignoring the snapshot (patch: drop the GrantSnapshot branch of
+// opsView.checkStart) fails "runs" with "no run of a term whose start
+// could only go by its grant's snapshot" and "disabled" with "a term
+// ran, though its grant's snapshot has the election disabled".
+func TestTermStartGoesByTheGrantsSnapshot(t *testing.T) {
+	disable := backend.Record{Key: records.DisabledPrefix + "report", Value: records.Encode(records.Op{By: "test", At: time.Unix(0, 0)}), Version: 1}
+	for _, tc := range []struct {
+		name   string
+		extra  []backend.Record
+		refuse bool
+	}{{"runs", nil, true}, {"disabled", []backend.Record{disable}, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := memory.New()
+				defer b.Close()
+				log := &callLog{}
+				var asked []string
+				wrapped := wrapSessions{b.Node("a"), func(s backend.Session) backend.Session {
+					return snapshotSession{Session: s, Records: s.(backend.Records), log: log, extra: tc.extra, refuse: tc.refuse}
+				}}
+				opening := openOptions{wrapped, func(o backend.SessionOptions) { asked = append(asked, o.GrantRecords) }}
+				h := newHistory()
+				c, err := simba.New(opening, simba.WithTTL(testTTL), simba.WithEventHandler(h.Event))
+				require.NoError(t, err)
+				defer closeAll(t, c)
+				_, err = c.Election("report").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
+					log.add("run")
+					<-ctx.Done()
+					return nil
+				})
+				require.NoError(t, err)
+				time.Sleep(5 * time.Second)
+				calls := log.snapshot()
+				require.Contains(t, asked, "ops/", "the sessions' GrantRecords")
+				require.Contains(t, calls, "granted report")
+				if tc.extra == nil {
+					assert.Contains(t, calls, "run", "no run of a term whose start could only go by its grant's snapshot: %q", calls)
+				} else {
+					assert.NotContains(t, calls, "run", "a term ran, though its grant's snapshot has the election disabled: %q", calls)
+				}
+			})
+		})
+	}
+}
+
+// openOptions is a backend that tells see of the options of each Open.
+type openOptions struct {
+	backend.Backend
+	see func(backend.SessionOptions)
+}
+
+func (b openOptions) Open(ctx context.Context, o backend.SessionOptions) (backend.Session, error) {
+	b.see(o)
+	return b.Backend.Open(ctx, o)
 }

@@ -99,7 +99,7 @@ func (h *holding) run() bool {
 	// listing and its first term at the same instant: the simulation found
 	// the term's first run begun before the revocation). A revocation
 	// meanwhile cuts the read short (see opsView.checkStart).
-	h.t.c.ops.checkStart(h.g, h.term, h.runCtx)
+	h.t.c.ops.checkStart(h.g, h.term, h.lease, h.runCtx)
 	h.checkOps()
 	close(h.term.ready)
 	var err error

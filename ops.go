@@ -117,8 +117,14 @@ func (o *opsView) refresh(g *generation, stop context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Only add: this read may be older than one the watch applied, and must
-	// not undo a disable or a drain that the watch already delivered.
+	o.add(list)
+	return nil
+}
+
+// add takes the disables and drains of list into the view. Only add: a
+// read may be older than one the watch applied, and must not undo a
+// disable or a drain that the watch already delivered.
+func (o *opsView) add(list []backend.Record) {
 	o.mu.Lock()
 	changed := false
 	for _, r := range list {
@@ -140,18 +146,27 @@ func (o *opsView) refresh(g *generation, stop context.Context) error {
 	if changed {
 		o.notify()
 	}
-	return nil
 }
 
 // checkStart reads the operations before the first run of term, on its
 // session g, trying again with a backoff until a read succeeds or the term
-// ends (stop, the term's run ctx, ends with it and cuts a read short): once an operator's disable (or drain) is recorded, a term that
-// begins later finds it here and is revoked before it runs anything. The
-// read is linearizable on every backend (etcd's default reads; ZooKeeper's
-// after the session's own write or watch event that granted the lease;
-// PostgreSQL's and the apiserver's), so it sees every operation recorded
-// before the lease was granted.
-func (o *opsView) checkStart(g *generation, term *Term, stop context.Context) {
+// ends (stop, the term's run ctx, ends with it and cuts a read short):
+// once an operator's disable (or drain) is recorded, a term that begins
+// later finds it here and is revoked before it runs anything. The read is
+// linearizable on every backend (etcd's default reads; ZooKeeper's after
+// the session's own write or watch event that granted the lease, or the
+// listing its set watch keeps, as current; PostgreSQL's and the
+// apiserver's), so it sees every operation recorded before the lease was
+// granted. Where the grant listed the operations itself, in the snapshot
+// that granted the lease (backend.GrantSnapshot: the PostgreSQL backend's
+// queue read), that listing is the read: no request.
+func (o *opsView) checkStart(g *generation, term *Term, lease backend.Lease, stop context.Context) {
+	if gs, ok := lease.(backend.GrantSnapshot); ok {
+		if list, ok := gs.RecordsAtGrant(records.OpsPrefix); ok {
+			o.add(list)
+			return
+		}
+	}
 	for attempt := 1; ; attempt++ {
 		err := o.refresh(g, stop)
 		if err == nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/kit/backoff"
 	"github.com/simba-go/simba/internal/plant"
+	"github.com/simba-go/simba/internal/records"
 )
 
 // generation is one backend session as the client sees it: from Open until
@@ -146,7 +147,7 @@ func (c *Client) keep(ctx context.Context) {
 		// Each attempt is bounded, so that an unreachable backend is
 		// reported rather than waited for in silence.
 		octx, cancel := context.WithTimeout(ctx, max(c.opts.ttl, time.Second))
-		sess, err := c.backend.Open(octx, backend.SessionOptions{TTL: c.opts.ttl})
+		sess, err := c.backend.Open(octx, backend.SessionOptions{TTL: c.opts.ttl, GrantRecords: records.OpsPrefix})
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {

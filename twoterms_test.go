@@ -434,7 +434,7 @@ func (s blindOpsSession) ListRecords(ctx context.Context, prefix string) ([]back
 // (term 2 on a new session, at once).
 //
 // Without the check per term (patch: in holding.go's run,
-// c.ops.checkStart(h.g, h.term, h.runCtx) only when an `opsChecked` flag of the
+// c.ops.checkStart(h.g, h.term, h.lease, h.runCtx) only when an `opsChecked` flag of the
 // LeaderTask is not yet set, and set it), both cases fail; Yielded with:
 //
 //	term 2 (token 2) ran after the disable recorded during term 1: log [run t1 run t2 run t3]

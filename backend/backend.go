@@ -65,6 +65,12 @@ type SessionOptions struct {
 	// session timeout within the server's bounds); Session.TTL reports the
 	// granted value, which the caller must use.
 	TTL time.Duration
+	// GrantRecords, when not empty, is a prefix of record keys that a
+	// backend whose grant is a read (the queue read of the PostgreSQL
+	// backend) lists in the same snapshot, for its leases'
+	// [GrantSnapshot]. The core asks for the operations' ("ops/"), which
+	// a term's start must check (see GrantSnapshot). Other backends ignore it.
+	GrantRecords string
 }
 
 // Session is one backend session: an etcd lease, a ZooKeeper session, an
@@ -204,6 +210,19 @@ type LostNotifier interface {
 	// returns if Lost is closed already. f must not block. The returned stop
 	// cancels the call, reporting whether it did so before f started.
 	OnLost(f func()) (stop func() bool)
+}
+
+// GrantSnapshot is an optional capability of a Lease whose session
+// implements Records, found by type assertion: the records under
+// SessionOptions.GrantRecords as the grant saw them, read in the same
+// snapshot as the queue that granted the lease. Every record written
+// before the grant is in it; the core's check of a term's start against
+// the operations uses it in place of a read of its own (one round trip
+// fewer between the grant and the first run).
+type GrantSnapshot interface {
+	// RecordsAtGrant returns the records under prefix at the grant,
+	// sorted by key, and true; false when the grant did not list prefix.
+	RecordsAtGrant(prefix string) ([]Record, bool)
 }
 
 // RecordReleaser is an optional capability of a Lease whose session

@@ -318,7 +318,9 @@ func (b *Backend) Open(ctx context.Context, o backend.SessionOptions) (backend.S
 	if err := b.noteClock("opening a session", start, time.Now(), db, tl); err != nil {
 		return nil, err
 	}
-	return newSession(b, id, ttl, start, tl), nil
+	sess := newSession(b, id, ttl, start, tl)
+	sess.grantPrefix = o.GrantRecords
+	return sess, nil
 }
 
 // noteClock records a sample of the database's clock (see clock.go), read

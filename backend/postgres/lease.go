@@ -85,7 +85,8 @@ func (s queue) Register(ctx context.Context, name string) (uint64, error) {
 // Ahead reads the queue once (see ahead): the wait it returns ends at the
 // earliest expiry ahead, or within the poll interval while not listening.
 func (s queue) Ahead(ctx context.Context, w *candidacy.Waiter) (time.Duration, error) {
-	mine, alive, wait, err := s.ahead(ctx, w.Name, int64(w.Token))
+	w.AtGrant = nil
+	mine, alive, wait, atGrant, err := s.ahead(ctx, w.Name, int64(w.Token))
 	switch {
 	case err != nil:
 		return 0, err
@@ -108,6 +109,7 @@ func (s queue) Ahead(ctx context.Context, w *candidacy.Waiter) (time.Duration, e
 		if held {
 			s.settle(ctx, w.Name, int64(w.Token))
 		}
+		w.AtGrant = atGrant
 		return -1, nil
 	}
 	d := wait + expiryMargin
@@ -125,6 +127,11 @@ func (s queue) Ahead(ctx context.Context, w *candidacy.Waiter) (time.Duration, e
 // holds their row's lock, so that a holding starts after its predecessor's
 // last write.
 //
+// When the session was opened with SessionOptions.GrantRecords, the same
+// statement lists the records under that prefix if none is ahead (the
+// read grants the lease): atGrant, the grant's snapshot (see
+// backend.GrantSnapshot).
+//
 // Only the sessions that DELETE removed count as gone, whatever their
 // expiry looks like in the statement's snapshot: a renewal that passed its
 // liveness test just before the expiry and commits just after it holds the
@@ -141,39 +148,54 @@ func (s queue) Ahead(ctx context.Context, w *candidacy.Waiter) (time.Duration, e
 // clock but not by the verified time stays ahead with a wait of zero (the
 // statement's own sample verifies a later time for the next read), and
 // one whose expiry the chain cannot vouch for yet stays ahead until it can.
-func (s *session) ahead(ctx context.Context, name string, token int64) (mine, alive bool, wait time.Duration, err error) {
+func (s *session) ahead(ctx context.Context, name string, token int64) (mine, alive bool, wait time.Duration, atGrant *candidacy.Snapshot, err error) {
 	q := s.b.q
 	var (
-		left *float64
-		db   time.Time
-		tl   int64
+		left     *float64
+		db       time.Time
+		tl       int64
+		keys     []string
+		values   [][]byte
+		versions []int64
+		tokens   []int64
 	)
 	sent := time.Now()
 	v, c, a := guardArgs(s.b.clock.Guard(sent))
 	err = s.b.queryRow(ctx, s.ctx, `WITH gone AS (
 			DELETE FROM `+q+`.sessions x WHERE `+expiredGuardSQL("x", "$4", "$5", "$6")+`
-			AND x.id IN (SELECT session FROM `+q+`.candidacies WHERE name = $1 AND token < $2) RETURNING id)
-		SELECT
-			COALESCE((SELECT expires_at > clock_timestamp() FROM `+q+`.sessions WHERE id = $3), false),
-			EXISTS (SELECT 1 FROM `+q+`.candidacies WHERE name = $1 AND token = $2 AND session = $3),
-			(SELECT EXTRACT(EPOCH FROM min(GREATEST(x.expires_at - clock_timestamp(),
+			AND x.id IN (SELECT session FROM `+q+`.candidacies WHERE name = $1 AND token < $2) RETURNING id),
+		ahead AS (SELECT EXTRACT(EPOCH FROM min(GREATEST(x.expires_at - clock_timestamp(),
 					CASE WHEN x.expires_at - x.ttl >= $5::timestamptz THEN interval '0'
-					ELSE x.ttl * `+trustSQL+` - $6::interval END)))::float8
+					ELSE x.ttl * `+trustSQL+` - $6::interval END)))::float8 AS wait
 				FROM `+q+`.candidacies c JOIN `+q+`.sessions x ON x.id = c.session
 				WHERE c.name = $1 AND c.token < $2
 				AND x.id NOT IN (SELECT id FROM gone)),
-			clock_timestamp(), `+timelineSQL,
-		name, token, s.id, v, c, a).Scan(&alive, &mine, &left, &db, &tl)
+		listed AS (SELECT array_agg(key ORDER BY key) AS keys, array_agg(value ORDER BY key) AS vals,
+				array_agg(version ORDER BY key) AS versions, array_agg(token ORDER BY key) AS tokens
+			FROM `+q+`.records WHERE $7 <> '' AND (SELECT wait FROM ahead) IS NULL AND starts_with(key, $7))
+		SELECT
+			COALESCE((SELECT expires_at > clock_timestamp() FROM `+q+`.sessions WHERE id = $3), false),
+			EXISTS (SELECT 1 FROM `+q+`.candidacies WHERE name = $1 AND token = $2 AND session = $3),
+			(SELECT wait FROM ahead),
+			clock_timestamp(), `+timelineSQL+`,
+			(SELECT keys FROM listed), (SELECT vals FROM listed), (SELECT versions FROM listed), (SELECT tokens FROM listed)`,
+		name, token, s.id, v, c, a, s.grantPrefix).Scan(&alive, &mine, &left, &db, &tl, &keys, &values, &versions, &tokens)
 	if err != nil {
-		return false, false, 0, err
+		return false, false, 0, nil, err
 	}
 	if err := s.b.noteClock(fmt.Sprintf("acquire %q", name), sent, time.Now(), db, tl); err != nil {
-		return false, false, 0, candidacy.Final(err)
+		return false, false, 0, nil, candidacy.Final(err)
 	}
 	if left == nil {
-		return mine, alive, -1, nil
+		if s.grantPrefix != "" {
+			atGrant = &candidacy.Snapshot{Prefix: s.grantPrefix, Records: make([]backend.Record, len(keys))}
+			for i := range keys {
+				atGrant.Records[i] = backend.Record{Key: keys[i], Value: values[i], Version: uint64(versions[i]), Token: uint64(tokens[i])}
+			}
+		}
+		return mine, alive, -1, atGrant, nil
 	}
-	return mine, alive, max(time.Duration(*left*float64(time.Second)), 0), nil
+	return mine, alive, max(time.Duration(*left*float64(time.Second)), 0), nil, nil
 }
 
 // Withdraw deletes the candidacy (name, token) of a giving-up Acquire,

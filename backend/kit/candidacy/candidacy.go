@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -237,7 +238,7 @@ func (s *Session) Acquire(ctx context.Context, name string) (backend.Lease, erro
 	if err := s.wait(ctx, w); err != nil {
 		return nil, err
 	}
-	h := &Holding{s: s, name: name, token: token, sig: lost.New()}
+	h := &Holding{s: s, name: name, token: token, sig: lost.New(), atGrant: w.AtGrant}
 	h.unwatch = sync.OnceFunc(q.Watch(name, func() { q.Changed(name) }))
 	s.mu.Lock()
 	if s.over {
@@ -390,9 +391,20 @@ type Waiter struct {
 	Token uint64 // the candidacy's token
 	Op    string // what the caller does, for errors: `acquire "name"`
 
+	// AtGrant is what the queue read that granted the lease listed of
+	// the records (see backend.GrantSnapshot): Ahead sets it when it
+	// returns a negative wait, or leaves it nil.
+	AtGrant *Snapshot
+
 	wake     chan struct{}
 	followed string
 	cancel   func()
+}
+
+// Snapshot is the records under Prefix as a grant's queue read saw them.
+type Snapshot struct {
+	Prefix  string
+	Records []backend.Record
 }
 
 // Wake makes the waiter read the queue again now rather than at the end
@@ -425,6 +437,7 @@ var (
 	_ backend.Lease          = (*Holding)(nil)
 	_ backend.LostNotifier   = (*Holding)(nil)
 	_ backend.RecordReleaser = (*Holding)(nil)
+	_ backend.GrantSnapshot  = (*Holding)(nil)
 )
 
 // Holding is one holding of a lease: the candidacy (name, token) of its
@@ -439,6 +452,16 @@ type Holding struct {
 	token   uint64
 	sig     *lost.Signal
 	unwatch func() // the subscription that tells the backend of changes
+	atGrant *Snapshot
+}
+
+// RecordsAtGrant implements [backend.GrantSnapshot]: the records the
+// queue read that granted the holding listed, if it listed prefix.
+func (h *Holding) RecordsAtGrant(prefix string) ([]backend.Record, bool) {
+	if h.atGrant == nil || h.atGrant.Prefix != prefix {
+		return nil, false
+	}
+	return slices.Clone(h.atGrant.Records), true
 }
 
 // Name is the lease name given to Acquire.
