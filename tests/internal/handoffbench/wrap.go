@@ -77,7 +77,8 @@ func (p *Probe) released() {
 // a lease of b lacks one of them: a wrapper that hid it would measure
 // another path. RecordPrefetcher is forwarded when the session has it, and
 // does nothing when it has not (what the core's call of it then costs is
-// nothing). backend.Viewer on the Backend is not forwarded: the core does
+// nothing); GrantSnapshot likewise on the lease (without it, the lease
+// lists nothing at its grant, and the core reads, as on b). backend.Viewer on the Backend is not forwarded: the core does
 // not use it.
 func Wrap(b backend.Backend, p *Probe) backend.Backend { return &wrapped{Backend: b, p: p} }
 
@@ -121,6 +122,7 @@ var (
 	_ backend.RecordPrefetcher = (*session)(nil)
 	_ backend.LostNotifier     = (*lease)(nil)
 	_ backend.RecordReleaser   = (*lease)(nil)
+	_ backend.GrantSnapshot    = (*lease)(nil)
 )
 
 func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, error) {
@@ -136,7 +138,8 @@ func (s *session) Acquire(ctx context.Context, name string) (backend.Lease, erro
 		return nil, fmt.Errorf("simba/handoffbench: lease %T lacks a capability (LostNotifier %v, RecordReleaser %v): the wrapper would hide the core's path", l, ok1, ok2)
 	}
 	s.p.acquire(at, l)
-	return &lease{Lease: l, n: n, rr: rr, p: s.p}, nil
+	gs, _ := l.(backend.GrantSnapshot)
+	return &lease{Lease: l, n: n, rr: rr, gs: gs, p: s.p}, nil
 }
 
 func (s *session) GetRecord(ctx context.Context, key string) (backend.Record, error) {
@@ -186,10 +189,18 @@ type lease struct {
 	backend.Lease
 	n  backend.LostNotifier
 	rr backend.RecordReleaser
+	gs backend.GrantSnapshot // nil: RecordsAtGrant lists nothing
 	p  *Probe
 }
 
 func (l *lease) OnLost(f func()) (stop func() bool) { return l.n.OnLost(f) }
+
+func (l *lease) RecordsAtGrant(prefix string) ([]backend.Record, bool) {
+	if l.gs == nil {
+		return nil, false
+	}
+	return l.gs.RecordsAtGrant(prefix)
+}
 
 func (l *lease) Release(ctx context.Context) error {
 	l.p.releasing()
