@@ -158,8 +158,8 @@ func (o *opsView) add(list []backend.Record) {
 // listing its set watch keeps, as current; PostgreSQL's and the
 // apiserver's), so it sees every operation recorded before the lease was
 // granted. Where the grant listed the operations itself, in the snapshot
-// that granted the lease (backend.GrantSnapshot: the PostgreSQL backend's
-// queue read), that listing is the read: no request.
+// that granted the lease (backend.GrantSnapshot: the queue read of the
+// PostgreSQL and MySQL backends), that listing is the read: no request.
 func (o *opsView) checkStart(g *generation, term *Term, lease backend.Lease, stop context.Context) {
 	if gs, ok := lease.(backend.GrantSnapshot); ok {
 		if list, ok := gs.RecordsAtGrant(records.OpsPrefix); ok {

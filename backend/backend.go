@@ -66,10 +66,11 @@ type SessionOptions struct {
 	// granted value, which the caller must use.
 	TTL time.Duration
 	// GrantRecords, when not empty, is a prefix of record keys that a
-	// backend whose grant is a read (the queue read of the PostgreSQL
-	// backend) lists in the same snapshot, for its leases'
+	// backend whose grant is a read (the queue read of the PostgreSQL and
+	// MySQL backends) lists in the same snapshot, for its leases'
 	// [GrantSnapshot]. The core asks for the operations' ("ops/"), which
-	// a term's start must check (see GrantSnapshot). Other backends ignore it.
+	// a term's start must check (see GrantSnapshot). Other backends
+	// ignore it.
 	GrantRecords string
 }
 
@@ -215,10 +216,10 @@ type LostNotifier interface {
 // GrantSnapshot is an optional capability of a Lease whose session
 // implements Records, found by type assertion: the records under
 // SessionOptions.GrantRecords as the grant saw them, read in the same
-// snapshot as the queue that granted the lease. Every record written
-// before the grant is in it; the core's check of a term's start against
-// the operations uses it in place of a read of its own (one round trip
-// fewer between the grant and the first run).
+// snapshot (one consistent read) as the queue that granted the lease.
+// Every record written before the grant is in it; the core's check of a
+// term's start against the operations uses it in place of a read of its
+// own (one round trip fewer between the grant and the first run).
 type GrantSnapshot interface {
 	// RecordsAtGrant returns the records under prefix at the grant,
 	// sorted by key, and true; false when the grant did not list prefix.

@@ -386,7 +386,9 @@ func (b *Backend) Open(ctx context.Context, o backend.SessionOptions) (backend.S
 			return nil, b.connErr("opening a session", err)
 		}
 		b.gcSoon()
-		return newSession(b, id, ttl, start, s.epoch), nil
+		sess := newSession(b, id, ttl, start, s.epoch)
+		sess.grantPrefix = o.GrantRecords
+		return sess, nil
 	}
 }
 

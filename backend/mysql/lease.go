@@ -3,9 +3,13 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/simba-go/simba/backend"
@@ -119,7 +123,8 @@ func (s *session) resample(ctx context.Context, op string) error {
 
 // Ahead reads the queue once (see ahead).
 func (s queue) Ahead(ctx context.Context, w *candidacy.Waiter) (time.Duration, error) {
-	mine, alive, wait, err := s.ahead(ctx, w.Name, int64(w.Token))
+	w.AtGrant = nil
+	mine, alive, wait, atGrant, err := s.ahead(ctx, w.Name, int64(w.Token))
 	switch {
 	case err != nil:
 		return 0, err
@@ -141,6 +146,7 @@ func (s queue) Ahead(ctx context.Context, w *candidacy.Waiter) (time.Duration, e
 			s.settle(ctx, w.Name)
 		}
 		s.b.hub.granted(s.session, w.Name, w.Token)
+		w.AtGrant = atGrant
 		return -1, nil
 	case wait == 0:
 		return 0, nil
@@ -191,7 +197,12 @@ func guardVals(v, c, a int64) []any { return []any{v, c, a} }
 // checked again by the DELETE: the DELETE waits for a renewal or a fenced
 // write that holds the row's lock, and leaves a renewed row. Only the
 // rows the DELETE removed count as gone; the queue is then read again.
-func (s *session) ahead(ctx context.Context, name string, token int64) (mine, alive bool, wait time.Duration, err error) {
+//
+// When the session was opened with SessionOptions.GrantRecords, the same
+// statement lists the records under that prefix if none is ahead (the
+// read grants the lease): atGrant, the grant's consistent read (see
+// backend.GrantSnapshot).
+func (s *session) ahead(ctx context.Context, name string, token int64) (mine, alive bool, wait time.Duration, atGrant *candidacy.Snapshot, err error) {
 	t := s.b.t
 	op := fmt.Sprintf("acquire %q", name)
 	sent := time.Now()
@@ -199,10 +210,12 @@ func (s *session) ahead(ctx context.Context, name string, token int64) (mine, al
 	var (
 		us, epoch, srv, server, nAhead, deletable int64
 		left                                      sql.NullInt64
+		listed                                    sql.NullString
 	)
 	args := []any{s.id, name, token, s.id, name, token, c, a, name, token}
 	args = append(args, guardVals(v, c, a)...)
 	args = append(args, name, token)
+	args = append(args, s.grantPrefix, s.grantPrefix, s.grantPrefix+"\x7f", name, token)
 	err = s.b.queryRow(ctx, s.ctx, `SELECT
 			COALESCE((SELECT x.expires_us > `+nowUS+` FROM `+t.sessions+` x WHERE x.id = ?), 0),
 			EXISTS (SELECT 1 FROM `+t.candidacies+` WHERE name = ? AND token = ? AND session = ?),
@@ -211,33 +224,80 @@ func (s *session) ahead(ctx context.Context, name string, token int64) (mine, al
 					ELSE CAST(x.ttl_us * `+trustSQL+` AS SIGNED) - ? END))
 				FROM `+t.candidacies+` c JOIN `+t.sessions+` x ON x.id = c.session WHERE c.name = ? AND c.token < ?),
 			(SELECT COUNT(*) FROM `+t.candidacies+` c JOIN `+t.sessions+` x ON x.id = c.session WHERE `+guardSQL("x")+` AND c.name = ? AND c.token < ?),
+			(SELECT JSON_ARRAYAGG(JSON_ARRAY(r.rkey, HEX(r.value), r.version, r.token)) FROM `+t.records+` r
+				WHERE ? <> '' AND NOT r.deleted AND r.rkey >= ? AND r.rkey < ?
+				AND NOT EXISTS (SELECT 1 FROM `+t.candidacies+` WHERE name = ? AND token < ?)),
 			`+nowUS+`, m.v, m.srv, @@server_id
-		FROM `+t.meta+` m WHERE m.k = 'epoch'`, args...).Scan(&alive, &mine, &nAhead, &left, &deletable, &us, &epoch, &srv, &server)
+		FROM `+t.meta+` m WHERE m.k = 'epoch'`, args...).Scan(&alive, &mine, &nAhead, &left, &deletable, &listed, &us, &epoch, &srv, &server)
 	if err != nil {
-		return false, false, 0, err
+		return false, false, 0, nil, err
 	}
 	if srv != server {
-		return false, false, 0, s.resample(ctx, op)
+		return false, false, 0, nil, s.resample(ctx, op)
 	}
 	if err := s.b.noteClock(op, sent, time.Now(), time.UnixMicro(us), epoch); err != nil {
-		return false, false, 0, candidacy.Final(err)
+		return false, false, 0, nil, candidacy.Final(err)
 	}
 	if !alive || !mine {
-		return mine, alive, 0, nil
+		return mine, alive, 0, nil, nil
 	}
 	if nAhead == 0 {
-		return true, true, -1, nil
+		if s.grantPrefix != "" {
+			list, err := decodeListed(listed)
+			if err != nil {
+				return false, false, 0, nil, fmt.Errorf("simba/mysql: %s: the records listed at the grant: %w", op, err)
+			}
+			atGrant = &candidacy.Snapshot{Prefix: s.grantPrefix, Records: list}
+		}
+		return true, true, -1, atGrant, nil
 	}
 	if deletable > 0 {
 		if err := s.deleteExpiredAhead(ctx, name, token); err != nil {
-			return false, false, 0, err
+			return false, false, 0, nil, err
 		}
-		return true, true, 0, nil
+		return true, true, 0, nil, nil
 	}
 	if !left.Valid {
-		return true, true, 0, nil
+		return true, true, 0, nil, nil
 	}
-	return true, true, max(time.Duration(left.Int64)*time.Microsecond, 0), nil
+	return true, true, max(time.Duration(left.Int64)*time.Microsecond, 0), nil, nil
+}
+
+// decodeListed decodes the records a queue read listed (see ahead): a JSON
+// array of [key, value in hex, version, token], or NULL for none; sorted
+// by key.
+func decodeListed(listed sql.NullString) ([]backend.Record, error) {
+	if !listed.Valid {
+		return []backend.Record{}, nil
+	}
+	var rows [][]json.RawMessage
+	if err := json.Unmarshal([]byte(listed.String), &rows); err != nil {
+		return nil, err
+	}
+	out := make([]backend.Record, 0, len(rows))
+	for _, row := range rows {
+		if len(row) != 4 {
+			return nil, fmt.Errorf("a row of %d fields, want 4", len(row))
+		}
+		var (
+			r            backend.Record
+			value        string
+			version, tok int64
+		)
+		for i, dst := range []any{&r.Key, &value, &version, &tok} {
+			if err := json.Unmarshal(row[i], dst); err != nil {
+				return nil, err
+			}
+		}
+		v, err := hex.DecodeString(value)
+		if err != nil {
+			return nil, err
+		}
+		r.Value, r.Version, r.Token = v, uint64(version), uint64(tok)
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(x, y backend.Record) int { return strings.Compare(x.Key, y.Key) })
+	return out, nil
 }
 
 // deleteExpiredAhead deletes the sessions of the candidacies ahead of

@@ -33,6 +33,9 @@ type session struct {
 	b   *Backend
 	id  int64
 	sid string
+	// grantPrefix is SessionOptions.GrantRecords: the records a grant's
+	// queue read lists (see ahead).
+	grantPrefix string
 
 	ctx   context.Context
 	check chan struct{} // wakes the monitor: re-read the held candidacies

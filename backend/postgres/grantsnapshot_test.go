@@ -1,116 +1,23 @@
 package postgres_test
 
 import (
-	"fmt"
 	"testing"
-	"time"
 
-	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/backendtest"
 	"github.com/simba-go/simba/backend/postgres"
 	"github.com/simba-go/simba/internal/pgtest"
 )
 
-// TestGrantSnapshot: a session opened with SessionOptions.GrantRecords
-// gets leases whose RecordsAtGrant lists the records under that prefix
-// as the queue read that granted them saw them: every record the holder
-// wrote before its release is there, at the version a read gives, round
-// after round; another prefix, or a session opened without it, lists
-// nothing. (The core checks a term's start against this listing instead
-// of reading the operations itself.)
+// TestGrantSnapshot: the queue read that grants a lease lists the
+// records the session asked for (backendtest.GrantSnapshot).
 //
-// Granting without it (patch: drop "w.AtGrant = atGrant" from Ahead)
-// fails with "the waiter's lease lists no records at its grant".
+// Granting without it (patch: "_ = atGrant" for "w.AtGrant = atGrant" in
+// Ahead) fails with "the waiter's lease lists no records at its grant".
 func TestGrantSnapshot(t *testing.T) {
 	b, err := postgres.New(pgtest.DSN(t), postgres.WithSchema(pgtest.Schema(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	openWith := func(prefix string) backend.Session {
-		s, err := b.Open(ctxT(t), backend.SessionOptions{TTL: 30 * time.Second, GrantRecords: prefix})
-		if err != nil {
-			t.Fatalf("Open: %v", err)
-		}
-		t.Cleanup(func() { _ = s.Close(ctxT(t)) })
-		return s
-	}
-	holder, waiter, plain := openWith("ops/"), openWith("ops/"), openWith("")
-	want := map[string]backend.Record{}
-	for round := range 4 {
-		held, err := holder.Acquire(ctxT(t), "q")
-		if err != nil {
-			t.Fatal(err)
-		}
-		a := backendtest.AcquireAsync(ctxT(t), waiter, "q")
-		waitCandidates(t, holder, "q", 2)
-		key := fmt.Sprintf("ops/disabled/r%d", round)
-		r, err := holder.(backend.Records).PutRecord(ctxT(t), key, []byte(key), backend.Condition{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		want[key] = r
-		if _, err := holder.(backend.Records).PutRecord(ctxT(t), "status/q", []byte("s"), backend.Condition{}); err != nil {
-			t.Fatal(err)
-		}
-		if err := held.Release(ctxT(t)); err != nil {
-			t.Fatal(err)
-		}
-		got := <-a
-		if got.Err != nil {
-			t.Fatal(got.Err)
-		}
-		gs, ok := got.Lease.(backend.GrantSnapshot)
-		if !ok {
-			t.Fatalf("the lease %T is no backend.GrantSnapshot", got.Lease)
-		}
-		list, ok := gs.RecordsAtGrant("ops/")
-		if !ok {
-			t.Fatalf("round %d: the waiter's lease lists no records at its grant", round)
-		}
-		if len(list) != len(want) {
-			t.Fatalf("round %d: records at the grant %v, want the %d written before the release", round, list, len(want))
-		}
-		for _, r := range list {
-			w, ok := want[r.Key]
-			if !ok || string(r.Value) != string(w.Value) || r.Version != w.Version || r.Token != w.Token {
-				t.Errorf("round %d: record at the grant %+v, want %+v", round, r, w)
-			}
-		}
-		if _, ok := gs.RecordsAtGrant("status/"); ok {
-			t.Errorf("round %d: the lease lists records under status/ at its grant", round)
-		}
-		if err := got.Lease.Release(ctxT(t)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	l, err := plain.Acquire(ctxT(t), "q")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := l.(backend.GrantSnapshot).RecordsAtGrant("ops/"); ok {
-		t.Error("a session opened without GrantRecords lists records at its grants")
-	}
-	if err := l.Release(ctxT(t)); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// waitCandidates waits until name has n candidacies.
-func waitCandidates(t *testing.T, s backend.Session, name string, n int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		q, err := s.(backend.CandidateLister).Candidates(ctxT(t), name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(q) == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("candidates of %q: %v, want %d", name, q, n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	backendtest.GrantSnapshot(t, b)
 }
