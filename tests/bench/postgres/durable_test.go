@@ -72,7 +72,10 @@ func benchDurable(t *testing.T, report *strings.Builder) {
 
 // commitFloor measures, on a connection of its own to dsn, a round trip
 // (SELECT 1) and a durable commit (an INSERT of one row into a table,
-// autocommit), 200 of each, and returns a sentence with their p50/p90.
+// autocommit), 200 of each back to back, then 50 of each after 20 ms
+// idle (as a hand-off's statements come, after the settle: the server's
+// backend and the client's threads asleep), and returns a sentence with
+// their p50/p90.
 func commitFloor(ctx context.Context, dsn string) (string, error) {
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
@@ -82,23 +85,35 @@ func commitFloor(ctx context.Context, dsn string) (string, error) {
 	if _, err := conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS simba_bench_commit (n bigint)"); err != nil {
 		return "", err
 	}
-	var rt, commit []time.Duration
-	for range 200 {
-		t0 := time.Now()
-		if _, err := conn.Exec(ctx, "SELECT 1"); err != nil {
-			return "", err
+	timed := func(n int, idle time.Duration) (rt, commit []time.Duration, err error) {
+		for range n {
+			time.Sleep(idle)
+			t0 := time.Now()
+			if _, err := conn.Exec(ctx, "SELECT 1"); err != nil {
+				return nil, nil, err
+			}
+			rt = append(rt, time.Since(t0))
+			time.Sleep(idle)
+			t0 = time.Now()
+			if _, err := conn.Exec(ctx, "INSERT INTO simba_bench_commit VALUES (1)"); err != nil {
+				return nil, nil, err
+			}
+			commit = append(commit, time.Since(t0))
 		}
-		rt = append(rt, time.Since(t0))
-		t0 = time.Now()
-		if _, err := conn.Exec(ctx, "INSERT INTO simba_bench_commit VALUES (1)"); err != nil {
-			return "", err
-		}
-		commit = append(commit, time.Since(t0))
+		return rt, commit, nil
+	}
+	rt, commit, err := timed(200, 0)
+	if err != nil {
+		return "", err
+	}
+	idleRT, idleCommit, err := timed(50, 20*time.Millisecond)
+	if err != nil {
+		return "", err
 	}
 	q := func(ds []time.Duration) string {
 		return handoffbench.Ms(handoffbench.Quantile(ds, 0.5)) + " / " + handoffbench.Ms(handoffbench.Quantile(ds, 0.9))
 	}
-	return fmt.Sprintf("On this server, p50 / p90 of 200 each: a round trip (`SELECT 1`) %s; a durable commit (an autocommit `INSERT` of one row) %s.", q(rt), q(commit)), nil
+	return fmt.Sprintf("On this server, p50 / p90 of 200 each back to back: a round trip (`SELECT 1`) %s; a durable commit (an autocommit `INSERT` of one row) %s. Of 50 each after 20 ms idle (as a hand-off's statements come): a round trip %s; a durable commit %s.", q(rt), q(commit), q(idleRT), q(idleCommit)), nil
 }
 
 // releaseAlone measures the release call alone, on a backend of its own
