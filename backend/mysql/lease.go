@@ -123,7 +123,6 @@ func (s *session) resample(ctx context.Context, op string) error {
 
 // Ahead reads the queue once (see ahead).
 func (s queue) Ahead(ctx context.Context, w *candidacy.Waiter) (time.Duration, error) {
-	w.AtGrant = nil
 	mine, alive, wait, atGrant, err := s.ahead(ctx, w.Name, int64(w.Token))
 	switch {
 	case err != nil:

@@ -85,7 +85,6 @@ func (s queue) Register(ctx context.Context, name string) (uint64, error) {
 // Ahead reads the queue once (see ahead): the wait it returns ends at the
 // earliest expiry ahead, or within the poll interval while not listening.
 func (s queue) Ahead(ctx context.Context, w *candidacy.Waiter) (time.Duration, error) {
-	w.AtGrant = nil
 	mine, alive, wait, atGrant, err := s.ahead(ctx, w.Name, int64(w.Token))
 	switch {
 	case err != nil:

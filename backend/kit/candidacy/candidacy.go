@@ -270,6 +270,7 @@ func (s *Session) wait(ctx context.Context, w *Waiter) error {
 		if s.ctx.Err() != nil { // the session is over, or the backend closed
 			return s.overErr(w.Op)
 		}
+		w.AtGrant = nil // what this read lists, if it grants
 		wait, err := s.cfg.Queue.Ahead(ctx, w)
 		switch {
 		case err == nil && wait < 0:
@@ -392,8 +393,8 @@ type Waiter struct {
 	Op    string // what the caller does, for errors: `acquire "name"`
 
 	// AtGrant is what the queue read that granted the lease listed of
-	// the records (see backend.GrantSnapshot): Ahead sets it when it
-	// returns a negative wait, or leaves it nil.
+	// the records (see backend.GrantSnapshot): nil before each Ahead,
+	// which may set it when it returns a negative wait.
 	AtGrant *Snapshot
 
 	wake     chan struct{}
