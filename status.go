@@ -207,6 +207,14 @@ func (w *statusWriter) startLocked() {
 	w.c.wg.Go(w.work)
 }
 
+// endWorkerLocked records that the worker ends, and tells handedOff's
+// wait. w.mu is held.
+func (w *statusWriter) endWorkerLocked() {
+	w.working = false
+	close(w.drained)
+	w.drained = nil
+}
+
 // work applies the queued changes in order and writes what they changed,
 // until the queue is empty. Changes queued while it writes are applied
 // together before the next writes, so that a run's end and the hand-off
@@ -238,9 +246,7 @@ func (w *statusWriter) step(ctx context.Context, waited *bool) bool {
 		w.final = w.take()
 	}
 	if len(batch) == 0 && !w.dirty && len(w.history) == 0 {
-		w.working = false
-		close(w.drained)
-		w.drained = nil
+		w.endWorkerLocked()
 		w.mu.Unlock()
 		return false
 	}
@@ -263,9 +269,7 @@ func (w *statusWriter) step(ctx context.Context, waited *bool) bool {
 			if len(w.queue) > 0 || w.closed {
 				return true // the hand-off came meanwhile: go on
 			}
-			w.working = false
-			close(w.drained)
-			w.drained = nil
+			w.endWorkerLocked()
 			return false
 		}
 		*waited = true
