@@ -10,6 +10,7 @@ import (
 
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/backendtest"
+	"github.com/simba-go/simba/internal/await"
 	"github.com/simba-go/simba/internal/faultproxy"
 	"github.com/simba-go/simba/internal/zktest"
 )
@@ -62,23 +63,14 @@ func TestKeptListingIsCurrentAtGrant(t *testing.T) {
 		require.NoError(t, err)
 		want = append(want, key)
 		require.NoError(t, held.Release(ctx))
-		var r backendtest.Acquired
-		select {
-		case r = <-a:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the waiter was not granted within 10s of the release")
-		}
+		r := await.For(t, a, 10*time.Second, "the waiter granted after the release")
 		require.NoError(t, r.Err)
 		list, err := waiter.ListRecords(ctx, "ops/")
 		require.NoError(t, err)
 		require.ElementsMatch(t, want, keys(list), "granted after %s was recorded, the waiter's listing misses it", key)
 		require.NoError(t, r.Lease.Release(ctx))
 		// Once the watch is set again (its hint), a listing is kept again.
-		select {
-		case <-hints:
-		case <-time.After(10 * time.Second):
-			t.Fatal("no hint within 10s of a record write")
-		}
+		await.For(t, hints, 10*time.Second, "a hint after a record write")
 		_, err = waiter.ListRecords(ctx, "ops/")
 		require.NoError(t, err)
 		reads := waiter.listReads.Load()
@@ -116,20 +108,12 @@ func TestKeptListingDroppedOnReconnect(t *testing.T) {
 
 	reconnects := s.reconnection()
 	p.Reset()
-	select {
-	case <-reconnects:
-	case <-time.After(15 * time.Second):
-		t.Fatal("no reconnection within 15s of the reset")
-	}
+	await.For(t, reconnects, 15*time.Second, "a reconnection after the reset")
 	reads = s.listReads.Load()
 	_, err = s.ListRecords(ctx, "ops/")
 	require.NoError(t, err)
 	require.Equal(t, reads+1, s.listReads.Load(), "a listing after a reconnection is read")
-	select {
-	case <-hints:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no hint within 10s of the reconnection")
-	}
+	await.For(t, hints, 10*time.Second, "a hint after the reconnection")
 	require.Eventually(t, func() bool {
 		_, err := s.ListRecords(context.Background(), "ops/")
 		require.NoError(t, err)
