@@ -66,13 +66,18 @@ type statusWriter struct {
 
 	// The worker's own state: only the worker touches it.
 	st       records.Status
-	enc      records.StatusEncoder  // of st
-	dirty    bool                   // st changed since it was last written
-	history  map[string][]byte      // history records to write with the status
-	failOver bool                   // the previous holder ended without a hand-off
-	unread   bool                   // the previous status could not be read: write nothing
-	failures int                    // flushes in a row with failed writes
-	inflight map[uint64]records.Run // the runs started and not ended, by seq
+	enc      records.StatusEncoder // of st
+	dirty    bool                  // st changed since it was last written
+	history  map[string][]byte     // history records to write with the status
+	failOver bool                  // the previous holder ended without a hand-off
+	unread   bool                  // the previous status could not be read: write nothing
+	failures int                   // flushes in a row with failed writes
+	// The term log (records.TermLog): st.Terms is all of it, in memory;
+	// the status record carries only the terms after logThrough.
+	logDirty   bool                   // the log is to be written
+	logUnread  bool                   // the log could not be read: this term writes none
+	logThrough uint64                 // the last ended term in the log last written
+	inflight   map[uint64]records.Run // the runs started and not ended, by seq
 
 	// What the previous holders left, set before opened is closed and
 	// read-only after it.
@@ -114,7 +119,11 @@ func (c *Client) openStatus(g *generation, term *Term, schedule string) *statusW
 		case <-term.revoked:
 		case <-g.ctx.Done():
 		}
-		prev, err := w.readPrevious(g)
+		// The term log is read beside the status: the first run's source
+		// and gap wait for both (see awaitOpened).
+		logRead := make(chan []records.Term, 1)
+		c.wg.Go(func() { logRead <- w.readLog(g) })
+		prev, err := w.readPrevious(g, records.StatusKey(ref.Election))
 		switch {
 		case err == nil:
 			if err := records.Decode(prev.Value, &w.st); err != nil {
@@ -142,6 +151,10 @@ func (c *Client) openStatus(g *generation, term *Term, schedule string) *statusW
 			w.addHistory(run)
 			w.st.LastRun = &run
 		}
+		if log := <-logRead; !w.logUnread {
+			w.st.Terms = records.MergeTerms(log, w.st.Terms)
+			w.logThrough, w.logDirty = lastEnded(log), true
+		}
 		if w.failOver {
 			w.st.Terms = endFailedOver(w.st.Terms, *w.st.Holder, term.start)
 		}
@@ -154,14 +167,14 @@ func (c *Client) openStatus(g *generation, term *Term, schedule string) *statusW
 	return w
 }
 
-// readPrevious reads the status the previous holder left. Each attempt has
+// readPrevious reads the record at key (the status, the term log) that
+// the previous holders left. Each attempt has
 // a renewal period's time; a read that fails (behind thousands of others,
 // when a client takes thousands of leases at once) is tried again while the
 // term lasts, for up to readStatusPeriods renewal periods: the schedule's
 // first run waits for the read, and status must not hold the work up for
 // longer.
-func (w *statusWriter) readPrevious(g *generation) (backend.Record, error) {
-	key := records.StatusKey(w.term.ref.Election)
+func (w *statusWriter) readPrevious(g *generation, key string) (backend.Record, error) {
 	all, cancel := context.WithTimeout(g.ctx, readStatusPeriods*g.ttl)
 	defer cancel()
 	for attempt := 1; ; attempt++ {
@@ -174,6 +187,33 @@ func (w *statusWriter) readPrevious(g *generation) (backend.Record, error) {
 			return rec, err
 		}
 	}
+}
+
+// readLog reads the lease's term log (records.TermLog) as readPrevious
+// reads the status, and returns its terms: none when there is no log, or
+// when it is unreadable (the log written at this term's start replaces
+// it). When the read fails, it sets logUnread: this term writes no log,
+// and its status carries the terms the log may lack.
+func (w *statusWriter) readLog(g *generation) []records.Term {
+	key := records.TermsKey(w.term.ref.Election)
+	r, err := w.readPrevious(g, key)
+	switch {
+	case err == nil:
+		var log records.TermLog
+		if err := records.Decode(r.Value, &log); err == nil {
+			return log.Terms
+		}
+		w.c.log.Warn("unreadable term log record; starting afresh", "election", w.term.ref.Election, "err", err)
+	case errors.Is(err, backend.ErrNoRecord):
+	case errors.As(err, new(*backend.MalformedError)):
+		w.c.log.Warn("unreadable term log record; starting afresh", "election", w.term.ref.Election, "err", err)
+	default:
+		w.logUnread = true
+		if g.ctx.Err() == nil && !w.revoked() {
+			w.c.log.Warn("reading the term log record failed; the status carries the terms", "election", w.term.ref.Election, "err", err)
+		}
+	}
+	return nil
 }
 
 // readStatusPeriods bounds the time readPrevious takes, in renewal periods.
@@ -243,9 +283,9 @@ func (w *statusWriter) step(ctx context.Context, waited *bool) bool {
 	batch := w.queue
 	w.queue = nil
 	if len(batch) == 0 && w.closed && w.finalize {
-		w.final = w.take()
+		w.final, _ = w.take(true)
 	}
-	if len(batch) == 0 && !w.dirty && len(w.history) == 0 {
+	if len(batch) == 0 && !w.dirty && !w.logDirty && len(w.history) == 0 {
 		w.endWorkerLocked()
 		w.mu.Unlock()
 		return false
@@ -310,27 +350,62 @@ func (w *statusWriter) addHistoryRecord(key string, value []byte) {
 	w.history[key] = value
 }
 
-// take returns the records flush would write, and forgets them.
-func (w *statusWriter) take() []backend.Record {
+// take returns the records flush would write, and forgets them; and the
+// token the log's write, if among them, brings logThrough to. The last
+// records (final: those the hand-off writes with its release) leave the
+// log out: the status carries what the log lacks, and the next holder
+// writes it.
+func (w *statusWriter) take(final bool) (out []backend.Record, through uint64) {
 	w.forgetUnread()
-	var out []backend.Record
 	for key, value := range w.history {
 		out = append(out, backend.Record{Key: key, Value: value})
 	}
 	w.history = nil // not cleared: a term keeps its writer, and a map its buckets
+	switch {
+	case w.logDirty && final:
+		w.logDirty = false // left to the next holder
+	case w.logDirty:
+		w.logDirty = false
+		log := records.TermLog{Lease: w.term.ref.Election, Terms: w.st.Terms, Updated: time.Now()}
+		out = append(out, backend.Record{Key: records.TermsKey(w.term.ref.Election), Value: records.Encode(log)})
+		through = lastEnded(w.st.Terms)
+	}
 	if w.dirty {
 		w.dirty = false
 		w.st.Updated = time.Now()
-		out = append(out, backend.Record{Key: records.StatusKey(w.term.ref.Election), Value: w.enc.Encode(&w.st)})
+		st := w.st
+		st.Terms = w.unlogged()
+		out = append(out, backend.Record{Key: records.StatusKey(w.term.ref.Election), Value: w.enc.Encode(&st)})
 	}
-	return out
+	return out, through
+}
+
+// lastEnded returns the token of the last ended term of terms, 0 if none.
+func lastEnded(terms []records.Term) uint64 {
+	var last uint64
+	for _, t := range terms {
+		if t.Ended != "" {
+			last = max(last, t.Token)
+		}
+	}
+	return last
+}
+
+// unlogged returns the terms the status carries: those after the last
+// ended term of the log last written (see records.Status.Terms).
+func (w *statusWriter) unlogged() []records.Term {
+	i := slices.IndexFunc(w.st.Terms, func(t records.Term) bool { return t.Token > w.logThrough })
+	if i < 0 {
+		return nil
+	}
+	return w.st.Terms[i:]
 }
 
 // forgetUnread drops the changes of a term that could not read the
 // previous status: it writes none.
 func (w *statusWriter) forgetUnread() {
 	if w.unread {
-		w.history, w.dirty = nil, false
+		w.history, w.dirty, w.logDirty = nil, false, false
 	}
 }
 
@@ -350,7 +425,9 @@ func (w *statusWriter) flush(ctx context.Context) {
 		mu     sync.Mutex
 		failed []backend.Record
 	)
-	for _, r := range w.take() {
+	recs, through := w.take(false)
+	logKey := records.TermsKey(w.term.ref.Election)
+	for _, r := range recs {
 		wg.Go(func() {
 			if !w.put(ctx, r.Key, r.Value) {
 				mu.Lock()
@@ -360,6 +437,10 @@ func (w *statusWriter) flush(ctx context.Context) {
 		})
 	}
 	wg.Wait()
+	if through != 0 && !slices.ContainsFunc(failed, func(r backend.Record) bool { return r.Key == logKey }) {
+		// Written: the statuses from now on leave the terms it holds out.
+		w.logThrough = max(w.logThrough, through)
+	}
 	if len(failed) == 0 {
 		w.failures = 0
 		return
@@ -373,6 +454,8 @@ func (w *statusWriter) flush(ctx context.Context) {
 	for _, r := range failed {
 		if r.Key == statusKey {
 			w.dirty = true // written anew from w.st
+		} else if r.Key == logKey {
+			w.logDirty = true
 		} else if _, ok := w.history[r.Key]; !ok {
 			w.addHistoryRecord(r.Key, r.Value)
 		}
@@ -560,7 +643,7 @@ func (w *statusWriter) handedOff(g *generation, finalize bool, ended string, at 
 		}
 		end(ctx)
 		cancel()
-		final := w.take()
+		final, _ := w.take(true)
 		w.mu.Lock()
 		w.working = false
 		w.mu.Unlock()

@@ -2,6 +2,10 @@ package simba_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -14,6 +18,7 @@ import (
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/memory"
 	"github.com/simba-go/simba/internal/records"
+	"github.com/simba-go/simba/internal/scenario"
 )
 
 // The status's term log (what the console's timeline draws): each holder
@@ -194,4 +199,136 @@ func TestHealthRecordShowsASlowLink(t *testing.T) {
 		assert.Less(t, last.LeftMs, testTTL.Milliseconds()/3, "%+v", last)
 		n.SetDelay(0, 0)
 	})
+}
+
+// termLogSession fails every read (reads) or write (!reads) of a term
+// log record, or the first writes while fails is positive, as a request
+// behind thousands of others times out.
+type termLogSession struct {
+	backend.Session
+	backend.Records
+	reads bool
+	fails *atomic.Int32 // nil: every one
+}
+
+func (s termLogSession) GetRecord(ctx context.Context, key string) (backend.Record, error) {
+	if s.reads && strings.HasPrefix(key, records.TermsPrefix) {
+		return backend.Record{}, fmt.Errorf("get record %q: %w", key, context.DeadlineExceeded)
+	}
+	return s.Records.GetRecord(ctx, key)
+}
+
+func (s termLogSession) PutRecord(ctx context.Context, key string, value []byte, cond backend.Condition) (backend.Record, error) {
+	if !s.reads && strings.HasPrefix(key, records.TermsPrefix) && (s.fails == nil || s.fails.Add(-1) >= 0) {
+		return backend.Record{}, fmt.Errorf("put record %q: %w", key, context.DeadlineExceeded)
+	}
+	return s.Records.PutRecord(ctx, key, value, cond)
+}
+
+// TestTermLogRecord: the term log is a record of its own, written by each
+// holder once its term has begun, so that the status a hand-off writes in
+// its release carries the ending term alone, not the log; a holder that
+// cannot read or write the log keeps the terms it lacks in its status. Two
+// clients take the election in turn, 40 terms (more than the log keeps):
+// after each hand-off the status holds the ended term only (when both can
+// use the log), the log does not have that term's end yet (the release did
+// not write it), and the lease's terms, as the admin merges them, are the
+// last 32, each ended as it was.
+func TestTermLogRecord(t *testing.T) {
+	for _, mode := range []string{"written", "b's first writes fail", "b cannot write it", "b cannot read it"} {
+		t.Run(mode, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := memory.New()
+				defer b.Close()
+				h := newHistory()
+				ca, _ := node(t, b, "a", h, simba.WithMemberID("a"))
+				cb, _ := node(t, b, "b", h, simba.WithMemberID("b"))
+				if mode != "written" {
+					var fails *atomic.Int32
+					if mode == "b's first writes fail" {
+						fails = &atomic.Int32{}
+						fails.Store(2) // tried again within the term
+					}
+					f := wrapSessions{b.Node("b2"), func(s backend.Session) backend.Session {
+						return termLogSession{Session: s, Records: s.(backend.Records), reads: mode == "b cannot read it", fails: fails}
+					}}
+					var err error
+					cb, err = simba.New(f, simba.WithTTL(testTTL), simba.WithMemberID("b"), simba.WithLogger(scenario.Logger(t, "b")))
+					require.NoError(t, err)
+					defer closeAll(t, cb)
+				}
+				var tokens []uint64
+				logs := mode == "written" || mode == "b's first writes fail" // both clients write the log
+				for i := range 40 {
+					c := ca
+					if i%2 == 1 {
+						c = cb
+					}
+					terms := make(chan *simba.Term, 1)
+					task, err := c.Election("e").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
+						terms <- term
+						<-ctx.Done()
+						return nil
+					})
+					require.NoError(t, err)
+					term := <-terms
+					tokens = append(tokens, term.Token())
+					// The status and the log are read and written (a log read
+					// that fails is tried for 3 TTLs), but for the last term,
+					// handed off before it wrote either.
+					short := i == 39
+					if !short {
+						time.Sleep(4 * testTTL)
+					}
+					task.Stop()
+					<-task.Done()
+
+					s, err := b.Node("reader").Open(t.Context(), backend.SessionOptions{TTL: testTTL})
+					require.NoError(t, err)
+					rec := s.(backend.Records)
+					r, err := rec.GetRecord(t.Context(), records.StatusKey("e"))
+					require.NoError(t, err)
+					var st records.Status
+					require.NoError(t, records.Decode(r.Value, &st))
+					require.NotEmpty(t, st.Terms, "term %d", i)
+					last := st.Terms[len(st.Terms)-1]
+					require.True(t, last.Token == term.Token() && last.Ended == simba.RevokeStopped.String(),
+						"term %d (token %d): the status's last term %+v", i, term.Token(), last)
+					if short {
+						assert.Len(t, st.Terms, 2, "term %d, handed off before it wrote the log: its status carries the term before it and its own: %+v", i, st.Terms)
+					} else if logs || (i%2 == 0 && i > 0) {
+						// a writes the log at its start, and so b's term
+						// before it, whatever b could do.
+						assert.Len(t, st.Terms, 1, "term %d: the hand-off's status carries its own term only: %+v", i, st.Terms)
+					} else if i > 0 {
+						assert.Len(t, st.Terms, 2, "term %d: b's status carries a's term, which b could not log, and its own: %+v", i, st.Terms)
+					}
+					r, err = rec.GetRecord(t.Context(), records.TermsKey("e"))
+					require.NoError(t, err, "term %d: the log", i)
+					require.NoError(t, s.Close(t.Context()))
+					var log records.TermLog
+					require.NoError(t, records.Decode(r.Value, &log))
+					if short {
+						assert.False(t, slices.ContainsFunc(log.Terms, func(l records.Term) bool { return l.Token == term.Token() }),
+							"term %d: the log %+v has the term handed off before it wrote the log: the release wrote it", i, log.Terms)
+					} else if logs || i%2 == 0 {
+						require.NotEmpty(t, log.Terms)
+						logLast := log.Terms[len(log.Terms)-1]
+						assert.True(t, logLast.Token == term.Token() && logLast.Ended == "",
+							"term %d: the log's last term %+v, want this term, open (its end is the status's until the next holder writes the log)", i, logLast)
+					}
+				}
+				a := openAdmin(t, b)
+				st, err := a.Status(t.Context(), "e")
+				require.NoError(t, err)
+				got := make([]uint64, len(st.Terms))
+				for i, term := range st.Terms {
+					got[i] = term.Token
+					assert.Equal(t, simba.RevokeStopped.String(), term.Ended, "term %d", term.Token)
+					assert.False(t, term.End.IsZero(), "term %d", term.Token)
+				}
+				assert.Equal(t, tokens[len(tokens)-records.TermsLen:], got, "the lease's last %d terms", records.TermsLen)
+			})
+		})
+	}
 }

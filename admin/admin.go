@@ -274,10 +274,18 @@ func (a *Admin) Status(ctx context.Context, lease string) (Status, error) {
 	if err := checkName(lease); err != nil {
 		return Status{}, err
 	}
-	var r backend.Record
+	var r, lr backend.Record
+	var logErr error
 	err := a.read(ctx, func(rd reader) (err error) {
-		r, err = rd.GetRecord(ctx, records.StatusKey(lease))
-		return err
+		// The status before the term log (see records.Status.Terms).
+		if r, err = rd.GetRecord(ctx, records.StatusKey(lease)); err != nil {
+			return err
+		}
+		lr, logErr = rd.GetRecord(ctx, records.TermsKey(lease))
+		if logErr != nil && !errors.Is(logErr, backend.ErrNoRecord) && !errors.As(logErr, new(*backend.MalformedError)) {
+			return logErr
+		}
+		return nil
 	})
 	var bad *backend.MalformedError
 	switch {
@@ -288,7 +296,15 @@ func (a *Admin) Status(ctx context.Context, lease string) (Status, error) {
 	case err != nil:
 		return Status{}, err
 	}
-	st, p := parseStatus(r)
+	// A term log that cannot be used leaves the status's own terms
+	// (Snapshot reports it).
+	var log []records.Term
+	if logErr == nil {
+		if _, terms, p := parseTermLog(lr); p == nil {
+			log = terms
+		}
+	}
+	st, p := parseStatusWith(r, log)
 	if p != nil {
 		return Status{}, &RecordError{Problem: *p}
 	}
@@ -391,9 +407,24 @@ func (a *Admin) statuses(ctx context.Context, prefix string) ([]Status, []Proble
 	if err != nil {
 		return nil, nil, err
 	}
+	// The term logs after the statuses (see records.Status.Terms).
+	logList, logProblems, err := a.list(ctx, records.TermsPrefix+prefix)
+	if err != nil {
+		return nil, nil, err
+	}
+	problems = append(problems, logProblems...)
+	logs := make(map[string][]records.Term, len(logList))
+	for _, r := range logList {
+		lease, terms, p := parseTermLog(r)
+		if p != nil {
+			problems = append(problems, *p)
+			continue
+		}
+		logs[lease] = terms
+	}
 	out := make([]Status, 0, len(list))
 	for _, r := range list {
-		st, p := parseStatus(r)
+		st, p := parseStatusWith(r, logs[strings.TrimPrefix(r.Key, records.StatusPrefix)])
 		if p != nil {
 			problems = append(problems, *p)
 			continue
@@ -519,14 +550,16 @@ func (a *Admin) groups(ctx context.Context, statuses []Status, problems []Proble
 	return out, nil
 }
 
-// partitionProblems returns the problems of status records whose key
-// names a partition of group.
+// partitionProblems returns the problems of status and term log records
+// whose key names a partition of group.
 func partitionProblems(group string, problems []Problem) []Problem {
 	var out []Problem
 	for _, p := range problems {
-		rest, ok := strings.CutPrefix(p.Key, records.StatusPrefix+group+".")
-		if ok && rest != "" && strings.Trim(rest, "0123456789") == "" {
-			out = append(out, p)
+		for _, prefix := range []string{records.StatusPrefix, records.TermsPrefix} {
+			rest, ok := strings.CutPrefix(p.Key, prefix+group+".")
+			if ok && rest != "" && strings.Trim(rest, "0123456789") == "" {
+				out = append(out, p)
+			}
 		}
 	}
 	return out

@@ -198,6 +198,9 @@ func TestSnapshotSkipsWhatItCannotUse(t *testing.T) {
 		{"status of a partition of another lease", func(f *fixture) {
 			f.put("status/billing.5", `{"lease":"billing.5","group":"billing","partition":0}`)
 		}, "status/billing.5", "whose lease is not"},
+		{"term log not JSON", func(f *fixture) { f.put("terms/report", "garbage") }, "terms/report", "the value is not a term log record (JSON)"},
+		{"term log of another lease", func(f *fixture) { f.put("terms/report", `{"lease":"nightly","terms":[]}`) }, "terms/report", `the term log is of lease "nightly"`},
+		{"term log key naming no lease", func(f *fixture) { f.put("terms/a/b", `{"lease":"a/b"}`) }, "terms/a/b", "the key does not name a lease"},
 		{"disable not JSON", func(f *fixture) { f.put("ops/disabled/nightly", "maintenance") }, "ops/disabled/nightly", "not an operation record (JSON)"},
 		{"trigger not JSON", func(f *fixture) { f.put("ops/trigger/report", "now") }, "ops/trigger/report", "not an operation record (JSON)"},
 		{"resign with a bad token", func(f *fixture) { f.put("ops/resign/report", `{"token":"7"}`) }, "ops/resign/report", "Op.token of type uint64"},
@@ -436,5 +439,31 @@ func TestHistoryExitCodes(t *testing.T) {
 	}
 	if st.LastRun == nil || st.LastRun.ExitCode == nil || *st.LastRun.ExitCode != 0 {
 		t.Errorf("status's last run %+v: want exit code 0", st.LastRun)
+	}
+}
+
+// TestTermsFromTheLogAndTheStatus: a lease's terms are its term log's and
+// its status's, merged (the status's end of a term the log has open), in
+// Status and in the listings alike.
+func TestTermsFromTheLogAndTheStatus(t *testing.T) {
+	f := newFixture(t)
+	f.put("status/report", `{"lease":"report","partition":-1,"terms":[{"token":3,"member":"a","ended":"stopped"}]}`)
+	f.put("terms/report", `{"lease":"report","terms":[{"token":1,"member":"b","ended":"stopped"},{"token":2,"member":"b","ended":"fail-over"},{"token":3,"member":"a"}]}`)
+	a := f.open()
+	want := []Term{{Token: 1, Member: "b", Ended: "stopped"}, {Token: 2, Member: "b", Ended: "fail-over"}, {Token: 3, Member: "a", Ended: "stopped"}}
+	st, err := a.Status(t.Context(), "report")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(st.Terms, want) {
+		t.Errorf("Status: terms %+v, want %+v", st.Terms, want)
+	}
+	es, err := a.Elections(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(es, func(e Election) bool { return e.Name == "report" })
+	if i < 0 || !slices.Equal(es[i].Status.Terms, want) {
+		t.Errorf("Elections: %+v, want report's terms %+v", es, want)
 	}
 }

@@ -98,7 +98,11 @@ func decodeProblem(key, what string, value []byte, err error) *Problem {
 // parseStatus checks a status record: its key names a lease, its value is
 // a Status of that lease, and a partition's status names its group and
 // partition consistently.
-func parseStatus(r backend.Record) (Status, *Problem) {
+func parseStatus(r backend.Record) (Status, *Problem) { return parseStatusWith(r, nil) }
+
+// parseStatusWith is parseStatus, the status's terms merged with log, the
+// terms of the lease's term log (records.MergeTerms).
+func parseStatusWith(r backend.Record, log []records.Term) (Status, *Problem) {
 	name, ok := strings.CutPrefix(r.Key, records.StatusPrefix)
 	if !ok || !backend.ValidName(name) {
 		return Status{}, newProblem(r.Key, "the key does not name a lease (status/ then %s)", nameRule)
@@ -107,6 +111,7 @@ func parseStatus(r backend.Record) (Status, *Problem) {
 	if err := records.Decode(r.Value, &rec); err != nil {
 		return Status{}, decodeProblem(r.Key, "a status record (JSON)", r.Value, err)
 	}
+	rec.Terms = records.MergeTerms(log, rec.Terms)
 	st := statusOf(rec)
 	switch {
 	case st.Lease == "":
@@ -232,4 +237,21 @@ func sortProblems(ps []Problem) []Problem {
 		return strings.Compare(x.Reason, y.Reason)
 	})
 	return slices.Compact(ps)
+}
+
+// parseTermLog checks a term log record: its key names a lease, its value
+// is a TermLog of that lease. It returns the lease and its terms.
+func parseTermLog(r backend.Record) (string, []records.Term, *Problem) {
+	name, ok := strings.CutPrefix(r.Key, records.TermsPrefix)
+	if !ok || !backend.ValidName(name) {
+		return "", nil, newProblem(r.Key, "the key does not name a lease (terms/ then %s)", nameRule)
+	}
+	var rec records.TermLog
+	if err := records.Decode(r.Value, &rec); err != nil {
+		return "", nil, decodeProblem(r.Key, "a term log record (JSON)", r.Value, err)
+	}
+	if rec.Lease != name {
+		return "", nil, newProblem(r.Key, "the term log is of lease %s, not of the lease its key names", echoString(rec.Lease))
+	}
+	return name, rec.Terms, nil
 }

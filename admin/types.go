@@ -40,7 +40,10 @@ type Status struct {
 	// Terms are the lease's last terms, oldest first, at most 32: each
 	// holder appends its own when it writes its first status and ends it
 	// with its hand-off; a successor ends the previous one when it finds
-	// it still open (a fail-over).
+	// it still open (a fail-over). They are read from two records: the
+	// lease's term log (terms/<lease>, which each holder writes once its
+	// term has begun) and the terms the status record carries beside it
+	// (the holder's own, whose end its hand-off writes with the release).
 	Terms []Term `json:"terms,omitempty"`
 }
 

@@ -386,8 +386,8 @@ func problemItems(problems []admin.Problem, here string) []attention {
 // problemHref is the page that shows what a skipped record is of.
 func problemHref(key string) string {
 	switch {
-	case strings.HasPrefix(key, records.StatusPrefix):
-		lease := strings.TrimPrefix(key, records.StatusPrefix)
+	case strings.HasPrefix(key, records.StatusPrefix), strings.HasPrefix(key, records.TermsPrefix):
+		_, lease, _ := strings.Cut(key, "/")
 		if validLease(lease) {
 			return "/jobs/" + lease
 		}

@@ -8,6 +8,7 @@
 //
 //	status/<lease>              Status, written by the holder, fenced by its token
 //	history/<lease>/<slot>      Run, written by the holder, fenced: run seq in slot seq%HistoryLen
+//	terms/<lease>               TermLog, written by each holder after its term began, fenced
 //	ops/disabled/<name>         Op: the election, job or group runs nothing anywhere
 //	ops/trigger/<lease>         Op: the holder runs the schedule once as soon as it can
 //	ops/resign/<lease>          Op: the holder of the given token hands off
@@ -17,6 +18,7 @@
 package records
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,6 +35,7 @@ const (
 	DataPrefix     = "data/" // the records of Term.PutRecord
 	StatusPrefix   = "status/"
 	HistoryPrefix  = "history/"
+	TermsPrefix    = "terms/"
 	OpsPrefix      = "ops/"
 	DisabledPrefix = OpsPrefix + "disabled/"
 	TriggerPrefix  = OpsPrefix + "trigger/"
@@ -44,6 +47,9 @@ const (
 
 // StatusKey is the key of the status of lease.
 func StatusKey(lease string) string { return StatusPrefix + lease }
+
+// TermsKey is the key of the term log of lease.
+func TermsKey(lease string) string { return TermsPrefix + lease }
 
 // HistoryKey is the key of run seq of lease: the runs take HistoryLen
 // slots in turn, so that a run's record replaces that of the run HistoryLen
@@ -90,15 +96,61 @@ type Status struct {
 	// HistorySeq is the sequence number of the last run in the history.
 	HistorySeq uint64    `json:"historySeq"`
 	Updated    time.Time `json:"updated"` // when it was written
-	// Terms are the lease's last terms, oldest first, at most TermsLen:
-	// each holder appends its own when it writes its first status and
-	// ends it with its hand-off; a successor ends the previous one when
-	// it finds it still open (a fail-over).
+	// Terms are the lease's terms that its term log (the TermLog record
+	// at TermsKey) may not have as they are now, oldest first: the
+	// holder's own, open, or ended by its hand-off, and any earlier term
+	// the holder has not written to the log yet (or could not read it to
+	// write). The lease's last terms are MergeTerms of the log's and
+	// these; a reader reads the status before the log (the holder drops a
+	// term from here only once the log it wrote holds it).
+	//
+	// Each holder adds its own term when it writes its first status and
+	// ends it with its hand-off, in the write that releases the lease: the
+	// hand-off's write carries this one term, not the whole log. A
+	// successor ends the previous one when it finds it still open (a
+	// fail-over), and writes the log once its term has begun.
 	Terms []Term `json:"terms,omitempty"`
 }
 
-// TermsLen is the number of terms a status keeps.
+// TermLog is the lease's last terms, oldest first, at most TermsLen,
+// written by each holder once its term has begun (and its first status
+// written), fenced by its token: the log it read, the terms of the status
+// it read (MergeTerms), and its own term, open. How a term ended, when its
+// holder handed off, is in the status until the next holder writes the log.
+type TermLog struct {
+	Lease   string    `json:"lease"`
+	Terms   []Term    `json:"terms"`
+	Updated time.Time `json:"updated"` // when it was written
+}
+
+// TermsLen is the number of terms a term log keeps.
 const TermsLen = 32
+
+// MergeTerms returns the lease's last terms from its term log's and its
+// status's (Status.Terms): a term in both once, by token, oldest first, at
+// most TermsLen. Where both have a term, the entry that says how it ended wins,
+// the status's when both do or neither does (the status is written later
+// in a term than the log).
+func MergeTerms(log, status []Term) []Term {
+	out := make([]Term, 0, len(log)+len(status))
+	out = append(out, log...)
+	for _, t := range status {
+		// Matched against the log's terms only: each record is taken as it
+		// is.
+		i := slices.IndexFunc(out[:len(log)], func(o Term) bool { return o.Token == t.Token })
+		switch {
+		case i < 0:
+			out = append(out, t)
+		case t.Ended != "" || out[i].Ended == "":
+			out[i] = t
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Term) int { return cmp.Compare(a.Token, b.Token) })
+	if n := len(out) - TermsLen; n > 0 {
+		out = out[n:]
+	}
+	return out
+}
 
 // How terms ended, in Term.Ended, besides the words of a revocation's
 // reason (simba.RevokeReason's String: "resigned", "member drained", …).
@@ -239,12 +291,12 @@ func Encode(v any) []byte {
 }
 
 // StatusEncoder encodes a holder's status records, as Encode does, but
-// encodes again only the terms of the log (most of a status: 32 terms
-// against a handful of fields) that changed since its last encoding: a
-// term appended, or ended in place, once a term, while the rest changes
-// with every run. A hand-off ends its term and encodes the status on its
-// path: one term encoded, not 32. The zero StatusEncoder is ready; it is
-// not safe for concurrent use.
+// encodes again only the terms (Status.Terms) that changed since its last
+// encoding: a term appended, or ended in place, once a term, while the
+// rest changes with every run. A status carries one term or two as a rule,
+// but up to TermsLen (32) when its holder could not write the term log,
+// and a hand-off encodes the status on its path. The zero StatusEncoder is
+// ready; it is not safe for concurrent use.
 type StatusEncoder struct {
 	terms   []Term   // the term log last encoded
 	parts   [][]byte // each term's encoding

@@ -3,6 +3,7 @@ package records
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -46,4 +47,42 @@ func TestStatusEncoderMatchesEncode(t *testing.T) {
 	check("a term in the middle changed")
 	st.Terms = nil
 	check("the log gone")
+}
+
+// TestMergeTerms: the lease's terms from its log and its status: each
+// once, the entry that says how it ended winning, by token, the last
+// TermsLen.
+func TestMergeTerms(t *testing.T) {
+	open := func(tok uint64) Term { return Term{Token: tok, Member: "n"} }
+	ended := func(tok uint64, how string) Term { return Term{Token: tok, Member: "n", Ended: how} }
+	tokens := func(ts []Term) (out []uint64) {
+		for _, t := range ts {
+			out = append(out, t.Token)
+		}
+		return out
+	}
+	got := MergeTerms([]Term{ended(1, "stopped"), open(3)}, []Term{ended(3, "resigned"), open(7)})
+	if want := []Term{ended(1, "stopped"), ended(3, "resigned"), open(7)}; !slices.Equal(got, want) {
+		t.Errorf("the status's end of a term the log has open: got %+v, want %+v", got, want)
+	}
+	got = MergeTerms([]Term{ended(3, EndedFailOver)}, []Term{open(3)})
+	if want := []Term{ended(3, EndedFailOver)}; !slices.Equal(got, want) {
+		t.Errorf("an open term in the status does not undo the log's end: got %+v, want %+v", got, want)
+	}
+	got = MergeTerms(nil, []Term{open(5), ended(2, "stopped")})
+	if want := []uint64{2, 5}; !slices.Equal(tokens(got), want) {
+		t.Errorf("by token: got %v, want %v", tokens(got), want)
+	}
+	var log, st []Term
+	for i := range uint64(TermsLen) {
+		log = append(log, ended(i+1, "stopped"))
+	}
+	st = []Term{ended(TermsLen, "moved"), open(TermsLen + 1)}
+	got = MergeTerms(log, st)
+	if len(got) != TermsLen || got[0].Token != 2 || got[TermsLen-2].Ended != "moved" || got[TermsLen-1] != open(TermsLen+1) {
+		t.Errorf("past TermsLen: the oldest dropped: got %+v", got)
+	}
+	if len(log) != TermsLen || log[TermsLen-1].Ended != "stopped" {
+		t.Errorf("MergeTerms changed its argument: %+v", log[TermsLen-1])
+	}
 }

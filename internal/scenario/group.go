@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"github.com/simba-go/simba/internal/assign"
 	"maps"
@@ -694,7 +695,18 @@ func (g *GroupScenario) termLogs(n *GroupNode) map[string][]records.Term {
 		if err := records.Decode(r.Value, &st); err != nil {
 			t.Fatalf("status of %s: %v", term.Name(), err)
 		}
-		logs[term.Name()] = st.Terms
+		// The term log after the status (see records.Status.Terms).
+		var log records.TermLog
+		switch r, err := sess.(backend.Records).GetRecord(ctx, records.TermsKey(term.Name())); {
+		case errors.Is(err, backend.ErrNoRecord):
+		case err != nil:
+			t.Fatalf("term log of %s: %v", term.Name(), err)
+		default:
+			if err := records.Decode(r.Value, &log); err != nil {
+				t.Fatalf("term log of %s: %v", term.Name(), err)
+			}
+		}
+		logs[term.Name()] = records.MergeTerms(log.Terms, st.Terms)
 	}
 	return logs
 }
