@@ -119,10 +119,6 @@ func (c *Client) openStatus(g *generation, term *Term, schedule string) *statusW
 		case <-term.revoked:
 		case <-g.ctx.Done():
 		}
-		// The term log is read beside the status: the first run's source
-		// and gap wait for both (see awaitOpened).
-		logRead := make(chan []records.Term, 1)
-		c.wg.Go(func() { logRead <- w.readLog(g) })
 		prev, err := w.readPrevious(g, records.StatusKey(ref.Election))
 		switch {
 		case err == nil:
@@ -151,9 +147,13 @@ func (c *Client) openStatus(g *generation, term *Term, schedule string) *statusW
 			w.addHistory(run)
 			w.st.LastRun = &run
 		}
-		if log := <-logRead; !w.logUnread {
-			w.st.Terms = records.MergeTerms(log, w.st.Terms)
-			w.logThrough, w.logDirty = lastEnded(log), true
+		// The term log after the status (see records.Status.Terms); the
+		// first run's source and gap wait for both (see awaitOpened).
+		if !w.unread {
+			if log := w.readLog(g); !w.logUnread {
+				w.st.Terms = records.MergeTerms(log, w.st.Terms)
+				w.logThrough, w.logDirty = lastEnded(log), true
+			}
 		}
 		if w.failOver {
 			w.st.Terms = endFailedOver(w.st.Terms, *w.st.Holder, term.start)
