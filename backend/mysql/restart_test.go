@@ -124,7 +124,10 @@ func (o *ownServer) noNewTerm(t *testing.T, what string) {
 // strictly before anyone else holds; the next term has a larger token.
 func TestServerRestart(t *testing.T) {
 	t.Parallel()
-	const ttl = 3 * time.Second
+	// A TTL long enough that the fast restart (a shutdown and a start of
+	// mariadbd, 0.57-0.67 s quiet, 1.5 s seen while the rest of the suite
+	// ran beside it) stays well under it on a loaded machine.
+	const ttl = 6 * time.Second
 	o := startOwnServer(t, ttl)
 	holder := o.log.Next("", opTimeout)
 	if holder == nil {
