@@ -158,6 +158,10 @@ func (c *Client) openStatus(g *generation, term *Term, schedule string) *statusW
 		if w.failOver {
 			w.st.Terms = endFailedOver(w.st.Terms, *w.st.Holder, term.start)
 		}
+		// A term the log has open, and the status does not: its holder
+		// wrote the log at its start but not its status, and ended without
+		// a hand-off (its hand-off would have ended it in the status).
+		endOpenTerms(w.st.Terms, ref.Token, term.start)
 		w.prevEnded = gapEnded(w.st.Terms)
 		w.st.Lease, w.st.Group, w.st.Partition, w.st.Schedule = ref.Election, ref.Group, ref.Partition, schedule
 		w.st.Holder = &records.Holder{Member: w.member, Session: g.sess.ID(), Token: ref.Token, Since: term.start}
@@ -770,6 +774,16 @@ func endTerm(terms []records.Term, token uint64, at time.Time, ended string) boo
 		}
 	}
 	return false
+}
+
+// endOpenTerms ends every open term of terms but own's, as a fail-over
+// at start (an upper bound of its end): every term before own's is over.
+func endOpenTerms(terms []records.Term, own uint64, start time.Time) {
+	for i := range terms {
+		if terms[i].Ended == "" && terms[i].Token != own {
+			terms[i].End, terms[i].Ended = start, records.EndedFailOver
+		}
+	}
 }
 
 // endFailedOver ends the term of prev, a holder that ended without a

@@ -332,3 +332,60 @@ func TestTermLogRecord(t *testing.T) {
 		})
 	}
 }
+
+// statusFailSession fails every write of a status record, as a session
+// whose backend is going away fails some of its requests.
+type statusFailSession struct {
+	backend.Session
+	backend.Records
+}
+
+func (s statusFailSession) PutRecord(ctx context.Context, key string, value []byte, cond backend.Condition) (backend.Record, error) {
+	if strings.HasPrefix(key, records.StatusPrefix) {
+		return backend.Record{}, fmt.Errorf("put record %q: %w", key, context.DeadlineExceeded)
+	}
+	return s.Records.PutRecord(ctx, key, value, cond)
+}
+
+// TestTermLogOpenTermFailedOver: a holder that wrote the term log at its
+// start but not its status, and ended without a hand-off (a crash), has
+// its term open in the log and absent from the status; its successor ends
+// it there as a fail-over, as it ends the holder a status names.
+func TestTermLogOpenTermFailedOver(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		h := newHistory()
+		ca, _ := node(t, b, "a", h, simba.WithMemberID("a"))
+		nb := b.Node("b")
+		cb, err := simba.New(wrapSessions{nb, func(s backend.Session) backend.Session {
+			return statusFailSession{Session: s, Records: s.(backend.Records)}
+		}}, simba.WithTTL(testTTL), simba.WithMemberID("b"), simba.WithLogger(scenario.Logger(t, "b")))
+		require.NoError(t, err)
+		defer closeAll(t, cb)
+
+		ta, err := ca.Election("e").RunWhileLeader(holdUntilRevoked("a", h))
+		require.NoError(t, err)
+		time.Sleep(time.Second)
+		ta.Stop()
+		<-ta.Done()
+		_, err = cb.Election("e").RunWhileLeader(holdUntilRevoked("b", h))
+		require.NoError(t, err)
+		time.Sleep(time.Second) // b writes the log; its status writes fail
+		crashed := time.Now()
+		nb.Crash()
+		_, err = ca.Election("e").RunWhileLeader(holdUntilRevoked("a", h))
+		require.NoError(t, err)
+		time.Sleep(3 * testTTL)
+
+		a := openAdmin(t, b)
+		st, err := a.Status(t.Context(), "e")
+		require.NoError(t, err)
+		require.Len(t, st.Terms, 3, "a's, b's and a's again: %+v", st.Terms)
+		bt := st.Terms[1]
+		assert.Equal(t, "b", bt.Member)
+		assert.Equal(t, records.EndedFailOver, bt.Ended, "b's term, open in the log, ended by its successor: %+v", st.Terms)
+		assert.True(t, bt.End.After(crashed) && bt.End.Equal(st.Terms[2].Start), "a fail-over ends at the successor's start: %+v", st.Terms)
+		assert.Empty(t, st.Terms[2].Ended, "a's term holds")
+	})
+}
