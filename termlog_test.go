@@ -201,17 +201,22 @@ func TestHealthRecordShowsASlowLink(t *testing.T) {
 	})
 }
 
-// termLogSession fails every read (reads) or write (!reads) of a term
-// log record, or the first writes while fails is positive, as a request
-// behind thousands of others times out.
+// termLogSession fails every read (reads) of a term log record, or the
+// writes while writeFails is positive, as a request behind thousands of
+// others times out; and holds its reads of status records while the gate
+// holds a channel, until it is closed.
 type termLogSession struct {
 	backend.Session
 	backend.Records
-	reads bool
-	fails *atomic.Int32 // nil: every one
+	reads      bool
+	writeFails *atomic.Int32
+	gate       *atomic.Pointer[chan struct{}]
 }
 
 func (s termLogSession) GetRecord(ctx context.Context, key string) (backend.Record, error) {
+	if ch := s.gate.Load(); ch != nil && strings.HasPrefix(key, records.StatusPrefix) {
+		<-*ch
+	}
 	if s.reads && strings.HasPrefix(key, records.TermsPrefix) {
 		return backend.Record{}, fmt.Errorf("get record %q: %w", key, context.DeadlineExceeded)
 	}
@@ -219,7 +224,7 @@ func (s termLogSession) GetRecord(ctx context.Context, key string) (backend.Reco
 }
 
 func (s termLogSession) PutRecord(ctx context.Context, key string, value []byte, cond backend.Condition) (backend.Record, error) {
-	if !s.reads && strings.HasPrefix(key, records.TermsPrefix) && (s.fails == nil || s.fails.Add(-1) >= 0) {
+	if strings.HasPrefix(key, records.TermsPrefix) && s.writeFails.Add(-1) >= 0 {
 		return backend.Record{}, fmt.Errorf("put record %q: %w", key, context.DeadlineExceeded)
 	}
 	return s.Records.PutRecord(ctx, key, value, cond)
@@ -242,27 +247,33 @@ func TestTermLogRecord(t *testing.T) {
 				defer b.Close()
 				h := newHistory()
 				ca, _ := node(t, b, "a", h, simba.WithMemberID("a"))
-				cb, _ := node(t, b, "b", h, simba.WithMemberID("b"))
-				if mode != "written" {
-					var fails *atomic.Int32
-					if mode == "b's first writes fail" {
-						fails = &atomic.Int32{}
-						fails.Store(2) // tried again within the term
-					}
-					f := wrapSessions{b.Node("b2"), func(s backend.Session) backend.Session {
-						return termLogSession{Session: s, Records: s.(backend.Records), reads: mode == "b cannot read it", fails: fails}
-					}}
-					var err error
-					cb, err = simba.New(f, simba.WithTTL(testTTL), simba.WithMemberID("b"), simba.WithLogger(scenario.Logger(t, "b")))
-					require.NoError(t, err)
-					defer closeAll(t, cb)
+				fails, gate := &atomic.Int32{}, &atomic.Pointer[chan struct{}]{}
+				switch mode {
+				case "b's first writes fail":
+					fails.Store(2) // tried again within the term
+				case "b cannot write it":
+					fails.Store(1 << 30)
 				}
+				f := wrapSessions{b.Node("b"), func(s backend.Session) backend.Session {
+					return termLogSession{Session: s, Records: s.(backend.Records), reads: mode == "b cannot read it", writeFails: fails, gate: gate}
+				}}
+				cb, err := simba.New(f, simba.WithTTL(testTTL), simba.WithMemberID("b"), simba.WithLogger(scenario.Logger(t, "b")))
+				require.NoError(t, err)
+				defer closeAll(t, cb)
 				var tokens []uint64
 				logs := mode == "written" || mode == "b's first writes fail" // both clients write the log
 				for i := range 40 {
 					c := ca
 					if i%2 == 1 {
 						c = cb
+					}
+					// The last term (b's) is handed off before it wrote
+					// either record: its status read is held until it is
+					// stopped.
+					short := i == 39
+					hold := make(chan struct{})
+					if short {
+						gate.Store(&hold)
 					}
 					terms := make(chan *simba.Term, 1)
 					task, err := c.Election("e").RunWhileLeader(func(ctx context.Context, term *simba.Term) error {
@@ -273,14 +284,17 @@ func TestTermLogRecord(t *testing.T) {
 					require.NoError(t, err)
 					term := <-terms
 					tokens = append(tokens, term.Token())
-					// The status and the log are read and written (a log read
-					// that fails is tried for 3 TTLs), but for the last term,
-					// handed off before it wrote either.
-					short := i == 39
 					if !short {
+						// The status and the log are read and written (a log
+						// read that fails is tried for 3 TTLs).
 						time.Sleep(4 * testTTL)
 					}
 					task.Stop()
+					if short {
+						synctest.Wait() // the hand-off waits for the status worker
+						gate.Store(nil)
+						close(hold)
+					}
 					<-task.Done()
 
 					s, err := b.Node("reader").Open(t.Context(), backend.SessionOptions{TTL: testTTL})
