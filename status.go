@@ -75,8 +75,7 @@ type statusWriter struct {
 	// The term log (records.TermLog): st.Terms is all of it, in memory;
 	// the status record carries only the terms after logThrough.
 	logDirty   bool                   // the log is to be written
-	logUnread  bool                   // the log could not be read: this term writes none
-	logThrough uint64                 // the last ended term in the log last written
+	logThrough uint64                 // the last ended term in the log last read or written
 	inflight   map[uint64]records.Run // the runs started and not ended, by seq
 
 	// What the previous holders left, set before opened is closed and
@@ -150,17 +149,16 @@ func (c *Client) openStatus(g *generation, term *Term, schedule string) *statusW
 		// The term log after the status (see records.Status.Terms); the
 		// first run's source and gap wait for both (see awaitOpened).
 		if !w.unread {
-			if log := w.readLog(g); !w.logUnread {
+			if log, ok := w.readLog(g); ok {
 				w.st.Terms = records.MergeTerms(log, w.st.Terms)
 				w.logThrough, w.logDirty = lastEnded(log), true
 			}
 		}
-		if w.failOver {
-			w.st.Terms = endFailedOver(w.st.Terms, *w.st.Holder, term.start)
+		if w.failOver && !slices.ContainsFunc(w.st.Terms, func(t records.Term) bool { return t.Token == w.st.Holder.Token }) {
+			// A holder missing from the log (written before there was one).
+			prev := w.st.Holder
+			w.st.Terms = appendTerm(w.st.Terms, records.Term{Token: prev.Token, Member: prev.Member, Start: prev.Since})
 		}
-		// A term the log has open, and the status does not: its holder
-		// wrote the log at its start but not its status, and ended without
-		// a hand-off (its hand-off would have ended it in the status).
 		endOpenTerms(w.st.Terms, ref.Token, term.start)
 		w.prevEnded = gapEnded(w.st.Terms)
 		w.st.Lease, w.st.Group, w.st.Partition, w.st.Schedule = ref.Election, ref.Group, ref.Partition, schedule
@@ -196,28 +194,28 @@ func (w *statusWriter) readPrevious(g *generation, key string) (backend.Record, 
 // readLog reads the lease's term log (records.TermLog) as readPrevious
 // reads the status, and returns its terms: none when there is no log, or
 // when it is unreadable (the log written at this term's start replaces
-// it). When the read fails, it sets logUnread: this term writes no log,
+// it). It returns false when the read failed: this term writes no log,
 // and its status carries the terms the log may lack.
-func (w *statusWriter) readLog(g *generation) []records.Term {
+func (w *statusWriter) readLog(g *generation) ([]records.Term, bool) {
 	key := records.TermsKey(w.term.ref.Election)
 	r, err := w.readPrevious(g, key)
 	switch {
 	case err == nil:
 		var log records.TermLog
 		if err := records.Decode(r.Value, &log); err == nil {
-			return log.Terms
+			return log.Terms, true
 		}
 		w.c.log.Warn("unreadable term log record; starting afresh", "election", w.term.ref.Election, "err", err)
 	case errors.Is(err, backend.ErrNoRecord):
 	case errors.As(err, new(*backend.MalformedError)):
 		w.c.log.Warn("unreadable term log record; starting afresh", "election", w.term.ref.Election, "err", err)
 	default:
-		w.logUnread = true
 		if g.ctx.Err() == nil && !w.revoked() {
 			w.c.log.Warn("reading the term log record failed; the status carries the terms", "election", w.term.ref.Election, "err", err)
 		}
+		return nil, false
 	}
-	return nil
+	return nil, true
 }
 
 // readStatusPeriods bounds the time readPrevious takes, in renewal periods.
@@ -763,35 +761,26 @@ func appendTerm(terms []records.Term, t records.Term) []records.Term {
 
 // endTerm ends the open entry of token in the term log, if there is one:
 // at, for the reason ended.
-func endTerm(terms []records.Term, token uint64, at time.Time, ended string) bool {
+func endTerm(terms []records.Term, token uint64, at time.Time, ended string) {
 	for i := len(terms) - 1; i >= 0; i-- {
 		if t := &terms[i]; t.Token == token {
-			if t.Ended != "" {
-				return true
+			if t.Ended == "" {
+				t.End, t.Ended = at, ended
 			}
-			t.End, t.Ended = at, ended
-			return true
+			return
 		}
 	}
-	return false
 }
 
 // endOpenTerms ends every open term of terms but own's, as a fail-over
-// at start (an upper bound of its end): every term before own's is over.
+// at start (an upper bound of its end): every term before own's is over,
+// and one still open ended without a hand-off (which would have ended it
+// in the status): the holder the previous status names, or one that wrote
+// the log at its start but never its status.
 func endOpenTerms(terms []records.Term, own uint64, start time.Time) {
 	for i := range terms {
 		if terms[i].Ended == "" && terms[i].Token != own {
 			terms[i].End, terms[i].Ended = start, records.EndedFailOver
 		}
 	}
-}
-
-// endFailedOver ends the term of prev, a holder that ended without a
-// hand-off, at the successor's start: an upper bound of its end. A holder
-// missing from the log (written before there was one) is added.
-func endFailedOver(terms []records.Term, prev records.Holder, start time.Time) []records.Term {
-	if endTerm(terms, prev.Token, start, records.EndedFailOver) {
-		return terms
-	}
-	return appendTerm(terms, records.Term{Token: prev.Token, Member: prev.Member, Start: prev.Since, End: start, Ended: records.EndedFailOver})
 }

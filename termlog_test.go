@@ -347,20 +347,6 @@ func TestTermLogRecord(t *testing.T) {
 	}
 }
 
-// statusFailSession fails every write of a status record, as a session
-// whose backend is going away fails some of its requests.
-type statusFailSession struct {
-	backend.Session
-	backend.Records
-}
-
-func (s statusFailSession) PutRecord(ctx context.Context, key string, value []byte, cond backend.Condition) (backend.Record, error) {
-	if strings.HasPrefix(key, records.StatusPrefix) {
-		return backend.Record{}, fmt.Errorf("put record %q: %w", key, context.DeadlineExceeded)
-	}
-	return s.Records.PutRecord(ctx, key, value, cond)
-}
-
 // TestTermLogOpenTermFailedOver: a holder that wrote the term log at its
 // start but not its status, and ended without a hand-off (a crash), has
 // its term open in the log and absent from the status; its successor ends
@@ -371,12 +357,9 @@ func TestTermLogOpenTermFailedOver(t *testing.T) {
 		defer b.Close()
 		h := newHistory()
 		ca, _ := node(t, b, "a", h, simba.WithMemberID("a"))
-		nb := b.Node("b")
-		cb, err := simba.New(wrapSessions{nb, func(s backend.Session) backend.Session {
-			return statusFailSession{Session: s, Records: s.(backend.Records)}
-		}}, simba.WithTTL(testTTL), simba.WithMemberID("b"), simba.WithLogger(scenario.Logger(t, "b")))
-		require.NoError(t, err)
+		cb := flakyClient(t, b, "b", 0, 1<<30) // its status (and history) writes fail
 		defer closeAll(t, cb)
+		nb := b.Node("b")
 
 		ta, err := ca.Election("e").RunWhileLeader(holdUntilRevoked("a", h))
 		require.NoError(t, err)
@@ -401,5 +384,36 @@ func TestTermLogOpenTermFailedOver(t *testing.T) {
 		assert.Equal(t, records.EndedFailOver, bt.Ended, "b's term, open in the log, ended by its successor: %+v", st.Terms)
 		assert.True(t, bt.End.After(crashed) && bt.End.Equal(st.Terms[2].Start), "a fail-over ends at the successor's start: %+v", st.Terms)
 		assert.Empty(t, st.Terms[2].Ended, "a's term holds")
+	})
+}
+
+// TestTermLogAddsAMissingHolder: a status that names a holder its terms
+// and the log lack (written before either carried terms) gets that
+// holder's term, ended as a fail-over at its successor's start.
+func TestTermLogAddsAMissingHolder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		s, err := b.Node("old").Open(t.Context(), backend.SessionOptions{TTL: testTTL})
+		require.NoError(t, err)
+		since := time.Now().Add(-time.Minute)
+		old := records.Status{Lease: "e", Partition: -1, Holder: &records.Holder{Member: "z", Session: "z-1", Token: 0, Since: since}}
+		_, err = s.(backend.Records).PutRecord(t.Context(), records.StatusKey("e"), records.Encode(old), backend.Condition{})
+		require.NoError(t, err)
+		require.NoError(t, s.Close(t.Context()))
+
+		h := newHistory()
+		ca, _ := node(t, b, "a", h, simba.WithMemberID("a"))
+		_, err = ca.Election("e").RunWhileLeader(holdUntilRevoked("a", h))
+		require.NoError(t, err)
+		time.Sleep(time.Second)
+
+		st, err := openAdmin(t, b).Status(t.Context(), "e")
+		require.NoError(t, err)
+		require.Len(t, st.Terms, 2, "z's and a's: %+v", st.Terms)
+		z, a := st.Terms[0], st.Terms[1]
+		assert.True(t, z.Member == "z" && z.Start.Equal(since) && z.Ended == records.EndedFailOver && z.End.Equal(a.Start),
+			"z's term, added and ended at a's start: %+v", st.Terms)
+		assert.True(t, a.Member == "a" && a.Ended == "", "a's term holds: %+v", st.Terms)
 	})
 }
