@@ -63,7 +63,10 @@ func TestLostEndsValidityBeforeOnLostReturns(t *testing.T) {
 }
 
 // afterLostSession wraps the leases it acquires so that after runs right
-// after the client's OnLost function, on the backend's goroutine.
+// after the client's OnLost function, on the backend's goroutine, and when
+// the lease is lost even if the client withdrew its function first (a
+// revoke for the session's end, seen before the lease's loss, does so):
+// the term must not be valid then either.
 type afterLostSession struct {
 	backend.Session
 	after func()
@@ -88,5 +91,7 @@ type afterLostLease struct {
 }
 
 func (l *afterLostLease) OnLost(f func()) (stop func() bool) {
-	return l.n.OnLost(func() { f(); l.after() })
+	stop = l.n.OnLost(f)
+	l.n.OnLost(l.after) // after f, which it registered first; not withdrawn with it
+	return stop
 }
