@@ -38,9 +38,13 @@ type Fleet struct {
 
 	mu      sync.Mutex
 	holders map[string]Holding // by lease, from Elected and Revoked
-	terms   []Term             // every term won, in order, from Elected and Revoked
-	runs    []Run
-	nodes   map[string]*simba.Client
+	// latest is the largest token each lease was won with: the clients
+	// publish their events each on a goroutine of its own, so a term's
+	// Elected may come after its successor's, and must not replace it.
+	latest map[string]uint64
+	terms  []Term // every term won, in order, from Elected and Revoked
+	runs   []Run
+	nodes  map[string]*simba.Client
 }
 
 // Holding is a term a node holds.
@@ -67,7 +71,7 @@ type Run struct {
 func NewFleet(t testing.TB) *Fleet {
 	return &Fleet{
 		t: t, Partitions: 8, digestEvery: 2 * time.Second, billingEvery: 2 * time.Second,
-		holders: map[string]Holding{}, nodes: map[string]*simba.Client{},
+		holders: map[string]Holding{}, latest: map[string]uint64{}, nodes: map[string]*simba.Client{},
 	}
 }
 
@@ -137,7 +141,10 @@ func (f *Fleet) event(member string, e simba.Event) {
 	defer f.mu.Unlock()
 	switch e := e.(type) {
 	case simba.Elected:
-		f.holders[e.Election] = Holding{Member: member, Token: e.Token}
+		if e.Token > f.latest[e.Election] {
+			f.latest[e.Election] = e.Token
+			f.holders[e.Election] = Holding{Member: member, Token: e.Token}
+		}
 		f.terms = append(f.terms, Term{Lease: e.Election, Member: member, Token: e.Token})
 	case simba.Revoked:
 		if f.holders[e.Election].Token == e.Token {
