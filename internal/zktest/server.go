@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -27,10 +28,22 @@ admin.enableServer=false
 4lw.commands.whitelist=srvr,ruok
 `
 
-// jvmFlags are the Java options the server runs with: a small heap, and
-// empty container znodes deleted every second instead of every minute.
-var jvmFlags = []string{
-	"-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+// jvmFlags are the Java options a test's server runs with, chosen for
+// its start-up time: a small heap, the serial collector, and the C1
+// compiler only (scripts/with-zookeeper.sh starts its server so too).
+var jvmFlags = []string{"-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"}
+
+// DeployedJVM are the Java options of a server run as operators run it:
+// Debian's package passes none (the JVM's defaults: tiered compilation up
+// to C2, the G1 collector), and upstream's zkServer.sh a heap of 1000 MB.
+// Benchmarks that compare hand-off times use them (see
+// [StartDeployedServer]).
+var DeployedJVM = []string{"-Xmx1000m"}
+
+// serverProperties are the system properties every server runs with: no
+// admin server, and empty container znodes deleted every second instead
+// of every minute.
+var serverProperties = []string{
 	"-Dzookeeper.admin.enableServer=false",
 	"-Dznode.container.checkIntervalMs=1000",
 }
@@ -48,7 +61,8 @@ type Server struct {
 	t       testing.TB
 	java    string
 	cp      string
-	jvm     []string // Java options after jvmFlags
+	flags   []string // the JVM's options: jvmFlags when nil
+	jvm     []string // Java options after the JVM's
 	main    string   // the main class; standalone when ""
 	dir     string
 	cmd     *exec.Cmd
@@ -88,6 +102,20 @@ func Installation() (java, classpath string, err error) {
 func StartServer(t testing.TB, extra ...string) *Server {
 	t.Helper()
 	s := newServer(t)
+	s.configure(extra)
+	t.Cleanup(s.Stop)
+	s.Start()
+	return s
+}
+
+// StartDeployedServer is [StartServer] for a server whose JVM runs as
+// deployed ([DeployedJVM]) instead of with the tests' options, which
+// favour start-up time over the speed of the code it runs: for
+// benchmarks. It starts in a few seconds more.
+func StartDeployedServer(t testing.TB, extra ...string) *Server {
+	t.Helper()
+	s := newServer(t)
+	s.flags = DeployedJVM
 	s.configure(extra)
 	t.Cleanup(s.Stop)
 	s.Start()
@@ -170,7 +198,11 @@ func (s *Server) launch() {
 	if main == "" {
 		main = standaloneMain
 	}
-	args := append(append(append([]string{}, jvmFlags...), s.jvm...), "-cp", s.cp, main, filepath.Join(s.dir, "zoo.cfg"))
+	flags := s.flags
+	if flags == nil {
+		flags = jvmFlags
+	}
+	args := slices.Concat(flags, serverProperties, s.jvm, []string{"-cp", s.cp, main, filepath.Join(s.dir, "zoo.cfg")})
 	cmd := exec.Command(s.java, args...)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {

@@ -11,6 +11,7 @@ import (
 	"path"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -26,8 +27,13 @@ import (
 	"github.com/simba-go/simba/tests/internal/handoffbench"
 )
 
-// benchEnv turns on TestBenchmarkZooKeeper.
-const benchEnv = "SIMBA_ZK_BENCH"
+// benchEnv turns on TestBenchmarkZooKeeper; serverEnv and warmEnv choose
+// the server of its hand-offs (see TestBenchmarkZooKeeper).
+const (
+	benchEnv  = "SIMBA_ZK_BENCH"
+	serverEnv = "SIMBA_ZK_BENCH_SERVER"
+	warmEnv   = "SIMBA_ZK_BENCH_WARM"
+)
 
 // TestBenchmarkZooKeeper measures, in one run on one server, the graceful
 // hand-off of simba (status records on, as by default, and off) against
@@ -45,6 +51,13 @@ const benchEnv = "SIMBA_ZK_BENCH"
 // SIMBA_ZK_BENCH=all adds the hand-offs on a server that does not wait for
 // its disk (forceSync=no) and simba's fail-over after a SIGKILL; or name
 // the sections, comma-separated: handoff, nosync, blackhole, crash.
+//
+// The hand-offs run on the server of scripts/with-zookeeper.sh, whose JVM
+// is set for the tests' start-up time (C1 only, the serial collector),
+// unless SIMBA_ZK_BENCH_SERVER=deployed: then on a server of their own
+// whose JVM runs as deployed (zktest.DeployedJVM). SIMBA_ZK_BENCH_WARM=n
+// first has the server run n rounds of the hand-offs' requests (see
+// warmServer), as a server that has run for a while has.
 func TestBenchmarkZooKeeper(t *testing.T) {
 	if os.Getenv(benchEnv) == "" {
 		t.Skipf("set %s=1 to run the benchmarks", benchEnv)
@@ -54,7 +67,23 @@ func TestBenchmarkZooKeeper(t *testing.T) {
 	var report strings.Builder
 	fmt.Fprintf(&report, "ZooKeeper server (Debian's package, standalone), loopback, GOMAXPROCS %d, load average at the start %s. %s\n\n", runtime.GOMAXPROCS(0), handoffbench.LoadAverage(), handoffbench.Busy(t))
 	if section("handoff", true) {
-		benchHandOffs(t, addr, root, "forceSync=yes", &report)
+		haddr, hroot := addr, root
+		if v := os.Getenv(serverEnv); v == "deployed" {
+			srv := zktest.StartDeployedServer(t)
+			haddr, hroot = srv.Addr, zktest.Root(t, srv.Addr)
+			fmt.Fprintf(&report, "Hand-offs on a server of their own, its JVM as deployed (%s).\n\n", strings.Join(zktest.DeployedJVM, " "))
+		} else if v != "" {
+			t.Fatalf("%s=%q: want deployed, or nothing for the server of scripts/with-zookeeper.sh", serverEnv, v)
+		}
+		if v := os.Getenv(warmEnv); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				t.Fatalf("%s=%q: want a number of rounds", warmEnv, v)
+			}
+			took := warmServer(t, haddr, hroot, n)
+			fmt.Fprintf(&report, "Server warmed up by %d rounds in %v.\n\n", n, took.Round(time.Millisecond))
+		}
+		benchHandOffs(t, haddr, hroot, "forceSync=yes", &report)
 	}
 	if section("nosync", false) {
 		// A server that does not wait for its disk: what is left is the
