@@ -49,10 +49,11 @@ const (
 //	cd tests && SIMBA_ZK_BENCH=1 ../scripts/with-zookeeper.sh go test -run '^TestBenchmarkZooKeeper$' -v -count=1 -timeout 30m ./bench/zookeeper/
 //
 // SIMBA_ZK_BENCH=all adds the hand-offs on a server that does not wait for
-// its disk (forceSync=no) and simba's fail-over after a SIGKILL; or name
-// the sections, comma-separated: handoff, nosync, blackhole, crash.
+// its disk (forceSync=no), simba's fail-over after a SIGKILL, and the
+// release alone as the server applies it (benchMulti); or name the
+// sections, comma-separated: handoff, nosync, blackhole, crash, multi.
 //
-// The hand-offs run on the server of scripts/with-zookeeper.sh, whose JVM
+// The hand-offs (and the release alone) run on the server of scripts/with-zookeeper.sh, whose JVM
 // is set for the tests' start-up time (C1 only, the serial collector),
 // unless SIMBA_ZK_BENCH_SERVER=deployed: then on a server of their own
 // whose JVM runs as deployed (zktest.DeployedJVM). SIMBA_ZK_BENCH_WARM=n
@@ -66,7 +67,7 @@ func TestBenchmarkZooKeeper(t *testing.T) {
 	root := zktest.Root(t, addr)
 	var report strings.Builder
 	fmt.Fprintf(&report, "ZooKeeper server (Debian's package, standalone), loopback, GOMAXPROCS %d, load average at the start %s. %s\n\n", runtime.GOMAXPROCS(0), handoffbench.LoadAverage(), handoffbench.Busy(t))
-	if section("handoff", true) {
+	if section("handoff", true) || section("multi", false) {
 		haddr, hroot := addr, root
 		if v := os.Getenv(serverEnv); v == "deployed" {
 			srv := zktest.StartDeployedServer(t)
@@ -83,7 +84,12 @@ func TestBenchmarkZooKeeper(t *testing.T) {
 			took := warmServer(t, haddr, hroot, n)
 			fmt.Fprintf(&report, "Server warmed up by %d rounds in %v.\n\n", n, took.Round(time.Millisecond))
 		}
-		benchHandOffs(t, haddr, hroot, "forceSync=yes", &report)
+		if section("handoff", true) {
+			benchHandOffs(t, haddr, hroot, "forceSync=yes", &report)
+		}
+		if section("multi", false) {
+			benchMulti(t, haddr, hroot, &report)
+		}
 	}
 	if section("nosync", false) {
 		// A server that does not wait for its disk: what is left is the
