@@ -80,7 +80,7 @@ type Server struct {
 	mu         sync.Mutex
 	root       string   // the root user's password once EnableAuth ran
 	proc       *process // nil while stopped
-	clientHost string   // "127.0.0.1:port", fixed at the first start
+	clientHost string   // "127.0.0.1:port", behind front: another after a Restart that found it taken
 	peerHost   string
 	closed     bool
 }
@@ -140,20 +140,8 @@ func newServer(dir string, report func(string), opts ...Option) (*Server, error)
 	for _, o := range opts {
 		o(&s.cfg)
 	}
-	for try := 1; ; try++ {
-		if s.clientHost, err = freeAddr(); err != nil {
-			return nil, err
-		}
-		if s.peerHost, err = freeAddr(); err != nil {
-			return nil, err
-		}
-		s.proc, err = s.launch()
-		if err == nil {
-			break
-		}
-		if try == startTries || !strings.Contains(err.Error(), "address already in use") {
-			return nil, err
-		}
+	if s.proc, err = s.launchOnFreePorts(true); err != nil {
+		return nil, err
 	}
 	front, err := faultproxy.New(s.clientHost)
 	if err != nil {
@@ -162,6 +150,32 @@ func newServer(dir string, report func(string), opts ...Option) (*Server, error)
 	}
 	s.front = front
 	return s, nil
+}
+
+// launchOnFreePorts launches the server (see launch), on free ports first
+// if pick, else on its ports, and again on other free ports, up to
+// startTries times in all, while it fails because another process took
+// one of them before the server listened on it: a listener of another
+// test, or the source port of any connection, which the kernel picks from
+// the same range (so a port a stopped server leaves may be gone when it
+// restarts).
+func (s *Server) launchOnFreePorts(pick bool) (*process, error) {
+	for try := 1; ; try++ {
+		if pick {
+			var err error
+			if s.clientHost, err = freeAddr(); err != nil {
+				return nil, err
+			}
+			if s.peerHost, err = freeAddr(); err != nil {
+				return nil, err
+			}
+		}
+		p, err := s.launch()
+		if err == nil || try == startTries || !strings.Contains(err.Error(), "address already in use") {
+			return p, err
+		}
+		pick = true
+	}
 }
 
 // freeAddr returns 127.0.0.1 and a port that was free a moment ago.
@@ -246,6 +260,7 @@ func (s *Server) launch() (*process, error) {
 		return nil, fmt.Errorf("etcdtest: starting %s: %w", s.bin, err)
 	}
 	p := &process{cmd: cmd, exited: make(chan struct{})}
+	client := s.clientHost // which a later Restart may change
 	go func() {
 		err := cmd.Wait()
 		reaped()
@@ -254,7 +269,7 @@ func (s *Server) launch() (*process, error) {
 		// (a Restart) finds the process exited.
 		close(p.exited)
 		if unexpected {
-			s.report(fmt.Sprintf("etcdtest: etcd on %s (%s) exited while nobody stopped it (%v); %s", s.clientHost, s.dir, err, s.logTail()))
+			s.report(fmt.Sprintf("etcdtest: etcd on %s (%s) exited while nobody stopped it (%v); %s", client, s.dir, err, s.logTail()))
 		}
 	}()
 	deadline := time.Now().Add(startTimeout)
@@ -375,7 +390,9 @@ func (s *Server) Stop() {
 }
 
 // Restart starts the stopped server again on the same data, member name and
-// addresses, and waits until it is ready. It does nothing if the server is
+// addresses, and waits until it is ready; if another process took one of
+// its ports meanwhile, it listens on others, behind the same
+// [Server.Endpoints] ([Server.DirectEndpoints] then changes). It does nothing if the server is
 // running; a server whose process exited by itself is started again.
 func (s *Server) Restart() error {
 	s.mu.Lock()
@@ -392,11 +409,12 @@ func (s *Server) Restart() error {
 			return nil
 		}
 	}
-	p, err := s.launch()
+	p, err := s.launchOnFreePorts(false)
 	if err != nil {
 		return err
 	}
 	s.proc = p
+	s.front.Retarget(s.clientHost) // the same, unless its port was taken
 	s.front.Accept()
 	return nil
 }

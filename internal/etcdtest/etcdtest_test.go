@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -184,6 +185,36 @@ func TestStartStopRestart(t *testing.T) {
 	}
 	if !strings.Contains(srv.Log(), "--unsafe-no-fsync") {
 		t.Errorf("the server runs with fsync: its log's command lines:\n%s", srv.Log())
+	}
+}
+
+// TestRestartWhenItsPortWasTaken: a server whose client port another
+// process took while it was stopped restarts on another, behind the same
+// endpoint, with its data.
+func TestRestartWhenItsPortWasTaken(t *testing.T) {
+	srv := etcdtest.Start(t)
+	g := newGateway(t, srv)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if _, err := g.put(ctx, "/k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	direct := srv.DirectEndpoints()[0]
+	srv.Stop()
+	l, err := net.Listen("tcp", direct)
+	if err != nil {
+		t.Fatalf("taking the stopped server's port: %v", err)
+	}
+	defer l.Close()
+	if err := srv.Restart(); err != nil {
+		t.Fatalf("restart with its port %s taken: %v", direct, err)
+	}
+	if moved := srv.DirectEndpoints()[0]; moved == direct {
+		t.Fatalf("restarted on %s, a port another process listens on", moved)
+	}
+	value, found, _, err := g.get(ctx, "/k")
+	if err != nil || !found || value != "v" {
+		t.Fatalf("after the restart, through the same endpoint: /k = %q (found %v), %v; want v", value, found, err)
 	}
 }
 

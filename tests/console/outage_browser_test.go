@@ -223,7 +223,7 @@ func TestEtcdServerProcess(t *testing.T) {
 	}
 	srv, err := etcdtest.New(dir)
 	if err != nil {
-		fmt.Printf("%serror %v\n", etcdProcessMarker, err)
+		fmt.Printf("%serror %s\n", etcdProcessMarker, oneLine(err))
 		t.Fatal(err)
 	}
 	defer srv.Close()
@@ -236,13 +236,18 @@ func TestEtcdServerProcess(t *testing.T) {
 			fmt.Printf("%sstopped\n", etcdProcessMarker)
 		case "restart":
 			if err := srv.Restart(); err != nil {
-				fmt.Printf("%serror %v\n", etcdProcessMarker, err)
+				fmt.Printf("%serror %s\n", etcdProcessMarker, oneLine(err))
 				continue
 			}
 			fmt.Printf("%srestarted\n", etcdProcessMarker)
 		}
 	}
 }
+
+// oneLine is err's message on one line (the parent reads one line per
+// answer), its line breaks as " | ", so that an error that ends with the
+// server's log says it all.
+func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", " | ") }
 
 // etcdProcess is a running TestEtcdServerProcess.
 type etcdProcess struct {
