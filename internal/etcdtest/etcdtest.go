@@ -392,8 +392,9 @@ func (s *Server) Stop() {
 // Restart starts the stopped server again on the same data, member name and
 // addresses, and waits until it is ready; if another process took one of
 // its ports meanwhile, it listens on others, behind the same
-// [Server.Endpoints] ([Server.DirectEndpoints] then changes). It does nothing if the server is
-// running; a server whose process exited by itself is started again.
+// [Server.Endpoints] ([Server.DirectEndpoints] then changes). It does
+// nothing if the server is running; a server whose process exited by
+// itself is started again.
 func (s *Server) Restart() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

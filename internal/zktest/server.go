@@ -101,11 +101,7 @@ func Installation() (java, classpath string, err error) {
 // under SIMBA_REQUIRE_SERVERS=1).
 func StartServer(t testing.TB, extra ...string) *Server {
 	t.Helper()
-	s := newServer(t)
-	s.configure(extra)
-	t.Cleanup(s.Stop)
-	s.Start()
-	return s
+	return startServer(t, nil, extra)
 }
 
 // StartDeployedServer is [StartServer] for a server whose JVM runs as
@@ -114,8 +110,15 @@ func StartServer(t testing.TB, extra ...string) *Server {
 // benchmarks. It starts in a few seconds more.
 func StartDeployedServer(t testing.TB, extra ...string) *Server {
 	t.Helper()
+	return startServer(t, DeployedJVM, extra)
+}
+
+// startServer is StartServer with the JVM's options flags (jvmFlags when
+// nil).
+func startServer(t testing.TB, flags, extra []string) *Server {
+	t.Helper()
 	s := newServer(t)
-	s.flags = DeployedJVM
+	s.flags = flags
 	s.configure(extra)
 	t.Cleanup(s.Stop)
 	s.Start()

@@ -53,10 +53,11 @@ const (
 // release alone as the server applies it (benchMulti); or name the
 // sections, comma-separated: handoff, nosync, blackhole, crash, multi.
 //
-// The hand-offs (and the release alone) run on the server of scripts/with-zookeeper.sh, whose JVM
-// is set for the tests' start-up time (C1 only, the serial collector),
-// unless SIMBA_ZK_BENCH_SERVER=deployed: then on a server of their own
-// whose JVM runs as deployed (zktest.DeployedJVM). SIMBA_ZK_BENCH_WARM=n
+// The hand-offs (and the release alone) run on the server of
+// scripts/with-zookeeper.sh, whose JVM is set for the tests' start-up
+// time (C1 only, the serial collector), unless
+// SIMBA_ZK_BENCH_SERVER=deployed: then on a server of their own whose JVM
+// runs as deployed (zktest.DeployedJVM). SIMBA_ZK_BENCH_WARM=n
 // first has the server run n rounds of the hand-offs' requests (see
 // warmServer), as a server that has run for a while has.
 func TestBenchmarkZooKeeper(t *testing.T) {
