@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,6 +20,8 @@ import (
 	"github.com/simba-go/simba/internal/certs"
 	"github.com/simba-go/simba/internal/faultproxy"
 	"github.com/simba-go/simba/internal/proc"
+
+	"github.com/simba-go/simba/internal/servers"
 )
 
 const (
@@ -163,10 +164,10 @@ func (s *Server) launchOnFreePorts(pick bool) (*process, error) {
 	for try := 1; ; try++ {
 		if pick {
 			var err error
-			if s.clientHost, err = freeAddr(); err != nil {
+			if s.clientHost, err = servers.FreeAddr(); err != nil {
 				return nil, err
 			}
-			if s.peerHost, err = freeAddr(); err != nil {
+			if s.peerHost, err = servers.FreeAddr(); err != nil {
 				return nil, err
 			}
 		}
@@ -176,16 +177,6 @@ func (s *Server) launchOnFreePorts(pick bool) (*process, error) {
 		}
 		pick = true
 	}
-}
-
-// freeAddr returns 127.0.0.1 and a port that was free a moment ago.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("etcdtest: finding a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 func (s *Server) scheme() string {

@@ -34,6 +34,8 @@ import (
 	"github.com/simba-go/simba/internal/certs"
 	"github.com/simba-go/simba/internal/etcdtest"
 	"github.com/simba-go/simba/internal/sigstop"
+
+	"github.com/simba-go/simba/internal/servers"
 )
 
 // Environment variables read by the package.
@@ -242,15 +244,16 @@ func writeServiceAccountKeys(dir string) (keyFile, pubFile string, err error) {
 	return keyFile, pubFile, nil
 }
 
-// freeAddr returns 127.0.0.1 and a port that was free a moment ago.
+// freeAddr returns 127.0.0.1 and a port that was free a moment ago,
+// below the kernel's ephemeral range (servers.FreePort): a server
+// restarts on its port.
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	a, err := servers.FreeAddr()
 	if err != nil {
 		t.Fatalf("kubetest: finding a free port: %v", err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return a
 }
 
 // Addr returns the host:port of the server's secure port, the same across

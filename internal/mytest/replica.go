@@ -20,6 +20,8 @@ import (
 
 	"github.com/simba-go/simba/internal/await"
 	"github.com/simba-go/simba/internal/faultproxy"
+
+	"github.com/simba-go/simba/internal/servers"
 )
 
 // Mode is how a primary waits for a [Replica] when it commits.
@@ -155,15 +157,15 @@ func (s *Server) setUpPrimary() {
 // launchAll starts servers of new datadirs (see launch) at once, each on
 // a free port (trying three), failing the test if one does not start; the
 // test's clean-up kills them.
-func launchAll(t testing.TB, servers ...*Server) {
+func launchAll(t testing.TB, all ...*Server) {
 	t.Helper()
-	errs := make([]error, len(servers))
+	errs := make([]error, len(all))
 	var wg sync.WaitGroup
-	for i, s := range servers {
+	for i, s := range all {
 		t.Cleanup(s.kill)
 		wg.Go(func() {
 			for attempt := 1; attempt <= 3; attempt++ {
-				port, err := freePort()
+				port, err := servers.FreePort()
 				if err != nil {
 					errs[i] = fmt.Errorf("finding a free port: %w", err)
 					return

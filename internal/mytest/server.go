@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -225,7 +224,7 @@ func (s *Server) launch() {
 	s.t.Cleanup(s.kill)
 	for attempt := 1; ; attempt++ {
 		var err error
-		s.port, err = freePort()
+		s.port, err = servers.FreePort()
 		if err != nil {
 			s.t.Fatalf("mytest: finding a free port: %v", err)
 		}
@@ -238,16 +237,6 @@ func (s *Server) launch() {
 			s.t.Fatalf("mytest: the server did not start: %v", err)
 		}
 	}
-}
-
-// freePort returns a port that was free on 127.0.0.1 a moment ago.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // Addr returns the server's address, "127.0.0.1:port".

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/simba-go/simba/internal/servers"
 )
 
 // Pooler is a PgBouncer of one test's own in pool_mode=transaction, in
@@ -95,7 +97,7 @@ func StartPooler(t testing.TB, dsn string) *Pooler {
 		target += " password=" + iniValue(srv.Password)
 	}
 	for attempt := 1; ; attempt++ {
-		if p.port, err = freePort(); err != nil {
+		if p.port, err = servers.FreePort(); err != nil {
 			t.Fatalf("pgtest: %v", err)
 		}
 		ini := strings.Join([]string{

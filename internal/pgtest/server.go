@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -20,6 +19,8 @@ import (
 
 	"github.com/simba-go/simba/internal/certs"
 	"github.com/simba-go/simba/internal/sigstop"
+
+	"github.com/simba-go/simba/internal/servers"
 )
 
 // Server is a PostgreSQL server of one test's own, for the faults that
@@ -190,7 +191,7 @@ func (s *Server) launch() {
 	s.t.Cleanup(s.kill)
 	for attempt := 1; ; attempt++ {
 		var err error
-		s.port, err = freePort()
+		s.port, err = servers.FreePort()
 		if err != nil {
 			s.t.Fatalf("pgtest: %v", err)
 		}
@@ -280,16 +281,6 @@ func (s *Server) Exec(sql string, args ...any) {
 }
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-
-// freePort returns a port that was free on 127.0.0.1 a moment ago.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
 
 // Addr returns the server's address, "127.0.0.1:port".
 func (s *Server) Addr() string { return fmt.Sprintf("127.0.0.1:%d", s.port) }

@@ -7,10 +7,13 @@
 package servers
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -43,4 +46,83 @@ func UniqueName(t testing.TB) string {
 		n = n[len(n)-40:]
 	}
 	return fmt.Sprintf("t_%s_%08x", strings.Trim(n, "_"), rand.Uint32())
+}
+
+// Ports below lowPort are left to services; FreePort picks from lowPort up
+// to the kernel's ephemeral range.
+const lowPort = 10000
+
+// FreePort returns a port of 127.0.0.1 on which nothing listened a moment
+// ago, below the range from which the kernel picks the source ports of
+// connections and the ports of listeners on port 0
+// (net.ipv4.ip_local_port_range, 32768–60999 by default). A test server
+// that is stopped and started again on its port, which its clients dial,
+// would otherwise find the port taken meanwhile by any connection's source
+// port or any test's listener on port 0, and fail to start. (Another
+// process picking the same port here at the same moment remains possible,
+// one chance in twenty thousand or so.) When the kernel's range leaves
+// too few ports below it, FreePort takes one from the kernel.
+func FreePort() (int, error) {
+	hi := ephemeralLow()
+	if hi-lowPort < 1000 {
+		return kernelPort()
+	}
+	return pickPort(lowPort, hi)
+}
+
+// pickPort returns a port from lo to hi-1 on which nothing listened a
+// moment ago, trying 100 at random.
+func pickPort(lo, hi int) (int, error) {
+	var last error
+	for range 100 {
+		p := lo + rand.IntN(hi-lo)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err != nil {
+			last = err
+			continue
+		}
+		if err := l.Close(); err != nil {
+			return 0, fmt.Errorf("servers: closing the listener on a free port: %w", err)
+		}
+		return p, nil
+	}
+	return 0, fmt.Errorf("servers: no free port in %d–%d after 100 tries: %w", lo, hi-1, last)
+}
+
+// FreeAddr returns "127.0.0.1:port" for a port of FreePort.
+func FreeAddr() (string, error) {
+	p, err := FreePort()
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p)), nil
+}
+
+// ephemeralLow returns the first port of the kernel's ephemeral range,
+// 32768 (Linux's default) when it cannot be read.
+func ephemeralLow() int {
+	const def = 32768
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return def
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return def
+	}
+	lo, err := strconv.Atoi(f[0])
+	if err != nil || lo <= 0 || lo > 65535 {
+		return def
+	}
+	return lo
+}
+
+// kernelPort returns a port the kernel picks for a listener on port 0.
+func kernelPort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("servers: finding a free port: %w", err)
+	}
+	p := l.Addr().(*net.TCPAddr).Port
+	return p, errors.Join(l.Close())
 }

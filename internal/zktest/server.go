@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/internal/sigstop"
+
+	"github.com/simba-go/simba/internal/servers"
 )
 
 // Config is the server configuration shared with scripts/with-zookeeper.sh:
@@ -138,15 +140,16 @@ func newServer(t testing.TB) *Server {
 	return &Server{Addr: freeAddr(t), t: t, java: java, cp: cp, dir: dir, logFile: filepath.Join(dir, "server.log")}
 }
 
-// freeAddr returns 127.0.0.1 and a port that was free a moment ago.
+// freeAddr returns 127.0.0.1 and a port that was free a moment ago,
+// below the kernel's ephemeral range (servers.FreePort): a server
+// restarts on its port.
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	a, err := servers.FreeAddr()
 	if err != nil {
 		t.Fatalf("zktest: finding a free port: %v", err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return a
 }
 
 // configure writes the server's zoo.cfg: [Config], its data directory and

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -22,6 +21,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/simba-go/simba/internal/faultproxy"
+	"github.com/simba-go/simba/internal/servers"
 )
 
 // Timing of the embedded cluster: a 20ms heartbeat and a 200ms election
@@ -118,16 +118,19 @@ func startEtcdCluster(t *testing.T) *etcdCluster {
 	return c
 }
 
-// freePorts returns n "127.0.0.1:port" addresses nothing listens on.
+// freePorts returns n distinct "127.0.0.1:port" addresses nothing listens
+// on, below the kernel's ephemeral range (servers.FreePort): members
+// restart on theirs.
 func freePorts(n int) ([]string, error) {
 	var out []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for len(out) < n {
+		a, err := servers.FreeAddr()
 		if err != nil {
 			return nil, err
 		}
-		defer l.Close()
-		out = append(out, l.Addr().String())
+		if !slices.Contains(out, a) {
+			out = append(out, a)
+		}
 	}
 	return out, nil
 }
