@@ -12,7 +12,8 @@
 #                                  different versions, when go.work does not
 #                                  list exactly the modules, or when a go.mod
 #                                  has a replace directive
-#   scripts/modules.sh vet         go vet in every module (with and without -tags simba_plant)
+#   scripts/modules.sh vet         go vet in every module (with and without -tags simba_plant),
+#                                  all packages in one go vet
 #   scripts/modules.sh work        writes go.work: every module, and a
 #                                  replace of each at the version the
 #                                  modules require by its own directory
@@ -211,6 +212,22 @@ work)
 	;;
 check) check ;;
 vet)
+	# One go vet over every module's packages (in the workspace, as
+	# race-tests.sh lists them), twice: the packages load once, where a go
+	# vet per module took 48 s against 6. Only when it fails, go vet runs
+	# per module, to name the modules that fail.
+	pkgs=()
+	for m in $(modules); do
+		list=$(cd "$m" && "$GO" list -e ./...) || {
+			echo "modules: go list -e ./... failed in module $m ($(modpath "$m")): see above" >&2
+			exit 1
+		}
+		pkgs+=($list)
+	done
+	if "$GO" vet "${pkgs[@]}" && "$GO" vet -tags simba_plant "${pkgs[@]}"; then
+		exit 0
+	fi
+	echo "modules: go vet failed (see above); go vet per module, to name them:" >&2
 	failed=()
 	for m in $(modules); do
 		# Both builds: the default one users get, and the tests' one with
