@@ -22,18 +22,21 @@ import (
 // The test holds a lock on the waiter's session row (FOR UPDATE, taken
 // once its candidacy is registered) while the row expires unrenewed, so
 // that every clearExpired blocks and times out after withdrawTimeout (1s);
-// after 4s of that the lock goes, the row is deleted, and Acquire must end
-// with ErrSessionDone.
+// 4s after the expiry the lock goes, the row is deleted, and Acquire must
+// end with ErrSessionDone. (The waiter's TTL, 3s, leaves the set-up time
+// to lock the row before it expires: at 1s, a loaded machine's set-up took
+// longer, the row was gone before the lock, and Acquire ended at once.)
 //
-// Kills the mutant backend/postgres/lease.go:134:25 "&&" → "||" (give up
-// on any clearExpired error): Acquire then returns, at the first failed
-// clearExpired, an error that wraps neither ErrSessionDone nor the ctx's
-// (its cause is nil), and the test fails with "Acquire: ..., want an error
-// wrapping ErrSessionDone".
+// Kills the mutant that gives up on any clearExpired error (in Ahead,
+// "if over {" → "if over || err != nil {"; once "&&" → "||" at
+// lease.go:134:25): Acquire then returns at the first failed clearExpired,
+// while the row is still locked, and the test fails with "Acquire: ...,
+// want it still waiting while its expired row is locked" (tried by hand).
 func TestWaiterRetriesAFailedClearExpired(t *testing.T) {
 	dsn, schema := pgtest.DSN(t), pgtest.Schema(t)
 	b := newBackendIn(t, dsn, schema, postgres.WithoutListen(200*time.Millisecond))
-	h, w := open(t, b, 20*time.Second), open(t, b, time.Second)
+	const ttl = 3 * time.Second
+	h, opened, w := open(t, b, 20*time.Second), time.Now(), open(t, b, ttl)
 	renew(t, h)
 	lh, err := h.Acquire(ctxT(t), "x")
 	if err != nil {
@@ -59,15 +62,19 @@ func TestWaiterRetriesAFailedClearExpired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctxT(t), "SELECT 1 FROM "+pgx.Identifier{schema, "sessions"}.Sanitize()+" WHERE id = $1 FOR UPDATE", w.ID()); err != nil {
+	tag, err := tx.Exec(ctxT(t), "SELECT 1 FROM "+pgx.Identifier{schema, "sessions"}.Sanitize()+" WHERE id = $1 FOR UPDATE", w.ID())
+	if err != nil {
 		t.Fatal(err)
 	}
-	// The row expires 1s after Open; clearExpired fails from then on.
+	if tag.RowsAffected() != 1 {
+		t.Fatalf("the waiter's session row was gone when the test locked it, %v after its Open (TTL %v): the set-up took too long", time.Since(opened), ttl)
+	}
+	// The row expires a TTL after Open; clearExpired fails from then on.
 	select {
 	case r := <-a:
 		tx.Rollback(context.Background())
-		t.Fatalf("Acquire: %v, want an error wrapping ErrSessionDone", r.Err)
-	case <-time.After(5 * time.Second):
+		t.Fatalf("Acquire: %v, %v after the waiter's Open (TTL %v), want it still waiting while its expired row is locked", r.Err, time.Since(opened), ttl)
+	case <-time.After(time.Until(opened.Add(ttl + 4*time.Second))):
 	}
 	if err := tx.Rollback(ctxT(t)); err != nil {
 		t.Fatal(err)
