@@ -35,25 +35,6 @@ done
 # (In the workspace, the root's path/... matches the nested modules' packages
 # too: sort -u drops the repeats.)
 mapfile -t pkgs < <(printf '%s\n' "${pkgs[@]}" | sort -u)
-# The slowest packages first (go test starts them in the order given, three
-# at a time): started last, as sorted, the longest (the chaos run's short
-# schedules, about four minutes) ran alone at the end. By their times in
-# CI, longest first; the others follow, sorted.
-slow=(tests/chaos backend/postgres backend/kubernetes cmd/simba tests/console
-	backend/mysql backend/zookeeper . backend/etcd internal/kubetest)
-mod=$(awk '$1 == "module" { print $2; exit }' go.mod)
-first=()
-for p in "${slow[@]}"; do
-	[[ $p == . ]] && p=$mod || p=$mod/$p
-	for q in "${pkgs[@]}"; do
-		[[ $q == "$p" ]] && first+=("$q")
-	done
-done
-rest=()
-for q in "${pkgs[@]}"; do
-	[[ " ${first[*]} " == *" $q "* ]] || rest+=("$q")
-done
-pkgs=("${first[@]}" "${rest[@]}")
 echo "race-tests: ${#pkgs[@]} packages of $(echo $paths | wc -w) modules" >&2
 
 # Three packages at a time on 2 cores: most tests wait on real time (TTLs,
