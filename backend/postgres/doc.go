@@ -222,12 +222,11 @@
 //     client retries its renewal meanwhile), one longer ends them, on the
 //     holders' clocks before the server can grant the leases to anyone
 //     else (TestServerRestart).
-//   - A Release without records (an election with
-//     simba.WithStatus(false), for one) commits with synchronous_commit
-//     off for its own transaction (set_config(..., true) in the
-//     statement): the server does not wait for the WAL flush, one disk
-//     flush less on a hand-off's path. It frees only what the session's
-//     expiry would free. A crash of the server before the WAL reaches
+//   - A release, with records or without, commits with
+//     synchronous_commit off for its own transaction (set_config(...,
+//     true) in the statement): the server does not wait for the WAL
+//     flush, one disk flush less on a hand-off's path. It frees only what
+//     the session's expiry would free. A crash of the server before the WAL reaches
 //     the disk past it (within
 //     wal_writer_delay; any durable commit of any session flushes it
 //     sooner) loses it: the candidacy comes back, ahead of the queue and
@@ -240,10 +239,17 @@
 //     they returned, so once it returns they are on disk. The lease is
 //     then free, or back with the granted waiter, one renewal (TTL/3)
 //     after the restart, or at the session's expiry if its client died
-//     too (TestCrashLosesAsyncRelease). ReleaseWithRecords commits
-//     durably: its record versions come from a sequence, whose advance a
-//     crash would lose with the release, handing out again a version
-//     that readers had seen.
+//     too (TestCrashLosesAsyncRelease). The records of a release
+//     (ReleaseWithRecords: a term's last status) are lost with it, and
+//     the next renewal first runs the release's statement again, durably,
+//     which writes them again, as they were, fenced as the release was,
+//     where the candidacy came back; until
+//     then readers see the records as they stood before the release (or
+//     for good, if the client died too). Their version is not drawn from
+//     the sequence at the release, whose advance a crash would lose with
+//     the release, handing out again a version that readers had seen,
+//     but when the candidacy registered, in that durable commit: one
+//     version per candidacy, for all the records of its release.
 //   - synchronous_commit = off (or local with a crash of the host) can
 //     lose the last transactions before the crash: a renewal (the server
 //     then expires the session earlier than its holder's deadline, and two

@@ -34,14 +34,17 @@ func (s queue) Changed(string) { wake.Poke(s.check) }
 // statement: the counter's row lock serialises registrations of name, so
 // tokens strictly increase in commit order; the session must be alive;
 // this session's older candidacies for name go (a re-Acquire frees the
-// old holding and queues at the back).
+// old holding and queues at the back). The statement also draws a record
+// version from the sequence for the candidacy's release with records (see
+// Release): its commit is durable, so no crash can hand that version out
+// again.
 func (s queue) Register(ctx context.Context, name string) (uint64, error) {
 	op := fmt.Sprintf("acquire %q", name)
 	q := s.b.q
 	var (
-		token, tl int64
-		prev      *int64
-		db        time.Time
+		token, tl, version int64
+		prev               *int64
+		db                 time.Time
 	)
 	sent := time.Now()
 	err := s.b.queryRow(ctx, s.ctx, `WITH alive AS (
@@ -50,8 +53,9 @@ func (s queue) Register(ctx context.Context, name string) (uint64, error) {
 		bump AS (INSERT INTO `+q+`.lease_names AS l (name, last) SELECT $1, GREATEST(1, `+baseSQL()+`) FROM alive
 			ON CONFLICT (name) DO UPDATE SET last = GREATEST(l.last + 1, `+baseSQL()+`) RETURNING last),
 		ins AS (INSERT INTO `+q+`.candidacies (name, token, session) SELECT $1, last, $2 FROM bump RETURNING token)
-		SELECT token, (SELECT last FROM `+q+`.lease_names WHERE name = $1), clock_timestamp(), `+timelineSQL+` FROM ins`,
-		name, s.id).Scan(&token, &prev, &db, &tl)
+		SELECT token, (SELECT last FROM `+q+`.lease_names WHERE name = $1), clock_timestamp(), `+timelineSQL+`,
+			nextval('`+q+`.record_versions') + `+baseSQL()+` FROM ins`,
+		name, s.id).Scan(&token, &prev, &db, &tl, &version)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, s.doneErr(op)
 	}
@@ -73,7 +77,7 @@ func (s queue) Register(ctx context.Context, name string) (uint64, error) {
 	if prev != nil {
 		last = *prev
 	}
-	s.registered(name, token)
+	s.registered(name, token, version)
 	if tl > 1 && !settled(last, tl) && !plant.Is(plant.KeepChainOnFailover) {
 		s.mu.Lock()
 		s.older[candidacyKey{name, token}] = true // see holdBack
@@ -304,9 +308,18 @@ func (src source) HeldLeases(ctx, _ context.Context, prefix string) ([]string, e
 // released so (unflushed) until a renewal, a durable commit sent after
 // the release returned, confirms that the WAL is on disk past it; the
 // renewal deletes them again in the same statement, in case the server
-// lost them (see KeepAlive). The release with records stays durable: its
-// record versions come from a sequence, whose advance a crash would lose
-// with the release, handing a version that readers saw out again.
+// lost them (see KeepAlive).
+//
+// The release with records commits so too, and the session keeps its
+// records with the candidacy until a renewal confirms it: the renewal
+// writes them again, as they were, where the candidacy came back. Their
+// version is the one Register drew for the candidacy, by a durable commit,
+// not one from the sequence now: a crash that lost the release would lose
+// the sequence's advance too (it is WAL-logged once in 32 values, with
+// the transaction that crosses the mark), and the server would hand a
+// version that readers had seen out again, with another value. Without
+// that version (a candidacy this session did not register), the release
+// with records commits durably, with versions from the sequence.
 func (s queue) Release(ctx context.Context, h *candidacy.Holding, op string, records []backend.Record) (bool, error) {
 	name, token := h.Name(), int64(h.Token())
 	q := s.b.q
@@ -321,51 +334,72 @@ func (s queue) Release(ctx context.Context, h *candidacy.Holding, op string, rec
 		}
 		s.gone(name, token)
 		if released {
-			s.releasedAsync(name, token)
+			s.releasedAsync(name, token, nil)
 		}
 		return released, nil
 	}
 	keys, values := recordArrays(records)
-	if err := s.b.queryRow(ctx, s.ctx, releaseSQL(q), name, token, s.id, keys, values).Scan(&released); err != nil {
+	version, reserved := s.releaseVersion(name, token)
+	var err error
+	if reserved {
+		err = s.b.queryRow(ctx, s.ctx, releaseSQL(q, true, true), name, token, s.id, keys, values, version).Scan(&released, new(bool))
+	} else {
+		err = s.b.queryRow(ctx, s.ctx, releaseSQL(q, false, false), name, token, s.id, keys, values).Scan(&released)
+	}
+	if err != nil {
 		return false, s.releaseErr(ctx, op, err)
 	}
 	s.gone(name, token)
+	if released && reserved {
+		s.releasedAsync(name, token, &releaseRecords{keys: keys, values: values, version: version})
+	}
 	return released, nil
 }
 
 // asyncSQL is the CTE "async" of a release, whose statement selects it:
 // synchronous_commit off for the statement's transaction only (set_config
-// with is_local, as SET LOCAL), the release without records (see Release).
+// with is_local, as SET LOCAL), the release (see Release).
 const asyncSQL = `async AS (SELECT set_config('synchronous_commit', 'off', true) AS v)`
 
 // releaseSQL is the release with records, one statement ($1 the name, $2
-// the token, $3 the session, $4 and $5 the records' keys and values): the
-// CTE "held" locks the candidacy (FOR UPDATE) and the session's row (FOR
-// KEY SHARE, so that a waiter's deletion of the expired session waits for
-// the release), the session alive by the statement's clock; the records
-// are written and the candidacy deleted only if it found them, the
-// records fenced by the token as every fenced write is (a record written
-// with a newer token stays). All of it commits or none: one statement is
-// one transaction, committed durably (see Release). Its row says whether
-// the candidacy was released.
+// the token, $3 the session, $4 and $5 the records' keys and values; with
+// reserved, $6 the version Register drew for the records): the CTE "held"
+// locks the candidacy (FOR UPDATE) and the session's row (FOR KEY SHARE,
+// so that a waiter's deletion of the expired session waits for the
+// release), the session alive by the statement's clock; the records are
+// written and the candidacy deleted only if it found them, the records
+// fenced by the token as every fenced write is (a record written with a
+// newer token stays). All of it commits or none: one statement is one
+// transaction. With reserved, the records take version $6; without, they
+// take versions from the sequence. With async (reserved only), the
+// transaction commits with synchronous_commit off (see Release); without,
+// durably. Its row says whether the candidacy was released (and, with
+// async, selects the CTE "async").
 //
 // The CTEs share one snapshot, but "held" locks the rows it returns and
 // rechecks them at their latest version (READ COMMITTED's EvalPlanQual);
 // the DELETE, if the candidacy went meanwhile, finds nothing; ON CONFLICT
 // DO UPDATE fences against the latest committed record.
-func releaseSQL(q string) string {
-	return `WITH held AS (
+func releaseSQL(q string, reserved, async bool) string {
+	with, version, sel := "WITH ", "nextval('"+q+".record_versions') + "+baseSQL(), ""
+	if reserved {
+		version = "$6::bigint"
+	}
+	if async {
+		with, sel = "WITH "+asyncSQL+", ", ", (SELECT v FROM async) IS NOT NULL"
+	}
+	return with + `held AS (
 			SELECT 1 FROM ` + q + `.candidacies c JOIN ` + q + `.sessions x ON x.id = c.session
 			WHERE c.name = $1 AND c.token = $2 AND c.session = $3 AND x.expires_at > clock_timestamp()
 			FOR UPDATE OF c FOR KEY SHARE OF x),
 		w AS (INSERT INTO ` + q + `.records AS r (key, value, version, token)
-			SELECT u.key, u.value, nextval('` + q + `.record_versions') + ` + baseSQL() + `, $2
+			SELECT u.key, u.value, ` + version + `, $2
 			FROM unnest($4::text[], $5::bytea[]) AS u(key, value) WHERE EXISTS (SELECT 1 FROM held)
 			ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, version = EXCLUDED.version, token = EXCLUDED.token
 			WHERE r.token <= EXCLUDED.token),
 		d AS (DELETE FROM ` + q + `.candidacies WHERE name = $1 AND token = $2 AND session = $3
 			AND EXISTS (SELECT 1 FROM held) RETURNING 1)
-		SELECT EXISTS (SELECT 1 FROM d)`
+		SELECT EXISTS (SELECT 1 FROM d)` + sel
 }
 
 // recordArrays returns the keys and values of records as two arrays in

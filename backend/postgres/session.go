@@ -63,15 +63,29 @@ type session struct {
 	recheck bool
 	// unflushed are the candidacies this session released with
 	// synchronous_commit off (see queue.Release) that no renewal has
-	// confirmed durable yet: the next renewal deletes them again.
-	unflushed map[candidacyKey]bool
+	// confirmed durable yet, with the records of each release (nil: none):
+	// the next renewal does each release again.
+	unflushed map[candidacyKey]*releaseRecords
+	// versions are the record versions reserved for the releases of the
+	// known candidacies, one each, drawn when each registered (see
+	// queue.Register).
+	versions map[candidacyKey]int64
+}
+
+// releaseRecords are the records of a release, as written: keys and values
+// in the same order, and the version they all took.
+type releaseRecords struct {
+	keys    []string
+	values  [][]byte
+	version int64
 }
 
 func newSession(b *Backend, id int64, ttl time.Duration, start time.Time, tl int64) *session {
 	s := &session{
 		b: b, id: id, sid: strconv.FormatInt(id, 10),
 		check: make(chan struct{}, 1), renew: make(chan struct{}, 1),
-		ttl: ttl, deadline: start.Add(ttl), older: map[candidacyKey]bool{}, known: map[candidacyKey]bool{}, unflushed: map[candidacyKey]bool{}, tl: tl,
+		ttl: ttl, deadline: start.Add(ttl), older: map[candidacyKey]bool{}, known: map[candidacyKey]bool{},
+		unflushed: map[candidacyKey]*releaseRecords{}, versions: map[candidacyKey]int64{}, tl: tl,
 	}
 	s.Session = candidacy.New(b.ctx, candidacy.Config{
 		Prefix: "simba/postgres", ID: s.sid, Logger: b.log, WaitGroup: &b.wg, TTL: s.TTL,
@@ -127,7 +141,16 @@ func (s *session) KeepAlive(ctx context.Context) (time.Duration, error) {
 	s.mu.Lock()
 	was := s.tl
 	redoNames, redoTokens := s.unflushedArrays()
+	redo := s.unflushedReleases()
 	s.mu.Unlock()
+	// First the releases with records again (see redoRelease), each a
+	// durable commit of its own, before the renewal: its "redo" would
+	// delete their candidacies without their records.
+	for _, r := range redo {
+		if err := s.redoRelease(ctx, r); err != nil {
+			return 0, s.fail(ctx, op, err)
+		}
+	}
 	start := time.Now()
 	var (
 		ttl    time.Duration
@@ -435,11 +458,12 @@ func (s *session) loseMissing(tl int64, have map[candidacyKey]bool) {
 }
 
 // releasedAsync notes a candidacy this session released with
-// synchronous_commit off: until a renewal confirms it, a crash of the
-// server may bring it back (see queue.Release).
-func (s *session) releasedAsync(name string, token int64) {
+// synchronous_commit off, and the records written with it (nil: none):
+// until a renewal confirms it, a crash of the server may bring it back
+// (see queue.Release).
+func (s *session) releasedAsync(name string, token int64, records *releaseRecords) {
 	s.mu.Lock()
-	s.unflushed[candidacyKey{name, token}] = true
+	s.unflushed[candidacyKey{name, token}] = records
 	s.mu.Unlock()
 }
 
@@ -469,11 +493,57 @@ func (s *session) flushed(names []string, tokens []int64) {
 	s.mu.Unlock()
 }
 
-// registered notes a candidacy this session registered.
-func (s *session) registered(name string, token int64) {
+// unflushedRelease is an unflushed release with records.
+type unflushedRelease struct {
+	name  string
+	token int64
+	*releaseRecords
+}
+
+// unflushedReleases returns the unflushed releases with records (none
+// under the planted bug KeepAsyncRelease). s.mu is held.
+func (s *session) unflushedReleases() []unflushedRelease {
+	if plant.Is(plant.KeepAsyncRelease) {
+		return nil
+	}
+	var out []unflushedRelease
+	for k, r := range s.unflushed {
+		if r != nil {
+			out = append(out, unflushedRelease{k.name, k.token, r})
+		}
+	}
+	return out
+}
+
+// redoRelease runs the release with records r again, committed durably:
+// the same statement (releaseSQL), with the records and the version the
+// release gave them. Its candidacy is still there only if a crash of the
+// server lost the release (a token is never registered twice): then the
+// records are written again, fenced as the release was, and readers who
+// saw them before the crash see them again as they were; else it changes
+// nothing. (A statement that writes nothing commits nothing; the renewal
+// after it is the durable commit that confirms the release.)
+func (s *session) redoRelease(ctx context.Context, r unflushedRelease) error {
+	var released bool
+	return s.b.pool.QueryRow(ctx, releaseSQL(s.b.q, true, false), r.name, r.token, s.id, r.keys, r.values, r.version).Scan(&released)
+}
+
+// registered notes a candidacy this session registered, and the record
+// version reserved for its release.
+func (s *session) registered(name string, token, version int64) {
 	s.mu.Lock()
 	s.known[candidacyKey{name, token}] = true
+	s.versions[candidacyKey{name, token}] = version
 	s.mu.Unlock()
+}
+
+// releaseVersion returns the record version reserved for the release of
+// the candidacy (name, token), and false when there is none.
+func (s *session) releaseVersion(name string, token int64) (int64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.versions[candidacyKey{name, token}]
+	return v, ok
 }
 
 // lookTimeout bounds a read of the monitor's.
@@ -520,5 +590,6 @@ func (s *session) gone(name string, token int64) {
 	s.mu.Lock()
 	delete(s.older, candidacyKey{name, token})
 	delete(s.known, candidacyKey{name, token})
+	delete(s.versions, candidacyKey{name, token})
 	s.mu.Unlock()
 }
