@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/postgres"
+	"github.com/simba-go/simba/internal/await"
+	"github.com/simba-go/simba/internal/faultproxy"
 	"github.com/simba-go/simba/internal/pgtest"
 )
 
@@ -334,4 +337,115 @@ func readRecord(t *testing.T, cn *pgx.Conn, q, key string) *backend.Record {
 		t.Fatalf("reading the record %s: %v", key, err)
 	}
 	return &backend.Record{Key: key, Value: val, Version: uint64(v), Token: uint64(tok)}
+}
+
+// TestReleaseOfUnknownOutcomeRedone: a release whose reply never came
+// (its ctx ended while the link held the replies) was applied by the
+// server, asynchronously; its retry finds the candidacy gone, by that
+// first attempt. A crash of the server before the WAL reached the disk
+// would bring the candidacy back (and lose the records): the test puts
+// it back as such a crash would, and the session's next renewal must
+// release it again (and write the records again), as it does after a
+// release that returned. Without that, the lease would stay stuck behind
+// a candidacy its session no longer counts held, until the session ends.
+//
+// With the release noted for the renewal only when it returned released
+// (as it was before this test), the candidacy is still there after the
+// renewal, and the test fails with "after the renewal, the candidacy (x,
+// token 1) is still there" (tried). The statements go through a proxy
+// that holds their replies, in the simple protocol (see below).
+func TestReleaseOfUnknownOutcomeRedone(t *testing.T) {
+	for _, records := range []bool{false, true} {
+		t.Run(fmt.Sprintf("records=%v", records), func(t *testing.T) { unknownOutcome(t, records) })
+	}
+}
+
+func unknownOutcome(t *testing.T, records bool) {
+	dsn, schema := pgtest.DSN(t), pgtest.Schema(t)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px, err := faultproxy.New(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	pu := *u
+	pu.Host = px.Addr()
+	// The simple protocol: a statement goes out whole, without waiting for
+	// the reply to its preparation, so that the server applies it while
+	// the proxy holds the replies.
+	qv := pu.Query()
+	qv.Set("default_query_exec_mode", "simple_protocol")
+	pu.RawQuery = qv.Encode()
+	b := newBackendIn(t, pu.String(), schema)
+	s := open(t, b, 20*time.Second)
+	l, err := s.Acquire(ctxT(t), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := pgx.Identifier{schema}.Sanitize()
+	cn, err := pgx.Connect(ctxT(t), dsn) // direct, not through the proxy
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cn.Close(context.Background())
+	const key = "status/x"
+	release := func(ctx context.Context) error {
+		if records {
+			return l.(backend.RecordReleaser).ReleaseWithRecords(ctx, []backend.Record{{Key: key, Value: []byte("released")}})
+		}
+		return l.Release(ctx)
+	}
+	candidacy := func() bool {
+		var there bool
+		if err := cn.QueryRow(ctxT(t), "SELECT EXISTS (SELECT 1 FROM "+q+".candidacies WHERE name = 'x' AND token = $1)", int64(l.Token())).Scan(&there); err != nil {
+			t.Fatal(err)
+		}
+		return there
+	}
+
+	px.StallReplies()
+	ctx, cancel := context.WithTimeout(ctxT(t), 500*time.Millisecond)
+	err = release(ctx)
+	cancel()
+	px.Resume()
+	if err == nil {
+		t.Fatal("the release returned with its replies held")
+	}
+	t.Logf("the release whose reply was held: %v", err)
+	await.Until(t, opTimeout, "the first attempt applied by the server", func() bool { return !candidacy() }, func() string { return "the candidacy is still there" })
+	var seen *backend.Record
+	if records {
+		if seen = readRecord(t, cn, q, key); seen == nil || string(seen.Value) != "released" {
+			t.Fatalf("%s after the first attempt: %+v, want it written", key, seen)
+		}
+	}
+	if err := release(ctxT(t)); !errors.Is(err, backend.ErrNotHeld) {
+		t.Fatalf("the retry: %v, want ErrNotHeld (the first attempt released)", err)
+	}
+
+	// What a crash before the WAL's flush would leave: the candidacy back,
+	// the record gone.
+	if _, err := cn.Exec(ctxT(t), "INSERT INTO "+q+".candidacies (name, token, session) VALUES ('x', $1, $2)", int64(l.Token()), s.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if records {
+		if _, err := cn.Exec(ctxT(t), "DELETE FROM "+q+".records WHERE key = $1", key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.KeepAlive(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if candidacy() {
+		t.Fatalf("after the renewal, the candidacy (x, token %d) is still there: the lease is stuck behind it while the session lives", l.Token())
+	}
+	if records {
+		got := readRecord(t, cn, q, key)
+		if got == nil || string(got.Value) != "released" || got.Version != seen.Version || got.Token != l.Token() {
+			t.Errorf("%s after the renewal: %+v; want it written again as it was: %+v", key, got, seen)
+		}
+	}
 }

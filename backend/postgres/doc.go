@@ -234,7 +234,9 @@
 //     counts it as held, so nobody holds twice; the granted waiter's
 //     term stays valid by its clock but the fence refuses its writes,
 //     and nobody else is granted. The session keeps the candidacies it
-//     released so until a renewal confirms them: every renewal deletes
+//     released so (and those whose release returned an error, which may
+//     have been applied: TestReleaseOfUnknownOutcomeRedone) until a
+//     renewal confirms them: every renewal deletes
 //     them again in its own statement, and is a durable commit sent after
 //     they returned, so once it returns they are on disk. The lease is
 //     then free, or back with the granted waiter, one renewal (TTL/3)

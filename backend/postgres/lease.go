@@ -320,6 +320,14 @@ func (src source) HeldLeases(ctx, _ context.Context, prefix string) ([]string, e
 // version that readers had seen out again, with another value. Without
 // that version (a candidacy this session did not register), the release
 // with records commits durably, with versions from the sequence.
+//
+// The session keeps an asynchronous release so whatever its outcome: an
+// error may come after the server applied it (a reply lost, a ctx ended
+// first), and the retry then finds the candidacy gone, by the first
+// attempt's own release, which a crash can still undo. The renewal's
+// redo of a release that was never applied, or whose candidacy went
+// otherwise, finds nothing to do, or does the release the caller was
+// retrying.
 func (s queue) Release(ctx context.Context, h *candidacy.Holding, op string, records []backend.Record) (bool, error) {
 	name, token := h.Name(), int64(h.Token())
 	q := s.b.q
@@ -329,13 +337,13 @@ func (s queue) Release(ctx context.Context, h *candidacy.Holding, op string, rec
 			d AS (DELETE FROM `+q+`.candidacies WHERE name = $1 AND token = $2 AND session = $3
 				AND EXISTS (SELECT 1 FROM `+q+`.sessions x WHERE x.id = $3 AND x.expires_at > clock_timestamp()) RETURNING 1)
 			SELECT EXISTS (SELECT 1 FROM d), (SELECT v FROM async) IS NOT NULL`, name, token, s.id).Scan(&released, new(bool))
+		// Whatever the outcome, the release may have been applied (see
+		// releasedAsync's note).
+		s.releasedAsync(name, token, nil)
 		if err != nil {
 			return false, s.releaseErr(ctx, op, err)
 		}
 		s.gone(name, token)
-		if released {
-			s.releasedAsync(name, token, nil)
-		}
 		return released, nil
 	}
 	keys, values := recordArrays(records)
@@ -346,13 +354,13 @@ func (s queue) Release(ctx context.Context, h *candidacy.Holding, op string, rec
 	} else {
 		err = s.b.queryRow(ctx, s.ctx, releaseSQL(q, false, false), name, token, s.id, keys, values).Scan(&released)
 	}
+	if reserved {
+		s.releasedAsync(name, token, &releaseRecords{keys: keys, values: values, version: version})
+	}
 	if err != nil {
 		return false, s.releaseErr(ctx, op, err)
 	}
 	s.gone(name, token)
-	if released && reserved {
-		s.releasedAsync(name, token, &releaseRecords{keys: keys, values: values, version: version})
-	}
 	return released, nil
 }
 
