@@ -351,11 +351,9 @@ func (s queue) Release(ctx context.Context, h *candidacy.Holding, op string, rec
 	var err error
 	if reserved {
 		err = s.b.queryRow(ctx, s.ctx, releaseSQL(q, true, true), name, token, s.id, keys, values, version).Scan(&released, new(bool))
+		s.releasedAsync(name, token, &releaseRecords{keys: keys, values: values, version: version})
 	} else {
 		err = s.b.queryRow(ctx, s.ctx, releaseSQL(q, false, false), name, token, s.id, keys, values).Scan(&released)
-	}
-	if reserved {
-		s.releasedAsync(name, token, &releaseRecords{keys: keys, values: values, version: version})
 	}
 	if err != nil {
 		return false, s.releaseErr(ctx, op, err)

@@ -52,13 +52,15 @@ type session struct {
 	// timeline: their grant is held back (see holdBack).
 	older map[candidacyKey]bool
 	// known are the candidacies this session registered and has neither
-	// withdrawn nor released; tl is the timeline of its last renewal, and
+	// withdrawn nor released, each with the record version reserved for
+	// its release, drawn when it registered (see queue.Register); tl is
+	// the timeline of its last renewal, and
 	// recheck is set when a renewal came from another one (which ended
 	// the holdings whose candidacy the new server lacks: loseMissing):
 	// the monitor then deletes the candidacies the new server has that
 	// the session no longer knows (a release or a withdrawal the new
 	// server never got).
-	known   map[candidacyKey]bool
+	known   map[candidacyKey]int64
 	tl      int64
 	recheck bool
 	// unflushed are the candidacies this session released with
@@ -66,10 +68,6 @@ type session struct {
 	// confirmed durable yet, with the records of each release (nil: none):
 	// the next renewal does each release again.
 	unflushed map[candidacyKey]*releaseRecords
-	// versions are the record versions reserved for the releases of the
-	// known candidacies, one each, drawn when each registered (see
-	// queue.Register).
-	versions map[candidacyKey]int64
 }
 
 // releaseRecords are the records of a release, as written: keys and values
@@ -84,8 +82,8 @@ func newSession(b *Backend, id int64, ttl time.Duration, start time.Time, tl int
 	s := &session{
 		b: b, id: id, sid: strconv.FormatInt(id, 10),
 		check: make(chan struct{}, 1), renew: make(chan struct{}, 1),
-		ttl: ttl, deadline: start.Add(ttl), older: map[candidacyKey]bool{}, known: map[candidacyKey]bool{},
-		unflushed: map[candidacyKey]*releaseRecords{}, versions: map[candidacyKey]int64{}, tl: tl,
+		ttl: ttl, deadline: start.Add(ttl), older: map[candidacyKey]bool{}, known: map[candidacyKey]int64{},
+		unflushed: map[candidacyKey]*releaseRecords{}, tl: tl,
 	}
 	s.Session = candidacy.New(b.ctx, candidacy.Config{
 		Prefix: "simba/postgres", ID: s.sid, Logger: b.log, WaitGroup: &b.wg, TTL: s.TTL,
@@ -398,7 +396,7 @@ func (s *session) look() (time.Duration, error) {
 	if s.recheck {
 		s.recheck = false
 		for i, t := range tokens {
-			if !s.known[candidacyKey{names[i], t}] {
+			if _, ok := s.known[candidacyKey{names[i], t}]; !ok {
 				orphanNames, orphans = append(orphanNames, names[i]), append(orphans, t)
 			}
 		}
@@ -532,8 +530,7 @@ func (s *session) redoRelease(ctx context.Context, r unflushedRelease) error {
 // version reserved for its release.
 func (s *session) registered(name string, token, version int64) {
 	s.mu.Lock()
-	s.known[candidacyKey{name, token}] = true
-	s.versions[candidacyKey{name, token}] = version
+	s.known[candidacyKey{name, token}] = version
 	s.mu.Unlock()
 }
 
@@ -542,7 +539,7 @@ func (s *session) registered(name string, token, version int64) {
 func (s *session) releaseVersion(name string, token int64) (int64, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	v, ok := s.versions[candidacyKey{name, token}]
+	v, ok := s.known[candidacyKey{name, token}]
 	return v, ok
 }
 
@@ -590,6 +587,5 @@ func (s *session) gone(name string, token int64) {
 	s.mu.Lock()
 	delete(s.older, candidacyKey{name, token})
 	delete(s.known, candidacyKey{name, token})
-	delete(s.versions, candidacyKey{name, token})
 	s.mu.Unlock()
 }
