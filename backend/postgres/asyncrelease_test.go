@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/postgres"
@@ -379,8 +380,29 @@ func unknownOutcome(t *testing.T, records bool) {
 	qv := pu.Query()
 	qv.Set("default_query_exec_mode", "simple_protocol")
 	pu.RawQuery = qv.Encode()
-	b := newBackendIn(t, pu.String(), schema)
-	s := open(t, b, 20*time.Second)
+	// A pool of the test's own, whose connections are not pinged before
+	// use (pgxpool pings one idle for over a second, and the stalled
+	// replies would hold the ping, so that the release never goes out).
+	cfg, err := pgxpool.ParseConfig(pu.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+	pool, err := pgxpool.NewWithConfig(ctxT(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	b, err := postgres.NewFromPool(pool, postgres.WithSchema(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	s := open(t, b, time.Minute) // outlives the waits on a loaded machine: nothing renews it
 	l, err := s.Acquire(ctxT(t), "x")
 	if err != nil {
 		t.Fatal(err)
@@ -406,16 +428,38 @@ func unknownOutcome(t *testing.T, records bool) {
 		return there
 	}
 
+	// The release's ctx ends once the server has applied it (the
+	// candidacy gone, seen on the direct connection): a ctx of a fixed
+	// length could end first on a loaded machine, before the server ran
+	// the statement, and pgx's cancellation then rolls it back.
+	// Three connections opened before the stall: the release (and the
+	// session's monitor, if it reads meanwhile) finds one established,
+	// not a dial whose handshake the stalled replies would hold.
+	var conns []*pgxpool.Conn
+	for range 3 {
+		c, err := pool.Acquire(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Release()
+	}
 	px.StallReplies()
-	ctx, cancel := context.WithTimeout(ctxT(t), 500*time.Millisecond)
-	err = release(ctx)
+	defer px.Resume()
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- release(ctx) }()
+	await.Until(t, opTimeout, "the first attempt applied by the server", func() bool { return !candidacy() }, func() string { return "the candidacy is still there" })
 	cancel()
+	err = <-done
 	px.Resume()
 	if err == nil {
 		t.Fatal("the release returned with its replies held")
 	}
 	t.Logf("the release whose reply was held: %v", err)
-	await.Until(t, opTimeout, "the first attempt applied by the server", func() bool { return !candidacy() }, func() string { return "the candidacy is still there" })
 	var seen *backend.Record
 	if records {
 		if seen = readRecord(t, cn, q, key); seen == nil || string(seen.Value) != "released" {
