@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/mysql"
+	"github.com/simba-go/simba/internal/await"
 	"github.com/simba-go/simba/internal/mytest"
 )
 
@@ -582,17 +584,13 @@ func TestCancelledAcquireLeavesNothing(t *testing.T) {
 		}
 	}
 	t.Logf("%d acquired, %d cancelled", got, cancelled)
-	end := time.Now().Add(opTimeout) // a withdrawal may go on in the background for a moment
-	for {
-		ids, err := c.(backend.CandidateLister).Candidates(ctxT(t), "x")
-		if err == nil && len(ids) == 0 {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatalf("candidacies left after cancelled Acquires: %q, %v", ids, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	// A withdrawal may go on in the background for a moment.
+	var ids []string
+	var err error
+	await.Until(t, opTimeout, "no candidacy left after the cancelled Acquires", func() bool {
+		ids, err = c.(backend.CandidateLister).Candidates(ctxT(t), "x")
+		return err == nil && len(ids) == 0
+	}, func() string { return fmt.Sprintf("candidacies %q, %v", ids, err) })
 	ctx, cancel := context.WithTimeout(t.Context(), a.TTL()/2)
 	defer cancel()
 	if _, err := c.Acquire(ctx, "x"); err != nil {

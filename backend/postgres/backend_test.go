@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/simba-go/simba/backend"
 	"github.com/simba-go/simba/backend/postgres"
+	"github.com/simba-go/simba/internal/await"
 	"github.com/simba-go/simba/internal/pgtest"
 )
 
@@ -445,17 +447,12 @@ func TestCancelledAcquireLeavesNothing(t *testing.T) {
 	// A withdrawal that did not finish within withdrawTimeout goes on in
 	// the background (a loaded machine): wait for it, as long as a
 	// statement may take.
-	end := time.Now().Add(opTimeout)
-	for {
-		ids, err := c.(backend.CandidateLister).Candidates(ctxT(t), "x")
-		if err == nil && len(ids) == 0 {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatalf("candidacies left %v after cancelled Acquires: %q, %v", opTimeout, ids, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var ids []string
+	var err error
+	await.Until(t, opTimeout, "no candidacy left after the cancelled Acquires", func() bool {
+		ids, err = c.(backend.CandidateLister).Candidates(ctxT(t), "x")
+		return err == nil && len(ids) == 0
+	}, func() string { return fmt.Sprintf("candidacies %q, %v", ids, err) })
 	ctx, cancel := context.WithTimeout(t.Context(), a.TTL()/2)
 	defer cancel()
 	if _, err := c.Acquire(ctx, "x"); err != nil {
