@@ -126,6 +126,8 @@ type Session struct {
 	mu   sync.Mutex
 	over bool
 	held map[*Holding]struct{}
+	// grants counts the holdings granted (see Mark).
+	grants uint64
 }
 
 // New returns a session that lasts until [Session.End] or until parent
@@ -246,6 +248,8 @@ func (s *Session) Acquire(ctx context.Context, name string) (backend.Lease, erro
 		h.unwatch()
 		return nil, s.overErr(op)
 	}
+	s.grants++
+	h.seq = s.grants
 	s.held[h] = struct{}{}
 	s.mu.Unlock()
 	select {
@@ -353,6 +357,45 @@ func (s *Session) LoseIf(gone func(*Holding) bool) {
 	}
 }
 
+// Mark returns how many holdings the session has granted so far. A
+// backend takes it before it sends a read of the session's candidacies,
+// and gives it to [Session.LoseMissing] with what the read found: every
+// holding granted up to the mark had its candidacy registered before the
+// read was sent, so the read saw it unless it is gone.
+func (s *Session) Mark() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.grants
+}
+
+// LoseMissing ends, as Lose does, the held holdings granted up to mark
+// (see [Session.Mark]) for which missing reports true: their candidacy is
+// gone. A holding granted after mark is left alone, as its candidacy may
+// have been registered after the read was sent; LoseMissing reports
+// whether missing reported true for one (the backend reads again, with a
+// new mark). missing runs with the session's lock held: it must not call
+// the session.
+func (s *Session) LoseMissing(mark uint64, missing func(*Holding) bool) (again bool) {
+	var hs []*Holding
+	s.mu.Lock()
+	for h := range s.held {
+		if !missing(h) {
+			continue
+		}
+		if h.seq > mark {
+			again = true
+			continue
+		}
+		hs = append(hs, h)
+		delete(s.held, h)
+	}
+	s.mu.Unlock()
+	for _, h := range hs {
+		h.lose()
+	}
+	return again
+}
+
 // Retry runs f within first and returns its error. When f fails while
 // the session lasts, Retry also runs it again in the background, with
 // backoff (at most a third of the TTL between attempts), each attempt
@@ -454,6 +497,7 @@ type Holding struct {
 	sig     *lost.Signal
 	unwatch func() // the subscription that tells the backend of changes
 	atGrant *Snapshot
+	seq     uint64 // the session's count of grants at this one (see Session.Mark)
 }
 
 // RecordsAtGrant implements [backend.GrantSnapshot]: the records the

@@ -497,3 +497,30 @@ func TestRetry(t *testing.T) {
 		}
 	})
 }
+
+// TestLoseMissingSparesLaterGrants: a read of the session's candidacies
+// sent before a grant (its mark taken before it) does not end that
+// holding, though it missed its candidacy: LoseMissing asks for a read
+// again, and one marked after the grant ends only what is gone.
+func TestLoseMissingSparesLaterGrants(t *testing.T) {
+	bubble(t, func(t *testing.T, v *server) {
+		a := v.open(t, "a")
+		old := acquire(t, a, "x")
+		mark := a.Mark() // the read is sent: it will see x, not y
+		l := acquire(t, a, "y")
+		gone := func(h *candidacy.Holding) bool { return h.Name() != "x" }
+		if again := a.LoseMissing(mark, gone); !again {
+			t.Error("LoseMissing with a holding granted after the mark missing: again false, want true")
+		}
+		if closed(l.Lost()) || closed(old.Lost()) {
+			t.Fatalf("after a read marked before the grant: Lost of y closed %v, of x %v; want neither", closed(l.Lost()), closed(old.Lost()))
+		}
+		// A read marked after the grant that misses y: y is gone.
+		if again := a.LoseMissing(a.Mark(), gone); again {
+			t.Error("LoseMissing marked after every grant: again true, want false")
+		}
+		if !closed(l.Lost()) || closed(old.Lost()) {
+			t.Errorf("after a read marked after the grant: Lost of y closed %v, of x %v; want y only", closed(l.Lost()), closed(old.Lost()))
+		}
+	})
+}

@@ -30,9 +30,11 @@
 // [Queue.Release] while a loss reported meanwhile (maybe the release's own
 // write, seen by a watch) waits for the release's outcome. The session's
 // monitor, told by [Queue.Changed] that a held name's queue changed, reads
-// it and ends the holdings whose candidacy is gone with [Session.LoseIf]
-// or [Session.Lose]; when the session is over, [Session.End] ends them
-// all.
+// it and ends the holdings whose candidacy is gone with
+// [Session.LoseMissing] (given the [Session.Mark] taken before the read,
+// so that a holding granted while the read was on its way is not taken
+// for gone), [Session.LoseIf] or [Session.Lose]; when the session is
+// over, [Session.End] ends them all.
 //
 // It is part of simba's kit for backend authors (backend/kit/...): code
 // the backends share, importable by a backend of another module or of
