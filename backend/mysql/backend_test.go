@@ -260,7 +260,7 @@ func TestSchemaVersionRefused(t *testing.T) {
 	exec(t, b, `UPDATE simba_meta SET v = 7 WHERE k = 'version'`)
 	b2 := newBackendAt(t, dsn)
 	_, err := b2.Open(ctxT(t), backend.SessionOptions{TTL: time.Second})
-	want := `simba/mysql: the tables simba_* are version 7, this code knows up to 1: upgrade simba`
+	want := `simba/mysql: the tables simba_* are version 7, this code knows up to 2: upgrade simba`
 	if err == nil || err.Error() != want {
 		t.Fatalf("Open on newer tables: error %v, want %q", err, want)
 	}

@@ -151,7 +151,12 @@
 // the schema's version; tables of a newer version than the code knows
 // are refused, and so are tables that are not InnoDB or whose columns
 // differ from these. A DBA who applies them by hand runs [SchemaSQL]'s
-// text. The user then needs SELECT, INSERT, UPDATE and DELETE on the
+// text. Tables of version 1 (before the registrations' numbers,
+// sessions.reg_floor and candidacies.reg, which keep a registration that
+// reaches the server after its Acquire gave up from changing anything)
+// are upgraded on first use: each column that is missing is added with
+// ALTER TABLE … ADD COLUMN … BIGINT NOT NULL DEFAULT 0, then the version
+// row is set to 2. The user then needs SELECT, INSERT, UPDATE and DELETE on the
 // tables (and CREATE, REFERENCES and DROP to create them); a View needs
 // SELECT only. Names and keys are ASCII, compared byte by byte
 // (ascii_bin), as the other backends' listings sort.

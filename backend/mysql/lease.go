@@ -42,63 +42,94 @@ var errServerChanged = errors.New("simba/mysql: the server changed")
 // errSessionOver says that a statement found the session expired or gone.
 var errSessionOver = errors.New("simba/mysql: session over")
 
+// errSuperseded says that a registration found the session's floor at or
+// past its number (see Register), attempt after attempt.
+var errSuperseded = errors.New("the registration was superseded by the withdrawal of another whose outcome was unknown")
+
 // Register inserts the candidacy and returns its token, in one
 // transaction of one round trip (see batch): the epoch row is read with a
 // shared lock (no bump before it commits), the name's counter is bumped
 // (its row lock serialises registrations of name until each commits, so
-// tokens strictly increase in commit order), the session's older
-// candidacies for name go (found by the (session, name) index, so that the
-// DELETE locks no other session's candidacy: a fenced transaction holds
-// the holder's), and the new one is inserted if the session is alive.
-// Nothing is written on a server the epoch row does not name.
+// tokens strictly increase in commit order), the session's row is read
+// (without a lock: a renewal never waits for a registration), the
+// session's older candidacies for name go (found by the (session, name)
+// index, so that the DELETE locks no other session's candidacy: a fenced
+// transaction holds the holder's), and the new one is inserted if the
+// session is alive. Nothing is written on a server the epoch row does not
+// name.
+//
+// Each attempt has a number of the session's, reg, kept in the candidacy
+// row: the DELETE takes only candidacies of smaller numbers, and nothing
+// is written once the session's floor (reg_floor) has reached reg. An
+// attempt whose outcome is unknown (its ctx ended with the batch sent)
+// may still run on the server at any later time; withdrawAll raises the
+// floor to its number, so that it then changes nothing, and deletes its
+// candidacy if it ran before: such a late batch never deletes the
+// candidacy of a later Acquire, nor leaves one that nobody knows of
+// (TestLateRegistrationOfCancelledAcquire). The name's counter row orders
+// the two: each takes its lock first, and the floor is read after it.
 func (s queue) Register(ctx context.Context, name string) (uint64, error) {
 	op := fmt.Sprintf("acquire %q", name)
 	t := s.b.t
+	s.registering.Add(1)
+	defer s.registering.Add(-1)
 	for attempt := 0; ; attempt++ {
 		var (
 			same                sql.NullBool
 			epoch, us           sql.NullInt64
 			token, settledEpoch sql.NullInt64
+			floor               sql.NullInt64
 			inserted            int64
 		)
+		reg := s.regs.Add(1)
 		sent := time.Now()
 		err := s.b.boundedBatch(ctx, s.ctx, []string{
-			`SET @simba_e = NULL, @simba_same = NULL, @simba_now = NULL, @simba_t = NULL, @simba_s = NULL, @simba_ins = 0`,
+			`SET @simba_e = NULL, @simba_same = NULL, @simba_now = NULL, @simba_t = NULL, @simba_s = NULL, @simba_ins = 0, @simba_live = NULL, @simba_floor = NULL`,
 			`SELECT v, srv = @@server_id, ` + nowUS + ` INTO @simba_e, @simba_same, @simba_now FROM ` + t.meta + ` WHERE k = 'epoch' LOCK IN SHARE MODE`,
 			`INSERT INTO ` + t.leaseNames + ` (name, last, settled_epoch) SELECT ?, GREATEST(1, ` + baseOfSQL("@simba_e") + `), 0 FROM DUAL WHERE @simba_same
 				ON DUPLICATE KEY UPDATE last = GREATEST(last + 1, ` + baseOfSQL("@simba_e") + `)`,
 			`SELECT last, settled_epoch INTO @simba_t, @simba_s FROM ` + t.leaseNames + ` WHERE name = ? AND @simba_same`,
-			`DELETE c FROM ` + t.candidacies + ` c FORCE INDEX (session) WHERE c.session = ? AND c.name = ? AND @simba_same`,
-			`INSERT INTO ` + t.candidacies + ` (name, token, session) SELECT ?, @simba_t, x.id FROM ` + t.sessions + ` x
-				WHERE x.id = ? AND x.expires_us > ` + nowUS + ` AND @simba_same AND @simba_t IS NOT NULL`,
+			`SELECT expires_us > ` + nowUS + `, reg_floor INTO @simba_live, @simba_floor FROM ` + t.sessions + ` WHERE id = ? AND @simba_same`,
+			`SET @simba_go = @simba_same AND @simba_live AND @simba_floor < ?`,
+			`DELETE c FROM ` + t.candidacies + ` c FORCE INDEX (session) WHERE c.session = ? AND c.name = ? AND c.reg < ? AND @simba_go`,
+			`INSERT INTO ` + t.candidacies + ` (name, token, session, reg) SELECT ?, @simba_t, ?, ? FROM DUAL WHERE @simba_go AND @simba_t IS NOT NULL`,
 			`SET @simba_ins = ROW_COUNT()`,
-		}, `SELECT @simba_same, @simba_e, @simba_now, @simba_t, @simba_s, @simba_ins`,
-			[]any{name, name, s.id, name, name, s.id},
-			&same, &epoch, &us, &token, &settledEpoch, &inserted)
+		}, `SELECT @simba_same, @simba_e, @simba_now, @simba_t, @simba_s, @simba_ins, @simba_floor`,
+			[]any{name, name, s.id, reg, s.id, name, reg, name, s.id, reg},
+			&same, &epoch, &us, &token, &settledEpoch, &inserted, &floor)
 		if err == nil && !same.Bool {
 			err = errServerChanged
 		}
 		if err == nil && inserted == 0 {
 			err = errSessionOver
+			if floor.Valid && floor.Int64 >= reg {
+				err = errSuperseded
+			}
 		}
 		switch {
 		case errors.Is(err, errSessionOver):
 			return 0, s.doneErr(op)
+		case errors.Is(err, errSuperseded) && attempt < 4:
+			// The withdrawal of another Acquire of the session, whose
+			// outcome was unknown, raised the floor past this number.
+			continue
 		case errors.Is(err, errServerChanged) && attempt < 2:
 			if err := s.resample(ctx, op); err != nil {
 				return 0, s.fail(ctx, op, err)
 			}
 			continue
+		case errors.Is(err, errSuperseded):
+			return 0, fmt.Errorf("simba/mysql: %s: session %s: %w", op, s.sid, err)
 		case err != nil:
 			if !errors.Is(err, limit.ErrNotSent) {
 				// The outcome is unknown (a COMMIT whose reply was lost):
-				// a candidacy may exist.
-				s.withdrawAll(name)
+				// a candidacy may exist, or be about to.
+				s.withdrawAll(name, reg)
 			}
 			return 0, s.fail(ctx, op, err)
 		}
 		if err := s.b.noteClock(op, sent, time.Now(), time.UnixMicro(us.Int64), epoch.Int64); err != nil {
-			s.withdrawAll(name)
+			s.withdrawAll(name, reg)
 			return 0, err
 		}
 		s.registered(name, token.Int64)
@@ -363,17 +394,24 @@ func (s queue) Withdraw(name string, token uint64) {
 	})
 }
 
-// withdrawAll deletes every candidacy of this session for name, after a
-// registration whose outcome is unknown. It first takes the lock of the
-// name's counter row, so that it waits for a registration still in
-// flight, whose candidacy the DELETE then sees if it committed.
-func (s *session) withdrawAll(name string) {
+// withdrawAll withdraws what a registration whose outcome is unknown,
+// numbered reg, may have left (see Register): it raises the session's
+// floor to reg, so that the registration, if it runs later, changes
+// nothing, then deletes the session's candidacies for name numbered up to
+// reg. It first takes the lock of the name's counter row: a registration
+// in flight that holds it commits first, and the DELETE, a later
+// statement, sees its candidacy; one that takes it after reads the new
+// floor. A later Acquire's candidacy has a larger number: the withdrawal
+// never takes it, even when it runs late (retried in the background, or a
+// batch that reached the server after its ctx ended).
+func (s *session) withdrawAll(name string, reg int64) {
 	t := s.b.t
 	s.retry(fmt.Sprintf("withdrawing the candidacies for %q", name), func(ctx context.Context) error {
 		err := s.b.boundedBatch(ctx, s.ctx, []string{
 			`SELECT last INTO @simba_t FROM ` + t.leaseNames + ` WHERE name = ? FOR UPDATE`,
-			`DELETE c FROM ` + t.candidacies + ` c FORCE INDEX (session) WHERE c.session = ? AND c.name = ?`,
-		}, "", []any{name, s.id, name})
+			`UPDATE ` + t.sessions + ` SET reg_floor = GREATEST(reg_floor, ?) WHERE id = ?`,
+			`DELETE c FROM ` + t.candidacies + ` c FORCE INDEX (session) WHERE c.session = ? AND c.name = ? AND c.reg <= ?`,
+		}, "", []any{name, reg, s.id, s.id, name, reg})
 		if err == nil {
 			s.b.hub.changed(name)
 		}

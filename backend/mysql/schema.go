@@ -11,7 +11,10 @@ import (
 )
 
 // schemaVersion is the version of the tables this code makes and knows.
-const schemaVersion = 1
+// Version 2 added sessions.reg_floor and candidacies.reg (see
+// queue.Register); tables of version 1 are upgraded on first use
+// (migrate).
+const schemaVersion = 2
 
 // tables holds the quoted names of the backend's tables.
 type tables struct {
@@ -53,7 +56,8 @@ func (t tables) ddl() []string {
 		`CREATE TABLE IF NOT EXISTS ` + t.sessions + ` (
 	id         BIGINT NOT NULL PRIMARY KEY,
 	ttl_us     BIGINT NOT NULL CHECK (ttl_us > 0),
-	expires_us BIGINT NOT NULL
+	expires_us BIGINT NOT NULL,
+	reg_floor  BIGINT NOT NULL DEFAULT 0
 ) ENGINE=InnoDB`,
 		`CREATE TABLE IF NOT EXISTS ` + t.leaseNames + ` (
 	name          VARCHAR(128) ` + ascii + ` NOT NULL PRIMARY KEY,
@@ -64,6 +68,7 @@ func (t tables) ddl() []string {
 	name    VARCHAR(128) ` + ascii + ` NOT NULL,
 	token   BIGINT NOT NULL CHECK (token > 0),
 	session BIGINT NOT NULL,
+	reg     BIGINT NOT NULL DEFAULT 0,
 	PRIMARY KEY (name, token),
 	KEY session (session, name),
 	` + fk("candidacies") + `
@@ -92,9 +97,9 @@ func (t tables) ddl() []string {
 // prefix), as information_schema.COLUMNS lists them: name and data type.
 var columns = map[string][]string{
 	"meta":        {"k varchar", "v bigint", "srv bigint"},
-	"sessions":    {"id bigint", "ttl_us bigint", "expires_us bigint"},
+	"sessions":    {"id bigint", "ttl_us bigint", "expires_us bigint", "reg_floor bigint"},
 	"lease_names": {"name varchar", "last bigint", "settled_epoch bigint"},
-	"candidacies": {"name varchar", "token bigint", "session bigint"},
+	"candidacies": {"name varchar", "token bigint", "session bigint", "reg bigint"},
 	"members":     {"grp varchar", "session bigint", "id varbinary", "data varbinary"},
 	"records":     {"rkey varchar", "value mediumblob", "version bigint", "token bigint", "deleted tinyint"},
 }
@@ -145,6 +150,9 @@ func (b *Backend) ensureSchema(ctx context.Context) error {
 			if err := b.create(ctx, conn, had); err != nil {
 				return err
 			}
+		}
+		if err := b.migrate(ctx, conn); err != nil {
+			return err
 		}
 		return b.checkSchema(ctx, conn)
 	})
@@ -208,6 +216,45 @@ func (b *Backend) create(ctx context.Context, conn *sql.Conn, had map[string]str
 		}
 	}
 	b.log.Info("simba/mysql: created the tables", "prefix", b.prefix, "tables", made)
+	return nil
+}
+
+// migrations are the columns that version 2 added, each with its
+// table's short name and its definition.
+var migrations = []struct{ table, column, def string }{
+	{"sessions", "reg_floor", "BIGINT NOT NULL DEFAULT 0"},
+	{"candidacies", "reg", "BIGINT NOT NULL DEFAULT 0"},
+}
+
+// migrate upgrades tables of version 1 to version 2, under the schema's
+// named lock: it adds the columns that are missing (a migration cut
+// short is taken up where it stopped: MySQL's DDL commits as it goes),
+// then sets the version. A client of version 1 still running keeps
+// working (the new columns have defaults); a new one of version 1 refuses
+// the tables.
+func (b *Backend) migrate(ctx context.Context, conn *sql.Conn) error {
+	var version int64
+	if err := conn.QueryRowContext(ctx, "SELECT v FROM "+b.t.meta+" WHERE k = 'version'").Scan(&version); err != nil || version != 1 {
+		return nil // checkSchema says what is wrong, if anything
+	}
+	for _, m := range migrations {
+		table := b.prefix + m.table
+		var n int
+		if err := conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.COLUMNS
+			WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?`, table, m.column).Scan(&n); err != nil {
+			return err
+		}
+		if n > 0 {
+			continue
+		}
+		if _, err := conn.ExecContext(ctx, "ALTER TABLE `"+table+"` ADD COLUMN "+m.column+" "+m.def); err != nil {
+			return &schemaError{fmt.Sprintf("simba/mysql: upgrading the tables %s* to version 2: adding %s.%s: %v", b.prefix, table, m.column, b.connErr("altering "+table, err))}
+		}
+	}
+	if _, err := conn.ExecContext(ctx, "UPDATE "+b.t.meta+" SET v = 2 WHERE k = 'version' AND v = 1"); err != nil {
+		return err
+	}
+	b.log.Info("simba/mysql: upgraded the tables to version 2", "prefix", b.prefix)
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/simba-go/simba/backend"
@@ -56,6 +57,12 @@ type session struct {
 	known   map[candidacyKey]bool
 	epoch   int64
 	recheck bool
+
+	// regs numbers the session's registrations (see queue.Register), and
+	// registering counts those in flight: a read of the candidacies takes
+	// one it does not know for an orphan only when none was in flight
+	// while it ran (see look).
+	regs, registering atomic.Int64
 }
 
 func newSession(b *Backend, id int64, ttl time.Duration, start time.Time, epoch int64) *session {
@@ -391,7 +398,7 @@ func (s *session) monitor() {
 		}
 		t.Stop()
 		retry = nil
-		remaining, err := s.look()
+		remaining, again, err := s.look()
 		if err != nil {
 			if s.ctx.Err() != nil {
 				return
@@ -401,6 +408,9 @@ func (s *session) monitor() {
 			continue
 		}
 		failures = 0
+		if again {
+			retry = time.After(lookAgain)
+		}
 		if remaining <= 0 {
 			if over, err := s.clearExpired(s.ctx); over || err != nil && s.ctx.Err() != nil {
 				s.end()
@@ -420,21 +430,28 @@ func (s *session) monitor() {
 	}
 }
 
+// lookAgain is how soon the monitor reads again when a read could not
+// tell (see look).
+const lookAgain = 20 * time.Millisecond
+
 // look reads the session's row and its candidacies: it closes Lost of the
 // held leases whose candidacy is gone, and returns how long the session
-// has left by the database's clock (0 when gone or expired).
-func (s *session) look() (time.Duration, error) {
+// has left by the database's clock (0 when gone or expired). again asks
+// for another read soon: a holding granted while this one was on its way
+// was missing from it (see candidacy.Session.LoseMissing), or, after a
+// failover, a registration in flight kept it from telling the orphans.
+func (s *session) look() (left time.Duration, again bool, err error) {
 	ctx, cancel := context.WithTimeout(s.ctx, lookTimeout)
 	defer cancel()
 	t := s.b.t
 	var (
-		left    time.Duration
 		gone    bool
 		have    map[candidacyKey]bool
 		orphans []candidacyKey
 	)
+	mark, regs := s.Mark(), s.regs.Load()
 	sent := time.Now()
-	err := s.b.onConn(ctx, func(conn *sql.Conn) error {
+	err = s.b.onConn(ctx, func(conn *sql.Conn) error {
 		if _, err := s.b.sampleOn(ctx, conn, "reading the session", sent); err != nil {
 			return err
 		}
@@ -455,10 +472,16 @@ func (s *session) look() (time.Duration, error) {
 		}
 		s.mu.Lock()
 		if s.recheck {
-			s.recheck = false
-			for k := range have {
-				if !s.known[k] {
-					orphans = append(orphans, k)
+			// A registration in flight while the read ran may have
+			// committed a candidacy it does not know yet.
+			if s.registering.Load() > 0 || s.regs.Load() != regs {
+				again = true
+			} else {
+				s.recheck = false
+				for k := range have {
+					if !s.known[k] {
+						orphans = append(orphans, k)
+					}
 				}
 			}
 		}
@@ -477,16 +500,18 @@ func (s *session) look() (time.Duration, error) {
 		return nil
 	})
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	if gone || left <= 0 {
-		return 0, nil
+		return 0, false, nil
 	}
 	if len(orphans) > 0 {
 		s.b.log.Warn("simba/mysql: after a failover, deleted candidacies the session had given up on the old server", "session", s.sid, "candidacies", fmt.Sprint(orphans))
 	}
-	s.LoseIf(func(h *candidacy.Holding) bool { return !have[candidacyKey{h.Name(), int64(h.Token())}] })
-	return left, nil
+	if s.LoseMissing(mark, func(h *candidacy.Holding) bool { return !have[candidacyKey{h.Name(), int64(h.Token())}] }) {
+		again = true
+	}
+	return left, again, nil
 }
 
 // candidacyKey names a candidacy: tokens count per name.

@@ -198,7 +198,7 @@ func TestSchemaVersionRefused(t *testing.T) {
 	}
 	defer b2.Close()
 	_, err = b2.Open(ctxT(t), backend.SessionOptions{TTL: time.Second})
-	want := `simba/postgres: schema "` + b.Schema() + `" is version 7, this code knows up to 1`
+	want := `simba/postgres: schema "` + b.Schema() + `" is version 7, this code knows up to 2`
 	if err == nil || err.Error() != want {
 		t.Fatalf("Open on a newer schema: error %v, want %q", err, want)
 	}

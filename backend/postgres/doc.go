@@ -361,7 +361,8 @@
 //	CREATE TABLE "simba".sessions (
 //		id         bigint PRIMARY KEY DEFAULT nextval('"simba".session_ids'),
 //		ttl        interval NOT NULL CHECK (ttl > interval '0'),
-//		expires_at timestamptz NOT NULL
+//		expires_at timestamptz NOT NULL,
+//		reg_floor  bigint NOT NULL DEFAULT 0
 //	);
 //	CREATE TABLE "simba".lease_names (
 //		name text COLLATE "C" PRIMARY KEY,
@@ -371,6 +372,7 @@
 //		name    text COLLATE "C" NOT NULL,
 //		token   bigint NOT NULL CHECK (token > 0),
 //		session bigint NOT NULL REFERENCES "simba".sessions (id) ON DELETE CASCADE,
+//		reg     bigint NOT NULL DEFAULT 0,
 //		PRIMARY KEY (name, token)
 //	);
 //	CREATE INDEX candidacies_session ON "simba".candidacies (session);
@@ -402,7 +404,16 @@
 //		FOR EACH ROW EXECUTE FUNCTION "simba".notify('simba.simba', 'm', 'grp');
 //	CREATE TRIGGER records_notify AFTER INSERT OR UPDATE OR DELETE ON "simba".records
 //		FOR EACH ROW EXECUTE FUNCTION "simba".notify('simba.simba', 'r', 'key');
-//	INSERT INTO "simba".meta (key, value) VALUES ('version', 1);
+//	INSERT INTO "simba".meta (key, value) VALUES ('version', 2);
+//
+// A schema of version 1 (before the registrations' numbers: reg_floor and
+// reg, which keep a registration that reaches the server after its
+// Acquire gave up from changing anything) is upgraded on first use, in
+// the same transaction:
+//
+//	ALTER TABLE "simba".sessions ADD COLUMN IF NOT EXISTS reg_floor bigint NOT NULL DEFAULT 0;
+//	ALTER TABLE "simba".candidacies ADD COLUMN IF NOT EXISTS reg bigint NOT NULL DEFAULT 0;
+//	UPDATE "simba".meta SET value = 2 WHERE key = 'version' AND value = 1;
 //
 // The user then needs SELECT, INSERT, UPDATE and DELETE on the tables and
 // USAGE on the sequences; a View needs SELECT only (it writes nothing).

@@ -38,36 +38,79 @@ func (s queue) Changed(string) { wake.Poke(s.check) }
 // version from the sequence for the candidacy's release with records (see
 // Release): its commit is durable, so no crash can hand that version out
 // again.
+//
+// Each attempt has a number of the session's, reg, kept in the candidacy
+// row: the DELETE takes only candidacies of smaller numbers, and nothing
+// is written once the session's floor (reg_floor) has reached reg, read
+// with a key-share lock on the session's row: it waits for withdrawAll's
+// row lock, then reads the row it wrote (and never waits for a renewal,
+// which changes no key). An attempt whose
+// outcome is unknown (its ctx ended with the statement sent) may still
+// run on the server at any later time; withdrawAll raises the floor to
+// its number, so that it then changes nothing, and deletes its candidacy
+// if it ran before: such a late statement never deletes the candidacy of
+// a later Acquire, nor leaves one that nobody knows of
+// (TestLateRegistrationOfCancelledAcquire).
 func (s queue) Register(ctx context.Context, name string) (uint64, error) {
 	op := fmt.Sprintf("acquire %q", name)
+	s.registering.Add(1)
+	defer s.registering.Add(-1)
+	for attempt := 0; ; attempt++ {
+		token, err := s.register(ctx, op, name)
+		if errors.Is(err, errSuperseded) && attempt < 4 {
+			// The withdrawal of another Acquire of the session, whose
+			// outcome was unknown, raised the floor past this number.
+			continue
+		}
+		return token, err
+	}
+}
+
+// errSuperseded says that a registration found the session's floor at or
+// past its number (see Register).
+var errSuperseded = errors.New("the registration was superseded by the withdrawal of another whose outcome was unknown")
+
+// register is one attempt of Register's.
+func (s queue) register(ctx context.Context, op, name string) (uint64, error) {
 	q := s.b.q
 	var (
 		token, tl, version int64
 		prev               *int64
 		db                 time.Time
 	)
+	reg := s.regs.Add(1)
 	sent := time.Now()
 	err := s.b.queryRow(ctx, s.ctx, `WITH alive AS (
-			SELECT id FROM `+q+`.sessions WHERE id = $2 AND expires_at > clock_timestamp() FOR KEY SHARE),
-		old AS (DELETE FROM `+q+`.candidacies WHERE name = $1 AND session = $2 AND EXISTS (SELECT 1 FROM alive)),
+			SELECT id FROM `+q+`.sessions WHERE id = $2 AND expires_at > clock_timestamp() AND reg_floor < $3 FOR KEY SHARE),
+		old AS (DELETE FROM `+q+`.candidacies WHERE name = $1 AND session = $2 AND reg < $3 AND EXISTS (SELECT 1 FROM alive)),
 		bump AS (INSERT INTO `+q+`.lease_names AS l (name, last) SELECT $1, GREATEST(1, `+baseSQL()+`) FROM alive
 			ON CONFLICT (name) DO UPDATE SET last = GREATEST(l.last + 1, `+baseSQL()+`) RETURNING last),
-		ins AS (INSERT INTO `+q+`.candidacies (name, token, session) SELECT $1, last, $2 FROM bump RETURNING token)
+		ins AS (INSERT INTO `+q+`.candidacies (name, token, session, reg) SELECT $1, last, $2, $3 FROM bump RETURNING token)
 		SELECT token, (SELECT last FROM `+q+`.lease_names WHERE name = $1), clock_timestamp(), `+timelineSQL+`,
 			nextval('`+q+`.record_versions') + `+baseSQL()+` FROM ins`,
-		name, s.id).Scan(&token, &prev, &db, &tl, &version)
+		name, s.id, reg).Scan(&token, &prev, &db, &tl, &version)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, s.doneErr(op)
+		// The session is over, or its floor has reached reg.
+		var above bool
+		err := s.b.queryRow(ctx, s.ctx, `SELECT reg_floor >= $2 FROM `+q+`.sessions WHERE id = $1 AND expires_at > clock_timestamp()`, s.id, reg).Scan(&above)
+		switch {
+		case err == nil && above:
+			return 0, fmt.Errorf("simba/postgres: %s: session %s: %w", op, s.sid, errSuperseded)
+		case err == nil || errors.Is(err, pgx.ErrNoRows):
+			return 0, s.doneErr(op)
+		default:
+			return 0, s.fail(ctx, op, err)
+		}
 	}
 	if err != nil {
 		if !errors.Is(err, limit.ErrNotSent) {
 			// The outcome is unknown: a candidacy may exist, or be about to.
-			s.withdrawAll(name)
+			s.withdrawAll(name, reg)
 		}
 		return 0, s.fail(ctx, op, err)
 	}
 	if err := s.b.noteClock(op, sent, time.Now(), db, tl); err != nil {
-		s.withdrawAll(name)
+		s.withdrawAll(name, reg)
 		return 0, err
 	}
 	// prev is the name's counter in the statement's snapshot, before the
@@ -212,22 +255,29 @@ func (s queue) Withdraw(name string, token uint64) {
 	})
 }
 
-// withdrawAll deletes every candidacy of this session for name, after a
-// registration whose outcome is unknown (its ctx ended, its connection
-// broke: the server may still commit it). It first takes the lock of the
-// name's counter row, with a write that changes nothing, so that it waits
-// for a registration still in flight; the DELETE, a later statement of the
-// same transaction, then sees that registration's candidacy if it
-// committed. Retried in the background as withdraw is.
-func (s *session) withdrawAll(name string) {
+// withdrawAll withdraws what a registration whose outcome is unknown
+// (its ctx ended, its connection broke: the server may still commit it),
+// numbered reg, may have left (see Register): it raises the session's
+// floor to reg, so that the registration, if it runs later, changes
+// nothing, then deletes the session's candidacies for name numbered up to
+// reg. It locks the session's row FOR UPDATE first, the one lock that
+// conflicts with a registration's key-share lock: a registration holding
+// it commits before, and the DELETE, a later statement of the same
+// transaction, sees its candidacy; one that waits for it reads the new
+// floor. A later Acquire's candidacy has a larger number: the withdrawal
+// never takes it, even when it runs late. Retried in the background as
+// withdraw is.
+func (s *session) withdrawAll(name string, reg int64) {
 	q := s.b.q
 	s.retry(fmt.Sprintf("withdrawing the candidacies for %q", name), func(ctx context.Context) error {
 		return s.b.beginFunc(ctx, s.ctx, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `INSERT INTO `+q+`.lease_names AS l (name, last) VALUES ($1, 1)
-				ON CONFLICT (name) DO UPDATE SET last = l.last`, name); err != nil {
+			if _, err := tx.Exec(ctx, `SELECT 1 FROM `+q+`.sessions WHERE id = $1 FOR UPDATE`, s.id); err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, "DELETE FROM "+q+".candidacies WHERE name = $1 AND session = $2", name, s.id)
+			if _, err := tx.Exec(ctx, `UPDATE `+q+`.sessions SET reg_floor = GREATEST(reg_floor, $2) WHERE id = $1`, s.id, reg); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "DELETE FROM "+q+".candidacies WHERE name = $1 AND session = $2 AND reg <= $3", name, s.id, reg)
 			return err
 		})
 	})

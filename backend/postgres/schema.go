@@ -12,9 +12,12 @@ import (
 )
 
 // schemaVersion is the version of the schema this code creates and knows.
-const schemaVersion = 1
+// Version 2 added sessions.reg_floor and candidacies.reg (see
+// queue.Register); a schema of version 1 is upgraded on first use
+// (migrateSQL).
+const schemaVersion = 2
 
-// schemaSQL is the schema of version 1, with %[1]s the quoted schema name
+// schemaSQL is the schema of version 2, with %[1]s the quoted schema name
 // and %[2]s the NOTIFY channel as a literal. It is also in the package
 // documentation, for DBAs who apply it by hand.
 const schemaSQL = `
@@ -27,7 +30,8 @@ CREATE SEQUENCE %[1]s.session_ids;
 CREATE TABLE %[1]s.sessions (
 	id         bigint PRIMARY KEY DEFAULT nextval('%[1]s.session_ids'),
 	ttl        interval NOT NULL CHECK (ttl > interval '0'),
-	expires_at timestamptz NOT NULL
+	expires_at timestamptz NOT NULL,
+	reg_floor  bigint NOT NULL DEFAULT 0
 );
 CREATE TABLE %[1]s.lease_names (
 	name text COLLATE "C" PRIMARY KEY,
@@ -37,6 +41,7 @@ CREATE TABLE %[1]s.candidacies (
 	name    text COLLATE "C" NOT NULL,
 	token   bigint NOT NULL CHECK (token > 0),
 	session bigint NOT NULL REFERENCES %[1]s.sessions (id) ON DELETE CASCADE,
+	reg     bigint NOT NULL DEFAULT 0,
 	PRIMARY KEY (name, token)
 );
 CREATE INDEX candidacies_session ON %[1]s.candidacies (session);
@@ -68,22 +73,32 @@ CREATE TRIGGER members_notify AFTER INSERT OR UPDATE OR DELETE ON %[1]s.members
 	FOR EACH ROW EXECUTE FUNCTION %[1]s.notify(%[2]s, 'm', 'grp');
 CREATE TRIGGER records_notify AFTER INSERT OR UPDATE OR DELETE ON %[1]s.records
 	FOR EACH ROW EXECUTE FUNCTION %[1]s.notify(%[2]s, 'r', 'key');
-INSERT INTO %[1]s.meta (key, value) VALUES ('version', 1);
+INSERT INTO %[1]s.meta (key, value) VALUES ('version', 2);
+`
+
+// migrateSQL upgrades a schema of version 1 to version 2, with %[1]s the
+// quoted schema name: the registrations' numbers (see queue.Register). A
+// client of version 1 still running keeps working (the columns have
+// defaults); a new one refuses the schema.
+const migrateSQL = `
+ALTER TABLE %[1]s.sessions ADD COLUMN IF NOT EXISTS reg_floor bigint NOT NULL DEFAULT 0;
+ALTER TABLE %[1]s.candidacies ADD COLUMN IF NOT EXISTS reg bigint NOT NULL DEFAULT 0;
+UPDATE %[1]s.meta SET value = 2 WHERE key = 'version' AND value = 1;
 `
 
 // wantColumns are the columns of each table, "name type", that the code
 // reads and writes: a table altered by hand is refused (see checkTables).
 var wantColumns = map[string][]string{
 	"meta":        {"key text", "value bigint"},
-	"sessions":    {"id bigint", "ttl interval", "expires_at timestamp with time zone"},
+	"sessions":    {"id bigint", "ttl interval", "expires_at timestamp with time zone", "reg_floor bigint"},
 	"lease_names": {"name text", "last bigint"},
-	"candidacies": {"name text", "token bigint", "session bigint"},
+	"candidacies": {"name text", "token bigint", "session bigint", "reg bigint"},
 	"members":     {"grp text", "session bigint", "id text", "data bytea"},
 	"records":     {"key text", "value bytea", "version bigint", "token bigint"},
 }
 
 // SchemaSQL returns the SQL that creates the backend's tables in schema
-// (version 1), for DBAs who apply migrations by hand: the same the backend
+// (version 2), for DBAs who apply migrations by hand: the same the backend
 // runs on first use when the schema has no tables yet.
 func SchemaSQL(schema string) string {
 	return fmt.Sprintf(schemaSQL, pgx.Identifier{schema}.Sanitize(), quoteLiteral(channelName(schema)))
@@ -128,6 +143,12 @@ func (b *Backend) ensureSchema(ctx context.Context) error {
 	}
 	if version < 1 {
 		return fmt.Errorf("simba/postgres: schema %q has version %d: not a version this backend wrote", b.schema, version)
+	}
+	if version == 1 {
+		if _, err := tx.Exec(ctx, fmt.Sprintf(migrateSQL, b.q)); err != nil {
+			return fmt.Errorf("simba/postgres: upgrading schema %q to version 2: %w", b.schema, describe(err))
+		}
+		b.log.Info("simba/postgres: upgraded the schema to version 2", "schema", b.schema)
 	}
 	if err := checkTables(ctx, tx, b.schema); err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -68,6 +69,12 @@ type session struct {
 	// confirmed durable yet, with the records of each release (nil: none):
 	// the next renewal does each release again.
 	unflushed map[candidacyKey]*releaseRecords
+
+	// regs numbers the session's registrations (see queue.Register), and
+	// registering counts those in flight: a read of the candidacies takes
+	// one it does not know for an orphan only when none was in flight
+	// while it ran (see look).
+	regs, registering atomic.Int64
 }
 
 // releaseRecords are the records of a release, as written: keys and values
@@ -326,7 +333,7 @@ func (s *session) monitor() {
 		}
 		t.Stop()
 		retry = nil
-		remaining, err := s.look()
+		remaining, again, err := s.look()
 		if err != nil {
 			if s.ctx.Err() != nil {
 				return
@@ -336,6 +343,9 @@ func (s *session) monitor() {
 			continue
 		}
 		failures = 0
+		if again {
+			retry = time.After(lookAgain)
+		}
 		if remaining <= 0 {
 			if over, err := s.clearExpired(s.ctx); over || err != nil && s.ctx.Err() != nil {
 				s.End()
@@ -357,12 +367,19 @@ func (s *session) monitor() {
 	}
 }
 
+// lookAgain is how soon the monitor reads again when a read could not
+// tell (see look).
+const lookAgain = 20 * time.Millisecond
+
 // look reads the session's row and its candidacies: it closes Lost of the
 // held leases whose candidacy is gone, and returns how long the session
 // has left by the database's clock (0 when gone or expired). Like
 // KeepAlive, it goes around the bound on statements: one at a time per
-// session, and what tells a holder of its loss.
-func (s *session) look() (time.Duration, error) {
+// session, and what tells a holder of its loss. again asks for another
+// read soon: a holding granted while this one was on its way was missing
+// from it (see candidacy.Session.LoseMissing), or, after a failover, a
+// registration in flight kept it from telling the orphans.
+func (s *session) look() (_ time.Duration, again bool, _ error) {
 	ctx, cancel := context.WithTimeout(s.ctx, lookTimeout)
 	defer cancel()
 	var (
@@ -372,32 +389,39 @@ func (s *session) look() (time.Duration, error) {
 		db     time.Time
 		tl     int64
 	)
+	mark, regs := s.Mark(), s.regs.Load()
 	sent := time.Now()
 	err := s.b.pool.QueryRow(ctx, `SELECT EXTRACT(EPOCH FROM x.expires_at - clock_timestamp())::float8, `+
 		s.candidaciesSQL("x.id", "true")+`, clock_timestamp(), `+timelineSQL+`
 		FROM `+s.b.q+`.sessions x WHERE x.id = $1`, s.id).Scan(&left, &names, &tokens, &db, &tl)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, nil
+		return 0, false, nil
 	}
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	if err := s.b.noteClock("reading the session", sent, time.Now(), db, tl); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	if left <= 0 {
-		return 0, nil
+		return 0, false, nil
 	}
 	have := candidacySet(names, tokens)
-	s.LoseIf(func(h *candidacy.Holding) bool { return !have[candidacyKey{h.Name(), int64(h.Token())}] })
+	again = s.LoseMissing(mark, func(h *candidacy.Holding) bool { return !have[candidacyKey{h.Name(), int64(h.Token())}] })
 	s.mu.Lock()
 	var orphanNames []string
 	var orphans []int64
 	if s.recheck {
-		s.recheck = false
-		for i, t := range tokens {
-			if _, ok := s.known[candidacyKey{names[i], t}]; !ok {
-				orphanNames, orphans = append(orphanNames, names[i]), append(orphans, t)
+		// A registration in flight while the read ran may have
+		// committed a candidacy it does not know yet.
+		if s.registering.Load() > 0 || s.regs.Load() != regs {
+			again = true
+		} else {
+			s.recheck = false
+			for i, t := range tokens {
+				if _, ok := s.known[candidacyKey{names[i], t}]; !ok {
+					orphanNames, orphans = append(orphanNames, names[i]), append(orphans, t)
+				}
 			}
 		}
 	}
@@ -411,11 +435,11 @@ func (s *session) look() (time.Duration, error) {
 			s.mu.Lock()
 			s.recheck = true // the next look tries again
 			s.mu.Unlock()
-			return 0, err
+			return 0, false, err
 		}
 		s.b.log.Warn("simba/postgres: after a failover, deleted candidacies the session had given up on the old server", "session", s.sid, "names", orphanNames, "tokens", orphans)
 	}
-	return time.Duration(left * float64(time.Second)), nil
+	return time.Duration(left * float64(time.Second)), again, nil
 }
 
 // candidacyKey names a candidacy: tokens count per name, and candidacies
