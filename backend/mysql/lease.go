@@ -398,7 +398,9 @@ func (s queue) Withdraw(name string, token uint64) {
 // numbered reg, may have left (see Register): it raises the session's
 // floor to reg, so that the registration, if it runs later, changes
 // nothing, then deletes the session's candidacies for name numbered up to
-// reg. It first takes the lock of the name's counter row: a registration
+// reg. It first takes the lock of the name's counter row, making the row
+// if there is none (a registration's own lock, taken as it makes the row,
+// would not wait for a read of a row that was not there): a registration
 // in flight that holds it commits first, and the DELETE, a later
 // statement, sees its candidacy; one that takes it after reads the new
 // floor. A later Acquire's candidacy has a larger number: the withdrawal
@@ -408,7 +410,7 @@ func (s *session) withdrawAll(name string, reg int64) {
 	t := s.b.t
 	s.retry(fmt.Sprintf("withdrawing the candidacies for %q", name), func(ctx context.Context) error {
 		err := s.b.boundedBatch(ctx, s.ctx, []string{
-			`SELECT last INTO @simba_t FROM ` + t.leaseNames + ` WHERE name = ? FOR UPDATE`,
+			`INSERT INTO ` + t.leaseNames + ` (name, last, settled_epoch) VALUES (?, 1, 0) ON DUPLICATE KEY UPDATE last = last`,
 			`UPDATE ` + t.sessions + ` SET reg_floor = GREATEST(reg_floor, ?) WHERE id = ?`,
 			`DELETE c FROM ` + t.candidacies + ` c FORCE INDEX (session) WHERE c.session = ? AND c.name = ? AND c.reg <= ?`,
 		}, "", []any{name, reg, s.id, s.id, name, reg})
