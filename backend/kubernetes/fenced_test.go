@@ -17,7 +17,11 @@ import (
 
 func openSession(t *testing.T, b backend.Backend) backend.Session {
 	t.Helper()
-	s, err := b.Open(t.Context(), backend.SessionOptions{TTL: 2 * time.Second})
+	// Nothing renews it: a TTL that outlasts the test's writes on a
+	// loaded machine (at 2 s, TestLeaseRecordSize's session expired before
+	// its last fenced write in a CI run whose apiserver took 8.5 s to
+	// start).
+	s, err := b.Open(t.Context(), backend.SessionOptions{TTL: 30 * time.Second})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
