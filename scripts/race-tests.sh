@@ -45,10 +45,7 @@ mapfile -t pkgs < <(printf '%s\n' "${pkgs[@]}" | sort -u)
 # late). The chaos run stays first: its controls were weakened once when
 # the slowest packages ran beside it, before the PostgreSQL failover control
 # got a TTL that load does not use up (tests/chaos/failover_postgres_test.go,
-# controlTTL). The order is by their durations in that run. Uncached, this
-# order took 838 s (the machine 77 % busy on average: about 1,290 CPU
-# seconds, so no order brings the uncached run under 645 s on 2 cores);
-# with the cache of an earlier run, 10 minutes or less.
+# controlTTL). The order is by their durations in that run.
 first=(
 	github.com/simba-go/simba/tests/chaos
 	github.com/simba-go/simba/backend/kubernetes
