@@ -309,7 +309,7 @@ const expiryMargin = 20 * time.Millisecond
 // monitor reads the session's row when its renewals stopped past the
 // deadline, and when a held lease's candidacy may have changed.
 func (s *session) monitor() {
-	failures := 0
+	failures, agains := 0, 0
 	var retry <-chan time.Time
 	for {
 		s.mu.Lock()
@@ -344,7 +344,13 @@ func (s *session) monitor() {
 		}
 		failures = 0
 		if again {
-			retry = time.After(lookAgain)
+			// Sooner than a failure's backoff, but growing: a read
+			// that cannot tell, again and again (registrations in
+			// flight all the time), slows down to a third of the TTL.
+			agains++
+			retry = time.After(backoff.Step(agains, lookAgain, s.TTL()/3))
+		} else {
+			agains = 0
 		}
 		if remaining <= 0 {
 			if over, err := s.clearExpired(s.ctx); over || err != nil && s.ctx.Err() != nil {
