@@ -24,6 +24,7 @@ func newBackend(t *testing.T, opts ...postgres.Option) *postgres.Backend {
 // suite's renewals every TTL/3 keep their sessions alive on a busy
 // machine under the race detector.
 func TestConformance(t *testing.T) {
+	t.Parallel() // with the other suites, after the package's other tests
 	pgtest.DSN(t)
 	backendtest.Run(t, func(t *testing.T) backend.Backend { return newBackend(t) },
 		backendtest.WithTTL(2*time.Second), backendtest.WithFingerprint(fingerprint), backendtest.WithServerClockRate(serverClockRate))
@@ -38,6 +39,7 @@ const serverClockRate = 0.02
 // pooler in transaction mode: no LISTEN, reads at expiry times and every
 // poll interval.
 func TestConformanceWithoutListen(t *testing.T) {
+	t.Parallel()
 	pgtest.DSN(t)
 	backendtest.Run(t, func(t *testing.T) backend.Backend { return newBackend(t, postgres.WithoutListen(200*time.Millisecond)) },
 		backendtest.WithTTL(2*time.Second), backendtest.WithFingerprint(fingerprint), backendtest.WithServerClockRate(serverClockRate))

@@ -89,12 +89,13 @@ func TestLateRegistrationOfCancelledAcquire(t *testing.T) {
 	if time.Since(sent) > arrival {
 		t.Skipf("the sessions table was locked %v after the first registration was sent, past its arrival", time.Since(sent))
 	}
-	// The backends running the registration's statement (with the values
-	// in its text: the simple protocol), that also meet cond.
+	// The backends running a registration's statement in this test's
+	// schema (with the values in its text: the simple protocol), that also
+	// meet cond.
 	running := func(cond string) int {
 		var n int
 		if err := mon.QueryRow(ctxT(t), `SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid()
-			AND query LIKE 'WITH alive AS%' AND state = 'active' AND `+cond).Scan(&n); err != nil {
+			AND query LIKE 'WITH alive AS%' AND strpos(query, $1) > 0 AND state = 'active' AND `+cond, q).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n

@@ -53,6 +53,7 @@ func newBackendIn(t *testing.T, dsn, schema string, opts ...postgres.Option) *po
 // tells users to: default_query_exec_mode=exec in the DSN and
 // WithoutListen.
 func TestConformanceThroughPooler(t *testing.T) {
+	t.Parallel()
 	p := pgtest.StartPooler(t, pgtest.DSN(t))
 	backendtest.Run(t, func(t *testing.T) backend.Backend {
 		return newBackendAt(t, p.DSN(), postgres.WithoutListen(200*time.Millisecond))
