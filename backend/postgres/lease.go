@@ -44,13 +44,12 @@ func (s queue) Changed(string) { wake.Poke(s.check) }
 // is written once the session's floor (reg_floor) has reached reg, read
 // with a key-share lock on the session's row: it waits for withdrawAll's
 // row lock, then reads the row it wrote (and never waits for a renewal,
-// which changes no key). An attempt whose
-// outcome is unknown (its ctx ended with the statement sent) may still
-// run on the server at any later time; withdrawAll raises the floor to
-// its number, so that it then changes nothing, and deletes its candidacy
-// if it ran before: such a late statement never deletes the candidacy of
-// a later Acquire, nor leaves one that nobody knows of
-// (TestLateRegistrationOfCancelledAcquire).
+// which changes no key). An attempt whose outcome is unknown (its ctx
+// ended with the statement sent) may still run on the server at any later
+// time; withdrawAll raises the floor to its number, so that it then
+// changes nothing, and deletes its candidacy if it ran before: such a
+// late statement never deletes the candidacy of a later Acquire, nor
+// leaves one that nobody knows of (TestLateRegistrationOfCancelledAcquire).
 func (s queue) Register(ctx context.Context, name string) (uint64, error) {
 	op := fmt.Sprintf("acquire %q", name)
 	s.registering.Add(1)
